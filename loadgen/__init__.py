@@ -1,0 +1,1 @@
+"""Everything that talks to the server: schedules, client, scraper, runs, statistics."""

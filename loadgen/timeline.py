@@ -1,0 +1,275 @@
+"""The timeline a run produces: the record types, the sink they flow through, and the
+snapshot that live runs and replays both hand to the UI.
+
+Times are float seconds since the run's start (a monotonic clock), so a recording and
+a live run share one axis. A run publishes, in order of occurrence:
+
+- one ``RunHeader`` (``on_start``),
+- ``RequestRecord`` for each request when it ends (success, error or cancel),
+- ``ServerSample`` for each ``/metrics`` scrape (one per URL per poll),
+- ``Tick`` once per second (the schedule's target rate and the run state),
+- ``Event`` for schedule changes, holds, marks, knee, errors,
+- and finally ``on_finish``.
+
+The recording stores exactly this stream; the replay reader feeds it back into the
+same ``SeriesBuilder`` the live run uses, so both produce identical ``Snapshot``s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as the client saw it. Field meanings follow ``vllm bench serve``."""
+
+    id: int
+    scheduled_at: float  # when the schedule wanted it sent
+    sent_at: float  # when the HTTP request actually started (after any concurrency wait)
+    end_at: float  # when the response finished, failed or was cancelled
+    first_token_at: float | None = None  # first chunk carrying token content
+    # Arrival time of every content chunk after the first (ITL = successive gaps,
+    # starting from first_token_at). Chunks, not tokens: a chunk may hold several.
+    chunk_times: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0  # from the server's usage (fallback: tokenizer)
+    completion_tokens: int = 0  # from the server's usage (fallback: tokenizer)
+    tokens_from_usage: bool = True
+    finish_reason: str | None = None
+    status: int | None = None  # HTTP status; None when no response arrived
+    error_class: str | None = None  # None on success, else e.g. "http_500", "timeout", "cancelled"
+    error: str | None = None
+    scenario_tag: str | None = None  # which scenario stream produced it (e.g. "doc-3")
+
+    @property
+    def ok(self) -> bool:
+        return self.error_class is None
+
+    @property
+    def client_queue_s(self) -> float:
+        """Time spent waiting for a concurrency slot (recorded apart from TTFT)."""
+        return max(0.0, self.sent_at - self.scheduled_at)
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token_at is None else self.first_token_at - self.sent_at
+
+    @property
+    def e2e(self) -> float:
+        return self.end_at - self.sent_at
+
+    def itls(self) -> list[float]:
+        if self.first_token_at is None:
+            return []
+        out, prev = [], self.first_token_at
+        for t in self.chunk_times:
+            out.append(t - prev)
+            prev = t
+        return out
+
+    @property
+    def tpot(self) -> float | None:
+        if self.first_token_at is None or self.completion_tokens <= 1:
+            return None
+        return (self.end_at - self.first_token_at) / (self.completion_tokens - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class ServerSample:
+    """One ``/metrics`` scrape of one URL, normalised across server kinds.
+
+    Gauges are instantaneous; ``*_total`` fields are monotonic counters as exported
+    (reset handling happens downstream, on successive samples). ``None`` = not exported.
+    """
+
+    t: float
+    url: str
+    ok: bool
+    backend: str = "unknown"  # "vllm", "vllm-legacy", "sglang", "tgi", "llamacpp", "unknown"
+    error: str | None = None
+    scrape_s: float = 0.0
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None  # 0..1
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    prefix_queries_total: float | None = None
+    prefix_hits_total: float | None = None
+    preemptions_total: float | None = None
+    # Same fields per data-parallel engine label, e.g. {"0": {"running": 3.0, ...}}.
+    per_engine: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Counter identity (e.g. a `_created` timestamp); a change means the server restarted.
+    created: float | None = None
+    # The raw vLLM families read, as {metric_name_with_labels: value}; kept for the recording.
+    raw: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Tick:
+    """Once per second: what the schedule asked for and what the run is doing."""
+
+    t: float
+    target_rps: float
+    state: str  # "ramping", "holding", "stopping", "done"
+    in_flight: int = 0
+    client_queued: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+EVENT_KINDS = (
+    "start",
+    "stop",
+    "hold",
+    "resume",
+    "set_rate",
+    "mark",
+    "knee",
+    "error",
+    "scrape_error",
+    "info",
+)
+
+
+@dataclass(slots=True)
+class Event:
+    t: float
+    kind: str  # one of EVENT_KINDS
+    message: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class RunHeader:
+    """What a recording's header holds. Never contains secrets."""
+
+    rampwatch_version: str
+    started_at_unix: float
+    target: str
+    model: str
+    scenario_name: str
+    scenario: dict[str, Any] = field(default_factory=dict)  # resolved scenario
+    options: dict[str, Any] = field(default_factory=dict)  # CLI options, secrets removed
+    planned_duration_s: float | None = None
+    server_info: dict[str, Any] = field(default_factory=dict)  # /v1/models, /version, cache_config
+    host_info: dict[str, Any] = field(default_factory=dict)
+    metrics_urls: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class TimelineSink(Protocol):
+    """Everything a run publishes goes through this; recorder, UI and summary all implement it."""
+
+    def on_start(self, header: RunHeader) -> None: ...
+    def on_request(self, record: RequestRecord) -> None: ...
+    def on_scrape(self, sample: ServerSample) -> None: ...
+    def on_tick(self, tick: Tick) -> None: ...
+    def on_event(self, event: Event) -> None: ...
+    def on_finish(self, t: float) -> None: ...
+
+
+class NullSink:
+    def on_start(self, header: RunHeader) -> None:
+        pass
+
+    def on_request(self, record: RequestRecord) -> None:
+        pass
+
+    def on_scrape(self, sample: ServerSample) -> None:
+        pass
+
+    def on_tick(self, tick: Tick) -> None:
+        pass
+
+    def on_event(self, event: Event) -> None:
+        pass
+
+    def on_finish(self, t: float) -> None:
+        pass
+
+
+class FanoutSink(NullSink):
+    """Sends every item to several sinks, in order."""
+
+    def __init__(self, *sinks: TimelineSink) -> None:
+        self.sinks = list(sinks)
+
+    def on_start(self, header: RunHeader) -> None:
+        for s in self.sinks:
+            s.on_start(header)
+
+    def on_request(self, record: RequestRecord) -> None:
+        for s in self.sinks:
+            s.on_request(record)
+
+    def on_scrape(self, sample: ServerSample) -> None:
+        for s in self.sinks:
+            s.on_scrape(sample)
+
+    def on_tick(self, tick: Tick) -> None:
+        for s in self.sinks:
+            s.on_tick(tick)
+
+    def on_event(self, event: Event) -> None:
+        for s in self.sinks:
+            s.on_event(event)
+
+    def on_finish(self, t: float) -> None:
+        for s in self.sinks:
+            s.on_finish(t)
+
+
+# Names of the 1-second series a Snapshot carries (all lists aligned with `Snapshot.times`).
+# NaN marks "no data" (e.g. no /metrics, or no completed request in the window).
+SERIES_NAMES = (
+    "target_rps",  # schedule's rate (from ticks)
+    "offered_rps",  # requests scheduled in the second
+    "sent_rps",  # requests actually sent in the second
+    "completed_rps",  # requests finished OK in the second
+    "error_rps",  # requests failed in the second
+    "client_output_tps",  # completion tokens of requests finished in the second / 1 s
+    "server_prompt_tps",  # Δ prompt_tokens_total / Δt
+    "server_generation_tps",  # Δ generation_tokens_total / Δt
+    "running",
+    "waiting",
+    "kv_usage_pct",  # 0..100
+    "prefix_hit_pct",  # Δhits/Δqueries over the window, 0..100
+    "preemptions",  # Δ preemptions in the second
+    "ttft_p50",
+    "ttft_p90",
+    "ttft_p99",
+    "itl_p50",
+    "itl_p90",
+    "itl_p99",
+    "in_flight",
+)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything the UI draws at time ``t``; built the same way live and in replay."""
+
+    t: float
+    header: RunHeader | None
+    state: str
+    target_rps: float
+    times: list[float]  # bin start times (seconds since start), one per second
+    series: dict[str, list[float]]  # SERIES_NAMES -> values aligned with times
+    in_flight: int
+    events: list[Event]
+    summary: dict[str, Any]  # run-so-far figures (same keys as the headless summary)
+    server_metrics_available: bool
+    planned_duration_s: float | None = None

@@ -1,0 +1,1 @@
+"""Session recordings: format, writer, reader and replay timeline, exports."""

@@ -1,0 +1,55 @@
+"""The core packages must never pull in the UI stack: they run headless, in CI and in
+the load process where UI imports would cost start-up time and memory."""
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE_PACKAGES = ("loadgen", "record", "sim")
+FORBIDDEN = ("textual", "rich")
+
+
+def core_modules() -> list[str]:
+    names = []
+    for package in CORE_PACKAGES:
+        names.append(package)
+        for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
+            names.append(info.name)
+    return sorted(names)
+
+
+def test_core_modules_are_found():
+    modules = core_modules()
+    assert "loadgen.timeline" in modules
+    assert all(m.split(".")[0] in CORE_PACKAGES for m in modules)
+
+
+@pytest.mark.parametrize("module", core_modules())
+def test_core_module_does_not_import_ui(module):
+    code = (
+        "import importlib, sys\n"
+        f"importlib.import_module({module!r})\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"{module} imports {out.stdout.strip()}"
+
+
+def test_checker_detects_a_ui_import(tmp_path):
+    """The check itself must be able to fail: a module importing textual is caught."""
+    (tmp_path / "leaky.py").write_text("import textual\n")
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import leaky\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('textual','rich'))))\n"
+    ) % str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "textual" in out.stdout

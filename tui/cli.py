@@ -1,0 +1,76 @@
+"""The `rampwatch` command line.
+
+Each subcommand lives in its own module exposing ``configure(parser)`` and
+``main(args) -> int``. Modules are imported when the parser is built, so they must keep
+heavy imports (transformers, textual app code) inside ``main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from loadgen.errors import UserError
+from loadgen.version import rampwatch_version
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("tui.run_command", "ramp load against a server (or the embedded simulator) and watch it live"),
+    "sim": ("sim.cli", "serve the simulated vLLM server"),
+    "replay": ("tui.replay_command", "replay a recording in the live UI (optionally compared with another)"),
+    "report": ("record.cli_report", "print the summary of a recording"),
+    "export": ("record.cli_export", "export a recording as JSON, CSV or HTML"),
+    "compare": ("record.cli_compare", "compare two recordings side by side"),
+}
+
+
+def _not_implemented(name: str):
+    def main(args: argparse.Namespace) -> int:
+        print(f"rampwatch {name}: not implemented yet", file=sys.stderr)
+        return 2
+
+    return main
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    parser = argparse.ArgumentParser(
+        prog="rampwatch",
+        description="Live load tester for LLM inference servers: ramp the request rate, "
+        "watch client latency and server /metrics on one time axis, record, replay, compare.",
+    )
+    parser.add_argument("--version", action="version", version=f"rampwatch {rampwatch_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    mains: dict[str, object] = {}
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            mains[name] = _not_implemented(name)
+            continue
+        module.configure(p)
+        mains[name] = module.main
+    return parser, mains
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, mains = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return int(mains[args.command](args) or 0)
+    except UserError as exc:
+        print(f"rampwatch {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"rampwatch {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
