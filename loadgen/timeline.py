@@ -273,3 +273,20 @@ class Snapshot:
     summary: dict[str, Any]  # run-so-far figures (same keys as the headless summary)
     server_metrics_available: bool
     planned_duration_s: float | None = None
+
+
+class RunControl(Protocol):
+    """Steering a live run (the TUI's keys call these). Every call becomes an Event."""
+
+    def hold(self) -> None: ...  # freeze the schedule at the current rate
+    def resume(self) -> None: ...  # continue the ramp from where it was held
+    def set_rate(self, rps: float) -> None: ...  # hold at an explicit rate
+    def step_rate(self, delta_rps: float) -> None: ...  # +/- relative to the current rate
+    def mark(self, note: str) -> None: ...  # user mark with a note
+    def stop(self) -> None: ...  # graceful stop: no new requests, drain, then finish
+
+
+class SnapshotSource(Protocol):
+    """What the UI polls (at most ~4 Hz). Live runs and replays both implement it."""
+
+    def snapshot(self) -> Snapshot: ...
