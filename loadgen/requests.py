@@ -1,0 +1,25 @@
+"""A request ready to send: what the workload side hands to the streaming client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Endpoint = Literal["completions", "chat"]
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    """The body of one OpenAI-compatible request, minus `model`, `stream` and
+    `stream_options`, which the client adds.
+
+    completions: ``payload = {"prompt": str | list[int], "max_tokens": n, ...}``
+    chat:        ``payload = {"messages": [...], "max_completion_tokens": n, ...}``
+    """
+
+    endpoint: Endpoint
+    payload: dict[str, Any]
+    expected_prompt_tokens: int  # what the workload built it to be (tokenizer count)
+    max_tokens: int
+    tag: str | None = None  # e.g. "doc-3", "conv-12/turn-2"
+    extra: dict[str, Any] = field(default_factory=dict)
