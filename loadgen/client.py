@@ -1,0 +1,392 @@
+"""Streaming OpenAI-compatible client: one request in, one ``RequestRecord`` out.
+
+Timing follows ``vllm bench serve`` (``vllm/benchmarks/lib/endpoint_request_func.py``):
+
+- ``sent_at`` is read just before the HTTP request starts (after any concurrency wait,
+  which the caller records as ``scheduled_at``; the gap is the client queue time).
+- The *first token* is the first event whose ``choices`` list is not empty. For
+  completions that includes chunks whose ``text`` is empty (vLLM streams an empty text
+  while a multi-byte character is incomplete); for chat it includes the role-only first
+  chunk, which vLLM emits in the same engine step as the first token. ``vllm bench serve``
+  counts both the same way, so TTFT here equals its TTFT.
+- Every later event with non-empty ``choices`` appends one arrival time to
+  ``chunk_times``; ITLs are the gaps between successive such events (chunks, not tokens).
+- On success ``end_at`` is the arrival of the last token chunk (vLLM's ``latency``; the
+  trailing usage chunk and ``[DONE]`` do not move it), so E2E and
+  TPOT = (E2E - TTFT) / (completion_tokens - 1) match vLLM's numbers.
+- Token counts come from the final ``usage`` chunk (``stream_options.include_usage``).
+  If the server sends none, completion tokens are counted with ``fallback_tokenizer``
+  over the streamed text (``tokens_from_usage=False``); without a tokenizer they stay 0.
+  The prompt count then falls back to ``PreparedRequest.expected_prompt_tokens``.
+  Chunks are never counted as tokens: chunks may hold zero or several tokens.
+
+A request succeeds when the status is 200, at least one token chunk arrived and the
+stream ended with ``[DONE]``. Otherwise ``error_class`` is one of:
+``http_<status>`` (message from the server's JSON error body), ``connect``,
+``timeout``, ``stream_aborted`` (body ended or broke before ``[DONE]``),
+``stream_error`` (an error event inside the stream, or ``[DONE]`` without any token),
+``cancelled`` (see ``RequestCancelled``). The API key only ever goes into the
+``Authorization`` header; messages are scrubbed of it before they reach a record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from loadgen import sse
+from loadgen.errors import TargetUnreachable
+from loadgen.requests import PreparedRequest
+from loadgen.timeline import RequestRecord
+
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+_MAX_ERROR_BODY = 64 * 1024
+_MAX_MESSAGE = 500
+
+
+class RequestCancelled(asyncio.CancelledError):
+    """Raised by ``StreamingClient.send`` when its task is cancelled mid-request.
+
+    It *is* a ``CancelledError`` (cancellation keeps propagating as asyncio expects) and
+    carries the finished ``record`` (``error_class="cancelled"``) so the caller can
+    publish it::
+
+        try:
+            record = await client.send(req, i, scheduled_at)
+        except RequestCancelled as cancelled:
+            sink.on_request(cancelled.record)
+            raise
+    """
+
+    def __init__(self, record: RequestRecord) -> None:
+        super().__init__("request cancelled")
+        self.record = record
+
+
+def normalize_base_url(base_url: str) -> str:
+    """``http://h:8000/``, ``http://h:8000/v1`` -> ``http://h:8000`` (paths add ``/v1/...``)."""
+    url = base_url.strip().rstrip("/")
+    if url.endswith("/v1"):
+        url = url[:-3]
+    return url
+
+
+def count_tokens(tokenizer: Any, text: str) -> int:
+    """Count ``text`` with a callable ``str -> int`` or an object with ``encode``.
+
+    Works with ``transformers`` tokenizers (``encode(text, add_special_tokens=False)``)
+    and ``tokenizers.Tokenizer`` (``encode(...).ids``).
+    """
+    if not text:
+        return 0
+    encode = getattr(tokenizer, "encode", None)
+    if encode is None:
+        return int(tokenizer(text))
+    try:
+        out = encode(text, add_special_tokens=False)
+    except TypeError:
+        out = encode(text)
+    ids = getattr(out, "ids", out)
+    return len(ids)
+
+
+class StreamingClient:
+    """One ``aiohttp.ClientSession`` shared by all requests of a run.
+
+    ``clock`` returns seconds on the run's axis (e.g. ``lambda: time.monotonic() - t0``);
+    every timestamp in a record comes from it. ``connection_limit`` sizes the
+    connector's pool and should equal the run's maximum concurrency.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        connection_limit: int = 100,
+        request_timeout_s: float = 600,
+        clock: Callable[[], float] = time.monotonic,
+        fallback_tokenizer: Any = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.model = model
+        self.connection_limit = max(1, int(connection_limit))
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.clock = clock
+        self.fallback_tokenizer = fallback_tokenizer
+        self._api_key = api_key or None
+        self._headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            self._headers["Authorization"] = f"Bearer {self._api_key}"
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"StreamingClient({self.base_url!r}, model={self.model!r})"
+
+    async def start(self) -> None:
+        if self._session is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            limit=self.connection_limit, limit_per_host=self.connection_limit, keepalive_timeout=60
+        )
+        timeout = aiohttp.ClientTimeout(
+            total=self.request_timeout_s, sock_connect=min(self.connect_timeout_s, self.request_timeout_s)
+        )
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> StreamingClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def fetch_server_info(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """``/v1/models``, ``/version`` and the cache config; see ``fetch_server_info``."""
+        return await fetch_server_info(self.base_url, self._api_key, timeout_s)
+
+    async def check_reachable(self, timeout_s: float = 5.0) -> int:
+        """Raise ``TargetUnreachable`` unless the server answers; see ``check_reachable``."""
+        return await check_reachable(self.base_url, timeout_s, self._api_key)
+
+    def url_for(self, endpoint: str) -> str:
+        return self.base_url + ENDPOINT_PATHS[endpoint]
+
+    def _scrub(self, text: str) -> str:
+        if self._api_key and self._api_key in text:
+            text = text.replace(self._api_key, "***")
+        return text[:_MAX_MESSAGE]
+
+    def build_body(self, req: PreparedRequest) -> dict[str, Any]:
+        body = {"model": self.model}
+        body.update(req.payload)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        return body
+
+    async def send(self, req: PreparedRequest, request_id: int, scheduled_at: float) -> RequestRecord:
+        """Send one streaming request and return its record; never raises except on
+        cancellation (``RequestCancelled``). Call ``start()`` first."""
+        if self._session is None:
+            raise RuntimeError("StreamingClient.start() was not called")
+        clock = self.clock
+        rec = RequestRecord(
+            id=request_id,
+            scheduled_at=scheduled_at,
+            sent_at=clock(),
+            end_at=0.0,
+            prompt_tokens=req.expected_prompt_tokens,
+            scenario_tag=req.tag,
+        )
+        state = _StreamState(keep_text=self.fallback_tokenizer is not None)
+        try:
+            async with self._session.post(
+                self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
+            ) as resp:
+                rec.status = resp.status
+                if resp.status != 200:
+                    raw = await resp.content.read(_MAX_ERROR_BODY)
+                    rec.end_at = clock()
+                    msg = sse.error_message(sse.decode_json(raw)) or resp.reason or raw[:200].decode("utf-8", "replace")
+                    self._fail(rec, f"http_{resp.status}", msg or f"HTTP {resp.status}")
+                    return rec
+                decoder = sse.SSEDecoder()
+                async for data in resp.content.iter_any():
+                    if state.consume(decoder.feed(data), rec, clock):
+                        break
+                else:
+                    state.consume(decoder.flush(), rec, clock)
+        except asyncio.CancelledError:
+            rec.end_at = clock()
+            self._fail(rec, "cancelled", "request cancelled by the run")
+            raise RequestCancelled(rec) from None
+        except (TimeoutError, asyncio.TimeoutError) as exc:
+            rec.end_at = clock()
+            self._fail(rec, "timeout", _describe(exc) or f"no complete response within {self.request_timeout_s:g} s")
+            return rec
+        except aiohttp.ClientConnectorError as exc:
+            rec.end_at = clock()
+            self._fail(rec, "connect", _describe(exc))
+            return rec
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            rec.end_at = clock()
+            if rec.status is None:
+                self._fail(rec, "connect", _describe(exc))
+            else:
+                self._fail(rec, "stream_aborted", _describe(exc))
+            return rec
+        except aiohttp.ClientError as exc:
+            rec.end_at = clock()
+            self._fail(rec, "connect" if rec.status is None else "stream_aborted", _describe(exc))
+            return rec
+        self._finish(rec, state)
+        return rec
+
+    def _fail(self, rec: RequestRecord, error_class: str, message: str) -> None:
+        rec.error_class = error_class
+        rec.error = self._scrub(message)
+
+    def _finish(self, rec: RequestRecord, state: _StreamState) -> None:
+        now = self.clock()
+        if state.error_message is not None:
+            rec.end_at = now
+            self._fail(rec, "stream_error", state.error_message)
+        elif not state.done:
+            rec.end_at = now
+            self._fail(rec, "stream_aborted", "connection closed before [DONE]")
+        elif rec.first_token_at is None:
+            rec.end_at = now
+            self._fail(rec, "stream_error", "stream ended without any token chunk")
+        else:
+            rec.end_at = rec.chunk_times[-1] if rec.chunk_times else rec.first_token_at
+        if state.usage is not None:
+            usage = state.usage
+            if usage.get("prompt_tokens") is not None:
+                rec.prompt_tokens = int(usage["prompt_tokens"])
+            rec.completion_tokens = int(usage.get("completion_tokens") or 0)
+            rec.tokens_from_usage = True
+        else:
+            rec.tokens_from_usage = False
+            if self.fallback_tokenizer is not None and state.raw_chunks:
+                rec.completion_tokens = count_tokens(self.fallback_tokenizer, state.text())
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+class _StreamState:
+    """Per-request parse state; token chunks cost a byte search and an append."""
+
+    __slots__ = ("done", "usage", "error_message", "keep_text", "raw_chunks")
+
+    def __init__(self, keep_text: bool) -> None:
+        self.done = False
+        self.usage: dict[str, Any] | None = None
+        self.error_message: str | None = None
+        self.keep_text = keep_text
+        self.raw_chunks: list[bytes] = []
+
+    def consume(self, events: list[bytes], rec: RequestRecord, clock: Callable[[], float]) -> bool:
+        """Apply events; True once the stream is over (``[DONE]`` or an error event)."""
+        if not events:
+            return False
+        now = clock()
+        for payload in events:
+            kind = sse.classify_event(payload)
+            if kind == sse.EVENT_TOKEN:
+                if rec.first_token_at is None:
+                    rec.first_token_at = now
+                else:
+                    rec.chunk_times.append(now)
+                if self.keep_text:
+                    self.raw_chunks.append(payload)
+                if sse.has_finish_reason(payload) or sse.has_usage(payload):
+                    self._read_full_chunk(payload, rec)
+            elif kind == sse.EVENT_USAGE:
+                body = sse.decode_json(payload)
+                if body and isinstance(body.get("usage"), dict):
+                    self.usage = body["usage"]
+            elif kind == sse.EVENT_DONE:
+                self.done = True
+                return True
+            elif kind == sse.EVENT_ERROR:
+                body = sse.decode_json(payload)
+                self.error_message = sse.error_message(body) or payload[:200].decode("utf-8", "replace")
+                return True
+        return False
+
+    def _read_full_chunk(self, payload: bytes, rec: RequestRecord) -> None:
+        body = sse.decode_json(payload)
+        if not body:
+            return
+        choices = body.get("choices") or []
+        if choices and choices[0].get("finish_reason"):
+            rec.finish_reason = str(choices[0]["finish_reason"])
+        if isinstance(body.get("usage"), dict):  # continuous usage stats: keep the latest
+            self.usage = body["usage"]
+
+    def text(self) -> str:
+        parts = []
+        for payload in self.raw_chunks:
+            body = sse.decode_json(payload)
+            if not body:
+                continue
+            for choice in body.get("choices") or []:
+                piece = choice.get("text")
+                if piece is None:
+                    piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    parts.append(piece)
+        return "".join(parts)
+
+
+async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | None = None) -> int:
+    """GET ``/v1/models``; any HTTP answer (even 401/404) means the server is there.
+
+    Returns the HTTP status; raises ``TargetUnreachable("cannot reach <url> : <reason>")``
+    when nothing answers within ``timeout_s``.
+    """
+    base = normalize_base_url(base_url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+            async with session.get(base + "/v1/models", headers=headers) as resp:
+                return resp.status
+    except (TimeoutError, asyncio.TimeoutError):
+        raise TargetUnreachable(f"cannot reach {base} : no answer within {timeout_s:g} s") from None
+    except aiohttp.ClientError as exc:
+        reason = str(exc)
+        if api_key:
+            reason = reason.replace(api_key, "***")
+        raise TargetUnreachable(f"cannot reach {base} : {reason or type(exc).__name__}") from None
+
+
+async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> dict[str, Any]:
+    """What the recording's header keeps about the server; never raises.
+
+    Keys: ``models`` (the ``/v1/models`` data list), ``version`` (``/version``'s value),
+    ``cache_config`` (labels of ``vllm:cache_config_info`` from ``/metrics``) and
+    ``errors`` ({path: reason} for whatever failed).
+    """
+    from loadgen.scrape import cache_config_from_metrics
+
+    base = normalize_base_url(base_url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    info: dict[str, Any] = {"models": [], "version": None, "cache_config": {}, "errors": {}}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+            for path in ("/v1/models", "/version", "/metrics"):
+                try:
+                    async with session.get(base + path, headers=headers) as resp:
+                        if resp.status != 200:
+                            info["errors"][path] = f"HTTP {resp.status}"
+                            continue
+                        if path == "/metrics":
+                            info["cache_config"] = cache_config_from_metrics(await resp.text())
+                            continue
+                        body = await resp.json(content_type=None)
+                except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as exc:
+                    reason = _describe(exc)
+                    info["errors"][path] = reason.replace(api_key, "***") if api_key else reason
+                    continue
+                if path == "/v1/models" and isinstance(body, dict):
+                    info["models"] = body.get("data") or []
+                elif path == "/version":
+                    info["version"] = body.get("version") if isinstance(body, dict) else body
+    except Exception as exc:  # the header must be written whatever the server does
+        info["errors"]["session"] = type(exc).__name__
+    return info

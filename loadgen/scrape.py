@@ -1,0 +1,220 @@
+"""Polling ``/metrics`` and normalising it into ``ServerSample``s.
+
+``parse_metrics`` is pure. To stay cheap at one scrape per second it drops, before the
+Prometheus parser sees them, every line that cannot matter: comments, other exporters'
+families (``python_*``, ``process_*``, ``http_*``), ``_created`` lines other than the
+identity counter's, and histogram ``_bucket`` lines outside ``RAW_BUCKET_FAMILIES``.
+On the real vLLM 0.32 capture (~650 lines) that leaves ~150 lines to parse.
+
+``ServerSample.raw`` keeps every remaining server sample (gauges, counters, histogram
+``_sum``/``_count``, and the buckets of the server latency histograms) as
+``{'name{label="v",...}': value}`` with labels sorted, except ``vllm:cache_config_info``
+which is static and goes to the run header instead (``cache_config_from_metrics``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen import backends
+from loadgen.timeline import ServerSample
+
+log = logging.getLogger(__name__)
+
+_CACHE_CONFIG = "vllm:cache_config_info"
+_KEEP_CREATED = frozenset(backends.CREATED_SAMPLE.values())
+_KEEP_BUCKETS = tuple(f + "_bucket" for f in backends.RAW_BUCKET_FAMILIES)
+
+
+def _relevant_lines(text: str) -> list[str]:
+    keep = []
+    prefixes = backends.PREFIXES
+    for line in text.splitlines():
+        if not line.startswith(prefixes):
+            continue
+        brace = line.find("{")
+        name = line[:brace] if brace >= 0 else line.split(" ", 1)[0]
+        if name.endswith("_created"):
+            if name not in _KEEP_CREATED:
+                continue
+        elif name.endswith("_bucket"):
+            if not name.startswith(_KEEP_BUCKETS):
+                continue
+        elif name == _CACHE_CONFIG:
+            continue
+        keep.append(line)
+    return keep
+
+
+def read_samples(text: str) -> list[backends.Sample]:
+    """The relevant samples of an exposition as ``(name, labels, value)``."""
+    lines = _relevant_lines(text)
+    if not lines:
+        return []
+    out: list[backends.Sample] = []
+    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
+        for s in family.samples:
+            out.append((s.name, s.labels, float(s.value)))
+    return out
+
+
+def sample_key(name: str, labels: dict[str, str]) -> str:
+    if not labels:
+        return name
+    inner = ",".join(f'{k}="{labels[k]}"' for k in sorted(labels))
+    return f"{name}{{{inner}}}"
+
+
+def parse_metrics(text: str, url: str, t: float) -> ServerSample:
+    """One scrape's text -> ``ServerSample`` (``ok=False`` if the text cannot be parsed)."""
+    started = time.perf_counter()
+    try:
+        samples = read_samples(text)
+    except ValueError as exc:
+        return ServerSample(t=t, url=url, ok=False, error=f"unparsable /metrics: {exc}"[:300])
+    backend = backends.detect_backend(name for name, _, _ in samples)
+    fields, per_engine, created = backends.extract_fields(backend, samples)
+    raw = {sample_key(name, labels): value for name, labels, value in samples if not name.endswith("_created")}
+    return ServerSample(
+        t=t,
+        url=url,
+        ok=True,
+        backend=backend,
+        scrape_s=time.perf_counter() - started,
+        per_engine=per_engine,
+        created=created,
+        raw=raw,
+        **fields,
+    )
+
+
+def cache_config_from_metrics(text: str) -> dict[str, str]:
+    """Labels of ``vllm:cache_config_info`` (block size, GPU blocks...); ``{}`` if absent."""
+    for line in text.splitlines():
+        if line.startswith(_CACHE_CONFIG + "{"):
+            try:
+                for family in text_string_to_metric_families(line + "\n"):
+                    for s in family.samples:
+                        return dict(s.labels)
+            except ValueError:
+                return {}
+    return {}
+
+
+def _sum_optional(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def combine_samples(samples: Sequence[ServerSample]) -> ServerSample:
+    """One sample for several replicas (one per URL) scraped in the same poll.
+
+    Gauges and counters are summed, KV usage is averaged over the replicas that report
+    it. ``per_engine`` keys become ``"<replica index>:<engine>"`` (``"<index>"`` for a
+    replica without engine labels). ``raw`` is not merged (each URL's samples are kept
+    separately in the recording). Counter deltas must be taken per URL *before*
+    combining (``counters.CounterTracker``), so a single replica's restart is seen.
+    """
+    if not samples:
+        raise ValueError("combine_samples needs at least one sample")
+    if len(samples) == 1:
+        return samples[0]
+    good = [s for s in samples if s.ok]
+    kinds = {s.backend for s in good}
+    errors = [f"{s.url}: {s.error}" for s in samples if not s.ok]
+    out = ServerSample(
+        t=max(s.t for s in samples),
+        url=",".join(s.url for s in samples),
+        ok=bool(good),
+        backend=kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "unknown"),
+        error="; ".join(errors) if errors else None,
+        scrape_s=max(s.scrape_s for s in samples),
+    )
+    for name in ("running", "waiting") + backends.COUNTER_FIELDS:
+        setattr(out, name, _sum_optional([getattr(s, name) for s in good]))
+    kv = [s.kv_usage for s in good if s.kv_usage is not None]
+    out.kv_usage = sum(kv) / len(kv) if kv else None
+    for index, s in enumerate(samples):
+        if not s.ok:
+            continue
+        if s.per_engine:
+            for engine, values in s.per_engine.items():
+                out.per_engine[f"{index}:{engine}"] = dict(values)
+        else:
+            out.per_engine[str(index)] = {
+                k: v for k in ("running", "waiting", "kv_usage") + backends.COUNTER_FIELDS if (v := getattr(s, k)) is not None
+            }
+    return out
+
+
+class MetricsPoller:
+    """Scrapes every URL each ``interval_s`` on its own session, never raising.
+
+    Each scrape calls ``on_sample(ServerSample)``; a failed scrape (connection error,
+    non-200, timeout after ``timeout_s``, unparsable text) gives ``ok=False`` with the
+    reason in ``error``. Polls are aligned on ``start + k * interval_s``; a poll still
+    running at the next slot makes the poller skip that slot instead of piling up.
+    ``t`` of a sample is ``clock()`` when its response body was fully read.
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        interval_s: float = 1.0,
+        timeout_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_sample: Callable[[ServerSample], None] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if not urls:
+            raise ValueError("MetricsPoller needs at least one URL")
+        self.urls = list(urls)
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.on_sample = on_sample or (lambda sample: None)
+        self._headers = dict(headers or {})
+        self.polls = 0
+
+    async def scrape_once(self, session: aiohttp.ClientSession, url: str) -> ServerSample:
+        try:
+            async with session.get(url, headers=self._headers) as resp:
+                if resp.status != 200:
+                    return ServerSample(t=self.clock(), url=url, ok=False, error=f"HTTP {resp.status}")
+                text = await resp.text()
+        except (TimeoutError, asyncio.TimeoutError):
+            return ServerSample(t=self.clock(), url=url, ok=False, error=f"timeout after {self.timeout_s:g} s")
+        except aiohttp.ClientError as exc:
+            return ServerSample(t=self.clock(), url=url, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+        except Exception as exc:  # a scrape must never take the run down
+            return ServerSample(t=self.clock(), url=url, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+        return parse_metrics(text, url, self.clock())
+
+    async def poll(self, session: aiohttp.ClientSession) -> list[ServerSample]:
+        samples = await asyncio.gather(*(self.scrape_once(session, url) for url in self.urls))
+        self.polls += 1
+        for sample in samples:
+            try:
+                self.on_sample(sample)
+            except Exception:  # a sink's bug must not stop the polling
+                log.exception("on_sample failed for %s", sample.url)
+        return list(samples)
+
+    async def run(self) -> None:
+        """Poll until cancelled."""
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        connector = aiohttp.TCPConnector(limit=max(2, len(self.urls)))
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            start = self.clock()
+            slot = 0
+            while True:
+                await self.poll(session)
+                now = self.clock()
+                slot = max(slot + 1, int((now - start) / self.interval_s) + 1)
+                await asyncio.sleep(max(0.0, start + slot * self.interval_s - now))

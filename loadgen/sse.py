@@ -1,0 +1,135 @@
+"""Incremental Server-Sent Events decoding and cheap classification of OpenAI stream events.
+
+``SSEDecoder`` turns network reads (arbitrary byte slices) into the ``data`` payloads of
+complete events. Lines may be split across reads; ``\\n``, ``\\r\\n`` and ``\\r`` all end a
+line; a ``\\r`` at the very end of a read is held back until the next read shows whether
+a ``\\n`` follows. Comment lines (``:``, used as keep-alive pings) and the ``event:``,
+``id:``, ``retry:`` fields are ignored. Several ``data:`` lines in one event are joined
+with ``\\n`` as the SSE specification says.
+
+``classify_event`` looks at a payload's bytes to decide what it is without decoding the
+JSON of every token chunk: only the usage chunk, the chunk that carries a finish reason,
+and anything unexpected (errors) are decoded. A JSON string value cannot contain an
+unescaped ``"``, so byte patterns such as ``"choices":[]`` cannot match text content.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DONE = b"[DONE]"
+
+# What classify_event returns.
+EVENT_TOKEN = "token"  # a chunk with non-empty `choices` (may carry empty text or only a role)
+EVENT_USAGE = "usage"  # the trailing `"choices":[]` chunk with `usage`
+EVENT_DONE = "done"  # `data: [DONE]`
+EVENT_ERROR = "error"  # an error object sent inside the stream
+EVENT_OTHER = "other"  # anything else (ignored)
+
+_CHOICES_NONEMPTY = b'"choices":[{'
+_CHOICES_EMPTY = b'"choices":[]'
+_FINISH_SET = b'"finish_reason":"'
+_USAGE_OBJECT = b'"usage":{'
+
+
+class SSEDecoder:
+    """Feed raw bytes with ``feed``; call ``flush`` once the body has ended."""
+
+    __slots__ = ("_pending", "_data_lines")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._data_lines: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._pending + chunk if self._pending else chunk
+        if b"\r" in buf:
+            held = b""
+            if buf.endswith(b"\r"):
+                buf, held = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            lines = buf.split(b"\n")
+            self._pending = lines.pop() + held
+        else:
+            lines = buf.split(b"\n")
+            self._pending = lines.pop()
+        return self._take_lines(lines)
+
+    def flush(self) -> list[bytes]:
+        """Events left when the body ends without a final blank line."""
+        rest = self._pending.replace(b"\r", b"")
+        self._pending = b""
+        events = self._take_lines([rest]) if rest else []
+        if self._data_lines:
+            events.append(b"\n".join(self._data_lines))
+            self._data_lines = []
+        return events
+
+    def _take_lines(self, lines: list[bytes]) -> list[bytes]:
+        events: list[bytes] = []
+        data_lines = self._data_lines
+        for line in lines:
+            if not line:
+                if data_lines:
+                    events.append(data_lines[0] if len(data_lines) == 1 else b"\n".join(data_lines))
+                    data_lines = []
+                continue
+            if line.startswith(b"data:"):
+                value = line[5:]
+                if value.startswith(b" "):
+                    value = value[1:]
+                data_lines.append(value)
+        self._data_lines = data_lines
+        return events
+
+
+def classify_event(payload: bytes) -> str:
+    """Which kind of stream event ``payload`` (one event's data) is, from its bytes alone."""
+    if _CHOICES_NONEMPTY in payload:
+        return EVENT_TOKEN
+    if _CHOICES_EMPTY in payload:
+        return EVENT_USAGE if _USAGE_OBJECT in payload else EVENT_OTHER
+    stripped = payload.strip()
+    if stripped == DONE:
+        return EVENT_DONE
+    if b'"error"' in stripped or b'"object":"error"' in stripped:
+        return EVENT_ERROR
+    return EVENT_OTHER
+
+
+def has_finish_reason(payload: bytes) -> bool:
+    return _FINISH_SET in payload
+
+
+def has_usage(payload: bytes) -> bool:
+    return _USAGE_OBJECT in payload
+
+
+def decode_json(payload: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def error_message(body: dict[str, Any] | None) -> str | None:
+    """The server's message from an OpenAI/vLLM error object.
+
+    Accepts ``{"error": {"message": ...}}`` (vLLM >= 0.9, OpenAI), ``{"error": "..."}``
+    (TGI, some proxies) and the older vLLM ``{"object": "error", "message": ...}``.
+    """
+    if not body:
+        return None
+    err = body.get("error")
+    if isinstance(err, dict):
+        msg = err.get("message")
+        return str(msg) if msg is not None else json.dumps(err)[:500]
+    if isinstance(err, str):
+        return err
+    if body.get("object") == "error" and body.get("message") is not None:
+        return str(body["message"])
+    if isinstance(body.get("detail"), str):  # FastAPI-style errors
+        return body["detail"]
+    return None
