@@ -1,0 +1,220 @@
+"""Fakes for the UI: a synthetic run (a ramp with a hold, a knee and a mark), a RunControl
+that records calls, and a replay source with the ReplayTimeline controls.
+
+The numbers are invented but shaped like a real ramp: completed throughput follows the
+offered rate until the knee (~14 rps), then flattens while the queue, KV usage and
+latency climb.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.timeline import SERIES_NAMES, Event, RunHeader, Snapshot
+
+PLANNED_S = 120.0
+HOLD = (40.0, 50.0)
+KNEE_AT = 78.0
+MARK_AT = 90.0
+CAPACITY_RPS = 14.0
+
+
+def fake_header(*, metrics: bool = True) -> RunHeader:
+    return RunHeader(
+        rampwatch_version="0.1.0",
+        started_at_unix=1_700_000_000.0,
+        target="http://127.0.0.1:8000",
+        model="Qwen/Qwen3-0.6B",
+        scenario_name="chat",
+        planned_duration_s=PLANNED_S,
+        metrics_urls=["http://127.0.0.1:8000/metrics"] if metrics else [],
+    )
+
+
+def target_rate(t: float) -> float:
+    """1 → 20 rps over the planned time, frozen during the hold."""
+    held = min(max(t - HOLD[0], 0.0), HOLD[1] - HOLD[0])
+    ramp_t = t - held
+    return 1.0 + 19.0 * ramp_t / (PLANNED_S - (HOLD[1] - HOLD[0]))
+
+
+def _row(t: float, metrics: bool) -> dict[str, float]:
+    nan = float("nan")
+    offered = target_rate(t)
+    completed = min(offered, CAPACITY_RPS) * (0.98 + 0.02 * math.sin(t / 3.0))
+    overload = max(0.0, offered - CAPACITY_RPS)
+    waiting = overload * (t - KNEE_AT + 5.0) * 0.8 if overload else 0.0
+    running = min(offered * 2.2, 32.0)
+    kv = min(99.0, 8.0 + 5.5 * running / 2.0 + waiting * 0.3)
+    ttft = 0.045 + 0.004 * running + 0.09 * waiting / max(completed, 1.0)
+    itl = 0.011 + 0.0006 * running
+    row = {name: nan for name in SERIES_NAMES}
+    row.update(
+        target_rps=offered,
+        offered_rps=offered,
+        sent_rps=offered * 0.995,
+        completed_rps=completed,
+        error_rps=0.4 if t > 100 else 0.0,
+        client_output_tps=completed * 180.0,
+        ttft_p50=ttft,
+        ttft_p90=ttft * 1.6,
+        ttft_p99=ttft * 2.4,
+        itl_p50=itl,
+        itl_p90=itl * 1.3,
+        itl_p99=itl * 1.9,
+        in_flight=running + waiting,
+    )
+    if metrics:
+        row.update(
+            server_prompt_tps=completed * 420.0,
+            server_generation_tps=completed * 181.0,
+            running=running,
+            waiting=waiting,
+            kv_usage_pct=kv,
+            prefix_hit_pct=62.0 + 10.0 * math.sin(t / 20.0),
+            preemptions=1.0 if kv > 95 else 0.0,
+        )
+    return row
+
+
+def fake_events(t: float) -> list[Event]:
+    events = [Event(0.0, "start", "ramp 1 → 20 rps over 2:00")]
+    if t >= HOLD[0]:
+        events.append(Event(HOLD[0], "hold", "hold at 7.3 rps"))
+    if t >= HOLD[1]:
+        events.append(Event(HOLD[1], "resume", "resume ramp"))
+    if t >= 33.0:
+        events.append(Event(33.0, "scrape_error", "GET /metrics: timeout after 2.0 s"))
+    if t >= KNEE_AT:
+        events.append(Event(KNEE_AT, "knee", "knee at 14.0 rps (TTFT p99 ×3)", {"rps": 14.0}))
+    if t >= MARK_AT:
+        events.append(Event(MARK_AT, "mark", "raised max-num-seqs"))
+    if t >= 101.0:
+        events.append(Event(101.0, "error", "http_503 ×4", {"error_class": "http_503", "count": 4}))
+    return events
+
+
+def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -> Snapshot:
+    """The run as it looks ``t`` seconds in (1-second bins up to t)."""
+    times = [float(i) for i in range(int(t))]
+    rows = [_row(x, metrics) for x in times]
+    series = {name: [r[name] for r in rows] for name in SERIES_NAMES}
+    completed = sum(series["completed_rps"])
+    if state is None:
+        state = "holding" if HOLD[0] <= t < HOLD[1] else ("done" if t >= PLANNED_S else "ramping")
+    summary: dict[str, Any] = {
+        "duration_s": t,
+        "requests_completed": int(completed),
+        "requests_failed": 4 if t > 101 else 0,
+        "request_throughput": completed / t if t else 0.0,
+        "output_throughput": completed * 180.0 / t if t else 0.0,
+        "mean_ttft_ms": 72.5,
+        "p99_ttft_ms": 410.0,
+        "mean_itl_ms": 18.2,
+        "p99_itl_ms": 41.0,
+    }
+    return Snapshot(
+        t=t,
+        header=fake_header(metrics=metrics),
+        state=state,
+        target_rps=target_rate(t),
+        times=times,
+        series=series,
+        in_flight=int(rows[-1]["in_flight"]) if rows else 0,
+        events=fake_events(t),
+        summary=summary,
+        server_metrics_available=metrics,
+        planned_duration_s=PLANNED_S,
+    )
+
+
+class FrozenSource:
+    """Always the same snapshot: what the screen tests draw."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self.polls = 0
+
+    def snapshot(self) -> Snapshot:
+        self.polls += 1
+        return self._snapshot
+
+
+class AdvancingSource:
+    """Each poll moves the fake run forward by ``step`` seconds (for the dev script)."""
+
+    def __init__(self, start: float = 5.0, step: float = 0.25, metrics: bool = True) -> None:
+        self.t = start
+        self.step = step
+        self.metrics = metrics
+
+    def snapshot(self) -> Snapshot:
+        self.t = min(self.t + self.step, PLANNED_S)
+        return fake_snapshot(self.t, metrics=self.metrics)
+
+
+@dataclass
+class FakeControl:
+    """Records every RunControl call, in order."""
+
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+    def hold(self) -> None:
+        self.calls.append(("hold", None))
+
+    def resume(self) -> None:
+        self.calls.append(("resume", None))
+
+    def set_rate(self, rps: float) -> None:
+        self.calls.append(("set_rate", rps))
+
+    def step_rate(self, delta_rps: float) -> None:
+        self.calls.append(("step_rate", delta_rps))
+
+    def mark(self, note: str) -> None:
+        self.calls.append(("mark", note))
+
+    def stop(self) -> None:
+        self.calls.append(("stop", None))
+
+
+class FakeReplay:
+    """A replay of the fake run with the ReplayTimeline controls; time moves only by the
+    controls (and `advance`), so tests stay deterministic."""
+
+    def __init__(self, position: float = 0.0, duration: float = PLANNED_S) -> None:
+        self.position = position
+        self.duration = duration
+        self.speed = 1.0
+        self.playing = False
+        self.calls: list[tuple[str, Any]] = []
+
+    def snapshot(self) -> Snapshot:
+        return fake_snapshot(self.position, state="replay")
+
+    def play(self) -> None:
+        self.playing = True
+        self.calls.append(("play", None))
+
+    def pause(self) -> None:
+        self.playing = False
+        self.calls.append(("pause", None))
+
+    def toggle(self) -> None:
+        self.playing = not self.playing
+        self.calls.append(("toggle", None))
+
+    def seek(self, t: float) -> None:
+        self.position = min(max(t, 0.0), self.duration)
+        self.calls.append(("seek", t))
+
+    def seek_relative(self, dt: float) -> None:
+        self.seek(self.position + dt)
+
+    def step(self, dt: float) -> None:
+        self.seek(self.position + dt)
+
+    def marks(self) -> list[Event]:
+        return [e for e in fake_events(self.duration) if e.kind in ("mark", "knee", "hold", "resume")]

@@ -1,0 +1,400 @@
+"""The rampwatch Textual app: live runs and replays share these screens.
+
+``make_app`` is the one factory the CLI and the tests use. The app polls its
+``SnapshotSource`` on a timer (at most 4 Hz) and hands the newest snapshot to every
+panel through a replaceable ``SnapshotUpdated`` message, so a slow frame never queues
+stale work.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Container, Grid, Horizontal, Vertical
+from textual.geometry import Size
+from textual.widgets import Footer, TabbedContent, TabPane
+
+from loadgen.timeline import Event, RunControl, Snapshot, SnapshotSource
+from tui.chart_data import format_duration, rate_step
+from tui.event_log import EventLog
+from tui.header_bar import HeaderBar
+from tui.help_screen import HelpScreen
+from tui.kv_chart import KvChart
+from tui.latency_chart import LatencyChart
+from tui.mark_dialog import MarkDialog
+from tui.messages import SnapshotUpdated
+from tui.position_bar import PositionBar
+from tui.prefix_chart import PrefixChart
+from tui.queue_chart import QueueChart
+from tui.quit_dialog import QuitDialog
+from tui.stats_panel import StatsPanel
+from tui.throughput_chart import ThroughputChart
+
+Mode = Literal["live", "replay"]
+MAX_REFRESH_HZ = 4.0
+# Below this the panels go into tabs; above it every chart is on screen at once.
+WIDE_MIN = Size(120, 36)
+SPEEDS = (1.0, 2.0, 4.0, 8.0, 16.0)
+ACTIVE_STATES = ("starting", "ramping", "holding", "stopping")
+
+CHARTS = (
+    ("throughput", "Rate", ThroughputChart),
+    ("queue", "Queue", QueueChart),
+    ("kv", "KV", KvChart),
+    ("prefix", "Prefix", PrefixChart),
+    ("latency", "Latency", LatencyChart),
+)
+LIVE_ACTIONS = {"toggle_hold", "rate_up", "rate_down", "mark", "stop_run"}
+REPLAY_ACTIONS = {"play_pause", "speed_down", "speed_up", "seek", "jump_start", "jump_end", "jump_knee", "next_mark", "previous_mark"}
+
+
+def empty_snapshot(state: str = "starting") -> Snapshot:
+    return Snapshot(
+        t=0.0, header=None, state=state, target_rps=0.0, times=[], series={}, in_flight=0,
+        events=[], summary={}, server_metrics_available=True, planned_duration_s=None,
+    )
+
+
+def is_wide(size: Size) -> bool:
+    return size.width >= WIDE_MIN.width and size.height >= WIDE_MIN.height
+
+
+def next_speed(speed: float, up: bool) -> float:
+    """Speeds go 1, 2, 4, 8, 16 and stop at the ends."""
+    speed = min(SPEEDS, key=lambda s: abs(s - speed))
+    index = SPEEDS.index(speed) + (1 if up else -1)
+    return SPEEDS[min(max(index, 0), len(SPEEDS) - 1)]
+
+
+def mark_times(entries: Any) -> list[tuple[float, str, str]]:
+    """(t, kind, note) from ``ReplayTimeline.marks()``, which may give Events or (t, note) pairs."""
+    out = []
+    for entry in entries or []:
+        if isinstance(entry, Event):
+            out.append((entry.t, entry.kind, entry.message))
+        elif isinstance(entry, (int, float)):
+            out.append((float(entry), "mark", ""))
+        else:
+            t, note = entry[0], entry[1] if len(entry) > 1 else ""
+            out.append((float(t), "mark", str(note)))
+    return sorted(out)
+
+
+class RampwatchApp(App[int]):
+    CSS_PATH = "rampwatch.tcss"
+    TITLE = "rampwatch"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit_app", "quit"),
+        # live
+        Binding("space", "toggle_hold", "hold/resume"),
+        Binding("plus,equals_sign", "rate_up", "+rate", key_display="+"),
+        Binding("minus,underscore", "rate_down", "-rate", key_display="-"),
+        Binding("m", "mark", "mark"),
+        Binding("s", "stop_run", "stop"),
+        # replay
+        Binding("space", "play_pause", "play/pause"),
+        Binding("left_square_bracket,less_than_sign", "speed_down", "slower", key_display="["),
+        Binding("right_square_bracket,greater_than_sign", "speed_up", "faster", key_display="]"),
+        Binding("left", "seek(-10)", "-10s", priority=True, key_display="←"),
+        Binding("right", "seek(10)", "+10s", priority=True, key_display="→"),
+        Binding("shift+left,pageup", "seek(-60)", "-1m", show=False, priority=True),
+        Binding("shift+right,pagedown", "seek(60)", "+1m", show=False, priority=True),
+        Binding("home", "jump_start", "start", show=False, priority=True),
+        Binding("end", "jump_end", "end", show=False, priority=True),
+        Binding("k", "jump_knee", "knee"),
+        Binding("n", "next_mark", "next mark", show=False),
+        Binding("p", "previous_mark", "prev mark", show=False),
+        # tabs on narrow terminals
+        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 8)],
+    ]
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        control: RunControl | None = None,
+        *,
+        mode: Mode = "live",
+        compare: SnapshotSource | None = None,
+        refresh_hz: float = 4.0,
+        recording: str | None = None,
+        compare_label: str | None = None,
+        rate_step_rps: float | None = None,
+    ) -> None:
+        super().__init__()
+        if mode not in ("live", "replay"):
+            raise ValueError(f"mode must be 'live' or 'replay', not {mode!r}")
+        self.source = source
+        self.control = control
+        self.mode: Mode = mode
+        self.compare_source = compare
+        self.refresh_hz = min(max(refresh_hz, 0.1), MAX_REFRESH_HZ)
+        self.recording = recording
+        self.compare_label = compare_label
+        self.rate_step_rps = rate_step_rps
+        self.latest: Snapshot = empty_snapshot("replay" if mode == "replay" else "starting")
+        self.compare_snapshot: Snapshot | None = None
+        self._pending_hold: bool | None = None
+        self._playing = False
+        self.wide: bool | None = None
+
+    # ----- layout -----
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(mode=self.mode, recording=self.recording, compare_label=self.compare_label, id="header")
+        if self.mode == "replay":
+            yield PositionBar(id="position")
+        with Container(id="body"):
+            with Horizontal(id="wide"):
+                with Grid(id="chart-grid"):
+                    for key, _, chart in CHARTS:
+                        yield chart(id=f"w-{key}", classes="chart")
+                with Vertical(id="side"):
+                    yield StatsPanel(id="w-stats", classes="panel")
+                    yield EventLog(id="w-events", classes="panel")
+            with TabbedContent(id="narrow"):
+                for index, (key, title, chart) in enumerate(CHARTS, start=1):
+                    with TabPane(f"{index} {title}", id=f"tab-{key}"):
+                        yield chart(id=f"n-{key}", classes="chart")
+                with TabPane(f"{len(CHARTS) + 1} Stats", id="tab-stats"):
+                    yield StatsPanel(id="n-stats", classes="panel")
+                with TabPane(f"{len(CHARTS) + 2} Events", id="tab-events"):
+                    yield EventLog(id="n-events", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.apply_layout(self.size)
+        if self.compare_source is not None:
+            self.compare_snapshot = self.compare_source.snapshot()
+        self.poll_source()
+        self.set_interval(1.0 / self.refresh_hz, self.poll_source, name="poll-snapshot")
+
+    def on_resize(self, event) -> None:
+        self.apply_layout(event.size)
+
+    def apply_layout(self, size: Size) -> None:
+        wide = is_wide(size)
+        if wide == self.wide:
+            return
+        self.wide = wide
+        self.query_one("#wide").display = wide
+        self.query_one("#narrow").display = not wide
+
+    # ----- data flow -----
+
+    def poll_source(self) -> None:
+        snapshot = self.source.snapshot()
+        if snapshot is None:
+            return
+        self.post_message(SnapshotUpdated(snapshot, self.compare_snapshot))
+
+    def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
+        snapshot = message.snapshot
+        self.latest = snapshot
+        if self._pending_hold is not None and (
+            (snapshot.state == "holding") == self._pending_hold or snapshot.state not in ACTIVE_STATES
+        ):
+            self._pending_hold = None
+        if self.mode == "replay":
+            self._update_replay_status()
+        for widget in self.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog"):
+            widget.show_snapshot(snapshot, message.compare)
+
+    def _update_replay_status(self) -> None:
+        position = float(getattr(self.source, "position", self.latest.t))
+        duration = float(getattr(self.source, "duration", self.latest.planned_duration_s or 0.0))
+        playing = getattr(self.source, "playing", None)
+        if playing is None:
+            playing = self._playing
+        speed = self._speed()
+        header = self.query_one(HeaderBar)
+        header.replay_status = f"{'▶' if playing else '⏸'} {speed:g}×"
+        letters = {"knee": "K", "mark": "M", "hold": "H"}
+        bar_marks = [(t, letters[kind]) for t, kind, _ in self._replay_marks() if kind in letters]
+        self.query_one(PositionBar).set_state(position=position, duration=duration, speed=speed, playing=bool(playing), marks=bar_marks)
+
+    # ----- bindings -----
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if (action in LIVE_ACTIONS or action in REPLAY_ACTIONS) and len(self.screen_stack) > 1:
+            return False  # a dialog or the help is open: keys belong to it
+        if action in LIVE_ACTIONS:
+            return self.mode == "live" and self.control is not None
+        if action in REPLAY_ACTIONS:
+            return self.mode == "replay"
+        if action == "show_tab":
+            return not self.wide
+        return True
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.mode))
+
+    def run_active(self) -> bool:
+        return self.mode == "live" and self.control is not None and self.latest.state in ACTIVE_STATES
+
+    def action_quit_app(self) -> None:
+        if not self.run_active():
+            self.exit(0)
+            return
+
+        def answered(stop: bool | None) -> None:
+            if stop:
+                self.control.stop()
+                self.exit(0)
+
+        self.push_screen(QuitDialog(), answered)
+
+    def action_show_tab(self, index: int) -> None:
+        tabs = self.query_one("#narrow", TabbedContent)
+        panes = [pane.id for pane in tabs.query(TabPane)]
+        if 1 <= index <= len(panes):
+            tabs.active = panes[index - 1]
+
+    # live steering: the RunControl records every call as an event
+
+    def holding(self) -> bool:
+        return self._pending_hold if self._pending_hold is not None else self.latest.state == "holding"
+
+    def action_toggle_hold(self) -> None:
+        if self.holding():
+            self.control.resume()
+            self._pending_hold = False
+            self.notify("resuming the ramp", timeout=2)
+        else:
+            self.control.hold()
+            self._pending_hold = True
+            self.notify(f"holding at {self.latest.target_rps:.2f} rps", timeout=2)
+
+    def _step(self) -> float:
+        configured = self.rate_step_rps
+        if configured is None and self.latest.header is not None:
+            configured = self.latest.header.options.get("rate_step")
+        return rate_step(self.latest.target_rps, configured)
+
+    def action_rate_up(self) -> None:
+        step = self._step()
+        self.control.step_rate(step)
+        self._pending_hold = True
+        self.notify(f"rate +{step:g} rps", timeout=2)
+
+    def action_rate_down(self) -> None:
+        step = self._step()
+        self.control.step_rate(-step)
+        self._pending_hold = True
+        self.notify(f"rate −{step:g} rps", timeout=2)
+
+    def action_mark(self) -> None:
+        def answered(note: str | None) -> None:
+            if note is not None:
+                self.control.mark(note)
+                self.notify(f"mark added: {note}" if note else "mark added", timeout=2)
+
+        self.push_screen(MarkDialog(format_duration(self.latest.t)), answered)
+
+    def action_stop_run(self) -> None:
+        if self.latest.state in ("stopping", "done"):
+            return
+        self.control.stop()
+        self.notify("stopping: no new requests, draining in-flight ones", timeout=3)
+
+    # replay
+
+    def _speed(self) -> float:
+        speed = getattr(self.source, "speed", 1.0)
+        return float(speed() if callable(speed) else speed)
+
+    def _after_replay_control(self) -> None:
+        self.poll_source()
+
+    def action_play_pause(self) -> None:
+        toggle = getattr(self.source, "toggle", None)
+        if toggle is not None:
+            toggle()
+        elif self._playing:
+            self.source.pause()
+        else:
+            self.source.play()
+        self._playing = not self._playing
+        self._after_replay_control()
+
+    def _set_speed(self, up: bool) -> None:
+        speed = next_speed(self._speed(), up)
+        attr = getattr(type(self.source), "speed", None)
+        if callable(attr) and not isinstance(attr, property):
+            self.source.speed(speed)
+        else:
+            self.source.speed = speed
+        self._after_replay_control()
+
+    def action_speed_down(self) -> None:
+        self._set_speed(False)
+
+    def action_speed_up(self) -> None:
+        self._set_speed(True)
+
+    def action_seek(self, seconds: float) -> None:
+        self.source.seek_relative(float(seconds))
+        self._after_replay_control()
+
+    def action_jump_start(self) -> None:
+        self.source.seek(0.0)
+        self._after_replay_control()
+
+    def action_jump_end(self) -> None:
+        self.source.seek(float(getattr(self.source, "duration", self.latest.t)))
+        self._after_replay_control()
+
+    def _replay_marks(self) -> list[tuple[float, str, str]]:
+        marks = getattr(self.source, "marks", None)
+        return mark_times(marks() if callable(marks) else marks)
+
+    def _position(self) -> float:
+        return float(getattr(self.source, "position", self.latest.t))
+
+    def action_jump_knee(self) -> None:
+        knees = [t for t, kind, _ in self._replay_marks() if kind == "knee"]
+        knees = knees or [e.t for e in self.latest.events if e.kind == "knee"]
+        if not knees:
+            self.notify("no knee in this recording", timeout=2)
+            return
+        self.source.seek(knees[0])
+        self._after_replay_control()
+
+    def _jump_mark(self, forward: bool) -> None:
+        here = self._position()
+        times = [t for t, kind, _ in self._replay_marks() if kind == "mark"]
+        candidates = [t for t in times if t > here + 0.5] if forward else [t for t in times if t < here - 0.5]
+        if not candidates:
+            self.notify("no further mark" if forward else "no earlier mark", timeout=2)
+            return
+        self.source.seek(min(candidates) if forward else max(candidates))
+        self._after_replay_control()
+
+    def action_next_mark(self) -> None:
+        self._jump_mark(True)
+
+    def action_previous_mark(self) -> None:
+        self._jump_mark(False)
+
+
+def make_app(
+    source: SnapshotSource,
+    control: RunControl | None = None,
+    *,
+    mode: Mode = "live",
+    compare: SnapshotSource | None = None,
+    refresh_hz: float = 4.0,
+    recording: str | None = None,
+    compare_label: str | None = None,
+    rate_step_rps: float | None = None,
+) -> RampwatchApp:
+    """The app for a live run (``control`` steers it) or a replay (``source`` is a ReplayTimeline)."""
+    return RampwatchApp(
+        source, control, mode=mode, compare=compare, refresh_hz=refresh_hz,
+        recording=recording, compare_label=compare_label, rate_step_rps=rate_step_rps,
+    )

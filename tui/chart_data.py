@@ -1,0 +1,186 @@
+"""Pure helpers that turn a Snapshot into what the charts and panels draw.
+
+Kept free of Textual so they can be tested as plain functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from loadgen.timeline import Event, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A vertical line drawn on every chart."""
+
+    t: float
+    kind: str  # "knee", "hold", "resume", "mark"
+    label: str  # short text drawn at the top of the line
+
+
+def is_missing(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def segments(times: Sequence[float], values: Sequence[float | None]) -> list[tuple[list[float], list[float]]]:
+    """Split a series at missing values so a gap is drawn as a gap, never as a line to zero."""
+    out: list[tuple[list[float], list[float]]] = []
+    xs: list[float] = []
+    ys: list[float] = []
+    for t, v in zip(times, values):
+        if is_missing(v):
+            if xs:
+                out.append((xs, ys))
+                xs, ys = [], []
+            continue
+        xs.append(float(t))
+        ys.append(float(v))
+    if xs:
+        out.append((xs, ys))
+    return out
+
+
+def has_data(values: Iterable[float | None]) -> bool:
+    return any(not is_missing(v) for v in values)
+
+
+def last_value(values: Sequence[float | None]) -> float | None:
+    """The most recent non-missing value of a series (None when it has none)."""
+    for v in reversed(values):
+        if not is_missing(v):
+            return float(v)
+    return None
+
+
+def x_range(snapshot: Snapshot, compare: Snapshot | None = None) -> tuple[float, float]:
+    """The one time axis every chart shares: 0 … max(elapsed, planned duration)."""
+    right = max(snapshot.t, snapshot.planned_duration_s or 0.0)
+    if snapshot.times:
+        right = max(right, snapshot.times[-1] + 1.0)
+    if compare is not None:
+        right = max(right, compare.t, compare.planned_duration_s or 0.0)
+    return 0.0, max(right, 10.0)
+
+
+def nice_upper(value: float) -> float:
+    """A round axis top at or above ``value`` (1, 2, 2.5, 5 × 10^n), so axes do not jitter."""
+    if value <= 0 or math.isnan(value):
+        return 1.0
+    exponent = math.floor(math.log10(value))
+    for step in (1.0, 2.0, 2.5, 5.0, 10.0):
+        top = step * 10**exponent
+        if top >= value * 1.0000001:
+            return top
+    return 10.0 ** (exponent + 1)
+
+
+def y_upper(series: Iterable[Sequence[float | None]], floor: float = 1.0) -> float:
+    peak = 0.0
+    for values in series:
+        for v in values:
+            if not is_missing(v):
+                peak = max(peak, float(v))
+    return nice_upper(max(peak * 1.05, floor))
+
+
+def markers(events: Iterable[Event]) -> list[Marker]:
+    """Knee, hold/resume and user marks as vertical markers, numbered marks as M1, M2, …"""
+    out: list[Marker] = []
+    mark_no = 0
+    for event in events:
+        if event.kind == "knee":
+            out.append(Marker(event.t, "knee", "K"))
+        elif event.kind == "hold":
+            out.append(Marker(event.t, "hold", "H"))
+        elif event.kind == "resume":
+            out.append(Marker(event.t, "resume", "R"))
+        elif event.kind == "mark":
+            mark_no += 1
+            out.append(Marker(event.t, "mark", f"M{mark_no}"))
+    return out
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "--:--"
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def format_rate(rps: float | None) -> str:
+    if is_missing(rps):
+        return "–"
+    if rps >= 100:
+        return f"{rps:.0f}"
+    if rps >= 10:
+        return f"{rps:.1f}"
+    return f"{rps:.2f}"
+
+
+def format_ms(seconds: float | None) -> str:
+    """Latencies are stored in seconds and shown in milliseconds."""
+    if is_missing(seconds):
+        return "–"
+    ms = seconds * 1000.0
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms"
+
+
+def format_number(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.3g}"
+    if value is None:
+        return "–"
+    return str(value)
+
+
+def rate_step(current_rps: float, configured: float | None = None) -> float:
+    """How much `+`/`-` change the rate: the configured step, else ~10 % of the rate rounded
+    down to 1, 2 or 5 × 10^n, never below 0.5 rps."""
+    if configured and configured > 0:
+        return float(configured)
+    raw = current_rps * 0.1
+    if raw <= 0.5:
+        return 0.5
+    exponent = math.floor(math.log10(raw))
+    for mantissa in (5.0, 2.0, 1.0):
+        step = mantissa * 10**exponent
+        if step <= raw * 1.0000001:
+            return max(0.5, step)
+    return 0.5
+
+
+def metrics_url(snapshot: Snapshot) -> str:
+    header = snapshot.header
+    if header is None:
+        return "the target"
+    if header.metrics_urls:
+        return ", ".join(header.metrics_urls)
+    return header.target.rstrip("/") + "/metrics" if header.target else "the target"
+
+
+def errors_by_class(snapshot: Snapshot) -> dict[str, int]:
+    """Error counts per class: the summary's figure when it has one, else counted from events."""
+    from_summary = snapshot.summary.get("errors_by_class") if snapshot.summary else None
+    if isinstance(from_summary, dict) and from_summary:
+        return {str(k): int(v) for k, v in from_summary.items()}
+    counts: dict[str, int] = {}
+    for event in snapshot.events:
+        if event.kind == "error":
+            cls = str(event.data.get("error_class") or event.data.get("class") or "error")
+            counts[cls] = counts.get(cls, 0) + int(event.data.get("count", 1))
+    return counts

@@ -1,0 +1,63 @@
+"""Two lines at the top: what is being run against what, and where the run is now."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from loadgen.timeline import Snapshot
+from tui.chart_data import format_duration, format_rate
+
+STATE_STYLES = {
+    "ramping": "bold green",
+    "holding": "bold yellow",
+    "stopping": "bold red",
+    "done": "bold",
+    "replay": "bold cyan",
+}
+
+
+class HeaderBar(Static):
+    def __init__(self, *, mode: str = "live", recording: str | None = None, compare_label: str | None = None, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.mode = mode
+        self.recording = recording
+        self.compare_label = compare_label
+        self.replay_status = ""  # e.g. "▶ 2×", set by the app in replay mode
+
+    def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
+        self.update(self.render_text(snapshot))
+
+    def render_text(self, snapshot: Snapshot) -> Text:
+        """Line 1: where the run is now (most important, first). Line 2: what runs against what."""
+        header = snapshot.header
+        state = "replay" if self.mode == "replay" else snapshot.state
+        line1 = Text(no_wrap=True, overflow="ellipsis")
+        line1.append(" rampwatch ", style="bold reverse")
+        line1.append(" ")
+        label = f"REPLAY {self.replay_status}".strip() if self.mode == "replay" else state.upper()
+        line1.append(label, style=STATE_STYLES.get(state, "bold"))
+        if self.mode == "replay" and snapshot.state not in ("replay", ""):
+            line1.append(f" ({snapshot.state})", style=STATE_STYLES.get(snapshot.state, ""))
+        planned = snapshot.planned_duration_s or (header.planned_duration_s if header else None)
+        line1.append("  elapsed ", style="dim")
+        line1.append(f"{format_duration(snapshot.t)} / {format_duration(planned)}")
+        line1.append("  offered ", style="dim")
+        line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
+        line1.append("  in flight ", style="dim")
+        line1.append(str(snapshot.in_flight))
+
+        line2 = Text(no_wrap=True, overflow="ellipsis")
+        line2.append(" scenario ", style="dim")
+        line2.append(header.scenario_name if header else "–")
+        line2.append("  model ", style="dim")
+        line2.append(header.model if header else "–")
+        line2.append("  target ", style="dim")
+        line2.append(header.target if header else "–")
+        recording = self.recording or (header.options.get("record") if header else None)
+        line2.append("  rec ", style="dim")
+        line2.append(str(recording) if recording else "off")
+        if self.compare_label:
+            line2.append("  vs ", style="dim")
+            line2.append(f"{self.compare_label} (B, dimmed)", style="dim")
+        return Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2])

@@ -1,0 +1,11 @@
+"""KV-cache usage in percent (from /metrics)."""
+
+from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+
+
+class KvChart(TimeSeriesChart):
+    TITLE = "KV cache"
+    Y_LABEL = "%"
+    Y_TOP = 100.0
+    SERVER_ONLY = True
+    SERIES = (SeriesSpec("kv_usage_pct", "KV usage %", "yellow", server=True),)

@@ -1,0 +1,15 @@
+"""Client latency: TTFT p50/p99 (left axis) and ITL p50/p99 (right axis), in milliseconds."""
+
+from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+
+
+class LatencyChart(TimeSeriesChart):
+    TITLE = "Latency"
+    Y_LABEL = "TTFT ms"
+    Y_RIGHT_LABEL = "ITL ms"
+    SERIES = (
+        SeriesSpec("ttft_p50", "TTFT p50", "green+", scale=1000.0),
+        SeriesSpec("ttft_p99", "TTFT p99", "red+", scale=1000.0),
+        SeriesSpec("itl_p50", "ITL p50", "blue+", scale=1000.0, right_axis=True),
+        SeriesSpec("itl_p99", "ITL p99", "magenta+", scale=1000.0, right_axis=True),
+    )

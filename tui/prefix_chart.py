@@ -1,0 +1,11 @@
+"""Prefix-cache hit rate in percent (from /metrics)."""
+
+from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+
+
+class PrefixChart(TimeSeriesChart):
+    TITLE = "Prefix cache"
+    Y_LABEL = "hit %"
+    Y_TOP = 100.0
+    SERVER_ONLY = True
+    SERIES = (SeriesSpec("prefix_hit_pct", "hit rate %", "cyan+", server=True),)

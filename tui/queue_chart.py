@@ -1,0 +1,13 @@
+"""Server queue depth: running and waiting requests (from /metrics)."""
+
+from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+
+
+class QueueChart(TimeSeriesChart):
+    TITLE = "Queue"
+    Y_LABEL = "requests"
+    SERVER_ONLY = True
+    SERIES = (
+        SeriesSpec("running", "running", "green+", server=True),
+        SeriesSpec("waiting", "waiting", "red+", server=True),
+    )

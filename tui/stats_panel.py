@@ -1,0 +1,102 @@
+"""Current figures (the latest one-second bin) and run-so-far figures (the summary)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widget import Widget
+
+from loadgen.timeline import Snapshot
+from tui.chart_data import errors_by_class, format_ms, format_number, format_rate, last_value
+
+# (series, label, formatter) for the "now" column.
+NOW_ROWS = (
+    ("target_rps", "target rps", format_rate),
+    ("offered_rps", "offered rps", format_rate),
+    ("sent_rps", "sent rps", format_rate),
+    ("completed_rps", "completed rps", format_rate),
+    ("error_rps", "errors/s", format_rate),
+    ("client_output_tps", "output tok/s", format_number),
+    ("server_generation_tps", "server gen tok/s", format_number),
+    ("ttft_p50", "TTFT p50", format_ms),
+    ("ttft_p99", "TTFT p99", format_ms),
+    ("itl_p50", "ITL p50", format_ms),
+    ("itl_p99", "ITL p99", format_ms),
+    ("running", "running", format_number),
+    ("waiting", "waiting", format_number),
+    ("kv_usage_pct", "KV cache %", format_number),
+    ("prefix_hit_pct", "prefix hit %", format_number),
+)
+SERVER_SERIES = {"server_generation_tps", "running", "waiting", "kv_usage_pct", "prefix_hit_pct"}
+
+
+def summary_label(key: str) -> str:
+    return key.replace("_", " ")
+
+
+class StatsPanel(Widget):
+    """Side by side "now" and "run so far" when there is room, else one above the other."""
+
+    SIDE_BY_SIDE_MIN_WIDTH = 64
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.border_title = "Stats"
+        self.snapshot: Snapshot | None = None
+
+    def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
+        self.snapshot = snapshot
+        self.refresh(layout=True)
+
+    def render(self) -> Table | str:
+        if self.snapshot is None:
+            return "waiting for data…"
+        return self.build_table(self.snapshot, side_by_side=self.size.width >= self.SIDE_BY_SIDE_MIN_WIDTH)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        if self.snapshot is None:
+            return 1
+        now, so_far = self.rows(self.snapshot)
+        if width >= self.SIDE_BY_SIDE_MIN_WIDTH:
+            return 1 + max(len(now), len(so_far))
+        return 2 + len(now) + len(so_far)
+
+    def rows(self, snapshot: Snapshot) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        now_rows = []
+        for name, label, fmt in NOW_ROWS:
+            if name == "target_rps":
+                value = fmt(snapshot.target_rps)
+            elif name in SERVER_SERIES and not snapshot.server_metrics_available:
+                value = "no /metrics"
+            else:
+                value = fmt(last_value(snapshot.series.get(name, [])))
+            now_rows.append((label, value))
+        now_rows.append(("in flight", str(snapshot.in_flight)))
+        so_far = [(summary_label(k), format_number(v)) for k, v in (snapshot.summary or {}).items() if not isinstance(v, (dict, list))]
+        for cls, count in sorted(errors_by_class(snapshot).items()):
+            so_far.append((f"errors {cls}", f"{count:,}"))
+        return now_rows, so_far
+
+    def build_table(self, snapshot: Snapshot, *, side_by_side: bool = True) -> Table:
+        now_rows, so_far = self.rows(snapshot)
+        table = Table.grid(padding=(0, 1), expand=True)
+        if not side_by_side:
+            table.add_column("label", ratio=1, no_wrap=True, overflow="ellipsis")
+            table.add_column("value", justify="right", no_wrap=True)
+            table.add_row(Text("now", style="bold"), "")
+            for label, value in now_rows:
+                table.add_row(Text(label, style="dim"), value)
+            table.add_row(Text("run so far", style="bold"), "")
+            for label, value in so_far:
+                table.add_row(Text(label, style="dim"), value)
+            return table
+        table.add_column("now", ratio=1, no_wrap=True, overflow="ellipsis")
+        table.add_column("", justify="right", no_wrap=True)
+        table.add_column("run so far", ratio=1, no_wrap=True, overflow="ellipsis")
+        table.add_column("", justify="right", no_wrap=True)
+        table.add_row(Text("now", style="bold"), "", Text("run so far", style="bold"), "")
+        for i in range(max(len(now_rows), len(so_far))):
+            left = now_rows[i] if i < len(now_rows) else ("", "")
+            right = so_far[i] if i < len(so_far) else ("", "")
+            table.add_row(Text(left[0], style="dim"), left[1], Text(right[0], style="dim"), right[1])
+        return table

@@ -1,0 +1,132 @@
+"""The chart every panel is built on: a Plotext plot of some Snapshot series on the run's
+shared time axis, with the knee, holds and marks as vertical lines, and an optional
+comparison run drawn dimmed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import RenderResult
+from textual_plotext import PlotextPlot
+
+from loadgen.timeline import Snapshot
+from tui.chart_data import Marker, has_data, markers, metrics_url, segments, x_range, y_upper
+
+MARKER_COLOURS = {"knee": "red+", "hold": "cyan", "resume": "cyan", "mark": "orange"}
+# Without colour, series are told apart by the character that draws them.
+MONO_MARKERS = ("•", "x", "+", "o", "*", "#")
+COMPARE_COLOUR = "gray"
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesSpec:
+    name: str  # key in Snapshot.series
+    label: str
+    colour: str
+    scale: float = 1.0  # e.g. 1000 to show seconds as milliseconds
+    right_axis: bool = False
+    server: bool = False  # comes from /metrics
+
+
+class TimeSeriesChart(PlotextPlot):
+    """Subclasses set TITLE, SERIES and the axis labels; ``show_snapshot`` redraws."""
+
+    TITLE = ""
+    SERIES: tuple[SeriesSpec, ...] = ()
+    Y_LABEL = ""
+    Y_RIGHT_LABEL = ""
+    Y_TOP: float | None = None  # fixed axis top (percentages), else scaled to the data
+    SERVER_ONLY = False  # every series comes from /metrics
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.border_title = self.TITLE
+        self._message: str | None = "waiting for data…"
+        self.monochrome = False
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.monochrome = bool(getattr(self.app, "no_color", False))
+        if self.monochrome:
+            self.theme = "clear"
+
+    def render(self) -> RenderResult:
+        if self._message is not None:
+            return Text(self._message, style="italic", justify="center")
+        return super().render()
+
+    def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
+        self._message = self.message_for(snapshot)
+        if self._message is None:
+            self.draw(snapshot, compare)
+        self.refresh()
+
+    def message_for(self, snapshot: Snapshot) -> str | None:
+        if self.SERVER_ONLY and not snapshot.server_metrics_available:
+            return f"{self.TITLE}: no usable /metrics from {metrics_url(snapshot)}"
+        if not snapshot.times:
+            return "waiting for data…"
+        return None
+
+    def _series_values(self, snapshot: Snapshot, spec: SeriesSpec) -> list[float]:
+        values = snapshot.series.get(spec.name, [])
+        if spec.scale == 1.0:
+            return list(values)
+        return [v * spec.scale for v in values]
+
+    def draw(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.title("")
+        left, right = x_range(snapshot, compare)
+        plt.xlim(left, right)
+        specs_by_side = {False: [s for s in self.SERIES if not s.right_axis], True: [s for s in self.SERIES if s.right_axis]}
+        tops: dict[bool, float] = {}
+        for side, specs in specs_by_side.items():
+            if not specs:
+                continue
+            runs = [snapshot] + ([compare] if compare is not None else [])
+            values = [self._series_values(run, spec) for run in runs for spec in specs]
+            tops[side] = self.Y_TOP if self.Y_TOP is not None else y_upper(values)
+            yside = "right" if side else "left"
+            plt.ylim(0, tops[side], yside=yside)
+        if True in tops:
+            plt.xlim(left, right, xside="lower")
+        plt.ylabel(self.Y_LABEL, yside="left")
+        if True in tops and self.Y_RIGHT_LABEL:
+            plt.ylabel(self.Y_RIGHT_LABEL, yside="right")
+
+        for index, spec in enumerate(self.SERIES):
+            yside = "right" if spec.right_axis else "left"
+            marker = MONO_MARKERS[index % len(MONO_MARKERS)] if self.monochrome else "braille"
+            if compare is not None:
+                self._plot_series(compare.times, self._series_values(compare, spec), f"{spec.label} (B)", COMPARE_COLOUR, marker, yside)
+            values = self._series_values(snapshot, spec)
+            label = spec.label
+            if spec.server and not snapshot.server_metrics_available:
+                label += " (no /metrics)"
+            self._plot_series(snapshot.times, values, label, spec.colour, marker, yside)
+        self._draw_markers(markers(snapshot.events), tops.get(False, tops.get(True, 1.0)), False)
+        if compare is not None:
+            self._draw_markers([m for m in markers(compare.events) if m.kind == "knee"], tops.get(False, tops.get(True, 1.0)), True)
+
+    def _plot_series(self, times, values, label, colour, marker, yside) -> None:
+        parts = segments(times, values)
+        if not parts:
+            # Keep the legend entry so a missing series is visibly missing, not silently absent.
+            self.plt.plot([], [], label=f"{label} –", color=colour, marker=marker, yside=yside)
+            return
+        for i, (xs, ys) in enumerate(parts):
+            self.plt.plot(xs, ys, label=label if i == 0 else None, color=colour, marker=marker, yside=yside)
+
+    def _draw_markers(self, marks: list[Marker], y_top: float, dimmed: bool) -> None:
+        yside = "left" if any(not s.right_axis for s in self.SERIES) else "right"
+        for mark in marks:
+            colour = COMPARE_COLOUR if dimmed else MARKER_COLOURS.get(mark.kind, "white")
+            self.plt.vertical_line(mark.t, color=colour)
+            label = f"{mark.label}(B)" if dimmed else mark.label
+            self.plt.text(label, mark.t, y_top, color=colour, yside=yside, alignment="left")
+
+    def has_any_data(self, snapshot: Snapshot) -> bool:
+        return any(has_data(snapshot.series.get(s.name, [])) for s in self.SERIES)
