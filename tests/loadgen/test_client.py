@@ -1,0 +1,285 @@
+"""The streaming client against a small aiohttp server replaying real vLLM captures."""
+
+import asyncio
+import json
+import socket
+import time
+
+import pytest
+from aiohttp import web
+
+from loadgen.client import RequestCancelled, StreamingClient, check_reachable, count_tokens, fetch_server_info
+from loadgen.errors import TargetUnreachable
+from loadgen.requests import PreparedRequest
+
+SECRET = "sk-test-secret-123"
+
+
+def events_of(body: bytes) -> list[bytes]:
+    return [e + b"\n\n" for e in body.split(b"\n\n") if e.strip()]
+
+
+class Replay:
+    """Serves a recorded SSE body event by event, with pauses and odd network splits."""
+
+    def __init__(self, fixtures_dir):
+        self.completions = (fixtures_dir / "vllm-0.32.0-cpu-completions-stream.txt").read_bytes()
+        self.chat = (fixtures_dir / "vllm-0.32.0-cpu-chat-stream.txt").read_bytes()
+        self.too_long = (fixtures_dir / "vllm-0.32.0-cpu-error-too-long.json").read_bytes()
+        self.mode = "normal"
+        self.first_delay = 0.05
+        self.gap = 0.01
+        self.split = 0  # >0: write each event in pieces of this many bytes
+        self.crlf = False
+        self.bodies: list[dict] = []
+        self.auth: list[str | None] = []
+        self.release = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        self.auth.append(request.headers.get("Authorization"))
+        if self.mode == "http500":
+            return web.Response(status=500, text="Internal Server Error")
+        if self.mode == "http400":
+            return web.Response(status=400, body=self.too_long, content_type="application/json")
+        if self.mode == "echo_key":
+            msg = {"error": {"message": f"bad key {request.headers.get('Authorization')}", "code": 401}}
+            return web.json_response(msg, status=401)
+        if self.mode == "hang":
+            await asyncio.wait_for(self.release.wait(), 5)
+        source = self.chat if request.path.endswith("/chat/completions") else self.completions
+        events = events_of(source)
+        if self.mode == "no_usage":
+            events = [e for e in events if b'"choices":[]' not in e]
+        if self.mode == "no_done":
+            events = [e for e in events if b"[DONE]" not in e]
+        if self.mode == "stream_error":
+            events = events[:2] + [b'data: {"error":{"message":"engine died","type":"InternalServerError","code":500}}\n\n']
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await asyncio.sleep(self.first_delay)
+        for i, event in enumerate(events):
+            if self.crlf:
+                event = event.replace(b"\n", b"\r\n")
+            if self.mode == "abort" and i == 3:
+                request.transport.close()
+                return resp
+            if self.split:
+                for pos in range(0, len(event), self.split):
+                    await resp.write(event[pos : pos + self.split])
+            else:
+                await resp.write(event)
+            await asyncio.sleep(self.gap)
+        await resp.write_eof()
+        return resp
+
+
+@pytest.fixture
+async def server(fixtures_dir):
+    replay = Replay(fixtures_dir)
+    app = web.Application()
+    app.router.add_post("/v1/completions", replay.handle)
+    app.router.add_post("/v1/chat/completions", replay.handle)
+    metrics_text = (fixtures_dir / "vllm-0.32.0-cpu-metrics.txt").read_text()
+
+    async def models(request):
+        return web.json_response({"data": [{"id": "tiny", "root": "tiny"}]})
+
+    async def metrics(request):
+        return web.Response(text=metrics_text)
+
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    replay.url = f"http://127.0.0.1:{port}"
+    yield replay
+    replay.release.set()
+    await runner.cleanup()
+
+
+def completions_req(**payload):
+    return PreparedRequest("completions", {"prompt": "hello", "max_tokens": 8, **payload}, expected_prompt_tokens=3, max_tokens=8, tag="t1")
+
+
+def chat_req():
+    return PreparedRequest("chat", {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 4}, 20, 4)
+
+
+def make_client(url, **kw):
+    t0 = time.monotonic()
+    return StreamingClient(url + "/v1", model="tiny", clock=lambda: time.monotonic() - t0, **kw)
+
+
+@pytest.mark.parametrize("split, crlf", [(0, False), (7, False), (3, True)])
+async def test_completions_tokens_from_usage_and_timing(server, split, crlf):
+    server.split, server.crlf = split, crlf
+    async with make_client(server.url) as client:
+        rec = await client.send(completions_req(), request_id=7, scheduled_at=0.0)
+    assert rec.ok, rec.error
+    assert (rec.id, rec.status, rec.scenario_tag) == (7, 200, "t1")
+    # usage says 8 tokens; the capture has 10 data events, 8 with choices (2 of them empty text)
+    assert rec.completion_tokens == 8 and rec.prompt_tokens == 4 and rec.tokens_from_usage
+    assert rec.finish_reason == "length"
+    # every chunk with non-empty choices is a token chunk, as in `vllm bench serve`
+    assert len(rec.chunk_times) == 7 and len(rec.itls()) == 7
+    assert rec.ttft >= server.first_delay * 0.9
+    assert all(itl >= server.gap * 0.5 for itl in rec.itls())
+    assert rec.end_at == rec.chunk_times[-1]  # the usage chunk and [DONE] do not extend E2E
+    assert rec.tpot == pytest.approx((rec.e2e - rec.ttft) / 7)
+    assert rec.sent_at >= rec.scheduled_at
+
+
+async def test_chat_role_chunk_counts_as_first_token(server):
+    async with make_client(server.url) as client:
+        rec = await client.send(chat_req(), 1, 0.0)
+    assert rec.ok, rec.error
+    assert rec.completion_tokens == 4 and rec.prompt_tokens == 21
+    # role-only chunk + 4 content chunks (one empty): TTFT at the role chunk, 4 ITLs
+    assert len(rec.chunk_times) == 4
+    assert rec.finish_reason == "length"
+
+
+async def test_request_body_and_auth_header(server):
+    async with make_client(server.url, api_key=SECRET) as client:
+        await client.send(completions_req(temperature=0), 1, 0.0)
+        assert SECRET not in repr(client)
+    body = server.bodies[0]
+    assert body["model"] == "tiny" and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["prompt"] == "hello" and body["temperature"] == 0
+    assert server.auth == [f"Bearer {SECRET}"]
+
+
+async def test_http_400_carries_vllm_message(server):
+    server.mode = "http400"
+    async with make_client(server.url) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.error_class == "http_400" and rec.status == 400
+    assert rec.error.startswith("max_tokens=5000 cannot be greater than max_model_len=2048")
+    assert rec.first_token_at is None and rec.end_at >= rec.sent_at
+
+
+async def test_http_500(server):
+    server.mode = "http500"
+    async with make_client(server.url) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.error_class == "http_500" and "Internal Server Error" in rec.error
+
+
+async def test_api_key_never_reaches_the_record(server):
+    server.mode = "echo_key"
+    async with make_client(server.url, api_key=SECRET) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.error_class == "http_401"
+    assert SECRET not in json.dumps(rec.to_dict()) and "***" in rec.error
+
+
+async def test_abort_mid_stream(server):
+    server.mode = "abort"
+    async with make_client(server.url) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.error_class == "stream_aborted", rec.error
+    assert rec.first_token_at is not None and rec.status == 200
+
+
+async def test_eof_without_done_is_an_abort(server):
+    server.mode = "no_done"
+    async with make_client(server.url) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.error_class == "stream_aborted" and "[DONE]" in rec.error
+    assert rec.completion_tokens == 8  # the usage chunk still arrived
+
+
+async def test_error_event_inside_stream(server):
+    server.mode = "stream_error"
+    async with make_client(server.url) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.error_class == "stream_error" and rec.error == "engine died"
+
+
+async def test_timeout(server):
+    server.mode = "hang"
+    async with make_client(server.url, request_timeout_s=0.3) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.error_class == "timeout"
+    assert 0.25 <= rec.e2e < 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_connection_refused():
+    url = f"http://127.0.0.1:{free_port()}"
+    async with make_client(url) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.error_class == "connect" and rec.status is None
+    with pytest.raises(TargetUnreachable, match=r"cannot reach http://127\.0\.0\.1:\d+ : "):
+        await check_reachable(url, timeout_s=2)
+    info = await fetch_server_info(url, timeout_s=1)
+    assert info["models"] == [] and set(info["errors"]) == {"/v1/models", "/version", "/metrics"}
+
+
+async def test_cancel_record_caught_inside_task(server):
+    server.mode = "hang"
+    seen = []
+
+    async with make_client(server.url) as client:
+
+        async def one():
+            try:
+                return await client.send(completions_req(), 5, 0.0)
+            except RequestCancelled as cancelled:
+                seen.append(cancelled.record)
+                raise
+
+        task = asyncio.create_task(one())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert seen[0].error_class == "cancelled" and seen[0].id == 5
+
+
+async def test_fallback_tokenizer_without_usage(server):
+    server.mode = "no_usage"
+    words = lambda text: len(text)  # noqa: E731 - a character "tokenizer" makes the count checkable
+    async with make_client(server.url, fallback_tokenizer=words) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.ok and not rec.tokens_from_usage
+    # the streamed texts: "ck","23","\x1f","","\ufffde","87","","\ufffd#"
+    assert rec.completion_tokens == len("ck23\x1f\ufffde87\ufffd#")
+    assert rec.prompt_tokens == 3  # falls back to the request's expected prompt tokens
+
+
+async def test_no_usage_no_tokenizer_counts_nothing(server):
+    server.mode = "no_usage"
+    async with make_client(server.url) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert rec.ok and not rec.tokens_from_usage and rec.completion_tokens == 0
+
+
+async def test_server_info(server):
+    async with make_client(server.url) as client:
+        assert await client.check_reachable() == 200
+        info = await client.fetch_server_info()
+    assert info["models"][0]["id"] == "tiny"
+    assert info["cache_config"]["block_size"] == "128" and info["cache_config"]["num_gpu_blocks"] == "4096"
+    assert "/version" in info["errors"]
+
+
+def test_count_tokens_adapters():
+    class HF:
+        def encode(self, text, add_special_tokens=True):
+            return text.split() + ([] if not add_special_tokens else ["<s>"])
+
+    assert count_tokens(HF(), "a b c") == 3
+    assert count_tokens(lambda t: 42, "x") == 42
+    assert count_tokens(HF(), "") == 0

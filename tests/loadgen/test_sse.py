@@ -1,0 +1,71 @@
+import random
+
+import pytest
+
+from loadgen import sse
+
+
+def decode_all(body: bytes, pieces: list[int]) -> list[bytes]:
+    decoder = sse.SSEDecoder()
+    out, pos = [], 0
+    for size in pieces:
+        out += decoder.feed(body[pos : pos + size])
+        pos += size
+    out += decoder.feed(body[pos:])
+    out += decoder.flush()
+    return out
+
+
+BODY = b'data: {"a":1}\n\n: ping\n\ndata: {"b":2}\n\ndata: [DONE]\n\n'
+EXPECTED = [b'{"a":1}', b'{"b":2}', b"[DONE]"]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+@pytest.mark.parametrize("seed", range(5))
+def test_events_survive_any_split_and_newline_style(newline, seed):
+    body = BODY.replace(b"\n", newline)
+    rng = random.Random(seed)
+    pieces = [rng.randint(1, 5) for _ in range(len(body))]
+    assert decode_all(body, pieces) == EXPECTED
+
+
+def test_crlf_split_between_cr_and_lf_is_one_line_end():
+    body = b'data: {"a":1}\r\n\r\ndata: [DONE]\r\n\r\n'
+    cut = body.index(b"\r\n") + 1  # the read ends right after '\r'
+    assert decode_all(body, [cut]) == [b'{"a":1}', b"[DONE]"]
+
+
+def test_event_without_final_blank_line_is_flushed():
+    assert decode_all(b'data: {"a":1}\n\ndata: [DONE]', []) == [b'{"a":1}', b"[DONE]"]
+
+
+def test_multiline_data_joined_and_other_fields_ignored():
+    body = b"event: message\nid: 3\ndata: line1\ndata:line2\n\n"
+    assert decode_all(body, []) == [b"line1\nline2"]
+
+
+@pytest.mark.parametrize(
+    "payload, kind",
+    [
+        (b'{"choices":[{"index":0,"text":"","finish_reason":null}]}', sse.EVENT_TOKEN),
+        (b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}', sse.EVENT_TOKEN),
+        (b'{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":8}}', sse.EVENT_USAGE),
+        (b"[DONE]", sse.EVENT_DONE),
+        (b'{"error":{"message":"boom","type":"InternalServerError","code":500}}', sse.EVENT_ERROR),
+        (b'{"object":"error","message":"old style"}', sse.EVENT_ERROR),
+        (b'{"choices":[],"usage":null}', sse.EVENT_OTHER),
+        # text that *contains* the usage marker stays a token chunk (quotes are escaped in JSON)
+        (b'{"choices":[{"text":"\\"choices\\":[] \\"usage\\":{"}]}', sse.EVENT_TOKEN),
+    ],
+)
+def test_classify_event(payload, kind):
+    assert sse.classify_event(payload) == kind
+
+
+def test_error_message_shapes(fixtures_dir):
+    body = sse.decode_json((fixtures_dir / "vllm-0.32.0-cpu-error-too-long.json").read_bytes())
+    assert sse.error_message(body).startswith("max_tokens=5000 cannot be greater than max_model_len=2048")
+    assert sse.error_message({"error": "plain"}) == "plain"
+    assert sse.error_message({"object": "error", "message": "m"}) == "m"
+    assert sse.error_message({"detail": "Not Found"}) == "Not Found"
+    assert sse.error_message(None) is None
