@@ -64,3 +64,54 @@ class SimTokenizer:
 
     def count(self, text: str) -> int:
         return len(_WORD_RE.findall(text))
+
+
+# Chat template. Every message is framed as  <start> <role> content... <end>  and the
+# prompt ends with the generation prompt  <start> <assistant>, so
+#     prompt_tokens = sum(count(content) + 3 for each message) + 2.
+# Framing tokens use fixed ids; like any id they also decode to ordinary words.
+CHAT_START_ID = 2
+CHAT_END_ID = 3
+CHAT_ROLE_IDS = {"system": 4, "user": 5, "assistant": 6, "tool": 7, "developer": 8}
+CHAT_TOKENS_PER_MESSAGE = 3
+CHAT_GENERATION_PROMPT_TOKENS = 2
+
+
+def message_text(content: object) -> str:
+    """A message's text: a string, or the ``text`` parts of an OpenAI content list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif isinstance(part, str):
+                parts.append(part)
+        return " ".join(parts)
+    raise ValueError("message content must be a string or a list of content parts")
+
+
+def apply_chat_template(tokenizer: SimTokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of a chat prompt under the simulator's fixed template (see above)."""
+    ids: list[int] = []
+    for message in messages:
+        if not isinstance(message, dict) or "role" not in message:
+            raise ValueError("each message must be an object with a 'role'")
+        role = str(message["role"])
+        ids.append(CHAT_START_ID)
+        ids.append(CHAT_ROLE_IDS.get(role, _bucket(role)))
+        ids.extend(tokenizer.encode(message_text(message.get("content"))))
+        ids.append(CHAT_END_ID)
+    ids.append(CHAT_START_ID)
+    ids.append(CHAT_ROLE_IDS["assistant"])
+    return ids
+
+
+def count_chat_tokens(tokenizer: SimTokenizer, messages: list[dict]) -> int:
+    """``len(apply_chat_template(...))`` without building the list."""
+    return sum(
+        tokenizer.count(message_text(m.get("content"))) + CHAT_TOKENS_PER_MESSAGE for m in messages
+    ) + CHAT_GENERATION_PROMPT_TOKENS

@@ -1,0 +1,443 @@
+"""The simulated engine: vLLM v1 scheduling and KV-cache semantics on a caller's clock.
+
+Pure: no asyncio, no wall clock, no randomness except seeded per-request generators.
+Drive it with ``add_request(req, now)`` and ``step(now)``; each step returns the tokens it
+emitted, the requests it finished and how long it took (a roofline over the hardware and
+model presets). A virtual-clock loop is::
+
+    engine = Engine(SimConfig(...).resolved())
+    engine.add_request(SimRequest("r1", prompt_ids, max_tokens=64), now=0.0)
+    t = 0.0
+    while engine.has_work():
+        result = engine.step(t)
+        t += result.duration   # tokens in `result.emitted` appear at this time
+
+Semantics follow vLLM v1 (``vllm/v1/core/sched/scheduler.py``,
+``vllm/v1/core/kv_cache_manager.py``, ``vllm/v1/core/block_pool.py``):
+
+- Each step first serves running requests in order (decode: one token; unfinished chunked
+  prefill: as much as the token budget allows), then admits waiting requests FCFS while
+  ``max_num_seqs``, the token budget ``max_num_batched_tokens`` and free KV blocks allow.
+  A waiting request that does not fit blocks the ones behind it. No admission happens in
+  a step that had to preempt.
+- When a running request needs a block and none is free, the newest running request is
+  preempted (recompute): its blocks are freed and it goes back to the head of the queue.
+- Prefix caching: full prompt blocks are identified by a hash chained over their token
+  ids. Admission reuses the longest run of cached blocks (at most ``prompt - 1`` tokens, the
+  last token is always recomputed). Freed blocks keep their hash and sit in an LRU free
+  queue until allocation evicts them. Queries and hits are counted in tokens, once per
+  request, when it is first scheduled.
+- KV usage counts cached-but-unreferenced blocks as free, like ``vllm:kv_cache_usage_perc``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from sim.config import SimConfig
+from sim.stats import EngineStats
+from sim.tokenizer import VOCAB_SIZE
+
+_MASK64 = (1 << 64) - 1
+_LCG_A = 6364136223846793005
+_LCG_C = 1442695040888963407
+_EOS_SCALE = 1 << 24
+
+WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    """One generation request. Fill the first block of fields; the engine owns the rest."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    min_tokens: int = 0
+    ignore_eos: bool = True
+    seed: int | None = None  # the request's own `seed`, mixed into its token stream
+    # Engine-owned state below.
+    arrival: float = 0.0
+    status: str = WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    blocks: list[int] = field(default_factory=list)
+    block_hashes: list[int] | None = None
+    num_registered_blocks: int = 0
+    num_cached_tokens: int = 0  # prefix-cache hit at first scheduling
+    num_preemptions: int = 0
+    first_scheduled_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    finished_at: float | None = None
+    finish_reason: str | None = None
+    rng_state: int = 0
+    client: object = None  # the front end's per-request handle (e.g. its output stream)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one engine step did. Emitted tokens appear at ``now + duration``."""
+
+    duration: float
+    num_scheduled_tokens: int
+    emitted: list[SimRequest]  # each got exactly one new token: ``req.output_token_ids[-1]``
+    finished: list[SimRequest]
+    preempted: list[SimRequest]
+
+
+class BlockPool:
+    """Fixed pool of KV blocks with a content-hash cache and an LRU free queue."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.ref_count = [0] * num_blocks
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.cached: dict[int, int] = {}  # hash -> block id
+        # Insertion order = eviction order (head is least recently freed).
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_queue)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self.free_queue)
+
+    def usage(self) -> float:
+        return 1.0 - len(self.free_queue) / self.num_blocks
+
+    def lookup(self, hashes: list[int], max_blocks: int) -> list[int]:
+        out = []
+        cached = self.cached
+        for h in hashes[:max_blocks]:
+            block = cached.get(h)
+            if block is None:
+                break
+            out.append(block)
+        return out
+
+    def touch(self, blocks: list[int]) -> None:
+        ref, free = self.ref_count, self.free_queue
+        for b in blocks:
+            if ref[b] == 0:
+                del free[b]
+            ref[b] += 1
+
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self.free_queue):
+            raise RuntimeError("KV block pool exhausted")
+        out = []
+        free, ref, block_hash, cached = self.free_queue, self.ref_count, self.block_hash, self.cached
+        for _ in range(n):
+            b, _unused = free.popitem(last=False)
+            h = block_hash[b]
+            if h is not None:
+                if cached.get(h) == b:
+                    del cached[h]
+                block_hash[b] = None
+            ref[b] = 1
+            out.append(b)
+        return out
+
+    def free(self, blocks: list[int]) -> None:
+        ref, free = self.ref_count, self.free_queue
+        # Reverse order: a request's tail blocks are evicted before its head blocks,
+        # which are the ones most likely shared as a prefix.
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if ref[b] == 0:
+                free[b] = None
+
+    def register(self, block: int, h: int) -> None:
+        if h not in self.cached and self.block_hash[block] is None:
+            self.cached[h] = block
+            self.block_hash[block] = h
+
+
+def prompt_block_hashes(token_ids: list[int], block_size: int) -> list[int]:
+    """Chained hash per full block: equal hashes mean equal content *and* equal prefix."""
+    out, prev = [], 0
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        prev = hash((prev, tuple(token_ids[start : start + block_size])))
+        out.append(prev)
+    return out
+
+
+def request_rng_seed(seed: int, prompt_token_ids: list[int], request_seed: int | None) -> int:
+    """The generator state a request starts from: a function of the content, not of timing."""
+    return hash((seed, request_seed, len(prompt_token_ids), tuple(prompt_token_ids))) & _MASK64
+
+
+class Engine:
+    """One simulated engine (one data-parallel rank)."""
+
+    def __init__(self, config: SimConfig, index: int = 0, created: float = 0.0) -> None:
+        if config.num_gpu_blocks is None or config.max_model_len is None:
+            config = config.resolved()
+        self.config = config
+        self.index = index
+        self.hardware = config.hardware_preset
+        self.model = config.model_preset
+        self.block_size = config.block_size
+        self.pool = BlockPool(config.num_gpu_blocks)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.requests: dict[str, SimRequest] = {}
+        self.stats = EngineStats(max_model_len=config.max_model_len, created=created)
+        self.eos_threshold = int(config.eos_probability * _EOS_SCALE)
+        self._roofline_constants()
+
+    def _roofline_constants(self) -> None:
+        hw, m = self.hardware, self.model
+        self._instant = hw.instant
+        if self._instant:
+            return
+        self._flops = hw.bf16_flops * hw.compute_efficiency
+        self._bandwidth = hw.hbm_bandwidth * hw.memory_efficiency
+        self._flops_per_token = 2.0 * m.params
+        # QK^T and PV: 2 matmuls x 2 FLOP per multiply-add, per query token per context token.
+        self._attn_flops_per_pair = 4.0 * m.num_layers * m.num_attention_heads * m.head_dim
+        self._kv_bytes_per_token = m.kv_bytes_per_token
+        self._weight_bytes = m.weight_bytes
+        self._overhead = hw.step_overhead_s
+
+    # ------------------------------------------------------------------ requests
+
+    def add_request(self, req: SimRequest, now: float) -> None:
+        """Queue a request (FCFS). Raises ValueError if it can never fit."""
+        if req.request_id in self.requests:
+            raise ValueError(f"duplicate request id {req.request_id}")
+        if not req.prompt_token_ids:
+            raise ValueError("empty prompt")
+        if req.num_prompt_tokens + req.max_tokens > self.config.max_model_len:
+            raise ValueError("prompt + max_tokens exceeds max_model_len")
+        req.arrival = now
+        req.status = WAITING
+        req.rng_state = request_rng_seed(self.config.seed, req.prompt_token_ids, req.seed)
+        self.requests[req.request_id] = req
+        self.waiting.append(req)
+
+    def abort(self, request_id: str, now: float) -> SimRequest | None:
+        """Drop a request (client went away). Its blocks are freed at once."""
+        req = self.requests.get(request_id)
+        if req is None or req.status == FINISHED:
+            return None
+        if req.status == RUNNING:
+            self.running.remove(req)
+        else:
+            self.waiting.remove(req)
+        self._finish(req, "abort", now, record_latency=False)
+        return req
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def kv_usage(self) -> float:
+        return self.pool.usage()
+
+    def load(self) -> int:
+        """Router's load figure: requests this engine holds."""
+        return len(self.running) + len(self.waiting)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _blocks_needed(self, req: SimRequest, total_tokens: int) -> int:
+        return -(-total_tokens // self.block_size) - len(req.blocks)
+
+    def _preempt(self, req: SimRequest) -> None:
+        self.pool.free(req.blocks)
+        req.blocks = []
+        req.num_computed_tokens = 0
+        req.num_registered_blocks = 0
+        req.status = WAITING
+        req.num_preemptions += 1
+        self.stats.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def step(self, now: float) -> StepResult:
+        """Run one engine iteration starting at ``now``."""
+        budget = self.config.max_num_batched_tokens
+        pool = self.pool
+        scheduled: list[tuple[SimRequest, int]] = []
+        preempted: list[SimRequest] = []
+        running = self.running
+
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            need = self._blocks_needed(req, req.num_computed_tokens + n)
+            while need > pool.num_free:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            if req.status != RUNNING:
+                break
+            if need > 0:
+                req.blocks.extend(pool.allocate(need))
+            scheduled.append((req, n))
+            budget -= n
+            i += 1
+
+        if not preempted:
+            self._admit(now, budget, scheduled)
+
+        return self._execute(now, scheduled, preempted)
+
+    def _admit(self, now: float, budget: int, scheduled: list[tuple[SimRequest, int]]) -> None:
+        pool, waiting, running = self.pool, self.waiting, self.running
+        max_seqs = self.config.max_num_seqs
+        caching = self.config.enable_prefix_caching
+        bs = self.block_size
+        while waiting and budget > 0 and len(running) < max_seqs:
+            req = waiting[0]
+            hit_blocks: list[int] = []
+            if caching:
+                if req.block_hashes is None:
+                    req.block_hashes = prompt_block_hashes(req.prompt_token_ids, bs)
+                hit_blocks = pool.lookup(req.block_hashes, (req.num_tokens - 1) // bs)
+            num_cached = len(hit_blocks) * bs
+            n = min(req.num_tokens - num_cached, budget)
+            new_blocks = -(-(num_cached + n) // bs) - len(hit_blocks)
+            evictable_hits = sum(1 for b in hit_blocks if pool.ref_count[b] == 0)
+            if new_blocks > pool.num_free - evictable_hits:
+                break  # FCFS: the head of the queue blocks the rest
+            waiting.popleft()
+            pool.touch(hit_blocks)
+            req.blocks = hit_blocks + pool.allocate(new_blocks)
+            req.num_computed_tokens = num_cached
+            req.num_registered_blocks = len(hit_blocks)
+            req.status = RUNNING
+            if req.first_scheduled_at is None:
+                req.first_scheduled_at = now
+                req.num_cached_tokens = num_cached
+                self.stats.prefix_queries += req.num_tokens
+                self.stats.prefix_hits += num_cached
+            running.append(req)
+            scheduled.append((req, n))
+            budget -= n
+
+    def _execute(
+        self, now: float, scheduled: list[tuple[SimRequest, int]], preempted: list[SimRequest]
+    ) -> StepResult:
+        total = 0
+        attn_pairs = 0.0
+        kv_tokens = 0
+        for req, n in scheduled:
+            total += n
+            ctx = req.num_computed_tokens
+            attn_pairs += n * (ctx + (n + 1) * 0.5)
+            kv_tokens += ctx + n
+        duration = self.step_duration(total, attn_pairs, kv_tokens)
+        end = now + duration
+        emitted: list[SimRequest] = []
+        finished: list[SimRequest] = []
+        stats = self.stats
+        bs = self.block_size
+        pool = self.pool
+        max_len = self.config.max_model_len
+        eos_threshold = self.eos_threshold
+        itl = stats.itl
+        for req, n in scheduled:
+            req.num_computed_tokens += n
+            prompt_len = len(req.prompt_token_ids)
+            if req.num_registered_blocks * bs < prompt_len and req.block_hashes is not None:
+                full = min(req.num_computed_tokens, prompt_len) // bs
+                for j in range(req.num_registered_blocks, full):
+                    pool.register(req.blocks[j], req.block_hashes[j])
+                req.num_registered_blocks = max(req.num_registered_blocks, full)
+            if req.num_computed_tokens < req.num_tokens:
+                continue  # chunked prefill still in progress
+            x = (req.rng_state * _LCG_A + _LCG_C) & _MASK64
+            req.rng_state = x
+            out = req.output_token_ids
+            out.append((x >> 20) % VOCAB_SIZE)
+            emitted.append(req)
+            stats.generation_tokens += 1
+            if req.first_token_at is None:
+                req.first_token_at = end
+                stats.ttft.observe(end - req.arrival)
+                stats.prompt_tokens += prompt_len
+                stats.prompt_tokens_cached += req.num_cached_tokens
+            else:
+                itl.observe(end - req.last_token_at)
+            req.last_token_at = end
+            n_out = len(out)
+            if n_out >= req.max_tokens or prompt_len + n_out >= max_len:
+                finished.append(req)
+            elif (
+                not req.ignore_eos
+                and n_out >= req.min_tokens
+                and (x >> 40) % _EOS_SCALE < eos_threshold
+            ):
+                req.finish_reason = "stop"
+                finished.append(req)
+        if finished:
+            for req in finished:
+                self.running.remove(req)
+                self._finish(req, req.finish_reason or "length", end, record_latency=True)
+        if total:
+            stats.iteration_tokens.observe(total)
+        return StepResult(duration, total, emitted, finished, preempted)
+
+    def _finish(self, req: SimRequest, reason: str, now: float, record_latency: bool) -> None:
+        self.pool.free(req.blocks)
+        req.blocks = []
+        req.status = FINISHED
+        req.finish_reason = reason
+        req.finished_at = now
+        del self.requests[req.request_id]
+        stats = self.stats
+        stats.finished[reason] += 1
+        if not record_latency:
+            return
+        gen = len(req.output_token_ids)
+        stats.e2e.observe(now - req.arrival)
+        stats.queue.observe(req.first_scheduled_at - req.arrival)
+        stats.inference.observe(now - req.first_scheduled_at)
+        stats.prefill.observe(req.first_token_at - req.first_scheduled_at)
+        stats.decode.observe(now - req.first_token_at)
+        if gen > 1:
+            stats.tpot.observe((now - req.first_token_at) / (gen - 1))
+        stats.request_prompt_tokens.observe(req.num_prompt_tokens)
+        stats.request_generation_tokens.observe(gen)
+        stats.request_max_generation_tokens.observe(req.max_tokens)
+        stats.request_params_max_tokens.observe(req.max_tokens)
+        stats.request_prefill_kv_computed.observe(req.num_prompt_tokens - req.num_cached_tokens)
+        stats.params_n.observe(1)
+        stats.num_preemptions.observe(req.num_preemptions)
+
+    # ------------------------------------------------------------------ roofline
+
+    def step_duration(self, num_tokens: int, attn_pairs: float, kv_tokens_read: int) -> float:
+        """max(compute, memory) + overhead, in seconds; 0 for an empty step.
+
+        compute = 2·params·tokens + 4·layers·heads·head_dim·Σ(query × context) FLOP
+        memory  = weight bytes + KV bytes read (context of every scheduled request)
+        """
+        if num_tokens == 0 or self._instant:
+            return 0.0
+        compute = (self._flops_per_token * num_tokens + self._attn_flops_per_pair * attn_pairs) / self._flops
+        memory = (self._weight_bytes + self._kv_bytes_per_token * kv_tokens_read) / self._bandwidth
+        return (compute if compute > memory else memory) + self._overhead

@@ -1,0 +1,104 @@
+"""Per-engine metric state: plain counters and fixed-bucket histograms (no I/O).
+
+Bucket boundaries are those of a real vLLM 0.32 ``/metrics`` capture, so quantiles
+computed from the simulator's histograms have the same resolution as from vLLM's.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+def buckets_1_2_5(maximum: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to ``maximum`` (vLLM's token-count histograms)."""
+    out, exponent = [], 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > maximum:
+                return tuple(out)
+            out.append(value)
+        exponent += 1
+
+
+class Hist:
+    """Cumulative-on-export histogram: ``counts[i]`` holds observations in bucket i only."""
+
+    __slots__ = ("bounds", "counts", "total", "n")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # last slot: above every bound (+Inf)
+        self.total = 0.0
+        self.n = 0
+
+    def observe(self, value: float) -> None:
+        # bisect_left: a value equal to a bound belongs in that bound's bucket (le semantics).
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.n += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, running = [], 0
+        for bound, count in zip(self.bounds, self.counts):
+            running += count
+            out.append((repr(bound), running))
+        out.append(("+Inf", running + self.counts[-1]))
+        return out
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Everything one engine exports on /metrics. Counters only grow."""
+
+    max_model_len: int
+    created: float = 0.0  # unix time the counters started (exported as `_created`)
+    prompt_tokens: int = 0  # every prompt token, cached ones included (counted at first token)
+    prompt_tokens_cached: int = 0
+    generation_tokens: int = 0
+    prefix_queries: int = 0  # tokens, counted when a request is first scheduled
+    prefix_hits: int = 0  # tokens
+    preemptions: int = 0
+    finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
+    ttft: Hist = field(default_factory=lambda: Hist(TTFT_BUCKETS))
+    itl: Hist = field(default_factory=lambda: Hist(ITL_BUCKETS))
+    tpot: Hist = field(default_factory=lambda: Hist(ITL_BUCKETS))
+    e2e: Hist = field(default_factory=lambda: Hist(REQUEST_LATENCY_BUCKETS))
+    queue: Hist = field(default_factory=lambda: Hist(REQUEST_LATENCY_BUCKETS))
+    inference: Hist = field(default_factory=lambda: Hist(REQUEST_LATENCY_BUCKETS))
+    prefill: Hist = field(default_factory=lambda: Hist(REQUEST_LATENCY_BUCKETS))
+    decode: Hist = field(default_factory=lambda: Hist(REQUEST_LATENCY_BUCKETS))
+    iteration_tokens: Hist = field(default_factory=lambda: Hist(ITERATION_TOKENS_BUCKETS))
+    num_preemptions: Hist = field(default_factory=lambda: Hist(PREEMPTION_BUCKETS))
+    params_n: Hist = field(default_factory=lambda: Hist(PARAMS_N_BUCKETS))
+    request_prompt_tokens: Hist | None = None
+    request_generation_tokens: Hist | None = None
+    request_max_generation_tokens: Hist | None = None
+    request_params_max_tokens: Hist | None = None
+    request_prefill_kv_computed: Hist | None = None
+
+    def __post_init__(self) -> None:
+        token_buckets = buckets_1_2_5(self.max_model_len)
+        self.request_prompt_tokens = Hist(token_buckets)
+        self.request_generation_tokens = Hist(token_buckets)
+        self.request_max_generation_tokens = Hist(token_buckets)
+        self.request_params_max_tokens = Hist(token_buckets)
+        self.request_prefill_kv_computed = Hist(token_buckets)
