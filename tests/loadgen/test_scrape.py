@@ -1,0 +1,149 @@
+import asyncio
+import re
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from loadgen.scrape import MetricsPoller, cache_config_from_metrics, combine_samples, parse_metrics
+from loadgen.timeline import ServerSample
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
+
+
+def test_real_vllm_under_load(fixtures_dir):
+    text = (fixtures_dir / "vllm-0.32.0-cpu-metrics-under-load.txt").read_text()
+    s = parse_metrics(text, "http://x/metrics", 12.5)
+    assert s.ok and s.backend == "vllm" and (s.t, s.url) == (12.5, "http://x/metrics")
+    assert (s.running, s.waiting) == (128.0, 44.0)
+    assert s.kv_usage == pytest.approx(0.12869352869352868)
+    assert s.prompt_tokens_total == 178234.0 and s.generation_tokens_total == 31833.0
+    assert (s.prefix_queries_total, s.prefix_hits_total, s.preemptions_total) == (178234.0, 45056.0, 0.0)
+    assert s.created == pytest.approx(1.7953039773197365e09)
+    assert s.per_engine["0"]["running"] == 128.0
+    # raw keeps server samples (not other exporters', not _created, not static info)
+    assert s.raw['vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="capacity"}'] == 44.0
+    assert 'vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny"}' in s.raw
+    assert any(k.startswith("vllm:time_to_first_token_seconds_bucket") for k in s.raw)
+    assert not any(k.startswith(("python_", "process_", "http_")) or "_created" in k for k in s.raw)
+    assert not any(k.startswith("vllm:iteration_tokens_total_bucket") for k in s.raw)
+    assert not any(k.startswith("vllm:cache_config_info") for k in s.raw)
+
+
+def test_real_vllm_after_run(fixtures_dir):
+    s = parse_metrics((fixtures_dir / "vllm-0.32.0-cpu-metrics.txt").read_text(), "u", 0.0)
+    assert (s.running, s.waiting, s.kv_usage) == (0.0, 0.0, 0.0)
+    assert s.prefix_hits_total > 0 and s.prefix_queries_total >= s.prefix_hits_total
+
+
+def test_parse_cost_is_small(fixtures_dir):
+    text = (fixtures_dir / "vllm-0.32.0-cpu-metrics-under-load.txt").read_text()
+    n = 50
+    start = time.perf_counter()
+    for _ in range(n):
+        parse_metrics(text, "u", 0.0)
+    per_parse_ms = (time.perf_counter() - start) / n * 1000
+    print(f"\nparse_metrics on a {len(text.splitlines())}-line vLLM page: {per_parse_ms:.2f} ms")
+
+
+@pytest.mark.parametrize(
+    "name, backend, expected",
+    [
+        ("sglang.txt", "sglang", dict(running=37, waiting=5, kv_usage=0.42, prompt_tokens_total=905312, generation_tokens_total=210448, prefix_queries_total=905312, prefix_hits_total=301000, preemptions_total=None)),
+        ("tgi.txt", "tgi", dict(running=24, waiting=12, kv_usage=0.25, prompt_tokens_total=402311, generation_tokens_total=128004, prefix_queries_total=None, prefix_hits_total=None)),
+        ("llamacpp.txt", "llamacpp", dict(running=4, waiting=2, kv_usage=None, prompt_tokens_total=1234570, generation_tokens_total=98765, prefix_hits_total=411523, prefix_queries_total=411523 + 1234570)),
+        ("vllm-legacy.txt", "vllm-legacy", dict(running=64, waiting=9, kv_usage=0.875, prompt_tokens_total=500000, generation_tokens_total=81234, prefix_queries_total=500000, prefix_hits_total=125000, preemptions_total=17)),
+    ],
+)
+def test_other_servers(name, backend, expected):
+    s = parse_metrics((DATA / name).read_text(), "u", 0.0)
+    assert s.ok and s.backend == backend
+    for field, value in expected.items():
+        assert getattr(s, field) == (pytest.approx(value) if value is not None else None), field
+
+
+def two_engine_page(fixtures_dir) -> str:
+    text = (fixtures_dir / "vllm-0.32.0-cpu-metrics-under-load.txt").read_text()
+    extra = []
+    for line in text.splitlines():
+        if line.startswith("vllm:") and 'engine="0"' in line:
+            name_labels, value = line.rsplit(" ", 1)
+            half = float(value) / 2 if "kv_cache_usage" not in line else 0.5
+            extra.append(f'{name_labels.replace(chr(34) + "0" + chr(34), chr(34) + "1" + chr(34), 1)} {half}')
+    return text + "\n".join(extra) + "\n"
+
+
+def test_engine_label_is_summed_and_kept(fixtures_dir):
+    s = parse_metrics(two_engine_page(fixtures_dir), "u", 0.0)
+    assert set(s.per_engine) == {"0", "1"}
+    assert s.running == 128 + 64 and s.waiting == 44 + 22
+    assert s.generation_tokens_total == pytest.approx(31833 * 1.5)
+    assert s.kv_usage == pytest.approx((0.12869352869352868 + 0.5) / 2)  # a fraction: averaged
+    assert s.per_engine["1"]["kv_usage"] == 0.5 and s.per_engine["1"]["running"] == 64
+
+
+def test_garbage_and_empty_pages():
+    bad = parse_metrics("vllm:num_requests_running{engine=0 oops\n", "u", 1.0)
+    assert not bad.ok and "unparsable" in bad.error
+    empty = parse_metrics("# nothing here\n", "u", 1.0)
+    assert empty.ok and empty.backend == "unknown" and empty.running is None
+
+
+def test_combine_replicas():
+    a = ServerSample(t=1.0, url="a", ok=True, backend="vllm", running=3, waiting=1, kv_usage=0.2, generation_tokens_total=100, per_engine={"0": {"running": 3}})
+    b = ServerSample(t=1.1, url="b", ok=True, backend="vllm", running=5, waiting=0, kv_usage=0.6, generation_tokens_total=50)
+    c = ServerSample(t=1.2, url="c", ok=False, error="timeout")
+    out = combine_samples([a, b, c])
+    assert out.ok and out.t == 1.2 and (out.running, out.waiting) == (8, 1)
+    assert out.kv_usage == pytest.approx(0.4) and out.generation_tokens_total == 150
+    assert out.prompt_tokens_total is None
+    assert out.per_engine["0:0"] == {"running": 3} and out.per_engine["1"]["running"] == 5
+    assert "c: timeout" in out.error
+
+
+def test_cache_config(fixtures_dir):
+    cfg = cache_config_from_metrics((fixtures_dir / "vllm-0.32.0-cpu-metrics.txt").read_text())
+    assert cfg["block_size"] == "128" and cfg["num_gpu_blocks"] == "4096" and cfg["enable_prefix_caching"] == "True"
+    assert cache_config_from_metrics("") == {}
+
+
+async def test_poller_samples_and_failures(fixtures_dir):
+    text = (fixtures_dir / "vllm-0.32.0-cpu-metrics-under-load.txt").read_text()
+    calls = {"n": 0}
+
+    async def metrics(request):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            return web.Response(status=503)
+        if calls["n"] == 3:
+            await asyncio.sleep(1)  # beyond the poller's timeout
+        return web.Response(text=text)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    got: list[ServerSample] = []
+    poller = MetricsPoller([f"http://127.0.0.1:{port}/metrics", "http://127.0.0.1:1/metrics"], interval_s=0.05, timeout_s=0.3, on_sample=got.append)
+    task = asyncio.create_task(poller.run())
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            if sum(1 for s in got if s.url.endswith(f"{port}/metrics")) >= 4:
+                break
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await runner.cleanup()
+    mine = [s for s in got if s.url.endswith(f"{port}/metrics")]
+    assert mine[0].ok and mine[0].running == 128
+    assert not mine[1].ok and mine[1].error == "HTTP 503"
+    assert not mine[2].ok and "timeout" in mine[2].error
+    assert mine[3].ok
+    dead = [s for s in got if s.url == "http://127.0.0.1:1/metrics"]
+    assert dead and not any(s.ok for s in dead) and all(s.error for s in dead)
+    assert [s.t for s in mine] == sorted(s.t for s in mine)
