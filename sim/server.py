@@ -59,7 +59,7 @@ def _compact(obj: Any) -> str:
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
-    return _json(obj, status=status, dumps=_compact)
+    return web.json_response(obj, status=status, dumps=_compact)
 
 
 def error_body(message: str, err_type: str, status: int, param: str | None = None) -> dict[str, Any]:

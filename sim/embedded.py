@@ -1,0 +1,161 @@
+"""The simulator in a child process, for the load generator's embedded default.
+
+::
+
+    with EmbeddedSim(SimConfig(hardware="l4", model="llama-3.1-8b")) as sim:
+        run_load_against(sim.url)
+
+The child runs ``python -m sim.cli`` (the ``rampwatch sim`` code) on a free loopback
+port, so its CPU never competes inside the load process. It holds a pipe on its stdin
+and exits when that pipe reaches EOF, i.e. as soon as the parent dies for any reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from pathlib import Path
+
+from loadgen.errors import UserError
+from sim.config import SimConfig
+
+_URL_RE = re.compile(r"on (http://\S+) ")
+
+
+def config_to_argv(config: SimConfig) -> list[str]:
+    """The ``rampwatch sim`` flags that reproduce ``config``."""
+    argv = [
+        "--hardware", config.hardware,
+        "--model", config.model,
+        "--seed", str(config.seed),
+        "--speed", repr(config.speed),
+        "--block-size", str(config.block_size),
+        "--gpu-memory-utilization", repr(config.gpu_memory_utilization),
+        "--max-num-seqs", str(config.max_num_seqs),
+        "--max-num-batched-tokens", str(config.max_num_batched_tokens),
+        "--eos-probability", repr(config.eos_probability),
+        "--engines", str(config.engines),
+        "--routing", config.routing,
+        "--error-rate", repr(config.faults.error_rate),
+        "--abort-rate", repr(config.faults.abort_rate),
+        "--metrics-error-rate", repr(config.faults.metrics_error_rate),
+        "--stall-for", repr(config.faults.stall_for),
+    ]
+    if config.num_gpu_blocks is not None:
+        argv += ["--num-gpu-blocks", str(config.num_gpu_blocks)]
+    if config.max_model_len is not None:
+        argv += ["--max-model-len", str(config.max_model_len)]
+    if config.served_model_name is not None:
+        argv += ["--served-model-name", config.served_model_name]
+    if config.faults.stall_at is not None:
+        argv += ["--stall-at", repr(config.faults.stall_at)]
+    if not config.enable_prefix_caching:
+        argv.append("--no-enable-prefix-caching")
+    return argv
+
+
+class EmbeddedSim:
+    """A simulator subprocess. ``.url`` and ``.pid`` are set once ``start()`` returns."""
+
+    def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1",
+                 start_timeout: float = 30.0, python: str | None = None) -> None:
+        self.config = (config or SimConfig()).resolved()  # bad presets fail here, in the parent
+        self.host = host
+        self.start_timeout = start_timeout
+        self.python = python or sys.executable
+        self.url: str | None = None
+        self.process: subprocess.Popen | None = None
+        self._stderr_tail: deque[str] = deque(maxlen=20)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def start(self) -> EmbeddedSim:
+        root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        cmd = [self.python, "-m", "sim.cli", *config_to_argv(self.config),
+               "--host", self.host, "--port", "0", "--exit-on-stdin-eof"]
+        self.process = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, cwd=root, text=True, bufsize=1,
+        )
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        deadline = time.monotonic() + self.start_timeout
+        line = self._read_banner(deadline)
+        match = _URL_RE.search(line or "")
+        if match is None:
+            self.stop()
+            raise UserError(f"embedded simulator failed to start: {self._failure_text(line)}")
+        self.url = match.group(1)
+        threading.Thread(target=self._drain_stdout, daemon=True).start()
+        self._wait_healthy(deadline)
+        return self
+
+    def _read_banner(self, deadline: float) -> str | None:
+        result: list[str] = []
+        reader = threading.Thread(target=lambda: result.append(self.process.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(max(0.0, deadline - time.monotonic()))
+        return result[0] if result else None
+
+    def _drain_stdout(self) -> None:
+        for _line in self.process.stdout:
+            pass
+
+    def _drain_stderr(self) -> None:
+        for line in self.process.stderr:
+            self._stderr_tail.append(line.rstrip())
+
+    def _failure_text(self, line: str | None) -> str:
+        time.sleep(0.2)
+        tail = " | ".join(self._stderr_tail)
+        return tail or (line or "").strip() or "no output"
+
+    def _wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1.0) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise UserError(f"embedded simulator at {self.url} did not answer /health: {self._failure_text(None)}")
+
+    def stop(self, timeout: float = 5.0) -> int | None:
+        """Stop the child (SIGTERM, then SIGKILL after ``timeout``); returns its exit code."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        return proc.returncode
+
+    def __enter__(self) -> EmbeddedSim:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
