@@ -1,0 +1,310 @@
+"""The `.rwrec` file layout (format version 1) and its block codecs.
+
+A file is a 16-byte preamble followed by self-delimiting frames, appended in order::
+
+    preamble: b"RWREC\\0\\r\\n" | u16 format_version | u16 reserved | u32 reserved
+    frame:    u32 payload_len | u8 kind | u32 item_count | u32 crc32(payload)
+              | f64 t_first | f64 t_last | payload
+
+``t_first``/``t_last`` bound the item times in the frame (requests use ``end_at``), so
+a reader builds its time index from frame headers alone, without decompressing.
+See docs/recording-format.md for the reasons behind each choice.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+
+MAGIC = b"RWREC\x00\r\n"
+FORMAT_VERSION = 1
+PREAMBLE = struct.Struct("<8sHHI")
+FRAME = struct.Struct("<IBIIdd")
+
+KIND_HEADER = 1
+KIND_REQUESTS = 2
+KIND_META = 3  # scrapes, ticks and events of one flush
+KIND_FINISH = 4
+KINDS = {KIND_HEADER: "header", KIND_REQUESTS: "requests", KIND_META: "meta", KIND_FINISH: "finish"}
+
+# Request-level times are kept to 1 µs; chunk arrival times to CHUNK_QUANTUM_US (the
+# quantum is stored in every block, so a reader never assumes it).
+TIME_QUANTUM_US = 1
+CHUNK_QUANTUM_US = 10
+_NONE_I64 = np.iinfo(np.int64).min
+ZLIB_LEVEL = 6
+
+
+class FormatError(Exception):
+    """The bytes are not a valid recording (wrong magic, bad CRC, undecodable block)."""
+
+
+def preamble(version: int = FORMAT_VERSION) -> bytes:
+    return PREAMBLE.pack(MAGIC, version, 0, 0)
+
+
+def frame(kind: int, payload: bytes, count: int, t_first: float, t_last: float) -> bytes:
+    return FRAME.pack(len(payload), kind, count, zlib.crc32(payload), t_first, t_last) + payload
+
+
+@dataclass(slots=True)
+class FrameInfo:
+    offset: int  # of the payload
+    kind: int
+    count: int
+    length: int
+    crc: int
+    t_first: float
+    t_last: float
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=True).encode()
+
+
+def _shuffle(a: np.ndarray) -> bytes:
+    """Byte planes of a fixed-width array: high bytes (mostly equal) compress far better apart."""
+    width = a.dtype.itemsize
+    return np.ascontiguousarray(a.view(np.uint8).reshape(-1, width).T).tobytes()
+
+
+def _unshuffle(data: bytes, dtype: np.dtype, n: int) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    planes = np.frombuffer(data, dtype=np.uint8, count=n * dtype.itemsize).reshape(dtype.itemsize, n)
+    return np.ascontiguousarray(planes.T).view(dtype).reshape(n)
+
+
+# ---- header / finish -------------------------------------------------------------------
+
+
+def encode_header(header: RunHeader) -> bytes:
+    return zlib.compress(_json_bytes(header.to_dict()), ZLIB_LEVEL)
+
+
+def decode_header(payload: bytes) -> RunHeader:
+    d = json.loads(zlib.decompress(payload))
+    known = set(RunHeader.__dataclass_fields__)
+    return RunHeader(**{k: v for k, v in d.items() if k in known})
+
+
+def encode_finish(t: float) -> bytes:
+    return _json_bytes({"t": t})
+
+
+def decode_finish(payload: bytes) -> float:
+    return float(json.loads(payload)["t"])
+
+
+# ---- scrapes, ticks, events ------------------------------------------------------------
+
+
+def encode_meta(samples: list[ServerSample], ticks: list[Tick], events: list[Event]) -> bytes:
+    body = {
+        "samples": [s.to_dict() for s in samples],
+        "ticks": [t.to_dict() for t in ticks],
+        "events": [e.to_dict() for e in events],
+    }
+    return zlib.compress(_json_bytes(body), ZLIB_LEVEL)
+
+
+def _build(cls, d: dict) -> Any:
+    known = cls.__dataclass_fields__
+    return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def decode_meta(payload: bytes) -> tuple[list[ServerSample], list[Tick], list[Event]]:
+    body = json.loads(zlib.decompress(payload))
+    return (
+        [_build(ServerSample, d) for d in body.get("samples", [])],
+        [_build(Tick, d) for d in body.get("ticks", [])],
+        [_build(Event, d) for d in body.get("events", [])],
+    )
+
+
+# ---- requests --------------------------------------------------------------------------
+#
+# payload = u32 n | u32 len(scalars_z) | u32 len(chunks_z) | scalars_z | chunks_z
+# scalars (zlib): u32 len(json) | json{strings, quanta} | shuffled int64[6n] | int32[3n] | int16[n] | u8[n]
+# chunks  (zlib): shuffled int32 deltas in chunk quanta, request after request; the first
+#                 delta of a request is from first_token_at (or sent_at when absent).
+
+_REQ_HEAD = struct.Struct("<III")
+
+
+def _us(values: list[float | None], quantum_us: int) -> np.ndarray:
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        out[i] = _NONE_I64 if v is None else round(v * 1e6 / quantum_us)
+    return out
+
+
+# Chunk times, coded across requests. A serving engine produces one token per running
+# request per step, so the chunks of all requests in a block arrive in bursts, one per
+# engine step. The sorted union of the block's chunk times is cut into bursts at gaps
+# wider than _BURST_GAP_US; a chunk is then (burst index, offset from the burst's start):
+# within a request the burst index mostly advances by exactly 1 and the offset is the
+# client's small jitter, both far cheaper than raw inter-chunk gaps. The coding is
+# lossless for any input; bursts only decide how well it compresses.
+_BURST_GAP_US = 2000
+_CHUNK_HEAD = struct.Struct("<I")
+
+
+def _encode_chunks(q: np.ndarray, n_chunks: np.ndarray, quantum_us: int) -> bytes:
+    quantum_gap = max(1, _BURST_GAP_US // max(1, quantum_us))
+    union = np.sort(q)
+    starts = np.concatenate([[True], np.diff(union) > quantum_gap])
+    clock = union[starts]
+    burst = np.searchsorted(clock, q, side="right") - 1
+    offsets = q - clock[burst]
+    counts = n_chunks[n_chunks > 0].astype(np.int64)
+    firsts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    burst_delta = np.diff(burst, prepend=0)
+    burst_delta[firsts] = burst[firsts]
+    clock_delta = np.diff(clock, prepend=0)
+    return b"".join([
+        _CHUNK_HEAD.pack(len(clock)),
+        _shuffle(clock_delta.astype(np.int64)),
+        _shuffle(burst_delta.astype(np.int32)),
+        _shuffle(offsets.astype(np.int32)),
+    ])
+
+
+def _decode_chunks(data: bytes, n_chunks: np.ndarray, total: int) -> np.ndarray:
+    (m,) = _CHUNK_HEAD.unpack_from(data, 0)
+    p = _CHUNK_HEAD.size
+    clock = np.cumsum(_unshuffle(data[p : p + 8 * m], np.int64, m))
+    p += 8 * m
+    burst_delta = _unshuffle(data[p : p + 4 * total], np.int32, total).astype(np.int64)
+    p += 4 * total
+    offsets = _unshuffle(data[p : p + 4 * total], np.int32, total).astype(np.int64)
+    counts = n_chunks[n_chunks > 0].astype(np.int64)
+    firsts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    # Per-request cumulative sums: undo, at each request's start, what earlier requests added.
+    running = np.cumsum(burst_delta)
+    before = np.concatenate([[0], running[firsts[1:] - 1]]) if len(firsts) else np.zeros(0, np.int64)
+    burst = running - np.repeat(before, counts)
+    return clock[burst] + offsets
+
+
+def encode_requests(records: list[RequestRecord], chunk_quantum_us: int = CHUNK_QUANTUM_US) -> bytes:
+    n = len(records)
+    q_t = TIME_QUANTUM_US
+    ids = np.fromiter((r.id for r in records), dtype=np.int64, count=n)
+    scheduled = _us([r.scheduled_at for r in records], q_t)
+    sent = _us([r.sent_at for r in records], q_t)
+    end = _us([r.end_at for r in records], q_t)
+    first = _us([r.first_token_at for r in records], q_t)
+    n_chunks = np.fromiter((len(r.chunk_times) for r in records), dtype=np.int32, count=n)
+    prompt = np.fromiter((r.prompt_tokens for r in records), dtype=np.int32, count=n)
+    completion = np.fromiter((r.completion_tokens for r in records), dtype=np.int32, count=n)
+    status = np.fromiter((-1 if r.status is None else r.status for r in records), dtype=np.int16, count=n)
+    flags = np.fromiter((1 if r.tokens_from_usage else 0 for r in records), dtype=np.uint8, count=n)
+
+    # Times relative to the request's own scheduled time are small and compress well.
+    has_first = first != _NONE_I64
+    rel = np.empty((5, n), dtype=np.int64)
+    rel[0] = scheduled
+    rel[1] = ids
+    rel[2] = sent - scheduled
+    rel[3] = end - scheduled
+    rel[4] = np.where(has_first, first - scheduled, _NONE_I64)
+    strings = {
+        "finish_reason": [r.finish_reason for r in records],
+        "error_class": [r.error_class for r in records],
+        "error": [r.error for r in records],
+        "scenario_tag": [r.scenario_tag for r in records],
+        "time_quantum_us": q_t,
+        "chunk_quantum_us": chunk_quantum_us,
+    }
+    js = _json_bytes(strings)
+    scalars = b"".join(
+        [
+            struct.pack("<I", len(js)),
+            js,
+            _shuffle(rel.reshape(-1)),
+            _shuffle(np.concatenate([n_chunks, prompt, completion])),
+            _shuffle(status),
+            flags.tobytes(),
+        ]
+    )
+
+    total = int(n_chunks.sum())
+    if total:
+        times = np.fromiter((t for r in records for t in r.chunk_times), dtype=np.float64, count=total)
+        chunks = _encode_chunks(np.rint(times * (1e6 / chunk_quantum_us)).astype(np.int64), n_chunks, chunk_quantum_us)
+    else:
+        chunks = b""
+    scalars_z = zlib.compress(scalars, ZLIB_LEVEL)
+    chunks_z = zlib.compress(chunks, ZLIB_LEVEL)
+    return _REQ_HEAD.pack(n, len(scalars_z), len(chunks_z)) + scalars_z + chunks_z
+
+
+def decode_requests(payload: bytes) -> list[RequestRecord]:
+    n, ls, lc = _REQ_HEAD.unpack_from(payload, 0)
+    pos = _REQ_HEAD.size
+    scalars = zlib.decompress(payload[pos : pos + ls])
+    chunks = zlib.decompress(payload[pos + ls : pos + ls + lc])
+    (jl,) = struct.unpack_from("<I", scalars, 0)
+    strings = json.loads(scalars[4 : 4 + jl])
+    p = 4 + jl
+    rel = _unshuffle(scalars[p : p + 40 * n], np.int64, 5 * n).reshape(5, n)
+    p += 40 * n
+    ints = _unshuffle(scalars[p : p + 12 * n], np.int32, 3 * n).reshape(3, n)
+    p += 12 * n
+    status = _unshuffle(scalars[p : p + 2 * n], np.int16, n)
+    p += 2 * n
+    flags = np.frombuffer(scalars, dtype=np.uint8, count=n, offset=p)
+
+    time_q_us = strings.get("time_quantum_us", 1)
+    chunk_q_us = strings.get("chunk_quantum_us", 1)
+    q_t = time_q_us / 1e6
+    scheduled_q = rel[0]
+    sent_q = scheduled_q + rel[2]
+    has_first = rel[4] != _NONE_I64
+    first_q = np.where(has_first, scheduled_q + np.where(has_first, rel[4], 0), _NONE_I64)
+    scheduled = (scheduled_q * q_t).tolist()
+    sent = (sent_q * q_t).tolist()
+    end = ((scheduled_q + rel[3]) * q_t).tolist()
+    first = (first_q * q_t).tolist()
+    ids = rel[1].tolist()
+    n_chunks = ints[0]
+    total = int(n_chunks.sum())
+    chunk_lists: list[list[float]] = [[] for _ in range(n)]
+    if total:
+        values = (_decode_chunks(chunks, n_chunks, total) * (chunk_q_us / 1e6)).tolist()
+        pos = 0
+        for idx, c in enumerate(n_chunks.tolist()):
+            if c:
+                chunk_lists[idx] = values[pos : pos + c]
+                pos += c
+    prompt = ints[1].tolist()
+    completion = ints[2].tolist()
+    status_l = status.tolist()
+    flags_l = flags.tolist()
+    fr, ec, er, tag = (strings[k] for k in ("finish_reason", "error_class", "error", "scenario_tag"))
+    return [
+        RequestRecord(
+            id=ids[i],
+            scheduled_at=scheduled[i],
+            sent_at=sent[i],
+            end_at=end[i],
+            first_token_at=first[i] if has_first[i] else None,
+            chunk_times=chunk_lists[i],
+            prompt_tokens=prompt[i],
+            completion_tokens=completion[i],
+            tokens_from_usage=bool(flags_l[i] & 1),
+            finish_reason=fr[i],
+            status=None if status_l[i] < 0 else status_l[i],
+            error_class=ec[i],
+            error=er[i],
+            scenario_tag=tag[i],
+        )
+        for i in range(n)
+    ]

@@ -1,0 +1,253 @@
+"""Opening a recording: version dispatch, frame index, tolerant tail, lazy block decoding."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from loadgen.errors import UserError
+from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+from record import format as fmt
+
+# Order of items sharing one timestamp when the stream is replayed.
+ITEM_ORDER = {"tick": 0, "sample": 1, "event": 2, "request": 3}
+
+
+@dataclass(slots=True)
+class Item:
+    t: float
+    kind: str  # "request", "sample", "tick", "event"
+    value: Any
+
+
+class Recording:
+    """A recording opened for reading. Blocks are decoded on demand (and cached a little),
+    so opening a large file only reads frame headers and checks CRCs."""
+
+    def __init__(self, path: Path, version: int, header: RunHeader, frames: list[fmt.FrameInfo],
+                 data: mmap.mmap | bytes, finish_t: float | None, warnings: list[str],
+                 decoders: dict[int, Callable[[bytes], Any]]) -> None:
+        self.path = path
+        self.format_version = version
+        self.header = header
+        self.warnings = warnings
+        self.finished = finish_t is not None
+        self._data = data
+        self._decoders = decoders
+        self._cache: OrderedDict[int, Any] = OrderedDict()
+        self.request_frames = [f for f in frames if f.kind == fmt.KIND_REQUESTS]
+        self.meta_frames = [f for f in frames if f.kind == fmt.KIND_META]
+        last = max((f.t_last for f in self.request_frames + self.meta_frames), default=0.0)
+        self.duration_s = finish_t if finish_t is not None else last
+        self.request_count = sum(f.count for f in self.request_frames)
+        # Frames are appended in time order, but a frame's items may straddle its
+        # neighbours' a little; the running max of t_last keeps bisection correct.
+        self._req_first = np.array([f.t_first for f in self.request_frames], dtype=float)
+        self._req_last_max = np.maximum.accumulate(np.array([f.t_last for f in self.request_frames] or [0.0]))
+        self._meta_first = np.array([f.t_first for f in self.meta_frames], dtype=float)
+        self._meta_last_max = np.maximum.accumulate(np.array([f.t_last for f in self.meta_frames] or [0.0]))
+        self._meta_all: tuple[list[ServerSample], list[Tick], list[Event]] | None = None
+
+    # ---- blocks ----------------------------------------------------------------------
+
+    def _decode(self, info: fmt.FrameInfo) -> Any:
+        hit = self._cache.get(info.offset)
+        if hit is not None:
+            self._cache.move_to_end(info.offset)
+            return hit
+        payload = bytes(self._data[info.offset : info.offset + info.length])
+        try:
+            value = self._decoders[info.kind](payload)
+        except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
+            raise UserError(f"{self.path}: corrupted block at byte {info.offset} ({exc})") from exc
+        self._cache[info.offset] = value
+        if len(self._cache) > 64:
+            self._cache.popitem(last=False)
+        return value
+
+    @staticmethod
+    def _overlapping(frames: list[fmt.FrameInfo], firsts: np.ndarray, last_max: np.ndarray,
+                     t_from: float, t_to: float) -> list[fmt.FrameInfo]:
+        if not frames:
+            return []
+        lo = int(np.searchsorted(last_max, t_from, side="left"))
+        hi = int(np.searchsorted(firsts, t_to, side="right")) if _sorted(firsts) else len(frames)
+        return [f for f in frames[lo:hi] if f.t_last >= t_from and f.t_first <= t_to]
+
+    def iter_requests(self, t_from: float = float("-inf"), t_to: float = float("inf")) -> Iterator[RequestRecord]:
+        """Requests whose ``end_at`` lies in [t_from, t_to], in recorded order."""
+        for f in self._overlapping(self.request_frames, self._req_first, self._req_last_max, t_from, t_to):
+            for r in self._decode(f):
+                if t_from <= r.end_at <= t_to:
+                    yield r
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """All requests (materialised; for a long run this holds every chunk time in memory)."""
+        return list(self.iter_requests())
+
+    def _meta(self) -> tuple[list[ServerSample], list[Tick], list[Event]]:
+        if self._meta_all is None:
+            samples: list[ServerSample] = []
+            ticks: list[Tick] = []
+            events: list[Event] = []
+            for f in self.meta_frames:
+                s, t, e = self._decode_uncached(f)
+                samples += s
+                ticks += t
+                events += e
+            self._meta_all = (samples, ticks, events)
+        return self._meta_all
+
+    def _decode_uncached(self, info: fmt.FrameInfo) -> Any:
+        hit = self._cache.get(info.offset)
+        if hit is not None:
+            return hit
+        payload = bytes(self._data[info.offset : info.offset + info.length])
+        try:
+            return self._decoders[info.kind](payload)
+        except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
+            raise UserError(f"{self.path}: corrupted block at byte {info.offset} ({exc})") from exc
+
+    @property
+    def samples(self) -> list[ServerSample]:
+        return self._meta()[0]
+
+    @property
+    def ticks(self) -> list[Tick]:
+        return self._meta()[1]
+
+    @property
+    def events(self) -> list[Event]:
+        return self._meta()[2]
+
+    def marks(self) -> list[Event]:
+        """Knee and user marks, in time order (what jump-to offers)."""
+        return sorted((e for e in self.events if e.kind in ("knee", "mark")), key=lambda e: e.t)
+
+    def items_between(self, t_from: float, t_to: float) -> list[Item]:
+        """Every item with ``t_from < time <= t_to``, in replay order (time, then kind).
+
+        A request's time is its ``end_at``: that is when a live run publishes it.
+        """
+        out: list[Item] = []
+        for f in self._overlapping(self.meta_frames, self._meta_first, self._meta_last_max, t_from, t_to):
+            samples, ticks, events = self._decode(f)
+            out += [Item(x.t, "sample", x) for x in samples if t_from < x.t <= t_to]
+            out += [Item(x.t, "tick", x) for x in ticks if t_from < x.t <= t_to]
+            out += [Item(x.t, "event", x) for x in events if t_from < x.t <= t_to]
+        for f in self._overlapping(self.request_frames, self._req_first, self._req_last_max, t_from, t_to):
+            out += [Item(r.end_at, "request", r) for r in self._decode(f) if t_from < r.end_at <= t_to]
+        out.sort(key=lambda it: (it.t, ITEM_ORDER[it.kind]))
+        return out
+
+    def close(self) -> None:
+        if isinstance(self._data, mmap.mmap):
+            try:
+                self._data.close()
+            except BufferError:  # a view is still alive; the GC will release it
+                pass
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _sorted(a: np.ndarray) -> bool:
+    return bool(a.size < 2 or np.all(a[1:] >= a[:-1]))
+
+
+# ---- version dispatch ---------------------------------------------------------------------
+#
+# Each format version maps to a function that scans the body and returns the pieces a
+# Recording needs. A new version adds an entry; old entries stay so old files keep opening.
+
+
+def _scan_v1(path: Path, data: mmap.mmap | bytes, start: int, warnings: list[str]):
+    frames: list[fmt.FrameInfo] = []
+    size = len(data)
+    pos = start
+    finish_t = None
+    while pos < size:
+        if size - pos < fmt.FRAME.size:
+            warnings.append(f"{path}: truncated tail ({size - pos} stray bytes at byte {pos}) ignored; "
+                            "the run was probably killed — replay stops at the last complete block")
+            break
+        length, kind, count, crc, t_first, t_last = fmt.FRAME.unpack_from(data, pos)
+        body = pos + fmt.FRAME.size
+        if body + length > size:
+            warnings.append(f"{path}: truncated tail (incomplete block at byte {pos}) ignored; "
+                            "the run was probably killed — replay stops at the last complete block")
+            break
+        if zlib.crc32(memoryview(data)[body : body + length]) != crc:
+            if body + length == size and frames:
+                warnings.append(f"{path}: damaged last block at byte {pos} ignored")
+                break
+            raise UserError(f"{path}: corrupted recording (checksum mismatch in block at byte {pos})")
+        info = fmt.FrameInfo(body, kind, count, length, crc, t_first, t_last)
+        if not frames and kind != fmt.KIND_HEADER:
+            raise UserError(f"{path}: corrupted recording (no header block)")
+        if kind == fmt.KIND_FINISH:
+            finish_t = fmt.decode_finish(bytes(data[body : body + length]))
+        elif kind not in fmt.KINDS:
+            warnings.append(f"{path}: skipped a block of unknown kind {kind} at byte {pos}")
+        else:
+            frames.append(info)
+        pos = body + length
+    if not frames:
+        raise UserError(f"{path}: corrupted recording (truncated before its header)")
+    h = frames[0]
+    try:
+        header = fmt.decode_header(bytes(data[h.offset : h.offset + h.length]))
+    except (zlib.error, ValueError, TypeError) as exc:
+        raise UserError(f"{path}: corrupted recording (unreadable header: {exc})") from exc
+    decoders = {fmt.KIND_REQUESTS: fmt.decode_requests, fmt.KIND_META: fmt.decode_meta}
+    if finish_t is None:
+        warnings.append(f"{path}: the run has no end marker (interrupted?); replay covers what was flushed")
+    return header, frames[1:], finish_t, decoders
+
+
+SCANNERS: dict[int, Callable] = {1: _scan_v1}
+
+
+def open_recording(path: str | os.PathLike) -> Recording:
+    """Open a ``.rwrec`` file of any supported format version.
+
+    Raises ``UserError`` (one line naming the file) for a missing, foreign, corrupted or
+    too-new file. A truncated tail (killed writer) opens with a warning in ``.warnings``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such recording")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not a recording")
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise UserError(f"{path}: empty file, not a rampwatch recording")
+            data: mmap.mmap | bytes = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except PermissionError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from exc
+    if len(data) < fmt.PREAMBLE.size or data[: len(fmt.MAGIC)] != fmt.MAGIC:
+        raise UserError(f"{path}: not a rampwatch recording (unknown file format)")
+    _magic, version, _r1, _r2 = fmt.PREAMBLE.unpack_from(data, 0)
+    scanner = SCANNERS.get(version)
+    if scanner is None:
+        newest = max(SCANNERS)
+        if version > newest:
+            raise UserError(f"{path}: recording format version {version} is newer than this rampwatch "
+                            f"reads (up to {newest}); upgrade rampwatch")
+        raise UserError(f"{path}: unknown recording format version {version}")
+    warnings: list[str] = []
+    header, frames, finish_t, decoders = scanner(path, data, fmt.PREAMBLE.size, warnings)
+    return Recording(path, version, header, frames, data, finish_t, warnings, decoders)

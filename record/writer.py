@@ -1,0 +1,185 @@
+"""Writing a recording while a run goes on: a ``TimelineSink`` that buffers in memory and
+appends one frame per kind to the file from a background thread, at least once a second."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from loadgen.errors import UserError
+from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+from record import format as fmt
+from record.redact import redact_options, scrub, secret_values
+
+log = logging.getLogger(__name__)
+
+EXTENSION = ".rwrec"
+DEFAULT_DIR = Path("recordings")
+
+
+def default_recording_path(scenario_name: str, started_at: float | datetime, directory: Path = DEFAULT_DIR) -> Path:
+    """``recordings/20261122-143000-chat.rwrec`` (local time of the run's start)."""
+    if not isinstance(started_at, datetime):
+        started_at = datetime.fromtimestamp(started_at)
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in scenario_name).strip("-.") or "run"
+    return directory / f"{started_at.strftime('%Y%m%d-%H%M%S')}-{safe}{EXTENSION}"
+
+
+class RecordingWriter:
+    """Append-only, crash-safe recording of one run.
+
+    The ``on_*`` calls only append to in-memory lists (safe to call from the event loop).
+    A daemon thread encodes and writes what accumulated every ``flush_interval_s``; each
+    flush is complete frames followed by ``flush()``, so a killed process leaves a file
+    that reads back up to the last flush. ``on_finish`` (or ``close``) writes the rest.
+
+    ``secrets``: literal strings (e.g. the API key) to mask wherever they would appear;
+    secret values found in ``header.options`` are added automatically.
+    ``flush_interval_s=None``: no thread; the caller flushes (deterministic fixtures).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        flush_interval_s: float | None = 0.5,
+        secrets: set[str] | None = None,
+        chunk_quantum_us: int = fmt.CHUNK_QUANTUM_US,
+    ) -> None:
+        self.path = Path(path)
+        self.flush_interval_s = flush_interval_s
+        self.chunk_quantum_us = chunk_quantum_us
+        self._secrets = set(secrets or ())
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._requests: list[RequestRecord] = []
+        self._samples: list[ServerSample] = []
+        self._ticks: list[Tick] = []
+        self._events: list[Event] = []
+        self._file: BinaryIO | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self.bytes_written = 0
+        self.closed = False
+
+    # ---- TimelineSink --------------------------------------------------------------
+
+    def on_start(self, header: RunHeader) -> None:
+        self._secrets |= secret_values(header.options) | secret_values(header.scenario)
+        d = header.to_dict()
+        d["options"] = redact_options(d.get("options") or {})
+        d["scenario"] = redact_options(d.get("scenario") or {})
+        d["server_info"] = redact_options(d.get("server_info") or {})
+        d = scrub(d, self._secrets)
+        clean = RunHeader(**d)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "wb")
+        except OSError as exc:
+            raise UserError(f"cannot write recording {self.path}: {exc.strerror or exc}") from exc
+        payload = fmt.encode_header(clean)
+        self._write(fmt.preamble() + fmt.frame(fmt.KIND_HEADER, payload, 1, 0.0, 0.0))
+        if self.flush_interval_s is not None:
+            self._thread = threading.Thread(target=self._run, name="rampwatch-recorder", daemon=True)
+            self._thread.start()
+
+    def on_request(self, record: RequestRecord) -> None:
+        with self._lock:
+            self._requests.append(record)
+
+    def on_scrape(self, sample: ServerSample) -> None:
+        with self._lock:
+            self._samples.append(sample)
+
+    def on_tick(self, tick: Tick) -> None:
+        with self._lock:
+            self._ticks.append(tick)
+
+    def on_event(self, event: Event) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    def on_finish(self, t: float) -> None:
+        self.close(finish_t=t)
+
+    # ---- writing ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_at = time.monotonic() + self.flush_interval_s
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at += self.flush_interval_s
+            if time.monotonic() > next_at:  # fell behind (slow disk): don't burst
+                next_at = time.monotonic() + self.flush_interval_s
+            self.flush()
+
+    def flush(self) -> None:
+        """Encode and append everything buffered so far (called by the thread; callable directly)."""
+        with self._lock:
+            requests, self._requests = self._requests, []
+            samples, self._samples = self._samples, []
+            ticks, self._ticks = self._ticks, []
+            events, self._events = self._events, []
+        if self._file is None or self.error is not None:
+            return
+        try:
+            out = []
+            if samples or ticks or events:
+                if self._secrets:
+                    events = [Event(e.t, e.kind, scrub(e.message, self._secrets), scrub(e.data, self._secrets)) for e in events]
+                    samples = [_scrub_sample(s, self._secrets) for s in samples]
+                times = [s.t for s in samples] + [t.t for t in ticks] + [e.t for e in events]
+                payload = fmt.encode_meta(samples, ticks, events)
+                out.append(fmt.frame(fmt.KIND_META, payload, len(samples) + len(ticks) + len(events), min(times), max(times)))
+            if requests:
+                if self._secrets:
+                    requests = [
+                        dataclasses.replace(r, error=scrub(r.error, self._secrets)) if r.error else r
+                        for r in requests
+                    ]
+                ends = [r.end_at for r in requests]
+                payload = fmt.encode_requests(requests, self.chunk_quantum_us)
+                out.append(fmt.frame(fmt.KIND_REQUESTS, payload, len(requests), min(ends), max(ends)))
+            if out:
+                self._write(b"".join(out))
+        except Exception as exc:  # never take the run down; the runner reports .error
+            self.error = exc
+            log.error("recording %s stopped: %s", self.path, exc)
+
+    def _write(self, data: bytes) -> None:
+        with self._write_lock:
+            assert self._file is not None
+            self._file.write(data)
+            self._file.flush()
+            self.bytes_written += len(data)
+
+    def close(self, finish_t: float | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+        if self._file is not None:
+            if finish_t is not None and self.error is None:
+                try:
+                    self._write(fmt.frame(fmt.KIND_FINISH, fmt.encode_finish(finish_t), 1, finish_t, finish_t))
+                except OSError as exc:
+                    self.error = exc
+            self._file.close()
+
+    def __enter__(self) -> RecordingWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _scrub_sample(s: ServerSample, secrets: set[str]) -> ServerSample:
+    return dataclasses.replace(s, url=scrub(s.url, secrets), error=scrub(s.error, secrets))
