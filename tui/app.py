@@ -187,6 +187,11 @@ class RampwatchApp(App[int]):
     # ----- data flow -----
 
     def poll_source(self) -> None:
+        if getattr(self.source, "failure", None) is not None:
+            # The run thread failed (e.g. the target is unreachable): leave the screen so
+            # the command line can print the error as one line.
+            self.exit(1)
+            return
         snapshot = self.source.snapshot()
         if snapshot is None:
             return
@@ -194,6 +199,8 @@ class RampwatchApp(App[int]):
 
     def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
         snapshot = message.snapshot
+        if self.mode == "live" and self.latest.state in ACTIVE_STATES and snapshot.state == "done":
+            self.notify("run finished — q to quit", timeout=10)
         self.latest = snapshot
         if self._pending_hold is not None and (
             (snapshot.state == "holding") == self._pending_hold or snapshot.state not in ACTIVE_STATES

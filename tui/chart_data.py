@@ -72,7 +72,7 @@ def nice_upper(value: float) -> float:
     exponent = math.floor(math.log10(value))
     for step in (1.0, 2.0, 2.5, 5.0, 10.0):
         top = step * 10**exponent
-        if top >= value * 1.0000001:
+        if top >= value * (1 - 1e-9):
             return top
     return 10.0 ** (exponent + 1)
 

@@ -97,33 +97,42 @@ class TimeSeriesChart(PlotextPlot):
         if True in tops and self.Y_RIGHT_LABEL:
             plt.ylabel(self.Y_RIGHT_LABEL, yside="right")
 
+        missing: list[str] = []
         for index, spec in enumerate(self.SERIES):
             yside = "right" if spec.right_axis else "left"
             marker = MONO_MARKERS[index % len(MONO_MARKERS)] if self.monochrome else "braille"
             if compare is not None:
-                self._plot_series(compare.times, self._series_values(compare, spec), f"{spec.label} (B)", COMPARE_COLOUR, marker, yside)
+                compare_marker = "·" if self.monochrome else marker
+                self._plot_series(compare.times, self._series_values(compare, spec), f"{spec.label} (B)", COMPARE_COLOUR, compare_marker, yside)
             values = self._series_values(snapshot, spec)
-            label = spec.label
-            if spec.server and not snapshot.server_metrics_available:
-                label += " (no /metrics)"
-            self._plot_series(snapshot.times, values, label, spec.colour, marker, yside)
+            if not self._plot_series(snapshot.times, values, spec.label, spec.colour, marker, yside):
+                missing.append(spec.label)
+        server_missing = not snapshot.server_metrics_available and any(s.server for s in self.SERIES)
+        if server_missing:
+            self.border_subtitle = f"server series: no usable /metrics from {metrics_url(snapshot)}"
+        elif missing:
+            self.border_subtitle = "no data yet: " + ", ".join(missing)
+        else:
+            self.border_subtitle = ""
         self._draw_markers(markers(snapshot.events), tops.get(False, tops.get(True, 1.0)), False)
         if compare is not None:
             self._draw_markers([m for m in markers(compare.events) if m.kind == "knee"], tops.get(False, tops.get(True, 1.0)), True)
 
-    def _plot_series(self, times, values, label, colour, marker, yside) -> None:
+    def _colour(self, colour: str) -> str:
+        return "default" if self.monochrome else colour
+
+    def _plot_series(self, times, values, label, colour, marker, yside) -> bool:
+        """Plot the series' runs of data; False when it has none (then the chart's subtitle
+        names it, so a missing series is visibly missing rather than silently absent)."""
         parts = segments(times, values)
-        if not parts:
-            # Keep the legend entry so a missing series is visibly missing, not silently absent.
-            self.plt.plot([], [], label=f"{label} –", color=colour, marker=marker, yside=yside)
-            return
         for i, (xs, ys) in enumerate(parts):
-            self.plt.plot(xs, ys, label=label if i == 0 else None, color=colour, marker=marker, yside=yside)
+            self.plt.plot(xs, ys, label=label if i == 0 else None, color=self._colour(colour), marker=marker, yside=yside)
+        return bool(parts)
 
     def _draw_markers(self, marks: list[Marker], y_top: float, dimmed: bool) -> None:
         yside = "left" if any(not s.right_axis for s in self.SERIES) else "right"
         for mark in marks:
-            colour = COMPARE_COLOUR if dimmed else MARKER_COLOURS.get(mark.kind, "white")
+            colour = self._colour(COMPARE_COLOUR if dimmed else MARKER_COLOURS.get(mark.kind, "white"))
             self.plt.vertical_line(mark.t, color=colour)
             label = f"{mark.label}(B)" if dimmed else mark.label
             self.plt.text(label, mark.t, y_top, color=colour, yside=yside, alignment="left")

@@ -1,0 +1,131 @@
+import math
+
+import pytest
+
+from loadgen.timeline import Event
+from tests.tui.fakes import fake_snapshot
+from tui.chart_data import (
+    errors_by_class,
+    format_duration,
+    format_ms,
+    last_value,
+    markers,
+    metrics_url,
+    nice_upper,
+    rate_step,
+    segments,
+    x_range,
+    y_upper,
+)
+from tui.position_bar import bar_cells
+
+NAN = float("nan")
+
+
+def test_segments_split_at_missing_values():
+    times = [0, 1, 2, 3, 4, 5]
+    values = [NAN, 1.0, 2.0, NAN, None, 5.0]
+    assert segments(times, values) == [([1.0, 2.0], [1.0, 2.0]), ([5.0], [5.0])]
+
+
+def test_segments_of_an_all_missing_series_is_empty():
+    assert segments([0, 1], [NAN, NAN]) == []
+
+
+@pytest.mark.parametrize(
+    "value, top",
+    [(0.0, 1.0), (0.7, 1.0), (1.0, 1.0), (1.9, 2.0), (2.1, 2.5), (3.0, 5.0), (7.2, 10.0), (99.0, 100.0), (120.0, 200.0)],
+)
+def test_nice_upper(value, top):
+    assert nice_upper(value) == pytest.approx(top)
+
+
+def test_y_upper_ignores_missing_and_has_headroom():
+    assert y_upper([[NAN, 4.0], [9.6]]) == pytest.approx(20.0)  # 9.6 * 1.05 > 10
+    assert y_upper([[NAN]]) == 1.0
+
+
+def test_x_range_covers_planned_time_then_grows_past_it():
+    early = fake_snapshot(10.0)
+    assert x_range(early) == (0.0, 120.0)
+    late = fake_snapshot(10.0)
+    late.planned_duration_s = 5.0
+    assert x_range(late) == (0.0, 10.0)
+    late.t, late.times = 300.0, [float(i) for i in range(300)]
+    assert x_range(late) == (0.0, 300.0)
+
+
+def test_x_range_takes_the_longer_of_two_compared_runs():
+    a = fake_snapshot(30.0)
+    b = fake_snapshot(30.0)
+    b.planned_duration_s = 400.0
+    assert x_range(a, b) == (0.0, 400.0)
+
+
+def test_markers_number_marks_and_keep_knee_and_holds():
+    events = [
+        Event(1.0, "start"), Event(5.0, "mark", "a"), Event(7.0, "hold"), Event(9.0, "resume"),
+        Event(12.0, "knee"), Event(15.0, "mark", "b"), Event(16.0, "error"),
+    ]
+    got = [(m.t, m.kind, m.label) for m in markers(events)]
+    assert got == [(5.0, "mark", "M1"), (7.0, "hold", "H"), (9.0, "resume", "R"), (12.0, "knee", "K"), (15.0, "mark", "M2")]
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "00:00"), (59.9, "00:59"), (95, "01:35"), (3725, "1:02:05"), (None, "--:--"), (NAN, "--:--")])
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("seconds, text", [(0.0123, "12.3 ms"), (0.4101, "410 ms"), (NAN, "–"), (None, "–")])
+def test_format_ms(seconds, text):
+    assert format_ms(seconds) == text
+
+
+def test_last_value_skips_trailing_gaps():
+    assert last_value([1.0, 2.0, NAN, NAN]) == 2.0
+    assert last_value([NAN]) is None
+
+
+@pytest.mark.parametrize("rate, step", [(0.0, 0.5), (3.0, 0.5), (8.0, 0.5), (12.0, 1.0), (25.0, 2.0), (60.0, 5.0), (150.0, 10.0)])
+def test_rate_step_is_a_round_tenth_of_the_rate(rate, step):
+    assert rate_step(rate) == step
+
+
+def test_configured_rate_step_wins():
+    assert rate_step(150.0, configured=3.0) == 3.0
+
+
+def test_metrics_url_names_the_scraped_url_or_the_target():
+    assert metrics_url(fake_snapshot(10.0)) == "http://127.0.0.1:8000/metrics"
+    no_urls = fake_snapshot(10.0, metrics=False)
+    assert metrics_url(no_urls) == "http://127.0.0.1:8000/metrics"
+    no_urls.header.target = "http://host:9000/"
+    assert metrics_url(no_urls) == "http://host:9000/metrics"
+
+
+def test_errors_by_class_prefers_the_summary():
+    snap = fake_snapshot(110.0)
+    assert errors_by_class(snap) == {"http_503": 4}
+    snap.summary["errors_by_class"] = {"timeout": 2}
+    assert errors_by_class(snap) == {"timeout": 2}
+
+
+def test_bar_cells_shows_progress_and_markers():
+    bar = bar_cells(50.0, 100.0, 20, [(80.0, "K"), (10.0, "M")])
+    assert len(bar) == 20
+    assert bar[16] == "K" and bar[2] == "M"
+    assert bar[9] == "●"
+    assert bar[:2] == "━━" and bar[12:16] == "────"
+
+
+def test_bar_cells_handles_empty_recordings():
+    assert bar_cells(0.0, 0.0, 5, []) == "●────"
+    assert bar_cells(1.0, 1.0, 0, []) == ""
+
+
+def test_fake_run_has_a_knee_where_throughput_flattens():
+    snap = fake_snapshot(120.0)
+    completed = snap.series["completed_rps"]
+    assert max(completed) < 15.0 < max(snap.series["offered_rps"])
+    assert not math.isnan(snap.series["kv_usage_pct"][-1])
+    assert math.isnan(fake_snapshot(120.0, metrics=False).series["kv_usage_pct"][-1])

@@ -1,0 +1,221 @@
+"""Pilot tests of the live screen: the keys call the RunControl, the layout follows the
+terminal size, and server panels say when /metrics is missing."""
+
+import pytest
+
+from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
+from tui.app import is_wide, make_app
+from tui.help_screen import HelpScreen
+from tui.kv_chart import KvChart
+from tui.mark_dialog import MarkDialog
+from tui.quit_dialog import QuitDialog
+from tui.stats_panel import StatsPanel
+from tui.throughput_chart import ThroughputChart
+
+NARROW = (80, 24)
+WIDE = (160, 48)
+
+
+def live_app(t=60.0, *, metrics=True, state=None, **kwargs):
+    control = FakeControl()
+    source = FrozenSource(fake_snapshot(t, metrics=metrics, state=state))
+    return make_app(source, control, mode="live", **kwargs), control, source
+
+
+async def test_space_holds_then_resumes():
+    app, control, _ = live_app(60.0)  # ramping
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("space")
+        await pilot.press("space")
+    assert control.calls == [("hold", None), ("resume", None)]
+
+
+async def test_space_resumes_a_held_run():
+    app, control, _ = live_app(45.0)  # inside the fake hold
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("space")
+    assert control.calls == [("resume", None)]
+
+
+async def test_plus_and_minus_step_the_rate():
+    app, control, _ = live_app(60.0)  # ~9.9 rps → 0.5 rps steps
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("plus", "plus", "minus", "equals_sign")
+    assert control.calls == [("step_rate", 0.5), ("step_rate", 0.5), ("step_rate", -0.5), ("step_rate", 0.5)]
+
+
+async def test_configured_rate_step_is_used():
+    app, control, _ = live_app(60.0, rate_step_rps=2.0)
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("minus")
+    assert control.calls == [("step_rate", -2.0)]
+
+
+async def test_m_adds_a_mark_with_the_typed_note():
+    app, control, _ = live_app(60.0)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("m")
+        assert isinstance(app.screen, MarkDialog)
+        # Keys typed into the note must not steer the run.
+        await pilot.press(*"s m +", "enter")
+        assert not isinstance(app.screen, MarkDialog)
+    assert control.calls == [("mark", "s m +")]
+
+
+async def test_escape_cancels_the_mark():
+    app, control, _ = live_app(60.0)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("m", "x", "escape")
+        assert not isinstance(app.screen, MarkDialog)
+    assert control.calls == []
+
+
+async def test_s_stops_gracefully_once():
+    app, control, _ = live_app(60.0)
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("s")
+    assert control.calls == [("stop", None)]
+
+
+async def test_s_does_nothing_when_the_run_is_already_stopping():
+    app, control, _ = live_app(60.0, state="stopping")
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("s")
+    assert control.calls == []
+
+
+async def test_q_asks_while_a_run_is_active_and_n_keeps_it_running():
+    app, control, _ = live_app(60.0)
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitDialog)
+        await pilot.press("n")
+        assert not isinstance(app.screen, QuitDialog)
+        assert app.is_running
+    assert control.calls == []
+
+
+async def test_q_then_y_stops_the_run_and_exits():
+    app, control, _ = live_app(60.0)
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("q")
+        await pilot.press("y")
+        await pilot.pause()
+    assert control.calls == [("stop", None)]
+    assert app.return_code == 0
+
+
+async def test_q_quits_at_once_when_the_run_is_done():
+    app, control, _ = live_app(120.0)  # done
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        assert not isinstance(app.screen, QuitDialog)
+    assert control.calls == []
+    assert app.return_code == 0
+
+
+async def test_question_mark_shows_the_keys():
+    app, control, _ = live_app(60.0)
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("space")  # keys go to the help, not to the run
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+    assert control.calls == []
+
+
+async def test_without_control_the_keys_do_not_steer():
+    source = FrozenSource(fake_snapshot(60.0))
+    app = make_app(source, None, mode="live")
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("space", "plus", "s", "m")
+        assert not isinstance(app.screen, MarkDialog)
+
+
+@pytest.mark.parametrize("size, wide", [((80, 24), False), ((119, 48), False), ((160, 35), False), ((120, 36), True), ((200, 60), True)])
+def test_layout_threshold(size, wide):
+    from textual.geometry import Size
+
+    assert is_wide(Size(*size)) is wide
+
+
+async def test_layout_follows_resizes():
+    app, _, _ = live_app(60.0)
+    async with app.run_test(size=NARROW) as pilot:
+        assert app.query_one("#narrow").display and not app.query_one("#wide").display
+        await pilot.resize_terminal(*WIDE)
+        await pilot.pause()
+        assert app.query_one("#wide").display and not app.query_one("#narrow").display
+        await pilot.resize_terminal(*NARROW)
+        await pilot.pause()
+        assert app.query_one("#narrow").display
+
+
+async def test_digits_switch_tabs_on_narrow_terminals():
+    app, _, _ = live_app(60.0)
+    async with app.run_test(size=NARROW) as pilot:
+        tabs = app.query_one("#narrow")
+        assert tabs.active == "tab-throughput"
+        await pilot.press("6")
+        assert tabs.active == "tab-stats"
+        await pilot.press("2")
+        assert tabs.active == "tab-queue"
+
+
+async def test_every_panel_gets_the_snapshot():
+    app, _, source = live_app(95.0)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        assert source.polls >= 1
+        for chart in app.query(ThroughputChart):
+            assert chart._message is None
+        stats = app.query_one("#w-stats", StatsPanel)
+        assert stats.snapshot is not None and stats.snapshot.t == 95.0
+
+
+async def test_server_panels_say_when_metrics_are_missing():
+    app, _, _ = live_app(60.0, metrics=False)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        kv = app.query_one("#w-kv", KvChart)
+        assert kv._message == "KV cache: no usable /metrics from http://127.0.0.1:8000/metrics"
+        assert "no usable /metrics" in str(kv.render())
+        # Client panels keep working.
+        assert app.query_one("#w-throughput", ThroughputChart)._message is None
+        assert app.query_one("#w-latency")._message is None
+        now, _ = app.query_one("#w-stats", StatsPanel).rows(app.latest)
+        assert ("KV cache %", "no /metrics") in now
+        assert ("TTFT p50", "–") not in now
+
+
+async def test_polls_at_most_four_times_a_second():
+    app, _, source = live_app(60.0, refresh_hz=50.0)
+    assert app.refresh_hz == 4.0
+    async with app.run_test(size=NARROW) as pilot:
+        polls = source.polls
+        await pilot.pause(1.0)
+        assert source.polls - polls <= 5
+
+
+async def test_no_color_draws_charts_without_colour(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app, _, _ = live_app(95.0)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        chart = app.query_one("#w-throughput", ThroughputChart)
+        assert chart.monochrome and chart.theme == "clear"
+        assert "\x1b[38" not in chart.plt.build()  # no colour escapes in the plot
+
+
+async def test_throughput_chart_names_the_missing_server_series():
+    app, _, _ = live_app(60.0, metrics=False)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        chart = app.query_one("#w-throughput", ThroughputChart)
+        assert "no usable /metrics from http://127.0.0.1:8000/metrics" in str(chart.border_subtitle)
+    app, _, _ = live_app(60.0, metrics=True)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        assert app.query_one("#w-throughput", ThroughputChart).border_subtitle == ""

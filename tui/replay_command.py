@@ -1,0 +1,65 @@
+"""`rampwatch replay REC [--compare B]`: a recording in the live screens."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from loadgen.errors import UserError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recording", metavar="REC", help="recording to replay (.rwrec)")
+    parser.add_argument("--compare", metavar="B", help="another recording drawn dimmed on the same charts, aligned at the start")
+    parser.add_argument("--speed", type=float, default=1.0, help="playback speed, 1 to 16 (default 1)")
+    parser.add_argument("--start", type=float, default=0.0, metavar="SECONDS", help="start at this position")
+    parser.add_argument("--paused", action="store_true", help="open paused (space plays)")
+
+
+def _open(path: str):
+    from record import reader
+
+    if not Path(path).exists():
+        raise UserError(f"{path}: no such recording")
+    recording = reader.open_recording(path)
+    if not hasattr(recording, "replay"):
+        raise UserError(f"{path}: this build cannot replay recordings yet")
+    return recording
+
+
+class FinalSnapshot:
+    """A whole recording as one still snapshot (the comparison run is drawn complete)."""
+
+    def __init__(self, timeline) -> None:
+        timeline.seek(float(timeline.duration))
+        self._snapshot = timeline.snapshot()
+
+    def snapshot(self):
+        return self._snapshot
+
+
+def main(args: argparse.Namespace) -> int:
+    if not 1.0 <= args.speed <= 16.0:
+        raise UserError(f"--speed {args.speed:g}: must be between 1 and 16")
+    from tui.app import make_app
+
+    timeline = _open(args.recording).replay()
+    compare = FinalSnapshot(_open(args.compare).replay()) if args.compare else None
+    timeline.speed = args.speed
+    if args.start:
+        timeline.seek(args.start)
+    if not args.paused:
+        timeline.play()
+    if not sys.stdout.isatty():
+        raise UserError("replay needs a terminal (use `rampwatch report` or `rampwatch export` for text)")
+    app = make_app(
+        timeline,
+        mode="replay",
+        compare=compare,
+        recording=args.recording,
+        compare_label=args.compare,
+    )
+    app._playing = not args.paused  # used only when the timeline does not report `playing`
+    app.run()
+    return 0
