@@ -1,0 +1,732 @@
+"""Scenarios: a YAML file saying what to send (workload) and when (schedule).
+
+``load_scenario("chat")`` reads the repository's ``scenarios/chat.yaml``; any other string
+is a path. Validation errors point at the file, line and key path, e.g.
+``scenarios/chat.yaml:12: schedule.end_rps: expected a number >= 0, got 'fast'``.
+Command-line overrides (``--set key.path=value`` and the named flags in ``FLAG_KEYS``)
+are applied before validation. The schema is documented in ``docs/scenarios.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+import loadgen
+from loadgen.errors import UserError
+from loadgen.requests import PreparedRequest
+from loadgen.schedules import (
+    VLLM_KINDS,
+    ArrivalSchedule,
+    SpecProblem,
+    build_schedule,
+    check_schedule,
+    choice_check,
+    describe,
+    is_number,
+    number_check,
+    unknown_key_message,
+)
+
+SCENARIO_DIR = Path(loadgen.__file__).resolve().parent.parent / "scenarios"
+
+# Named run flags -> the scenario key each one sets.
+FLAG_KEYS: dict[str, str] = {
+    "duration": "schedule.duration_s",
+    "start_rps": "schedule.start_rps",
+    "end_rps": "schedule.end_rps",
+    "seed": "seed",
+    "max_concurrency": "max_concurrency",
+    "model": "model",
+}
+
+ENDPOINTS = ("completions", "chat")
+PROMPT_FORMATS = ("text", "token_ids")
+LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal")
+DOC_PICKS = ("uniform", "zipf")
+DATASET_FORMATS = ("auto", "sharegpt", "prompts", "messages")
+TOP_KEYS = ("name", "description", "endpoint", "model", "seed", "max_concurrency", "schedule", "workload", "slo")
+WORKLOAD_KEYS = (
+    "prompt_format",
+    "input_tokens",
+    "output_tokens",
+    "system_prompt",
+    "documents",
+    "conversations",
+    "dataset",
+    "ignore_eos",
+    "extra_body",
+)
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+
+Path_ = tuple[str | int, ...]
+
+
+def dotted(path: Path_) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+# --------------------------------------------------------------------------- files
+
+
+def list_scenarios() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def resolve_scenario_path(path_or_name: str) -> Path:
+    candidate = Path(path_or_name).expanduser()
+    if candidate.is_file():
+        return candidate
+    if "/" not in path_or_name and not path_or_name.endswith((".yaml", ".yml")):
+        named = SCENARIO_DIR / f"{path_or_name}.yaml"
+        if named.is_file():
+            return named
+    names = ", ".join(list_scenarios()) or "none"
+    raise UserError(f"scenario {path_or_name!r}: no such file and not a built-in scenario (built-in: {names})")
+
+
+def _line_map(node: yaml.Node | None, path: Path_ = (), out: dict | None = None) -> dict[Path_, tuple[int, int]]:
+    """Key path -> (line of the key, line of the value), 1-based."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            sub = path + (key_node.value,)
+            out[sub] = (key_node.start_mark.line + 1, value_node.start_mark.line + 1)
+            _line_map(value_node, sub, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            sub = path + (i,)
+            out[sub] = (item.start_mark.line + 1, item.start_mark.line + 1)
+            _line_map(item, sub, out)
+    return out
+
+
+def _read_yaml(path: Path) -> tuple[Any, dict[Path_, tuple[int, int]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read scenario ({exc})") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{where}: not valid YAML ({problem})") from None
+    return data, _line_map(node)
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def _parse_value(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return yaml.safe_load(value) if value.strip() else value
+    except yaml.YAMLError:
+        return value
+
+
+def apply_overrides(scenario_dict: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A copy of ``scenario_dict`` with each ``(key.path, value)`` set. String values are
+    read as YAML scalars (``20`` → 20, ``null`` → None, ``[1, 2]`` → a list); a numeric
+    part indexes a list (``schedule.steps.0.rate``)."""
+    out = copy.deepcopy(scenario_dict)
+    for key_path, raw_value in overrides:
+        parts = [p for p in str(key_path).split(".")]
+        if not parts or any(p == "" for p in parts):
+            raise UserError(f"--set {key_path}: expected a dotted key path such as schedule.end_rps")
+        node: Any = out
+        for i, part in enumerate(parts[:-1]):
+            where = ".".join(parts[: i + 1])
+            if isinstance(node, list) and part.isdigit():
+                if int(part) >= len(node):
+                    raise UserError(f"--set {key_path}: {where}: index out of range (the list has {len(node)} items)")
+                node = node[int(part)]
+                continue
+            if not isinstance(node, dict):
+                raise UserError(f"--set {key_path}: {'.'.join(parts[:i]) or 'scenario'} is not a mapping")
+            if not isinstance(node.get(part), (dict, list)):
+                node[part] = {}
+            node = node[part]
+        last = parts[-1]
+        value = _parse_value(raw_value)
+        if isinstance(node, list) and last.isdigit():
+            if int(last) >= len(node):
+                raise UserError(f"--set {key_path}: index out of range (the list has {len(node)} items)")
+            node[int(last)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise UserError(f"--set {key_path}: {'.'.join(parts[:-1])} is not a mapping")
+    return out
+
+
+def flag_overrides(flags: dict[str, Any] | None, scenario_dict: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(key path, value) pairs for the run's named flags (None values are skipped)."""
+    pairs: list[tuple[str, Any]] = []
+    kind = (scenario_dict.get("schedule") or {}).get("kind") if isinstance(scenario_dict.get("schedule"), dict) else None
+    for flag, value in (flags or {}).items():
+        if value is None:
+            continue
+        if flag not in FLAG_KEYS:
+            raise UserError(f"--{flag.replace('_', '-')}: not a scenario flag (known: {', '.join(FLAG_KEYS)})")
+        option = f"--{flag.replace('_', '-')}"
+        if flag in ("start_rps", "end_rps") and kind in ("constant", "poisson", "gamma", "steps", "vllm-constant"):
+            raise UserError(
+                f"{option}: schedule kind '{kind}' has no {flag}; change the kind "
+                f"(--set schedule.kind=linear) or set its rate (--set schedule.rate=N)"
+            )
+        if flag == "duration" and kind in VLLM_KINDS:
+            raise UserError(f"{option}: schedule kind '{kind}' is bounded by request count; use --set schedule.num_requests=N")
+        if flag == "duration" and kind == "steps":
+            raise UserError(f"{option}: schedule kind 'steps' takes its length from its steps; set schedule.steps.N.duration_s")
+        pairs.append((FLAG_KEYS[flag], value))
+    return pairs
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[SpecProblem] = []
+
+    def add(self, path: Path_, message: str, at_key: bool = False) -> None:
+        self.items.append(SpecProblem(path, message, at_key))
+
+    def check(self, path: Path_, value: Any, check) -> bool:
+        message = check(value)
+        if message:
+            self.add(path, message)
+        return message is None
+
+    def keys(self, path: Path_, value: dict, allowed: tuple[str, ...]) -> None:
+        for key in value:
+            if key not in allowed:
+                self.add(path + (key,), unknown_key_message(key, allowed), True)
+
+    def mapping(self, path: Path_, value: Any, what: str) -> bool:
+        if isinstance(value, dict):
+            return True
+        self.add(path, f"expected a mapping ({what}), got {describe(value)}")
+        return False
+
+
+def _check_length(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | None:
+    if is_number(value) and not isinstance(value, bool):
+        if p.check(path, value, number_check(1, integer=True)):
+            return {"dist": "fixed", "value": int(value)}
+        return None
+    if not p.mapping(path, value, f"a token count or {{dist: {'|'.join(LENGTH_DISTS)}, …}}"):
+        return None
+    dist = value.get("dist")
+    if not p.check(path + ("dist",), dist, choice_check(LENGTH_DISTS)):
+        return None
+    fields = {
+        "fixed": {"value": number_check(1, integer=True)},
+        "uniform": {"min": number_check(1, integer=True), "max": number_check(1, integer=True)},
+        "normal": {"mean": number_check(1), "std": number_check(0)},
+        "lognormal": {"median": number_check(1), "sigma": number_check(0)},
+    }[dist]
+    optional = {"min": number_check(1, integer=True), "max": number_check(1, integer=True)} if dist in ("normal", "lognormal") else {}
+    p.keys(path, value, ("dist", *fields, *optional))
+    out: dict[str, Any] = {"dist": dist}
+    ok = True
+    for name, check in fields.items():
+        if name not in value:
+            p.add(path + (name,), "required key is missing", True)
+            ok = False
+        elif p.check(path + (name,), value[name], check):
+            out[name] = value[name]
+        else:
+            ok = False
+    for name, check in optional.items():
+        if name in value and value[name] is not None:
+            if p.check(path + (name,), value[name], check):
+                out[name] = int(value[name])
+            else:
+                ok = False
+    if ok and "min" in out and "max" in out and out["min"] > out["max"]:
+        p.add(path + ("max",), f"expected a number >= min ({out['min']}), got {describe(value['max'])}")
+        ok = False
+    for key in ("value", "min", "max"):
+        if key in out:
+            out[key] = int(out[key])
+    return out if ok else None
+
+
+def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path) -> dict[str, Any]:
+    path: Path_ = ("workload",)
+    if not p.mapping(path, w, "prompt_format, input_tokens, output_tokens, …"):
+        return {}
+    p.keys(path, w, WORKLOAD_KEYS)
+    out: dict[str, Any] = {}
+    fmt = w.get("prompt_format", "text")
+    if p.check(path + ("prompt_format",), fmt, choice_check(PROMPT_FORMATS)):
+        if fmt == "token_ids" and endpoint == "chat":
+            p.add(path + ("prompt_format",), "expected text with endpoint chat (token id prompts need endpoint completions), got 'token_ids'")
+    out["prompt_format"] = fmt
+    dataset = w.get("dataset")
+    if dataset is not None and p.mapping(path + ("dataset",), dataset, "path, format"):
+        p.keys(path + ("dataset",), dataset, ("path", "format"))
+        ds_fmt = dataset.get("format", "auto")
+        p.check(path + ("dataset", "format"), ds_fmt, choice_check(DATASET_FORMATS))
+        ds_path = dataset.get("path")
+        if not isinstance(ds_path, str) or not ds_path:
+            p.add(path + ("dataset", "path"), f"expected a file path, got {describe(ds_path)}", "path" not in dataset)
+        else:
+            found = Path(ds_path).expanduser()
+            if not found.is_absolute() and not found.exists():
+                found = base_dir / found
+            if not found.is_file():
+                p.add(path + ("dataset", "path"), f"dataset file not found: {ds_path}")
+            ds_path = str(found.resolve()) if found.is_file() else ds_path
+        out["dataset"] = {"path": ds_path, "format": ds_fmt}
+        for clash in ("documents", "conversations", "input_tokens"):
+            if w.get(clash) is not None:
+                p.add(path + (clash,), "cannot be combined with workload.dataset (prompts come from the dataset)", True)
+        if fmt == "token_ids":
+            p.add(path + ("prompt_format",), "expected text with a dataset, got 'token_ids'")
+    for key in ("input_tokens", "output_tokens"):
+        if w.get(key) is not None:
+            out[key] = _check_length(p, path + (key,), w[key])
+        elif key == "input_tokens" and dataset is None:
+            p.add(path + (key,), "required key is missing", True)
+        elif key == "output_tokens" and (dataset is None or (isinstance(dataset, dict) and dataset.get("format") in ("prompts", "messages"))):
+            hint = "" if dataset is None else " (only ShareGPT datasets carry answer lengths)"
+            p.add(path + (key,), "required key is missing" + hint, True)
+    system = w.get("system_prompt")
+    if system is not None and p.mapping(path + ("system_prompt",), system, "tokens: N or text: '…'"):
+        p.keys(path + ("system_prompt",), system, ("tokens", "text"))
+        if ("tokens" in system) == ("text" in system):
+            p.add(path + ("system_prompt",), "expected exactly one of tokens or text")
+        elif "tokens" in system:
+            if p.check(path + ("system_prompt", "tokens"), system["tokens"], number_check(1, integer=True)):
+                out["system_prompt"] = {"tokens": int(system["tokens"])}
+        elif isinstance(system["text"], str) and system["text"]:
+            if fmt == "token_ids":
+                p.add(path + ("system_prompt", "text"), "expected tokens: N with prompt_format token_ids, got text")
+            out["system_prompt"] = {"text": system["text"]}
+        else:
+            p.add(path + ("system_prompt", "text"), f"expected non-empty text, got {describe(system['text'])}")
+    docs = w.get("documents")
+    if docs is not None and p.mapping(path + ("documents",), docs, "count, tokens, pick"):
+        p.keys(path + ("documents",), docs, ("count", "tokens", "pick", "zipf_exponent"))
+        d: dict[str, Any] = {"pick": docs.get("pick", "uniform"), "zipf_exponent": docs.get("zipf_exponent", 1.0)}
+        for key in ("count", "tokens"):
+            if key not in docs:
+                p.add(path + ("documents", key), "required key is missing", True)
+            elif p.check(path + ("documents", key), docs[key], number_check(1, integer=True)):
+                d[key] = int(docs[key])
+        p.check(path + ("documents", "pick"), d["pick"], choice_check(DOC_PICKS))
+        p.check(path + ("documents", "zipf_exponent"), d["zipf_exponent"], number_check(0, strict=True))
+        out["documents"] = d
+    conv = w.get("conversations")
+    if conv is not None and p.mapping(path + ("conversations",), conv, "count, turns"):
+        p.keys(path + ("conversations",), conv, ("count", "turns"))
+        c: dict[str, Any] = {}
+        for key in ("count", "turns"):
+            if key not in conv:
+                p.add(path + ("conversations", key), "required key is missing", True)
+            elif p.check(path + ("conversations", key), conv[key], number_check(1, integer=True)):
+                c[key] = int(conv[key])
+        out["conversations"] = c
+    ignore_eos = w.get("ignore_eos", True)
+    if not isinstance(ignore_eos, bool):
+        p.add(path + ("ignore_eos",), f"expected true or false, got {describe(ignore_eos)}")
+    out["ignore_eos"] = ignore_eos
+    extra = w.get("extra_body", {}) or {}
+    if p.mapping(path + ("extra_body",), extra, "extra request fields such as temperature"):
+        reserved = {"prompt", "messages", "max_tokens", "max_completion_tokens", "model", "stream", "stream_options"}
+        for key in extra:
+            if key in reserved:
+                p.add(path + ("extra_body", key), "is set by rampwatch itself and cannot be overridden", True)
+        out["extra_body"] = dict(extra)
+    return out
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    path: str
+    raw: dict[str, Any]  # the resolved scenario (defaults filled, overrides applied)
+    schedule_spec: dict[str, Any]
+    endpoint: str  # "completions" | "chat"
+    max_concurrency: int | None
+    seed: int
+    slo: dict[str, float] | None  # {"ttft_ms": …, "tpot_ms": …, "e2el_ms": …}, only those set
+    duration_s: float | None  # the schedule's planned length; None when unbounded
+    model: str | None = None
+    description: str = ""
+    workload: dict[str, Any] = field(default_factory=dict)
+
+    def build_schedule(self) -> ArrivalSchedule:
+        return build_schedule(self.schedule_spec, self.seed)
+
+
+def _locate(problem: SpecProblem, file: str, lines: dict[Path_, tuple[int, int]], overridden: list[Path_]) -> str:
+    key = dotted(problem.path)
+    for o in overridden:
+        if problem.path[: len(o)] == o:
+            return f"{file}: {key} (set on the command line): {problem.message}"
+    path = problem.path
+    while path and path not in lines:
+        path = path[:-1]
+    if not path:
+        return f"{file}: {key}: {problem.message}" if key else f"{file}: {problem.message}"
+    key_line, value_line = lines[path]
+    line = key_line if (problem.at_key or path != problem.path) else value_line
+    return f"{file}:{line}: {key}: {problem.message}"
+
+
+def validate_scenario(
+    data: Any, file: str, lines: dict[Path_, tuple[int, int]] | None = None, overridden: list[Path_] | None = None
+) -> Scenario:
+    lines = lines or {}
+    p = _Problems()
+    if not isinstance(data, dict):
+        raise UserError(f"{file}: expected a mapping with schedule: and workload:, got {describe(data)}")
+    p.keys((), data, TOP_KEYS)
+    name = data.get("name", Path(file).stem)
+    if not isinstance(name, str) or not name:
+        p.add(("name",), f"expected a non-empty string, got {describe(name)}")
+    description = data.get("description", "") or ""
+    if not isinstance(description, str):
+        p.add(("description",), f"expected text, got {describe(description)}")
+    endpoint = data.get("endpoint", "completions")
+    p.check(("endpoint",), endpoint, choice_check(ENDPOINTS))
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        p.add(("model",), f"expected a model name, got {describe(model)}")
+    seed = data.get("seed", 0)
+    p.check(("seed",), seed, number_check(0, integer=True))
+    max_conc = data.get("max_concurrency")
+    if max_conc is not None:
+        p.check(("max_concurrency",), max_conc, number_check(1, integer=True))
+    if "schedule" not in data:
+        p.add(("schedule",), "required key is missing", True)
+        schedule: dict[str, Any] = {}
+    else:
+        schedule, sched_problems = check_schedule(data["schedule"])
+        for sp in sched_problems:
+            p.add(("schedule",) + sp.path, sp.message, sp.at_key)
+    if "workload" not in data:
+        p.add(("workload",), "required key is missing", True)
+        workload: dict[str, Any] = {}
+    else:
+        workload = _check_workload(p, data["workload"], endpoint, Path(file).resolve().parent)
+    slo: dict[str, float] | None = None
+    if data.get("slo") is not None and p.mapping(("slo",), data["slo"], "ttft_ms, tpot_ms, e2el_ms"):
+        p.keys(("slo",), data["slo"], SLO_KEYS)
+        slo = {}
+        for key in SLO_KEYS:
+            if data["slo"].get(key) is not None and p.check(("slo", key), data["slo"][key], number_check(0, strict=True)):
+                slo[key] = float(data["slo"][key])
+        slo = slo or None
+    if p.items:
+        def order(sp: SpecProblem) -> int:
+            path = sp.path
+            while path and path not in lines:
+                path = path[:-1]
+            return lines[path][0] if path else 10**9
+
+        ordered = sorted(p.items, key=order)
+        first = _locate(ordered[0], file, lines, overridden or [])
+        more = f" (and {len(ordered) - 1} more problem{'s' if len(ordered) > 2 else ''})" if len(ordered) > 1 else ""
+        raise UserError(first + more)
+    seed = int(seed)
+    max_conc = None if max_conc is None else int(max_conc)
+    schedule_obj = build_schedule(schedule, seed)
+    raw = {
+        "name": name,
+        "description": description,
+        "endpoint": endpoint,
+        "model": model,
+        "seed": seed,
+        "max_concurrency": max_conc,
+        "schedule": schedule,
+        "workload": workload,
+        "slo": slo,
+    }
+    return Scenario(
+        name=name,
+        path=file,
+        raw=copy.deepcopy(raw),
+        schedule_spec=schedule,
+        endpoint=endpoint,
+        max_concurrency=max_conc,
+        seed=seed,
+        slo=slo,
+        duration_s=schedule_obj.planned_duration_s,
+        model=model,
+        description=description,
+        workload=workload,
+    )
+
+
+def load_scenario(
+    path_or_name: str,
+    overrides: list[tuple[str, Any]] | None = None,
+    flags: dict[str, Any] | None = None,
+) -> Scenario:
+    """Reads, overrides and validates a scenario. ``overrides`` are ``--set`` pairs;
+    ``flags`` are the run's named flags (keys of ``FLAG_KEYS``; None = not given).
+    ``--set`` pairs are applied after the named flags, so they win."""
+    path = resolve_scenario_path(path_or_name)
+    data, lines = _read_yaml(path)
+    file = _display_path(path)
+    if isinstance(data, dict):
+        pairs = flag_overrides(flags, data) + list(overrides or [])
+        data = apply_overrides(data, pairs)
+        overridden = [tuple(int(x) if x.isdigit() else x for x in k.split(".")) for k, _ in pairs]
+    else:
+        overridden = []
+    return validate_scenario(data, file, lines, overridden)
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        try:
+            return str(Path("scenarios") / path.resolve().relative_to(SCENARIO_DIR))
+        except ValueError:
+            return str(path)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def sample_length(spec: dict[str, Any], rng: np.random.Generator) -> int:
+    dist = spec["dist"]
+    if dist == "fixed":
+        return int(spec["value"])
+    if dist == "uniform":
+        return int(rng.integers(spec["min"], spec["max"] + 1))
+    if dist == "normal":
+        value = rng.normal(spec["mean"], spec["std"])
+    else:
+        value = spec["median"] * math.exp(spec["sigma"] * rng.standard_normal())
+    lo, hi = spec.get("min", 1), spec.get("max", math.inf)
+    return int(min(max(round(value), lo, 1), hi))
+
+
+def length_bounds(spec: dict[str, Any]) -> tuple[int, float]:
+    """Smallest and largest length a distribution can produce."""
+    if spec["dist"] == "fixed":
+        return spec["value"], spec["value"]
+    return max(1, spec.get("min", 1)), spec.get("max", math.inf)
+
+
+@dataclass(slots=True)
+class _Conversation:
+    id: int
+    doc: int | None
+    turn: int = 0
+    # Previous turns as (user content, assistant content); text or token ids.
+    history: list[tuple[Any, Any]] = field(default_factory=list)
+
+
+class RequestFactory:
+    """Builds the scenario's requests one by one; the same scenario (seed) and tokenizer
+    give the same sequence. Prompt lengths are exact with the simulator's tokenizer; with
+    a sub-word tokenizer ``expected_prompt_tokens`` is the count actually achieved."""
+
+    def __init__(self, scenario: Scenario, tokenizer=None) -> None:
+        from loadgen.tokenizers import load_tokenizer
+
+        self.scenario = scenario
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(None)
+        self.workload = scenario.workload
+        self.endpoint = scenario.endpoint
+        self.token_ids = self.workload.get("prompt_format") == "token_ids"
+        self._rng = np.random.default_rng([scenario.seed, 101])
+        self._count = 0
+        self._docs: dict[int, Any] = {}
+        self._system: Any = None
+        self._doc_probs: np.ndarray | None = None
+        docs = self.workload.get("documents")
+        if docs:
+            ranks = np.arange(1, docs["count"] + 1, dtype=float)
+            weights = ranks ** -docs["zipf_exponent"] if docs["pick"] == "zipf" else np.ones_like(ranks)
+            self._doc_probs = weights / weights.sum()
+        self._conversations: list[_Conversation] = []
+        self._next_conversation = 0
+        self._dataset = None
+        self._order: list[int] = []
+        if self.workload.get("dataset"):
+            from loadgen.datasets import load_dataset
+
+            ds = self.workload["dataset"]
+            self._dataset = load_dataset(ds["path"], ds["format"])
+
+    # -- shared parts (built once, identical in every request)
+
+    def _piece(self, n: int, rng: np.random.Generator) -> Any:
+        from loadgen.prompts import random_token_ids, synth_text
+
+        return random_token_ids(self.tokenizer, n, rng) if self.token_ids else synth_text(self.tokenizer, n, rng)
+
+    def system_prompt(self) -> Any:
+        spec = self.workload.get("system_prompt")
+        if not spec:
+            return None
+        if self._system is None:
+            if "text" in spec:
+                self._system = spec["text"]
+            else:
+                self._system = self._piece(spec["tokens"], np.random.default_rng([self.scenario.seed, 1]))
+        return self._system
+
+    def document(self, index: int) -> Any:
+        if index not in self._docs:
+            rng = np.random.default_rng([self.scenario.seed, 2, index])
+            self._docs[index] = self._piece(self.workload["documents"]["tokens"], rng)
+        return self._docs[index]
+
+    # -- request building
+
+    def _count_of(self, part: Any) -> int:
+        from loadgen.tokenizers import count_tokens
+
+        if part is None:
+            return 0
+        return len(part) if isinstance(part, list) else count_tokens(self.tokenizer, part)
+
+    def _fresh_tail(self, prefix_parts: list[Any], n: int) -> tuple[Any, Any]:
+        """(new user content, full completions prompt) with n new tokens after the parts."""
+        from loadgen.prompts import compose_exact, join, random_token_ids
+
+        parts = [x for x in prefix_parts if x]
+        if self.token_ids:
+            tail = random_token_ids(self.tokenizer, n, self._rng)
+            flat = [i for part in parts for i in part]
+            return tail, flat + tail
+        prefix = join(parts)
+        if not prefix:
+            text, _ = compose_exact(self.tokenizer, "", n, self._rng)
+            return text, text
+        target = self._count_of(prefix + "\n\n") + n
+        full, _ = compose_exact(self.tokenizer, prefix, target, self._rng)
+        return full[len(prefix) + 2 :] if len(full) > len(prefix) else "", full
+
+    def _pick_doc(self) -> int | None:
+        if self._doc_probs is None:
+            return None
+        return int(self._rng.choice(len(self._doc_probs), p=self._doc_probs))
+
+    def _conversation(self) -> _Conversation | None:
+        conv = self.workload.get("conversations")
+        if not conv:
+            return None
+        slot = int(self._rng.integers(conv["count"]))
+        while len(self._conversations) < conv["count"]:
+            self._conversations.append(self._new_conversation())
+        c = self._conversations[slot]
+        if c.turn >= conv["turns"]:
+            c = self._conversations[slot] = self._new_conversation()
+        return c
+
+    def _new_conversation(self) -> _Conversation:
+        c = _Conversation(id=self._next_conversation, doc=self._pick_doc())
+        self._next_conversation += 1
+        return c
+
+    def next_request(self) -> PreparedRequest:
+        index = self._count
+        self._count += 1
+        if self._dataset is not None:
+            return self._dataset_request(index)
+        w = self.workload
+        n_in = sample_length(w["input_tokens"], self._rng)
+        n_out = sample_length(w["output_tokens"], self._rng)
+        conv = self._conversation()
+        doc = conv.doc if conv is not None else self._pick_doc()
+        system = self.system_prompt()
+        doc_part = self.document(doc) if doc is not None else None
+        history = conv.history if conv is not None else []
+        extra: dict[str, Any] = {"index": index}
+        tags = []
+        if doc is not None:
+            extra["doc"] = doc
+            tags.append(f"doc-{doc}")
+        if conv is not None:
+            conv.turn += 1
+            extra.update(conversation=conv.id, turn=conv.turn)
+            tags = [f"conv-{conv.id}/turn-{conv.turn}"]
+        extra["shared_prefix_tokens"] = self._count_of(system) + self._count_of(doc_part)
+        if self.endpoint == "chat":
+            first_user_prefix = [doc_part] if not history else []
+            question, content = self._fresh_tail(first_user_prefix, n_in)
+            messages = [{"role": "system", "content": system}] if system else []
+            for i, (user, answer) in enumerate(history):
+                messages.append({"role": "user", "content": user})
+                messages.append({"role": "assistant", "content": answer})
+            messages.append({"role": "user", "content": content})
+            expected = sum(self._count_of(m["content"]) for m in messages)
+            payload: dict[str, Any] = {"messages": messages, "max_completion_tokens": n_out}
+            user_turn = content
+        else:
+            prefix_parts: list[Any] = [system, doc_part]
+            for user, answer in history:
+                prefix_parts += [user, answer]
+            question, prompt = self._fresh_tail(prefix_parts, n_in)
+            expected = self._count_of(prompt)
+            payload = {"prompt": prompt, "max_tokens": n_out}
+            user_turn = question
+        if conv is not None:
+            conv.history.append((user_turn, self._piece(n_out, self._rng)))
+        return self._finish(payload, expected, n_out, "/".join(tags) or None, extra)
+
+    def _dataset_request(self, index: int) -> PreparedRequest:
+        assert self._dataset is not None
+        if not self._order:
+            self._order = self._rng.permutation(len(self._dataset)).tolist()
+        entry = self._dataset[self._order.pop(0)]
+        system = self.system_prompt()
+        out_spec = self.workload.get("output_tokens")
+        if out_spec:
+            n_out = sample_length(out_spec, self._rng)
+        elif entry.answer is not None:
+            n_out = max(1, self._count_of(entry.answer))
+        else:
+            raise UserError(
+                f"{self.workload['dataset']['path']}: entries carry no answer to size the output; "
+                "set workload.output_tokens"
+            )
+        if self.endpoint == "chat":
+            messages = ([{"role": "system", "content": system}] if system else []) + entry.as_messages()
+            payload: dict[str, Any] = {"messages": messages, "max_completion_tokens": n_out}
+            expected = sum(self._count_of(m["content"]) for m in messages)
+        else:
+            from loadgen.prompts import join
+
+            prompt = join([system or "", entry.as_text()])
+            payload = {"prompt": prompt, "max_tokens": n_out}
+            expected = self._count_of(prompt)
+        return self._finish(payload, expected, n_out, None, {"index": index})
+
+    def _finish(self, payload: dict[str, Any], expected: int, n_out: int, tag: str | None, extra: dict[str, Any]) -> PreparedRequest:
+        if self.workload.get("ignore_eos", True):
+            payload["ignore_eos"] = True
+        payload.update(self.workload.get("extra_body") or {})
+        return PreparedRequest(
+            endpoint=self.endpoint,  # type: ignore[arg-type]
+            payload=payload,
+            expected_prompt_tokens=expected,
+            max_tokens=n_out,
+            tag=tag,
+            extra=extra,
+        )
