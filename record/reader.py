@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
 from loadgen.errors import UserError
 from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from record import format as fmt
+
+if TYPE_CHECKING:
+    from record.replay import ReplayTimeline
 
 # Order of items sharing one timestamp when the stream is replayed.
 ITEM_ORDER = {"tick": 0, "sample": 1, "event": 2, "request": 3}
@@ -42,6 +46,7 @@ class Recording:
         self._data = data
         self._decoders = decoders
         self._cache: OrderedDict[int, Any] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self.request_frames = [f for f in frames if f.kind == fmt.KIND_REQUESTS]
         self.meta_frames = [f for f in frames if f.kind == fmt.KIND_META]
         last = max((f.t_last for f in self.request_frames + self.meta_frames), default=0.0)
@@ -58,18 +63,16 @@ class Recording:
     # ---- blocks ----------------------------------------------------------------------
 
     def _decode(self, info: fmt.FrameInfo) -> Any:
-        hit = self._cache.get(info.offset)
-        if hit is not None:
-            self._cache.move_to_end(info.offset)
-            return hit
-        payload = bytes(self._data[info.offset : info.offset + info.length])
-        try:
-            value = self._decoders[info.kind](payload)
-        except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise UserError(f"{self.path}: corrupted block at byte {info.offset} ({exc})") from exc
-        self._cache[info.offset] = value
-        if len(self._cache) > 64:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            hit = self._cache.get(info.offset)
+            if hit is not None:
+                self._cache.move_to_end(info.offset)
+                return hit
+        value = self._decode_uncached(info)
+        with self._cache_lock:
+            self._cache[info.offset] = value
+            if len(self._cache) > 64:
+                self._cache.popitem(last=False)
         return value
 
     @staticmethod
@@ -107,9 +110,6 @@ class Recording:
         return self._meta_all
 
     def _decode_uncached(self, info: fmt.FrameInfo) -> Any:
-        hit = self._cache.get(info.offset)
-        if hit is not None:
-            return hit
         payload = bytes(self._data[info.offset : info.offset + info.length])
         try:
             return self._decoders[info.kind](payload)
@@ -147,6 +147,12 @@ class Recording:
             out += [Item(r.end_at, "request", r) for r in self._decode(f) if t_from < r.end_at <= t_to]
         out.sort(key=lambda it: (it.t, ITEM_ORDER[it.kind]))
         return out
+
+    def replay(self, **options: Any) -> ReplayTimeline:
+        """A ``ReplayTimeline`` over this recording (options: see ``ReplayTimeline``)."""
+        from record.replay import ReplayTimeline
+
+        return ReplayTimeline(self, **options)
 
     def close(self) -> None:
         if isinstance(self._data, mmap.mmap):
