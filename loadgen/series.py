@@ -1,0 +1,309 @@
+"""The 1-second series a run shows, built incrementally from the timeline stream.
+
+``SeriesBuilder`` is a ``TimelineSink``: feed it the live stream or a recording and
+``snapshot()`` returns the same ``Snapshot`` for the same input (nothing depends on
+wall time or on when ``snapshot`` is called). It keeps per-second bins, not records:
+
+- counts per second: offered (by ``scheduled_at``), sent (``sent_at``), completed and
+  errors (``end_at``), client output tokens (completion tokens of requests that ended
+  OK in the second). A record arrives when its request *ends*, so the offered and sent
+  bins of recent seconds keep filling in for up to one request latency;
+- ``target_rps`` and ``in_flight``: the last tick in the second;
+- ``running``, ``waiting``, ``kv_usage_pct``: the last scrape in the second, summed over
+  URLs (KV averaged), NaN in a second without a good scrape;
+- server token rates and preemptions: each URL's counter increase between two
+  successive good scrapes (reset-safe, ``counters``) is spread uniformly over the
+  interval between them and divided by the covered time of each second, then summed
+  over URLs; ``prefix_hit_pct`` is Δhits/Δqueries over the last ``window_s`` seconds;
+- TTFT / ITL p50/p90/p99: over the requests that ended OK in the last ``window_s``
+  seconds (10 by default), from log histograms (values within ~1% of exact). A second's
+  value is frozen ``grace_s`` after the second ends; a record arriving later still
+  counts in the run summary but not in that frozen value.
+
+Only whole seconds appear in a snapshot while running (``times`` are bin starts);
+after ``on_finish`` the last partial second is included.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from loadgen.counters import COUNTER_FIELDS, CounterTracker
+from loadgen.stats import LogHistogram
+from loadgen.summary import RunningSummary, knee_rps
+from loadgen.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick
+
+_QS = (0.5, 0.9, 0.99)
+_LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")
+
+
+class _Growable:
+    """A float array indexed by second that grows on demand."""
+
+    __slots__ = ("data", "fill")
+
+    def __init__(self, fill: float, capacity: int = 256) -> None:
+        self.fill = fill
+        self.data = np.full(capacity, fill, dtype=np.float64)
+
+    def _ensure(self, i: int) -> None:
+        if i >= self.data.size:
+            size = self.data.size
+            while size <= i:
+                size *= 2
+            grown = np.full(size, self.fill, dtype=np.float64)
+            grown[: self.data.size] = self.data
+            self.data = grown
+
+    def add(self, i: int, v: float) -> None:
+        self._ensure(i)
+        self.data[i] += v
+
+    def set(self, i: int, v: float) -> None:
+        self._ensure(i)
+        self.data[i] = v
+
+    def head(self, n: int) -> np.ndarray:
+        self._ensure(max(n - 1, 0))
+        return self.data[:n]
+
+
+def _sec(t: float) -> int:
+    return max(0, int(math.floor(t)))
+
+
+class SeriesBuilder:
+    """Incremental 1-second series + run-so-far summary; see the module docstring."""
+
+    def __init__(
+        self,
+        window_s: int = 10,
+        grace_s: float = 2.0,
+        slo: dict[str, float] | None = None,
+        gpu_price_per_hour: float | None = None,
+    ) -> None:
+        self.window_s = int(window_s)
+        self.grace_s = grace_s
+        self.header: RunHeader | None = None
+        self.state = "starting"
+        self.target_rps = 0.0
+        self.in_flight = 0
+        self.events: list[Event] = []
+        self.now = 0.0
+        self.finished_at: float | None = None
+        self.server_metrics_available = False
+        self._counts = {name: _Growable(0.0) for name in ("offered_rps", "sent_rps", "completed_rps", "error_rps", "client_output_tps")}
+        self._last = {name: _Growable(math.nan) for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct")}
+        self._tracker = CounterTracker()
+        # url -> field -> (amount, covered seconds)
+        self._spread: dict[str, dict[str, tuple[_Growable, _Growable]]] = {}
+        self._hists: dict[int, tuple[LogHistogram, LogHistogram]] = {}
+        self._final = {name: _Growable(math.nan) for name in _LATENCY_SERIES}
+        self._final_upto = 0  # seconds below this are frozen
+        self._newly_final: list[int] = []
+        self.summary = RunningSummary(slo=slo, gpu_price_per_hour=gpu_price_per_hour)
+
+    # -- TimelineSink ---------------------------------------------------------------
+    def on_start(self, header: RunHeader) -> None:
+        self.header = header
+        self.state = "starting"
+
+    def on_request(self, record: RequestRecord) -> None:
+        c = self._counts
+        c["offered_rps"].add(_sec(record.scheduled_at), 1.0)
+        c["sent_rps"].add(_sec(record.sent_at), 1.0)
+        end = _sec(record.end_at)
+        if record.ok:
+            c["completed_rps"].add(end, 1.0)
+            c["client_output_tps"].add(end, float(record.completion_tokens))
+            hists = self._hists.get(end)
+            if hists is None:
+                hists = self._hists[end] = (LogHistogram(), LogHistogram())
+            if record.ttft is not None:
+                hists[0].add([record.ttft])
+            if record.chunk_times:
+                hists[1].add(np.diff(np.asarray(record.chunk_times), prepend=record.first_token_at))
+        else:
+            c["error_rps"].add(end, 1.0)
+        self.summary.add(record)
+        self._advance(record.end_at)
+
+    def on_scrape(self, sample: ServerSample) -> None:
+        if sample.ok:
+            self.server_metrics_available = True
+            step = self._tracker.update(sample)
+            if step is not None:
+                self._spread_deltas(sample.url, sample.t - step[0], sample.t, step[1])
+            self._set_gauges(sample.t)
+        self._advance(sample.t)
+
+    def on_tick(self, tick: Tick) -> None:
+        self.state = tick.state
+        self.target_rps = tick.target_rps
+        self.in_flight = tick.in_flight
+        s = _sec(tick.t)
+        self._last["target_rps"].set(s, tick.target_rps)
+        self._last["in_flight"].set(s, float(tick.in_flight))
+        self.summary.peak_in_flight = max(self.summary.peak_in_flight, tick.in_flight)
+        self._advance(tick.t)
+
+    def on_event(self, event: Event) -> None:
+        self.events.append(event)
+        self._advance(event.t)
+
+    def on_finish(self, t: float) -> None:
+        self.finished_at = t
+        self.state = "done"
+        self._advance(t)
+
+    # -- building -------------------------------------------------------------------
+    def _advance(self, t: float) -> None:
+        if t > self.now:
+            self.now = t
+        last_final = math.floor(self.now - 1.0 - self.grace_s)
+        while self._final_upto <= last_final:
+            self._freeze(self._final_upto)
+            self._final_upto += 1
+
+    def _window_hists(self, b: int) -> tuple[LogHistogram, LogHistogram]:
+        parts = [self._hists[i] for i in range(b - self.window_s + 1, b + 1) if i in self._hists]
+        return LogHistogram.sum(p[0] for p in parts), LogHistogram.sum(p[1] for p in parts)
+
+    def _latency_at(self, b: int) -> list[float]:
+        ttft, itl = self._window_hists(b)
+        return ttft.quantiles(_QS) + itl.quantiles(_QS)
+
+    def _freeze(self, b: int) -> None:
+        for name, value in zip(_LATENCY_SERIES, self._latency_at(b)):
+            self._final[name].set(b, value)
+        for old in [i for i in self._hists if i <= b - self.window_s + 1]:
+            del self._hists[old]
+        self._newly_final.append(b)
+
+    def _set_gauges(self, t: float) -> None:
+        latest = self._tracker.latest()
+        s = _sec(t)
+        for field, name in (("running", "running"), ("waiting", "waiting")):
+            values = [getattr(x, field) for x in latest if getattr(x, field) is not None]
+            if values:
+                self._last[name].set(s, float(sum(values)))
+        kv = [x.kv_usage for x in latest if x.kv_usage is not None]
+        if kv:
+            self._last["kv_usage_pct"].set(s, 100.0 * sum(kv) / len(kv))
+
+    def _spread_deltas(self, url: str, t0: float, t1: float, deltas: dict[str, float | None]) -> None:
+        per_url = self._spread.setdefault(url, {})
+        span = t1 - t0
+        first, last = _sec(t0), _sec(t1)
+        overlaps = [(b, min(t1, b + 1.0) - max(t0, float(b))) for b in range(first, last + 1)]
+        for field, delta in deltas.items():
+            if delta is None:
+                continue
+            amount, covered = per_url.get(field) or per_url.setdefault(field, (_Growable(0.0), _Growable(0.0)))
+            rate = delta / span
+            for b, overlap in overlaps:
+                if overlap > 0:
+                    amount.add(b, rate * overlap)
+                    covered.add(b, overlap)
+
+    def _server_rate(self, field: str, n: int) -> np.ndarray:
+        total = np.full(n, math.nan)
+        for per_url in self._spread.values():
+            pair = per_url.get(field)
+            if pair is None:
+                continue
+            amount, covered = pair[0].head(n), pair[1].head(n)
+            has = covered > 0
+            rate = np.divide(amount, covered, out=np.zeros(n), where=has)
+            total = np.where(has, np.nan_to_num(total) + rate, total)
+        return total
+
+    def _n_bins(self, now: float) -> int:
+        if self.finished_at is not None and now >= self.finished_at:
+            return int(math.ceil(now))
+        return int(math.floor(now))
+
+    def series(self, now: float | None = None) -> tuple[list[float], dict[str, np.ndarray]]:
+        """``(times, {name: array})`` for every name in ``SERIES_NAMES``."""
+        now = self.now if now is None else now
+        n = max(0, self._n_bins(now))
+        out: dict[str, np.ndarray] = {}
+        for name, g in self._counts.items():
+            out[name] = g.head(n).copy()
+        for name, g in self._last.items():
+            out[name] = g.head(n).copy()
+        out["server_prompt_tps"] = self._server_rate("prompt_tokens_total", n)
+        out["server_generation_tps"] = self._server_rate("generation_tokens_total", n)
+        out["preemptions"] = self._server_rate("preemptions_total", n)
+        hits = self._server_rate("prefix_hits_total", n)
+        queries = self._server_rate("prefix_queries_total", n)
+        out["prefix_hit_pct"] = self._window_ratio(hits, queries)
+        for name in _LATENCY_SERIES:
+            out[name] = self._final[name].head(n).copy()
+        for b in range(min(self._final_upto, n), n):
+            for name, value in zip(_LATENCY_SERIES, self._latency_at(b)):
+                out[name][b] = value
+        return [float(i) for i in range(n)], {name: out[name] for name in SERIES_NAMES}
+
+    def _window_ratio(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        n = num.size
+        if n == 0:
+            return num.copy()
+        cn = np.concatenate(([0.0], np.cumsum(np.nan_to_num(num))))
+        cd = np.concatenate(([0.0], np.cumsum(np.nan_to_num(den))))
+        idx = np.arange(1, n + 1)
+        lo = np.maximum(idx - self.window_s, 0)
+        wn, wd = cn[idx] - cn[lo], cd[idx] - cd[lo]
+        return np.divide(100.0 * wn, wd, out=np.full(n, math.nan), where=wd > 0)
+
+    def take_completed_seconds(self) -> list[tuple[float, dict[str, float]]]:
+        """Seconds frozen since the last call, with every series' value in them.
+
+        For the knee detector: the runner calls this after feeding items and passes each
+        ``(t, values)`` to ``KneeDetector.update`` (see ``knee.feed``).
+        """
+        if not self._newly_final:
+            return []
+        seconds, self._newly_final = self._newly_final, []
+        _, arrays = self.series()
+        return [(float(b), {name: float(arrays[name][b]) for name in SERIES_NAMES}) for b in seconds]
+
+    def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+        def agg(fn, arr):
+            arr = arr[~np.isnan(arr)]
+            return float(fn(arr)) if arr.size else None
+
+        n = arrays["running"].size
+        hits = np.nansum(self._server_rate("prefix_hits_total", n)) if n else 0.0
+        queries = np.nansum(self._server_rate("prefix_queries_total", n)) if n else 0.0
+        return {
+            "available": self.server_metrics_available,
+            "avg_prompt_throughput": agg(np.mean, arrays["server_prompt_tps"]),
+            "avg_generation_throughput": agg(np.mean, arrays["server_generation_tps"]),
+            "max_running": agg(np.max, arrays["running"]),
+            "max_waiting": agg(np.max, arrays["waiting"]),
+            "max_kv_usage_pct": agg(np.max, arrays["kv_usage_pct"]),
+            "prefix_hit_pct": float(100 * hits / queries) if queries else None,
+            "preemptions": agg(np.sum, arrays["preemptions"]),
+        }
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        now = self.now if now is None else now
+        times, arrays = self.series(now)
+        summary = self.summary.figures(now, server=self.server_summary(arrays), knee=knee_rps(self.events))
+        return Snapshot(
+            t=now,
+            header=self.header,
+            state=self.state,
+            target_rps=self.target_rps,
+            times=times,
+            series={name: arr.tolist() for name, arr in arrays.items()},
+            in_flight=self.in_flight,
+            events=list(self.events),
+            summary=summary,
+            server_metrics_available=self.server_metrics_available,
+            planned_duration_s=self.header.planned_duration_s if self.header else None,
+        )

@@ -1,0 +1,167 @@
+"""Latency statistics defined exactly as ``vllm bench serve`` defines them.
+
+From ``vllm/benchmarks/serve.py`` (``calculate_metrics``), for *successful* requests:
+
+- TTFT = first token chunk - send; E2EL ("latency") = last token chunk - send;
+- ITL = every gap between successive token chunks, pooled over all requests;
+- TPOT = (E2EL - TTFT) / (output_tokens - 1), only for requests with > 1 output token
+  (for goodput a request with <= 1 token counts TPOT = 0);
+- output tokens = ``usage.completion_tokens``; when that is 0/missing vLLM falls back to
+  a tokenizer, else to 1 — here the client already applied its fallback tokenizer, so
+  a remaining 0 becomes 1 as in vLLM;
+- mean / median / std / percentiles use numpy (``np.percentile``, linear
+  interpolation), over ``values or 0`` (an empty list reports 0), in milliseconds;
+- goodput counts requests whose every SLO (ms) is ``>=`` the request's value.
+
+``LogHistogram`` is the bounded-memory alternative used for live figures: log-spaced
+buckets 1% wide, so its quantiles are within ~1% of the exact ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from loadgen.timeline import RequestRecord
+
+PERCENTILES = (50, 90, 99)
+SLO_KEYS = ("ttft", "tpot", "e2el")
+
+
+def output_len(rec: RequestRecord) -> int:
+    """Output tokens as ``vllm bench serve`` counts them for a successful request."""
+    return rec.completion_tokens or 1
+
+
+def request_tpot(rec: RequestRecord) -> float | None:
+    """TPOT in seconds, ``None`` for requests with one output token or no token chunk."""
+    n = output_len(rec)
+    if rec.first_token_at is None or n <= 1:
+        return None
+    return (rec.e2e - (rec.ttft or 0.0)) / (n - 1)
+
+
+def describe_ms(values_s: Sequence[float] | np.ndarray, percentiles: Iterable[float] = PERCENTILES) -> dict[str, float]:
+    """``mean``, ``median``, ``std`` and ``p<N>`` in ms, as vLLM computes them."""
+    arr = np.asarray(values_s, dtype=np.float64)
+    if arr.size == 0:
+        arr = np.zeros(1)
+    out = {
+        "mean": float(np.mean(arr)) * 1000,
+        "median": float(np.median(arr)) * 1000,
+        "std": float(np.std(arr)) * 1000,
+    }
+    for p in percentiles:
+        out[f"p{percentile_word(p)}"] = float(np.percentile(arr, p)) * 1000
+    return out
+
+
+def percentile_word(p: float) -> str:
+    """99 -> "99", 99.9 -> "99.9" (vLLM's key spelling)."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def is_good(rec: RequestRecord, slo_ms: dict[str, float]) -> bool:
+    """Whether a successful request meets every SLO (ms) in ``slo_ms``."""
+    for key, limit in slo_ms.items():
+        if key == "ttft":
+            value = rec.ttft or 0.0
+        elif key == "tpot":
+            value = request_tpot(rec) or 0.0
+        elif key == "e2el":
+            value = rec.e2e
+        else:
+            raise ValueError(f"unknown SLO {key!r}: use one of {', '.join(SLO_KEYS)}")
+        if limit / 1000 < value:
+            return False
+    return True
+
+
+def max_concurrent(intervals: Iterable[tuple[float, float]]) -> int:
+    """Peak overlap of half-open ``[start, end)`` intervals (ends sort before starts)."""
+    events: list[tuple[float, int]] = []
+    for start, end in intervals:
+        events.append((start, 1))
+        events.append((end, -1))
+    events.sort()
+    cur = peak = 0
+    for _, d in events:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def peak_chunks_per_second(records: Sequence[RequestRecord]) -> float:
+    """vLLM's "peak output token throughput": token *chunks* per 1-s bucket from the
+    first successful send, maximised (vLLM builds it from TTFT and ITLs, i.e. chunks)."""
+    ok = [r for r in records if r.ok and r.first_token_at is not None]
+    if not ok:
+        return 0.0
+    start = min(r.sent_at for r in ok)
+    end = max(r.end_at for r in ok)
+    n = int(math.ceil(end - start)) + 1
+    times = np.fromiter((t for r in ok for t in (r.first_token_at, *r.chunk_times)), dtype=np.float64)
+    idx = (times - start).astype(np.int64)
+    idx = idx[(idx >= 0) & (idx < n)]
+    return float(np.bincount(idx, minlength=n).max()) if idx.size else 0.0
+
+
+class LogHistogram:
+    """Counts of positive durations (s) in log-spaced buckets, ``ratio`` wide.
+
+    Values below ``lo`` land in the first bucket, above ``hi`` in the last. Quantiles
+    interpolate linearly inside the bucket holding the rank, like ``np.percentile``
+    interpolates between order statistics.
+    """
+
+    __slots__ = ("counts", "total")
+    LO = 1e-5
+    HI = 1e4
+    RATIO = 1.01
+    _LOG_RATIO = math.log(RATIO)
+    N = int(math.ceil(math.log(HI / LO) / _LOG_RATIO))
+    EDGES = LO * RATIO ** np.arange(N + 1)
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(self.N, dtype=np.int64)
+        self.total = 0
+
+    def add(self, values: Iterable[float] | np.ndarray) -> None:
+        arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
+        if arr.size == 0:
+            return
+        idx = np.floor(np.log(np.maximum(arr, self.LO) / self.LO) / self._LOG_RATIO).astype(np.int64)
+        np.clip(idx, 0, self.N - 1, out=idx)
+        self.counts += np.bincount(idx, minlength=self.N)
+        self.total += int(arr.size)
+
+    def merge(self, other: LogHistogram) -> None:
+        self.counts += other.counts
+        self.total += other.total
+
+    @classmethod
+    def sum(cls, hists: Iterable[LogHistogram]) -> LogHistogram:
+        out = cls()
+        for h in hists:
+            out.merge(h)
+        return out
+
+    def quantiles(self, qs: Sequence[float]) -> list[float]:
+        """Quantiles (0..1) in seconds; NaN when empty."""
+        if self.total == 0:
+            return [math.nan] * len(qs)
+        cum = np.cumsum(self.counts)
+        out = []
+        for q in qs:
+            rank = q * (self.total - 1)  # 0-based rank as np.percentile's linear method
+            i = int(np.searchsorted(cum, rank + 1, side="left"))
+            i = min(i, self.N - 1)
+            before = cum[i - 1] if i > 0 else 0
+            inside = self.counts[i]
+            frac = (rank - before + 0.5) / inside if inside else 0.5
+            frac = min(max(frac, 0.0), 1.0)
+            lo, hi = self.EDGES[i], self.EDGES[i + 1]
+            out.append(float(lo + (hi - lo) * frac))
+        return out
