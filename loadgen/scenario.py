@@ -436,11 +436,13 @@ def validate_scenario(
                 slo[key] = float(data["slo"][key])
         slo = slo or None
     if p.items:
-        def order(sp: SpecProblem) -> int:
+        def order(sp: SpecProblem) -> tuple[int, int]:
+            # Problems at a line of their own first: a missing key is often the echo of
+            # a misspelt one, which is the more useful message.
             path = sp.path
             while path and path not in lines:
                 path = path[:-1]
-            return lines[path][0] if path else 10**9
+            return (0 if path == sp.path else 1, lines[path][0] if path else 10**9)
 
         ordered = sorted(p.items, key=order)
         first = _locate(ordered[0], file, lines, overridden or [])
