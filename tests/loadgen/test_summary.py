@@ -1,0 +1,137 @@
+import json
+
+import numpy as np
+import pytest
+
+from loadgen.summary import RunningSummary, compute_summary, format_summary, server_figures, to_bench_result
+from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample
+
+
+def rec(i, sent, first, chunks, tokens, prompt, error=None, end=None):
+    end = end if end is not None else (chunks[-1] if chunks else first)
+    return RequestRecord(id=i, scheduled_at=sent, sent_at=sent, end_at=end, first_token_at=first, chunk_times=list(chunks),
+                         completion_tokens=tokens, prompt_tokens=prompt, error_class=error, error="boom" if error else None,
+                         status=500 if error else 200)
+
+
+RECORDS = [
+    rec(0, 0.0, 0.1, [0.2, 0.4], 3, 10),  # ttft .1 e2e .4 itl .1,.2 tpot .15
+    rec(1, 0.3, 0.6, [0.8], 2, 20),  # ttft .3 e2e .5 itl .2 tpot .2
+    rec(2, 2.0, 2.2, [], 1, 5),  # ttft .2 e2e .2, no tpot
+    rec(3, 3.0, None, [], 0, 7, error="http_500", end=3.1),
+]
+HEADER = RunHeader(rampwatch_version="0", started_at_unix=1.7e9, target="http://x", model="tiny", scenario_name="s", options={"max_concurrency": 8})
+
+
+def samples():
+    return [
+        ServerSample(t=0.0, url="a", ok=True, backend="vllm", running=1, waiting=0, kv_usage=0.1, prompt_tokens_total=1000, generation_tokens_total=100, prefix_queries_total=100, prefix_hits_total=0, preemptions_total=0, created=1.0),
+        ServerSample(t=2.0, url="a", ok=True, backend="vllm", running=4, waiting=7, kv_usage=0.5, prompt_tokens_total=1400, generation_tokens_total=300, prefix_queries_total=300, prefix_hits_total=50, preemptions_total=2, created=1.0),
+        ServerSample(t=3.0, url="a", ok=False, error="timeout"),
+        # restarted: counters start again, identity changed
+        ServerSample(t=4.0, url="a", ok=True, backend="vllm", running=2, waiting=1, kv_usage=0.2, prompt_tokens_total=100, generation_tokens_total=50, prefix_queries_total=100, prefix_hits_total=50, preemptions_total=0, created=2.0),
+    ]
+
+
+def test_hand_computed_summary():
+    s = compute_summary(HEADER, RECORDS, samples(), [Event(t=3, kind="knee", data={"offered_rps": 12.5})], duration_s=4.0,
+                        slo={"ttft": 250, "tpot": 160}, gpu_price_per_hour=2.0)
+    assert (s["completed"], s["failed"]) == (3, 1)
+    assert (s["total_input_tokens"], s["total_output_tokens"]) == (35, 6)
+    assert s["request_throughput"] == pytest.approx(0.75)
+    assert s["output_throughput"] == pytest.approx(1.5)
+    assert s["total_token_throughput"] == pytest.approx(41 / 4)
+    assert s["request_goodput"] == pytest.approx(2 / 4)  # r0 and the 1-token r2
+    assert s["mean_ttft_ms"] == pytest.approx(200) and s["p99_ttft_ms"] == pytest.approx(298)
+    assert s["std_ttft_ms"] == pytest.approx(81.6496580927726)
+    assert s["mean_tpot_ms"] == pytest.approx(175) and s["p99_tpot_ms"] == pytest.approx(199.5)
+    assert s["mean_itl_ms"] == pytest.approx(500 / 3) and s["median_itl_ms"] == pytest.approx(200)
+    assert s["mean_e2el_ms"] == pytest.approx(1100 / 3) and s["median_e2el_ms"] == pytest.approx(400)
+    assert s["max_concurrent_requests"] == 2 and s["max_output_tokens_per_s"] == 5.0
+    assert s["max_concurrency"] == 8
+    assert s["errors_by_class"] == {"http_500": 1}
+    assert s["knee_rps"] == 12.5
+    assert s["cost_per_1m_output_tokens"] == pytest.approx(2.0 / 1.5 * 1e6 / 3600)
+    assert s["cost_per_1m_total_tokens"] == pytest.approx(2.0 / 10.25 * 1e6 / 3600)
+
+
+def test_server_figures_are_reset_safe():
+    srv = server_figures(samples())
+    assert srv["available"] and srv["backend"] == "vllm" and srv["scrapes_failed"] == 1
+    assert srv["avg_generation_throughput"] == pytest.approx((200 + 50) / 4)
+    assert srv["avg_prompt_throughput"] == pytest.approx((400 + 100) / 4)
+    assert srv["prefix_hit_pct"] == pytest.approx(100 * (50 + 50) / (200 + 100))
+    assert srv["preemptions"] == 2 and srv["max_waiting"] == 7 and srv["max_kv_usage_pct"] == pytest.approx(50)
+    assert server_figures([])["available"] is False
+
+
+def test_no_successes_reports_zeros():
+    s = compute_summary(None, RECORDS[3:], [], [], duration_s=1.0)
+    assert s["completed"] == 0 and s["mean_ttft_ms"] == 0 and s["request_goodput"] is None
+    assert s["cost_per_1m_output_tokens"] is None and s["server"]["available"] is False
+
+
+def test_format_summary_layout():
+    s = compute_summary(HEADER, RECORDS, samples(), [], duration_s=4.0, slo={"ttft": 250})
+    text = format_summary(s)
+    lines = text.splitlines()
+    assert lines[0] == "============ Serving Benchmark Result ============"
+    assert lines[-1] == "=" * 50
+    assert "Successful requests:                     3         " in lines
+    assert "Failed requests:                         1         " in lines
+    assert "Maximum request concurrency:             8         " in lines
+    assert "Benchmark duration (s):                  4.00      " in lines
+    assert "Request goodput (req/s):                 0.50      " in lines
+    assert "---------------Time to First Token----------------" in lines
+    assert "Mean TTFT (ms):                          200.00    " in lines
+    assert "P99 TTFT (ms):                           298.00    " in lines
+    assert "-----Time per Output Token (excl. 1st token)------" in lines
+    assert "----------------End-to-end Latency----------------" in lines
+    assert lines.index("---------------Time to First Token----------------") < lines.index("----------------Server (/metrics)-----------------")
+    assert "Max waiting requests:                    7         " in lines
+    assert "http_500:                                1         " in lines
+
+
+def test_bench_result_fields_and_units():
+    s = compute_summary(HEADER, RECORDS, samples(), [], duration_s=4.0)
+    r = to_bench_result(s, HEADER, RECORDS)
+    json.dumps(r)  # serialisable
+    for key in ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+                "request_goodput", "output_throughput", "total_token_throughput", "input_lens", "output_lens", "ttfts",
+                "itls", "latencies", "start_times", "generated_texts", "errors", "max_output_tokens_per_s",
+                "max_concurrent_requests", "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms",
+                "mean_tpot_ms", "p99_itl_ms", "mean_e2el_ms", "model_id", "rampwatch_server"):
+        assert key in r, key
+    assert r["output_lens"] == [3, 2, 1, 0] and r["input_lens"] == [10, 20, 5, 7]
+    assert r["ttfts"] == pytest.approx([0.1, 0.3, 0.2, 0.0])  # seconds in the lists
+    assert r["itls"][0] == pytest.approx([0.1, 0.2]) and r["itls"][3] == []
+    assert r["latencies"] == pytest.approx([0.4, 0.5, 0.2, 0.0])
+    assert r["errors"][:3] == ["", "", ""] and r["errors"][3].startswith("http_500")
+    assert r["generated_texts"] == ["", "", "", ""]
+    assert r["mean_ttft_ms"] == pytest.approx(200)  # ms in the aggregates
+    assert "mean_client_queue_ms" not in r
+
+
+def test_running_summary_agrees_with_exact():
+    rng = np.random.default_rng(3)
+    records = []
+    for i in range(400):
+        sent = i * 0.05
+        first = sent + rng.lognormal(-2, 0.5)
+        chunks = list(first + np.cumsum(rng.lognormal(-4, 0.3, int(rng.integers(1, 30)))))
+        records.append(rec(i, sent, first, chunks, len(chunks) + 1, int(rng.integers(10, 100))))
+    records.append(rec(400, 1.0, None, [], 0, 5, error="timeout", end=2.0))
+    running = RunningSummary(slo={"ttft": 150})
+    for r in records:
+        running.add(r)
+    live = running.figures(25.0)
+    exact = compute_summary(None, records, [], [], duration_s=25.0, slo={"ttft": 150})
+    for key in ("completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput", "request_goodput", "output_throughput"):
+        assert live[key] == pytest.approx(exact[key]), key
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        assert live[f"mean_{metric}_ms"] == pytest.approx(exact[f"mean_{metric}_ms"])
+        assert live[f"std_{metric}_ms"] == pytest.approx(exact[f"std_{metric}_ms"], rel=1e-6)
+        for p in ("median", "p50", "p90", "p99"):
+            assert live[f"{p}_{metric}_ms"] == pytest.approx(exact[f"{p}_{metric}_ms"], rel=0.03), (metric, p)
+    assert live["errors_by_class"] == {"timeout": 1}
+    assert set(exact) - set(live) == {"slo_ms"}
