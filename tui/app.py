@@ -62,10 +62,10 @@ def is_wide(size: Size) -> bool:
 
 
 def next_speed(speed: float, up: bool) -> float:
-    """Speeds go 1, 2, 4, 8, 16 and stop at the ends."""
-    speed = min(SPEEDS, key=lambda s: abs(s - speed))
-    index = SPEEDS.index(speed) + (1 if up else -1)
-    return SPEEDS[min(max(index, 0), len(SPEEDS) - 1)]
+    """Speeds go 1, 2, 4, 8, 16 and stop at the ends (an odd speed goes to its neighbour)."""
+    if up:
+        return min((s for s in SPEEDS if s > speed + 1e-9), default=SPEEDS[-1])
+    return max((s for s in SPEEDS if s < speed - 1e-9), default=SPEEDS[0])
 
 
 def mark_times(entries: Any) -> list[tuple[float, str, str]]:
@@ -141,6 +141,7 @@ class RampwatchApp(App[int]):
         self._pending_hold: bool | None = None
         self._playing = False
         self.wide: bool | None = None
+        self.main_screen = None
 
     # ----- layout -----
 
@@ -167,6 +168,8 @@ class RampwatchApp(App[int]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Dialogs and the help are pushed on top; the panels always live on this screen.
+        self.main_screen = self.screen
         self.apply_layout(self.size)
         if self.compare_source is not None:
             self.compare_snapshot = self.compare_source.snapshot()
@@ -174,15 +177,16 @@ class RampwatchApp(App[int]):
         self.set_interval(1.0 / self.refresh_hz, self.poll_source, name="poll-snapshot")
 
     def on_resize(self, event) -> None:
-        self.apply_layout(event.size)
+        if self.main_screen is not None:
+            self.apply_layout(event.size)
 
     def apply_layout(self, size: Size) -> None:
         wide = is_wide(size)
         if wide == self.wide:
             return
         self.wide = wide
-        self.query_one("#wide").display = wide
-        self.query_one("#narrow").display = not wide
+        self.main_screen.query_one("#wide").display = wide
+        self.main_screen.query_one("#narrow").display = not wide
 
     # ----- data flow -----
 
@@ -190,7 +194,7 @@ class RampwatchApp(App[int]):
         if getattr(self.source, "failure", None) is not None:
             # The run thread failed (e.g. the target is unreachable): leave the screen so
             # the command line can print the error as one line.
-            self.exit(1)
+            self.exit(1, return_code=1)
             return
         snapshot = self.source.snapshot()
         if snapshot is None:
@@ -198,6 +202,8 @@ class RampwatchApp(App[int]):
         self.post_message(SnapshotUpdated(snapshot, self.compare_snapshot))
 
     def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
+        if self.main_screen is None:
+            return
         snapshot = message.snapshot
         if self.mode == "live" and self.latest.state in ACTIVE_STATES and snapshot.state == "done":
             self.notify("run finished — q to quit", timeout=10)
@@ -208,7 +214,7 @@ class RampwatchApp(App[int]):
             self._pending_hold = None
         if self.mode == "replay":
             self._update_replay_status()
-        for widget in self.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog"):
+        for widget in self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog"):
             widget.show_snapshot(snapshot, message.compare)
 
     def _update_replay_status(self) -> None:
@@ -218,11 +224,12 @@ class RampwatchApp(App[int]):
         if playing is None:
             playing = self._playing
         speed = self._speed()
-        header = self.query_one(HeaderBar)
-        header.replay_status = f"{'▶' if playing else '⏸'} {speed:g}×"
+        for header in self.main_screen.query(HeaderBar):
+            header.replay_status = f"{'▶' if playing else '⏸'} {speed:g}×"
         letters = {"knee": "K", "mark": "M", "hold": "H"}
         bar_marks = [(t, letters[kind]) for t, kind, _ in self._replay_marks() if kind in letters]
-        self.query_one(PositionBar).set_state(position=position, duration=duration, speed=speed, playing=bool(playing), marks=bar_marks)
+        for bar in self.main_screen.query(PositionBar):
+            bar.set_state(position=position, duration=duration, speed=speed, playing=bool(playing), marks=bar_marks)
 
     # ----- bindings -----
 
@@ -257,7 +264,7 @@ class RampwatchApp(App[int]):
         self.push_screen(QuitDialog(), answered)
 
     def action_show_tab(self, index: int) -> None:
-        tabs = self.query_one("#narrow", TabbedContent)
+        tabs = self.main_screen.query_one("#narrow", TabbedContent)
         panes = [pane.id for pane in tabs.query(TabPane)]
         if 1 <= index <= len(panes):
             tabs.active = panes[index - 1]

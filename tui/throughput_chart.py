@@ -4,14 +4,14 @@ from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 
 
 class ThroughputChart(TimeSeriesChart):
-    TITLE = "Throughput"
+    TITLE = "Rate"
     Y_LABEL = "req/s"
     Y_RIGHT_LABEL = "tok/s"
     SERIES = (
         SeriesSpec("offered_rps", "offered", "white"),
         SeriesSpec("sent_rps", "sent", "blue+"),
         SeriesSpec("completed_rps", "completed", "green+"),
-        SeriesSpec("client_output_tps", "out tok/s", "magenta", right_axis=True),
-        SeriesSpec("server_prompt_tps", "srv prompt tok/s", "cyan", right_axis=True, server=True),
-        SeriesSpec("server_generation_tps", "srv gen tok/s", "orange", right_axis=True, server=True),
+        SeriesSpec("client_output_tps", "client", "magenta", right_axis=True),
+        SeriesSpec("server_prompt_tps", "srv prompt", "cyan", right_axis=True, server=True),
+        SeriesSpec("server_generation_tps", "srv gen", "orange", right_axis=True, server=True),
     )

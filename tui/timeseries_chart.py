@@ -8,11 +8,18 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import RenderResult
+from textual.content import Content
 from textual_plotext import PlotextPlot
 
 from loadgen.timeline import Snapshot
 from tui.chart_data import Marker, has_data, markers, metrics_url, segments, x_range, y_upper
 
+# The plotext colours the charts use, as the terminal shows them (for the legend in the title).
+LEGEND_COLOURS = {
+    "white": "#e5e5e5", "blue+": "#5c5cff", "green+": "#00ff00", "magenta": "#cd00cd",
+    "cyan": "#00cdcd", "orange": "#ff8700", "red+": "#ff0000", "yellow": "#cdcd00",
+    "cyan+": "#00ffff", "magenta+": "#ff00ff", "gray": "#7f7f7f",
+}
 MARKER_COLOURS = {"knee": "red+", "hold": "cyan", "resume": "cyan", "mark": "orange"}
 # Without colour, series are told apart by the character that draws them.
 MONO_MARKERS = ("•", "x", "+", "o", "*", "#")
@@ -42,6 +49,7 @@ class TimeSeriesChart(PlotextPlot):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.border_title = self.TITLE
+        self._legend_key: tuple[bool, bool] | None = None
         self._message: str | None = "waiting for data…"
         self.monochrome = False
 
@@ -50,6 +58,25 @@ class TimeSeriesChart(PlotextPlot):
         self.monochrome = bool(getattr(self.app, "no_color", False))
         if self.monochrome:
             self.theme = "clear"
+
+    def legend(self, with_compare: bool) -> Content:
+        """The chart's title with its legend: a coloured sample (or, without colour, the
+        character that draws the series) before each label; right-axis series after '│'."""
+        parts = [Content.styled(self.TITLE, "bold")]
+        right_started = False
+        for index, spec in enumerate(self.SERIES):
+            if spec.right_axis and not right_started:
+                right_started = True
+                parts.append(Content(f" │ {self.Y_RIGHT_LABEL}:" if self.Y_RIGHT_LABEL else " │"))
+            if self.monochrome:
+                sample = Content(f" {MONO_MARKERS[index % len(MONO_MARKERS)]}")
+            else:
+                sample = Content.styled(" ━", LEGEND_COLOURS.get(spec.colour, "white"))
+            parts.extend([sample, Content(f" {spec.label}")])
+        if with_compare:
+            sample = " ·" if self.monochrome else " ━"
+            parts.append(Content.styled(f"{sample} (B)", "#7f7f7f"))
+        return Content("").join(parts)
 
     def render(self) -> RenderResult:
         if self._message is not None:
@@ -76,6 +103,10 @@ class TimeSeriesChart(PlotextPlot):
         return [v * spec.scale for v in values]
 
     def draw(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
+        legend_key = (self.monochrome, compare is not None)
+        if legend_key != self._legend_key:
+            self._legend_key = legend_key
+            self.border_title = self.legend(compare is not None)
         plt = self.plt
         plt.clear_data()
         plt.title("")
@@ -103,9 +134,9 @@ class TimeSeriesChart(PlotextPlot):
             marker = MONO_MARKERS[index % len(MONO_MARKERS)] if self.monochrome else "braille"
             if compare is not None:
                 compare_marker = "·" if self.monochrome else marker
-                self._plot_series(compare.times, self._series_values(compare, spec), f"{spec.label} (B)", COMPARE_COLOUR, compare_marker, yside)
+                self._plot_series(compare.times, self._series_values(compare, spec), COMPARE_COLOUR, compare_marker, yside)
             values = self._series_values(snapshot, spec)
-            if not self._plot_series(snapshot.times, values, spec.label, spec.colour, marker, yside):
+            if not self._plot_series(snapshot.times, values, spec.colour, marker, yside):
                 missing.append(spec.label)
         server_missing = not snapshot.server_metrics_available and any(s.server for s in self.SERIES)
         if server_missing:
@@ -121,12 +152,12 @@ class TimeSeriesChart(PlotextPlot):
     def _colour(self, colour: str) -> str:
         return "default" if self.monochrome else colour
 
-    def _plot_series(self, times, values, label, colour, marker, yside) -> bool:
+    def _plot_series(self, times, values, colour, marker, yside) -> bool:
         """Plot the series' runs of data; False when it has none (then the chart's subtitle
         names it, so a missing series is visibly missing rather than silently absent)."""
         parts = segments(times, values)
         for i, (xs, ys) in enumerate(parts):
-            self.plt.plot(xs, ys, label=label if i == 0 else None, color=self._colour(colour), marker=marker, yside=yside)
+            self.plt.plot(xs, ys, color=self._colour(colour), marker=marker, yside=yside)
         return bool(parts)
 
     def _draw_markers(self, marks: list[Marker], y_top: float, dimmed: bool) -> None:

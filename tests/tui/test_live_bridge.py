@@ -1,0 +1,127 @@
+"""The bridge runs the load in its own thread and loop; the UI only reads snapshots and
+asks the run loop to apply controls."""
+
+import asyncio
+import threading
+
+import pytest
+
+from tests.tui.fakes import FakeControl, fake_snapshot
+from tui.app import make_app
+from tui.live_runner import LiveBridge
+
+
+class LoopBoundRun:
+    """A toy run: ticks until stopped; its control records the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.control = FakeControl()
+        self.control_threads: set[str] = set()
+        self.stopped: asyncio.Event | None = None
+        self.t = 0.0
+        self.state = "ramping"
+
+    async def run(self) -> str:
+        self.stopped = asyncio.Event()
+        while not self.stopped.is_set():
+            await asyncio.sleep(0.01)
+            self.t += 0.01
+        self.state = "done"
+        return "finished"
+
+    def snapshot(self):
+        return fake_snapshot(max(self.t * 100, 1.0), state=self.state)
+
+    def wrap_control(self):
+        run = self
+
+        class Control:
+            def __getattr__(self, name):
+                method = getattr(run.control, name)
+
+                def call(*args):
+                    run.control_threads.add(threading.current_thread().name)
+                    method(*args)
+                    if name == "stop":
+                        run.stopped.set()
+
+                return call
+
+        return Control()
+
+
+def test_controls_run_on_the_run_thread_and_stop_finishes_the_run():
+    run = LoopBoundRun()
+    bridge = LiveBridge(run.run, run.snapshot, run.wrap_control(), publish_interval=0.02).start()
+    bridge.control.hold()
+    bridge.control.step_rate(1.5)
+    bridge.control.mark("note")
+    assert bridge.finish(drain_timeout=5.0) == "finished"
+    assert run.control.calls == [("hold", None), ("step_rate", 1.5), ("mark", "note"), ("stop", None)]
+    assert run.control_threads == {"rampwatch-run"}
+    assert bridge.snapshot().state == "done"  # the final state is published
+    assert bridge.snapshots_published >= 1
+
+
+def test_snapshots_are_published_while_running():
+    run = LoopBoundRun()
+    bridge = LiveBridge(run.run, run.snapshot, run.wrap_control(), publish_interval=0.02).start()
+    assert bridge.snapshot().state in ("starting", "ramping")
+    first = bridge.snapshot().t
+    for _ in range(100):
+        if bridge.snapshot().t > first:
+            break
+        threading.Event().wait(0.02)
+    assert bridge.snapshot().t > first
+    bridge.finish(drain_timeout=5.0)
+    calls = list(run.control.calls)
+    bridge.control.hold()  # after the end: dropped, no error
+    assert run.control.calls == calls == [("stop", None)]
+
+
+def test_run_errors_reach_the_caller():
+    async def failing():
+        await asyncio.sleep(0.01)
+        raise ValueError("target unreachable")
+
+    bridge = LiveBridge(failing, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.01).start()
+    bridge.join(5.0)
+    assert bridge.done
+    with pytest.raises(ValueError, match="target unreachable"):
+        bridge.finish()
+
+
+def test_a_run_that_ignores_stop_is_cancelled_after_the_drain_timeout():
+    async def stubborn():
+        await asyncio.sleep(30)
+
+    bridge = LiveBridge(stubborn, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.01).start()
+    with pytest.raises(asyncio.CancelledError):
+        bridge.finish(drain_timeout=0.2)
+    assert bridge.done
+
+
+async def test_app_keys_reach_the_run_through_the_bridge():
+    run = LoopBoundRun()
+    bridge = LiveBridge(run.run, run.snapshot, run.wrap_control(), publish_interval=0.05).start()
+    app = make_app(bridge, bridge.control, mode="live")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("space", "plus", "s")
+        await pilot.pause(0.2)
+    assert bridge.join(5.0)
+    names = [name for name, _ in run.control.calls]
+    assert names == ["hold", "step_rate", "stop"]
+    assert run.control_threads == {"rampwatch-run"}
+
+
+async def test_app_leaves_when_the_run_fails():
+    async def failing():
+        raise ValueError("boom")
+
+    bridge = LiveBridge(failing, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.01).start()
+    bridge.join(5.0)
+    app = make_app(bridge, bridge.control, mode="live")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.1)
+    assert app.return_code == 1

@@ -1,0 +1,40 @@
+"""Screen snapshots (pytest-textual-snapshot). Regenerate after an intended change with
+`pytest tests/tui/test_screens_snapshot.py --snapshot-update` and review the SVG diffs.
+
+Every screen is fed a fixed snapshot (no clock anywhere on screen) at a fixed size.
+"""
+
+from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_snapshot
+from tui.app import make_app
+
+
+def live(t: float, metrics: bool = True):
+    return make_app(FrozenSource(fake_snapshot(t, metrics=metrics)), FakeControl(), mode="live", recording="runs/chat.rwrec")
+
+
+def test_live_80x24(snap_compare):
+    assert snap_compare(live(95.0), terminal_size=(80, 24))
+
+
+def test_live_80x24_stats_tab(snap_compare):
+    assert snap_compare(live(95.0), terminal_size=(80, 24), press=["6"])
+
+
+def test_live_160x48(snap_compare):
+    assert snap_compare(live(95.0), terminal_size=(160, 48))
+
+
+def test_live_160x48_without_metrics(snap_compare):
+    assert snap_compare(live(60.0, metrics=False), terminal_size=(160, 48))
+
+
+def test_replay_compare_160x48(snap_compare):
+    app = make_app(
+        FakeReplay(position=70.0), mode="replay", compare=FrozenSource(fake_snapshot(120.0)),
+        recording="runs/a.rwrec", compare_label="runs/b.rwrec",
+    )
+    assert snap_compare(app, terminal_size=(160, 48))
+
+
+def test_help_80x24(snap_compare):
+    assert snap_compare(live(30.0), terminal_size=(80, 24), press=["question_mark"])
