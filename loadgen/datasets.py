@@ -40,7 +40,7 @@ class DatasetEntry:
 def _detect(path: Path) -> str:
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         head = fh.read(4096).lstrip()
-    if head.startswith("["):
+    if head.startswith("[") or path.suffix.lower() == ".json":
         return "sharegpt"
     first = head.splitlines()[0] if head else ""
     if '"messages"' in first:
