@@ -97,11 +97,19 @@ async def test_compare_draws_b_dimmed_with_a_legend_label():
         await pilot.pause()
         chart = app.query_one("#w-latency", LatencyChart)
         plot = chart.plt.build()
-        assert "TTFT p99 (B)" in plot and "TTFT p99" in plot
+        assert "(B)" in str(chart.border_title) and "TTFT p99" in str(chart.border_title)
         assert "K(B)" in plot  # B's knee is marked too
+        # B's points are drawn: more plotted series than A alone has.
+        assert len(chart.plt.monitor.x) == 2 * len(segments_of(app.latest)) 
         # A is at 50 s but the shared axis spans B's full 120 s.
         assert "120" in plot
         assert "vs b.rwrec (B, dimmed)" in str(app.query_one(HeaderBar).render_text(app.latest))
+
+
+def segments_of(snapshot):
+    from tui.chart_data import segments
+
+    return [p for spec in LatencyChart.SERIES for p in segments(snapshot.times, snapshot.series[spec.name])]
 
 
 @pytest.mark.parametrize("speed, up, expected", [(1, True, 2), (16, True, 16), (1, False, 1), (8, False, 4), (3, True, 4), (3, False, 2)])
