@@ -1,0 +1,191 @@
+import math
+import time
+
+import numpy as np
+import pytest
+
+from loadgen.series import SeriesBuilder
+from loadgen.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Tick
+
+NAN = math.nan
+
+
+def rec(i, scheduled, sent, first, end, tokens=4, error=None, chunks=None):
+    return RequestRecord(id=i, scheduled_at=scheduled, sent_at=sent, end_at=end, first_token_at=first,
+                         chunk_times=chunks if chunks is not None else ([end] if first is not None else []),
+                         completion_tokens=tokens, prompt_tokens=10, error_class=error)
+
+
+def same(a, b):
+    return len(a) == len(b) and all((math.isnan(x) and math.isnan(y)) or x == pytest.approx(y) for x, y in zip(a, b))
+
+
+def test_request_bins_and_ticks():
+    b = SeriesBuilder()
+    b.on_start(RunHeader(rampwatch_version="0", started_at_unix=0, target="t", model="m", scenario_name="s", planned_duration_s=60))
+    b.on_tick(Tick(t=0.0, target_rps=2.0, state="ramping", in_flight=0))
+    b.on_request(rec(0, 0.2, 0.3, 0.5, 1.2, tokens=5))
+    b.on_request(rec(1, 0.9, 1.4, 1.6, 2.5, tokens=7))
+    b.on_tick(Tick(t=1.0, target_rps=3.0, state="ramping", in_flight=2))
+    b.on_request(rec(2, 1.5, 1.5, None, 2.7, error="http_500"))
+    b.on_tick(Tick(t=2.0, target_rps=4.0, state="holding", in_flight=1))
+    b.on_tick(Tick(t=3.0, target_rps=4.0, state="holding", in_flight=0))
+    snap = b.snapshot()
+    assert snap.times == [0.0, 1.0, 2.0]  # whole seconds only while running
+    s = snap.series
+    assert set(s) == set(SERIES_NAMES)
+    assert s["offered_rps"] == [2.0, 1.0, 0.0]
+    assert s["sent_rps"] == [1.0, 2.0, 0.0]
+    assert s["completed_rps"] == [0.0, 1.0, 1.0]
+    assert s["error_rps"] == [0.0, 0.0, 1.0]
+    assert s["client_output_tps"] == [0.0, 5.0, 7.0]
+    assert s["target_rps"] == [2.0, 3.0, 4.0] and s["in_flight"] == [0.0, 2.0, 1.0]
+    assert all(math.isnan(v) for v in s["running"])  # no /metrics
+    assert not snap.server_metrics_available
+    assert (snap.state, snap.target_rps, snap.planned_duration_s) == ("holding", 4.0, 60)
+    assert snap.summary["completed"] == 2 and snap.summary["failed"] == 1
+    b.on_finish(3.4)
+    done = b.snapshot()
+    assert done.state == "done" and done.times[-1] == 3.0
+
+
+def scrape(t, url, gen, prompt=None, hits=None, queries=None, running=1.0, waiting=0.0, kv=0.25, preempt=0.0, created=1.0, ok=True):
+    return ServerSample(t=t, url=url, ok=ok, backend="vllm", running=running, waiting=waiting, kv_usage=kv,
+                        generation_tokens_total=gen, prompt_tokens_total=prompt if prompt is not None else gen * 10,
+                        prefix_hits_total=hits, prefix_queries_total=queries, preemptions_total=preempt, created=created)
+
+
+def test_counter_rates_spread_over_scrape_intervals():
+    b = SeriesBuilder()
+    b.on_scrape(scrape(0.5, "a", 0))
+    b.on_scrape(scrape(1.5, "a", 100))  # 100 tok/s over [0.5, 1.5]
+    b.on_scrape(scrape(2.5, "a", 300))  # 200 tok/s over [1.5, 2.5]
+    b.on_finish(3.0)
+    s = b.snapshot().series
+    assert same(s["server_generation_tps"], [100.0, 150.0, 200.0])
+    assert same(s["server_prompt_tps"], [1000.0, 1500.0, 2000.0])
+    assert same(s["running"], [1.0, 1.0, 1.0]) and same(s["kv_usage_pct"], [25.0, 25.0, 25.0])
+
+
+def test_two_replicas_summed_and_reset_safe():
+    b = SeriesBuilder()
+    for t, ga, gb in [(0.0, 0, 1000), (1.0, 50, 1010), (2.0, 100, 20)]:  # replica b restarts before t=2
+        b.on_scrape(scrape(t, "a", ga, running=2.0, kv=0.2))
+        b.on_scrape(scrape(t, "b", gb, running=3.0, kv=0.4, created=1.0 if t < 2 else 5.0))
+    b.on_finish(2.0)
+    s = b.snapshot().series
+    assert same(s["server_generation_tps"], [60.0, 70.0])
+    assert same(s["running"], [5.0, 5.0]) and same(s["kv_usage_pct"], [30.0, 30.0])
+    assert b.snapshot().summary["server"]["available"]
+
+
+def test_failed_scrapes_leave_gaps_not_zeros():
+    b = SeriesBuilder()
+    b.on_scrape(scrape(0.1, "a", 0))
+    b.on_scrape(ServerSample(t=1.1, url="a", ok=False, error="timeout"))
+    b.on_scrape(scrape(2.1, "a", 200))
+    b.on_finish(3.0)
+    s = b.snapshot().series
+    assert same(s["running"], [1.0, NAN, 1.0])
+    assert same(s["server_generation_tps"], [100.0, 100.0, 100.0])  # the counter spans the gap
+
+
+def test_prefix_hit_rate_over_window():
+    b = SeriesBuilder(window_s=2)
+    b.on_scrape(scrape(0.0, "a", 0, hits=0, queries=0))
+    b.on_scrape(scrape(1.0, "a", 0, hits=10, queries=100))
+    b.on_scrape(scrape(2.0, "a", 0, hits=100, queries=200))
+    b.on_scrape(scrape(3.0, "a", 0, hits=100, queries=200))  # no traffic: window still has the last second
+    b.on_finish(3.0)
+    s = b.snapshot().series
+    assert same(s["prefix_hit_pct"], [10.0, 50.0, 90.0])
+
+
+def test_preemptions_per_second():
+    b = SeriesBuilder()
+    b.on_scrape(scrape(0.0, "a", 0, preempt=0))
+    b.on_scrape(scrape(1.0, "a", 0, preempt=3))
+    b.on_scrape(scrape(2.0, "a", 0, preempt=3))
+    b.on_finish(2.0)
+    assert same(b.snapshot().series["preemptions"], [3.0, 0.0])
+
+
+def test_latency_percentiles_over_sliding_window():
+    b = SeriesBuilder(window_s=2)
+    # second 0: TTFT 0.1 s; second 1: TTFT 0.3 s; second 2: nothing
+    b.on_request(rec(0, 0.0, 0.0, 0.1, 0.5, chunks=[0.3, 0.5]))
+    b.on_request(rec(1, 1.0, 1.0, 1.3, 1.6, chunks=[1.6]))
+    b.on_tick(Tick(t=10.0, target_rps=1.0, state="holding"))
+    s = b.snapshot().series
+    assert s["ttft_p50"][0] == pytest.approx(0.1, rel=0.01)
+    assert s["ttft_p50"][1] == pytest.approx(0.2, rel=0.02)  # both requests in the 2 s window
+    assert s["ttft_p50"][2] == pytest.approx(0.3, rel=0.01)  # only the second one left
+    assert math.isnan(s["ttft_p50"][3])
+    assert s["itl_p50"][0] == pytest.approx(0.2, rel=0.01)
+    assert s["itl_p99"][1] == pytest.approx(0.3, rel=0.02)
+
+
+def stream(seed=0, seconds=30):
+    rng = np.random.default_rng(seed)
+    items = []
+    rid = 0
+    for sec in range(seconds):
+        items.append(("tick", Tick(t=float(sec), target_rps=5.0 + sec, state="ramping", in_flight=int(rng.integers(0, 9)))))
+        items.append(("scrape", scrape(sec + 0.05, "a", 100.0 * sec, waiting=float(sec), hits=10.0 * sec, queries=40.0 * sec)))
+        for _ in range(5 + sec):
+            t = sec + float(rng.random())
+            first = t + float(rng.uniform(0.05, 0.3))
+            items.append(("request", rec(rid, t, t, first, first + 0.4, chunks=[first + 0.2, first + 0.4])))
+            rid += 1
+        if sec == 20:
+            items.append(("event", Event(t=20.5, kind="mark", message="here")))
+    return items
+
+
+def feed(builder, items, snapshot_every=0):
+    for n, (kind, item) in enumerate(items):
+        getattr(builder, f"on_{kind}")(item)
+        if snapshot_every and n % snapshot_every == 0:
+            builder.snapshot()
+            builder.take_completed_seconds()
+    builder.on_finish(30.0)
+
+
+def test_replay_equals_live_whatever_the_snapshot_calls():
+    live, replay = SeriesBuilder(), SeriesBuilder()
+    feed(live, stream(), snapshot_every=7)  # the UI asking for snapshots changes nothing
+    feed(replay, stream())
+    a, b = live.snapshot(), replay.snapshot()
+    assert a.times == b.times and a.events == b.events
+    for name in SERIES_NAMES:
+        assert same(a.series[name], b.series[name]), name
+    assert a.summary == b.summary
+
+
+def test_completed_seconds_are_handed_out_once():
+    b = SeriesBuilder(grace_s=2.0)
+    feed(b, stream(seconds=10))
+    got = b.take_completed_seconds()
+    assert [t for t, _ in got] == [float(i) for i in range(len(got))]
+    assert got and set(got[0][1]) == set(SERIES_NAMES)
+    assert b.take_completed_seconds() == []
+
+
+def test_snapshot_cost_on_a_long_run():
+    """Prints the per-item and per-snapshot cost on 1 h of per-second data (no assert on time)."""
+    b = SeriesBuilder()
+    rid = 0
+    start = time.perf_counter()
+    for sec in range(3600):
+        b.on_tick(Tick(t=float(sec), target_rps=10.0, state="holding", in_flight=5))
+        b.on_scrape(scrape(sec + 0.05, "a", 100.0 * sec))
+        if sec % 10 == 0:  # a sparse request stream keeps the test fast
+            b.on_request(rec(rid, sec, sec, sec + 0.1, sec + 0.5, chunks=[sec + 0.3, sec + 0.5]))
+            rid += 1
+    build = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(4):
+        snap = b.snapshot()
+    per_snapshot = (time.perf_counter() - start) / 4
+    assert len(snap.times) == 3599  # the second in progress is not shown yet
+    print(f"\n1 h of ticks+scrapes fed in {build:.2f} s; snapshot of 3600 s: {per_snapshot * 1000:.1f} ms")
