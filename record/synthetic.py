@@ -223,6 +223,9 @@ def _scrape(run: SyntheticRun, sink: TimelineSink, t: float, in_system: int, bac
         prompt_tokens_total=counters["prompt"], generation_tokens_total=counters["gen"],
         prefix_queries_total=counters["queries"], prefix_hits_total=counters["hits"],
         preemptions_total=counters["preempt"],
-        per_engine={"0": {"running": running, "waiting": waiting, "kv_usage": kv}},
+        per_engine={"0": {"running": running, "waiting": waiting, "kv_usage": kv,
+                          "prompt_tokens_total": counters["prompt"], "generation_tokens_total": counters["gen"],
+                          "prefix_queries_total": counters["queries"], "prefix_hits_total": counters["hits"],
+                          "preemptions_total": counters["preempt"]}},
         created=1_795_000_000.0, raw=raw,
     ))

@@ -1,0 +1,100 @@
+"""`rampwatch export REC --format json|csv|html [-o PATH]`."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+from loadgen.errors import UserError
+
+REQUEST_COLUMNS = ("id", "scheduled_at", "sent_at", "first_token_at", "end_at", "ttft_s", "e2e_s", "tpot_s",
+                   "client_queue_s", "n_chunks", "prompt_tokens", "completion_tokens", "tokens_from_usage",
+                   "finish_reason", "status", "error_class", "error", "scenario_tag")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recording", help="a .rwrec file written by `rampwatch run`")
+    parser.add_argument("--format", choices=("json", "csv", "html"), default="json",
+                        help="json: `vllm bench serve --save-result` schema; csv: <stem>-requests.csv and "
+                        "<stem>-series.csv; html: offline report with charts (default: json)")
+    parser.add_argument("-o", "--output", help="output file (csv: its stem names the two files); "
+                        "default: beside the recording")
+
+
+def _num(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else repr(v)
+    return v
+
+
+def write_requests_csv(records, path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(REQUEST_COLUMNS)
+        for r in records:
+            w.writerow([r.id, _num(r.scheduled_at), _num(r.sent_at), _num(r.first_token_at), _num(r.end_at),
+                        _num(r.ttft), _num(r.e2e), _num(r.tpot), _num(r.client_queue_s), len(r.chunk_times),
+                        r.prompt_tokens, r.completion_tokens, int(r.tokens_from_usage), r.finish_reason or "",
+                        "" if r.status is None else r.status, r.error_class or "", r.error or "",
+                        r.scenario_tag or ""])
+
+
+def write_series_csv(snapshot, path: Path) -> None:
+    names = list(snapshot.series)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t", *names])
+        for i, t in enumerate(snapshot.times):
+            w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
+
+
+def main(args: argparse.Namespace) -> int:
+    from loadgen.summary import format_summary, to_bench_result
+    from record.analysis import final_snapshot, summarise
+    from record.html_report import render_html
+    from record.reader import open_recording
+
+    recording = open_recording(args.recording)
+    for warning in recording.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    src = Path(args.recording)
+    out = Path(args.output) if args.output else src.with_suffix(f".{args.format}")
+    if out.parent and not out.parent.exists():
+        raise UserError(f"{out}: output directory {out.parent} does not exist")
+    records = recording.requests
+    written: list[Path] = []
+    try:
+        if args.format == "json":
+            result = to_bench_result(summarise(recording, records), recording.header, records)
+            out.write_text(json.dumps(result, indent=1, default=str, allow_nan=False))
+            written.append(out)
+        elif args.format == "csv":
+            stem = out.with_suffix("")
+            req_path = stem.with_name(stem.name + "-requests.csv")
+            series_path = stem.with_name(stem.name + "-series.csv")
+            write_requests_csv(records, req_path)
+            write_series_csv(final_snapshot(recording), series_path)
+            written += [req_path, series_path]
+        else:
+            summary = summarise(recording, records)
+            h = recording.header
+            page = render_html(
+                final_snapshot(recording), summary, format_summary(summary), recording.marks(),
+                title=f"rampwatch report: {h.scenario_name}",
+                subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {len(records)} requests · "
+                f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
+                warnings=recording.warnings,
+            )
+            out.write_text(page, encoding="utf-8")
+            written.append(out)
+    except OSError as exc:
+        raise UserError(f"{exc.filename or out}: cannot write ({exc.strerror})") from exc
+    for p in written:
+        print(p)
+    return 0

@@ -1,0 +1,32 @@
+"""`rampwatch report REC`: the headless summary of a recording."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recording", help="a .rwrec file written by `rampwatch run`")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of the table")
+
+
+def main(args: argparse.Namespace) -> int:
+    import json
+
+    from loadgen.summary import format_summary
+    from record.analysis import summarise
+    from record.reader import open_recording
+
+    recording = open_recording(args.recording)
+    for warning in recording.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    summary = summarise(recording)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        h = recording.header
+        print(f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), "
+              f"{recording.duration_s:.1f} s recorded")
+        print(format_summary(summary))
+    return 0

@@ -1,0 +1,253 @@
+"""report / export / compare commands and the replay timeline on the committed fixture."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadgen.timeline import SERIES_NAMES
+from record.cli_compare import compare_rows
+from record.reader import open_recording
+from tests.record.helpers import FedLog
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "data" / "small.rwrec"
+
+
+def rampwatch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def test_fixture_has_what_the_ui_tests_need():
+    rec = open_recording(FIXTURE)
+    assert rec.finished and rec.warnings == []
+    assert 55 <= rec.duration_s <= 70
+    kinds = {e.kind for e in rec.events}
+    assert {"knee", "mark", "start"} <= kinds
+    ticks = rec.ticks
+    assert ticks[0].target_rps < ticks[len(ticks) // 2].target_rps  # a ramp
+    assert len(rec.samples) >= 55 and all(s.ok for s in rec.samples)
+    assert len(rec.requests) > 300
+
+
+def test_report_prints_the_summary():
+    out = rampwatch("report", str(FIXTURE))
+    assert out.returncode == 0, out.stderr
+    assert "Successful requests:" in out.stdout
+    assert "fixture-ramp" in out.stdout
+
+
+@pytest.mark.parametrize("command", ["report", "export", "compare"])
+@pytest.mark.parametrize("bad", ["missing.rwrec", "notrec.txt"])
+def test_bad_input_is_one_line_exit_2(tmp_path, command, bad):
+    (tmp_path / "notrec.txt").write_text("hello\n")
+    path = str(tmp_path / bad)
+    args = [command, path] + ([str(FIXTURE)] if command == "compare" else [])
+    out = rampwatch(*args)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and path in lines[0]
+
+
+def test_export_json_follows_the_vllm_schema(tmp_path):
+    out = rampwatch("export", str(FIXTURE), "--format", "json", "-o", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    rec = open_recording(FIXTURE)
+    for key in ("duration", "completed", "request_throughput", "mean_ttft_ms", "p99_itl_ms", "ttfts", "itls"):
+        assert key in result
+    assert result["completed"] == sum(1 for r in rec.requests if r.ok)
+    assert len(result["ttfts"]) == len(rec.requests)
+
+
+def test_export_csv_writes_requests_and_series(tmp_path):
+    out = rampwatch("export", str(FIXTURE), "--format", "csv", "-o", str(tmp_path / "run.csv"))
+    assert out.returncode == 0, out.stderr
+    rec = open_recording(FIXTURE)
+    with open(tmp_path / "run-requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(rec.requests)
+    first = rec.requests[0]
+    assert int(rows[0]["id"]) == first.id and float(rows[0]["ttft_s"]) == pytest.approx(first.ttft)
+    with open(tmp_path / "run-series.csv") as f:
+        series = list(csv.DictReader(f))
+    assert set(SERIES_NAMES) <= set(series[0])
+    assert len(series) >= int(rec.duration_s)
+    assert max(float(r["target_rps"]) for r in series if r["target_rps"]) == pytest.approx(
+        max(t.target_rps for t in rec.ticks))
+
+
+def test_export_html_is_self_contained(tmp_path):
+    out = rampwatch("export", str(FIXTURE), "--format", "html", "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 0, out.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("<svg") == 6 and "<polyline" in page
+    assert "http://" not in page.replace("http://127.0.0.1:8000", "").replace("http://www.w3.org/2000/svg", "")
+    assert "<script" not in page and "https://" not in page
+    assert "knee" in page and "steady before the knee" in page
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")), reason="chromium not installed")
+def test_html_report_renders_in_chromium(tmp_path):
+    html_path = tmp_path / "r.html"
+    assert rampwatch("export", str(FIXTURE), "--format", "html", "-o", str(html_path)).returncode == 0
+    png = tmp_path / "r.png"
+    out = subprocess.run([str(ROOT / "scripts" / "html_screenshot.sh"), str(html_path), str(png)],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert png.stat().st_size > 20_000
+    colours = _png_colours(png.read_bytes())
+    # Background, grid, text, and the chart lines' palette: a blank page has one or two.
+    assert len(colours) >= 8
+
+
+def _png_colours(data: bytes) -> set[tuple[int, ...]]:
+    """Distinct colours of a sample of pixels, decoding the PNG with zlib only."""
+    import struct
+    import zlib
+
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, ctype = 8, b"", 0, 0, 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, _depth, ctype = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    channels = {2: 3, 6: 4}[ctype]
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    colours = set()
+    prev = bytearray(stride)
+    for row in range(height):
+        f = raw[row * (stride + 1)]
+        line = bytearray(raw[row * (stride + 1) + 1 : (row + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b = prev[i]
+            c = prev[i - channels] if i >= channels else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        prev = line
+        if row % 7 == 0:
+            for x in range(0, width, 3):
+                colours.add(tuple(line[x * channels : x * channels + 3]))
+    return colours
+
+
+def test_compare_rows_pick_the_better_side():
+    a = {"request_throughput": 10.0, "mean_ttft_ms": 100.0, "p99_itl_ms": 20.0, "failed": 0}
+    b = {"request_throughput": 12.0, "mean_ttft_ms": 150.0, "p99_itl_ms": 20.0, "failed": 2}
+    rows = {r["key"]: r for r in compare_rows(a, b)}
+    assert rows["request_throughput"]["better"] == "B" and rows["request_throughput"]["change_pct"] == pytest.approx(20)
+    assert rows["mean_ttft_ms"]["better"] == "A" and rows["mean_ttft_ms"]["change_pct"] == pytest.approx(50)
+    assert rows["p99_itl_ms"]["better"] == "="
+    assert rows["failed"]["better"] == "A" and rows["failed"]["change_pct"] is None
+
+
+def test_compare_command(tmp_path):
+    other = tmp_path / "other.rwrec"
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from record.synthetic import SyntheticRun, play_synthetic
+    from record.writer import RecordingWriter
+
+    w = RecordingWriter(other, flush_interval_s=None)
+    play_synthetic(SyntheticRun(duration_s=30, end_rps=10, capacity_rps=30, mean_chunks=30, seed=2), w,
+                   on_flush=lambda _t: w.flush())
+    out = rampwatch("compare", str(FIXTURE), str(other))
+    assert out.returncode == 0, out.stderr
+    assert "Mean TTFT (ms)" in out.stdout and "%" in out.stdout
+    ttft_line = next(line for line in out.stdout.splitlines() if line.startswith("Mean TTFT (ms)"))
+    assert " B (" in ttft_line  # the run without overload has the lower TTFT
+
+
+# ---- replay timeline ----------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _expected_fed(rec, t):
+    return [(i.kind, i.t) for i in rec.items_between(float("-inf"), t)]
+
+
+def test_replay_transport_and_feeding():
+    rec = open_recording(FIXTURE)
+    clock = FakeClock()
+    tl = rec.replay(clock=clock, builder_factory=FedLog, warm_up=False, checkpoint_every_s=10)
+    assert tl.position == 0 and not tl.playing
+    tl.play()
+    clock.now += 2.5
+    assert tl.position == pytest.approx(2.5)
+    tl.speed = 4
+    clock.now += 1.0
+    assert tl.position == pytest.approx(6.5)
+    tl.speed = 100
+    assert tl.speed == 16
+    tl.pause()
+    clock.now += 10
+    assert tl.position == pytest.approx(6.5)
+    assert tl.snapshot().summary["fed"] == _expected_fed(rec, 6.5)
+    tl.step(1.0)
+    assert tl.position == pytest.approx(7.5)
+    tl.seek(45.0)
+    assert tl.snapshot().summary["fed"] == _expected_fed(rec, 45.0)
+    assert tl.checkpoint_count == 4
+    tl.seek(12.0)  # backwards: restored from the 10 s checkpoint
+    assert tl.snapshot().summary["fed"] == _expected_fed(rec, 12.0)
+    tl.seek_relative(-100)
+    assert tl.position == 0
+    tl.seek(rec.duration_s + 50)
+    assert tl.position == rec.duration_s
+    tl.play()
+    clock.now += 5
+    assert tl.position == rec.duration_s and not tl.playing  # stops at the end
+    assert [e.kind for e in tl.marks()] == ["mark", "knee"]
+
+
+def test_replay_snapshot_equals_a_straight_feed_with_the_series_builder():
+    from loadgen.series import SeriesBuilder
+    from record.replay import feed
+
+    rec = open_recording(FIXTURE)
+    clock = FakeClock()
+    tl = rec.replay(clock=clock, checkpoint_every_s=10)
+    assert tl.wait_warm(30)
+    for t in (50.0, 23.5, 51.0, 5.0):
+        tl.seek(t)
+        got = tl.snapshot()
+        straight = SeriesBuilder()
+        straight.on_start(rec.header)
+        feed(straight, rec.items_between(float("-inf"), t))
+        want = straight.snapshot(now=t)
+        assert got.times == want.times
+        for name in SERIES_NAMES:
+            assert got.series[name] == pytest.approx(want.series[name], nan_ok=True), name
+        assert got.in_flight == want.in_flight and got.events == want.events
+        assert got.summary.keys() == want.summary.keys()
+        assert not any(isinstance(v, float) and math.isnan(v) for v in [got.t])
