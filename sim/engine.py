@@ -96,26 +96,35 @@ class StepResult:
 
 
 class BlockPool:
-    """Fixed pool of KV blocks with a content-hash cache and an LRU free queue."""
+    """Fixed pool of KV blocks with a content-hash cache and an LRU free queue.
+
+    Never-used blocks are handed out before any freed block (they sit at the head of
+    vLLM's initial free queue); they are counted, not materialised, so a pool of
+    millions of blocks costs nothing until used.
+    """
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
-        self.ref_count = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
+        self.ref_count: list[int] = []  # per materialised block id
+        self.block_hash: list[int | None] = []
         self.cached: dict[int, int] = {}  # hash -> block id
         # Insertion order = eviction order (head is least recently freed).
-        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.free_queue: OrderedDict[int, None] = OrderedDict()
+
+    @property
+    def num_fresh(self) -> int:
+        return self.num_blocks - len(self.ref_count)
 
     @property
     def num_free(self) -> int:
-        return len(self.free_queue)
+        return self.num_blocks - len(self.ref_count) + len(self.free_queue)
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self.free_queue)
+        return len(self.ref_count) - len(self.free_queue)
 
     def usage(self) -> float:
-        return 1.0 - len(self.free_queue) / self.num_blocks
+        return (len(self.ref_count) - len(self.free_queue)) / self.num_blocks
 
     def lookup(self, hashes: list[int], max_blocks: int) -> list[int]:
         out = []
@@ -135,11 +144,16 @@ class BlockPool:
             ref[b] += 1
 
     def allocate(self, n: int) -> list[int]:
-        if n > len(self.free_queue):
+        if n > self.num_free:
             raise RuntimeError("KV block pool exhausted")
-        out = []
-        free, ref, block_hash, cached = self.free_queue, self.ref_count, self.block_hash, self.cached
-        for _ in range(n):
+        ref, block_hash = self.ref_count, self.block_hash
+        fresh = min(n, self.num_blocks - len(ref))
+        start = len(ref)
+        out = list(range(start, start + fresh))
+        ref.extend([1] * fresh)
+        block_hash.extend([None] * fresh)
+        free, cached = self.free_queue, self.cached
+        for _ in range(n - fresh):
             b, _unused = free.popitem(last=False)
             h = block_hash[b]
             if h is not None:
