@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.tokenizers import TokenizerLike, count_tokens
+from loadgen.tokenizers import SimTokenizerAdapter, TokenizerLike, count_tokens
 
 SEPARATOR = "\n\n"
 _FIXUP_ROUNDS = 12
@@ -23,8 +23,8 @@ def _clean_ids_uncached(tokenizer: TokenizerLike) -> np.ndarray:
     special = getattr(tokenizer, "special_ids", frozenset())
     if vocab_size <= 0:
         raise ValueError("tokenizer has no vocab_size: cannot draw random token ids")
-    if not special and type(tokenizer).__name__ == "SimTokenizerAdapter":
-        return np.arange(vocab_size)
+    if isinstance(tokenizer, SimTokenizerAdapter):
+        return np.arange(vocab_size)  # every word of its vocabulary round-trips
     candidates = np.arange(vocab_size)
     if vocab_size > _MAX_PROBED_IDS:
         candidates = np.sort(np.random.default_rng(0).choice(vocab_size, _MAX_PROBED_IDS, replace=False))
@@ -34,7 +34,7 @@ def _clean_ids_uncached(tokenizer: TokenizerLike) -> np.ndarray:
             continue
         piece = tokenizer.decode([i])
         # Pieces that decode to partial UTF-8 or control characters never round-trip.
-        if piece and "\ufffd" not in piece and piece.strip() and piece.isprintable() or piece == " ":
+        if piece == " " or (piece.strip() and "\ufffd" not in piece and piece.isprintable()):
             clean.append(i)
     if not clean:
         raise ValueError("tokenizer has no printable tokens to build prompts from")

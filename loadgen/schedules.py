@@ -209,14 +209,11 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
             out["steps"] = checked
     if problems:
         return out, problems
-    for key in ("num_requests",):
-        if key in out:
-            out[key] = int(out[key])
+    if "num_requests" in out:
+        out["num_requests"] = int(out["num_requests"])
     if kind in ("vllm-linear", "vllm-exponential") and out["start_rps"] > out["end_rps"]:
         # vllm bench serve refuses a ramp down ("start RPS must be less than end RPS").
         problems.append(SpecProblem(("end_rps",), f"expected a number >= start_rps ({out['start_rps']:g}) as vllm bench serve requires, got {describe(out['end_rps'])}"))
-    if kind in ("constant", "poisson", "gamma") and "duration_s" not in out and "num_requests" not in out:
-        pass  # unbounded: runs until stopped
     return out, problems
 
 
