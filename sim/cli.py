@@ -73,6 +73,8 @@ def config_from_args(args: argparse.Namespace):
 
 def main(args: argparse.Namespace) -> int:
     import asyncio
+    import contextlib
+    import os
     import signal
     import threading
 
@@ -98,10 +100,17 @@ def main(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         if args.exit_on_stdin_eof:
             # The parent holds our stdin open; EOF means it is gone, so we go too.
+            # os.read, not sys.stdin: a daemon thread parked in a buffered read holds
+            # the buffer's lock and aborts the interpreter at shutdown.
             def watch() -> None:
-                while sys.stdin.buffer.read(4096):
+                fd = sys.stdin.fileno()
+                try:
+                    while os.read(fd, 4096):
+                        pass
+                except OSError:
                     pass
-                loop.call_soon_threadsafe(stop.set)
+                with contextlib.suppress(RuntimeError):  # the loop may already be closed
+                    loop.call_soon_threadsafe(stop.set)
 
             threading.Thread(target=watch, name="stdin-eof-watch", daemon=True).start()
         try:
