@@ -116,6 +116,7 @@ class SeriesBuilder:
         c["offered_rps"].add(_sec(record.scheduled_at), 1.0)
         c["sent_rps"].add(_sec(record.sent_at), 1.0)
         end = _sec(record.end_at)
+        itls = None
         if record.ok:
             c["completed_rps"].add(end, 1.0)
             c["client_output_tps"].add(end, float(record.completion_tokens))
@@ -124,11 +125,11 @@ class SeriesBuilder:
                 hists = self._hists[end] = (LogHistogram(), LogHistogram())
             if record.ttft is not None:
                 hists[0].add([record.ttft])
-            if record.chunk_times:
-                hists[1].add(np.diff(np.asarray(record.chunk_times), prepend=record.first_token_at))
+            itls = record.itls()
+            hists[1].add(itls)
         else:
             c["error_rps"].add(end, 1.0)
-        self.summary.add(record)
+        self.summary.add(record, itls)
         self._advance(record.end_at)
 
     def on_scrape(self, sample: ServerSample) -> None:

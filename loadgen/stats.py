@@ -116,7 +116,7 @@ class LogHistogram:
     interpolates between order statistics.
     """
 
-    __slots__ = ("counts", "total")
+    __slots__ = ("_counts", "_pending", "total")
     LO = 1e-5
     HI = 1e4
     RATIO = 1.01
@@ -125,20 +125,30 @@ class LogHistogram:
     EDGES = LO * RATIO ** np.arange(N + 1)
 
     def __init__(self) -> None:
-        self.counts = np.zeros(self.N, dtype=np.int64)
+        self._counts = np.zeros(self.N, dtype=np.int64)
+        # values are binned lazily, in one numpy pass, when counts are read
+        self._pending: list[float] = []
         self.total = 0
 
     def add(self, values: Iterable[float] | np.ndarray) -> None:
-        arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
-        if arr.size == 0:
-            return
-        idx = np.floor(np.log(np.maximum(arr, self.LO) / self.LO) / self._LOG_RATIO).astype(np.int64)
-        np.clip(idx, 0, self.N - 1, out=idx)
-        self.counts += np.bincount(idx, minlength=self.N)
-        self.total += int(arr.size)
+        before = len(self._pending)
+        self._pending.extend(values.tolist() if isinstance(values, np.ndarray) else values)
+        self.total += len(self._pending) - before
+        if len(self._pending) > 65536:  # bound the buffer between reads
+            self.counts
+
+    @property
+    def counts(self) -> np.ndarray:
+        if self._pending:
+            arr = np.asarray(self._pending, dtype=np.float64)
+            self._pending = []
+            idx = np.floor(np.log(np.maximum(arr, self.LO) / self.LO) / self._LOG_RATIO).astype(np.int64)
+            np.clip(idx, 0, self.N - 1, out=idx)
+            self._counts += np.bincount(idx, minlength=self.N)
+        return self._counts
 
     def merge(self, other: LogHistogram) -> None:
-        self.counts += other.counts
+        self._counts += other.counts
         self.total += other.total
 
     @classmethod
@@ -152,13 +162,14 @@ class LogHistogram:
         """Quantiles (0..1) in seconds; NaN when empty."""
         if self.total == 0:
             return [math.nan] * len(qs)
-        cum = np.cumsum(self.counts)
+        counts = self.counts
+        cum = np.cumsum(counts)
 
         def value_at(k: int) -> float:
             # the k-th smallest value (0-based), placed evenly inside its bucket
             i = min(int(np.searchsorted(cum, k, side="right")), self.N - 1)
             before = int(cum[i - 1]) if i > 0 else 0
-            frac = (k - before + 0.5) / max(int(self.counts[i]), 1)
+            frac = (k - before + 0.5) / max(int(counts[i]), 1)
             lo, hi = self.EDGES[i], self.EDGES[i + 1]
             return float(lo + (hi - lo) * min(max(frac, 0.0), 1.0))
 

@@ -321,17 +321,17 @@ class RunningSummary:
         self.records = 0
         self.peak_in_flight = 0
 
-    def _add(self, metric: str, values: Sequence[float] | np.ndarray) -> None:
-        arr = np.asarray(values, dtype=np.float64)
-        if arr.size == 0:
+    def _add(self, metric: str, values: Sequence[float]) -> None:
+        if not values:
             return
         acc = self.sums[metric]
-        acc[0] += int(arr.size)
-        acc[1] += float(arr.sum())
-        acc[2] += float(np.dot(arr, arr))
-        self.hists[metric].add(arr)
+        acc[0] += len(values)
+        acc[1] += sum(values)
+        acc[2] += sum(v * v for v in values)
+        self.hists[metric].add(values)
 
-    def add(self, rec: RequestRecord) -> None:
+    def add(self, rec: RequestRecord, itls: Sequence[float] | None = None) -> None:
+        """Count one finished request; ``itls`` may pass ``rec.itls()`` if already computed."""
         self.records += 1
         self.queue_sum += rec.client_queue_s
         if not rec.ok:
@@ -346,8 +346,7 @@ class RunningSummary:
         tpot = stats.request_tpot(rec)
         if tpot is not None:
             self._add("tpot", [tpot])
-        if rec.chunk_times:
-            self._add("itl", np.diff(np.asarray(rec.chunk_times), prepend=rec.first_token_at))
+        self._add("itl", rec.itls() if itls is None else itls)
         if self.slo and stats.is_good(rec, self.slo):
             self.good += 1
 
