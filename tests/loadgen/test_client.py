@@ -283,3 +283,43 @@ def test_count_tokens_adapters():
     assert count_tokens(HF(), "a b c") == 3
     assert count_tokens(lambda t: 42, "x") == 42
     assert count_tokens(HF(), "") == 0
+
+
+async def test_end_to_end_against_the_simulator():
+    """Client, poller, series builder and summary on the simulated vLLM server."""
+    from loadgen.scrape import MetricsPoller
+    from loadgen.series import SeriesBuilder
+    from loadgen.summary import compute_summary
+    from sim.config import SimConfig
+    from sim.server import serve
+
+    async with serve(SimConfig(hardware="instant", model="tiny", seed=3, engines=2), port=0) as url:
+        t0 = time.monotonic()
+        clock = lambda: time.monotonic() - t0  # noqa: E731
+        builder, samples = SeriesBuilder(), []
+
+        def on_sample(sample):
+            samples.append(sample)
+            builder.on_scrape(sample)
+
+        async with StreamingClient(url, model="placeholder", clock=clock) as client:
+            info = await client.fetch_server_info()
+            client.model = info["models"][0]["id"]
+            poller = MetricsPoller([url + "/metrics"], interval_s=0.1, clock=clock, on_sample=on_sample)
+            poll_task = asyncio.create_task(poller.run())
+            reqs = [completions_req(ignore_eos=True) if i % 2 else chat_req() for i in range(6)]
+            records = await asyncio.gather(*(client.send(r, i, clock()) for i, r in enumerate(reqs)))
+            await asyncio.sleep(0.25)
+            poll_task.cancel()
+            await asyncio.gather(poll_task, return_exceptions=True)
+    for r in records:
+        assert r.ok, (r.error_class, r.error)
+        assert r.tokens_from_usage and r.completion_tokens >= 1
+        builder.on_request(r)
+    good = [s for s in samples if s.ok]
+    assert good and good[-1].backend == "vllm" and set(good[-1].per_engine) == {"0", "1"}
+    generated = sum(r.completion_tokens for r in records)
+    assert good[-1].generation_tokens_total >= generated
+    summary = compute_summary(None, records, samples, [], duration_s=clock())
+    assert summary["completed"] == 6 and summary["total_output_tokens"] == generated
+    assert builder.snapshot().summary["completed"] == 6
