@@ -55,6 +55,35 @@ def last_value(values: Sequence[float | None]) -> float | None:
     return None
 
 
+def current_value(snapshot: Snapshot, name: str) -> float | None:
+    """The series' value in the latest *complete* one-second bin (the bin still filling
+    would read low), falling back to earlier bins past gaps."""
+    times = snapshot.times
+    values = snapshot.series.get(name, [])
+    for t, v in zip(reversed(times[: len(values)]), reversed(values[: len(times)])):
+        if t + 1.0 > snapshot.t + 1e-9:
+            continue
+        if not is_missing(v):
+            return float(v)
+    return None
+
+
+TICK_STEPS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+
+
+def time_ticks(right: float, max_ticks: int) -> tuple[list[float], list[str]]:
+    """Round time ticks for an axis 0 … right: seconds under 2 minutes, else m:ss."""
+    max_ticks = max(2, max_ticks)
+    step = next((s for s in TICK_STEPS_S if right / s <= max_ticks - 1), TICK_STEPS_S[-1])
+    ticks = [float(i * step) for i in range(int(right // step) + 1)]
+    if right < 120:
+        labels = [f"{t:.0f}" for t in ticks]
+    else:
+        labels = [format_duration(t).lstrip("0") or "0" for t in ticks]
+        labels = [label if not label.startswith(":") else "0" + label for label in labels]
+    return ticks, labels
+
+
 def x_range(snapshot: Snapshot, compare: Snapshot | None = None) -> tuple[float, float]:
     """The one time axis every chart shares: 0 … max(elapsed, planned duration)."""
     right = max(snapshot.t, snapshot.planned_duration_s or 0.0)

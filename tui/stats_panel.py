@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from loadgen.timeline import Snapshot
-from tui.chart_data import errors_by_class, format_ms, format_number, format_rate, last_value
+from tui.chart_data import current_value, errors_by_class, format_ms, format_number, format_rate
 
 # (series, label, formatter) for the "now" column.
 NOW_ROWS = (
@@ -30,8 +30,35 @@ NOW_ROWS = (
 SERVER_SERIES = {"server_generation_tps", "running", "waiting", "kv_usage_pct", "prefix_hit_pct"}
 
 
+# The run-so-far figures worth a glance, in the headless summary's keys and order; the
+# full summary is in `rampwatch report`. Summaries without these keys are shown whole.
+SUMMARY_ROWS = (
+    ("duration", "duration s"),
+    ("completed", "completed"),
+    ("failed", "failed"),
+    ("request_throughput", "req/s"),
+    ("output_throughput", "output tok/s"),
+    ("total_token_throughput", "total tok/s"),
+    ("p50_ttft_ms", "TTFT p50 ms"),
+    ("p99_ttft_ms", "TTFT p99 ms"),
+    ("p50_itl_ms", "ITL p50 ms"),
+    ("p99_itl_ms", "ITL p99 ms"),
+    ("mean_tpot_ms", "TPOT mean ms"),
+    ("p99_e2el_ms", "E2E p99 ms"),
+    ("max_concurrent_requests", "max concurrent"),
+    ("mean_client_queue_ms", "client queue ms"),
+)
+
+
 def summary_label(key: str) -> str:
     return key.replace("_", " ")
+
+
+def summary_rows(summary: dict) -> list[tuple[str, str]]:
+    curated = [(label, format_number(summary[key])) for key, label in SUMMARY_ROWS if key in summary]
+    if curated:
+        return curated
+    return [(summary_label(k), format_number(v)) for k, v in summary.items() if not isinstance(v, (dict, list))]
 
 
 class StatsPanel(Widget):
@@ -69,10 +96,10 @@ class StatsPanel(Widget):
             elif name in SERVER_SERIES and not snapshot.server_metrics_available:
                 value = "no /metrics"
             else:
-                value = fmt(last_value(snapshot.series.get(name, [])))
+                value = fmt(current_value(snapshot, name))
             now_rows.append((label, value))
         now_rows.append(("in flight", str(snapshot.in_flight)))
-        so_far = [(summary_label(k), format_number(v)) for k, v in (snapshot.summary or {}).items() if not isinstance(v, (dict, list))]
+        so_far = summary_rows(snapshot.summary or {})
         for cls, count in sorted(errors_by_class(snapshot).items()):
             so_far.append((f"errors {cls}", f"{count:,}"))
         return now_rows, so_far

@@ -12,7 +12,7 @@ from textual.content import Content
 from textual_plotext import PlotextPlot
 
 from loadgen.timeline import Snapshot
-from tui.chart_data import Marker, has_data, markers, metrics_url, segments, x_range, y_upper
+from tui.chart_data import Marker, has_data, time_ticks, markers, metrics_url, segments, x_range, y_upper
 
 # The plotext colours the charts use, as the terminal shows them (for the legend in the title).
 LEGEND_COLOURS = {
@@ -112,6 +112,8 @@ class TimeSeriesChart(PlotextPlot):
         plt.title("")
         left, right = x_range(snapshot, compare)
         plt.xlim(left, right)
+        ticks, tick_labels = time_ticks(right, max(2, (self.size.width or 80) // 10))
+        plt.xticks(ticks, tick_labels)
         specs_by_side = {False: [s for s in self.SERIES if not s.right_axis], True: [s for s in self.SERIES if s.right_axis]}
         tops: dict[bool, float] = {}
         for side, specs in specs_by_side.items():

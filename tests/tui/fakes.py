@@ -105,15 +105,17 @@ def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -
     if state is None:
         state = "holding" if HOLD[0] <= t < HOLD[1] else ("done" if t >= PLANNED_S else "ramping")
     summary: dict[str, Any] = {
-        "duration_s": t,
-        "requests_completed": int(completed),
-        "requests_failed": 4 if t > 101 else 0,
+        "duration": t,
+        "completed": int(completed),
+        "failed": 4 if t > 101 else 0,
         "request_throughput": completed / t if t else 0.0,
         "output_throughput": completed * 180.0 / t if t else 0.0,
         "mean_ttft_ms": 72.5,
+        "p50_ttft_ms": 61.0,
         "p99_ttft_ms": 410.0,
-        "mean_itl_ms": 18.2,
+        "p50_itl_ms": 16.9,
         "p99_itl_ms": 41.0,
+        "server": {"backend": "vllm"},
     }
     return Snapshot(
         t=t,

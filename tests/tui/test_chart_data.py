@@ -129,3 +129,43 @@ def test_fake_run_has_a_knee_where_throughput_flattens():
     assert max(completed) < 15.0 < max(snap.series["offered_rps"])
     assert not math.isnan(snap.series["kv_usage_pct"][-1])
     assert math.isnan(fake_snapshot(120.0, metrics=False).series["kv_usage_pct"][-1])
+
+
+def test_stats_show_the_curated_summary_figures_in_order():
+    from tui.stats_panel import summary_rows
+
+    rows = summary_rows({"p99_ttft_ms": 410.0, "duration": 95.0, "server": {"x": 1}, "std_itl_ms": 3.0})
+    assert rows == [("duration s", "95.0"), ("TTFT p99 ms", "410.0")]
+
+
+def test_stats_show_an_unknown_summary_whole_without_nested_values():
+    from tui.stats_panel import summary_rows
+
+    assert summary_rows({"a_b": 1, "nested": {"x": 1}}) == [("a b", "1")]
+
+
+def test_current_value_skips_the_bin_still_filling():
+    from tui.chart_data import current_value
+
+    snap = fake_snapshot(10.0)
+    snap.t = 9.5  # bin 9 covers 9..10 and is not complete
+    snap.series["sent_rps"][9] = 0.0
+    snap.series["sent_rps"][8] = 7.0
+    assert current_value(snap, "sent_rps") == 7.0
+    snap.series["sent_rps"][8] = NAN
+    assert current_value(snap, "sent_rps") == snap.series["sent_rps"][7]
+    assert current_value(snap, "no_such_series") is None
+
+
+@pytest.mark.parametrize(
+    "right, max_ticks, ticks, labels",
+    [
+        (66.0, 6, [0, 15, 30, 45, 60], ["0", "15", "30", "45", "60"]),
+        (120.0, 5, [0, 30, 60, 90, 120], ["0:00", "0:30", "1:00", "1:30", "2:00"]),
+        (600.0, 6, [0, 120, 240, 360, 480, 600], ["0:00", "2:00", "4:00", "6:00", "8:00", "10:00"]),
+    ],
+)
+def test_time_ticks(right, max_ticks, ticks, labels):
+    from tui.chart_data import time_ticks
+
+    assert time_ticks(right, max_ticks) == (ticks, labels)
