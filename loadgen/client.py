@@ -22,8 +22,9 @@ Timing follows ``vllm bench serve`` (``vllm/benchmarks/lib/endpoint_request_func
 
 A request succeeds when the status is 200, at least one token chunk arrived and the
 stream ended with ``[DONE]``. Otherwise ``error_class`` is one of:
-``http_<status>`` (message from the server's JSON error body), ``connect``,
-``timeout``, ``stream_aborted`` (body ended or broke before ``[DONE]``),
+``http_<status>`` (message from the server's JSON error body), ``connect`` (refused,
+unreachable, or no connection within ``connect_timeout_s``), ``timeout`` (no complete
+response within ``request_timeout_s``), ``stream_aborted`` (body ended or broke before ``[DONE]``),
 ``stream_error`` (an error event inside the stream, or ``[DONE]`` without any token),
 ``cancelled`` (see ``RequestCancelled``). The API key only ever goes into the
 ``Authorization`` header; messages are scrubbed of it before they reach a record.
@@ -46,6 +47,10 @@ from loadgen.timeline import RequestRecord
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 500
+# aiohttp >= 3.10 tells a connect timeout apart from a read timeout
+_CONNECT_TIMEOUT: tuple[type[BaseException], ...] = tuple(
+    cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if cls is not None
+)
 
 
 class RequestCancelled(asyncio.CancelledError):
@@ -211,6 +216,10 @@ class StreamingClient:
             rec.end_at = clock()
             self._fail(rec, "cancelled", "request cancelled by the run")
             raise RequestCancelled(rec) from None
+        except _CONNECT_TIMEOUT as exc:  # no connection within connect_timeout_s: unreachable
+            rec.end_at = clock()
+            self._fail(rec, "connect", _describe(exc) or f"no connection within {self.connect_timeout_s:g} s")
+            return rec
         except (TimeoutError, asyncio.TimeoutError) as exc:
             rec.end_at = clock()
             self._fail(rec, "timeout", _describe(exc) or f"no complete response within {self.request_timeout_s:g} s")

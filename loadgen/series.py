@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.counters import COUNTER_FIELDS, CounterTracker
+from loadgen.counters import CounterTracker
 from loadgen.stats import LogHistogram
 from loadgen.summary import RunningSummary, knee_rps
 from loadgen.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick

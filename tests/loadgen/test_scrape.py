@@ -1,5 +1,4 @@
 import asyncio
-import re
 import time
 from pathlib import Path
 
