@@ -18,17 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from loadgen.counters import COUNTER_FIELDS
+
 # (name, labels, value) as read from the exposition.
 Sample = tuple[str, dict[str, str], float]
 
 GAUGE_FIELDS = ("running", "waiting", "kv_usage")
-COUNTER_FIELDS = (
-    "prompt_tokens_total",
-    "generation_tokens_total",
-    "prefix_queries_total",
-    "prefix_hits_total",
-    "preemptions_total",
-)
 
 FIELD_MAPS: dict[str, dict[str, str]] = {
     "vllm": {

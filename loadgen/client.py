@@ -169,9 +169,7 @@ class StreamingClient:
         return self.base_url + ENDPOINT_PATHS[endpoint]
 
     def _scrub(self, text: str) -> str:
-        if self._api_key and self._api_key in text:
-            text = text.replace(self._api_key, "***")
-        return text[:_MAX_MESSAGE]
+        return scrub(text, self._api_key)[:_MAX_MESSAGE]
 
     def build_body(self, req: PreparedRequest) -> dict[str, Any]:
         body = {"model": self.model}
@@ -271,6 +269,11 @@ class StreamingClient:
                 rec.completion_tokens = count_tokens(self.fallback_tokenizer, state.text())
 
 
+def scrub(text: str, api_key: str | None) -> str:
+    """``text`` with the API key masked (server errors may echo the header)."""
+    return text.replace(api_key, "***") if api_key and api_key in text else text
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     name = type(exc).__name__
@@ -358,10 +361,7 @@ async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | 
     except (TimeoutError, asyncio.TimeoutError):
         raise TargetUnreachable(f"cannot reach {base} : no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
-        reason = str(exc)
-        if api_key:
-            reason = reason.replace(api_key, "***")
-        raise TargetUnreachable(f"cannot reach {base} : {reason or type(exc).__name__}") from None
+        raise TargetUnreachable(f"cannot reach {base} : {scrub(str(exc), api_key) or type(exc).__name__}") from None
 
 
 async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -389,8 +389,7 @@ async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s
                             continue
                         body = await resp.json(content_type=None)
                 except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as exc:
-                    reason = _describe(exc)
-                    info["errors"][path] = reason.replace(api_key, "***") if api_key else reason
+                    info["errors"][path] = scrub(_describe(exc), api_key)
                     continue
                 if path == "/v1/models" and isinstance(body, dict):
                     info["models"] = body.get("data") or []

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.counters import CounterTracker
+from loadgen.scrape import combine_samples
 from loadgen.stats import LogHistogram
 from loadgen.summary import RunningSummary, knee_rps
 from loadgen.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick
@@ -185,15 +186,14 @@ class SeriesBuilder:
         self._newly_final.append(b)
 
     def _set_gauges(self, t: float) -> None:
-        latest = self._tracker.latest()
+        combined = combine_samples(self._tracker.latest())
         s = _sec(t)
-        for field, name in (("running", "running"), ("waiting", "waiting")):
-            values = [getattr(x, field) for x in latest if getattr(x, field) is not None]
-            if values:
-                self._last[name].set(s, float(sum(values)))
-        kv = [x.kv_usage for x in latest if x.kv_usage is not None]
-        if kv:
-            self._last["kv_usage_pct"].set(s, 100.0 * sum(kv) / len(kv))
+        if combined.running is not None:
+            self._last["running"].set(s, float(combined.running))
+        if combined.waiting is not None:
+            self._last["waiting"].set(s, float(combined.waiting))
+        if combined.kv_usage is not None:
+            self._last["kv_usage_pct"].set(s, 100.0 * combined.kv_usage)
 
     def _spread_deltas(self, url: str, t0: float, t1: float, deltas: dict[str, float | None]) -> None:
         per_url = self._spread.setdefault(url, {})
@@ -229,6 +229,11 @@ class SeriesBuilder:
 
     def series(self, now: float | None = None) -> tuple[list[float], dict[str, np.ndarray]]:
         """``(times, {name: array})`` for every name in ``SERIES_NAMES``."""
+        times, arrays = self._arrays(now)
+        return times, {name: arrays[name] for name in SERIES_NAMES}
+
+    def _arrays(self, now: float | None) -> tuple[list[float], dict[str, np.ndarray]]:
+        """Every series plus the per-second prefix hit and query rates behind the ratio."""
         now = self.now if now is None else now
         n = max(0, self._n_bins(now))
         out: dict[str, np.ndarray] = {}
@@ -242,12 +247,13 @@ class SeriesBuilder:
         hits = self._server_rate("prefix_hits_total", n)
         queries = self._server_rate("prefix_queries_total", n)
         out["prefix_hit_pct"] = self._window_ratio(hits, queries)
+        out["_prefix_hits"], out["_prefix_queries"] = hits, queries
         for name in _LATENCY_SERIES:
             out[name] = self._final[name].head(n).copy()
         for b in range(min(self._final_upto, n), n):
             for name, value in zip(_LATENCY_SERIES, self._latency_at(b)):
                 out[name][b] = value
-        return [float(i) for i in range(n)], {name: out[name] for name in SERIES_NAMES}
+        return [float(i) for i in range(n)], out
 
     def _window_ratio(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
         n = num.size
@@ -273,13 +279,13 @@ class SeriesBuilder:
         return [(float(b), {name: float(arrays[name][b]) for name in SERIES_NAMES}) for b in seconds]
 
     def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+        """Run-so-far server figures from the series (``_arrays`` output)."""
         def agg(fn, arr):
             arr = arr[~np.isnan(arr)]
             return float(fn(arr)) if arr.size else None
 
-        n = arrays["running"].size
-        hits = np.nansum(self._server_rate("prefix_hits_total", n)) if n else 0.0
-        queries = np.nansum(self._server_rate("prefix_queries_total", n)) if n else 0.0
+        hits = float(np.nansum(arrays["_prefix_hits"]))
+        queries = float(np.nansum(arrays["_prefix_queries"]))
         return {
             "available": self.server_metrics_available,
             "avg_prompt_throughput": agg(np.mean, arrays["server_prompt_tps"]),
@@ -293,7 +299,7 @@ class SeriesBuilder:
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = self.now if now is None else now
-        times, arrays = self.series(now)
+        times, arrays = self._arrays(now)
         summary = self.summary.figures(now, server=self.server_summary(arrays), knee=knee_rps(self.events))
         return Snapshot(
             t=now,
@@ -301,7 +307,7 @@ class SeriesBuilder:
             state=self.state,
             target_rps=self.target_rps,
             times=times,
-            series={name: arr.tolist() for name, arr in arrays.items()},
+            series={name: arrays[name].tolist() for name in SERIES_NAMES},
             in_flight=self.in_flight,
             events=list(self.events),
             summary=summary,

@@ -5,7 +5,7 @@ From ``vllm/benchmarks/serve.py`` (``calculate_metrics``), for *successful* requ
 - TTFT = first token chunk - send; E2EL ("latency") = last token chunk - send;
 - ITL = every gap between successive token chunks, pooled over all requests;
 - TPOT = (E2EL - TTFT) / (output_tokens - 1), only for requests with > 1 output token
-  (for goodput a request with <= 1 token counts TPOT = 0);
+  (``RequestRecord.tpot``; for goodput a request with <= 1 token counts TPOT = 0);
 - output tokens = ``usage.completion_tokens``; when that is 0/missing vLLM falls back to
   a tokenizer, else to 1 — here the client already applied its fallback tokenizer, so
   a remaining 0 becomes 1 as in vLLM;
@@ -35,14 +35,6 @@ def output_len(rec: RequestRecord) -> int:
     return rec.completion_tokens or 1
 
 
-def request_tpot(rec: RequestRecord) -> float | None:
-    """TPOT in seconds, ``None`` for requests with one output token or no token chunk."""
-    n = output_len(rec)
-    if rec.first_token_at is None or n <= 1:
-        return None
-    return (rec.e2e - (rec.ttft or 0.0)) / (n - 1)
-
-
 def describe_ms(values_s: Sequence[float] | np.ndarray, percentiles: Iterable[float] = PERCENTILES) -> dict[str, float]:
     """``mean``, ``median``, ``std`` and ``p<N>`` in ms, as vLLM computes them."""
     arr = np.asarray(values_s, dtype=np.float64)
@@ -69,7 +61,7 @@ def is_good(rec: RequestRecord, slo_ms: dict[str, float]) -> bool:
         if key == "ttft":
             value = rec.ttft or 0.0
         elif key == "tpot":
-            value = request_tpot(rec) or 0.0
+            value = rec.tpot or 0.0
         elif key == "e2el":
             value = rec.e2e
         else:

@@ -21,6 +21,7 @@ import numpy as np
 
 from loadgen import stats
 from loadgen.counters import CounterTracker
+from loadgen.scrape import combine_samples
 from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -66,16 +67,13 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
                     covered.setdefault(s.url, 0.0)
             covered[s.url] = covered.get(s.url, 0.0) + dt
         latest[s.url] = s
-        goods = list(latest.values())
-        running = _sum([g.running for g in goods])
-        waiting = _sum([g.waiting for g in goods])
-        kvs = [g.kv_usage for g in goods if g.kv_usage is not None]
-        if running is not None:
-            max_running = running if max_running is None else max(max_running, running)
-        if waiting is not None:
-            max_waiting = waiting if max_waiting is None else max(max_waiting, waiting)
-        if kvs:
-            kv = sum(kvs) / len(kvs) * 100
+        combined = combine_samples(list(latest.values()))
+        if combined.running is not None:
+            max_running = combined.running if max_running is None else max(max_running, combined.running)
+        if combined.waiting is not None:
+            max_waiting = combined.waiting if max_waiting is None else max(max_waiting, combined.waiting)
+        if combined.kv_usage is not None:
+            kv = combined.kv_usage * 100
             max_kv = kv if max_kv is None else max(max_kv, kv)
     span = max(covered.values()) if covered else 0.0  # replicas are scraped in parallel
 
@@ -96,11 +94,6 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         "prefix_hit_pct": (totals.get("prefix_hits_total", 0.0) / queries * 100) if queries else None,
         "preemptions": totals.get("preemptions_total"),
     }
-
-
-def _sum(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) if present else None
 
 
 def knee_rps(events: Sequence[Event]) -> float | None:
@@ -133,15 +126,9 @@ def compute_summary(
     total_output = sum(out_lens)
     ttfts = [r.ttft or 0.0 for r in ok]
     e2els = [r.e2e for r in ok]
-    tpots = [t for r in ok if (t := stats.request_tpot(r)) is not None]
+    tpots = [r.tpot for r in ok if r.tpot is not None]
     n_itl = sum(len(r.chunk_times) for r in ok)
-    itls = np.empty(n_itl, dtype=np.float64)
-    pos = 0
-    for r in ok:
-        if r.chunk_times:
-            ts = np.asarray(r.chunk_times, dtype=np.float64)
-            itls[pos : pos + ts.size] = np.diff(ts, prepend=r.first_token_at)
-            pos += ts.size
+    itls = np.fromiter((gap for r in ok for gap in r.itls()), dtype=np.float64, count=n_itl)
 
     summary: dict[str, Any] = {
         "duration": duration_s,
@@ -343,7 +330,7 @@ class RunningSummary:
         self.total_output += stats.output_len(rec)
         self._add("ttft", [rec.ttft or 0.0])
         self._add("e2el", [rec.e2e])
-        tpot = stats.request_tpot(rec)
+        tpot = rec.tpot
         if tpot is not None:
             self._add("tpot", [tpot])
         self._add("itl", rec.itls() if itls is None else itls)

@@ -26,8 +26,8 @@ def test_describe_empty_reports_zero_like_vllm():
 
 def test_tpot_and_output_len():
     r = rec(0.0, 0.1, [0.2, 0.4], 3)
-    assert stats.request_tpot(r) == pytest.approx(0.15)
-    assert stats.request_tpot(rec(0.0, 0.1, [], 1)) is None
+    assert r.tpot == pytest.approx(0.15)
+    assert rec(0.0, 0.1, [], 1).tpot is None
     assert stats.output_len(rec(0.0, 0.1, [0.2], 0)) == 1  # vLLM's last resort
 
 
