@@ -204,6 +204,11 @@ class SimConfig:
             max_len = min(model.max_position_embeddings, blocks * self.block_size)
         elif max_len < 1:
             raise UserError(f"--max-model-len {max_len}: must be >= 1")
+        elif max_len > blocks * self.block_size:
+            raise UserError(
+                f"--max-model-len {max_len}: the KV cache holds only {blocks * self.block_size} tokens "
+                f"({blocks} blocks of {self.block_size}); lower --max-model-len or raise --num-gpu-blocks"
+            )
         return replace(
             self,
             num_gpu_blocks=blocks,

@@ -227,8 +227,10 @@ class SimServer:
             if result.duration > 0:
                 delay = self._t0_wall + (now + result.duration) / speed - time.monotonic()
                 await asyncio.sleep(delay if delay > 0 else 0)
-            else:
+            elif result.num_scheduled_tokens:
                 await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(0.001)  # nothing fits right now: do not spin
             for req in result.emitted:
                 stream = req.client
                 if stream is not None:
@@ -539,7 +541,7 @@ async def run_server(server: SimServer, host: str = "127.0.0.1", port: int = 0) 
 
 
 async def serve_forever(config: SimConfig, host: str, port: int, stop: asyncio.Event, on_ready=None) -> None:
-    """Serve until ``stop`` is set; ``on_ready(url, server_config)`` runs once listening."""
+    """Serve until ``stop`` is set; ``on_ready(url)`` runs once listening."""
     async with serve(config, host, port) as url:
         if on_ready is not None:
             on_ready(url)

@@ -64,3 +64,8 @@ def test_bad_values_name_the_flag(kwargs, flag, listed):
 def test_model_that_does_not_fit_is_a_user_error():
     with pytest.raises(UserError, match="does not fit"):
         SimConfig(hardware="l4", model="llama-3.1-8b", gpu_memory_utilization=0.5).resolved()
+
+
+def test_context_longer_than_kv_cache_is_refused():
+    with pytest.raises(UserError, match="--max-model-len 4096"):
+        SimConfig(num_gpu_blocks=100, block_size=16, max_model_len=4096).resolved()

@@ -37,13 +37,15 @@ def label_names(family) -> set[str]:
 
 
 def busy_engines(n: int = 2) -> list[Engine]:
-    cfg = SimConfig(hardware="h100", model="llama-3.1-8b", num_gpu_blocks=60, max_model_len=2048,
+    cfg = SimConfig(hardware="h100", model="llama-3.1-8b", num_gpu_blocks=128, max_model_len=2048,
                     engines=n).resolved()
     engines = [Engine(cfg, i, created=1.7e9) for i in range(n)]
     for e in engines:
+        # One request first so that its prompt blocks are cached when the others arrive.
+        e.add_request(SimRequest("first", [7] * 64 + [99] * 40, max_tokens=60), now=0.0)
+        t = e.step(0.0).duration
         for i in range(20):
-            e.add_request(SimRequest(f"r{i}", [7] * 64 + [i] * 40, max_tokens=60), now=0.0)
-        t = 0.0
+            e.add_request(SimRequest(f"r{i}", [7] * 64 + [i] * 40, max_tokens=60), now=t)
         for _ in range(30):
             t += e.step(t).duration
     return engines
@@ -99,7 +101,7 @@ def test_values_reflect_engine_state():
         assert value("vllm:prefix_cache_queries_created", idx) == 1.7e9  # restart detection reads it
     info = [s for s in sim["vllm:cache_config_info"].samples]
     assert {s.labels["engine"] for s in info} == {"0", "1"}
-    assert info[0].labels["num_gpu_blocks"] == "60" and info[0].labels["block_size"] == "16"
+    assert info[0].labels["num_gpu_blocks"] == "128" and info[0].labels["block_size"] == "16"
     assert info[0].labels["enable_prefix_caching"] == "True"
 
 
