@@ -102,7 +102,7 @@ async def test_compare_draws_b_dimmed_with_a_legend_label():
         # B's points are drawn: more plotted series than A alone has.
         assert len(chart.plt.monitor.x) == 2 * len(segments_of(app.latest)) 
         # A is at 50 s but the shared axis spans B's full 120 s.
-        assert "120" in plot
+        assert "2:00" in plot
         assert "vs b.rwrec (B, dimmed)" in str(app.query_one(HeaderBar).render_text(app.latest))
 
 
