@@ -15,6 +15,7 @@ import math
 import pickle
 import threading
 import time
+import zlib
 from bisect import bisect_right
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -27,13 +28,24 @@ log = logging.getLogger(__name__)
 
 MIN_SPEED = 1.0
 MAX_SPEED = 16.0
-MAX_CHECKPOINTS = 120
+# Checkpoints are spaced so that restoring one leaves about this many requests to feed
+# (the builder's per-request cost dominates a seek), within a memory cap on their count.
+REQUESTS_PER_CHECKPOINT = 600
+MAX_CHECKPOINTS = 360
+MIN_CHECKPOINT_SPACING_S = 2.0
 
 
 def _default_builder_factory() -> Callable[[], Any]:
     from loadgen.series import SeriesBuilder
 
     return SeriesBuilder
+
+
+def checkpoint_spacing(duration_s: float, request_count: int) -> float:
+    rate = request_count / max(duration_s, 1.0)
+    by_work = REQUESTS_PER_CHECKPOINT / max(rate, 1e-9)
+    by_memory = duration_s / MAX_CHECKPOINTS
+    return float(max(MIN_CHECKPOINT_SPACING_S, math.ceil(max(by_work, by_memory))))
 
 
 def feed(builder: Any, items: list[Item]) -> None:
@@ -65,7 +77,8 @@ class _Checkpoints:
         if self.disabled or self.has(t):
             return
         try:
-            state: Any = pickle.dumps(builder, protocol=pickle.HIGHEST_PROTOCOL)
+            # Builders hold mostly-empty histogram arrays: level-1 zlib shrinks them ~3x cheaply.
+            state: Any = zlib.compress(pickle.dumps(builder, protocol=pickle.HIGHEST_PROTOCOL), 1)
         except Exception:
             try:
                 state = ("copy", copy.deepcopy(builder))
@@ -88,7 +101,7 @@ class _Checkpoints:
             state = self._states[ct]
         if isinstance(state, tuple):
             return ct, copy.deepcopy(state[1])
-        return ct, pickle.loads(state)
+        return ct, pickle.loads(zlib.decompress(state))
 
     def latest_time(self, t: float) -> float | None:
         with self._lock:
@@ -121,7 +134,7 @@ class ReplayTimeline:
         self._clock = clock
         self._factory = builder_factory or _default_builder_factory()
         duration = max(0.0, recording.duration_s)
-        self.checkpoint_every_s = checkpoint_every_s or max(10.0, math.ceil(duration / MAX_CHECKPOINTS))
+        self.checkpoint_every_s = checkpoint_every_s or checkpoint_spacing(duration, recording.request_count)
         self._checkpoints = _Checkpoints()
         self._speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
         self._playing = False
@@ -132,6 +145,7 @@ class ReplayTimeline:
         self._lock = threading.RLock()
         self._warm_thread: threading.Thread | None = None
         self._warm_stop = threading.Event()
+        self._warmed_upto = 0.0
         if warm_up and duration > self.checkpoint_every_s:
             self._warm_thread = threading.Thread(target=self._warm, name="rampwatch-replay-warmup", daemon=True)
             self._warm_thread.start()
@@ -259,7 +273,9 @@ class ReplayTimeline:
             k = 1
             while k * every <= end and not self._warm_stop.is_set():
                 fed = self._feed(builder, fed, k * every)
+                self._warmed_upto = fed
                 k += 1
+            self._warmed_upto = end
         except Exception as exc:  # the cursor still works without checkpoints
             log.warning("replay warm-up stopped: %s", exc)
 
@@ -268,6 +284,13 @@ class ReplayTimeline:
             return True
         self._warm_thread.join(timeout)
         return not self._warm_thread.is_alive()
+
+    @property
+    def warm_fraction(self) -> float:
+        """How far (0..1) the background checkpointing has got; seeks beyond it are slow."""
+        if self._warm_thread is None:
+            return 1.0
+        return min(1.0, self._warmed_upto / self.duration) if self.duration > 0 else 1.0
 
     @property
     def checkpoint_count(self) -> int:

@@ -238,6 +238,7 @@ def test_replay_snapshot_equals_a_straight_feed_with_the_series_builder():
     clock = FakeClock()
     tl = rec.replay(clock=clock, checkpoint_every_s=10)
     assert tl.wait_warm(30)
+    assert tl.warm_fraction == 1.0 and tl.checkpoint_count >= 5
     for t in (50.0, 23.5, 51.0, 5.0):
         tl.seek(t)
         got = tl.snapshot()
