@@ -167,7 +167,6 @@ def test_compare_rows_pick_the_better_side():
 
 def test_compare_command(tmp_path):
     other = tmp_path / "other.rwrec"
-    sys.path.insert(0, str(ROOT / "scripts"))
     from record.synthetic import SyntheticRun, play_synthetic
     from record.writer import RecordingWriter
 
