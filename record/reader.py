@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import threading
@@ -19,6 +20,8 @@ from record import format as fmt
 
 if TYPE_CHECKING:
     from record.replay import ReplayTimeline
+
+_SLACK_S = 2e-6
 
 # Order of items sharing one timestamp when the stream is replayed.
 ITEM_ORDER = {"tick": 0, "sample": 1, "event": 2, "request": 3}
@@ -80,6 +83,9 @@ class Recording:
                      t_from: float, t_to: float) -> list[fmt.FrameInfo]:
         if not frames:
             return []
+        # Frame bounds hold the unrounded times; widen by the storage quantum.
+        t_from -= _SLACK_S
+        t_to += _SLACK_S
         lo = int(np.searchsorted(last_max, t_from, side="left"))
         hi = int(np.searchsorted(firsts, t_to, side="right")) if _sorted(firsts) else len(frames)
         return [f for f in frames[lo:hi] if f.t_last >= t_from and f.t_first <= t_to]
@@ -137,6 +143,10 @@ class Recording:
 
         A request's time is its ``end_at``: that is when a live run publishes it.
         """
+        if t_to >= self.duration_s:
+            # Stored times are rounded (requests to 1 µs), so an item at the very end can
+            # read back a hair after the end: the end includes everything.
+            t_to = math.inf
         out: list[Item] = []
         for f in self._overlapping(self.meta_frames, self._meta_first, self._meta_last_max, t_from, t_to):
             samples, ticks, events = self._decode(f)
