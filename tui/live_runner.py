@@ -173,3 +173,199 @@ class LiveBridge:
         finally:
             self.done = True
             self._ready.set()
+
+
+# ----- the load in its own process -----
+#
+# A thread is not enough: the UI's drawing is pure Python and holds the GIL, which
+# delays the run thread's wake-ups by tens of milliseconds at p99
+# (bench/bench_tui_lateness.py). The run therefore goes into a forked child process
+# with its own interpreter; the UI process keeps only a pipe to it.
+
+
+def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: float, log_path: str | None) -> None:
+    import os
+
+    if log_path:
+        # The terminal belongs to the UI: whatever the run prints goes to a log the parent
+        # shows after the UI has closed.
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(run_coro_factory())
+        fileno = conn.fileno()
+
+        def on_command() -> None:
+            try:
+                name, args = conn.recv()
+            except (EOFError, OSError):
+                loop.remove_reader(fileno)
+                control.stop()  # the UI is gone: finish gracefully, keep the recording
+                return
+            if name == "cancel":
+                task.cancel()
+            else:
+                getattr(control, name)(*args)
+
+        async def publisher() -> None:
+            while True:
+                await asyncio.sleep(publish_interval)
+                conn.send(("snapshot", snapshot_fn()))
+
+        loop.add_reader(fileno, on_command)
+        pub = asyncio.ensure_future(publisher())
+        try:
+            return await task
+        finally:
+            pub.cancel()
+            loop.remove_reader(fileno)
+            try:
+                conn.send(("snapshot", snapshot_fn()))
+            except Exception:
+                pass
+
+    try:
+        result = asyncio.run(main())
+        try:
+            conn.send(("result", result))
+        except Exception:
+            conn.send(("result", None))
+    except BaseException as exc:  # the UI process re-raises it
+        try:
+            conn.send(("error", exc))
+        except Exception:
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        conn.close()
+
+
+class _PipeControl:
+    """RunControl calls sent to the run process; dropped once the run has ended."""
+
+    def __init__(self, bridge: "ProcessBridge") -> None:
+        self._bridge = bridge
+
+    def _send(self, name: str, *args: Any) -> None:
+        self._bridge._send(name, args)
+
+    def hold(self) -> None:
+        self._send("hold")
+
+    def resume(self) -> None:
+        self._send("resume")
+
+    def set_rate(self, rps: float) -> None:
+        self._send("set_rate", rps)
+
+    def step_rate(self, delta_rps: float) -> None:
+        self._send("step_rate", delta_rps)
+
+    def mark(self, note: str) -> None:
+        self._send("mark", note)
+
+    def stop(self) -> None:
+        self._send("stop")
+
+
+class ProcessBridge:
+    """Same interface as ``LiveBridge``, with the run in a forked child process.
+
+    ``run_coro_factory``, ``snapshot_fn`` and ``control`` are used in the child (they
+    are inherited by fork, not pickled), so build them before ``start()`` and start no
+    threads or event loops in them before it. Snapshots, results and exceptions come
+    back pickled.
+    """
+
+    def __init__(
+        self,
+        run_coro_factory: Callable[[], Awaitable[Any]],
+        snapshot_fn: Callable[[], Snapshot],
+        control: RunControl,
+        *,
+        publish_interval: float = PUBLISH_INTERVAL_S,
+        log_path: str | None = None,
+    ) -> None:
+        import multiprocessing
+
+        self._ctx = multiprocessing.get_context("fork")
+        self._args = (run_coro_factory, snapshot_fn, control, publish_interval, log_path)
+        self._conn, self._child_conn = self._ctx.Pipe(duplex=True)
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._latest: Snapshot = _starting_snapshot()
+        self._process = None
+        self._reader: threading.Thread | None = None
+        self.control = _PipeControl(self)
+        self.log_path = log_path
+        self.done = False
+        self.failure: BaseException | None = None
+        self.result: Any = None
+        self.snapshots_published = 0
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return self._latest
+
+    def start(self) -> "ProcessBridge":
+        self._process = self._ctx.Process(target=_child_main, args=(self._child_conn, *self._args), name="rampwatch-run", daemon=True)
+        self._process.start()
+        self._child_conn.close()
+        self._reader = threading.Thread(target=self._read_loop, name="rampwatch-run-reader", daemon=True)
+        self._reader.start()
+        return self
+
+    def _read_loop(self) -> None:
+        # Always draining the pipe, so the run process never blocks on a full pipe.
+        try:
+            while True:
+                try:
+                    kind, payload = self._conn.recv()
+                except (EOFError, OSError):
+                    break
+                if kind == "snapshot":
+                    with self._lock:
+                        self._latest = payload
+                    self.snapshots_published += 1
+                elif kind == "result":
+                    self.result = payload
+                elif kind == "error":
+                    self.failure = payload
+        finally:
+            if self._process is not None:
+                self._process.join(5.0)
+                if self.failure is None and self._process.exitcode not in (0, None):
+                    self.failure = RuntimeError(f"the run process exited with code {self._process.exitcode}")
+            self.done = True
+
+    def _send(self, name: str, args: tuple) -> None:
+        if self.done:
+            return
+        with self._send_lock:
+            try:
+                self._conn.send((name, args))
+            except (BrokenPipeError, OSError):
+                pass
+
+    def join(self, timeout: float | None = None) -> bool:
+        if self._reader is not None:
+            self._reader.join(timeout)
+        return self.done
+
+    def cancel(self) -> None:
+        self._send("cancel", ())
+
+    def finish(self, drain_timeout: float = 30.0) -> Any:
+        if not self.done:
+            self.control.stop()
+            if not self.join(drain_timeout):
+                self.cancel()
+                if not self.join(10.0) and self._process is not None:
+                    self._process.terminate()
+                    self.join(5.0)
+        if self.failure is not None:
+            raise self.failure
+        return self.result

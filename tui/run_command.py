@@ -5,11 +5,11 @@ Contract with ``loadgen.cli`` (the run's flags and headless path live there):
 
 - ``configure(parser)`` adds the run flags (including ``--headless``);
 - ``main(args) -> int`` runs headless;
-- ``prepare_live_run(args)`` returns an object with ``run_coro_factory`` (no-arg callable
-  returning the run coroutine), ``snapshot_fn`` (returns the current Snapshot; called on
-  the run's loop), ``control`` (the RunControl), optional ``recording_path`` and
-  ``rate_step_rps``, and optional ``finish(result) -> int`` (prints the summary, returns
-  the exit code). Without ``prepare_live_run`` the command runs headless.
+- ``prepare_run(args) -> PreparedRun`` builds the run (``.run`` with ``execute()``,
+  ``snapshot()`` and the RunControl methods; ``.recorder``, ``.recording_path``,
+  ``close()``) without starting any loop or thread, and ``finish_run(prepared, result)``
+  prints the summary and returns the exit code. The run then executes in a forked
+  process (see ``tui.live_runner.ProcessBridge``); the UI stays in this one.
 """
 
 from __future__ import annotations
@@ -57,20 +57,50 @@ def run_tui(
     rate_step_rps: float | None = None,
     refresh_hz: float = 4.0,
     drain_timeout: float = 30.0,
+    ui_niceness: int = 10,
 ) -> Any:
-    """Run the load in its own thread and loop, show the live screen until the user quits,
-    then stop the run gracefully (if still going) and return its result (or raise its error)."""
-    from tui.app import make_app
-    from tui.live_runner import LiveBridge
+    """Run the load in its own process (``ProcessBridge``), show the live screen until the
+    user quits, then stop the run gracefully (if still going) and return its result (or
+    raise its error). Build the run's objects before calling: they are inherited by fork.
 
-    bridge = LiveBridge(run_coro_factory, snapshot_fn, control).start()
+    Whatever the run prints while the screen is up goes to a log that is printed after."""
+    import os
+    import tempfile
+
+    from tui.app import make_app
+    from tui.live_runner import ProcessBridge
+
+    log = tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False)
+    log.close()
+    bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log.name).start()
+    if ui_niceness:
+        try:
+            os.nice(ui_niceness)  # drawing yields the CPU to the load process
+        except OSError:
+            pass
     app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz, recording=recording, rate_step_rps=rate_step_rps)
     try:
         app.run()
     finally:
         if not bridge.done:
             print("rampwatch run: stopping — draining in-flight requests…", file=sys.stderr)
-    return bridge.finish(drain_timeout)
+        try:
+            return bridge.finish(drain_timeout)
+        finally:
+            _replay_log(log.name)
+
+
+def _replay_log(path: str) -> None:
+    import os
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        os.unlink(path)
+    except OSError:
+        return
+    if text.strip():
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -78,16 +108,31 @@ def main(args: argparse.Namespace) -> int:
     if cli is None:
         print("rampwatch run: not implemented yet", file=sys.stderr)
         return 2
-    prepare = getattr(cli, "prepare_live_run", None)
-    if prepare is None or not want_tui(args):
+    prepare = getattr(cli, "prepare_run", None)
+    finish = getattr(cli, "finish_run", None)
+    if prepare is None or finish is None or not want_tui(args):
         return int(cli.main(args) or 0)
-    live = prepare(args)
-    result = run_tui(
-        live.run_coro_factory,
-        live.snapshot_fn,
-        live.control,
-        recording=getattr(live, "recording_path", None),
-        rate_step_rps=getattr(live, "rate_step_rps", None),
-    )
-    finish = getattr(live, "finish", None)
-    return int(finish(result) or 0) if finish is not None else 0
+    prepared = prepare(args)
+    run = prepared.run
+    recorder = prepared.recorder
+
+    async def run_and_close_recording():
+        # Runs in the load process, which owns the recording from here on.
+        try:
+            return await run.execute()
+        finally:
+            if recorder is not None:
+                recorder.close()
+
+    try:
+        result = run_tui(
+            run_and_close_recording,
+            run.snapshot,
+            run,
+            recording=str(prepared.recording_path) if prepared.recording_path else None,
+            rate_step_rps=getattr(run.options, "rate_step_rps", None),
+        )
+    finally:
+        prepared.recorder = None  # this process's copy never wrote: closing it would clobber the file
+        prepared.close()
+    return int(finish(prepared, result) or 0)

@@ -125,3 +125,60 @@ async def test_app_leaves_when_the_run_fails():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause(0.1)
     assert app.return_code == 1
+
+
+def test_process_bridge_runs_the_load_in_a_child_process():
+    import os
+
+    from tui.live_runner import ProcessBridge
+
+    class Run:
+        def __init__(self):
+            self.calls = []
+            self.stopped = None
+
+        async def run(self):
+            self.stopped = asyncio.Event()
+            await self.stopped.wait()
+            return {"pid": os.getpid(), "calls": self.calls}
+
+        def snapshot(self):
+            return fake_snapshot(5.0, state="ramping" if not self.stopped or not self.stopped.is_set() else "done")
+
+        def hold(self):
+            self.calls.append("hold")
+
+        def mark(self, note):
+            self.calls.append(f"mark:{note}")
+
+        def stop(self):
+            self.calls.append("stop")
+            self.stopped.set()
+
+    run = Run()
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.02).start()
+    for _ in range(200):
+        if bridge.snapshots_published:
+            break
+        threading.Event().wait(0.02)
+    assert bridge.snapshot().t == 5.0
+    bridge.control.hold()
+    bridge.control.mark("n1")
+    result = bridge.finish(drain_timeout=10.0)
+    assert result["pid"] != os.getpid()
+    assert result["calls"] == ["hold", "mark:n1", "stop"]
+    assert run.calls == []  # nothing ran in this process
+    assert bridge.snapshot().state == "done"
+
+
+def test_process_bridge_hands_back_the_run_error():
+    from loadgen.errors import UserError
+    from tui.live_runner import ProcessBridge
+
+    async def failing():
+        raise UserError("http://127.0.0.1:9: connection refused")
+
+    bridge = ProcessBridge(failing, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.05).start()
+    assert bridge.join(10.0)
+    with pytest.raises(UserError, match="connection refused"):
+        bridge.finish()
