@@ -104,7 +104,9 @@ class StreamingClient:
 
     ``clock`` returns seconds on the run's axis (e.g. ``lambda: time.monotonic() - t0``);
     every timestamp in a record comes from it. ``connection_limit`` sizes the
-    connector's pool and should equal the run's maximum concurrency.
+    connector's pool and should equal the run's maximum concurrency; 0 means no limit
+    (an open-loop run: a pool limit would queue requests inside aiohttp, where the wait
+    would be hidden in TTFT).
     """
 
     def __init__(
@@ -120,7 +122,7 @@ class StreamingClient:
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
-        self.connection_limit = max(1, int(connection_limit))
+        self.connection_limit = max(0, int(connection_limit))
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.clock = clock

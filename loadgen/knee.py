@@ -15,10 +15,13 @@ the last ``window_s`` seconds:
   the window.
 
 The knee is declared when at least ``min_signals`` signals (2 by default) hold
-together for ``persist_s`` consecutive seconds; a server without ``/metrics`` still
-has the two client signals. The reported ``offered_rps`` is the windowed offered rate
-at the *onset*: the earliest second from which the active signals have held without a
-break. After ``recover_s`` seconds with no signal, one ``info`` event says the server
+together for ``persist_s`` consecutive seconds. When the server's ``/metrics`` are
+readable, one of them must be a server signal: during a ramp with long requests the
+completed rate trails the offered rate by one request latency, and TTFT creeps up as
+batches grow, while the server is still keeping up — the queue tells them apart. A
+server without ``/metrics`` is judged on the two client signals. The reported
+``offered_rps`` is the windowed offered rate at the *onset*: the second from which
+enough signals have held together without a break. After ``recover_s`` seconds with no signal, one ``info`` event says the server
 recovered and the detector re-arms (a later knee is reported again).
 """
 
@@ -127,7 +130,9 @@ class KneeDetector:
             else:
                 self._since[name] = None
 
-        if len(active) >= self.min_signals:
+        server_readable = any(_finite(h.get("waiting")) or _finite(h.get("kv_usage_pct")) for h in self._hist)
+        server_agrees = not server_readable or bool({"queue_growth", "kv_pressure"} & active.keys())
+        if len(active) >= self.min_signals and server_agrees:
             if self._streak_start is None:
                 self._streak_start = t
         else:
@@ -135,7 +140,7 @@ class KneeDetector:
 
         if not self.in_knee:
             if self._streak_start is not None and t - self._streak_start + 1 >= self.persist_s:
-                onset = min(self._since[name] for name in active)  # type: ignore[type-var]
+                onset = self._streak_start
                 # the windowed rate at the onset second describes the load that began the trouble
                 rate = self._offered_at.get(onset, offered)
                 self.in_knee = True

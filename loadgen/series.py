@@ -4,10 +4,12 @@
 ``snapshot()`` returns the same ``Snapshot`` for the same input (nothing depends on
 wall time or on when ``snapshot`` is called). It keeps per-second bins, not records:
 
-- counts per second: offered (by ``scheduled_at``), sent (``sent_at``), completed and
-  errors (``end_at``), client output tokens (completion tokens of requests that ended
-  OK in the second). A record arrives when its request *ends*, so the offered and sent
-  bins of recent seconds keep filling in for up to one request latency;
+- counts per second: offered and sent from the ticks' running totals (each tick's
+  increase spread over the time since the previous tick), so they are current while
+  requests are still in flight; completed and errors (``end_at``), client output tokens
+  (completion tokens of requests that ended OK in the second). A stream whose ticks
+  carry no totals (older recordings) counts offered by ``scheduled_at`` and sent by
+  ``sent_at`` from the records, which arrive when a request *ends*;
 - ``target_rps`` and ``in_flight``: the last tick in the second;
 - ``running``, ``waiting``, ``kv_usage_pct``: the last scrape in the second, summed over
   URLs (KV averaged), NaN in a second without a good scrape;
@@ -98,6 +100,8 @@ class SeriesBuilder:
         self.server_metrics_available = False
         self._counts = {name: _Growable(0.0) for name in ("offered_rps", "sent_rps", "completed_rps", "error_rps", "client_output_tps")}
         self._last = {name: _Growable(math.nan) for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct")}
+        self._tick_counts = {name: _Growable(0.0) for name in ("offered_rps", "sent_rps")}
+        self._tick_totals: tuple[float, int, int] | None = None  # (t, offered, sent) of the last tick
         self._tracker = CounterTracker()
         # url -> field -> (amount, covered seconds)
         self._spread: dict[str, dict[str, tuple[_Growable, _Growable]]] = {}
@@ -150,7 +154,26 @@ class SeriesBuilder:
         self._last["target_rps"].set(s, tick.target_rps)
         self._last["in_flight"].set(s, float(tick.in_flight))
         self.summary.peak_in_flight = max(self.summary.peak_in_flight, tick.in_flight)
+        if tick.offered_total is not None and tick.sent_total is not None:
+            prev_t, prev_offered, prev_sent = self._tick_totals or (0.0, 0, 0)
+            self._spread_counts(prev_t, tick.t, {
+                "offered_rps": tick.offered_total - prev_offered,
+                "sent_rps": tick.sent_total - prev_sent,
+            })
+            self._tick_totals = (tick.t, tick.offered_total, tick.sent_total)
         self._advance(tick.t)
+
+    def _spread_counts(self, t0: float, t1: float, deltas: dict[str, int]) -> None:
+        if t1 <= t0:
+            for name, delta in deltas.items():
+                self._tick_counts[name].add(_sec(t1), float(delta))
+            return
+        span = t1 - t0
+        for b in range(_sec(t0), _sec(t1) + 1):
+            overlap = min(t1, b + 1.0) - max(t0, float(b))
+            if overlap > 0:
+                for name, delta in deltas.items():
+                    self._tick_counts[name].add(b, delta * overlap / span)
 
     def on_event(self, event: Event) -> None:
         self.events.append(event)
@@ -239,6 +262,9 @@ class SeriesBuilder:
         out: dict[str, np.ndarray] = {}
         for name, g in self._counts.items():
             out[name] = g.head(n).copy()
+        if self._tick_totals is not None:
+            for name, g in self._tick_counts.items():
+                out[name] = g.head(n).copy()
         for name, g in self._last.items():
             out[name] = g.head(n).copy()
         out["server_prompt_tps"] = self._server_rate("prompt_tokens_total", n)

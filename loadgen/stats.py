@@ -56,8 +56,12 @@ def percentile_word(p: float) -> str:
 
 
 def is_good(rec: RequestRecord, slo_ms: dict[str, float]) -> bool:
-    """Whether a successful request meets every SLO (ms) in ``slo_ms``."""
+    """Whether a successful request meets every SLO (ms) in ``slo_ms``.
+
+    Keys are ``ttft``/``tpot``/``e2el`` as in ``--goodput``, or the scenario's spelling
+    ``ttft_ms``/``tpot_ms``/``e2el_ms``."""
     for key, limit in slo_ms.items():
+        key = key.removesuffix("_ms")
         if key == "ttft":
             value = rec.ttft or 0.0
         elif key == "tpot":

@@ -120,6 +120,10 @@ class Tick:
     state: str  # "ramping", "holding", "stopping", "done"
     in_flight: int = 0
     client_queued: int = 0
+    # Requests scheduled / actually sent since the run started. Records only arrive when
+    # a request ends, so these are what the offered and sent rates are drawn from live.
+    offered_total: int | None = None
+    sent_total: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,0 +1,311 @@
+"""`rampwatch run`: flags, set-up shared by the headless path and the TUI, and the
+headless path itself (progress lines, final summary, result JSON, exit code)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from loadgen.errors import TargetUnreachable, UserError
+
+PROGRESS_INTERVAL_S = 5.0
+DEFAULT_SIM_HARDWARE = "l4"
+DEFAULT_SIM_MODEL = "llama-3.1-8b-fp8"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", metavar="SCENARIO", help="scenario name (chat, classification, …) or YAML path")
+    parser.add_argument("--target", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8000 "
+                        "(default: start the embedded simulator)")
+    parser.add_argument("--model", metavar="NAME", help="model name to request (default: the server's first model)")
+    parser.add_argument("--headless", action="store_true", help="no UI: progress lines and a final summary")
+    parser.add_argument("--duration", type=float, metavar="SECONDS", help="ramp duration (schedule.duration_s)")
+    parser.add_argument("--start-rps", type=float, metavar="R", help="rate at the start of the ramp")
+    parser.add_argument("--end-rps", type=float, metavar="R", help="rate at the end of the ramp")
+    parser.add_argument("--seed", type=int, metavar="N", help="seed for arrivals and prompts")
+    parser.add_argument("--max-concurrency", type=int, metavar="N", help="cap on requests in flight "
+                        "(the wait is recorded as client queue time)")
+    parser.add_argument("--metrics-url", action="append", metavar="URL", default=[],
+                        help="server /metrics URL to poll (repeatable; default: TARGET/metrics)")
+    parser.add_argument("--scrape-interval", type=float, default=1.0, metavar="SECONDS")
+    parser.add_argument("--tokenizer", metavar="NAME_OR_PATH",
+                        help="HF tokenizer for exact prompt lengths (default: the simulator's)")
+    parser.add_argument("--api-key", metavar="KEY", help="bearer token (default: $OPENAI_API_KEY)")
+    parser.add_argument("--result-json", metavar="PATH", help="write a vllm-bench-style result JSON here "
+                        "(default: beside the recording)")
+    parser.add_argument("--max-error-rate", type=float, default=0.05, metavar="F",
+                        help="exit 1 when the failed fraction of requests exceeds F (default 0.05)")
+    parser.add_argument("--gpu-price-per-hour", type=float, metavar="USD",
+                        help="add cost per 1M output and total tokens to the summary")
+    parser.add_argument("--record", metavar="PATH", help="recording file (default: ./recordings/<time>-<scenario>.rwrec)")
+    parser.add_argument("--no-record", action="store_true", help="do not record the session")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override any scenario key, e.g. --set workload.output_tokens.max=200 (repeatable)")
+    parser.add_argument("--rate-step", type=float, default=1.0, metavar="RPS", help="rate change of the +/- keys")
+    parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
+    parser.add_argument("--stop-grace", type=float, default=10.0, metavar="SECONDS",
+                        help="after a stop, how long in-flight requests may finish before they are cancelled")
+    parser.add_argument("--sim-hardware", default=DEFAULT_SIM_HARDWARE, metavar="PRESET",
+                        help=f"embedded simulator hardware preset (default {DEFAULT_SIM_HARDWARE})")
+    parser.add_argument("--sim-model", default=DEFAULT_SIM_MODEL, metavar="PRESET",
+                        help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL})")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    named = {
+        "duration": args.duration,
+        "start_rps": args.start_rps,
+        "end_rps": args.end_rps,
+        "seed": args.seed,
+        "max_concurrency": args.max_concurrency,
+        "model": args.model,
+    }
+    return {k: v for k, v in named.items() if v is not None}
+
+
+def _parse_sets(values: list[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. --set schedule.end_rps=30")
+        pairs.append((key.strip(), value))
+    return pairs
+
+
+def discover_model(target: str, api_key: str | None) -> str:
+    url = target.rstrip("/") + "/v1/models"
+    request = urllib.request.Request(url)
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            models = json.load(resp).get("data") or []
+    except urllib.error.HTTPError as exc:
+        raise TargetUnreachable(f"{url}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TargetUnreachable(f"cannot reach {url}: {reason}") from None
+    except json.JSONDecodeError:
+        raise TargetUnreachable(f"{url}: not an OpenAI-compatible models list") from None
+    if not models:
+        raise TargetUnreachable(f"{url}: the server lists no models; pass --model")
+    return models[0]["id"]
+
+
+def _check_url(flag: str, url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"{flag} {url!r}: expected an http:// or https:// URL")
+    return url.rstrip("/")
+
+
+@dataclass
+class PreparedRun:
+    """Everything `rampwatch run` sets up before the load starts (shared with the TUI)."""
+
+    run: Any  # loadgen.runner.Run
+    args: argparse.Namespace
+    embedded: Any = None  # sim.embedded.EmbeddedSim when no --target
+    recorder: Any = None
+    recording_path: Path | None = None
+    result_json_path: Path | None = None
+    extra_sinks: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+            self.recorder = None
+        if self.embedded is not None:
+            self.embedded.stop()
+            self.embedded = None
+
+
+def prepare_run(args: argparse.Namespace, extra_sinks: list[Any] | None = None) -> PreparedRun:
+    from loadgen.runner import Run, RunOptions
+    from loadgen.scenario import load_scenario
+    from loadgen.tokenizers import load_tokenizer
+
+    scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
+    metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
+    tokenizer = load_tokenizer(args.tokenizer)
+
+    embedded = None
+    if args.target:
+        target = _check_url("--target", args.target)
+    else:
+        from sim.config import SimConfig
+        from sim.embedded import EmbeddedSim
+
+        embedded = EmbeddedSim(SimConfig(hardware=args.sim_hardware, model=args.sim_model, seed=scenario.seed))
+        embedded.start()
+        target = embedded.url
+    try:
+        model = args.model or scenario.model or discover_model(target, api_key)
+        cli_options = {k: v for k, v in vars(args).items() if k not in ("func",)}
+        cli_options["target"] = target
+        options = RunOptions(
+            target=target,
+            model=model,
+            api_key=api_key,
+            metrics_urls=metrics_urls,
+            scrape_interval_s=args.scrape_interval,
+            request_timeout_s=args.request_timeout,
+            stop_grace_s=args.stop_grace,
+            rate_step_rps=args.rate_step,
+            tokenizer=tokenizer,
+            cli_options=cli_options,
+            gpu_price_per_hour=args.gpu_price_per_hour,
+        )
+        sinks = list(extra_sinks or [])
+        recorder = recording_path = None
+        if not args.no_record:
+            from record.writer import RecordingWriter, default_recording_path
+
+            recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
+            recorder = RecordingWriter(recording_path)
+            sinks.append(recorder)
+        result_json = Path(args.result_json) if args.result_json else (
+            recording_path.with_suffix(".json") if recording_path else None
+        )
+        run = Run(scenario, options, sinks=sinks)
+        return PreparedRun(run=run, args=args, embedded=embedded, recorder=recorder,
+                           recording_path=recording_path, result_json_path=result_json, extra_sinks=sinks)
+    except BaseException:
+        if embedded is not None:
+            embedded.stop()
+        raise
+
+
+def finish_run(prepared: PreparedRun, result: Any, out: TextIO = sys.stdout) -> int:
+    """Summary, result JSON, exit code. Shared by the headless and the TUI paths."""
+    from loadgen.summary import compute_summary, format_summary, to_bench_result
+
+    args = prepared.args
+    summary = compute_summary(
+        result.header,
+        result.requests,
+        result.samples,
+        result.events,
+        result.duration_s,
+        slo=prepared.run.scenario.slo,
+        gpu_price_per_hour=args.gpu_price_per_hour,
+    )
+    print(format_summary(summary), file=out)
+    if prepared.result_json_path is not None:
+        prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
+        prepared.result_json_path.write_text(
+            json.dumps(to_bench_result(summary, result.header, result.requests), indent=1)
+        )
+        print(f"result JSON: {prepared.result_json_path}", file=out)
+    if prepared.recording_path is not None:
+        print(f"recording: {prepared.recording_path}", file=out)
+    if not result.requests:
+        print("rampwatch run: no request was sent", file=sys.stderr)
+        return 1
+    if result.error_rate > args.max_error_rate:
+        print(
+            f"rampwatch run: error rate {result.error_rate:.1%} exceeds --max-error-rate {args.max_error_rate:.1%}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+class ProgressPrinter:
+    """Headless progress: one line every few seconds, from the live series."""
+
+    def __init__(self, snapshot: Callable[[], Any], out: TextIO = sys.stdout,
+                 interval_s: float = PROGRESS_INTERVAL_S) -> None:
+        self.snapshot = snapshot
+        self.out = out
+        self.interval_s = interval_s
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            print(progress_line(self.snapshot()), file=self.out, flush=True)
+
+
+def _last(values: list[float], back: int = 2) -> float:
+    """Latest complete bin (the newest one is still filling)."""
+    import math
+
+    for v in reversed(values[:-1] if len(values) > 1 else values):
+        if not math.isnan(v):
+            return v
+        back -= 1
+        if back <= 0:
+            break
+    return float("nan")
+
+
+def progress_line(snap: Any) -> str:
+    s = snap.series
+
+    def fmt(name: str, scale: float = 1.0, digits: int = 1) -> str:
+        v = _last(s.get(name, []))
+        return "-" if v != v else f"{v * scale:.{digits}f}"
+
+    line = (
+        f"[{snap.t:6.0f}s] {snap.state:<8} target {snap.target_rps:5.1f} rps | "
+        f"sent {fmt('sent_rps')} done {fmt('completed_rps')} err {fmt('error_rps')} | "
+        f"in-flight {snap.in_flight} | out {fmt('client_output_tps', digits=0)} tok/s | "
+        f"TTFT p50 {fmt('ttft_p50', 1000, 0)} ms p99 {fmt('ttft_p99', 1000, 0)} ms"
+    )
+    if snap.server_metrics_available:
+        line += (
+            f" | server run {fmt('running', digits=0)} wait {fmt('waiting', digits=0)} "
+            f"KV {fmt('kv_usage_pct')}% hit {fmt('prefix_hit_pct')}%"
+        )
+    return line
+
+
+async def _run_headless(prepared: PreparedRun) -> Any:
+    run = prepared.run
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_sigint() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            print("\nstopping: no new requests; in-flight ones get the grace period (Ctrl-C again to cancel them)",
+                  file=sys.stderr, flush=True)
+            run.interrupt()
+        else:
+            run.options.stop_grace_s = 0.0
+            run.cancel_in_flight()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_sigint)
+    progress = asyncio.create_task(ProgressPrinter(run.snapshot).run())
+    try:
+        return await run.execute()
+    finally:
+        progress.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def main(args: argparse.Namespace) -> int:
+    prepared = prepare_run(args)
+    try:
+        print(f"rampwatch run: {prepared.run.scenario.name} against {prepared.run.options.target} "
+              f"(model {prepared.run.options.model})", flush=True)
+        if prepared.recording_path is not None:
+            print(f"recording to {prepared.recording_path}", flush=True)
+        result = asyncio.run(_run_headless(prepared))
+    finally:
+        prepared.close()
+    return finish_run(prepared, result)

@@ -1,0 +1,365 @@
+"""Run orchestration: follow the schedule open-loop, stream every request, scrape
+`/metrics` beside it, tick once a second, and publish everything through one sink.
+
+The dispatcher sleeps until the schedule's next send time and fires one task per
+request; nothing it does waits on a response, a scrape or a sink, so the send times stay
+on schedule (lateness is recorded: ``sent_at - scheduled_at``). Steering calls
+(``hold``/``resume``/``set_rate``/``step_rate``/``mark``/``stop``) must be made on the run's
+event loop thread; the TUI bridge uses ``loop.call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import platform
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.client import RequestCancelled, StreamingClient
+from loadgen.errors import TargetUnreachable
+from loadgen.knee import KneeDetector, feed as feed_knee
+from loadgen.scenario import RequestFactory, Scenario
+from loadgen.scrape import MetricsPoller
+from loadgen.series import SeriesBuilder
+from loadgen.timeline import (
+    Event,
+    FanoutSink,
+    RequestRecord,
+    RunHeader,
+    ServerSample,
+    Snapshot,
+    Tick,
+    TimelineSink,
+)
+from loadgen.version import rampwatch_version
+
+SECRET_OPTION_KEYS = ("api_key",)
+
+
+@dataclass
+class RunOptions:
+    target: str
+    model: str
+    api_key: str | None = None
+    metrics_urls: list[str] = field(default_factory=list)  # empty: the target's /metrics
+    scrape_interval_s: float = 1.0
+    scrape_timeout_s: float = 2.0
+    request_timeout_s: float = 600.0
+    stop_grace_s: float = 10.0  # in-flight requests get this long after a stop, then are cancelled
+    rate_step_rps: float = 1.0  # what step_rate(+1/-1) moves by, from the TUI's +/- keys
+    tokenizer: Any = None  # TokenizerLike for the fallback token count
+    cli_options: dict[str, Any] = field(default_factory=dict)  # for the header; secrets removed here
+    tick_interval_s: float = 1.0
+    gpu_price_per_hour: float | None = None
+
+
+@dataclass
+class RunResult:
+    duration_s: float
+    requests: list[RequestRecord]
+    samples: list[ServerSample]
+    events: list[Event]
+    header: RunHeader
+    interrupted: bool = False
+
+    @property
+    def error_rate(self) -> float:
+        if not self.requests:
+            return 0.0
+        return sum(1 for r in self.requests if not r.ok) / len(self.requests)
+
+
+class _Collector:
+    """Keeps what the final summary needs (records, scrapes, events)."""
+
+    def __init__(self) -> None:
+        self.requests: list[RequestRecord] = []
+        self.samples: list[ServerSample] = []
+        self.events: list[Event] = []
+        self.header: RunHeader | None = None
+
+    def on_start(self, header: RunHeader) -> None:
+        self.header = header
+
+    def on_request(self, record: RequestRecord) -> None:
+        self.requests.append(record)
+
+    def on_scrape(self, sample: ServerSample) -> None:
+        self.samples.append(sample)
+
+    def on_tick(self, tick: Tick) -> None:
+        pass
+
+    def on_event(self, event: Event) -> None:
+        self.events.append(event)
+
+    def on_finish(self, t: float) -> None:
+        pass
+
+
+def redact(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: ("<redacted>" if k in SECRET_OPTION_KEYS and v else v) for k, v in options.items()}
+
+
+def host_info() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+class Run:
+    """One load run. Implements ``RunControl``; ``execute()`` runs it to the end."""
+
+    def __init__(self, scenario: Scenario, options: RunOptions, sinks: list[TimelineSink] | None = None,
+                 factory: RequestFactory | None = None) -> None:
+        self.scenario = scenario
+        self.options = options
+        self.schedule = scenario.build_schedule()
+        self.factory = factory or RequestFactory(scenario, options.tokenizer)
+        self.series = SeriesBuilder(slo=scenario.slo, gpu_price_per_hour=options.gpu_price_per_hour)
+        self.collector = _Collector()
+        self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
+        self.knee = KneeDetector()
+        self._t0 = time.monotonic()
+        self._stopping = False
+        self._schedule_changed: asyncio.Event | None = None
+        self._in_flight: set[asyncio.Task] = set()
+        self._client_queued = 0
+        self._offered_total = 0
+        self._sent_total = 0
+        self._next_id = 0
+        self._interrupted = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- clock -------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    # -- RunControl ----------------------------------------------------------------------
+    def _changed(self, event: Event | None) -> None:
+        if event is not None:
+            self.sink.on_event(event)
+        if self._schedule_changed is not None:
+            self._schedule_changed.set()
+
+    def hold(self) -> None:
+        self._changed(self.schedule.hold(self.now()))
+
+    def resume(self) -> None:
+        self._changed(self.schedule.resume(self.now()))
+
+    def set_rate(self, rps: float) -> None:
+        self._changed(self.schedule.set_rate(self.now(), max(0.0, rps)))
+
+    def step_rate(self, delta_rps: float) -> None:
+        self._changed(self.schedule.step_rate(self.now(), delta_rps))
+
+    def step_up(self) -> None:
+        self.step_rate(self.options.rate_step_rps)
+
+    def step_down(self) -> None:
+        self.step_rate(-self.options.rate_step_rps)
+
+    def mark(self, note: str) -> None:
+        self.sink.on_event(Event(self.now(), "mark", note or "mark", {"note": note}))
+
+    def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self.sink.on_event(Event(self.now(), "stop", "stop requested: no new requests, draining"))
+        if self._schedule_changed is not None:
+            self._schedule_changed.set()
+
+    def interrupt(self) -> None:
+        """Ctrl-C: a graceful stop, marked as interrupted in the result."""
+        self._interrupted = True
+        self.stop()
+
+    def cancel_in_flight(self) -> None:
+        """Second Ctrl-C: stop waiting for in-flight requests."""
+        self.stop()
+        for task in list(self._in_flight):
+            task.cancel()
+
+    @property
+    def state(self) -> str:
+        if self._stopping:
+            return "stopping"
+        state = self.schedule.state
+        if state == "done" and self._in_flight:
+            return "draining"
+        return state
+
+    def snapshot(self) -> Snapshot:
+        return self.series.snapshot(self.now())
+
+    # -- the run -------------------------------------------------------------------------
+    async def execute(self) -> RunResult:
+        self._loop = asyncio.get_running_loop()
+        self._schedule_changed = asyncio.Event()
+        opts = self.options
+        concurrency = self.scenario.max_concurrency
+        client = StreamingClient(
+            opts.target,
+            opts.model,
+            api_key=opts.api_key,
+            connection_limit=concurrency or 0,
+            request_timeout_s=opts.request_timeout_s,
+            clock=self.now,
+            fallback_tokenizer=opts.tokenizer,
+        )
+        await client.start()
+        try:
+            await client.check_reachable()
+            server_info = await client.fetch_server_info()
+            metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
+            self._t0 = time.monotonic()
+            header = RunHeader(
+                rampwatch_version=rampwatch_version(),
+                started_at_unix=time.time(),
+                target=opts.target,
+                model=opts.model,
+                scenario_name=self.scenario.name,
+                scenario=self.scenario.raw,
+                options=redact(opts.cli_options),
+                planned_duration_s=self.schedule.planned_duration_s,
+                server_info=server_info,
+                host_info=host_info(),
+                metrics_urls=metrics_urls,
+            )
+            self.sink.on_start(header)
+            self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {opts.target}"))
+            poller = MetricsPoller(
+                metrics_urls,
+                interval_s=opts.scrape_interval_s,
+                timeout_s=opts.scrape_timeout_s,
+                clock=self.now,
+                on_sample=self._on_sample,
+            )
+            background = [
+                asyncio.create_task(poller.run(), name="rampwatch-scrape"),
+                asyncio.create_task(self._tick_loop(), name="rampwatch-tick"),
+            ]
+            semaphore = asyncio.Semaphore(concurrency) if concurrency else None
+            try:
+                await self._dispatch(client, semaphore)
+                await self._drain()
+            finally:
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
+            end = self.now()
+            final = self._tick(end)
+            final.state, final.target_rps = "done", 0.0
+            self.sink.on_tick(final)
+            self.sink.on_event(Event(end, "stop", "run finished", {"interrupted": self._interrupted}))
+            self.sink.on_finish(end)
+            return RunResult(
+                duration_s=end,
+                requests=self.collector.requests,
+                samples=self.collector.samples,
+                events=self.collector.events,
+                header=header,
+                interrupted=self._interrupted,
+            )
+        finally:
+            await client.close()
+
+    async def _dispatch(self, client: StreamingClient, semaphore: asyncio.Semaphore | None) -> None:
+        assert self._schedule_changed is not None
+        while not self._stopping:
+            send_at = self.schedule.next_send_time()
+            if send_at is None:
+                return
+            # A control call withdraws the send time it handed out; the next call to
+            # next_send_time() returns the same request re-timed at the new rate
+            # (math.inf while held at rate 0, so only a change wakes us).
+            self._schedule_changed.clear()
+            delay = send_at - self.now()
+            if delay > 0:
+                timeout = None if math.isinf(delay) else delay
+                try:
+                    await asyncio.wait_for(self._schedule_changed.wait(), timeout=timeout)
+                except TimeoutError:
+                    pass
+                else:
+                    continue
+            if self._stopping:
+                return
+            self._offered_total += 1
+            request = self.factory.next_request()
+            request_id = self._next_id
+            self._next_id += 1
+            task = asyncio.create_task(self._one_request(client, semaphore, request, request_id, send_at))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+
+    async def _one_request(self, client, semaphore, request, request_id: int, scheduled_at: float) -> None:
+        try:
+            if semaphore is None:
+                self._sent_total += 1
+                record = await client.send(request, request_id, scheduled_at)
+            else:
+                self._client_queued += 1
+                try:
+                    await semaphore.acquire()
+                finally:
+                    self._client_queued -= 1
+                self._sent_total += 1
+                try:
+                    record = await client.send(request, request_id, scheduled_at)
+                finally:
+                    semaphore.release()
+        except RequestCancelled as cancelled:
+            self.sink.on_request(cancelled.record)
+            raise
+        self.sink.on_request(record)
+
+    async def _drain(self) -> None:
+        pending = set(self._in_flight)
+        if not pending:
+            return
+        done, pending = await asyncio.wait(pending, timeout=self.options.stop_grace_s if self._stopping else None)
+        if pending:
+            self.sink.on_event(
+                Event(self.now(), "info", f"cancelling {len(pending)} in-flight requests after the grace period")
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def _on_sample(self, sample: ServerSample) -> None:
+        self.sink.on_scrape(sample)
+        if not sample.ok:
+            self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {sample.error}"))
+
+    async def _tick_loop(self) -> None:
+        interval = self.options.tick_interval_s
+        next_t = interval
+        while True:
+            await asyncio.sleep(max(0.0, next_t - self.now()))
+            t = self.now()
+            self.sink.on_tick(self._tick(t))
+            self._check_knee()
+            next_t += interval
+
+    def _tick(self, t: float) -> Tick:
+        return Tick(
+            t,
+            self.schedule.current_rate(t) if not self._stopping else 0.0,
+            self.state,
+            len(self._in_flight),
+            self._client_queued,
+            offered_total=self._offered_total,
+            sent_total=self._sent_total,
+        )
+
+    def _check_knee(self) -> None:
+        for event in feed_knee(self.series, self.knee):
+            self.sink.on_event(event)
