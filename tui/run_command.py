@@ -48,6 +48,37 @@ def want_tui(args: argparse.Namespace, stdout=None) -> bool:
         return False
 
 
+def start_live(
+    run_coro_factory: Callable[[], Awaitable[Any]],
+    snapshot_fn: Callable[[], Any],
+    control: Any,
+    *,
+    recording: str | None = None,
+    rate_step_rps: float | None = None,
+    refresh_hz: float = 4.0,
+    ui_niceness: int = 10,
+    log_path: str | None = None,
+):
+    """Fork the run into its own process (``ProcessBridge``) and build the live app on
+    it; returns ``(bridge, app)``. The caller runs the app (``app.run()`` on a terminal,
+    ``app.run_test()`` in tests) and then calls ``bridge.finish()``. Build the run's
+    objects before calling: they are inherited by fork."""
+    import os
+
+    from tui.app import make_app
+    from tui.live_runner import ProcessBridge
+
+    bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log_path).start()
+    if ui_niceness:
+        try:
+            os.nice(ui_niceness)  # drawing yields the CPU to the load process
+        except OSError:
+            pass
+    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz, recording=recording,
+                   rate_step_rps=rate_step_rps)
+    return bridge, app
+
+
 def run_tui(
     run_coro_factory: Callable[[], Awaitable[Any]],
     snapshot_fn: Callable[[], Any],
@@ -59,26 +90,17 @@ def run_tui(
     drain_timeout: float = 30.0,
     ui_niceness: int = 10,
 ) -> Any:
-    """Run the load in its own process (``ProcessBridge``), show the live screen until the
-    user quits, then stop the run gracefully (if still going) and return its result (or
-    raise its error). Build the run's objects before calling: they are inherited by fork.
+    """Show the live screen over the run (see ``start_live``) until the user quits, then
+    stop the run gracefully (if still going) and return its result (or raise its error).
 
     Whatever the run prints while the screen is up goes to a log that is printed after."""
-    import os
     import tempfile
-
-    from tui.app import make_app
-    from tui.live_runner import ProcessBridge
 
     log = tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False)
     log.close()
-    bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log.name).start()
-    if ui_niceness:
-        try:
-            os.nice(ui_niceness)  # drawing yields the CPU to the load process
-        except OSError:
-            pass
-    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz, recording=recording, rate_step_rps=rate_step_rps)
+    bridge, app = start_live(run_coro_factory, snapshot_fn, control, recording=recording,
+                             rate_step_rps=rate_step_rps, refresh_hz=refresh_hz, ui_niceness=ui_niceness,
+                             log_path=log.name)
     try:
         app.run()
     finally:
@@ -113,26 +135,38 @@ def main(args: argparse.Namespace) -> int:
     if prepare is None or finish is None or not want_tui(args):
         return int(cli.main(args) or 0)
     prepared = prepare(args)
+    try:
+        result = run_tui(*live_parts(prepared), recording=_recording_label(prepared),
+                         rate_step_rps=getattr(prepared.run.options, "rate_step_rps", None))
+    finally:
+        prepared.recorder = None  # this process's copy never wrote: closing it would clobber the file
+        prepared.close()
+    return int(finish(prepared, result) or 0)
+
+
+def _recording_label(prepared) -> str | None:
+    return str(prepared.recording_path) if prepared.recording_path else None
+
+
+def live_parts(prepared) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Any], Any]:
+    """What the run process needs from a ``PreparedRun``: the coroutine factory (which
+    closes the recording in that process, its owner from the fork on), the snapshot
+    function and the RunControl."""
     run = prepared.run
     recorder = prepared.recorder
 
     async def run_and_close_recording():
-        # Runs in the load process, which owns the recording from here on.
         try:
             return await run.execute()
         finally:
             if recorder is not None:
                 recorder.close()
 
-    try:
-        result = run_tui(
-            run_and_close_recording,
-            run.snapshot,
-            run,
-            recording=str(prepared.recording_path) if prepared.recording_path else None,
-            rate_step_rps=getattr(run.options, "rate_step_rps", None),
-        )
-    finally:
-        prepared.recorder = None  # this process's copy never wrote: closing it would clobber the file
-        prepared.close()
-    return int(finish(prepared, result) or 0)
+    return run_and_close_recording, run.snapshot, run
+
+
+def start_live_prepared(prepared, *, ui_niceness: int = 10, log_path: str | None = None):
+    """``start_live`` for a ``PreparedRun`` (the wiring `rampwatch run` uses)."""
+    return start_live(*live_parts(prepared), recording=_recording_label(prepared),
+                      rate_step_rps=getattr(prepared.run.options, "rate_step_rps", None),
+                      ui_niceness=ui_niceness, log_path=log_path)

@@ -1,0 +1,167 @@
+"""The live screen steering a real run against the simulator: the keys change the
+schedule, and the recording holds every action as an event.
+
+Two wirings: the run in a thread of the test process (so the test can read the
+schedule directly after each key), and the production one — `rampwatch run`'s
+``prepare_run`` with the embedded simulator, the run forked into its own process —
+checked through the published snapshots and the recording."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import time
+
+import pytest
+
+from loadgen import cli as loadgen_cli
+from loadgen.runner import Run, RunOptions
+from loadgen.scenario import load_scenario
+from record.reader import open_recording
+from record.writer import RecordingWriter
+from sim.config import SimConfig
+from sim.embedded import EmbeddedSim
+from tui.app import make_app
+from tui.live_runner import LiveBridge
+from tui.mark_dialog import MarkDialog
+from tui.quit_dialog import QuitDialog
+from tui.run_command import start_live_prepared
+
+# A ramp far longer than the test, slow enough that a 1 rps step is unmistakable, with
+# short answers so requests finish quickly on the instant simulator.
+RAMP = {"duration": 60.0, "start_rps": 4.0, "end_rps": 10.0, "seed": 1}
+SHORT_ANSWERS = [("workload.output_tokens", "8"), ("workload.input_tokens", "20")]
+STEP = 1.0
+NOTE = "raised max-num-seqs"
+WAIT_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with EmbeddedSim(SimConfig(hardware="instant", model="tiny", seed=1)) as server:
+        yield server
+
+
+async def wait_for(pilot, condition, what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def recorded_events(path):
+    with open_recording(path) as recording:
+        return list(recording.events)
+
+
+def check_recorded_steering(events, held_rate: float | None = None) -> None:
+    kinds = [e.kind for e in events]
+    steering = [e for e in events if e.kind in ("hold", "set_rate", "resume", "mark")]
+    assert [e.kind for e in steering] == ["hold", "set_rate", "set_rate", "resume", "mark"], kinds
+    hold, up, down, resume, mark = steering
+    assert up.data["delta_rps"] == STEP and down.data["delta_rps"] == -STEP
+    assert up.data["after_rps"] == pytest.approx(up.data["before_rps"] + STEP)
+    assert down.data["after_rps"] == pytest.approx(up.data["after_rps"] - STEP)
+    if held_rate is not None:
+        assert hold.data["after_rps"] == pytest.approx(held_rate)
+        assert up.data["after_rps"] == pytest.approx(held_rate + STEP)
+    assert hold.t <= up.t <= down.t <= resume.t <= mark.t
+    assert mark.data["note"] == NOTE and NOTE in mark.message
+    stops = [e for e in events if e.kind == "stop"]
+    assert stops and stops[0].t >= mark.t and "stop requested" in stops[0].message
+
+
+async def test_keys_steer_a_run_in_a_thread_and_are_recorded(sim, tmp_path):
+    scenario = load_scenario("chat", overrides=SHORT_ANSWERS, flags=RAMP)
+    model = loadgen_cli.discover_model(sim.url, None)
+    path = tmp_path / "thread.rwrec"
+    run = Run(scenario, RunOptions(target=sim.url, model=model, rate_step_rps=STEP, stop_grace_s=5.0),
+              sinks=[RecordingWriter(path)])
+    bridge = LiveBridge(run.execute, run.snapshot, run, publish_interval=0.05).start()
+    schedule = run.schedule
+    app = make_app(bridge, bridge.control, mode="live", rate_step_rps=STEP)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.latest.header is not None and run.now() > 1.0, "the run to start")
+
+            await pilot.press("space")
+            await wait_for(pilot, lambda: schedule.state == "holding", "the hold")
+            held = schedule.current_rate(run.now())
+            assert RAMP["start_rps"] <= held < RAMP["end_rps"]
+            await pilot.pause(0.3)
+            assert schedule.current_rate(run.now()) == held  # the ramp is frozen
+
+            await pilot.press("plus")
+            await wait_for(pilot, lambda: schedule.current_rate(run.now()) == pytest.approx(held + STEP), "+ step")
+            await pilot.press("minus")
+            await wait_for(pilot, lambda: schedule.current_rate(run.now()) == pytest.approx(held), "- step")
+            assert schedule.state == "holding"
+
+            await pilot.press("space")
+            await wait_for(pilot, lambda: schedule.state == "ramping", "the resume")
+
+            await pilot.press("m")
+            assert isinstance(app.screen, MarkDialog)
+            await pilot.press(*NOTE, "enter")
+            await wait_for(pilot, lambda: any(e.kind == "mark" for e in run.collector.events), "the mark")
+
+            await pilot.press("s")
+            await wait_for(pilot, lambda: bridge.done, "the run to drain and finish")
+            await pilot.pause(0.3)
+            assert app.latest.state == "done"
+            await pilot.press("q")  # a finished run quits without asking
+        result = bridge.finish(drain_timeout=10.0)
+    finally:
+        bridge.finish(drain_timeout=10.0)
+    assert result.requests and all(r.ok for r in result.requests)
+    check_recorded_steering(recorded_events(path), held)
+
+
+def run_args(tmp_path, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    loadgen_cli.configure(parser)
+    sets = [f"--set={key}={value}" for key, value in SHORT_ANSWERS]
+    return parser.parse_args([
+        "chat", "--duration", str(RAMP["duration"]), "--start-rps", str(RAMP["start_rps"]),
+        "--end-rps", str(RAMP["end_rps"]), "--seed", "1", "--rate-step", str(STEP), "--stop-grace", "5",
+        "--sim-hardware", "instant", "--sim-model", "tiny", "--record", str(tmp_path / "process.rwrec"),
+        *sets, *extra,
+    ])
+
+
+async def test_keys_steer_the_run_process_of_rampwatch_run(tmp_path):
+    """`rampwatch run`'s own wiring: prepare_run with the embedded simulator, the run
+    forked into its own process, the recording finished there."""
+    prepared = loadgen_cli.prepare_run(run_args(tmp_path))
+    try:
+        bridge, app = start_live_prepared(prepared, ui_niceness=0)
+        try:
+            async with app.run_test(size=(100, 30)) as pilot:
+                await wait_for(pilot, lambda: app.latest.state == "ramping" and app.latest.t > 1.0, "the run to start")
+                await pilot.press("space")
+                await wait_for(pilot, lambda: app.latest.state == "holding", "the hold to reach a tick")
+                held = app.latest.target_rps
+                await pilot.press("plus")
+                await wait_for(pilot, lambda: app.latest.target_rps == pytest.approx(held + STEP), "+ step")
+                await pilot.press("minus")
+                await wait_for(pilot, lambda: app.latest.target_rps == pytest.approx(held), "- step")
+                await pilot.press("space")
+                await wait_for(pilot, lambda: app.latest.state == "ramping", "the resume")
+                await pilot.press("m", *NOTE, "enter")
+                await wait_for(pilot, lambda: any(e.kind == "mark" for e in app.latest.events), "the mark")
+                await pilot.press("q")
+                assert isinstance(app.screen, QuitDialog)  # the run is active: ask first
+                await pilot.press("y")  # stop gracefully and leave
+            result = bridge.finish(drain_timeout=15.0)
+        finally:
+            bridge.finish(drain_timeout=15.0)
+    finally:
+        prepared.recorder = None  # the run process owned and closed it
+        prepared.close()
+    assert app.return_code == 0
+    assert result.requests and all(r.ok for r in result.requests)
+    out = io.StringIO()
+    assert loadgen_cli.finish_run(prepared, result, out=out) == 0
+    assert f"recording: {prepared.recording_path}" in out.getvalue()
+    check_recorded_steering(recorded_events(prepared.recording_path))
