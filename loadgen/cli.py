@@ -19,6 +19,7 @@ from typing import Any, Callable, TextIO
 from loadgen.errors import TargetUnreachable, UserError
 
 PROGRESS_INTERVAL_S = 5.0
+INTERRUPTED_EXIT = 130  # the shell's code for a SIGINT stop; the summary and files are still written
 DEFAULT_SIM_HARDWARE = "l4"
 DEFAULT_SIM_MODEL = "llama-3.1-8b-fp8"
 
@@ -51,6 +52,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-record", action="store_true", help="do not record the session")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override any scenario key, e.g. --set workload.output_tokens.max=200 (repeatable)")
+    parser.add_argument("--progress-interval", type=float, default=PROGRESS_INTERVAL_S, metavar="SECONDS",
+                        help=f"headless: seconds between progress lines (default {PROGRESS_INTERVAL_S:g})")
     parser.add_argument("--rate-step", type=float, default=1.0, metavar="RPS", help="rate change of the +/- keys")
     parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
     parser.add_argument("--stop-grace", type=float, default=10.0, metavar="SECONDS",
@@ -120,10 +123,12 @@ class PreparedRun:
     recording_path: Path | None = None
     result_json_path: Path | None = None
     extra_sinks: list[Any] = field(default_factory=list)
+    recording_error: BaseException | None = None  # what stopped the recording, if anything
 
     def close(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
+            self.recording_error = self.recording_error or self.recorder.error
             self.recorder = None
         if self.embedded is not None:
             self.embedded.stop()
@@ -173,7 +178,7 @@ def prepare_run(args: argparse.Namespace, extra_sinks: list[Any] | None = None) 
             from record.writer import RecordingWriter, default_recording_path
 
             recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
-            recorder = RecordingWriter(recording_path)
+            recorder = RecordingWriter(recording_path, secrets={api_key} if api_key else None)
             sinks.append(recorder)
         result_json = Path(args.result_json) if args.result_json else (
             recording_path.with_suffix(".json") if recording_path else None
@@ -210,16 +215,23 @@ def finish_run(prepared: PreparedRun, result: Any, out: TextIO = sys.stdout) -> 
         print(f"result JSON: {prepared.result_json_path}", file=out)
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)
+    code = 0
+    if prepared.recording_error is not None:
+        print(f"rampwatch run: recording {prepared.recording_path} failed: {prepared.recording_error}",
+              file=sys.stderr)
+        code = 1
     if not result.requests:
         print("rampwatch run: no request was sent", file=sys.stderr)
         return 1
+    if result.interrupted:
+        return INTERRUPTED_EXIT
     if result.error_rate > args.max_error_rate:
         print(
             f"rampwatch run: error rate {result.error_rate:.1%} exceeds --max-error-rate {args.max_error_rate:.1%}",
             file=sys.stderr,
         )
         return 1
-    return 0
+    return code
 
 
 class ProgressPrinter:
@@ -289,7 +301,8 @@ async def _run_headless(prepared: PreparedRun) -> Any:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_sigint)
-    progress = asyncio.create_task(ProgressPrinter(run.snapshot).run())
+    interval = getattr(prepared.args, "progress_interval", PROGRESS_INTERVAL_S)
+    progress = asyncio.create_task(ProgressPrinter(run.snapshot, interval_s=interval).run())
     try:
         return await run.execute()
     finally:

@@ -67,9 +67,12 @@ class RunResult:
 
     @property
     def error_rate(self) -> float:
-        if not self.requests:
+        """Failed fraction of the requests the server had a chance to answer: requests
+        cancelled by a stop (Ctrl-C, grace period over) count neither way."""
+        judged = [r for r in self.requests if r.error_class != "cancelled"]
+        if not judged:
             return 0.0
-        return sum(1 for r in self.requests if not r.ok) / len(self.requests)
+        return sum(1 for r in judged if not r.ok) / len(judged)
 
 
 class _Collector:
@@ -186,6 +189,11 @@ class Run:
         self.stop()
         for task in list(self._in_flight):
             task.cancel()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not finished (those waiting for a concurrency slot excluded)."""
+        return len(self._in_flight) - self._client_queued
 
     @property
     def state(self) -> str:
@@ -354,7 +362,7 @@ class Run:
             t,
             self.schedule.current_rate(t) if not self._stopping else 0.0,
             self.state,
-            len(self._in_flight),
+            self.in_flight,
             self._client_queued,
             offered_total=self._offered_total,
             sent_total=self._sent_total,

@@ -1,0 +1,255 @@
+"""The run engine against the in-process simulator: sends, concurrency cap, steering,
+stop and drain, unreachable targets, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from loadgen.cli import progress_line
+from loadgen.errors import TargetUnreachable
+from loadgen.runner import Run, RunOptions
+from loadgen.scenario import load_scenario
+from loadgen.timeline import NullSink
+from sim.config import FaultConfig, SimConfig
+from sim.server import serve
+
+
+class ListSink(NullSink):
+    def __init__(self) -> None:
+        self.items: list[tuple[str, object]] = []
+
+    def on_start(self, header):
+        self.items.append(("start", header))
+
+    def on_request(self, record):
+        self.items.append(("request", record))
+
+    def on_scrape(self, sample):
+        self.items.append(("scrape", sample))
+
+    def on_tick(self, tick):
+        self.items.append(("tick", tick))
+
+    def on_event(self, event):
+        self.items.append(("event", event))
+
+    def on_finish(self, t):
+        self.items.append(("finish", t))
+
+    def of(self, kind: str) -> list:
+        return [item for k, item in self.items if k == kind]
+
+
+def scenario(schedule: dict, output_tokens: int = 16, input_tokens: int = 32, max_concurrency: int | None = None):
+    sets = [(f"schedule.{k}", str(v)) for k, v in schedule.items()]
+    sets += [("workload.input_tokens", str(input_tokens)), ("workload.output_tokens", str(output_tokens))]
+    flags = {"max_concurrency": max_concurrency} if max_concurrency else {}
+    return load_scenario("random", overrides=[("schedule", "{}"), *sets], flags=flags)
+
+
+def make_run(url: str, scn, sink: ListSink, **options) -> Run:
+    options.setdefault("scrape_interval_s", 0.25)
+    options.setdefault("tick_interval_s", 0.25)
+    return Run(scn, RunOptions(target=url, model="tiny", **options), sinks=[sink])
+
+
+INSTANT = SimConfig(hardware="instant", model="tiny")
+
+
+def sends_between(records, t0: float, t1: float) -> int:
+    return sum(1 for r in records if t0 <= r.sent_at < t1)
+
+
+async def test_constant_rate_run_publishes_the_whole_stream():
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 20, "duration_s": 1.5}), sink)
+        result = await run.execute()
+
+    assert sink.items[0][0] == "start" and sink.items[-1][0] == "finish"
+    records = sink.of("request")
+    assert records == result.requests
+    assert 28 <= len(records) <= 31  # 20/s for 1.5 s, deterministic gaps
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok]
+    assert all(r.completion_tokens == 16 for r in records)
+    assert sorted(r.id for r in records) == list(range(len(records)))
+    gaps = sorted(b.scheduled_at - a.scheduled_at for a, b in zip(
+        sorted(records, key=lambda r: r.scheduled_at), sorted(records, key=lambda r: r.scheduled_at)[1:]))
+    assert gaps[len(gaps) // 2] == pytest.approx(0.05, abs=1e-6)
+    lateness = sorted(r.sent_at - r.scheduled_at for r in records)
+    assert lateness[0] >= 0
+    assert lateness[len(lateness) // 2] < 0.05  # loose sanity bound, not a speed target
+    ticks = sink.of("tick")
+    assert ticks[-1].state == "done"
+    assert ticks[-1].offered_total == ticks[-1].sent_total == len(records)
+    assert [t.offered_total for t in ticks] == sorted(t.offered_total for t in ticks)
+    assert any(s.ok and s.backend == "vllm" for s in sink.of("scrape"))
+    kinds = [e.kind for e in sink.of("event")]
+    assert kinds[0] == "start" and kinds[-1] == "stop"
+    assert not result.interrupted and result.error_rate == 0.0
+
+
+async def test_max_concurrency_caps_in_flight_and_the_wait_is_client_queue_time():
+    # Each request takes a few hundred ms on the simulated L4; 12 arrive at once-ish.
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=4.0)
+    sink = ListSink()
+    async with serve(slow) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 40, "duration_s": 0.3}, output_tokens=24,
+                                     max_concurrency=2), sink)
+        result = await run.execute()
+
+    records = result.requests
+    assert len(records) == 12 and all(r.ok for r in records)
+    # in flight = [sent_at, end_at) overlaps, from the records themselves
+    edges = sorted([(r.sent_at, 1) for r in records] + [(r.end_at, -1) for r in records])
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    assert peak == 2
+    assert max(t.in_flight for t in sink.of("tick")) <= 2
+    assert max(t.client_queued for t in sink.of("tick")) >= 5
+    running = [s.running for s in sink.of("scrape") if s.ok and s.running is not None]
+    assert running and max(running) <= 2
+    queued = [r for r in records if r.client_queue_s > 0.3]
+    assert len(queued) >= 6
+    # the wait is not in TTFT: TTFT stays near the unqueued requests' TTFT
+    first_ttft = max(r.ttft for r in records[:2])
+    for r in queued:
+        assert r.ttft < r.client_queue_s
+        assert r.ttft < first_ttft + 0.2
+
+
+async def test_steering_changes_the_sends_and_every_call_is_an_event():
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        # a steep ramp: 10 -> 70 req/s over 6 s, deterministic gaps
+        run = make_run(url, scenario({"kind": "linear", "start_rps": 10, "end_rps": 70, "duration_s": 6,
+                                      "arrival": "constant"}), sink)
+
+        async def steer() -> dict[str, float]:
+            at = {}
+            await asyncio.sleep(1.0)
+            run.hold()
+            at["hold"] = run.now()
+            await asyncio.sleep(1.2)
+            run.set_rate(5)
+            at["set_rate"] = run.now()
+            await asyncio.sleep(1.0)
+            run.step_rate(10)
+            at["step_rate"] = run.now()
+            await asyncio.sleep(1.0)
+            run.set_rate(0)
+            at["zero"] = run.now()
+            await asyncio.sleep(0.6)
+            run.mark("before resume")
+            run.resume()
+            at["resume"] = run.now()
+            await asyncio.sleep(0.6)
+            run.stop()
+            at["stop"] = run.now()
+            return at
+
+        steering = asyncio.create_task(steer())
+        result = await run.execute()
+        at = await steering
+
+    records = result.requests
+    held_rate = next(e for e in sink.of("event") if e.kind == "hold").data["after_rps"]
+    assert 17 <= held_rate <= 23  # ~20 req/s one second into the ramp
+    # holding freezes the rate: the same count in each half of the hold
+    first = sends_between(records, at["hold"] + 0.1, at["hold"] + 0.6)
+    second = sends_between(records, at["hold"] + 0.6, at["hold"] + 1.1)
+    assert abs(first - second) <= 1
+    assert abs(first - held_rate * 0.5) <= 2
+    assert abs(sends_between(records, at["set_rate"] + 0.1, at["set_rate"] + 0.9) - 5 * 0.8) <= 1
+    assert abs(sends_between(records, at["step_rate"] + 0.1, at["step_rate"] + 0.9) - 15 * 0.8) <= 2
+    assert sends_between(records, at["zero"] + 0.05, at["resume"]) == 0
+    # resumed ramp continues from ~20 req/s, not from where the clock would have it
+    assert 4 <= sends_between(records, at["resume"] + 0.05, at["stop"]) <= 20
+    assert not any(r.sent_at > at["stop"] + 0.01 for r in records)
+
+    events = [e for e in sink.of("event") if e.kind not in ("start", "scrape_error", "info", "knee")]
+    assert [e.kind for e in events] == ["hold", "set_rate", "set_rate", "set_rate", "mark", "resume", "stop", "stop"]
+    assert events[2].data["delta_rps"] == 10 and events[2].data["after_rps"] == pytest.approx(15)
+    assert events[4].data["note"] == "before resume"
+    for name, event in zip(["hold", "set_rate", "step_rate", "zero"], events):
+        assert event.t == pytest.approx(at[name], abs=0.05)
+    ticks = sink.of("tick")
+    assert any(t.state == "holding" and t.target_rps == pytest.approx(5) for t in ticks)
+    assert ticks[-1].state == "done"
+
+
+async def test_stop_cancels_in_flight_after_the_grace_period():
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")  # ~30 ms per decode step
+    sink = ListSink()
+    async with serve(slow) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 10, "duration_s": 30}, output_tokens=2000), sink,
+                       stop_grace_s=0.4)
+
+        async def stop_soon() -> float:
+            await asyncio.sleep(1.0)
+            run.interrupt()
+            return run.now()
+
+        stopper = asyncio.create_task(stop_soon())
+        result = await run.execute()
+        stopped_at = await stopper
+
+    assert result.interrupted
+    assert stopped_at + 0.4 <= result.duration_s < stopped_at + 1.5
+    assert all(r.sent_at <= stopped_at for r in result.requests)
+    cancelled = [r for r in result.requests if r.error_class == "cancelled"]
+    assert len(cancelled) == len(result.requests) >= 9
+    assert all(r.first_token_at is not None for r in cancelled[:-2])
+    assert result.error_rate == 0.0  # stopped by the user, not failed by the server
+    infos = [e.message for e in sink.of("event") if e.kind == "info"]
+    assert any("cancelling" in m for m in infos)
+    assert sink.items[-1][0] == "finish"
+
+
+async def test_state_is_draining_while_the_last_requests_finish():
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=2.0)
+    sink = ListSink()
+    seen: list[tuple[str, str]] = []
+    async with serve(slow) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 10, "duration_s": 0.5}, output_tokens=64), sink)
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(0.1)
+                seen.append((run.state, progress_line(run.snapshot())))
+
+        watcher = asyncio.create_task(watch())
+        result = await run.execute()
+        watcher.cancel()
+
+    assert all(r.ok for r in result.requests)
+    assert result.duration_s > 0.8  # the last request ended well after the schedule did
+    assert "draining" in [s for s, _ in seen]
+    assert any(t.state == "draining" and t.in_flight > 0 for t in sink.of("tick"))
+    assert any(line.split("]")[1].split()[0] == "draining" for s, line in seen if s == "draining")
+
+
+async def test_unreachable_target_raises_naming_the_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    run = make_run(url, scenario({"kind": "constant", "rate": 5, "duration_s": 1}), ListSink())
+    with pytest.raises(TargetUnreachable, match=f"127.0.0.1:{port}"):
+        await run.execute()
+
+
+async def test_server_errors_count_in_the_error_rate():
+    faulty = SimConfig(hardware="instant", model="tiny", faults=FaultConfig(error_rate=0.5), seed=3)
+    async with serve(faulty) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 40, "duration_s": 1}), ListSink())
+        result = await run.execute()
+    failed = [r for r in result.requests if not r.ok]
+    assert {r.error_class for r in failed} == {"http_500"}
+    assert 0.25 <= result.error_rate <= 0.75
+    assert result.error_rate == len(failed) / len(result.requests)
