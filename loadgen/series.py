@@ -35,7 +35,7 @@ import numpy as np
 
 from loadgen.counters import CounterTracker
 from loadgen.scrape import combine_samples
-from loadgen.stats import LogHistogram
+from loadgen.stats import LogHistogram, itl_array
 from loadgen.summary import RunningSummary, knee_rps
 from loadgen.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick
 
@@ -111,6 +111,133 @@ class SeriesBuilder:
         self._newly_final: list[int] = []
         self.summary = RunningSummary(slo=slo, gpu_price_per_hour=gpu_price_per_hour)
 
+    # -- state ----------------------------------------------------------------------
+    def export_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The builder's whole state as JSON-able values plus named numpy arrays.
+
+        ``from_state(header, *builder.export_state())`` is a builder that behaves exactly as
+        this one from here on (recordings store it as seek checkpoints). The header is
+        not included: the recording has it.
+        """
+        arrays: dict[str, np.ndarray] = {}
+
+        def put_growables(prefix: str, table: dict[str, _Growable]) -> list[list[Any]]:
+            out = []
+            for name, g in table.items():
+                arrays[f"{prefix}.{name}"] = g.data
+                out.append([name, g.fill])
+            return out
+
+        spread = []
+        for i, (url, fields) in enumerate(self._spread.items()):
+            for field, (amount, covered) in fields.items():
+                arrays[f"spread.{i}.{field}.amount"] = amount.data
+                arrays[f"spread.{i}.{field}.covered"] = covered.data
+                spread.append([url, i, field])
+        seconds = sorted(self._hists)
+        if seconds:
+            arrays["hists"] = np.stack([np.stack([h[0].counts, h[1].counts]) for h in (self._hists[b] for b in seconds)])
+        summary = self.summary
+        for metric, hist in summary.hists.items():
+            arrays[f"summary.{metric}"] = hist.counts
+        meta = {
+            "window_s": self.window_s,
+            "grace_s": self.grace_s,
+            "state": self.state,
+            "target_rps": self.target_rps,
+            "in_flight": self.in_flight,
+            "events": [e.to_dict() for e in self.events],
+            "now": self.now,
+            "finished_at": self.finished_at,
+            "server_metrics_available": self.server_metrics_available,
+            "counts": put_growables("counts", self._counts),
+            "last": put_growables("last", self._last),
+            "tick_counts": put_growables("tick_counts", self._tick_counts),
+            "final": put_growables("final", self._final),
+            "tick_totals": self._tick_totals,
+            "tracker": [s.to_dict() for s in self._tracker.latest()],
+            "spread": spread,
+            "hist_seconds": seconds,
+            "hist_totals": [[self._hists[b][0].total, self._hists[b][1].total] for b in seconds],
+            "final_upto": self._final_upto,
+            "newly_final": list(self._newly_final),
+            "summary": {
+                "slo": summary.slo,
+                "gpu_price_per_hour": summary.gpu_price_per_hour,
+                "completed": summary.completed,
+                "failed": summary.failed,
+                "good": summary.good,
+                "total_input": summary.total_input,
+                "total_output": summary.total_output,
+                "errors": dict(summary.errors),
+                "sums": summary.sums,
+                "hist_totals": {m: h.total for m, h in summary.hists.items()},
+                "queue_sum": summary.queue_sum,
+                "records": summary.records,
+                "peak_in_flight": summary.peak_in_flight,
+            },
+        }
+        return meta, arrays
+
+    @classmethod
+    def from_state(cls, header: RunHeader | None, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> SeriesBuilder:
+        """A builder restored from ``export_state()`` output (see there)."""
+        sm = meta["summary"]
+        b = cls(window_s=meta["window_s"], grace_s=meta["grace_s"], slo=sm["slo"],
+                gpu_price_per_hour=sm["gpu_price_per_hour"])
+        b.header = header
+        b.state = meta["state"]
+        b.target_rps = meta["target_rps"]
+        b.in_flight = meta["in_flight"]
+        b.events = [Event(**e) for e in meta["events"]]
+        b.now = meta["now"]
+        b.finished_at = meta["finished_at"]
+        b.server_metrics_available = meta["server_metrics_available"]
+
+        def growables(prefix: str, specs: list[list[Any]]) -> dict[str, _Growable]:
+            out = {}
+            for name, fill in specs:
+                g = _Growable(fill, capacity=1)
+                g.data = np.array(arrays[f"{prefix}.{name}"], dtype=np.float64)
+                out[name] = g
+            return out
+
+        b._counts = growables("counts", meta["counts"])
+        b._last = growables("last", meta["last"])
+        b._tick_counts = growables("tick_counts", meta["tick_counts"])
+        b._final = growables("final", meta["final"])
+        b._tick_totals = tuple(meta["tick_totals"]) if meta["tick_totals"] is not None else None
+        for d in meta["tracker"]:
+            b._tracker.update(ServerSample(**d))
+        for url, i, field in meta["spread"]:
+            amount, covered = _Growable(0.0, capacity=1), _Growable(0.0, capacity=1)
+            amount.data = np.array(arrays[f"spread.{i}.{field}.amount"], dtype=np.float64)
+            covered.data = np.array(arrays[f"spread.{i}.{field}.covered"], dtype=np.float64)
+            b._spread.setdefault(url, {})[field] = (amount, covered)
+        for k, (sec, totals) in enumerate(zip(meta["hist_seconds"], meta["hist_totals"])):
+            pair = (LogHistogram(), LogHistogram())
+            for j in (0, 1):
+                pair[j]._counts = np.array(arrays["hists"][k, j], dtype=np.int64)
+                pair[j].total = totals[j]
+            b._hists[sec] = pair
+        b._final_upto = meta["final_upto"]
+        b._newly_final = list(meta["newly_final"])
+        summary = b.summary
+        summary.completed = sm["completed"]
+        summary.failed = sm["failed"]
+        summary.good = sm["good"]
+        summary.total_input = sm["total_input"]
+        summary.total_output = sm["total_output"]
+        summary.errors.update(sm["errors"])
+        summary.sums = {m: list(v) for m, v in sm["sums"].items()}
+        for metric, hist in summary.hists.items():
+            hist._counts = np.array(arrays[f"summary.{metric}"], dtype=np.int64)
+            hist.total = sm["hist_totals"][metric]
+        summary.queue_sum = sm["queue_sum"]
+        summary.records = sm["records"]
+        summary.peak_in_flight = sm["peak_in_flight"]
+        return b
+
     # -- TimelineSink ---------------------------------------------------------------
     def on_start(self, header: RunHeader) -> None:
         self.header = header
@@ -129,8 +256,8 @@ class SeriesBuilder:
             if hists is None:
                 hists = self._hists[end] = (LogHistogram(), LogHistogram())
             if record.ttft is not None:
-                hists[0].add([record.ttft])
-            itls = record.itls()
+                hists[0].add((record.ttft,))
+            itls = itl_array(record)
             hists[1].add(itls)
         else:
             c["error_rps"].add(end, 1.0)

@@ -35,6 +35,18 @@ def output_len(rec: RequestRecord) -> int:
     return rec.completion_tokens or 1
 
 
+def itl_array(rec: RequestRecord) -> np.ndarray:
+    """``rec.itls()`` as a float64 array (the same values: each gap is the same float
+    subtraction), without a Python loop over the chunks."""
+    chunks = rec.chunk_times
+    if rec.first_token_at is None or not chunks:
+        return np.empty(0, dtype=np.float64)
+    times = np.empty(len(chunks) + 1, dtype=np.float64)
+    times[0] = rec.first_token_at
+    times[1:] = chunks
+    return times[1:] - times[:-1]
+
+
 def describe_ms(values_s: Sequence[float] | np.ndarray, percentiles: Iterable[float] = PERCENTILES) -> dict[str, float]:
     """``mean``, ``median``, ``std`` and ``p<N>`` in ms, as vLLM computes them."""
     arr = np.asarray(values_s, dtype=np.float64)
@@ -112,7 +124,7 @@ class LogHistogram:
     interpolates between order statistics.
     """
 
-    __slots__ = ("_counts", "_pending", "total")
+    __slots__ = ("_counts", "_pending", "_pending_arrays", "_pending_n", "total")
     LO = 1e-5
     HI = 1e4
     RATIO = 1.01
@@ -122,25 +134,53 @@ class LogHistogram:
 
     def __init__(self) -> None:
         self._counts = np.zeros(self.N, dtype=np.int64)
-        # values are binned lazily, in one numpy pass, when counts are read
+        # Values are binned lazily, in one numpy pass, when counts are read: scalars
+        # queue as floats, arrays (a request's ITLs) as arrays, so adding never loops
+        # in Python over a request's chunks.
         self._pending: list[float] = []
+        self._pending_arrays: list[np.ndarray] = []
+        self._pending_n = 0
         self.total = 0
 
     def add(self, values: Iterable[float] | np.ndarray) -> None:
-        before = len(self._pending)
-        self._pending.extend(values.tolist() if isinstance(values, np.ndarray) else values)
-        self.total += len(self._pending) - before
-        if len(self._pending) > 65536:  # bound the buffer between reads
+        if isinstance(values, np.ndarray):
+            n = values.size
+            if n == 0:
+                return
+            self._pending_arrays.append(values.astype(np.float64, copy=False).ravel())
+        else:
+            before = len(self._pending)
+            self._pending.extend(values)
+            n = len(self._pending) - before
+        self.total += n
+        self._pending_n += n
+        if self._pending_n > 65536:  # bound the buffer between reads
             self.counts
+
+    @classmethod
+    def bucket_index(cls, values: np.ndarray) -> np.ndarray:
+        """The bucket of each value (clamped into the end buckets)."""
+        arr = np.asarray(values, dtype=np.float64)
+        idx = np.floor(np.log(np.maximum(arr, cls.LO) / cls.LO) / cls._LOG_RATIO).astype(np.int64)
+        np.clip(idx, 0, cls.N - 1, out=idx)
+        return idx
+
+    def add_counts(self, counts: np.ndarray) -> None:
+        """Add already-binned counts (an ``N``-long array, e.g. from ``bucket_index``)."""
+        self._counts += counts
+        self.total += int(counts.sum())
 
     @property
     def counts(self) -> np.ndarray:
-        if self._pending:
-            arr = np.asarray(self._pending, dtype=np.float64)
+        if self._pending_n:
+            parts = self._pending_arrays
+            if self._pending:
+                parts = [*parts, np.asarray(self._pending, dtype=np.float64)]
+            arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
             self._pending = []
-            idx = np.floor(np.log(np.maximum(arr, self.LO) / self.LO) / self._LOG_RATIO).astype(np.int64)
-            np.clip(idx, 0, self.N - 1, out=idx)
-            self._counts += np.bincount(idx, minlength=self.N)
+            self._pending_arrays = []
+            self._pending_n = 0
+            self._counts += np.bincount(self.bucket_index(arr), minlength=self.N)
         return self._counts
 
     def merge(self, other: LogHistogram) -> None:

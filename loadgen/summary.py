@@ -308,7 +308,23 @@ class RunningSummary:
         self.records = 0
         self.peak_in_flight = 0
 
-    def _add(self, metric: str, values: Sequence[float]) -> None:
+    def _add_one(self, metric: str, value: float) -> None:
+        acc = self.sums[metric]
+        acc[0] += 1
+        acc[1] += value
+        acc[2] += value * value
+        self.hists[metric].add((value,))
+
+    def _add(self, metric: str, values: Sequence[float] | np.ndarray) -> None:
+        if isinstance(values, np.ndarray):
+            if values.size == 0:
+                return
+            acc = self.sums[metric]
+            acc[0] += int(values.size)
+            acc[1] += float(values.sum())
+            acc[2] += float(np.dot(values, values))
+            self.hists[metric].add(values)
+            return
         if not values:
             return
         acc = self.sums[metric]
@@ -317,8 +333,9 @@ class RunningSummary:
         acc[2] += sum(v * v for v in values)
         self.hists[metric].add(values)
 
-    def add(self, rec: RequestRecord, itls: Sequence[float] | None = None) -> None:
-        """Count one finished request; ``itls`` may pass ``rec.itls()`` if already computed."""
+    def add(self, rec: RequestRecord, itls: Sequence[float] | np.ndarray | None = None) -> None:
+        """Count one finished request; ``itls`` may pass its ITLs if already computed
+        (``stats.itl_array(rec)``, or ``rec.itls()``)."""
         self.records += 1
         self.queue_sum += rec.client_queue_s
         if not rec.ok:
@@ -328,12 +345,12 @@ class RunningSummary:
         self.completed += 1
         self.total_input += rec.prompt_tokens
         self.total_output += stats.output_len(rec)
-        self._add("ttft", [rec.ttft or 0.0])
-        self._add("e2el", [rec.e2e])
+        self._add_one("ttft", rec.ttft or 0.0)
+        self._add_one("e2el", rec.e2e)
         tpot = rec.tpot
         if tpot is not None:
-            self._add("tpot", [tpot])
-        self._add("itl", rec.itls() if itls is None else itls)
+            self._add_one("tpot", tpot)
+        self._add("itl", stats.itl_array(rec) if itls is None else itls)
         if self.slo and stats.is_good(rec, self.slo):
             self.good += 1
 

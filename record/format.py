@@ -32,7 +32,9 @@ KIND_HEADER = 1
 KIND_REQUESTS = 2
 KIND_META = 3  # scrapes, ticks and events of one flush
 KIND_FINISH = 4
-KINDS = {KIND_HEADER: "header", KIND_REQUESTS: "requests", KIND_META: "meta", KIND_FINISH: "finish"}
+KIND_CHECKPOINT = 5  # the replay's series-builder state at one run time (optional)
+KINDS = {KIND_HEADER: "header", KIND_REQUESTS: "requests", KIND_META: "meta", KIND_FINISH: "finish",
+         KIND_CHECKPOINT: "checkpoint"}
 
 # Request-level times are kept to 1 µs; chunk arrival times to CHUNK_QUANTUM_US (the
 # quantum is stored in every block, so a reader never assumes it).
@@ -100,6 +102,39 @@ def encode_finish(t: float) -> bytes:
 
 def decode_finish(payload: bytes) -> float:
     return float(json.loads(payload)["t"])
+
+
+# ---- checkpoints ------------------------------------------------------------------------
+#
+# payload = zlib( u32 len(json) | json{"t", "state", "arrays": [[name, dtype, shape, offset]]} | array bytes )
+# Plain JSON and raw numbers (never pickle), so opening a file cannot run code.
+
+_ARRAY_DTYPES = {"<f8", "<i8"}
+
+
+def encode_checkpoint(t: float, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    specs, blobs, offset = [], [], 0
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a, dtype=np.dtype(a.dtype).newbyteorder("<"))
+        specs.append([name, a.dtype.str, list(a.shape), offset])
+        blobs.append(a.tobytes())
+        offset += a.nbytes
+    head = _json_bytes({"t": t, "state": state, "arrays": specs})
+    return zlib.compress(struct.pack("<I", len(head)) + head + b"".join(blobs), 1)
+
+
+def decode_checkpoint(payload: bytes) -> tuple[float, dict[str, Any], dict[str, np.ndarray]]:
+    raw = zlib.decompress(payload)
+    (jl,) = struct.unpack_from("<I", raw, 0)
+    head = json.loads(raw[4 : 4 + jl])
+    base = 4 + jl
+    arrays = {}
+    for name, dtype, shape, offset in head["arrays"]:
+        if dtype not in _ARRAY_DTYPES:
+            raise ValueError(f"unexpected array type {dtype!r} in a checkpoint")
+        count = int(np.prod(shape)) if shape else 1
+        arrays[name] = np.frombuffer(raw, dtype=dtype, count=count, offset=base + offset).reshape(shape)
+    return float(head["t"]), head["state"], arrays
 
 
 # ---- scrapes, ticks, events ------------------------------------------------------------

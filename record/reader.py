@@ -7,6 +7,7 @@ import mmap
 import os
 import threading
 import zlib
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,8 @@ class Recording:
         self._meta_first = np.array([f.t_first for f in self.meta_frames], dtype=float)
         self._meta_last_max = np.maximum.accumulate(np.array([f.t_last for f in self.meta_frames] or [0.0]))
         self._meta_all: tuple[list[ServerSample], list[Tick], list[Event]] | None = None
+        self.checkpoint_frames = _usable_checkpoints(frames)
+        self.checkpoint_times = [f.t_first for f in self.checkpoint_frames]
 
     # ---- blocks ----------------------------------------------------------------------
 
@@ -158,6 +161,14 @@ class Recording:
         out.sort(key=lambda it: (it.t, ITEM_ORDER[it.kind]))
         return out
 
+    def checkpoint(self, t: float) -> tuple[float, dict[str, Any], dict[str, np.ndarray]] | None:
+        """The latest stored builder checkpoint at or before ``t``: ``(time, state, arrays)``
+        for ``SeriesBuilder.from_state``; ``None`` if there is none (older files)."""
+        i = bisect_right(self.checkpoint_times, t)
+        if i == 0:
+            return None
+        return self._decode_uncached(self.checkpoint_frames[i - 1])
+
     def replay(self, **options: Any) -> ReplayTimeline:
         """A ``ReplayTimeline`` over this recording (options: see ``ReplayTimeline``)."""
         from record.replay import ReplayTimeline
@@ -176,6 +187,25 @@ class Recording:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _usable_checkpoints(frames: list[fmt.FrameInfo]) -> list[fmt.FrameInfo]:
+    """Checkpoint frames a replay may restore, in time order.
+
+    A checkpoint at ``T`` holds the state after every item with time <= T. It is only
+    usable if no item at or before ``T`` (widened by the storage quantum) was written
+    after it, which the frame heads tell without decoding anything.
+    """
+    usable = []
+    later_first = math.inf
+    for f in reversed(frames):
+        if f.kind == fmt.KIND_CHECKPOINT:
+            if f.t_first + _SLACK_S < later_first:
+                usable.append(f)
+        elif f.kind in (fmt.KIND_REQUESTS, fmt.KIND_META):
+            later_first = min(later_first, f.t_first)
+    usable.sort(key=lambda f: f.t_first)
+    return usable
 
 
 def _sorted(a: np.ndarray) -> bool:
@@ -226,7 +256,8 @@ def _scan_v1(path: Path, data: mmap.mmap | bytes, start: int, warnings: list[str
         header = fmt.decode_header(bytes(data[h.offset : h.offset + h.length]))
     except (zlib.error, ValueError, TypeError) as exc:
         raise UserError(f"{path}: corrupted recording (unreadable header: {exc})") from exc
-    decoders = {fmt.KIND_REQUESTS: fmt.decode_requests, fmt.KIND_META: fmt.decode_meta}
+    decoders = {fmt.KIND_REQUESTS: fmt.decode_requests, fmt.KIND_META: fmt.decode_meta,
+                fmt.KIND_CHECKPOINT: fmt.decode_checkpoint}
     if finish_t is None:
         warnings.append(f"{path}: the run has no end marker (interrupted?); replay covers what was flushed")
     return header, frames[1:], finish_t, decoders

@@ -146,7 +146,12 @@ class ReplayTimeline:
         self._warm_thread: threading.Thread | None = None
         self._warm_stop = threading.Event()
         self._warmed_upto = 0.0
-        if warm_up and duration > self.checkpoint_every_s:
+        # Files written with seek checkpoints (see record.writer.SeriesCheckpointer) need no
+        # warm-up: any position is one stored state plus at most one spacing of items away.
+        self._stored_checkpoints = builder_factory is None and bool(recording.checkpoint_frames)
+        if self._stored_checkpoints:
+            self._checkpoints.disabled = True
+        elif warm_up and duration > self.checkpoint_every_s:
             self._warm_thread = threading.Thread(target=self._warm, name="rampwatch-replay-warmup", daemon=True)
             self._warm_thread.start()
 
@@ -239,6 +244,9 @@ class ReplayTimeline:
         return b
 
     def _advance_to(self, t: float) -> None:
+        if self._stored_checkpoints:
+            self._advance_with_stored(t)
+            return
         cp_time = self._checkpoints.latest_time(t)
         behind = t < self._fed_until
         better_checkpoint = cp_time is not None and cp_time > self._fed_until
@@ -250,6 +258,40 @@ class ReplayTimeline:
                 self._builder = self._fresh_builder()
                 self._fed_until = -math.inf
         self._fed_until = self._feed(self._builder, self._fed_until, t)
+
+    def _advance_with_stored(self, t: float) -> None:
+        times = self.recording.checkpoint_times
+        i = bisect_right(times, t)
+        cp_time = times[i - 1] if i else None
+        behind = t < self._fed_until
+        if self._builder is None or behind or (cp_time is not None and cp_time > self._fed_until):
+            restored = self._restore(t) if cp_time is not None else None
+            if restored is not None:
+                self._fed_until, self._builder = restored
+            elif self._builder is None or behind:
+                self._builder = self._fresh_builder()
+                self._fed_until = -math.inf
+            if not self._stored_checkpoints:  # restoring failed: use the in-memory path
+                self._advance_to(t)
+                return
+        if t > self._fed_until:
+            feed(self._builder, self.recording.items_between(self._fed_until, t))
+            self._fed_until = t
+
+    def _restore(self, t: float) -> tuple[float, Any] | None:
+        from loadgen.series import SeriesBuilder
+
+        try:
+            found = self.recording.checkpoint(t)
+            if found is None:
+                return None
+            cp_time, state, arrays = found
+            return cp_time, SeriesBuilder.from_state(self.recording.header, state, arrays)
+        except Exception as exc:  # e.g. a checkpoint from a newer builder: replay still works
+            log.warning("stored seek checkpoints unusable (%s); replaying from the start", exc)
+            self._stored_checkpoints = False
+            self._checkpoints.disabled = False
+            return None
 
     def _feed(self, builder: Any, fed_until: float, t: float) -> float:
         """Feed items in (fed_until, t], stopping at each checkpoint boundary to save one."""
@@ -294,7 +336,14 @@ class ReplayTimeline:
 
     @property
     def checkpoint_count(self) -> int:
+        """Checkpoints a seek can restore (stored in the file, or built in memory)."""
+        if self._stored_checkpoints:
+            return len(self.recording.checkpoint_frames)
         return len(self._checkpoints)
+
+    @property
+    def uses_stored_checkpoints(self) -> bool:
+        return self._stored_checkpoints
 
     def close(self) -> None:
         self._warm_stop.set()

@@ -76,3 +76,63 @@ def test_log_histogram_quantiles_close_to_exact():
     tiny = stats.LogHistogram()
     tiny.add([0.0, 1e9])  # out-of-range values are clamped into the end buckets
     assert tiny.total == 2
+
+
+def _random_records(n=300, seed=7):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        sent = float(rng.uniform(0, 100))
+        first = None if i % 17 == 0 else sent + float(rng.lognormal(-2, 0.6))
+        chunks = [] if first is None else (first + np.cumsum(rng.lognormal(-4, 0.5, int(rng.integers(0, 300))))).tolist()
+        end = chunks[-1] if chunks else (first or sent) + 0.01
+        out.append(RequestRecord(i, sent, sent, end, first, chunks, 10, len(chunks) + 1,
+                                 error_class="timeout" if i % 23 == 0 else None))
+    return out
+
+
+def test_itl_array_equals_the_per_chunk_loop():
+    for r in _random_records():
+        fast = stats.itl_array(r)
+        assert fast.dtype == np.float64
+        assert fast.tolist() == r.itls()  # the same float subtractions, bit for bit
+
+
+def test_fast_summary_and_histograms_equal_the_straightforward_computation():
+    from loadgen.summary import RunningSummary
+
+    records = _random_records()
+    fast, slow = RunningSummary(), RunningSummary()
+    for r in records:
+        fast.add(r)  # ITLs as an array
+        slow.add(r, r.itls())  # ITLs as a list: Python sums, list-fed histograms
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        n_fast, sum_fast, sq_fast = fast.sums[metric]
+        n_slow, sum_slow, sq_slow = slow.sums[metric]
+        assert n_fast == n_slow
+        assert sum_fast == pytest.approx(sum_slow, rel=1e-12)
+        assert sq_fast == pytest.approx(sq_slow, rel=1e-12)
+        assert fast.hists[metric].total == slow.hists[metric].total
+        np.testing.assert_array_equal(fast.hists[metric].counts, slow.hists[metric].counts)
+    f, s = fast.figures(100.0), slow.figures(100.0)
+    for key, value in s.items():
+        if isinstance(value, float):
+            assert f[key] == pytest.approx(value, rel=1e-9, nan_ok=True), key
+        else:
+            assert f[key] == value, key
+
+
+def test_log_histogram_bins_arrays_and_scalars_alike():
+    rng = np.random.default_rng(2)
+    values = rng.lognormal(-3, 2, 5000)
+    mixed, plain = stats.LogHistogram(), stats.LogHistogram()
+    mixed.add(values[:2000])
+    mixed.add(values[2000:3000].tolist())
+    mixed.add(values[3000:])
+    mixed.add(np.empty(0))
+    for v in values:
+        plain.add([float(v)])
+    assert mixed.total == plain.total == 5000
+    np.testing.assert_array_equal(mixed.counts, plain.counts)
+    expected = np.bincount(stats.LogHistogram.bucket_index(values), minlength=stats.LogHistogram.N)
+    np.testing.assert_array_equal(plain.counts, expected)

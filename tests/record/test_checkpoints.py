@@ -1,0 +1,126 @@
+"""Seek checkpoints stored in the file by the writer: a restored replay equals a straight feed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from loadgen.series import SeriesBuilder
+from loadgen.timeline import SERIES_NAMES, Event, RequestRecord
+from record import format as fmt
+from record.reader import open_recording
+from record.replay import feed
+from record.synthetic import SyntheticRun, play_synthetic
+from record.writer import RecordingWriter, SeriesCheckpointer
+
+
+def _write(path, every=5.0, duration=40.0, **run):
+    writer = RecordingWriter(path, flush_interval_s=None, checkpoint_every_s=every)
+    options = dict(duration_s=duration, start_rps=2, end_rps=20, capacity_rps=12, mean_chunks=30,
+                   marks=[(7.3, "here")], seed=11)
+    options.update(run)
+    play_synthetic(SyntheticRun(**options), writer, on_flush=lambda _t: writer.flush())
+    return writer
+
+
+def _straight(rec, t):
+    b = SeriesBuilder()
+    b.on_start(rec.header)
+    feed(b, rec.items_between(float("-inf"), t))
+    return b.snapshot(now=t)
+
+
+def _assert_same(got, want):
+    assert got.times == want.times
+    for name in SERIES_NAMES:
+        np.testing.assert_array_equal(np.array(got.series[name]), np.array(want.series[name]), err_msg=name)
+    assert got.events == want.events
+    assert got.state == want.state and got.in_flight == want.in_flight and got.target_rps == want.target_rps
+    assert got.summary.keys() == want.summary.keys()
+    for key, value in want.summary.items():
+        if isinstance(value, float) and math.isnan(value):
+            assert math.isnan(got.summary[key]), key
+        else:
+            assert got.summary[key] == value, key
+
+
+def test_writer_stores_checkpoints_and_seeks_restore_them_exactly(tmp_path):
+    path = tmp_path / "r.rwrec"
+    _write(path)
+    rec = open_recording(path)
+    assert rec.warnings == []
+    # every 5 s up to the last item minus the 5 s feeding lag
+    assert rec.checkpoint_times[:3] == [5.0, 10.0, 15.0] and len(rec.checkpoint_times) >= 8
+    tl = rec.replay(clock=lambda: 0.0)
+    assert tl.uses_stored_checkpoints and tl.checkpoint_count == len(rec.checkpoint_times)
+    for t in (33.2, 5.0, 12.75, 0.4, 41.0, 26.0, rec.duration_s):
+        tl.seek(t)
+        _assert_same(tl.snapshot(), _straight(rec, t))
+
+
+def test_builder_state_round_trips_through_the_checkpoint_codec(tmp_path):
+    path = tmp_path / "r.rwrec"
+    _write(path, every=None)
+    rec = open_recording(path)
+    assert rec.checkpoint_frames == []
+    live = SeriesBuilder(slo={"ttft": 200}, gpu_price_per_hour=2.0)
+    live.on_start(rec.header)
+    items = rec.items_between(float("-inf"), rec.duration_s)
+    half = len(items) // 2
+    feed(live, items[:half])
+    t, state, arrays = fmt.decode_checkpoint(fmt.encode_checkpoint(items[half].t, *live.export_state()))
+    restored = SeriesBuilder.from_state(rec.header, state, arrays)
+    feed(live, items[half:])
+    feed(restored, items[half:])
+    for b in (live, restored):
+        b.on_finish(rec.duration_s)
+    _assert_same(restored.snapshot(), live.snapshot())
+    assert repr(restored.take_completed_seconds()) == repr(live.take_completed_seconds())  # NaN-safe
+
+
+def test_checkpoints_written_before_a_late_item_are_not_used(tmp_path):
+    """An item written after a checkpoint but timed before it would be missing from the
+    restored state; the reader sees it from the frame heads and ignores that checkpoint."""
+    path = tmp_path / "late.rwrec"
+    writer = _write(path, duration=30.0)
+    rec_before = open_recording(path)
+    assert len(rec_before.checkpoint_times) >= 4
+    with open(path, "ab") as f:  # a requests frame timed at 12 s, appended at the end
+        late = RequestRecord(10**6, 11.9, 11.9, 12.0, 11.95, [11.97], 5, 2, finish_reason="length", status=200)
+        f.write(fmt.frame(fmt.KIND_REQUESTS, fmt.encode_requests([late]), 1, 12.0, 12.0))
+    rec = open_recording(path)
+    assert rec.checkpoint_times and max(rec.checkpoint_times) < 12.0
+    tl = rec.replay(clock=lambda: 0.0)
+    tl.seek(20.0)
+    _assert_same(tl.snapshot(), _straight(rec, 20.0))
+    assert writer.error is None
+
+
+def test_checkpointer_stops_on_an_item_older_than_what_it_fed():
+    cp = SeriesCheckpointer(every_s=2.0, lag_s=1.0)
+    from loadgen.timeline import RunHeader, Tick
+
+    cp.start(RunHeader("0", 0.0, "http://x", "m", "s"))
+    cp.add_meta(fmt.encode_meta([], [Tick(float(s), 1.0, "ramping") for s in range(6)], []))
+    assert len(cp.frames()) == 2  # at 2 s and 4 s (newest item 5 s, lag 1 s)
+    cp.add_meta(fmt.encode_meta([], [], [Event(3.0, "mark", "late")]))
+    assert cp.stopped and cp.frames() == []
+
+
+def test_old_files_without_checkpoints_still_seek_by_feeding(tmp_path):
+    path = tmp_path / "old.rwrec"
+    _write(path, every=None, duration=20.0)
+    rec = open_recording(path)
+    tl = rec.replay(clock=lambda: 0.0, warm_up=False, checkpoint_every_s=4)
+    assert not tl.uses_stored_checkpoints
+    for t in (15.5, 3.0):
+        tl.seek(t)
+        _assert_same(tl.snapshot(), _straight(rec, t))
+
+
+def test_checkpoint_codec_rejects_foreign_array_types():
+    payload = fmt.encode_checkpoint(1.0, {}, {"counts": np.array(["a"], dtype="U1")})
+    with pytest.raises(ValueError, match="unexpected array type"):
+        fmt.decode_checkpoint(payload)
