@@ -1,50 +1,107 @@
 #!/usr/bin/env bash
-# Runs `rampwatch run` in tmux against the embedded simulator, as a person would, and
-# fails if the charts are still empty after 20 s. Leaves the last capture in
-# $OUT_DIR (default: ./tmux-check) for CI artefacts and docs/live-screen.txt.
+# Runs `rampwatch run chat` in tmux against the embedded simulator, as a person would:
 #
-#   scripts/tmux_check.sh [WIDTHxHEIGHT ...]     (default: 160x48 80x24)
+#   1. at 160x48, fails if the charts are still empty (or the server panels have no
+#      /metrics) after WAIT_S (20) seconds;
+#   2. resizes to 80x24 and fails if the tabbed layout shows no chart;
+#   3. holds (space) and checks the header says HOLDING, adds a mark (m, note, enter);
+#   4. quits (q), checks the run asked for confirmation, confirms (y) and fails unless
+#      rampwatch then exits 0 after printing its summary.
+#
+# Exits non-zero on any failure; always removes its tmux session and the rampwatch
+# process. Nothing is recorded (--no-record). Takes ~35 s. Captures go to $OUT_DIR
+# (default: a temporary directory, printed at the end).
+#
+#   scripts/tmux_check.sh
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$REPO/.venv/bin/python}"
-OUT_DIR="${OUT_DIR:-$REPO/tmux-check}"
 WAIT_S="${WAIT_S:-20}"
-SIZES=("$@")
-[ ${#SIZES[@]} -eq 0 ] && SIZES=(160x48 80x24)
+OUT_DIR="${OUT_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/rampwatch-tmux-check.XXXXXX")}"
 mkdir -p "$OUT_DIR"
 command -v tmux >/dev/null || { echo "tmux_check: tmux is not installed" >&2; exit 2; }
 
-status=0
-for size in "${SIZES[@]}"; do
-  cols="${size%x*}"; rows="${size#*x}"
-  session="rampwatch-check-$$-$size"
-  capture="$OUT_DIR/live-$size.txt"
-  tmux new-session -d -s "$session" -x "$cols" -y "$rows" \
-    "cd '$REPO' && '$PY' -m tui.cli run chat --duration 40 --no-record; echo EXITED \$?; sleep 60"
-  sleep "$WAIT_S"
-  tmux capture-pane -p -t "$session" > "$capture"
-  # Braille cells are what plotext draws lines with: a chart with data has some.
-  plotted=$("$PY" -c "import sys; print(sum(0x2801 <= ord(c) <= 0x28ff for c in open(sys.argv[1], encoding='utf-8').read()))" "$capture")
-  if grep -q "EXITED" "$capture"; then
-    echo "tmux_check $size: rampwatch exited early:" >&2
-    cat "$capture" >&2
-    status=1
-  elif [ "$plotted" -lt 20 ] || grep -q "waiting for data" "$capture"; then
-    echo "tmux_check $size: charts empty after ${WAIT_S}s ($plotted plotted cells)" >&2
-    cat "$capture" >&2
-    status=1
-  else
-    echo "tmux_check $size: ok ($plotted plotted cells) -> $capture"
+session="rampwatch-check-$$"
+pidfile="$OUT_DIR/rampwatch.pid"
+# A private tmux server: nothing here touches the user's own sessions.
+tmuxc() { tmux -L "$session" "$@"; }
+
+cleanup() {
+  local pid=""
+  [ -s "$pidfile" ] && pid="$(cat "$pidfile")"
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$pid" 2>/dev/null || true
   fi
-  # Steer like a user: hold, mark, then stop and quit.
-  tmux send-keys -t "$session" space; sleep 1
-  tmux send-keys -t "$session" m; sleep 0.5
-  tmux send-keys -t "$session" "tmux check" Enter; sleep 1
-  tmux send-keys -t "$session" q; sleep 0.5
-  tmux send-keys -t "$session" y; sleep 8
-  tmux capture-pane -p -t "$session" > "$OUT_DIR/after-quit-$size.txt"
-  tmux kill-session -t "$session" 2>/dev/null || true
-  sleep 1  # let a last-session tmux server exit before the next one starts
-done
-exit $status
+  tmuxc kill-server 2>/dev/null || true
+}
+trap cleanup EXIT
+
+fail() {
+  echo "tmux_check: FAIL: $1" >&2
+  [ -n "${2:-}" ] && [ -f "$2" ] && cat "$2" >&2
+  exit 1
+}
+
+capture() {  # capture NAME -> path of the pane's text
+  local path="$OUT_DIR/$1.txt"
+  tmuxc capture-pane -p -t "$session" > "$path"
+  echo "$path"
+}
+
+braille_cells() {  # plotext draws lines with braille cells: a chart with data has some
+  "$PY" -c "import sys; print(sum(0x2801 <= ord(c) <= 0x28ff for c in open(sys.argv[1], encoding='utf-8').read()))" "$1"
+}
+
+wait_for_text() {  # wait_for_text TEXT SECONDS NAME -> 0 when the pane shows TEXT
+  local deadline=$((SECONDS + $2)) path
+  while [ $SECONDS -le $deadline ]; do
+    path="$(capture "$3")"
+    grep -qF "$1" "$path" && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
+start=$SECONDS
+tmuxc -f /dev/null new-session -d -s "$session" -x 160 -y 48 \
+  "cd '$REPO' && sh -c 'echo \$\$ > \"$pidfile\"; exec \"$PY\" -m tui.cli run chat --no-record --stop-grace 3'; echo EXITED \$?; sleep 600"
+tmuxc set-option -t "$session" remain-on-exit on >/dev/null
+
+sleep "$WAIT_S"
+wide="$(capture live-160x48)"
+grep -q "EXITED" "$wide" && fail "rampwatch exited early" "$wide"
+cells="$(braille_cells "$wide")"
+grep -q "waiting for data" "$wide" && fail "a chart is still waiting for data after ${WAIT_S}s" "$wide"
+grep -q "no usable /metrics" "$wide" && fail "server panels have no /metrics from the simulator" "$wide"
+[ "$cells" -ge 60 ] || fail "charts nearly empty after ${WAIT_S}s at 160x48 ($cells plotted cells)" "$wide"
+grep -q "RAMPING" "$wide" || fail "header does not say RAMPING" "$wide"
+echo "tmux_check: 160x48 ok ($cells plotted cells)"
+
+tmuxc resize-window -t "$session" -x 80 -y 24
+sleep 2
+narrow="$(capture live-80x24)"
+cells="$(braille_cells "$narrow")"
+[ "$cells" -ge 30 ] || fail "charts nearly empty at 80x24 ($cells plotted cells)" "$narrow"
+grep -q "1 Rate" "$narrow" || fail "no tabs at 80x24" "$narrow"
+echo "tmux_check: 80x24 ok ($cells plotted cells)"
+
+tmuxc send-keys -t "$session" space
+wait_for_text "HOLDING" 5 hold || fail "space did not hold the ramp" "$OUT_DIR/hold.txt"
+tmuxc send-keys -t "$session" m
+wait_for_text "Mark at" 5 mark-dialog || fail "m did not open the mark dialog" "$OUT_DIR/mark-dialog.txt"
+tmuxc send-keys -t "$session" -l "tmux check"
+tmuxc send-keys -t "$session" Enter
+wait_for_text "M1" 5 marked || fail "the mark is not drawn on the chart" "$OUT_DIR/marked.txt"
+echo "tmux_check: hold and mark ok"
+
+tmuxc send-keys -t "$session" q
+wait_for_text "A run is active" 3 quit-dialog || fail "q did not ask to confirm while the run is active" "$OUT_DIR/quit-dialog.txt"
+tmuxc send-keys -t "$session" y
+wait_for_text "EXITED" 20 after-quit || fail "rampwatch did not exit within 20 s of quitting" "$OUT_DIR/after-quit.txt"
+after="$OUT_DIR/after-quit.txt"
+grep -q "EXITED 0" "$after" || fail "rampwatch exited with an error" "$after"
+grep -qi "requests" "$after" || fail "no summary printed after quitting" "$after"
+echo "tmux_check: quit ok; all checks passed in $((SECONDS - start)) s; captures in $OUT_DIR"
