@@ -1,0 +1,177 @@
+"""`rampwatch run` as a user runs it: a real subprocess against a simulator process."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sim.config import FaultConfig, SimConfig
+from sim.embedded import EmbeddedSim
+
+REPO = Path(__file__).resolve().parents[2]
+API_KEY = "sk-test-0f9e8d7c6b5a"
+
+# Aggregate keys of `vllm bench serve --save-result` (vllm/benchmarks/serve.py, 0.32).
+VLLM_RESULT_KEYS = {
+    "date", "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency",
+    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+    "request_goodput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
+    "max_concurrent_requests", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors",
+}
+METRIC_KEYS = {f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
+               for stat in ("mean", "median", "std", "p99")}
+
+
+@pytest.fixture(scope="module")
+def sim_url():
+    with EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim:
+        yield sim.url
+
+
+def rampwatch(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tui.cli", "run", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
+    from record.reader import open_recording
+
+    result_json, recording = tmp_path / "out" / "result.json", tmp_path / "run.rwrec"
+    proc = rampwatch(
+        "random", "--headless", "--target", sim_url, "--duration", "3", "--start-rps", "4", "--end-rps", "12",
+        "--seed", "5", "--max-concurrency", "6", "--api-key", API_KEY, "--gpu-price-per-hour", "2.5",
+        "--result-json", str(result_json), "--record", str(recording), "--progress-interval", "1",
+        "--metrics-url", sim_url + "/metrics", "--set", "workload.input_tokens=40", "--set", "schedule.arrival=constant",
+        "--set", "workload.output_tokens=20",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    progress = [line for line in out.splitlines() if line.startswith("[")]
+    assert len(progress) >= 2 and all("target" in line and "TTFT" in line for line in progress)
+    for heading in ("Serving Benchmark Result", "Successful requests:", "P99 TTFT (ms):", "Server (/metrics)",
+                    "Avg generation throughput (tok/s):"):
+        assert heading in out
+    assert f"result JSON: {result_json}" in out and f"recording: {recording}" in out
+
+    result = json.loads(result_json.read_text())
+    assert VLLM_RESULT_KEYS | METRIC_KEYS <= set(result)
+    with open_recording(recording) as rec:
+        records = list(rec.requests)
+        header = rec.header
+    # 4 -> 12 req/s over 3 s: 24 requests
+    assert 22 <= len(records) == result["num_prompts"] <= 26
+    assert header.options["target"] == sim_url and header.options["max_concurrency"] == 6
+    records.sort(key=lambda r: r.sent_at)
+    order = sorted(range(len(result["start_times"])), key=lambda i: result["start_times"][i])
+    ok = [r for r in records if r.ok]
+    assert result["completed"] == len(ok) == len(records) and result["failed"] == 0
+    assert result["total_output_tokens"] == sum(r.completion_tokens for r in ok) == 20 * len(ok)
+    assert result["total_input_tokens"] == sum(r.prompt_tokens for r in ok)
+    assert [result["output_lens"][i] for i in order] == [r.completion_tokens for r in records]
+    assert [result["ttfts"][i] for i in order] == pytest.approx([r.ttft for r in records], abs=2e-6)  # seconds
+    assert [result["latencies"][i] for i in order] == pytest.approx([r.e2e for r in records], abs=2e-6)
+    assert [len(result["itls"][i]) for i in order] == [len(r.chunk_times) for r in records]
+    ttfts_ms = sorted(1000 * t for t in result["ttfts"])
+    assert result["mean_ttft_ms"] == pytest.approx(sum(ttfts_ms) / len(ttfts_ms))
+    assert result["median_ttft_ms"] == pytest.approx(float(__import__("numpy").median(ttfts_ms)))
+    assert result["duration"] == pytest.approx(max(r.end_at for r in records), abs=1.0)
+    assert result["request_throughput"] == pytest.approx(result["completed"] / result["duration"])
+    assert result["output_throughput"] == pytest.approx(result["total_output_tokens"] / result["duration"])
+    assert result["max_concurrency"] == 6 and result["max_concurrent_requests"] <= 6
+    # GPU price: $/h divided by measured tokens per hour, per million
+    cost = result["rampwatch_cost"]
+    assert cost["per_1m_output_tokens"] == pytest.approx(2.5 / (result["output_throughput"] * 3600) * 1e6)
+    assert cost["per_1m_total_tokens"] == pytest.approx(2.5 / (result["total_token_throughput"] * 3600) * 1e6)
+    assert "Cost per 1M output tokens" in out or "per 1M output" in out
+    server = result["rampwatch_server"]
+    assert server["generation_throughput"] > 0 if "generation_throughput" in server else server
+
+    # the key stays out of everything the run wrote or printed
+    for blob in (proc.stdout, proc.stderr, result_json.read_text(), recording.read_bytes().decode("latin-1")):
+        assert API_KEY not in blob
+
+
+def test_without_a_tty_the_run_is_headless(sim_url, tmp_path):
+    proc = rampwatch("random", "--target", sim_url, "--duration", "1.5", "--start-rps", "4", "--end-rps", "4",
+                     "--no-record", "--progress-interval", "0.5", "--set", "workload.output_tokens=8")
+    assert proc.returncode == 0, proc.stderr
+    assert "Serving Benchmark Result" in proc.stdout
+    assert sum(line.startswith("[") for line in proc.stdout.splitlines()) >= 2
+
+
+def test_unreachable_target_is_one_line_naming_the_url(tmp_path):
+    url = closed_port_url()
+    proc = rampwatch("random", "--headless", "--target", url, "--duration", "2", "--no-record",
+                     "--api-key", API_KEY)
+    assert proc.returncode not in (0, 1)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and url in lines[0]
+    assert "Traceback" not in proc.stderr and API_KEY not in proc.stderr + proc.stdout
+
+
+def test_error_rate_above_the_limit_fails_the_run(tmp_path):
+    faulty = SimConfig(hardware="instant", model="tiny", faults=FaultConfig(error_rate=0.3), seed=1)
+    with EmbeddedSim(faulty) as sim:
+        args = ("random", "--headless", "--target", sim.url, "--duration", "1.5", "--start-rps", "20",
+                "--end-rps", "20", "--no-record", "--set", "schedule.arrival=constant", "--set", "workload.output_tokens=8")
+        strict = rampwatch(*args, "--result-json", str(tmp_path / "strict.json"))
+        lenient = rampwatch(*args, "--max-error-rate", "0.9")
+    assert strict.returncode == 1
+    assert "exceeds --max-error-rate 5.0%" in strict.stderr
+    result = json.loads((tmp_path / "strict.json").read_text())
+    assert 0.1 < result["failed"] / result["num_prompts"] < 0.5
+    assert sum(e.startswith("http_500") for e in result["errors"]) == result["failed"]
+    assert "Failed requests:" in strict.stdout
+    assert lenient.returncode == 0, lenient.stderr
+
+
+def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
+    # ~30 ms per decode step and 4000-token answers: nothing finishes before the stop
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8")
+    result_json = tmp_path / "stopped.json"
+    with EmbeddedSim(slow) as sim:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tui.cli", "run", "random", "--headless", "--target", sim.url,
+             "--duration", "120", "--start-rps", "5", "--end-rps", "5", "--stop-grace", "1",
+             "--result-json", str(result_json), "--no-record", "--set", "workload.output_tokens=4000",
+             "--set", "workload.input_tokens=32"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            # wait for the first progress line: the run is under way
+            deadline = time.monotonic() + 30
+            banner = proc.stdout.readline()
+            assert banner.startswith("rampwatch run:"), banner + proc.stderr.read()
+            time.sleep(2.5)
+            sent_signal_at = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+            stopped_in = time.monotonic() - sent_signal_at
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 130, err
+    assert 1.0 <= stopped_in < 8.0
+    assert "Traceback" not in err and "stopping: no new requests" in err
+    assert "Serving Benchmark Result" in out and f"result JSON: {result_json}" in out
+    result = json.loads(result_json.read_text())
+    assert 8 <= result["num_prompts"] <= 20  # 5/s for ~2.5 s, none after the signal
+    assert result["completed"] == 0
+    assert all(e.startswith("cancelled") for e in result["errors"])
+    assert deadline > 0
