@@ -54,8 +54,38 @@ def write_series_csv(snapshot, path: Path) -> None:
             w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
 
 
+_PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
+                     "generated_texts", "errors")
+
+
+def write_bench_result(recording, summary, path: Path) -> None:
+    """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
+    every chunk gap of the run) are never all in memory at once."""
+    from loadgen.summary import to_bench_result
+
+    result = to_bench_result(summary, recording.header, [])
+    result["num_prompts"] = recording.request_count
+    with open(path, "w") as f:
+        f.write("{")
+        for i, (key, value) in enumerate(result.items()):
+            f.write(("," if i else "") + "\n " + json.dumps(key) + ": ")
+            if key not in _PER_REQUEST_KEYS:
+                f.write(json.dumps(value, default=str, allow_nan=False))
+                continue
+            f.write("[")
+            first = True
+            for info in recording.request_frames:
+                part = to_bench_result(summary, None, recording.decode_requests(info))[key]
+                if part:
+                    text = json.dumps(part, allow_nan=False)[1:-1]
+                    f.write(("" if first else ", ") + text)
+                    first = False
+            f.write("]")
+        f.write("\n}\n")
+
+
 def main(args: argparse.Namespace) -> int:
-    from loadgen.summary import format_summary, to_bench_result
+    from loadgen.summary import format_summary
     from record.analysis import final_snapshot, summarise
     from record.html_report import render_html
     from record.reader import open_recording
@@ -67,27 +97,25 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else src.with_suffix(f".{args.format}")
     if out.parent and not out.parent.exists():
         raise UserError(f"{out}: output directory {out.parent} does not exist")
-    records = recording.requests
     written: list[Path] = []
     try:
         if args.format == "json":
-            result = to_bench_result(summarise(recording, records), recording.header, records)
-            out.write_text(json.dumps(result, indent=1, default=str, allow_nan=False))
+            write_bench_result(recording, summarise(recording), out)
             written.append(out)
         elif args.format == "csv":
             stem = out.with_suffix("")
             req_path = stem.with_name(stem.name + "-requests.csv")
             series_path = stem.with_name(stem.name + "-series.csv")
-            write_requests_csv(records, req_path)
+            write_requests_csv(recording.iter_requests(), req_path)
             write_series_csv(final_snapshot(recording), series_path)
             written += [req_path, series_path]
         else:
-            summary = summarise(recording, records)
+            summary = summarise(recording)
             h = recording.header
             page = render_html(
                 final_snapshot(recording), summary, format_summary(summary), recording.marks(),
                 title=f"rampwatch report: {h.scenario_name}",
-                subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {len(records)} requests · "
+                subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {recording.request_count} requests · "
                 f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
                 warnings=recording.warnings,
             )

@@ -106,35 +106,71 @@ def decode_finish(payload: bytes) -> float:
 
 # ---- checkpoints ------------------------------------------------------------------------
 #
-# payload = zlib( u32 len(json) | json{"t", "state", "arrays": [[name, dtype, shape, offset]]} | array bytes )
-# Plain JSON and raw numbers (never pickle), so opening a file cannot run code.
+# payload = zlib( u32 len(json) | json{"t", "base_t", "state", "arrays": [[name, dtype, shape, offset, xor]]}
+#                 | array bytes )
+# Plain JSON and raw numbers (never pickle), so opening a file cannot run code. A
+# checkpoint with a ``base_t`` stores its arrays XOR-ed with those of the (full) checkpoint
+# at ``base_t``: the per-second arrays only change near the present, so the difference is
+# mostly zero bytes and costs almost nothing compressed.
 
 _ARRAY_DTYPES = {"<f8", "<i8"}
 
 
-def encode_checkpoint(t: float, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.int64)
+
+
+def encode_checkpoint(t: float, state: dict[str, Any], arrays: dict[str, np.ndarray],
+                      base: tuple[float, dict[str, np.ndarray]] | None = None) -> bytes:
     specs, blobs, offset = [], [], 0
     for name, a in arrays.items():
         a = np.ascontiguousarray(a, dtype=np.dtype(a.dtype).newbyteorder("<"))
-        specs.append([name, a.dtype.str, list(a.shape), offset])
+        ref = base[1].get(name) if base is not None else None
+        xor = ref is not None and ref.dtype == a.dtype and ref.ndim == 1 == a.ndim and ref.size <= a.size
+        if xor:
+            bits = _bits(a).copy()
+            bits[: ref.size] ^= _bits(ref)
+            a = bits.view(a.dtype)
+        specs.append([name, a.dtype.str, list(a.shape), offset, xor])
         blobs.append(a.tobytes())
         offset += a.nbytes
-    head = _json_bytes({"t": t, "state": state, "arrays": specs})
+    head = _json_bytes({"t": t, "base_t": base[0] if base is not None else None, "state": state, "arrays": specs})
     return zlib.compress(struct.pack("<I", len(head)) + head + b"".join(blobs), 1)
 
 
-def decode_checkpoint(payload: bytes) -> tuple[float, dict[str, Any], dict[str, np.ndarray]]:
+def decode_checkpoint(payload: bytes, base_arrays: dict[str, np.ndarray] | None = None
+                      ) -> tuple[float, dict[str, Any], dict[str, np.ndarray]]:
+    """``(t, state, arrays)``; a checkpoint stored against a base needs the base's arrays
+    (``checkpoint_base`` tells which)."""
     raw = zlib.decompress(payload)
     (jl,) = struct.unpack_from("<I", raw, 0)
     head = json.loads(raw[4 : 4 + jl])
     base = 4 + jl
     arrays = {}
-    for name, dtype, shape, offset in head["arrays"]:
+    for name, dtype, shape, offset, *rest in head["arrays"]:
         if dtype not in _ARRAY_DTYPES:
             raise ValueError(f"unexpected array type {dtype!r} in a checkpoint")
         count = int(np.prod(shape)) if shape else 1
-        arrays[name] = np.frombuffer(raw, dtype=dtype, count=count, offset=base + offset).reshape(shape)
+        a = np.frombuffer(raw, dtype=dtype, count=count, offset=base + offset).reshape(shape)
+        if rest and rest[0]:
+            if base_arrays is None or name not in base_arrays:
+                raise ValueError(f"checkpoint at {head['t']} needs its base checkpoint")
+            ref = base_arrays[name]
+            bits = _bits(a).copy()
+            bits[: ref.size] ^= _bits(ref)
+            a = bits.view(a.dtype)
+        arrays[name] = a
     return float(head["t"]), head["state"], arrays
+
+
+def checkpoint_base(payload: bytes) -> float | None:
+    """The time of the checkpoint this one is stored against, if any."""
+    raw = zlib.decompressobj().decompress(payload, 4096)
+    (jl,) = struct.unpack_from("<I", raw, 0)
+    if len(raw) < 4 + jl:
+        raw = zlib.decompress(payload)
+    head = json.loads(raw[4 : 4 + jl])
+    return head.get("base_t")
 
 
 # ---- scrapes, ticks, events ------------------------------------------------------------
@@ -281,11 +317,31 @@ def encode_requests(records: list[RequestRecord], chunk_quantum_us: int = CHUNK_
     return _REQ_HEAD.pack(n, len(scalars_z), len(chunks_z)) + scalars_z + chunks_z
 
 
-def decode_requests(payload: bytes) -> list[RequestRecord]:
+@dataclass(slots=True)
+class RequestColumns:
+    """One requests block as arrays (the values ``decode_requests`` would give, without
+    building a ``RequestRecord`` and a Python float per chunk)."""
+
+    n: int
+    ids: np.ndarray  # int64
+    scheduled_at: np.ndarray  # float64 s
+    sent_at: np.ndarray
+    end_at: np.ndarray
+    first_token_at: np.ndarray  # NaN = none
+    has_first: np.ndarray  # bool
+    n_chunks: np.ndarray  # int32
+    prompt_tokens: np.ndarray  # int32
+    completion_tokens: np.ndarray  # int32
+    status: np.ndarray  # int16, -1 = none
+    flags: np.ndarray  # uint8, bit 0 = tokens_from_usage
+    strings: dict[str, Any]
+    chunk_times: np.ndarray | None  # float64, request after request (None if not decoded)
+
+
+def decode_request_columns(payload: bytes, with_chunks: bool = True) -> RequestColumns:
     n, ls, lc = _REQ_HEAD.unpack_from(payload, 0)
     pos = _REQ_HEAD.size
     scalars = zlib.decompress(payload[pos : pos + ls])
-    chunks = zlib.decompress(payload[pos + ls : pos + ls + lc])
     (jl,) = struct.unpack_from("<I", scalars, 0)
     strings = json.loads(scalars[4 : 4 + jl])
     p = 4 + jl
@@ -304,26 +360,45 @@ def decode_requests(payload: bytes) -> list[RequestRecord]:
     sent_q = scheduled_q + rel[2]
     has_first = rel[4] != _NONE_I64
     first_q = np.where(has_first, scheduled_q + np.where(has_first, rel[4], 0), _NONE_I64)
-    scheduled = (scheduled_q * q_t).tolist()
-    sent = (sent_q * q_t).tolist()
-    end = ((scheduled_q + rel[3]) * q_t).tolist()
-    first = (first_q * q_t).tolist()
-    ids = rel[1].tolist()
     n_chunks = ints[0]
-    total = int(n_chunks.sum())
+    chunk_times = None
+    if with_chunks:
+        total = int(n_chunks.sum())
+        if total:
+            chunks = zlib.decompress(payload[pos + ls : pos + ls + lc])
+            chunk_times = _decode_chunks(chunks, n_chunks, total) * (chunk_q_us / 1e6)
+        else:
+            chunk_times = np.zeros(0)
+    return RequestColumns(
+        n=n, ids=rel[1], scheduled_at=scheduled_q * q_t, sent_at=sent_q * q_t,
+        end_at=(scheduled_q + rel[3]) * q_t, first_token_at=np.where(has_first, first_q * q_t, np.nan),
+        has_first=has_first, n_chunks=n_chunks, prompt_tokens=ints[1], completion_tokens=ints[2],
+        status=status, flags=flags, strings=strings, chunk_times=chunk_times,
+    )
+
+
+def decode_requests(payload: bytes) -> list[RequestRecord]:
+    c = decode_request_columns(payload)
+    n = c.n
+    scheduled = c.scheduled_at.tolist()
+    sent = c.sent_at.tolist()
+    end = c.end_at.tolist()
+    first = c.first_token_at.tolist()
+    has_first = c.has_first.tolist()
+    ids = c.ids.tolist()
     chunk_lists: list[list[float]] = [[] for _ in range(n)]
-    if total:
-        values = (_decode_chunks(chunks, n_chunks, total) * (chunk_q_us / 1e6)).tolist()
+    if c.chunk_times is not None and c.chunk_times.size:
+        values = c.chunk_times.tolist()
         pos = 0
-        for idx, c in enumerate(n_chunks.tolist()):
-            if c:
-                chunk_lists[idx] = values[pos : pos + c]
-                pos += c
-    prompt = ints[1].tolist()
-    completion = ints[2].tolist()
-    status_l = status.tolist()
-    flags_l = flags.tolist()
-    fr, ec, er, tag = (strings[k] for k in ("finish_reason", "error_class", "error", "scenario_tag"))
+        for idx, k in enumerate(c.n_chunks.tolist()):
+            if k:
+                chunk_lists[idx] = values[pos : pos + k]
+                pos += k
+    prompt = c.prompt_tokens.tolist()
+    completion = c.completion_tokens.tolist()
+    status_l = c.status.tolist()
+    flags_l = c.flags.tolist()
+    fr, ec, er, tag = (c.strings[k] for k in ("finish_reason", "error_class", "error", "scenario_tag"))
     return [
         RequestRecord(
             id=ids[i],

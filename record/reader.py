@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import struct
 import threading
 import zlib
 from bisect import bisect_right
@@ -64,6 +65,7 @@ class Recording:
         self._meta_last_max = np.maximum.accumulate(np.array([f.t_last for f in self.meta_frames] or [0.0]))
         self._meta_all: tuple[list[ServerSample], list[Tick], list[Event]] | None = None
         self.checkpoint_frames = _usable_checkpoints(frames)
+        self._checkpoint_at = {f.t_first: f for f in frames if f.kind == fmt.KIND_CHECKPOINT}
         self.checkpoint_times = [f.t_first for f in self.checkpoint_frames]
 
     # ---- blocks ----------------------------------------------------------------------
@@ -99,6 +101,18 @@ class Recording:
             for r in self._decode(f):
                 if t_from <= r.end_at <= t_to:
                     yield r
+
+    def decode_requests(self, info: fmt.FrameInfo) -> list[RequestRecord]:
+        """One requests block as records (uncached; for whole-file passes)."""
+        return self._decode_uncached(info)
+
+    def request_columns(self, info: fmt.FrameInfo, with_chunks: bool = True) -> fmt.RequestColumns:
+        """One requests block as arrays (uncached; for whole-file passes)."""
+        payload = bytes(self._data[info.offset : info.offset + info.length])
+        try:
+            return fmt.decode_request_columns(payload, with_chunks)
+        except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
+            raise UserError(f"{self.path}: corrupted block at byte {info.offset} ({exc})") from exc
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -167,7 +181,19 @@ class Recording:
         i = bisect_right(self.checkpoint_times, t)
         if i == 0:
             return None
-        return self._decode_uncached(self.checkpoint_frames[i - 1])
+        info = self.checkpoint_frames[i - 1]
+        payload = bytes(self._data[info.offset : info.offset + info.length])
+        try:
+            base_t = fmt.checkpoint_base(payload)
+            base_arrays = None
+            if base_t is not None:
+                base = self._checkpoint_at.get(base_t)
+                if base is None:
+                    raise ValueError(f"its base checkpoint at {base_t} s is missing")
+                base_arrays = fmt.decode_checkpoint(bytes(self._data[base.offset : base.offset + base.length]))[2]
+            return fmt.decode_checkpoint(payload, base_arrays)
+        except (zlib.error, ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+            raise UserError(f"{self.path}: unreadable checkpoint at byte {info.offset} ({exc})") from exc
 
     def replay(self, **options: Any) -> ReplayTimeline:
         """A ``ReplayTimeline`` over this recording (options: see ``ReplayTimeline``)."""

@@ -124,3 +124,31 @@ def test_checkpoint_codec_rejects_foreign_array_types():
     payload = fmt.encode_checkpoint(1.0, {}, {"counts": np.array(["a"], dtype="U1")})
     with pytest.raises(ValueError, match="unexpected array type"):
         fmt.decode_checkpoint(payload)
+
+
+def _close(a, b, key):
+    if isinstance(b, float) and math.isnan(b):
+        assert math.isnan(a), key
+    elif isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), key
+    else:
+        assert a == b, key
+
+
+@pytest.mark.parametrize("error_rate, slo", [(0.0, None), (0.1, {"ttft": 300, "tpot_ms": 30})])
+def test_streamed_summary_equals_the_record_by_record_one(tmp_path, error_rate, slo):
+    from record.analysis import summarise
+
+    path = tmp_path / "r.rwrec"
+    _write(path, duration=30.0, error_rate=error_rate)
+    rec = open_recording(path)
+    streamed = summarise(rec, slo=slo, gpu_price_per_hour=3.0)
+    exact = summarise(rec, rec.requests, slo=slo, gpu_price_per_hour=3.0)
+    assert streamed.keys() == exact.keys()
+    assert streamed["completed"] > 100 and (streamed["failed"] > 0) == (error_rate > 0)
+    for key, value in exact.items():
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                _close(streamed[key][sub], v, f"{key}.{sub}")
+        else:
+            _close(streamed[key], value, key)
