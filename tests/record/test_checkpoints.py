@@ -152,3 +152,20 @@ def test_streamed_summary_equals_the_record_by_record_one(tmp_path, error_rate, 
                 _close(streamed[key][sub], v, f"{key}.{sub}")
         else:
             _close(streamed[key], value, key)
+
+
+def test_itl_order_statistics_match_numpy_with_long_gaps():
+    from loadgen import stats
+    from record.analysis import _ItlAccumulator
+
+    rng = np.random.default_rng(4)
+    us = np.concatenate([rng.integers(1, 80_000, 5000), rng.integers(5_000_000, 400_000_000, 7), [0, 0]])
+    values = us / 1e6
+    acc = _ItlAccumulator()
+    for part in np.array_split(rng.permutation(values), 9):
+        acc.add(part)
+    got, want = acc.describe_ms((50, 90, 99, 99.9)), stats.describe_ms(values, (50, 90, 99, 99.9))
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key] == pytest.approx(want[key], rel=1e-9), key
+    assert _ItlAccumulator().describe_ms((50,)) == stats.describe_ms([], (50,))
