@@ -147,7 +147,9 @@ class LogHistogram:
             n = values.size
             if n == 0:
                 return
-            self._pending_arrays.append(values.astype(np.float64, copy=False).ravel())
+            if values.dtype != np.float64 or values.ndim != 1:
+                values = values.astype(np.float64).ravel()
+            self._pending_arrays.append(values)
         else:
             before = len(self._pending)
             self._pending.extend(values)

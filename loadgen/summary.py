@@ -322,7 +322,7 @@ class RunningSummary:
             acc = self.sums[metric]
             acc[0] += int(values.size)
             acc[1] += float(values.sum())
-            acc[2] += float(np.dot(values, values))
+            acc[2] += float(np.square(values).sum())
             self.hists[metric].add(values)
             return
         if not values:

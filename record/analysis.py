@@ -61,17 +61,20 @@ class _ItlAccumulator:
             return
         self.n += int(values.size)
         self.total += float(values.sum())
-        self.squares += float(np.dot(values, values))
+        self.squares += float(np.square(values).sum())
         us = np.rint(values * 1e6).astype(np.int64)
         inside = (us >= 0) & (us < _ITL_DENSE_US)
         small = us[inside]
         if small.size:
-            counts = np.bincount(small)
-            if counts.size > self.dense.size:
-                grown = np.zeros(max(counts.size, min(_ITL_DENSE_US, 2 * self.dense.size)), dtype=np.int64)
+            # unique + add, not bincount: one long gap would make bincount allocate and
+            # zero an array up to that gap's µs for every block
+            seen, counts = np.unique(small, return_counts=True)
+            need = int(seen[-1]) + 1
+            if need > self.dense.size:
+                grown = np.zeros(min(_ITL_DENSE_US, max(need, 2 * self.dense.size)), dtype=np.int64)
                 grown[: self.dense.size] = self.dense
                 self.dense = grown
-            self.dense[: counts.size] += counts
+            self.dense[seen] += counts
         if small.size < us.size:
             self.outliers.append(us[~inside])
 
