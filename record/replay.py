@@ -2,9 +2,11 @@
 
 The recorded stream is fed, in time order, into the same ``SeriesBuilder`` a live run
 uses, so a replayed snapshot at ``t`` is built from exactly what the live run had seen
-at ``t``. Seeking restores the nearest earlier checkpoint (a pickled builder taken
-every ``checkpoint_every_s`` of run time) and feeds only the stretch after it; a
-background thread builds the checkpoints ahead of time after opening.
+at ``t``. Seeking restores the nearest earlier checkpoint and feeds only the stretch
+after it. Files written with seek checkpoints (``record.writer.SeriesCheckpointer``)
+carry them, so any seek is fast right after opening; for older files a background
+thread builds in-memory checkpoints (pickled builders every ``checkpoint_every_s`` of
+run time) after opening.
 """
 
 from __future__ import annotations
