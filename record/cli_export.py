@@ -58,6 +58,36 @@ _PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", 
                      "generated_texts", "errors")
 
 
+def _bench_list(recording, info, key: str, summary) -> list:
+    """One block's share of a per-request list of ``to_bench_result`` (same values)."""
+    import numpy as np
+
+    from loadgen.summary import to_bench_result
+
+    if key == "itls":
+        return to_bench_result(summary, None, recording.decode_requests(info))[key]
+    c = recording.request_columns(info, with_chunks=False)
+    ok = np.array([e is None for e in c.strings["error_class"]], dtype=bool)
+    if key == "input_lens":
+        return c.prompt_tokens.tolist()
+    if key == "output_lens":
+        return np.where(ok, np.where(c.completion_tokens == 0, 1, c.completion_tokens), 0).tolist()
+    if key == "ttfts":
+        ttft = np.where(c.has_first, c.first_token_at - c.sent_at, 0.0)
+        return np.where(ok & (ttft != 0.0), ttft, 0.0).tolist()
+    if key == "latencies":
+        return np.where(ok, c.end_at - c.sent_at, 0.0).tolist()
+    if key == "start_times":
+        return c.sent_at.tolist()
+    if key == "queue_times":
+        return np.maximum(0.0, c.sent_at - c.scheduled_at).tolist()
+    if key == "generated_texts":
+        return [""] * c.n
+    if key == "errors":
+        return ["" if e is None else f"{e}: {msg or ''}" for e, msg in zip(c.strings["error_class"], c.strings["error"])]
+    raise KeyError(key)
+
+
 def write_bench_result(recording, summary, path: Path) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
     every chunk gap of the run) are never all in memory at once."""
@@ -75,7 +105,7 @@ def write_bench_result(recording, summary, path: Path) -> None:
             f.write("[")
             first = True
             for info in recording.request_frames:
-                part = to_bench_result(summary, None, recording.decode_requests(info))[key]
+                part = _bench_list(recording, info, key, summary)
                 if part:
                     text = json.dumps(part, allow_nan=False)[1:-1]
                     f.write(("" if first else ", ") + text)

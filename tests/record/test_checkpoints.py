@@ -169,3 +169,20 @@ def test_itl_order_statistics_match_numpy_with_long_gaps():
     for key in want:
         assert got[key] == pytest.approx(want[key], rel=1e-9), key
     assert _ItlAccumulator().describe_ms((50,)) == stats.describe_ms([], (50,))
+
+
+def test_streamed_json_export_equals_the_in_memory_result(tmp_path):
+    import json
+
+    from loadgen.summary import to_bench_result
+    from record.analysis import summarise
+    from record.cli_export import write_bench_result
+
+    path = tmp_path / "r.rwrec"
+    _write(path, duration=20.0, error_rate=0.1)
+    rec = open_recording(path)
+    summary = summarise(rec)
+    write_bench_result(rec, summary, tmp_path / "out.json")
+    got = json.loads((tmp_path / "out.json").read_text())
+    want = json.loads(json.dumps(to_bench_result(summary, rec.header, rec.requests), default=str))
+    assert got == want
