@@ -167,11 +167,6 @@ class LogHistogram:
         np.clip(idx, 0, cls.N - 1, out=idx)
         return idx
 
-    def add_counts(self, counts: np.ndarray) -> None:
-        """Add already-binned counts (an ``N``-long array, e.g. from ``bucket_index``)."""
-        self._counts += counts
-        self.total += int(counts.sum())
-
     @property
     def counts(self) -> np.ndarray:
         if self._pending_n:
