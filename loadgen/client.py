@@ -44,6 +44,9 @@ from loadgen.errors import TargetUnreachable
 from loadgen.requests import PreparedRequest
 from loadgen.timeline import RequestRecord
 
+_TOKEN_MARK = sse.TOKEN_MARK
+_FINISH_MARK = sse.FINISH_MARK
+_USAGE_MARK = sse.USAGE_MARK
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 500
@@ -299,18 +302,22 @@ class _StreamState:
         if not events:
             return False
         now = clock()
+        chunk_times = rec.chunk_times
         for payload in events:
-            kind = sse.classify_event(payload)
-            if kind == sse.EVENT_TOKEN:
+            # sse.classify_event's token test and has_finish_reason/has_usage, inlined: this
+            # runs once per streamed chunk
+            if _TOKEN_MARK in payload:
                 if rec.first_token_at is None:
                     rec.first_token_at = now
                 else:
-                    rec.chunk_times.append(now)
+                    chunk_times.append(now)
                 if self.keep_text:
                     self.raw_chunks.append(payload)
-                if sse.has_finish_reason(payload) or sse.has_usage(payload):
+                if _FINISH_MARK in payload or _USAGE_MARK in payload:
                     self._read_full_chunk(payload, rec)
-            elif kind == sse.EVENT_USAGE:
+                continue
+            kind = sse.classify_event(payload)
+            if kind == sse.EVENT_USAGE:
                 body = sse.decode_json(payload)
                 if body and isinstance(body.get("usage"), dict):
                     self.usage = body["usage"]

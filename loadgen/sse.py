@@ -31,6 +31,8 @@ _CHOICES_NONEMPTY = b'"choices":[{'
 _CHOICES_EMPTY = b'"choices":[]'
 _FINISH_SET = b'"finish_reason":"'
 _USAGE_OBJECT = b'"usage":{'
+# The same patterns for callers that inline the per-chunk test.
+TOKEN_MARK, FINISH_MARK, USAGE_MARK = _CHOICES_NONEMPTY, _FINISH_SET, _USAGE_OBJECT
 
 
 class SSEDecoder:
@@ -44,6 +46,8 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         buf = self._pending + chunk if self._pending else chunk
+        if b"\r" not in buf and not self._data_lines:
+            return self._feed_events(buf)
         if b"\r" in buf:
             held = b""
             if buf.endswith(b"\r"):
@@ -56,11 +60,24 @@ class SSEDecoder:
             self._pending = lines.pop()
         return self._take_lines(lines)
 
+    def _feed_events(self, buf: bytes) -> list[bytes]:
+        """The common case (``\\n`` line ends, nothing half-parsed): split on blank lines,
+        so an event that is one ``data:`` line costs a slice, not a per-line loop."""
+        parts = buf.split(b"\n\n")
+        self._pending = parts.pop()
+        events: list[bytes] = []
+        for part in parts:
+            if part.startswith(b"data: ") and b"\n" not in part:
+                events.append(part[6:])
+            elif part:
+                events.extend(self._take_lines([*part.split(b"\n"), b""]))
+        return events
+
     def flush(self) -> list[bytes]:
         """Events left when the body ends without a final blank line."""
         rest = self._pending.replace(b"\r", b"")
         self._pending = b""
-        events = self._take_lines([rest]) if rest else []
+        events = self._take_lines(rest.split(b"\n")) if rest else []
         if self._data_lines:
             events.append(b"\n".join(self._data_lines))
             self._data_lines = []
