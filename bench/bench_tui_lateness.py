@@ -9,9 +9,11 @@ once with the run in its own process (ProcessBridge, what `rampwatch run` uses) 
 the Textual app drawing every panel at 160×48 in the main thread (headless
 driver: every frame is composed and rendered, only not written to a terminal).
 
-    python bench/bench_tui_lateness.py [--rate 200] [--duration 20]
+    python bench/bench_tui_lateness.py [--rate 200] [--duration 10] [--repeat 3]
 
-Prints p50/p99/max lateness for both and the p99 ratio (target: within 10 %).
+Prints p50/p99/max lateness for each run and the median TUI/headless ratios (target:
+p99 within 10 %). Pairs alternate their order so a change in the machine's load hits
+both sides alike.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402
-from tui.live_runner import LiveBridge, ProcessBridge  # noqa: E402
+from tui.live_runner import LiveBridge, ProcessBridge, lower_ui_priority  # noqa: E402
 
 
 class SyntheticLoad:
@@ -82,14 +84,13 @@ def run_headless(rate: float, duration: float) -> list[float]:
     return bridge.finish()
 
 
-def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, nice: int = 0) -> tuple[list[float], int]:
+def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priority: str = "idle") -> tuple[list[float], int]:
     from tui.app import make_app
 
     load = SyntheticLoad(rate, duration)
     load.start_clock()
     bridge = bridge_class(load.run, load.snapshot, FakeControl()).start()
-    if bridge_class is ProcessBridge and nice:
-        os.nice(nice)  # as run_tui does: the drawing yields the CPU to the load
+    put_back = lower_ui_priority(priority) if bridge_class is ProcessBridge and priority != "normal" else (lambda: None)
     app = make_app(bridge, bridge.control, mode="live")
     frames = 0
 
@@ -100,7 +101,10 @@ def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, nice: 
                 await pilot.pause(0.25)
                 frames += 1
 
-    asyncio.run(drive())
+    try:
+        asyncio.run(drive())
+    finally:
+        put_back()  # or the next runs' processes (forked from this one) would inherit it
     result = bridge.finish()
     # In a process the lateness list lives in the child: the run returns it.
     return (result if result is not None else load.lateness), frames
@@ -109,22 +113,51 @@ def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, nice: 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=200.0, help="sends per second")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds per run")
-    parser.add_argument("--ui-nice", type=int, default=10, help="niceness added to the UI process (run_tui's default)")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per run")
+    parser.add_argument("--repeat", type=int, default=3, help="headless / TUI pairs, alternating (medians are reported)")
+    parser.add_argument("--ui-priority", choices=("idle", "nice", "normal"), default="idle",
+                        help="the UI process's CPU priority (idle = SCHED_IDLE, run_tui's default; nice = +10)")
+    parser.add_argument("--a-a", action="store_true",
+                        help="noise floor: the 'TUI on' side is a second headless run (no UI at all)")
     parser.add_argument("--with-thread", action="store_true", help="also measure the UI with the run in a thread (not a process)")
     args = parser.parse_args()
-    print(f"rate {args.rate:g}/s, {args.duration:g} s per run, python {sys.version.split()[0]}, switch interval {sys.getswitchinterval() * 1000:g} ms")
-    headless = run_headless(args.rate, args.duration)
-    with_ui, polls = run_with_ui(args.rate, args.duration, nice=args.ui_nice)
-    rows = [("headless", headless), ("TUI on", with_ui)]
+    load = os.getloadavg()[0]
+    print(f"rate {args.rate:g}/s, {args.duration:g} s per run, {args.repeat} pairs, UI priority {args.ui_priority}, python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs, load average {load:.2f} at start")
+    print(f"{'':12} {'sends':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8} {'UI frames':>9}")
+    ratios50, ratios99 = [], []
+    pooled: dict[str, list[float]] = {"headless": [], "TUI on": []}
+    for rep in range(args.repeat):
+        pair = {}
+        # Alternate which goes first so a change in the machine's load hits both alike.
+        order = ("headless", "TUI on") if rep % 2 == 0 else ("TUI on", "headless")
+        for name in order:
+            if name == "headless" or args.a_a:
+                pair[name], frames = run_headless(args.rate, args.duration), ""
+            else:
+                pair[name], frames = run_with_ui(args.rate, args.duration, priority=args.ui_priority)
+            p50, p99, worst = percentiles(pair[name])
+            print(f"{name + f' #{rep + 1}':12} {len(pair[name]):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+                  f"{statistics.fmean(pair[name]) * 1e3:8.3f} {frames!s:>9}")
+        for name in pooled:
+            pooled[name] += pair[name]
+        ratios50.append(percentiles(pair["TUI on"])[0] / max(percentiles(pair["headless"])[0], 1e-9))
+        ratios99.append(percentiles(pair["TUI on"])[1] / max(percentiles(pair["headless"])[1], 1e-9))
     if args.with_thread:
-        rows.append(("TUI+thread", run_with_ui(args.rate, args.duration, LiveBridge)[0]))
-    print(f"{'':10} {'sends':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8}")
-    for name, values in rows:
+        values, frames = run_with_ui(args.rate, args.duration, LiveBridge)
         p50, p99, worst = percentiles(values)
-        print(f"{name:10} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} {statistics.fmean(values) * 1e3:8.3f}")
-    ratio = percentiles(with_ui)[1] / max(percentiles(headless)[1], 1e-9)
-    print(f"p99 lateness TUI on / headless: {ratio:.2f}× ({'within' if ratio <= 1.10 else 'outside'} the 10 % target); UI polled ~{polls} times")
+        print(f"{'TUI+thread':12} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+              f"{statistics.fmean(values) * 1e3:8.3f} {frames:>9}")
+    r50, r99 = statistics.median(ratios50), statistics.median(ratios99)
+    for name, values in pooled.items():
+        p50, p99, worst = percentiles(values)
+        print(f"{name + ' all':12} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+              f"{statistics.fmean(values) * 1e3:8.3f}")
+    pooled99 = percentiles(pooled["TUI on"])[1] / max(percentiles(pooled["headless"])[1], 1e-9)
+    print(f"pooled p99 TUI on / headless: {pooled99:.2f}x")
+    print(f"TUI on / headless, median of {args.repeat} pairs: p50 {r50:.2f}x, p99 {r99:.2f}x "
+          f"(per pair p99: {', '.join(f'{r:.2f}' for r in ratios99)}); "
+          f"{'within' if r99 <= 1.10 else 'outside'} the 10 % target; load average {os.getloadavg()[0]:.2f} at end")
     return 0
 
 

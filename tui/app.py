@@ -142,6 +142,7 @@ class RampwatchApp(App[int]):
         self._playing = False
         self.wide: bool | None = None
         self.main_screen = None
+        self._panels: list | None = None
 
     # ----- layout -----
 
@@ -214,7 +215,9 @@ class RampwatchApp(App[int]):
             self._pending_hold = None
         if self.mode == "replay":
             self._update_replay_status()
-        for widget in self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog"):
+        if self._panels is None:  # a query per refresh is a measurable part of its cost
+            self._panels = list(self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog"))
+        for widget in self._panels:
             widget.show_snapshot(snapshot, message.compare)
 
     def _update_replay_status(self) -> None:

@@ -213,3 +213,43 @@ def errors_by_class(snapshot: Snapshot) -> dict[str, int]:
             cls = str(event.data.get("error_class") or event.data.get("class") or "error")
             counts[cls] = counts.get(cls, 0) + int(event.data.get("count", 1))
     return counts
+
+
+def downsample(
+    times: Sequence[float], values: Sequence[float | None], max_points: int, how: str = "mean"
+) -> tuple[list[float], list[float]]:
+    """At most ``max_points`` points: consecutive bins merged into equal groups, each drawn
+    at its first bin's time with the mean (or, for ``how="max"``, the peak, so a latency
+    spike stays visible) of its values. A group with no value stays missing, so gaps
+    survive. A terminal cell shows two braille columns: more points than that only cost
+    drawing time."""
+    n = min(len(times), len(values))
+    if max_points <= 0 or n <= max_points:
+        return [float(t) for t in times[:n]], [float("nan") if is_missing(v) else float(v) for v in values[:n]]
+    size = math.ceil(n / max_points)
+    out_t: list[float] = []
+    out_v: list[float] = []
+    for start in range(0, n, size):
+        group = [float(v) for v in values[start : start + size] if not is_missing(v)]
+        out_t.append(float(times[start]))
+        if not group:
+            out_v.append(float("nan"))
+        else:
+            out_v.append(max(group) if how == "max" else sum(group) / len(group))
+    return out_t, out_v
+
+
+def chart_key(snapshot: Snapshot, compare: Snapshot | None, width: int, height: int) -> tuple:
+    """What a chart's picture depends on, coarsely: a new one-second bin, a new event,
+    the /metrics status, the compared run, the state, the chart's size. Between two
+    changes of the key the picture would only move inside the bin still filling, so the
+    chart is redrawn at most about once a second instead of at every refresh."""
+    return (
+        len(snapshot.times),
+        len(snapshot.events),
+        snapshot.server_metrics_available,
+        snapshot.state,
+        None if compare is None else (compare.t, len(compare.times), len(compare.events)),
+        width,
+        height,
+    )

@@ -23,10 +23,14 @@ class HeaderBar(Static):
         self.mode = mode
         self.recording = recording
         self.compare_label = compare_label
+        self._shown: Text | None = None
         self.replay_status = ""  # e.g. "▶ 2×", set by the app in replay mode
 
     def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
-        self.update(self.render_text(snapshot))
+        text = self.render_text(snapshot)
+        if text != self._shown:
+            self._shown = text
+            self.update(text)
 
     def render_text(self, snapshot: Snapshot) -> Text:
         """Line 1: where the run is now (most important, first). Line 2: what runs against what."""

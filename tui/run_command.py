@@ -56,24 +56,19 @@ def start_live(
     recording: str | None = None,
     rate_step_rps: float | None = None,
     refresh_hz: float = 4.0,
-    ui_niceness: int = 10,
+    ui_priority: str = "idle",
     log_path: str | None = None,
 ):
     """Fork the run into its own process (``ProcessBridge``) and build the live app on
     it; returns ``(bridge, app)``. The caller runs the app (``app.run()`` on a terminal,
     ``app.run_test()`` in tests) and then calls ``bridge.finish()``. Build the run's
     objects before calling: they are inherited by fork."""
-    import os
-
     from tui.app import make_app
-    from tui.live_runner import ProcessBridge
+    from tui.live_runner import ProcessBridge, lower_ui_priority
 
     bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log_path).start()
-    if ui_niceness:
-        try:
-            os.nice(ui_niceness)  # drawing yields the CPU to the load process
-        except OSError:
-            pass
+    if ui_priority != "normal":
+        lower_ui_priority(ui_priority)  # drawing yields the CPU to the load process
     app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz, recording=recording,
                    rate_step_rps=rate_step_rps)
     return bridge, app
@@ -88,7 +83,7 @@ def run_tui(
     rate_step_rps: float | None = None,
     refresh_hz: float = 4.0,
     drain_timeout: float = 30.0,
-    ui_niceness: int = 10,
+    ui_priority: str = "idle",
 ) -> Any:
     """Show the live screen over the run (see ``start_live``) until the user quits, then
     stop the run gracefully (if still going) and return its result (or raise its error).
@@ -99,7 +94,7 @@ def run_tui(
     log = tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False)
     log.close()
     bridge, app = start_live(run_coro_factory, snapshot_fn, control, recording=recording,
-                             rate_step_rps=rate_step_rps, refresh_hz=refresh_hz, ui_niceness=ui_niceness,
+                             rate_step_rps=rate_step_rps, refresh_hz=refresh_hz, ui_priority=ui_priority,
                              log_path=log.name)
     try:
         app.run()
@@ -165,8 +160,8 @@ def live_parts(prepared) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Any
     return run_and_close_recording, run.snapshot, run
 
 
-def start_live_prepared(prepared, *, ui_niceness: int = 10, log_path: str | None = None):
+def start_live_prepared(prepared, *, ui_priority: str = "idle", log_path: str | None = None):
     """``start_live`` for a ``PreparedRun`` (the wiring `rampwatch run` uses)."""
     return start_live(*live_parts(prepared), recording=_recording_label(prepared),
                       rate_step_rps=getattr(prepared.run.options, "rate_step_rps", None),
-                      ui_niceness=ui_niceness, log_path=log_path)
+                      ui_priority=ui_priority, log_path=log_path)

@@ -70,10 +70,17 @@ class StatsPanel(Widget):
         super().__init__(id=id, classes=classes)
         self.border_title = "Stats"
         self.snapshot: Snapshot | None = None
+        self._shown_rows: tuple[list, list] | None = None
 
     def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
+        rows = self.rows(snapshot)
         self.snapshot = snapshot
-        self.refresh(layout=True)
+        if rows == self._shown_rows:
+            return
+        # The height depends only on how many rows there are: relayout only when that changes.
+        relayout = self._shown_rows is None or tuple(map(len, rows)) != tuple(map(len, self._shown_rows))
+        self._shown_rows = rows
+        self.refresh(layout=relayout)
 
     def render(self) -> Table | str:
         if self.snapshot is None:

@@ -12,7 +12,18 @@ from textual.content import Content
 from textual_plotext import PlotextPlot
 
 from loadgen.timeline import Snapshot
-from tui.chart_data import Marker, has_data, time_ticks, markers, metrics_url, segments, x_range, y_upper
+from tui.chart_data import (
+    Marker,
+    chart_key,
+    downsample,
+    has_data,
+    markers,
+    metrics_url,
+    segments,
+    time_ticks,
+    x_range,
+    y_upper,
+)
 
 # The plotext colours the charts use, as the terminal shows them (for the legend in the title).
 LEGEND_COLOURS = {
@@ -34,6 +45,7 @@ class SeriesSpec:
     scale: float = 1.0  # e.g. 1000 to show seconds as milliseconds
     right_axis: bool = False
     server: bool = False  # comes from /metrics
+    merge: str = "mean"  # how bins merge when there are more than the chart has columns: "mean" or "max"
 
 
 class TimeSeriesChart(PlotextPlot):
@@ -51,7 +63,9 @@ class TimeSeriesChart(PlotextPlot):
         self.border_title = self.TITLE
         self._legend_key: tuple[bool, bool] | None = None
         self._message: str | None = "waiting for data…"
+        self._drawn_key: tuple | None = None
         self.monochrome = False
+        self.draws = 0  # how many times the plot was rebuilt (refresh cost is measured by it)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -84,10 +98,26 @@ class TimeSeriesChart(PlotextPlot):
         return super().render()
 
     def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
-        self._message = self.message_for(snapshot)
-        if self._message is None:
-            self.draw(snapshot, compare)
+        message = self.message_for(snapshot)
+        if message is not None:
+            if message != self._message:
+                self._message, self._drawn_key = message, None
+                self.refresh()
+            return
+        # Building a plot is the UI's main cost: rebuild only when the picture changes.
+        key = chart_key(snapshot, compare, self.size.width, self.size.height)
+        if key == self._drawn_key and self._message is None:
+            return
+        self._message, self._drawn_key = None, key
+        self.draw(snapshot, compare)
+        self.draws += 1
         self.refresh()
+
+    def max_points(self) -> int:
+        """Four points per cell of the plot area (the chart less its axes): a cell shows two
+        braille columns, and merging pairs of bins would halve the detail for little gain;
+        what matters is that a long run is not drawn second by second."""
+        return max(40, 4 * ((self.size.width or 80) - 14))
 
     def message_for(self, snapshot: Snapshot) -> str | None:
         if self.SERVER_ONLY and not snapshot.server_metrics_available:
@@ -101,6 +131,9 @@ class TimeSeriesChart(PlotextPlot):
         if spec.scale == 1.0:
             return list(values)
         return [v * spec.scale for v in values]
+
+    def _points(self, snapshot: Snapshot, spec: SeriesSpec) -> tuple[list[float], list[float]]:
+        return downsample(snapshot.times, self._series_values(snapshot, spec), self.max_points(), spec.merge)
 
     def draw(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
         legend_key = (self.monochrome, compare is not None)
@@ -136,9 +169,8 @@ class TimeSeriesChart(PlotextPlot):
             marker = MONO_MARKERS[index % len(MONO_MARKERS)] if self.monochrome else "braille"
             if compare is not None:
                 compare_marker = "·" if self.monochrome else marker
-                self._plot_series(compare.times, self._series_values(compare, spec), COMPARE_COLOUR, compare_marker, yside)
-            values = self._series_values(snapshot, spec)
-            if not self._plot_series(snapshot.times, values, spec.colour, marker, yside):
+                self._plot_series(*self._points(compare, spec), COMPARE_COLOUR, compare_marker, yside)
+            if not self._plot_series(*self._points(snapshot, spec), spec.colour, marker, yside):
                 missing.append(spec.label)
         server_missing = not snapshot.server_metrics_available and any(s.server for s in self.SERIES)
         if server_missing:

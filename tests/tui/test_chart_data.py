@@ -5,6 +5,8 @@ import pytest
 from loadgen.timeline import Event
 from tests.tui.fakes import fake_snapshot
 from tui.chart_data import (
+    chart_key,
+    downsample,
     errors_by_class,
     format_duration,
     format_ms,
@@ -169,3 +171,36 @@ def test_time_ticks(right, max_ticks, ticks, labels):
     from tui.chart_data import time_ticks
 
     assert time_ticks(right, max_ticks) == (ticks, labels)
+
+
+def test_downsample_keeps_short_series_as_they_are():
+    times, values = downsample([0.0, 1.0, 2.0], [1.0, NAN, 3.0], 10)
+    assert times == [0.0, 1.0, 2.0]
+    assert values[0] == 1.0 and math.isnan(values[1]) and values[2] == 3.0
+
+
+def test_downsample_merges_groups_by_mean_or_peak_and_keeps_gaps():
+    times = [float(i) for i in range(9)]
+    values = [1.0, 2.0, 3.0, NAN, NAN, NAN, 10.0, NAN, 40.0]
+    t_mean, mean = downsample(times, values, 3)
+    assert t_mean == [0.0, 3.0, 6.0]
+    assert mean[0] == 2.0 and math.isnan(mean[1]) and mean[2] == 25.0
+    _, peak = downsample(times, values, 3, "max")
+    assert peak[0] == 3.0 and math.isnan(peak[1]) and peak[2] == 40.0
+
+
+def test_downsample_never_exceeds_the_point_budget():
+    times = [float(i) for i in range(3600)]
+    t, v = downsample(times, [1.0] * 3600, 184)
+    assert 92 < len(t) <= 184 and len(t) == len(v)
+
+
+def test_chart_key_changes_with_a_new_bin_or_event_but_not_within_a_bin():
+    a, b = fake_snapshot(60.2), fake_snapshot(60.7)  # same bins, the newest still filling
+    assert chart_key(a, None, 80, 20) == chart_key(b, None, 80, 20)
+    assert chart_key(a, None, 80, 20) != chart_key(fake_snapshot(61.2), None, 80, 20)
+    with_knee = fake_snapshot(78.5)
+    before_knee = fake_snapshot(78.5)
+    before_knee.events = [e for e in before_knee.events if e.kind != "knee"]
+    assert chart_key(with_knee, None, 80, 20) != chart_key(before_knee, None, 80, 20)
+    assert chart_key(a, None, 80, 20) != chart_key(a, None, 100, 20)

@@ -219,3 +219,34 @@ async def test_throughput_chart_names_the_missing_server_series():
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
         assert app.query_one("#w-throughput", ThroughputChart).border_subtitle == ""
+
+
+class SteppingSource:
+    """Hands out the snapshots it is given, one per poll, then repeats the last."""
+
+    def __init__(self, snapshots):
+        self.snapshots = list(snapshots)
+
+    def snapshot(self):
+        return self.snapshots.pop(0) if len(self.snapshots) > 1 else self.snapshots[0]
+
+
+async def test_charts_are_rebuilt_only_when_a_bin_or_event_is_added():
+    # Four polls inside one second of the run, then a new bin.
+    source = SteppingSource([fake_snapshot(t) for t in (60.0, 60.1, 60.3, 60.5, 60.7, 61.1)])
+    app = make_app(source, FakeControl(), mode="live", refresh_hz=0.1)  # polled by hand only
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        app.poll_source()  # the first poll ran before the layout had its size
+        await pilot.pause()
+        chart = app.query_one("#w-throughput", ThroughputChart)
+        first = chart.draws
+        assert first >= 1
+        for _ in range(3):
+            app.poll_source()
+            await pilot.pause()
+        assert chart.draws == first  # same bins: the plot is not rebuilt
+        assert app.latest.t == 60.7  # …but the snapshot did arrive (header, stats)
+        app.poll_source()
+        await pilot.pause()
+        assert chart.draws == first + 1

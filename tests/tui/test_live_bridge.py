@@ -182,3 +182,54 @@ def test_process_bridge_hands_back_the_run_error():
     assert bridge.join(10.0)
     with pytest.raises(UserError, match="connection refused"):
         bridge.finish()
+
+
+def test_a_snapshot_tail_on_the_previous_snapshot_gives_the_new_snapshot():
+    from tui.live_runner import tail_of, with_tail
+
+    before, after = fake_snapshot(100.0), fake_snapshot(103.5)
+    start, tail = tail_of(after, bins=10)
+    assert start == 93 and len(tail.times) == 10 and all(len(v) == 10 for v in tail.series.values())
+    rebuilt = with_tail(before, start, tail)
+    assert rebuilt.times == after.times
+    for name, values in after.series.items():
+        assert rebuilt.series[name] == pytest.approx(values, nan_ok=True)
+    assert rebuilt.t == after.t and rebuilt.events == after.events
+    assert tail_of(fake_snapshot(5.0), bins=10) == (0, fake_snapshot(5.0))
+    with pytest.raises(ValueError):
+        with_tail(fake_snapshot(20.0), 50, tail)
+
+
+def test_process_bridge_rebuilds_long_runs_from_tails():
+    """After the first publish the run sends only recent bins; the UI side must still
+    hold the run's whole series."""
+    from tui.live_runner import ProcessBridge
+
+    class LongRun:
+        def __init__(self):
+            self.t = 300.0
+            self.stopped = None
+
+        async def run(self):
+            self.stopped = asyncio.Event()
+            await self.stopped.wait()
+
+        def snapshot(self):
+            self.t += 1.0  # a new bin at every publish
+            return fake_snapshot(min(self.t, 400.0))
+
+        def stop(self):
+            self.stopped.set()
+
+    run = LongRun()
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.01).start()
+    for _ in range(500):
+        if bridge.snapshots_published >= 8:
+            break
+        threading.Event().wait(0.01)
+    seen = bridge.snapshot()
+    assert bridge.snapshots_published >= 8 and len(seen.times) > 300
+    expected = fake_snapshot(seen.t)
+    assert seen.times == expected.times
+    assert seen.series["completed_rps"] == pytest.approx(expected.series["completed_rps"])
+    bridge.finish(drain_timeout=10.0)

@@ -135,7 +135,7 @@ async def test_keys_steer_the_run_process_of_rampwatch_run(tmp_path):
     forked into its own process, the recording finished there."""
     prepared = loadgen_cli.prepare_run(run_args(tmp_path))
     try:
-        bridge, app = start_live_prepared(prepared, ui_niceness=0)
+        bridge, app = start_live_prepared(prepared, ui_priority="normal")
         try:
             async with app.run_test(size=(100, 30)) as pilot:
                 await wait_for(pilot, lambda: app.latest.state == "ramping" and app.latest.t > 1.0, "the run to start")
