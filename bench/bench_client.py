@@ -18,7 +18,7 @@ recording, the same with a recording, and the same without the live series build
 attribute its per-record cost). Then one open-loop run with no concurrency cap at
 ``--lateness-rps`` gives the send lateness (``sent_at - scheduled_at``) percentiles.
 
-    .venv/bin/python bench/bench_client.py [--small 200] [--large 1200] [--lateness-rps 50]
+    .venv/bin/python bench/bench_client.py [--small 200] [--large 1200] [--lateness-rps 200]
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", type=int, default=200, help="requests in the short run of each client")
     parser.add_argument("--large", type=int, default=1200, help="requests in the long run of each client")
-    parser.add_argument("--lateness-rps", type=float, default=50.0, help="open-loop rate of the lateness run")
+    parser.add_argument("--lateness-rps", type=float, default=200.0, help="open-loop rate of the lateness run")
     parser.add_argument("--lateness-s", type=float, default=10.0, help="length of the lateness run")
     parser.add_argument("--skip-vllm", action="store_true", help="do not run vllm bench serve")
     args = parser.parse_args()
