@@ -246,7 +246,7 @@ class ProgressPrinter:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            print(progress_line(self.snapshot()), file=self.out, flush=True)
+            print(progress_line(self.snapshot(), self.interval_s), file=self.out, flush=True)
 
 
 def _last(values: list[float], back: int = 2) -> float:
@@ -262,11 +262,28 @@ def _last(values: list[float], back: int = 2) -> float:
     return float("nan")
 
 
-def progress_line(snap: Any) -> str:
+def _recent_mean(values: list[float], window: int) -> float:
+    """Mean over the last ``window`` complete bins (rates read steadier than one second)."""
+    import math
+
+    done = values[:-1] if len(values) > 1 else values
+    recent = [v for v in done[-max(1, window):] if not math.isnan(v)]
+    return sum(recent) / len(recent) if recent else float("nan")
+
+
+# Per-second counts: shown as their mean over the progress interval.
+_RATE_SERIES = ("sent_rps", "completed_rps", "error_rps", "client_output_tps")
+
+
+def progress_line(snap: Any, window_s: float = 1.0) -> str:
+    """One headless progress line. Rates are means over the last ``window_s`` complete
+    seconds; latencies and server gauges are the latest complete second."""
     s = snap.series
+    window = max(1, int(round(window_s)))
 
     def fmt(name: str, scale: float = 1.0, digits: int = 1) -> str:
-        v = _last(s.get(name, []))
+        values = s.get(name, [])
+        v = _recent_mean(values, window) if name in _RATE_SERIES else _last(values)
         return "-" if v != v else f"{v * scale:.{digits}f}"
 
     line = (

@@ -175,3 +175,23 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
     assert result["completed"] == 0
     assert all(e.startswith("cancelled") for e in result["errors"])
     assert deadline > 0
+
+
+def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_second():
+    from loadgen.cli import progress_line
+    from loadgen.timeline import SERIES_NAMES, Snapshot
+
+    nan = float("nan")
+    series = {name: [nan] * 6 for name in SERIES_NAMES}
+    series["sent_rps"] = [1.0, 2.0, 4.0, 6.0, 8.0, 0.5]  # the last second is still filling
+    series["completed_rps"] = [1.0, 2.0, 4.0, nan, 8.0, 0.5]
+    series["ttft_p50"] = [0.010, 0.020, 0.030, 0.040, 0.050, 0.900]
+    snap = Snapshot(t=6.2, header=None, state="draining", target_rps=0.0, times=[0, 1, 2, 3, 4, 5],
+                    series=series, in_flight=7, events=[], summary={}, server_metrics_available=False)
+    line = progress_line(snap, window_s=3)
+    assert line.split("]")[1].split()[0] == "draining"
+    assert "sent 6.0 " in line  # mean of 4, 6, 8
+    assert "done 6.0 " in line  # mean of 4 and 8 (no data in one second)
+    assert "in-flight 7" in line and "TTFT p50 50 ms" in line
+    assert "sent 8.0 " in progress_line(snap, window_s=1)
+    assert "server" not in line
