@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.client import RequestCancelled, StreamingClient
-from loadgen.errors import TargetUnreachable
 from loadgen.knee import KneeDetector, feed as feed_knee
 from loadgen.scenario import RequestFactory, Scenario
 from loadgen.scrape import MetricsPoller
@@ -209,6 +208,9 @@ class Run:
 
     # -- the run -------------------------------------------------------------------------
     async def execute(self) -> RunResult:
+        """Run the schedule to its end (or a stop), then wait for every in-flight request
+        (state "draining"); raises ``TargetUnreachable`` before the first send when the
+        target does not answer."""
         self._loop = asyncio.get_running_loop()
         self._schedule_changed = asyncio.Event()
         opts = self.options
