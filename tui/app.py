@@ -37,7 +37,7 @@ MAX_REFRESH_HZ = 4.0
 # Below this the panels go into tabs; above it every chart is on screen at once.
 WIDE_MIN = Size(120, 36)
 SPEEDS = (1.0, 2.0, 4.0, 8.0, 16.0)
-ACTIVE_STATES = ("starting", "ramping", "holding", "stopping")
+ACTIVE_STATES = ("starting", "ramping", "holding", "draining", "stopping")
 
 CHARTS = (
     ("throughput", "Rate", ThroughputChart),

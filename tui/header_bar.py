@@ -11,6 +11,7 @@ from tui.chart_data import format_duration, format_rate
 STATE_STYLES = {
     "ramping": "bold green",
     "holding": "bold yellow",
+    "draining": "bold magenta",
     "stopping": "bold red",
     "done": "bold",
     "replay": "bold cyan",

@@ -209,8 +209,10 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
                 return
             if name == "cancel":
                 task.cancel()
-            else:
-                getattr(control, name)(*args)
+                return
+            method = getattr(control, name, None)
+            if method is not None:  # e.g. cancel_in_flight, which a RunControl may lack
+                method(*args)
 
         async def publisher() -> None:
             count = 0
@@ -419,13 +421,18 @@ class ProcessBridge:
         self._send("cancel", ())
 
     def finish(self, drain_timeout: float = 30.0) -> Any:
+        """Stop gracefully; after ``drain_timeout`` cancel the requests still in flight
+        (the run then ends normally: cancelled requests recorded, recording finished);
+        only if that does not end it either, cancel the run itself, then terminate."""
         if not self.done:
             self.control.stop()
             if not self.join(drain_timeout):
-                self.cancel()
-                if not self.join(10.0) and self._process is not None:
-                    self._process.terminate()
-                    self.join(5.0)
+                self._send("cancel_in_flight", ())
+                if not self.join(10.0):
+                    self.cancel()
+                    if not self.join(10.0) and self._process is not None:
+                        self._process.terminate()
+                        self.join(5.0)
         if self.failure is not None:
             raise self.failure
         return self.result

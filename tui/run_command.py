@@ -15,6 +15,7 @@ Contract with ``loadgen.cli`` (the run's flags and headless path live there):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import sys
 from typing import Any, Awaitable, Callable
@@ -130,9 +131,18 @@ def main(args: argparse.Namespace) -> int:
     if prepare is None or finish is None or not want_tui(args):
         return int(cli.main(args) or 0)
     prepared = prepare(args)
+    options = prepared.run.options
+    # After a stop, in-flight requests get the run's grace period; past it (and a
+    # margin) the UI has the run cancel them so that it still ends with its summary.
+    drain_timeout = float(getattr(options, "stop_grace_s", 10.0)) + 5.0
     try:
         result = run_tui(*live_parts(prepared), recording=_recording_label(prepared),
-                         rate_step_rps=getattr(prepared.run.options, "rate_step_rps", None))
+                         rate_step_rps=getattr(options, "rate_step_rps", None), drain_timeout=drain_timeout)
+    except asyncio.CancelledError:
+        print("rampwatch run: the run did not end after its in-flight requests were cancelled; "
+              "it was abandoned" + (f" (recording so far: {prepared.recording_path})" if prepared.recording_path else ""),
+              file=sys.stderr)
+        return 1
     finally:
         prepared.recorder = None  # this process's copy never wrote: closing it would clobber the file
         prepared.close()

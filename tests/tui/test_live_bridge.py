@@ -233,3 +233,33 @@ def test_process_bridge_rebuilds_long_runs_from_tails():
     assert seen.times == expected.times
     assert seen.series["completed_rps"] == pytest.approx(expected.series["completed_rps"])
     bridge.finish(drain_timeout=10.0)
+
+
+def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
+    """A stop whose drain outlasts the timeout: the run is asked to cancel its in-flight
+    requests and then ends normally, with its result (not a CancelledError)."""
+    from tui.live_runner import ProcessBridge
+
+    class SlowDrain:
+        def __init__(self):
+            self.calls = []
+            self.in_flight = None
+
+        async def run(self):
+            self.in_flight = asyncio.Event()
+            await self.in_flight.wait()  # a stop alone does not end it: requests are slow
+            return {"calls": self.calls}
+
+        def snapshot(self):
+            return fake_snapshot(5.0)
+
+        def stop(self):
+            self.calls.append("stop")
+
+        def cancel_in_flight(self):
+            self.calls.append("cancel_in_flight")
+            self.in_flight.set()
+
+    run = SlowDrain()
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.05).start()
+    assert bridge.finish(drain_timeout=0.3) == {"calls": ["stop", "cancel_in_flight"]}
