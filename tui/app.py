@@ -143,6 +143,7 @@ class RampwatchApp(App[int]):
         self.wide: bool | None = None
         self.main_screen = None
         self._panels: list | None = None
+        self._marks: list[tuple[float, str, str]] | None = None
 
     # ----- layout -----
 
@@ -367,8 +368,16 @@ class RampwatchApp(App[int]):
         self._after_replay_control()
 
     def _replay_marks(self) -> list[tuple[float, str, str]]:
-        marks = getattr(self.source, "marks", None)
-        return mark_times(marks() if callable(marks) else marks)
+        """Knee, marks and holds of the whole recording (they never change: read once)."""
+        if self._marks is None:
+            marks = getattr(self.source, "marks", None)
+            entries = list((marks() if callable(marks) else marks) or [])
+            # A recording's marks() are the knee and user marks; the bar shows holds too.
+            events = getattr(getattr(self.source, "recording", None), "events", None)
+            if isinstance(events, list):
+                entries += [e for e in events if e.kind == "hold"]
+            self._marks = sorted(set(mark_times(entries)))
+        return self._marks
 
     def _position(self) -> float:
         return float(getattr(self.source, "position", self.latest.t))
