@@ -224,6 +224,14 @@ def format_summary(summary: dict[str, Any], percentiles: Sequence[float] = stats
     return "\n".join(lines)
 
 
+def _bench_request_rate(schedule: dict[str, Any]) -> float | str:
+    """vLLM writes the fixed rate, or "inf"; a ramp adds ``ramp_up_*`` keys instead."""
+    rate = schedule.get("rate")
+    if schedule.get("kind") in ("constant", "poisson", "gamma", "vllm-constant") and isinstance(rate, (int, float)):
+        return float(rate)
+    return "inf"
+
+
 def to_bench_result(summary: dict[str, Any], header: RunHeader | None, records: Sequence[RequestRecord]) -> dict[str, Any]:
     """A result JSON with ``vllm bench serve --save-result``'s fields and units.
 
@@ -232,12 +240,18 @@ def to_bench_result(summary: dict[str, Any], header: RunHeader | None, records: 
     aggregate fields. ``generated_texts`` are empty strings (texts are not kept).
     rampwatch's own figures go under ``rampwatch_*`` keys.
     """
+    endpoint = (header.scenario.get("endpoint") if header else None) or "completions"
+    schedule = (header.scenario.get("schedule") if header else None) or {}
+    backend = "openai-chat" if endpoint == "chat" else "openai"
     result: dict[str, Any] = {
         "date": None,
-        "backend": "openai",
+        "endpoint_type": backend,
+        "backend": backend,
+        "label": None,
         "model_id": header.model if header else None,
+        "tokenizer_id": (header.options.get("tokenizer") if header else None) or (header.model if header else None),
         "num_prompts": len(records),
-        "request_rate": (header.options.get("request_rate") if header else None) or "inf",
+        "request_rate": _bench_request_rate(schedule),
         "burstiness": 1.0,
         "max_concurrency": summary.get("max_concurrency"),
     }
@@ -259,6 +273,11 @@ def to_bench_result(summary: dict[str, Any], header: RunHeader | None, records: 
         "max_concurrent_requests",
     ):
         result[key] = summary[key]
+    result["rtfx"] = 0.0  # audio real-time factor; always 0 for text
+    if schedule.get("kind") in ("linear", "exponential", "vllm-linear", "vllm-exponential"):
+        result["ramp_up_strategy"] = schedule["kind"].removeprefix("vllm-")
+        result["ramp_up_start_rps"] = schedule.get("start_rps")
+        result["ramp_up_end_rps"] = schedule.get("end_rps")
     result["input_lens"] = [r.prompt_tokens for r in records]
     result["output_lens"] = [stats.output_len(r) if r.ok else 0 for r in records]
     result["ttfts"] = [(r.ttft or 0.0) if r.ok else 0.0 for r in records]

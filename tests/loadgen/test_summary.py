@@ -135,3 +135,21 @@ def test_running_summary_agrees_with_exact():
             assert live[f"{p}_{metric}_ms"] == pytest.approx(exact[f"{p}_{metric}_ms"], rel=0.03), (metric, p)
     assert live["errors_by_class"] == {"timeout": 1}
     assert set(exact) - set(live) == {"slo_ms"}
+
+
+def test_bench_result_has_every_key_of_a_real_vllm_bench_result():
+    """tests/data/vllm-bench-0.32.0-result.json was saved by `vllm bench serve
+    --save-result` (vLLM 0.32.0, random dataset) against the simulator."""
+    from pathlib import Path
+
+    real = json.loads((Path(__file__).resolve().parents[1] / "data" / "vllm-bench-0.32.0-result.json").read_text())
+    ours = to_bench_result(compute_summary(HEADER, RECORDS, samples(), [], duration_s=4.0), HEADER, RECORDS)
+    missing = sorted(set(real) - set(ours))
+    assert missing == []
+    for key, value in real.items():
+        if value is None or ours[key] is None or ours[key] == "inf":  # vLLM writes "inf" for an unbounded rate
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            assert isinstance(ours[key], (int, float)), key
+        else:
+            assert type(ours[key]) is type(value), key
