@@ -96,6 +96,8 @@ class RecordingWriter:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "wb")
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise UserError(f"cannot write recording {self.path}: a parent of it is not a directory") from exc
         except OSError as exc:
             raise UserError(f"cannot write recording {self.path}: {exc.strerror or exc}") from exc
         payload = fmt.encode_header(clean)
