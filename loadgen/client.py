@@ -28,18 +28,28 @@ response within ``request_timeout_s``), ``stream_aborted`` (body ended or broke 
 ``stream_error`` (an error event inside the stream, or ``[DONE]`` without any token),
 ``cancelled`` (see ``RequestCancelled``). The API key only ever goes into the
 ``Authorization`` header; messages are scrubbed of it before they reach a record.
+
+Transports: for a plain ``http://`` target the streamed requests go through
+``loadgen.http_stream`` (an ``asyncio.Protocol`` that parses every network read inside
+``data_received``: no task wake-up per streamed chunk); ``https://`` targets, URLs with
+credentials, redirects and ``RAMPWATCH_HTTP_CLIENT=aiohttp`` use aiohttp. Both produce
+the same records: the same decoder and stream state turn the same body bytes into the
+same fields, and errors map to the same classes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
-from loadgen import sse
+from loadgen import http_stream, sse
 from loadgen.errors import TargetUnreachable
 from loadgen.requests import PreparedRequest
 from loadgen.timeline import RequestRecord
@@ -50,6 +60,10 @@ _USAGE_MARK = sse.USAGE_MARK
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 500
+TRANSPORT_ENV = "RAMPWATCH_HTTP_CLIENT"
+# A stream that sent [DONE] but not the end of its HTTP body keeps its connection this
+# long before the connection is dropped (vLLM ends the body right after [DONE]).
+_BODY_END_GRACE_S = 5.0
 # aiohttp >= 3.10 tells a connect timeout apart from a read timeout
 _CONNECT_TIMEOUT: tuple[type[BaseException], ...] = tuple(
     cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if cls is not None
@@ -103,13 +117,15 @@ def count_tokens(tokenizer: Any, text: str) -> int:
 
 
 class StreamingClient:
-    """One ``aiohttp.ClientSession`` shared by all requests of a run.
+    """The streaming transport (or one ``aiohttp.ClientSession``) shared by all requests of a run.
 
     ``clock`` returns seconds on the run's axis (e.g. ``lambda: time.monotonic() - t0``);
-    every timestamp in a record comes from it. ``connection_limit`` sizes the
-    connector's pool and should equal the run's maximum concurrency; 0 means no limit
-    (an open-loop run: a pool limit would queue requests inside aiohttp, where the wait
-    would be hidden in TTFT).
+    every timestamp in a record comes from it. ``connection_limit`` caps the open
+    connections and should equal the run's maximum concurrency; 0 means no limit (an
+    open-loop run: a pool limit would queue requests inside the client, where the wait
+    would be hidden in TTFT). ``transport`` says which transport ``send`` uses:
+    ``"http_stream"`` (plain ``http://``, the default) or ``"aiohttp"`` (``https://``,
+    URLs with credentials, or ``RAMPWATCH_HTTP_CLIENT=aiohttp``).
     """
 
     def __init__(
@@ -135,22 +151,45 @@ class StreamingClient:
         if self._api_key:
             self._headers["Authorization"] = f"Bearer {self._api_key}"
         self._session: aiohttp.ClientSession | None = None
+        self._pool: http_stream.ConnectionPool | None = None
+        self._started = False
+        self._target = _stream_target(self.base_url)
+        forced = os.environ.get(TRANSPORT_ENV, "").strip().lower()
+        self.transport = "aiohttp" if self._target is None or forced == "aiohttp" else "http_stream"
 
     def __repr__(self) -> str:  # never shows the key
         return f"StreamingClient({self.base_url!r}, model={self.model!r})"
 
     async def start(self) -> None:
-        if self._session is not None:
+        if self._started:
             return
-        connector = aiohttp.TCPConnector(
-            limit=self.connection_limit, limit_per_host=self.connection_limit, keepalive_timeout=60
-        )
-        timeout = aiohttp.ClientTimeout(
-            total=self.request_timeout_s, sock_connect=min(self.connect_timeout_s, self.request_timeout_s)
-        )
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        self._started = True
+        if self.transport == "http_stream":
+            assert self._target is not None
+            host, port, _, _ = self._target
+            self._pool = http_stream.ConnectionPool(
+                host, port, limit=self.connection_limit,
+                connect_timeout_s=min(self.connect_timeout_s, self.request_timeout_s),
+            )
+        else:
+            self._open_session()
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self.connection_limit, limit_per_host=self.connection_limit, keepalive_timeout=60
+            )
+            timeout = aiohttp.ClientTimeout(
+                total=self.request_timeout_s, sock_connect=min(self.connect_timeout_s, self.request_timeout_s)
+            )
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        return self._session
 
     async def close(self) -> None:
+        self._started = False
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -186,20 +225,91 @@ class StreamingClient:
     async def send(self, req: PreparedRequest, request_id: int, scheduled_at: float) -> RequestRecord:
         """Send one streaming request and return its record; never raises except on
         cancellation (``RequestCancelled``). Call ``start()`` first."""
-        if self._session is None:
+        if not self._started:
             raise RuntimeError("StreamingClient.start() was not called")
-        clock = self.clock
         rec = RequestRecord(
             id=request_id,
             scheduled_at=scheduled_at,
-            sent_at=clock(),
+            sent_at=self.clock(),
             end_at=0.0,
             prompt_tokens=req.expected_prompt_tokens,
             scenario_tag=req.tag,
         )
+        if self._pool is not None:
+            return await self._send_stream(req, rec)
+        return await self._send_aiohttp(req, rec)
+
+    async def _send_stream(self, req: PreparedRequest, rec: RequestRecord) -> RequestRecord:
+        """``send`` over ``http_stream``: the stream is parsed in the protocol's callbacks."""
+        assert self._pool is not None and self._target is not None
+        pool, clock = self._pool, self.clock
+        _, _, host_header, prefix = self._target
+        payload = http_stream.build_request(
+            "POST", prefix + ENDPOINT_PATHS[req.endpoint], host_header, self._headers,
+            json.dumps(self.build_body(req)).encode(),
+        )
+        state = _StreamState(keep_text=self.fallback_tokenizer is not None)
+        conn: http_stream.HttpConnection | None = None
+        exchange: _StreamExchange | None = None
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                for _attempt in range(2):
+                    conn = await pool.acquire()
+                    exchange = _StreamExchange(rec, state, clock, asyncio.get_running_loop().create_future())
+                    conn.send(payload, exchange)
+                    await exchange.finished
+                    # A reused connection the server had already closed: nothing was
+                    # answered, so the request never started; send it on a fresh one.
+                    if exchange.error is not None and not exchange.response_started and conn.reused \
+                            and not conn.got_bytes:
+                        continue
+                    break
+        except asyncio.CancelledError:
+            if conn is not None:
+                conn.abandon()
+            rec.end_at = clock()
+            self._fail(rec, "cancelled", "request cancelled by the run")
+            raise RequestCancelled(rec) from None
+        except TimeoutError:
+            if conn is not None:
+                conn.abandon()
+            rec.end_at = clock()
+            self._fail(rec, "timeout", f"no complete response within {self.request_timeout_s:g} s")
+            return rec
+        except http_stream.ConnectTimeout as exc:
+            rec.end_at = clock()
+            self._fail(rec, "connect", _describe(exc))
+            return rec
+        except OSError as exc:  # refused, unreachable, name resolution
+            rec.end_at = clock()
+            self._fail(rec, "connect", f"cannot connect to {pool.host}:{pool.port}: {_describe(exc)}")
+            return rec
+        assert exchange is not None and conn is not None
+        if exchange.redirected:
+            conn.abandon()
+            return await self._send_aiohttp(req, rec)
+        if exchange.error is not None:
+            rec.end_at = clock()
+            kind = "stream_aborted" if exchange.response_started else "connect"
+            self._fail(rec, kind, _describe(exchange.error))
+            return rec
+        if rec.status != 200:
+            raw = b"".join(exchange.error_body)
+            rec.end_at = clock()
+            msg = sse.error_message(sse.decode_json(raw)) or exchange.reason or raw[:200].decode("utf-8", "replace")
+            self._fail(rec, f"http_{rec.status}", msg or f"HTTP {rec.status}")
+            return rec
+        if conn.handler is exchange:  # [DONE] came before the end of the HTTP body
+            asyncio.get_running_loop().call_later(_BODY_END_GRACE_S, _drop_if_still, conn, exchange)
+        self._finish(rec, state)
+        return rec
+
+    async def _send_aiohttp(self, req: PreparedRequest, rec: RequestRecord) -> RequestRecord:
+        session = self._open_session()
+        clock = self.clock
         state = _StreamState(keep_text=self.fallback_tokenizer is not None)
         try:
-            async with self._session.post(
+            async with session.post(
                 self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
             ) as resp:
                 rec.status = resp.status
@@ -283,6 +393,87 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     name = type(exc).__name__
     return f"{name}: {text}" if text else name
+
+
+def _stream_target(base_url: str) -> tuple[str, int, str, str] | None:
+    """``(host, port, Host header, path prefix)`` when ``http_stream`` can serve the URL."""
+    parts = urlsplit(base_url)
+    if parts.scheme.lower() != "http" or not parts.hostname or parts.username or parts.password:
+        return None
+    try:
+        port = parts.port or 80
+    except ValueError:
+        return None
+    if parts.query or parts.fragment:
+        return None
+    return parts.hostname, port, parts.netloc, parts.path.rstrip("/")
+
+
+def _drop_if_still(conn: http_stream.HttpConnection, exchange: _StreamExchange) -> None:
+    if conn.handler is exchange:
+        conn.abandon()
+
+
+class _StreamExchange:
+    """One request's ``http_stream.ResponseHandler``: feeds the body to the SSE decoder and
+    the stream state as each network read arrives; ``finished`` resolves once the
+    record's outcome is known (``[DONE]``, an error event, the end of the body, an error)."""
+
+    __slots__ = ("rec", "state", "clock", "finished", "decoder", "error", "response_started",
+                 "reason", "error_body", "error_body_size", "redirected")
+
+    def __init__(self, rec: RequestRecord, state: _StreamState, clock: Callable[[], float],
+                 finished: asyncio.Future[None]) -> None:
+        self.rec = rec
+        self.state = state
+        self.clock = clock
+        self.finished = finished
+        self.decoder = sse.SSEDecoder()
+        self.error: BaseException | None = None
+        self.response_started = False
+        self.reason = ""
+        self.error_body: list[bytes] = []
+        self.error_body_size = 0
+        self.redirected = False
+
+    def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
+        if self.finished.done():
+            return
+        self.response_started = True
+        if status in (301, 302, 303, 307, 308) and headers.get("location"):
+            self.redirected = True
+            self.finished.set_result(None)
+            return
+        self.rec.status = status
+        self.reason = reason
+
+    def on_body(self, pieces: list[bytes]) -> None:
+        if self.finished.done():
+            return
+        if self.rec.status != 200:
+            for piece in pieces:
+                if self.error_body_size < _MAX_ERROR_BODY:
+                    piece = piece[: _MAX_ERROR_BODY - self.error_body_size]
+                    self.error_body.append(piece)
+                    self.error_body_size += len(piece)
+            return
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if self.state.consume(self.decoder.feed(data), self.rec, self.clock):
+            self.finished.set_result(None)
+
+    def on_end(self) -> None:
+        if self.finished.done():
+            return
+        if self.rec.status == 200:
+            self.state.consume(self.decoder.flush(), self.rec, self.clock)
+        self.finished.set_result(None)
+
+    def on_error(self, exc: BaseException, response_started: bool) -> None:
+        if self.finished.done():
+            return
+        self.error = exc
+        self.response_started = response_started
+        self.finished.set_result(None)
 
 
 class _StreamState:
