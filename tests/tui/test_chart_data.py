@@ -159,6 +159,17 @@ def test_current_value_skips_the_bin_still_filling():
     assert current_value(snap, "no_such_series") is None
 
 
+def test_a_bin_is_complete_only_a_moment_after_its_end():
+    from tui.chart_data import current_value
+
+    snap = fake_snapshot(10.0)
+    snap.series["offered_rps"][9] = 0.0  # its closing tick (at 10.00x) not read yet
+    snap.series["offered_rps"][8] = 7.0
+    assert current_value(snap, "offered_rps") == 7.0  # exactly on the boundary
+    snap.t = 10.2
+    assert current_value(snap, "offered_rps") == 0.0
+
+
 @pytest.mark.parametrize(
     "right, max_ticks, ticks, labels",
     [
