@@ -36,6 +36,7 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   tmuxc kill-server 2>/dev/null || true
+  rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/$session"
 }
 trap cleanup EXIT
 
