@@ -14,8 +14,9 @@ difference (start-up — Python imports, tokenizer, torch for vLLM — cancels o
 whole-process figure of the large run is printed too.
 
 Clients: ``vllm bench serve`` (from the vLLM venv), ``rampwatch run`` headless without a
-recording, the same with a recording, and the same without the live series builder (to
-attribute its per-record cost). Then one open-loop run with no concurrency cap at
+recording, the same with a recording, the same without the live series builder (to
+attribute its per-record cost), and the same on the aiohttp transport
+(``RAMPWATCH_HTTP_CLIENT=aiohttp``) instead of ``loadgen.http_stream``. Then one open-loop run with no concurrency cap at
 ``--lateness-rps`` gives the send lateness (``sent_at - scheduled_at``) percentiles.
 
     .venv/bin/python bench/bench_client.py [--small 200] [--large 1200] [--lateness-rps 200]
@@ -96,10 +97,15 @@ def rampwatch_cmd(url: str, n: int, result: Path, *, record: Path | None, series
     return cmd
 
 
-def rampwatch(url: str, n: int, tmp: Path, *, record: bool, series: bool) -> tuple[float, float, dict]:
-    result = tmp / f"rw-{n}-{record}-{series}.json"
+def rampwatch(url: str, n: int, tmp: Path, *, record: bool, series: bool,
+              transport: str | None = None) -> tuple[float, float, dict]:
+    result = tmp / f"rw-{n}-{record}-{series}-{transport}.json"
     rec = tmp / f"rw-{n}.rwrec" if record else None
-    cpu, wall, _ = timed(rampwatch_cmd(url, n, result, record=rec, series=series))
+    env = dict(os.environ)
+    env.pop("RAMPWATCH_HTTP_CLIENT", None)
+    if transport:
+        env["RAMPWATCH_HTTP_CLIENT"] = transport
+    cpu, wall, _ = timed(rampwatch_cmd(url, n, result, record=rec, series=series), env)
     return cpu, wall, json.loads(result.read_text())
 
 
@@ -120,6 +126,9 @@ def main() -> int:
     parser.add_argument("--lateness-rps", type=float, default=200.0, help="open-loop rate of the lateness run")
     parser.add_argument("--lateness-s", type=float, default=10.0, help="length of the lateness run")
     parser.add_argument("--skip-vllm", action="store_true", help="do not run vllm bench serve")
+    parser.add_argument("--only", action="append", default=[], metavar="WORDS",
+                        help="run only the clients whose name contains WORDS (repeatable)")
+    parser.add_argument("--skip-lateness", action="store_true", help="do not run the open-loop lateness step")
     args = parser.parse_args()
     if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
         raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh`")
@@ -134,6 +143,10 @@ def main() -> int:
     clients["rampwatch run (recording)"] = lambda url, n, tmp: rampwatch(url, n, tmp, record=True, series=True)
     clients["rampwatch run --no-record, no series builder"] = (
         lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=False))
+    clients["rampwatch run --no-record, aiohttp transport"] = (
+        lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=True, transport="aiohttp"))
+    if args.only:
+        clients = {name: run for name, run in clients.items() if any(word in name for word in args.only)}
 
     rows = []
     with tempfile.TemporaryDirectory() as tmpdir, EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim:
@@ -150,21 +163,24 @@ def main() -> int:
             print(f"  {name}: {marginal:.1f} CPU-s per 1M tokens (marginal), {whole:.1f} whole process; "
                   f"large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall", flush=True)
 
-        result = tmp / "lateness.json"
-        n = int(args.lateness_rps * args.lateness_s)
-        cmd = rampwatch_cmd(sim.url, n, result, record=None, series=True, rate=args.lateness_rps, concurrency=None)
-        timed(cmd)
-        late = json.loads(result.read_text())
-        lateness_ms = [1000 * q for q in late["queue_times"]]
+        if not args.skip_lateness:
+            result = tmp / "lateness.json"
+            n = int(args.lateness_rps * args.lateness_s)
+            cmd = rampwatch_cmd(sim.url, n, result, record=None, series=True, rate=args.lateness_rps, concurrency=None)
+            timed(cmd)
+            late = json.loads(result.read_text())
+            lateness_ms = [1000 * q for q in late["queue_times"]]
 
     print()
     print(f"| client | CPU-s per 1M streamed tokens (marginal) | whole process, {args.large} requests | "
-          "tokens/s | vs vllm bench |")
+          "tokens/s | vs vllm bench (marginal / whole) |")
     print("|---|---|---|---|---|")
-    base = rows[0][1] if not args.skip_vllm else None
+    base = rows[0] if rows and rows[0][0] == "vllm bench serve" else None
     for name, marginal, whole, _cpu, _wall, tps in rows:
-        ratio = f"{marginal / base:.2f}×" if base else "-"
+        ratio = f"{marginal / base[1]:.2f}× / {whole / base[2]:.2f}×" if base else "-"
         print(f"| {name} | {marginal:.1f} | {whole:.1f} | {tps:,.0f} | {ratio} |")
+    if args.skip_lateness:
+        return 0
     print()
     print(f"send lateness, open loop at {args.lateness_rps:g} req/s for {args.lateness_s:g} s, no concurrency cap "
           f"({len(lateness_ms)} sends, {late['failed']} failed): p50 {percentile(lateness_ms, 50):.2f} ms, "

@@ -61,9 +61,9 @@ ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completion
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 500
 TRANSPORT_ENV = "RAMPWATCH_HTTP_CLIENT"
-# A stream that sent [DONE] but not the end of its HTTP body keeps its connection this
-# long before the connection is dropped (vLLM ends the body right after [DONE]).
-_BODY_END_GRACE_S = 5.0
+# How long a stream that sent [DONE] may take to end its HTTP body before its
+# connection is dropped instead of reused.
+_BODY_END_GRACE_S = 1.0
 # aiohttp >= 3.10 tells a connect timeout apart from a read timeout
 _CONNECT_TIMEOUT: tuple[type[BaseException], ...] = tuple(
     cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if cls is not None
@@ -74,8 +74,9 @@ class RequestCancelled(asyncio.CancelledError):
     """Raised by ``StreamingClient.send`` when its task is cancelled mid-request.
 
     It *is* a ``CancelledError`` (cancellation keeps propagating as asyncio expects) and
-    carries the finished ``record`` (``error_class="cancelled"``) so the caller can
-    publish it::
+    carries the finished ``record`` (``error_class="cancelled"``, or the complete record
+    when the stream had already ended and only the HTTP body's close was awaited) so the
+    caller can publish it::
 
         try:
             record = await client.send(req, i, scheduled_at)
@@ -299,9 +300,19 @@ class StreamingClient:
             msg = sse.error_message(sse.decode_json(raw)) or exchange.reason or raw[:200].decode("utf-8", "replace")
             self._fail(rec, f"http_{rec.status}", msg or f"HTTP {rec.status}")
             return rec
-        if conn.handler is exchange:  # [DONE] came before the end of the HTTP body
-            asyncio.get_running_loop().call_later(_BODY_END_GRACE_S, _drop_if_still, conn, exchange)
         self._finish(rec, state)
+        if conn.handler is exchange:
+            # [DONE] came before the end of the HTTP body (vLLM ends it right after): wait
+            # for it so the connection goes back to the pool instead of a new one opening.
+            exchange.body_ended = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(_BODY_END_GRACE_S):
+                    await exchange.body_ended
+            except TimeoutError:
+                conn.abandon()
+            except asyncio.CancelledError:  # the record is complete: hand it over as it is
+                conn.abandon()
+                raise RequestCancelled(rec) from None
         return rec
 
     async def _send_aiohttp(self, req: PreparedRequest, rec: RequestRecord) -> RequestRecord:
@@ -314,7 +325,12 @@ class StreamingClient:
             ) as resp:
                 rec.status = resp.status
                 if resp.status != 200:
-                    raw = await resp.content.read(_MAX_ERROR_BODY)
+                    raw = b""  # read() returns what has arrived so far: loop to the end
+                    while len(raw) < _MAX_ERROR_BODY:
+                        part = await resp.content.read(_MAX_ERROR_BODY - len(raw))
+                        if not part:
+                            break
+                        raw += part
                     rec.end_at = clock()
                     msg = sse.error_message(sse.decode_json(raw)) or resp.reason or raw[:200].decode("utf-8", "replace")
                     self._fail(rec, f"http_{resp.status}", msg or f"HTTP {resp.status}")
@@ -409,18 +425,13 @@ def _stream_target(base_url: str) -> tuple[str, int, str, str] | None:
     return parts.hostname, port, parts.netloc, parts.path.rstrip("/")
 
 
-def _drop_if_still(conn: http_stream.HttpConnection, exchange: _StreamExchange) -> None:
-    if conn.handler is exchange:
-        conn.abandon()
-
-
 class _StreamExchange:
     """One request's ``http_stream.ResponseHandler``: feeds the body to the SSE decoder and
     the stream state as each network read arrives; ``finished`` resolves once the
     record's outcome is known (``[DONE]``, an error event, the end of the body, an error)."""
 
     __slots__ = ("rec", "state", "clock", "finished", "decoder", "error", "response_started",
-                 "reason", "error_body", "error_body_size", "redirected")
+                 "reason", "error_body", "error_body_size", "redirected", "body_ended")
 
     def __init__(self, rec: RequestRecord, state: _StreamState, clock: Callable[[], float],
                  finished: asyncio.Future[None]) -> None:
@@ -435,6 +446,7 @@ class _StreamExchange:
         self.error_body: list[bytes] = []
         self.error_body_size = 0
         self.redirected = False
+        self.body_ended: asyncio.Future[None] | None = None
 
     def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
         if self.finished.done():
@@ -462,6 +474,8 @@ class _StreamExchange:
             self.finished.set_result(None)
 
     def on_end(self) -> None:
+        if self.body_ended is not None and not self.body_ended.done():
+            self.body_ended.set_result(None)
         if self.finished.done():
             return
         if self.rec.status == 200:
@@ -469,6 +483,8 @@ class _StreamExchange:
         self.finished.set_result(None)
 
     def on_error(self, exc: BaseException, response_started: bool) -> None:
+        if self.body_ended is not None and not self.body_ended.done():
+            self.body_ended.set_result(None)
         if self.finished.done():
             return
         self.error = exc

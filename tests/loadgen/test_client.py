@@ -1,7 +1,13 @@
-"""The streaming client against a small aiohttp server replaying real vLLM captures."""
+"""The streaming client against small servers replaying real vLLM captures.
+
+Every test runs on both transports (``loadgen.http_stream`` and aiohttp): the records
+must come out the same.
+"""
 
 import asyncio
 import json
+import os
+import random
 import socket
 import time
 
@@ -13,6 +19,15 @@ from loadgen.errors import TargetUnreachable
 from loadgen.requests import PreparedRequest
 
 SECRET = "sk-test-secret-123"
+
+
+@pytest.fixture(params=["http_stream", "aiohttp"], autouse=True)
+def transport(request, monkeypatch):
+    if request.param == "aiohttp":
+        monkeypatch.setenv("RAMPWATCH_HTTP_CLIENT", "aiohttp")
+    else:
+        monkeypatch.delenv("RAMPWATCH_HTTP_CLIENT", raising=False)
+    return request.param
 
 
 def events_of(body: bytes) -> list[bytes]:
@@ -112,7 +127,10 @@ def chat_req():
 
 def make_client(url, **kw):
     t0 = time.monotonic()
-    return StreamingClient(url + "/v1", model="tiny", clock=lambda: time.monotonic() - t0, **kw)
+    client = StreamingClient(url + "/v1", model="tiny", clock=lambda: time.monotonic() - t0, **kw)
+    expected = "aiohttp" if os.environ.get("RAMPWATCH_HTTP_CLIENT") == "aiohttp" else "http_stream"
+    assert client.transport == expected
+    return client
 
 
 @pytest.mark.parametrize("split, crlf", [(0, False), (7, False), (3, True)])
@@ -228,6 +246,7 @@ async def test_connection_refused():
 
 
 async def test_cancel_record_caught_inside_task(server):
+    """The cancelled request's record reaches the caller; the client keeps working."""
     server.mode = "hang"
     seen = []
 
@@ -245,7 +264,10 @@ async def test_cancel_record_caught_inside_task(server):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        server.mode = "normal"
+        after = await client.send(completions_req(), 6, 0.0)
     assert seen[0].error_class == "cancelled" and seen[0].id == 5
+    assert after.ok and len(after.chunk_times) == 7
 
 
 async def test_fallback_tokenizer_without_usage(server):
@@ -323,3 +345,144 @@ async def test_end_to_end_against_the_simulator():
     summary = compute_summary(None, records, samples, [], duration_s=clock())
     assert summary["completed"] == 6 and summary["total_output_tokens"] == generated
     assert builder.snapshot().summary["completed"] == 6
+
+
+# -- a raw HTTP/1.1 server: chunk framing split anywhere, keep-alive control ------------
+
+
+def chunked_wire(events: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+
+
+def awkward_cuts(wire: bytes, seed: int) -> list[int]:
+    """Cut points inside chunk-size lines, between CR and LF, and inside SSE events."""
+    rng, cuts, pos = random.Random(seed), set(), 0
+    while pos < len(wire):
+        nl = wire.index(b"\r\n", pos)
+        size = int(wire[pos:nl], 16)
+        if nl - pos >= 2:
+            cuts.add(pos + 1)  # inside the size line
+        cuts.add(nl + 1)  # between its CR and LF
+        if size:
+            cuts.add(nl + 2 + rng.randint(1, size - 1))  # inside the event
+            cuts.add(nl + 2 + size + 1)  # between the chunk's closing CR and LF
+        pos = nl + 2 + size + 2 if size else len(wire)
+    return sorted(c for c in cuts if 0 < c < len(wire))
+
+
+class RawServer:
+    """Answers each request on a connection with a hand-written response, written in pieces."""
+
+    def __init__(self, fixtures_dir):
+        self.completions = (fixtures_dir / "vllm-0.32.0-cpu-completions-stream.txt").read_bytes()
+        self.too_long = (fixtures_dir / "vllm-0.32.0-cpu-error-too-long.json").read_bytes()
+        self.mode = "chunked"
+        self.seed = 0
+        self.close_after_response = False  # without saying so in a header
+        self.connection_close_header = False
+        self.connections = 0
+        self.requests = 0
+
+    def response(self) -> tuple[bytes, list[int]]:
+        close = b"Connection: close\r\n" if self.connection_close_header else b""
+        if self.mode == "error_400":
+            head = b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n"
+            wire = head % (close, len(self.too_long)) + self.too_long
+            return wire, [17, len(wire) - 20]
+        if self.mode == "content_length":
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%sContent-Length: %d\r\n\r\n"
+            wire = head % (close, len(self.completions)) + self.completions
+            return wire, list(range(30, len(wire), 53))
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%sTransfer-Encoding: chunked\r\n\r\n" % close
+        body = chunked_wire(events_of(self.completions))
+        return head + body, [5, len(head) - 1] + [len(head) + c for c in awkward_cuts(body, self.seed)]
+
+    async def handle(self, reader, writer):
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                self.requests += 1
+                wire, cuts = self.response()
+                pos = 0
+                for cut in [*cuts, len(wire)]:
+                    writer.write(wire[pos:cut])
+                    await writer.drain()
+                    await asyncio.sleep(0.001)
+                    pos = cut
+                if self.close_after_response or self.connection_close_header:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+@pytest.fixture
+async def raw_server(fixtures_dir):
+    raw = RawServer(fixtures_dir)
+    server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
+    raw.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    yield raw
+    server.close()
+
+
+def assert_capture_record(rec):
+    assert rec.ok, (rec.error_class, rec.error)
+    assert rec.completion_tokens == 8 and rec.prompt_tokens == 4 and rec.finish_reason == "length"
+    assert len(rec.chunk_times) == 7 and rec.end_at == rec.chunk_times[-1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_chunk_framing_split_anywhere(raw_server, seed):
+    raw_server.seed = seed
+    async with make_client(raw_server.url) as client:
+        rec = await client.send(completions_req(), 1, 0.0)
+    assert_capture_record(rec)
+
+
+async def test_content_length_stream_and_error_body(raw_server):
+    raw_server.mode = "content_length"
+    async with make_client(raw_server.url) as client:
+        assert_capture_record(await client.send(completions_req(), 1, 0.0))
+        raw_server.mode = "error_400"
+        rec = await client.send(completions_req(), 2, 0.0)
+    assert rec.error_class == "http_400" and rec.error.startswith("max_tokens=5000 cannot be greater")
+
+
+async def test_keep_alive_reuse_across_sequential_requests(raw_server, transport):
+    async with make_client(raw_server.url) as client:
+        for i, mode in enumerate(["chunked", "content_length", "error_400", "chunked"]):
+            raw_server.mode = mode
+            rec = await client.send(completions_req(), i, 0.0)
+            if mode == "error_400":
+                assert rec.error_class == "http_400"
+            else:
+                assert_capture_record(rec)
+    assert raw_server.requests == 4
+    if transport == "http_stream":  # aiohttp closes a connection whose body it left unread
+        assert raw_server.connections == 1
+
+
+@pytest.mark.parametrize("how", ["header", "silent"])
+async def test_server_closing_keep_alive_connections(raw_server, how):
+    if how == "header":
+        raw_server.connection_close_header = True
+    else:
+        raw_server.close_after_response = True
+    async with make_client(raw_server.url) as client:
+        for i in range(3):
+            assert_capture_record(await client.send(completions_req(), i, 0.0))
+            await asyncio.sleep(0.05)
+    assert raw_server.requests == 3 and raw_server.connections == 3
+
+
+async def test_concurrent_requests_within_the_connection_limit(raw_server, transport):
+    async with make_client(raw_server.url, connection_limit=3) as client:
+        records = await asyncio.gather(*(client.send(completions_req(), i, 0.0) for i in range(8)))
+    for rec in records:
+        assert_capture_record(rec)
+    assert raw_server.requests == 8
+    if transport == "http_stream":
+        assert raw_server.connections <= 3
