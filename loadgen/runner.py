@@ -332,10 +332,19 @@ class Run:
         self.sink.on_request(record)
 
     async def _drain(self) -> None:
+        """Wait for in-flight requests: without limit after the schedule ends (as vllm
+        bench does), but only ``stop_grace_s`` once a stop is requested — also a stop
+        that arrives while already draining."""
+        assert self._schedule_changed is not None
         pending = set(self._in_flight)
-        if not pending:
-            return
-        done, pending = await asyncio.wait(pending, timeout=self.options.stop_grace_s if self._stopping else None)
+        while pending and not self._stopping:
+            self._schedule_changed.clear()
+            stop_wait = asyncio.ensure_future(self._schedule_changed.wait())
+            done, pending = await asyncio.wait(pending | {stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+            pending.discard(stop_wait)
+        if pending:
+            done, pending = await asyncio.wait(pending, timeout=self.options.stop_grace_s)
         if pending:
             self.sink.on_event(
                 Event(self.now(), "info", f"cancelling {len(pending)} in-flight requests after the grace period")

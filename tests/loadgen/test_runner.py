@@ -234,6 +234,29 @@ async def test_state_is_draining_while_the_last_requests_finish():
     assert any(line.split("]")[1].split()[0] == "draining" for s, line in seen if s == "draining")
 
 
+async def test_stop_while_draining_applies_the_grace_period():
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
+    sink = ListSink()
+    async with serve(slow) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 10, "duration_s": 0.5}, output_tokens=2000), sink,
+                       stop_grace_s=0.3)
+
+        async def stop_while_draining() -> float:
+            while run.state != "draining":
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            run.stop()
+            return run.now()
+
+        stopper = asyncio.create_task(stop_while_draining())
+        result = await run.execute()
+        stopped_at = await stopper
+
+    # 2000 tokens at ~30 ms a step would drain for a minute; the stop cuts it to the grace.
+    assert stopped_at + 0.3 <= result.duration_s < stopped_at + 1.5
+    assert all(r.error_class == "cancelled" for r in result.requests)
+
+
 async def test_unreachable_target_raises_naming_the_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
