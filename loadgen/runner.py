@@ -63,6 +63,7 @@ class RunResult:
     events: list[Event]
     header: RunHeader
     interrupted: bool = False
+    recording_error: str | None = None  # set where the recording is closed (the UI's run process)
 
     @property
     def error_rate(self) -> float:

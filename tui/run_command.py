@@ -146,6 +146,8 @@ def main(args: argparse.Namespace) -> int:
     finally:
         prepared.recorder = None  # this process's copy never wrote: closing it would clobber the file
         prepared.close()
+    if getattr(result, "recording_error", None):
+        prepared.recording_error = result.recording_error
     return int(finish(prepared, result) or 0)
 
 
@@ -161,11 +163,15 @@ def live_parts(prepared) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Any
     recorder = prepared.recorder
 
     async def run_and_close_recording():
+        result = None
         try:
-            return await run.execute()
+            result = await run.execute()
+            return result
         finally:
             if recorder is not None:
                 recorder.close()
+                if result is not None and recorder.error is not None:
+                    result.recording_error = str(recorder.error)
 
     return run_and_close_recording, run.snapshot, run
 
