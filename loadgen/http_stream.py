@@ -61,8 +61,33 @@ class ChunkedDecoder:
             self.tail += data
             return out
         pos, end = 0, len(data)
+        append = out.append
         while pos < end:
             state = self._state
+            if state == self._SIZE and not self._line:
+                # Whole chunks (size line, data, CRLF) inside this read, one iteration each:
+                # the common case, an SSE stream with one event per chunk.
+                while True:
+                    nl = data.find(b"\r\n", pos)
+                    if nl < 0:
+                        break
+                    size_line = data[pos:nl]
+                    if not size_line.isalnum():
+                        break  # extensions or garbage: the general path below decides
+                    try:
+                        size = int(size_line, 16)
+                    except ValueError:
+                        break
+                    start = nl + 2
+                    stop = start + size
+                    if not size or stop + 2 > end:
+                        break
+                    if data[stop : stop + 2] != b"\r\n":
+                        raise HttpProtocolError("chunk data not followed by CRLF")
+                    append(data[start:stop])
+                    pos = stop + 2
+                if pos >= end:
+                    break
             if state == self._DATA:
                 take = min(self._remaining, end - pos)
                 out.append(data[pos : pos + take] if take != end - pos or pos else data)
@@ -404,8 +429,7 @@ class ConnectionPool:
 
     def close(self) -> None:
         for conn in list(self._open):
-            conn.handler = None
-            conn.close()
+            conn._fail(ConnectionClosed("client closed"))  # a request still waiting ends now
         self._idle.clear()
         for waiter in self._waiters:
             if not waiter.done():
