@@ -210,7 +210,7 @@ def finish_run(prepared: PreparedRun, result: Any, out: TextIO = sys.stdout) -> 
     if prepared.result_json_path is not None:
         prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
         prepared.result_json_path.write_text(
-            json.dumps(to_bench_result(summary, result.header, result.requests), indent=1)
+            json.dumps(to_bench_result(summary, result.header, result.requests))
         )
         print(f"result JSON: {prepared.result_json_path}", file=out)
     if prepared.recording_path is not None:
