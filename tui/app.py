@@ -37,6 +37,8 @@ MAX_REFRESH_HZ = 4.0
 # Below this the panels go into tabs; above it every chart is on screen at once.
 WIDE_MIN = Size(120, 36)
 SPEEDS = (1.0, 2.0, 4.0, 8.0, 16.0)
+# A toast is removed at its timeout; the repaint comes just after.
+TOAST_REPAINT_DELAY_S = 0.25
 ACTIVE_STATES = ("starting", "ramping", "holding", "draining", "stopping")
 
 CHARTS = (
@@ -234,6 +236,20 @@ class RampwatchApp(App[int]):
         bar_marks = [(t, letters[kind]) for t, kind, _ in self._replay_marks() if kind in letters]
         for bar in self.main_screen.query(PositionBar):
             bar.set_state(position=position, duration=duration, speed=speed, playing=bool(playing), marks=bar_marks)
+
+    # ----- notifications -----
+
+    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        # Once the toast has gone, repaint the whole screen: the panels under it are redrawn
+        # only when their own content changes (the events panel may not change for minutes),
+        # so a lost or partial update of the toast's region would otherwise stay on screen.
+        after = (self.NOTIFICATION_TIMEOUT if timeout is None else timeout) + TOAST_REPAINT_DELAY_S
+        self.set_timer(after, self.repaint_screen, name="repaint-after-toast")
+
+    def repaint_screen(self) -> None:
+        self.screen.refresh()
 
     # ----- bindings -----
 

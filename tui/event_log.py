@@ -1,7 +1,14 @@
-"""The run's events, newest last: errors by class, knee, holds, marks, scrape failures."""
+"""The run's events, newest last: errors by class, knee, holds, marks, scrape failures.
+
+One row per event in three columns (time, kind, message). A message longer than the
+panel is wide wraps inside its own column, under the message, so the time and kind
+columns stay readable down the left edge (a hanging indent).
+"""
 
 from __future__ import annotations
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -24,13 +31,32 @@ KIND_STYLES = {
 MAX_SHOWN = 300
 
 
-def event_line(event: Event) -> Text:
-    line = Text(no_wrap=True, overflow="ellipsis")
-    line.append(format_duration(event.t), style="dim")
-    line.append(" ")
-    line.append(f"{event.kind:<13}", style=KIND_STYLES.get(event.kind, ""))
-    line.append(event.message)
-    return line
+def event_cells(event: Event) -> tuple[Text, Text, Text]:
+    """(time, kind, message) of one event, styled."""
+    return (
+        Text(format_duration(event.t), style="dim"),
+        Text(event.kind, style=KIND_STYLES.get(event.kind, "")),
+        Text(event.message, overflow="fold"),
+    )
+
+
+def event_table(events: list[Event]) -> Table:
+    """The events as a grid: time and kind never wrap (the kind column is as wide as the
+    longest kind shown); the message column takes the rest and wraps its words within it.
+    """
+    table = Table.grid(padding=(0, 1, 0, 0), expand=True)
+    table.add_column("time", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("message", ratio=1, overflow="fold")
+    for event in events:
+        table.add_row(*event_cells(event))
+    return table
+
+
+def error_summary(errors: dict[str, int]) -> Text:
+    summary = Text("errors: ", style="bold red")
+    summary.append(", ".join(f"{cls} ×{n}" for cls, n in sorted(errors.items())))
+    return summary
 
 
 class EventLog(VerticalScroll):
@@ -48,11 +74,14 @@ class EventLog(VerticalScroll):
         if key == self._shown:
             return
         self._shown = key
-        lines = []
+        parts: list = []
         if errors:
-            summary = Text("errors: ", style="bold red")
-            summary.append(", ".join(f"{cls} ×{n}" for cls, n in sorted(errors.items())))
-            lines.append(summary)
-        lines.extend(event_line(e) for e in sorted(snapshot.events[-MAX_SHOWN:], key=lambda e: e.t))
-        self.query_one(".event-lines", Static).update(Text("\n").join(lines) if lines else "no events yet")
+            parts.append(error_summary(errors))
+        events = sorted(snapshot.events[-MAX_SHOWN:], key=lambda e: e.t)
+        if events:
+            parts.append(event_table(events))
+        self.query_one(".event-lines", Static).update(Group(*parts) if parts else "no events yet")
+        # Repaint the whole panel, not only the lines: its empty rows and border must not
+        # keep whatever was last drawn over them.
+        self.refresh()
         self.scroll_end(animate=False)

@@ -250,3 +250,38 @@ async def test_charts_are_rebuilt_only_when_a_bin_or_event_is_added():
         app.poll_source()
         await pilot.pause()
         assert chart.draws == first + 1
+
+
+async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
+    """A toast's region must not keep its text once the toast has timed out, even if the
+    panels under it (the events panel can stay unchanged for minutes) never redraw."""
+    from textual.widgets._toast import Toast
+
+    from tests.tui.test_event_log import screen_lines
+    from tui.app import TOAST_REPAINT_DELAY_S
+    from tui.event_log import EventLog
+
+    app, control, _ = live_app(95.0)
+    async with app.run_test(size=WIDE, notifications=True) as pilot:
+        await pilot.press("m", *"steady before the knee", "enter")
+        await pilot.pause(0.2)
+        assert any("mark added: steady before the knee" in line for line in screen_lines(app))
+        updates = []
+        display = app._display
+
+        def spy(screen, update):
+            updates.append(update)
+            return display(screen, update)
+
+        app._display = spy
+        await pilot.pause(2.0 + TOAST_REPAINT_DELAY_S + 0.3)
+        assert not app.screen.query(Toast)
+        full = [u for u in updates if getattr(u, "region", None) == app.screen.region]
+        assert full, "no full-screen repaint after the toast timed out"
+        lines = screen_lines(app)
+        assert not any("steady before" in line for line in lines)
+        events = app.query_one("#w-events", EventLog).region
+        assert lines[events.bottom - 1][events.x] == "╰" and lines[events.bottom - 1][events.right - 1] == "╯"
+        for y in range(events.y + 1, events.bottom - 1):
+            assert lines[y][events.x] == "│" and lines[y][events.right - 1] == "│"
+    assert control.calls == [("mark", "steady before the knee")]
