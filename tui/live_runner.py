@@ -30,7 +30,33 @@ def _starting_snapshot() -> Snapshot:
     )
 
 
-class ThreadSafeControl:
+class ForwardingControl:
+    """A RunControl that hands every call to ``_forward(name, *args)``: the UI steers a
+    run on another thread or in another process through one of these."""
+
+    def _forward(self, name: str, *args: Any) -> None:
+        raise NotImplementedError
+
+    def hold(self) -> None:
+        self._forward("hold")
+
+    def resume(self) -> None:
+        self._forward("resume")
+
+    def set_rate(self, rps: float) -> None:
+        self._forward("set_rate", rps)
+
+    def step_rate(self, delta_rps: float) -> None:
+        self._forward("step_rate", delta_rps)
+
+    def mark(self, note: str) -> None:
+        self._forward("mark", note)
+
+    def stop(self) -> None:
+        self._forward("stop")
+
+
+class ThreadSafeControl(ForwardingControl):
     """A RunControl whose calls run on the run's loop, whatever thread makes them.
 
     Calls after the run has finished are dropped: there is nothing left to steer.
@@ -40,7 +66,7 @@ class ThreadSafeControl:
         self._control = control
         self._bridge = bridge
 
-    def _call(self, name: str, *args: Any) -> None:
+    def _forward(self, name: str, *args: Any) -> None:
         loop = self._bridge.loop
         if loop is None or loop.is_closed() or self._bridge.done:
             return
@@ -48,24 +74,6 @@ class ThreadSafeControl:
             loop.call_soon_threadsafe(getattr(self._control, name), *args)
         except RuntimeError:  # loop closed between the check and the call
             pass
-
-    def hold(self) -> None:
-        self._call("hold")
-
-    def resume(self) -> None:
-        self._call("resume")
-
-    def set_rate(self, rps: float) -> None:
-        self._call("set_rate", rps)
-
-    def step_rate(self, delta_rps: float) -> None:
-        self._call("step_rate", delta_rps)
-
-    def mark(self, note: str) -> None:
-        self._call("mark", note)
-
-    def stop(self) -> None:
-        self._call("stop")
 
 
 class LiveBridge:
@@ -299,32 +307,14 @@ def with_tail(base: Snapshot, start: int, tail: Snapshot) -> Snapshot:
     return dataclasses.replace(tail, times=base.times[:start] + tail.times, series=series)
 
 
-class _PipeControl:
+class _PipeControl(ForwardingControl):
     """RunControl calls sent to the run process; dropped once the run has ended."""
 
     def __init__(self, bridge: "ProcessBridge") -> None:
         self._bridge = bridge
 
-    def _send(self, name: str, *args: Any) -> None:
+    def _forward(self, name: str, *args: Any) -> None:
         self._bridge._send(name, args)
-
-    def hold(self) -> None:
-        self._send("hold")
-
-    def resume(self) -> None:
-        self._send("resume")
-
-    def set_rate(self, rps: float) -> None:
-        self._send("set_rate", rps)
-
-    def step_rate(self, delta_rps: float) -> None:
-        self._send("step_rate", delta_rps)
-
-    def mark(self, note: str) -> None:
-        self._send("mark", note)
-
-    def stop(self) -> None:
-        self._send("stop")
 
 
 class ProcessBridge:
