@@ -40,6 +40,11 @@ def summarise(recording: Recording, records: list | None = None, **options: Any)
     requests are streamed (same figures; ITL percentiles from exact µs order statistics)."""
     from loadgen.summary import compute_summary
 
+    # The run's own SLOs and GPU price, so a report matches the summary printed live.
+    header = recording.header
+    if header is not None:
+        options.setdefault("slo", (header.scenario or {}).get("slo") or None)
+        options.setdefault("gpu_price_per_hour", (header.options or {}).get("gpu_price_per_hour"))
     if records is not None:
         return compute_summary(recording.header, records, recording.samples, recording.events,
                                benchmark_duration(recording, records), **options)

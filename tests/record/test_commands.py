@@ -251,3 +251,38 @@ def test_replay_snapshot_equals_a_straight_feed_with_the_series_builder():
         assert got.in_flight == want.in_flight and got.events == want.events
         assert got.summary.keys() == want.summary.keys()
         assert not any(isinstance(v, float) and math.isnan(v) for v in [got.t])
+
+
+def test_report_uses_the_runs_own_slo_and_gpu_price(tmp_path):
+    """A report of a recording matches the live summary: same SLOs (goodput), same price."""
+    import dataclasses
+
+    from loadgen.summary import compute_summary
+    from record.analysis import benchmark_duration, summarise
+    from record.writer import RecordingWriter
+
+    src = open_recording(FIXTURE)
+    header = dataclasses.replace(
+        src.header,
+        scenario={**src.header.scenario, "slo": {"ttft_ms": 150, "tpot_ms": 60}},
+        options={**src.header.options, "gpu_price_per_hour": 2.0},
+    )
+    path = tmp_path / "slo.rwrec"
+    writer = RecordingWriter(path, flush_interval_s=None)
+    writer.on_start(header)
+    sink_method = {"request": writer.on_request, "sample": writer.on_scrape, "tick": writer.on_tick,
+                   "event": writer.on_event}
+    for item in src.items_between(0.0, src.duration_s + 1):
+        sink_method[item.kind](item.value)
+    writer.on_finish(src.duration_s)
+    writer.close()
+
+    rec = open_recording(path)
+    summary = summarise(rec)
+    expected = compute_summary(rec.header, rec.requests, rec.samples, rec.events,
+                               benchmark_duration(rec, rec.requests),
+                               slo={"ttft": 150, "tpot": 60}, gpu_price_per_hour=2.0)
+    assert 0 < summary["request_goodput"] < summary["request_throughput"]
+    assert summary["request_goodput"] == pytest.approx(expected["request_goodput"])
+    assert summary["cost_per_1m_output_tokens"] == pytest.approx(expected["cost_per_1m_output_tokens"])
+    assert summarise(src).get("request_goodput") is None
