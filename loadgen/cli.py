@@ -54,7 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="override any scenario key, e.g. --set workload.output_tokens.max=200 (repeatable)")
     parser.add_argument("--progress-interval", type=float, default=PROGRESS_INTERVAL_S, metavar="SECONDS",
                         help=f"headless: seconds between progress lines (default {PROGRESS_INTERVAL_S:g})")
-    parser.add_argument("--rate-step", type=float, default=1.0, metavar="RPS", help="rate change of the +/- keys")
+    parser.add_argument("--rate-step", type=float, metavar="RPS",
+                        help="rate change of the +/- keys (default: about 10%% of the current rate)")
     parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
     parser.add_argument("--stop-grace", type=float, default=10.0, metavar="SECONDS",
                         help="after a stop, how long in-flight requests may finish before they are cancelled")

@@ -48,7 +48,7 @@ class RunOptions:
     scrape_timeout_s: float = 2.0
     request_timeout_s: float = 600.0
     stop_grace_s: float = 10.0  # in-flight requests get this long after a stop, then are cancelled
-    rate_step_rps: float = 1.0  # what step_rate(+1/-1) moves by, from the TUI's +/- keys
+    rate_step_rps: float | None = None  # the TUI's +/- step; None: about 10% of the current rate
     tokenizer: Any = None  # TokenizerLike for the fallback token count
     cli_options: dict[str, Any] = field(default_factory=dict)  # for the header; secrets removed here
     tick_interval_s: float = 1.0
@@ -161,12 +161,6 @@ class Run:
 
     def step_rate(self, delta_rps: float) -> None:
         self._changed(self.schedule.step_rate(self.now(), delta_rps))
-
-    def step_up(self) -> None:
-        self.step_rate(self.options.rate_step_rps)
-
-    def step_down(self) -> None:
-        self.step_rate(-self.options.rate_step_rps)
 
     def mark(self, note: str) -> None:
         self.sink.on_event(Event(self.now(), "mark", note or "mark", {"note": note}))
