@@ -9,11 +9,13 @@ once with the run in its own process (ProcessBridge, what `rampwatch run` uses) 
 the Textual app drawing every panel at 160×48 in the main thread (headless
 driver: every frame is composed and rendered, only not written to a terminal).
 
-    python bench/bench_tui_lateness.py [--rate 200] [--duration 10] [--repeat 3]
+    python bench/bench_tui_lateness.py [--rate 200] [--duration 10] [--repeat 3] [--a-a]
 
-Prints p50/p99/max lateness for each run and the median TUI/headless ratios (target:
-p99 within 10 %). Pairs alternate their order so a change in the machine's load hits
-both sides alike.
+Prints p50/p99/max lateness for each run, then TUI/headless p99 ratios: the median of
+the per-round ratios with quartiles, and the pooled ratio with a 95 % bootstrap interval
+over rounds (target: p99 within 10 %). With --a-a each round also runs a second
+headless side, reported the same way: the spread this machine shows with no UI at all.
+Rounds rotate their order so a change in the machine's load hits every side alike.
 """
 
 from __future__ import annotations
@@ -84,14 +86,15 @@ def run_headless(rate: float, duration: float) -> list[float]:
     return bridge.finish()
 
 
-def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priority: str = "idle") -> tuple[list[float], int]:
+def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priority: str = "idle",
+                refresh_hz: float = 4.0) -> tuple[list[float], int]:
     from tui.app import make_app
 
     load = SyntheticLoad(rate, duration)
     load.start_clock()
     bridge = bridge_class(load.run, load.snapshot, FakeControl()).start()
     put_back = lower_ui_priority(priority) if bridge_class is ProcessBridge and priority != "normal" else (lambda: None)
-    app = make_app(bridge, bridge.control, mode="live")
+    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz)
     frames = 0
 
     async def drive() -> None:
@@ -110,54 +113,96 @@ def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priori
     return (result if result is not None else load.lateness), frames
 
 
+def pooled_p99_ratio_interval(ui: list[list[float]], base: list[list[float]], draws: int = 2000,
+                              seed: int = 1) -> tuple[float, float, float]:
+    """Pooled p99 ratio ui/base with a 95 % bootstrap interval. Runs, not single sends,
+    are resampled: lateness comes in bursts inside a run, so resampling sends would claim
+    a precision the data does not have."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ui_runs = [np.asarray(run) for run in ui]
+    base_runs = [np.asarray(run) for run in base]
+
+    def ratio(indices) -> float:
+        top = np.percentile(np.concatenate([ui_runs[i] for i in indices]), 99)
+        bottom = np.percentile(np.concatenate([base_runs[i] for i in indices]), 99)
+        return float(top / max(bottom, 1e-9))
+
+    n = len(ui_runs)
+    point = ratio(range(n))
+    samples = sorted(ratio(rng.integers(0, n, n)) for _ in range(draws))
+    return point, samples[int(0.025 * draws)], samples[int(0.975 * draws) - 1]
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=200.0, help="sends per second")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per run")
-    parser.add_argument("--repeat", type=int, default=3, help="headless / TUI pairs, alternating (medians are reported)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (each: headless, TUI on and, with --a-a, a second headless), order rotated")
     parser.add_argument("--ui-priority", choices=("idle", "nice", "normal"), default="idle",
                         help="the UI process's CPU priority (idle = SCHED_IDLE, run_tui's default; nice = +10)")
+    parser.add_argument("--refresh-hz", type=float, default=4.0, help="the app's refresh rate (as `rampwatch run --refresh-hz`)")
     parser.add_argument("--a-a", action="store_true",
-                        help="noise floor: the 'TUI on' side is a second headless run (no UI at all)")
+                        help="noise floor in the same rounds: a second headless run (headless B) compared with headless the same way")
     parser.add_argument("--with-thread", action="store_true", help="also measure the UI with the run in a thread (not a process)")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    print(f"rate {args.rate:g}/s, {args.duration:g} s per run, {args.repeat} pairs, UI priority {args.ui_priority}, python {sys.version.split()[0]}, "
+    print(f"rate {args.rate:g}/s, {args.duration:g} s per run, {args.repeat} rounds, UI priority {args.ui_priority}, "
+          f"refresh {args.refresh_hz:g} Hz, python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load average {load:.2f} at start")
-    print(f"{'':12} {'sends':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8} {'UI frames':>9}")
-    ratios50, ratios99 = [], []
-    pooled: dict[str, list[float]] = {"headless": [], "TUI on": []}
+    print(f"{'':14} {'sends':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8} {'UI frames':>9}")
+    sides = ("headless", "TUI on") + (("headless B",) if args.a_a else ())
+    runs: dict[str, list[list[float]]] = {name: [] for name in sides}
     for rep in range(args.repeat):
-        pair = {}
-        # Alternate which goes first so a change in the machine's load hits both alike.
-        order = ("headless", "TUI on") if rep % 2 == 0 else ("TUI on", "headless")
+        # Rotate the order so a change in the machine's load hits every side alike.
+        order = sides[rep % len(sides):] + sides[: rep % len(sides)]
         for name in order:
-            if name == "headless" or args.a_a:
-                pair[name], frames = run_headless(args.rate, args.duration), ""
+            if name == "TUI on":
+                values, frames = run_with_ui(args.rate, args.duration, priority=args.ui_priority, refresh_hz=args.refresh_hz)
             else:
-                pair[name], frames = run_with_ui(args.rate, args.duration, priority=args.ui_priority)
-            p50, p99, worst = percentiles(pair[name])
-            print(f"{name + f' #{rep + 1}':12} {len(pair[name]):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
-                  f"{statistics.fmean(pair[name]) * 1e3:8.3f} {frames!s:>9}")
-        for name in pooled:
-            pooled[name] += pair[name]
-        ratios50.append(percentiles(pair["TUI on"])[0] / max(percentiles(pair["headless"])[0], 1e-9))
-        ratios99.append(percentiles(pair["TUI on"])[1] / max(percentiles(pair["headless"])[1], 1e-9))
+                values, frames = run_headless(args.rate, args.duration), ""
+            runs[name].append(values)
+            p50, p99, worst = percentiles(values)
+            print(f"{name + f' #{rep + 1}':14} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+                  f"{statistics.fmean(values) * 1e3:8.3f} {frames!s:>9}")
     if args.with_thread:
         values, frames = run_with_ui(args.rate, args.duration, LiveBridge)
         p50, p99, worst = percentiles(values)
-        print(f"{'TUI+thread':12} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+        print(f"{'TUI+thread':14} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
               f"{statistics.fmean(values) * 1e3:8.3f} {frames:>9}")
-    r50, r99 = statistics.median(ratios50), statistics.median(ratios99)
-    for name, values in pooled.items():
-        p50, p99, worst = percentiles(values)
-        print(f"{name + ' all':12} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
-              f"{statistics.fmean(values) * 1e3:8.3f}")
-    pooled99 = percentiles(pooled["TUI on"])[1] / max(percentiles(pooled["headless"])[1], 1e-9)
-    print(f"pooled p99 TUI on / headless: {pooled99:.2f}x")
-    print(f"TUI on / headless, median of {args.repeat} pairs: p50 {r50:.2f}x, p99 {r99:.2f}x "
-          f"(per pair p99: {', '.join(f'{r:.2f}' for r in ratios99)}); "
-          f"{'within' if r99 <= 1.10 else 'outside'} the 10 % target; load average {os.getloadavg()[0]:.2f} at end")
+    for name, side_runs in runs.items():
+        pooled = [v for run in side_runs for v in run]
+        p50, p99, worst = percentiles(pooled)
+        print(f"{name + ' all':14} {len(pooled):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+              f"{statistics.fmean(pooled) * 1e3:8.3f}")
+    print()
+    verdicts = {}
+    for name in sides[1:]:
+        r50 = [percentiles(a)[0] / max(percentiles(b)[0], 1e-9) for a, b in zip(runs[name], runs["headless"])]
+        r99 = [percentiles(a)[1] / max(percentiles(b)[1], 1e-9) for a, b in zip(runs[name], runs["headless"])]
+        q1, q2, q3 = quartiles(r99)
+        pooled, low, high = pooled_p99_ratio_interval(runs[name], runs["headless"])
+        verdicts[name] = (low, high)
+        print(f"{name} / headless: p50 median of rounds {statistics.median(r50):.2f}x; "
+              f"p99 median of rounds {q2:.2f}x (quartiles {q1:.2f}-{q3:.2f}, range {min(r99):.2f}-{max(r99):.2f}; "
+              f"per round {', '.join(f'{r:.2f}' for r in r99)}); "
+              f"pooled p99 {pooled:.2f}x, 95 % bootstrap over rounds {low:.2f}-{high:.2f}")
+    low, high = verdicts["TUI on"]
+    if high <= 1.10:
+        verdict = "within the 10 % target (the whole interval is at or under 1.10x)"
+    elif low > 1.10:
+        verdict = "outside the 10 % target (the whole interval is above 1.10x)"
+    else:
+        verdict = "not resolved at this sample size (the interval straddles 1.10x)"
+    print(f"pooled p99 TUI on / headless: {verdict}; load average {os.getloadavg()[0]:.2f} at end")
     return 0
 
 
