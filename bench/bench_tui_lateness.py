@@ -31,14 +31,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402
+from tests.tui.fakes import PLANNED_S, FakeControl, fake_snapshot  # noqa: E402
 from tui.live_runner import LiveBridge, ProcessBridge, lower_ui_priority  # noqa: E402
 
 
+# The snapshot the run publishes is the fake ramp's at START_AT_S + elapsed × speedup: at
+# speedup 1 one new one-second bin per second, as in a live run (each chart rebuilt about
+# once a second); a larger speedup adds bins faster, so every chart is rebuilt at every
+# refresh (a stress case: four times the drawing of a live run).
+START_AT_S = 60.0
+
+
 class SyntheticLoad:
-    def __init__(self, rate: float, duration: float) -> None:
+    def __init__(self, rate: float, duration: float, speedup: float = 1.0) -> None:
         self.rate = rate
         self.duration = duration
+        self.speedup = speedup
         self.lateness: list[float] = []
         self.started = 0.0
 
@@ -66,7 +74,7 @@ class SyntheticLoad:
 
     def snapshot(self):
         elapsed = time.monotonic() - self._wall0 if hasattr(self, "_wall0") else 0.0
-        return fake_snapshot(min(max(elapsed * 120.0 / self.duration, 1.0), 120.0))
+        return fake_snapshot(min(START_AT_S + elapsed * self.speedup, PLANNED_S))
 
     def start_clock(self) -> None:
         self._wall0 = time.monotonic()
@@ -78,8 +86,8 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
     return p(0.50), p(0.99), ordered[-1]
 
 
-def run_headless(rate: float, duration: float) -> list[float]:
-    load = SyntheticLoad(rate, duration)
+def run_headless(rate: float, duration: float, speedup: float = 1.0) -> list[float]:
+    load = SyntheticLoad(rate, duration, speedup)
     load.start_clock()
     bridge = ProcessBridge(load.run, load.snapshot, FakeControl()).start()
     bridge.join()
@@ -87,14 +95,14 @@ def run_headless(rate: float, duration: float) -> list[float]:
 
 
 def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priority: str = "idle",
-                refresh_hz: float = 4.0) -> tuple[list[float], int]:
+                refresh_hz: float = 4.0, chart_stagger_s: float = 0.0, speedup: float = 1.0) -> tuple[list[float], str]:
     from tui.app import make_app
 
-    load = SyntheticLoad(rate, duration)
+    load = SyntheticLoad(rate, duration, speedup)
     load.start_clock()
     bridge = bridge_class(load.run, load.snapshot, FakeControl()).start()
     put_back = lower_ui_priority(priority) if bridge_class is ProcessBridge and priority != "normal" else (lambda: None)
-    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz)
+    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz, chart_stagger_s=chart_stagger_s)
     frames = 0
 
     async def drive() -> None:
@@ -104,13 +112,15 @@ def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priori
                 await pilot.pause(0.25)
                 frames += 1
 
+    cpu0, wall0 = time.process_time(), time.monotonic()
     try:
         asyncio.run(drive())
     finally:
-        put_back()  # or the next runs' processes (forked from this one) would inherit it
+        put_back()
+    ui_cpu_share = (time.process_time() - cpu0) / max(time.monotonic() - wall0, 1e-9)  # or the next runs' processes (forked from this one) would inherit it
     result = bridge.finish()
     # In a process the lateness list lives in the child: the run returns it.
-    return (result if result is not None else load.lateness), frames
+    return (result if result is not None else load.lateness), f"{frames} {100 * ui_cpu_share:4.1f}%"
 
 
 def pooled_p99_ratio_interval(ui: list[list[float]], base: list[list[float]], draws: int = 2000,
@@ -150,15 +160,19 @@ def main() -> int:
     parser.add_argument("--ui-priority", choices=("idle", "nice", "normal"), default="idle",
                         help="the UI process's CPU priority (idle = SCHED_IDLE, run_tui's default; nice = +10)")
     parser.add_argument("--refresh-hz", type=float, default=4.0, help="the app's refresh rate (as `rampwatch run --refresh-hz`)")
+    parser.add_argument("--chart-stagger", type=float, default=0.0,
+                        help="seconds between two chart rebuilds (0: every stale chart in the same frame)")
+    parser.add_argument("--speedup", type=float, default=1.0,
+                        help="run seconds the published snapshot advances per second (1: a live run; 20: every chart rebuilt every refresh)")
     parser.add_argument("--a-a", action="store_true",
                         help="noise floor in the same rounds: a second headless run (headless B) compared with headless the same way")
     parser.add_argument("--with-thread", action="store_true", help="also measure the UI with the run in a thread (not a process)")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     print(f"rate {args.rate:g}/s, {args.duration:g} s per run, {args.repeat} rounds, UI priority {args.ui_priority}, "
-          f"refresh {args.refresh_hz:g} Hz, python {sys.version.split()[0]}, "
+          f"refresh {args.refresh_hz:g} Hz, snapshot speedup {args.speedup:g}x, chart stagger {args.chart_stagger:g} s, python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load average {load:.2f} at start")
-    print(f"{'':14} {'sends':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8} {'UI frames':>9}")
+    print(f"{'':14} {'sends':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8} {'UI frames, CPU':>15}")
     sides = ("headless", "TUI on") + (("headless B",) if args.a_a else ())
     runs: dict[str, list[list[float]]] = {name: [] for name in sides}
     for rep in range(args.repeat):
@@ -166,18 +180,19 @@ def main() -> int:
         order = sides[rep % len(sides):] + sides[: rep % len(sides)]
         for name in order:
             if name == "TUI on":
-                values, frames = run_with_ui(args.rate, args.duration, priority=args.ui_priority, refresh_hz=args.refresh_hz)
+                values, frames = run_with_ui(args.rate, args.duration, priority=args.ui_priority, refresh_hz=args.refresh_hz,
+                                             chart_stagger_s=args.chart_stagger, speedup=args.speedup)
             else:
-                values, frames = run_headless(args.rate, args.duration), ""
+                values, frames = run_headless(args.rate, args.duration, args.speedup), ""
             runs[name].append(values)
             p50, p99, worst = percentiles(values)
             print(f"{name + f' #{rep + 1}':14} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
-                  f"{statistics.fmean(values) * 1e3:8.3f} {frames!s:>9}")
+                  f"{statistics.fmean(values) * 1e3:8.3f} {frames!s:>15}")
     if args.with_thread:
         values, frames = run_with_ui(args.rate, args.duration, LiveBridge)
         p50, p99, worst = percentiles(values)
         print(f"{'TUI+thread':14} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
-              f"{statistics.fmean(values) * 1e3:8.3f} {frames:>9}")
+              f"{statistics.fmean(values) * 1e3:8.3f} {frames:>15}")
     for name, side_runs in runs.items():
         pooled = [v for run in side_runs for v in run]
         p50, p99, worst = percentiles(pooled)
