@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.tui.fakes import PLANNED_S, FakeControl, fake_snapshot  # noqa: E402
+from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402
 from tui.live_runner import LiveBridge, ProcessBridge, lower_ui_priority  # noqa: E402
 
 
@@ -74,7 +74,7 @@ class SyntheticLoad:
 
     def snapshot(self):
         elapsed = time.monotonic() - self._wall0 if hasattr(self, "_wall0") else 0.0
-        return fake_snapshot(min(START_AT_S + elapsed * self.speedup, PLANNED_S))
+        return fake_snapshot(START_AT_S + elapsed * self.speedup, state="ramping")
 
     def start_clock(self) -> None:
         self._wall0 = time.monotonic()
@@ -95,14 +95,14 @@ def run_headless(rate: float, duration: float, speedup: float = 1.0) -> list[flo
 
 
 def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priority: str = "idle",
-                refresh_hz: float = 4.0, chart_stagger_s: float = 0.0, speedup: float = 1.0) -> tuple[list[float], str]:
+                refresh_hz: float = 4.0, speedup: float = 1.0) -> tuple[list[float], str]:
     from tui.app import make_app
 
     load = SyntheticLoad(rate, duration, speedup)
     load.start_clock()
     bridge = bridge_class(load.run, load.snapshot, FakeControl()).start()
     put_back = lower_ui_priority(priority) if bridge_class is ProcessBridge and priority != "normal" else (lambda: None)
-    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz, chart_stagger_s=chart_stagger_s)
+    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz)
     frames = 0
 
     async def drive() -> None:
@@ -160,8 +160,6 @@ def main() -> int:
     parser.add_argument("--ui-priority", choices=("idle", "nice", "normal"), default="idle",
                         help="the UI process's CPU priority (idle = SCHED_IDLE, run_tui's default; nice = +10)")
     parser.add_argument("--refresh-hz", type=float, default=4.0, help="the app's refresh rate (as `rampwatch run --refresh-hz`)")
-    parser.add_argument("--chart-stagger", type=float, default=0.0,
-                        help="seconds between two chart rebuilds (0: every stale chart in the same frame)")
     parser.add_argument("--speedup", type=float, default=1.0,
                         help="run seconds the published snapshot advances per second (1: a live run; 20: every chart rebuilt every refresh)")
     parser.add_argument("--a-a", action="store_true",
@@ -170,7 +168,7 @@ def main() -> int:
     args = parser.parse_args()
     load = os.getloadavg()[0]
     print(f"rate {args.rate:g}/s, {args.duration:g} s per run, {args.repeat} rounds, UI priority {args.ui_priority}, "
-          f"refresh {args.refresh_hz:g} Hz, snapshot speedup {args.speedup:g}x, chart stagger {args.chart_stagger:g} s, python {sys.version.split()[0]}, "
+          f"refresh {args.refresh_hz:g} Hz, snapshot speedup {args.speedup:g}x, python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load average {load:.2f} at start")
     print(f"{'':14} {'sends':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8} {'UI frames, CPU':>15}")
     sides = ("headless", "TUI on") + (("headless B",) if args.a_a else ())
@@ -180,8 +178,7 @@ def main() -> int:
         order = sides[rep % len(sides):] + sides[: rep % len(sides)]
         for name in order:
             if name == "TUI on":
-                values, frames = run_with_ui(args.rate, args.duration, priority=args.ui_priority, refresh_hz=args.refresh_hz,
-                                             chart_stagger_s=args.chart_stagger, speedup=args.speedup)
+                values, frames = run_with_ui(args.rate, args.duration, priority=args.ui_priority, refresh_hz=args.refresh_hz, speedup=args.speedup)
             else:
                 values, frames = run_headless(args.rate, args.duration, args.speedup), ""
             runs[name].append(values)
