@@ -9,7 +9,7 @@ once with the run in its own process (ProcessBridge, what `rampwatch run` uses) 
 the Textual app drawing every panel at 160×48 in the main thread (headless
 driver: every frame is composed and rendered, only not written to a terminal).
 
-    python bench/bench_tui_lateness.py [--rate 200] [--duration 10] [--repeat 3] [--a-a]
+    python bench/bench_tui_lateness.py [--rate 200] [--duration 10] [--repeat 3] [--a-a] [--speedup 1]
 
 Prints p50/p99/max lateness for each run, then TUI/headless p99 ratios: the median of
 the per-round ratios with quartiles, and the pooled ratio with a 95 % bootstrap interval
