@@ -129,6 +129,11 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=[], metavar="WORDS",
                         help="run only the clients whose name contains WORDS (repeatable)")
     parser.add_argument("--skip-lateness", action="store_true", help="do not run the open-loop lateness step")
+    parser.add_argument("--sim-hardware", default="instant",
+                        help="simulator hardware preset: `instant` (default) makes the clients the bottleneck; "
+                        "a GPU preset paces the stream like a real server")
+    parser.add_argument("--sim-model", default="tiny", help="simulator model preset")
+    parser.add_argument("--sim-speed", type=float, default=1.0, help="simulator speed factor")
     args = parser.parse_args()
     if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
         raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh`")
@@ -149,9 +154,11 @@ def main() -> int:
         clients = {name: run for name, run in clients.items() if any(word in name for word in args.only)}
 
     rows = []
-    with tempfile.TemporaryDirectory() as tmpdir, EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim:
+    sim_config = SimConfig(hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed,
+                           served_model_name="tiny")
+    with tempfile.TemporaryDirectory() as tmpdir, EmbeddedSim(sim_config) as sim:
         tmp = Path(tmpdir)
-        print(f"simulator (instant, tiny) at {sim.url}, pid {sim.pid}; {INPUT_TOKENS}-token prompts, "
+        print(f"simulator ({args.sim_hardware}, {args.sim_model}, speed {args.sim_speed:g}) at {sim.url}, pid {sim.pid}; {INPUT_TOKENS}-token prompts, "
               f"{OUTPUT_TOKENS} output tokens, concurrency {CONCURRENCY}", flush=True)
         for name, run in clients.items():
             small_cpu, _, small = run(sim.url, args.small, tmp)
