@@ -11,17 +11,17 @@ event loop thread; the TUI bridge uses ``loop.call_soon_threadsafe``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
-from array import array
 import platform
 import socket
 import time
-from dataclasses import dataclass, field
+from array import array
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadgen.client import RequestCancelled, StreamingClient
 from loadgen.knee import KneeDetector, feed as feed_knee
+from loadgen.redact import redact_options
 from loadgen.scenario import RequestFactory, Scenario
 from loadgen.scrape import MetricsPoller
 from loadgen.series import SeriesBuilder
@@ -36,9 +36,6 @@ from loadgen.timeline import (
     TimelineSink,
 )
 from loadgen.version import rampwatch_version
-
-SECRET_OPTION_KEYS = ("api_key",)
-
 
 @dataclass
 class RunOptions:
@@ -92,7 +89,7 @@ class _Collector:
     def on_request(self, record: RequestRecord) -> None:
         # The final summary needs every chunk time of the run: packed, one takes 8 bytes
         # instead of a list's 32, which is what matters on hour-long runs.
-        self.requests.append(dataclasses.replace(record, chunk_times=array("d", record.chunk_times)))
+        self.requests.append(replace(record, chunk_times=array("d", record.chunk_times)))
 
     def on_scrape(self, sample: ServerSample) -> None:
         self.samples.append(sample)
@@ -105,10 +102,6 @@ class _Collector:
 
     def on_finish(self, t: float) -> None:
         pass
-
-
-def redact(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: ("<redacted>" if k in SECRET_OPTION_KEYS and v else v) for k, v in options.items()}
 
 
 def host_info() -> dict[str, Any]:
@@ -236,7 +229,7 @@ class Run:
                 model=opts.model,
                 scenario_name=self.scenario.name,
                 scenario=self.scenario.raw,
-                options=redact(opts.cli_options),
+                options=redact_options(opts.cli_options),
                 planned_duration_s=self.schedule.planned_duration_s,
                 server_info=server_info,
                 host_info=host_info(),

@@ -13,7 +13,7 @@ _EXPORTS = {
     "open_recording": "record.reader",
     "RecordingWriter": "record.writer",
     "default_recording_path": "record.writer",
-    "redact_options": "record.redact",
+    "redact_options": "loadgen.redact",
     "ReplayTimeline": "record.replay",
 }
 

@@ -16,7 +16,7 @@ from loadgen.errors import UserError
 from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from record import format as fmt
 from record.reader import ITEM_ORDER
-from record.redact import redact_options, scrub, secret_values
+from loadgen.redact import redact_options, scrub, secret_values
 
 log = logging.getLogger(__name__)
 

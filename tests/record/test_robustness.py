@@ -17,7 +17,7 @@ from loadgen.errors import UserError
 from loadgen.timeline import Event, RequestRecord, RunHeader
 from record import format as fmt
 from record.reader import SCANNERS, open_recording
-from record.redact import REDACTED, redact_options
+from loadgen.redact import REDACTED, redact_options
 from record.synthetic import SyntheticRun, play_synthetic
 from record.writer import RecordingWriter
 from tests.record import v1_tiny

@@ -1,4 +1,5 @@
-"""Keeping secrets out of recordings: API keys, tokens and Authorization headers."""
+"""Keeping secrets out of run headers, recordings and screens: API keys, tokens and
+Authorization headers."""
 
 from __future__ import annotations
 
