@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import sys
@@ -252,8 +253,6 @@ class ProgressPrinter:
 
 def _last(values: list[float], back: int = 2) -> float:
     """Latest complete bin (the newest one is still filling)."""
-    import math
-
     for v in reversed(values[:-1] if len(values) > 1 else values):
         if not math.isnan(v):
             return v
@@ -265,8 +264,6 @@ def _last(values: list[float], back: int = 2) -> float:
 
 def _recent_mean(values: list[float], window: int) -> float:
     """Mean over the last ``window`` complete bins (rates read steadier than one second)."""
-    import math
-
     done = values[:-1] if len(values) > 1 else values
     recent = [v for v in done[-max(1, window):] if not math.isnan(v)]
     return sum(recent) / len(recent) if recent else float("nan")
