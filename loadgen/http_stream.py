@@ -33,6 +33,11 @@ class ConnectionClosed(ConnectionError):
 
 _MAX_HEAD = 64 * 1024
 _MAX_CHUNK_LINE = 4096
+# Size of each network read. asyncio's default for a plain Protocol is a fresh 256 KiB
+# bytes object per recv, which glibc serves with mmap/munmap and page faults: at one SSE
+# event per read that allocation cost more system time than the recv itself. A buffered
+# protocol reads into one reused buffer instead.
+READ_BUFFER_SIZE = 64 * 1024
 
 
 class ChunkedDecoder:
@@ -182,11 +187,13 @@ class ResponseHandler(Protocol):
     def on_error(self, exc: BaseException, response_started: bool) -> None: ...
 
 
-class HttpConnection(asyncio.Protocol):
+class HttpConnection(asyncio.BufferedProtocol):
     """One keep-alive TCP connection; carries one request at a time."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+        self._read_buffer = pool.read_buffer
+        self._read_view = memoryview(pool.read_buffer)
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False  # has completed a response before the current request
@@ -202,6 +209,14 @@ class HttpConnection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # The pool's connections share one buffer: the loop runs a single callback at a
+        # time and the bytes are copied out before this returns.
+        self.data_received(bytes(self._read_view[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         handler = self.handler
@@ -359,6 +374,7 @@ class ConnectionPool:
         self._opening = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.connections_made = 0
+        self.read_buffer = bytearray(READ_BUFFER_SIZE)
 
     @property
     def open_count(self) -> int:
