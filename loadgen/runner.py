@@ -19,6 +19,7 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from loadgen import eventloop
 from loadgen.client import RequestCancelled, StreamingClient
 from loadgen.knee import KneeDetector, feed as feed_knee
 from loadgen.redact import redact_options
@@ -109,6 +110,7 @@ def host_info() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
+        "event_loop": eventloop.loop_name(),
     }
 
 
@@ -129,6 +131,7 @@ class Run:
         self._stopping = False
         self._schedule_changed: asyncio.Event | None = None
         self._in_flight: set[asyncio.Task] = set()
+        self._none_in_flight: asyncio.Event | None = None
         self._client_queued = 0
         self._offered_total = 0
         self._sent_total = 0
@@ -205,6 +208,7 @@ class Run:
         target does not answer."""
         self._loop = asyncio.get_running_loop()
         self._schedule_changed = asyncio.Event()
+        self._none_in_flight = asyncio.Event()
         opts = self.options
         concurrency = self.scenario.max_concurrency
         client = StreamingClient(
@@ -300,7 +304,13 @@ class Run:
             self._next_id += 1
             task = asyncio.create_task(self._one_request(client, semaphore, request, request_id, send_at))
             self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
+            self._none_in_flight.clear()
+            task.add_done_callback(self._request_done)
+
+    def _request_done(self, task: asyncio.Task) -> None:
+        self._in_flight.discard(task)
+        if not self._in_flight and self._none_in_flight is not None:
+            self._none_in_flight.set()
 
     async def _one_request(self, client, semaphore, request, request_id: int, scheduled_at: float) -> None:
         try:
@@ -327,14 +337,19 @@ class Run:
         """Wait for in-flight requests: without limit after the schedule ends (as vllm
         bench does), but only ``stop_grace_s`` once a stop is requested — also a stop
         that arrives while already draining."""
-        assert self._schedule_changed is not None
-        pending = set(self._in_flight)
-        while pending and not self._stopping:
+        assert self._schedule_changed is not None and self._none_in_flight is not None
+        # Two waiters, not one per request: asyncio.wait over thousands of queued requests
+        # re-registers a callback on each of them every time one finishes.
+        while self._in_flight and not self._stopping:
             self._schedule_changed.clear()
-            stop_wait = asyncio.ensure_future(self._schedule_changed.wait())
-            done, pending = await asyncio.wait(pending | {stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-            stop_wait.cancel()
-            pending.discard(stop_wait)
+            waiters = {asyncio.ensure_future(self._none_in_flight.wait()),
+                       asyncio.ensure_future(self._schedule_changed.wait())}
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+        pending = set(self._in_flight)
         if pending:
             done, pending = await asyncio.wait(pending, timeout=self.options.stop_grace_s)
         if pending:
