@@ -470,7 +470,14 @@ class _StreamExchange:
                     self.error_body_size += len(piece)
             return
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        if self.state.consume(self.decoder.feed(data), self.rec, self.clock):
+        state = self.state
+        tokens = self.decoder.token_events_only(data)
+        if tokens:
+            state.token_events(tokens, self.rec, self.clock())
+            if state.keep_text:
+                state.raw_chunks.append(data)  # whole events; text() splits them
+            return
+        if state.consume(self.decoder.feed(data), self.rec, self.clock):
             self.finished.set_result(None)
 
     def on_end(self) -> None:
@@ -493,7 +500,10 @@ class _StreamExchange:
 
 
 class _StreamState:
-    """Per-request parse state; token chunks cost a byte search and an append."""
+    """Per-request parse state; token chunks cost a byte search and an append.
+
+    ``raw_chunks`` (kept only for a fallback tokenizer) holds event payloads and, from
+    ``token_events_only`` reads, whole ``data: ...\n\n`` runs of token events."""
 
     __slots__ = ("done", "usage", "error_message", "keep_text", "raw_chunks")
 
@@ -537,6 +547,18 @@ class _StreamState:
                 return True
         return False
 
+    @staticmethod
+    def token_events(count: int, rec: RequestRecord, now: float) -> None:
+        """``count`` plain token events arrived in one read at ``now`` (what ``consume``
+        does for each of them, without the per-event work)."""
+        if rec.first_token_at is None:
+            rec.first_token_at = now
+            count -= 1
+        if count == 1:
+            rec.chunk_times.append(now)
+        elif count:
+            rec.chunk_times.extend([now] * count)
+
     def _read_full_chunk(self, payload: bytes, rec: RequestRecord) -> None:
         body = sse.decode_json(payload)
         if not body:
@@ -549,7 +571,13 @@ class _StreamState:
 
     def text(self) -> str:
         parts = []
-        for payload in self.raw_chunks:
+        payloads: list[bytes] = []
+        for item in self.raw_chunks:  # event payloads, or whole reads of token events
+            if item.startswith(b"data: "):
+                payloads += [event[6:] for event in item[:-2].split(b"\n\n")]
+            else:
+                payloads.append(item)
+        for payload in payloads:
             body = sse.decode_json(payload)
             if not body:
                 continue

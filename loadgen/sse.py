@@ -60,6 +60,35 @@ class SSEDecoder:
             self._pending = lines.pop()
         return self._take_lines(lines)
 
+    def token_events_only(self, chunk: bytes) -> int:
+        """How many events ``chunk`` holds when it is nothing but whole one-line token
+        events (``data: {..."choices":[{...}\n\n`` each, none carrying a finish reason or
+        usage) and nothing is pending from earlier reads; otherwise 0, and the caller
+        must ``feed`` it. The common read of a token stream then costs a few byte scans
+        instead of a split into per-event payloads."""
+        if self._pending or self._data_lines or not chunk.startswith(b"data: {"):
+            return 0
+        last = len(chunk) - 2
+        first_newline = chunk.find(b"\n")
+        if first_newline == last:  # one event: the usual read
+            n = 1
+            if not chunk.endswith(b"\n\n") or _CHOICES_NONEMPTY not in chunk:
+                return 0
+        else:
+            if not chunk.endswith(b"\n\n"):
+                return 0
+            n = chunk.count(b"\n\n")
+            if (
+                chunk.count(b"\n") != 2 * n
+                or chunk.count(_CHOICES_NONEMPTY) != n
+                or chunk.count(b"\n\ndata: {") != n - 1
+            ):
+                return 0
+        # JSON text cannot hold a raw CR, so any CR is an SSE line end: the slow path's job
+        if b"\r" in chunk or _FINISH_SET in chunk or _USAGE_OBJECT in chunk:
+            return 0
+        return n
+
     def _feed_events(self, buf: bytes) -> list[bytes]:
         """The common case (``\\n`` line ends, nothing half-parsed): split on blank lines,
         so an event that is one ``data:`` line costs a slice, not a per-line loop."""

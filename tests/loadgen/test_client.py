@@ -486,3 +486,49 @@ async def test_concurrent_requests_within_the_connection_limit(raw_server, trans
     assert raw_server.requests == 8
     if transport == "http_stream":
         assert raw_server.connections <= 3
+
+
+# -- the fast path for whole token events gives the record the event-by-event path gives --
+
+
+def _exchange_record(wire_reads: list[bytes], fast: bool, keep_text: bool, monkeypatch):
+    from loadgen import client as client_mod, sse
+    from loadgen.timeline import RequestRecord
+
+    with monkeypatch.context() as patch:
+        if not fast:
+            patch.setattr(sse.SSEDecoder, "token_events_only", lambda self, data: 0)
+        return _feed_exchange(client_mod, RequestRecord, wire_reads, keep_text)
+
+
+def _feed_exchange(client_mod, RequestRecord, wire_reads, keep_text):
+    ticks = iter(range(1, 1000))
+    rec = RequestRecord(id=1, scheduled_at=0.0, sent_at=0.0, end_at=0.0, prompt_tokens=3)
+    state = client_mod._StreamState(keep_text=keep_text)
+    loop = asyncio.new_event_loop()
+    try:
+        exchange = client_mod._StreamExchange(rec, state, lambda: float(next(ticks)), loop.create_future())
+        exchange.on_head(200, "OK", {})
+        for read in wire_reads:
+            exchange.on_body([read])
+        assert exchange.finished.done()
+    finally:
+        loop.close()
+    return rec, state
+
+
+@pytest.mark.parametrize("group", [1, 2, 3, 5])
+@pytest.mark.parametrize("keep_text", [False, True])
+def test_fast_token_path_matches_event_by_event(fixtures_dir, group, keep_text, monkeypatch):
+    body = (fixtures_dir / "vllm-0.32.0-cpu-completions-stream.txt").read_bytes()
+    events = [e + b"\n\n" for e in body.split(b"\n\n") if e.strip()]
+    reads = [b"".join(events[i : i + group]) for i in range(0, len(events), group)]
+    fast_rec, fast_state = _exchange_record(reads, True, keep_text, monkeypatch)
+    slow_rec, slow_state = _exchange_record(reads, False, keep_text, monkeypatch)
+    assert fast_rec.first_token_at == slow_rec.first_token_at is not None
+    assert list(fast_rec.chunk_times) == list(slow_rec.chunk_times) and len(fast_rec.chunk_times) == 7
+    assert fast_rec.finish_reason == slow_rec.finish_reason == "length"
+    assert fast_state.usage == slow_state.usage and fast_state.usage["completion_tokens"] == 8
+    assert fast_state.done and slow_state.done
+    if keep_text:
+        assert fast_state.text() == slow_state.text() == "ck23\x1f\ufffde87\ufffd#"

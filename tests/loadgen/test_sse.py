@@ -69,3 +69,40 @@ def test_error_message_shapes(fixtures_dir):
     assert sse.error_message({"object": "error", "message": "m"}) == "m"
     assert sse.error_message({"detail": "Not Found"}) == "Not Found"
     assert sse.error_message(None) is None
+
+
+# -- token_events_only: the fast path for reads that hold only whole token events ---------
+
+TOKEN = b'data: {"id":"c","choices":[{"index":0,"text":"ab","finish_reason":null}]}\n\n'
+FINISH = b'data: {"id":"c","choices":[{"index":0,"text":"","finish_reason":"length"}]}\n\n'
+USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":8}}\n\n'
+
+
+@pytest.mark.parametrize(
+    "read, expected",
+    [
+        (TOKEN, 1),
+        (TOKEN * 3, 3),
+        (TOKEN + FINISH, 0),  # a finish reason must be read from the JSON
+        (USAGE, 0),
+        (b"data: [DONE]\n\n", 0),
+        (TOKEN + b"data: [DONE]\n\n", 0),
+        (TOKEN[:-1], 0),  # an unfinished event
+        (TOKEN + TOKEN[:20], 0),
+        (TOKEN.replace(b"\n", b"\r\n"), 0),
+        (b": ping\n\n" + TOKEN, 0),
+        (b'event: message\ndata: {"choices":[{"text":"x"}]}\n\n', 0),
+        (b'data: {"choices":[{"text":"x"}]}\ndata: {"more":1}\n\n', 0),  # one event, two data lines
+        (b'data: {"object":"error","message":"boom"}\n\n', 0),
+    ],
+)
+def test_token_events_only(read, expected):
+    assert sse.SSEDecoder().token_events_only(read) == expected
+
+
+def test_token_events_only_refuses_while_an_event_is_pending():
+    decoder = sse.SSEDecoder()
+    assert decoder.feed(TOKEN[:30]) == []
+    assert decoder.token_events_only(TOKEN) == 0  # the pending half comes first
+    assert len(decoder.feed(TOKEN[30:])) == 1
+    assert decoder.token_events_only(TOKEN) == 1
