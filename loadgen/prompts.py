@@ -63,20 +63,26 @@ def random_token_ids(tokenizer: TokenizerLike, n: int, rng: np.random.Generator)
 def synth_text(tokenizer: TokenizerLike, n_tokens: int, rng: np.random.Generator) -> str:
     """Text that encodes to exactly ``n_tokens`` tokens (best effort within a few rounds
     for exotic tokenizers; callers count the result)."""
+    return _synth_counted(tokenizer, n_tokens, rng)[0]
+
+
+def _synth_counted(tokenizer: TokenizerLike, n_tokens: int, rng: np.random.Generator) -> tuple[str, int]:
+    """``synth_text`` and the text's token count (known without a further encode when
+    the fix-up loop hit the target)."""
     if n_tokens <= 0:
-        return ""
+        return "", 0
     ids = random_token_ids(tokenizer, n_tokens, rng)
     text = tokenizer.decode(ids).strip()
     for _ in range(_FIXUP_ROUNDS):
         encoded = tokenizer.encode(text)
         if len(encoded) == n_tokens:
-            return text
+            return text, n_tokens
         if len(encoded) > n_tokens:
             ids = encoded[:n_tokens]
         else:
             ids = encoded + random_token_ids(tokenizer, n_tokens - len(encoded), rng)
         text = tokenizer.decode(ids).strip()
-    return text
+    return text, count_tokens(tokenizer, text)
 
 
 def join(parts: list[str]) -> str:
@@ -89,8 +95,7 @@ def compose_exact(
     """``prefix`` + separator + a synthetic tail, counting ``total_tokens`` in all when
     the prefix leaves room. Returns (text, its actual token count)."""
     if not prefix:
-        text = synth_text(tokenizer, total_tokens, rng)
-        return text, count_tokens(tokenizer, text)
+        return _synth_counted(tokenizer, total_tokens, rng)
     base = count_tokens(tokenizer, prefix + SEPARATOR)
     want_tail = total_tokens - base
     if want_tail <= 0:

@@ -557,6 +557,7 @@ class RequestFactory:
         self._rng = np.random.default_rng([scenario.seed, 101])
         self._count = 0
         self._docs: dict[int, Any] = {}
+        self._shared_counts: dict[str, int] = {}
         self._system: Any = None
         self._doc_probs: np.ndarray | None = None
         docs = self.workload.get("documents")
@@ -607,22 +608,33 @@ class RequestFactory:
             return 0
         return len(part) if isinstance(part, list) else count_tokens(self.tokenizer, part)
 
-    def _fresh_tail(self, prefix_parts: list[Any], n: int) -> tuple[Any, Any]:
-        """(new user content, full completions prompt) with n new tokens after the parts."""
+    def _count_shared(self, part: Any) -> int:
+        """``_count_of`` for the parts many requests share (system prompt, documents):
+        counted once, since a document can be thousands of tokens."""
+        if part is None or isinstance(part, list):
+            return self._count_of(part)
+        count = self._shared_counts.get(part)
+        if count is None:
+            count = self._shared_counts[part] = self._count_of(part)
+        return count
+
+    def _fresh_tail(self, prefix_parts: list[Any], n: int) -> tuple[Any, Any, int]:
+        """(new user content, full completions prompt, the prompt's token count) with n
+        new tokens after the parts."""
         from loadgen.prompts import compose_exact, join, random_token_ids
 
         parts = [x for x in prefix_parts if x]
         if self.token_ids:
             tail = random_token_ids(self.tokenizer, n, self._rng)
             flat = [i for part in parts for i in part]
-            return tail, flat + tail
+            return tail, flat + tail, len(flat) + len(tail)
         prefix = join(parts)
         if not prefix:
-            text, _ = compose_exact(self.tokenizer, "", n, self._rng)
-            return text, text
+            text, count = compose_exact(self.tokenizer, "", n, self._rng)
+            return text, text, count
         target = self._count_of(prefix + "\n\n") + n
-        full, _ = compose_exact(self.tokenizer, prefix, target, self._rng)
-        return full[len(prefix) + 2 :] if len(full) > len(prefix) else "", full
+        full, count = compose_exact(self.tokenizer, prefix, target, self._rng)
+        return full[len(prefix) + 2 :] if len(full) > len(prefix) else "", full, count
 
     def _pick_doc(self) -> int | None:
         if self._doc_probs is None:
@@ -668,10 +680,10 @@ class RequestFactory:
             conv.turn += 1
             extra.update(conversation=conv.id, turn=conv.turn)
             tags = [f"conv-{conv.id}/turn-{conv.turn}"]
-        extra["shared_prefix_tokens"] = self._count_of(system) + self._count_of(doc_part)
+        extra["shared_prefix_tokens"] = self._count_shared(system) + self._count_shared(doc_part)
         if self.endpoint == "chat":
             first_user_prefix = [doc_part] if not history else []
-            question, content = self._fresh_tail(first_user_prefix, n_in)
+            question, content, _ = self._fresh_tail(first_user_prefix, n_in)
             messages = [{"role": "system", "content": system}] if system else []
             for i, (user, answer) in enumerate(history):
                 messages.append({"role": "user", "content": user})
@@ -684,8 +696,7 @@ class RequestFactory:
             prefix_parts: list[Any] = [system, doc_part]
             for user, answer in history:
                 prefix_parts += [user, answer]
-            question, prompt = self._fresh_tail(prefix_parts, n_in)
-            expected = self._count_of(prompt)
+            question, prompt, expected = self._fresh_tail(prefix_parts, n_in)
             payload = {"prompt": prompt, "max_tokens": n_out}
             user_turn = question
         if conv is not None:
