@@ -33,10 +33,11 @@ class ConnectionClosed(ConnectionError):
 
 _MAX_HEAD = 64 * 1024
 _MAX_CHUNK_LINE = 4096
-# Size of each network read. asyncio's default for a plain Protocol is a fresh 256 KiB
-# bytes object per recv, which glibc serves with mmap/munmap and page faults: at one SSE
-# event per read that allocation cost more system time than the recv itself. A buffered
-# protocol reads into one reused buffer instead.
+# Size of each network read on asyncio's own loop. Its default is a fresh 256 KiB bytes
+# object per recv, which glibc serves with mmap/munmap and page faults: at one SSE event
+# per read that cost more system time than the recv itself. Below glibc's mmap threshold
+# a read is an ordinary heap allocation. (A BufferedProtocol avoids the allocation too,
+# but costs two more Python calls and a copy per read.)
 READ_BUFFER_SIZE = 64 * 1024
 
 
@@ -51,7 +52,7 @@ class ChunkedDecoder:
 
     __slots__ = ("_state", "_remaining", "_line", "done", "tail")
 
-    _SIZE, _DATA, _DATA_END, _TRAILER = range(4)
+    _SIZE, _DATA, _DATA_END, _TRAILER = range(4)  # feed's fast path relies on _SIZE == 0
 
     def __init__(self) -> None:
         self._state = self._SIZE
@@ -61,6 +62,18 @@ class ChunkedDecoder:
         self.tail = b""
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not self._state and not self._line and not self.done:
+            # Exactly one whole chunk: the usual read of a token stream.
+            nl = data.find(b"\r\n", 0, 18)
+            if nl > 0:
+                size_line = data[:nl]
+                if size_line.isalnum():
+                    try:
+                        size = int(size_line, 16)
+                    except ValueError:
+                        size = 0
+                    if size and nl + size + 4 == len(data) and data.endswith(b"\r\n"):
+                        return [data[nl + 2 : -2]]
         out: list[bytes] = []
         if self.done:
             self.tail += data
@@ -187,13 +200,11 @@ class ResponseHandler(Protocol):
     def on_error(self, exc: BaseException, response_started: bool) -> None: ...
 
 
-class HttpConnection(asyncio.BufferedProtocol):
+class HttpConnection(asyncio.Protocol):
     """One keep-alive TCP connection; carries one request at a time."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
-        self._read_buffer = pool.read_buffer
-        self._read_view = memoryview(pool.read_buffer)
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False  # has completed a response before the current request
@@ -209,14 +220,8 @@ class HttpConnection(asyncio.BufferedProtocol):
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-
-    def get_buffer(self, sizehint: int) -> bytearray:
-        return self._read_buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        # The pool's connections share one buffer: the loop runs a single callback at a
-        # time and the bytes are copied out before this returns.
-        self.data_received(bytes(self._read_view[:nbytes]))
+        if hasattr(transport, "max_size"):  # asyncio's selector transport; uvloop reuses its own buffer
+            transport.max_size = READ_BUFFER_SIZE
 
     def data_received(self, data: bytes) -> None:
         handler = self.handler
@@ -374,7 +379,6 @@ class ConnectionPool:
         self._opening = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.connections_made = 0
-        self.read_buffer = bytearray(READ_BUFFER_SIZE)
 
     @property
     def open_count(self) -> int:
