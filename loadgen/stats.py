@@ -110,7 +110,8 @@ def peak_chunks_per_second(records: Sequence[RequestRecord]) -> float:
     start = min(r.sent_at for r in ok)
     end = max(r.end_at for r in ok)
     n = int(math.ceil(end - start)) + 1
-    times = np.fromiter((t for r in ok for t in (r.first_token_at, *r.chunk_times)), dtype=np.float64)
+    times = np.concatenate([np.asarray([r.first_token_at for r in ok], dtype=np.float64),
+                            *(np.asarray(r.chunk_times, dtype=np.float64) for r in ok)])
     idx = (times - start).astype(np.int64)
     idx = idx[(idx >= 0) & (idx < n)]
     return float(np.bincount(idx, minlength=n).max()) if idx.size else 0.0

@@ -127,8 +127,7 @@ def compute_summary(
     ttfts = [r.ttft or 0.0 for r in ok]
     e2els = [r.e2e for r in ok]
     tpots = [r.tpot for r in ok if r.tpot is not None]
-    n_itl = sum(len(r.chunk_times) for r in ok)
-    itls = np.fromiter((gap for r in ok for gap in r.itls()), dtype=np.float64, count=n_itl)
+    itls = np.concatenate([stats.itl_array(r) for r in ok]) if ok else np.empty(0, dtype=np.float64)
 
     summary: dict[str, Any] = {
         "duration": duration_s,
@@ -281,7 +280,7 @@ def to_bench_result(summary: dict[str, Any], header: RunHeader | None, records: 
     result["input_lens"] = [r.prompt_tokens for r in records]
     result["output_lens"] = [stats.output_len(r) if r.ok else 0 for r in records]
     result["ttfts"] = [(r.ttft or 0.0) if r.ok else 0.0 for r in records]
-    result["itls"] = [r.itls() if r.ok else [] for r in records]
+    result["itls"] = [stats.itl_array(r).tolist() if r.ok else [] for r in records]
     result["latencies"] = [r.e2e if r.ok else 0.0 for r in records]
     result["start_times"] = [r.sent_at for r in records]
     result["queue_times"] = [r.client_queue_s for r in records]
