@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from loadgen import eventloop
 from loadgen.errors import TargetUnreachable, UserError
 
 PROGRESS_INTERVAL_S = 5.0
@@ -333,7 +334,7 @@ def main(args: argparse.Namespace) -> int:
               f"(model {prepared.run.options.model})", flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)
-        result = asyncio.run(_run_headless(prepared))
+        result = eventloop.run(_run_headless(prepared))
     finally:
         prepared.close()
     return finish_run(prepared, result)

@@ -18,6 +18,7 @@ import dataclasses
 import threading
 from typing import Any, Awaitable, Callable
 
+from loadgen import eventloop
 from loadgen.timeline import RunControl, Snapshot
 
 PUBLISH_INTERVAL_S = 0.25
@@ -251,7 +252,7 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
                 pass
 
     try:
-        result = asyncio.run(main())
+        result = eventloop.run(main())
         try:
             conn.send(("result", result))
         except Exception:
