@@ -197,7 +197,7 @@ def prepare_run(args: argparse.Namespace, extra_sinks: list[Any] | None = None) 
 
 def finish_run(prepared: PreparedRun, result: Any, out: TextIO = sys.stdout) -> int:
     """Summary, result JSON, exit code. Shared by the headless and the TUI paths."""
-    from loadgen.summary import compute_summary, format_summary, to_bench_result
+    from loadgen.summary import compute_summary, dumps_bench_result, format_summary, to_bench_result
 
     args = prepared.args
     summary = compute_summary(
@@ -212,9 +212,7 @@ def finish_run(prepared: PreparedRun, result: Any, out: TextIO = sys.stdout) -> 
     print(format_summary(summary), file=out)
     if prepared.result_json_path is not None:
         prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
-        prepared.result_json_path.write_text(
-            json.dumps(to_bench_result(summary, result.header, result.requests))
-        )
+        prepared.result_json_path.write_bytes(dumps_bench_result(to_bench_result(summary, result.header, result.requests)))
         print(f"result JSON: {prepared.result_json_path}", file=out)
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)

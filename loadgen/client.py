@@ -48,6 +48,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
 from loadgen import http_stream, sse
 from loadgen.errors import TargetUnreachable
@@ -247,7 +248,7 @@ class StreamingClient:
         _, _, host_header, prefix = self._target
         payload = http_stream.build_request(
             "POST", prefix + ENDPOINT_PATHS[req.endpoint], host_header, self._headers,
-            json.dumps(self.build_body(req)).encode(),
+            _body_bytes(self.build_body(req)),
         )
         state = _StreamState(keep_text=self.fallback_tokenizer is not None)
         conn: http_stream.HttpConnection | None = None
@@ -398,6 +399,13 @@ class StreamingClient:
             rec.tokens_from_usage = False
             if self.fallback_tokenizer is not None and state.raw_chunks:
                 rec.completion_tokens = count_tokens(self.fallback_tokenizer, state.text())
+
+
+def _body_bytes(body: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(body)  # a tenth of json.dumps's time for a long prompt
+    except TypeError:  # a lone surrogate (e.g. from a dataset's JSON): json escapes it
+        return json.dumps(body).encode()
 
 
 def scrub(text: str, api_key: str | None) -> str:

@@ -12,12 +12,14 @@ price, ``cost_per_1m_output_tokens`` / ``cost_per_1m_total_tokens``
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 
 from loadgen import stats
 from loadgen.counters import CounterTracker
@@ -229,6 +231,30 @@ def _bench_request_rate(schedule: dict[str, Any]) -> float | str:
     if schedule.get("kind") in ("constant", "poisson", "gamma", "vllm-constant") and isinstance(rate, (int, float)):
         return float(rate)
     return "inf"
+
+
+# The result JSON's per-request lists, in its key order.
+PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
+                    "generated_texts", "errors")
+
+
+def dump_list(values: Sequence[Any]) -> bytes:
+    """A per-request list as JSON. orjson writes floats ~18x faster than ``json``, which
+    matters for ``itls`` (every chunk gap of the run); the values read back identical."""
+    try:
+        return orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError:  # e.g. a lone surrogate in an error text
+        return json.dumps(values).encode()
+
+
+def dumps_bench_result(result: dict[str, Any]) -> bytes:
+    """``json.dumps(result)`` (NaN written as vLLM's own file has it), with the
+    per-request lists encoded by ``dump_list``."""
+    parts = [
+        json.dumps(key).encode() + b": " + (dump_list(value) if key in PER_REQUEST_KEYS else json.dumps(value).encode())
+        for key, value in result.items()
+    ]
+    return b"{" + b", ".join(parts) + b"}"
 
 
 def to_bench_result(summary: dict[str, Any], header: RunHeader | None, records: Sequence[RequestRecord]) -> dict[str, Any]:

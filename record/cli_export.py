@@ -54,8 +54,6 @@ def write_series_csv(snapshot, path: Path) -> None:
             w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
 
 
-_PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
-                     "generated_texts", "errors")
 
 
 def _bench_list(recording, info, key: str, summary) -> list:
@@ -91,7 +89,7 @@ def _bench_list(recording, info, key: str, summary) -> list:
 def write_bench_result(recording, summary, path: Path) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
     every chunk gap of the run) are never all in memory at once."""
-    from loadgen.summary import to_bench_result
+    from loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
 
     result = to_bench_result(summary, recording.header, [])
     result["num_prompts"] = recording.request_count
@@ -99,7 +97,7 @@ def write_bench_result(recording, summary, path: Path) -> None:
         f.write("{")
         for i, (key, value) in enumerate(result.items()):
             f.write(("," if i else "") + "\n " + json.dumps(key) + ": ")
-            if key not in _PER_REQUEST_KEYS:
+            if key not in PER_REQUEST_KEYS:
                 f.write(json.dumps(value, default=str, allow_nan=False))
                 continue
             f.write("[")
@@ -107,7 +105,7 @@ def write_bench_result(recording, summary, path: Path) -> None:
             for info in recording.request_frames:
                 part = _bench_list(recording, info, key, summary)
                 if part:
-                    text = json.dumps(part, allow_nan=False)[1:-1]
+                    text = dump_list(part)[1:-1].decode()
                     f.write(("" if first else ", ") + text)
                     first = False
             f.write("]")

@@ -153,3 +153,27 @@ def test_bench_result_has_every_key_of_a_real_vllm_bench_result():
             assert isinstance(ours[key], (int, float)), key
         else:
             assert type(ours[key]) is type(value), key
+
+
+def test_result_json_bytes_read_back_as_json_dumps_writes_them():
+    import json
+    import math
+
+    import numpy as np
+
+    from loadgen.summary import dumps_bench_result
+
+    result = {
+        "duration": 1.5,
+        "max_output_tokens_per_s": math.nan,  # vLLM's own file writes NaN too
+        "itls": [[0.1, 1 / 3, 2e-05], [], np.array([0.25, 1e-7]).tolist()],
+        "ttfts": [0.012345678901234567, 0.5],
+        "errors": ["", "http_500: \ud800 lone surrogate"],
+        "rampwatch_server": {"max_kv": None},
+    }
+    text = dumps_bench_result(result)
+    back = json.loads(text)
+    expected = json.loads(json.dumps(result))
+    assert math.isnan(back.pop("max_output_tokens_per_s")) and math.isnan(expected.pop("max_output_tokens_per_s"))
+    assert back == expected
+    assert list(json.loads(text)) == list(result)  # key order kept
