@@ -378,6 +378,7 @@ class StreamingClient:
 
     def _finish(self, rec: RequestRecord, state: _StreamState) -> None:
         now = self.clock()
+        state.settle_fast_reads(rec)
         if state.error_message is not None:
             rec.end_at = now
             self._fail(rec, "stream_error", state.error_message)
@@ -481,7 +482,13 @@ class _StreamExchange:
         state = self.state
         tokens = self.decoder.token_events_only(data)
         if tokens:
-            state.token_events(tokens, self.rec, self.clock())
+            now = self.clock()
+            rec = self.rec
+            if tokens == 1 and rec.first_token_at is not None:
+                rec.chunk_times.append(now)
+            else:
+                state.token_events(tokens, rec, now)
+            state.last_fast_read = data
             if state.keep_text:
                 state.raw_chunks.append(data)  # whole events; text() splits them
             return
@@ -513,7 +520,7 @@ class _StreamState:
     ``raw_chunks`` (kept only for a fallback tokenizer) holds event payloads and, from
     ``token_events_only`` reads, whole ``data: ...\n\n`` runs of token events."""
 
-    __slots__ = ("done", "usage", "error_message", "keep_text", "raw_chunks")
+    __slots__ = ("done", "usage", "error_message", "keep_text", "raw_chunks", "last_fast_read")
 
     def __init__(self, keep_text: bool) -> None:
         self.done = False
@@ -521,6 +528,24 @@ class _StreamState:
         self.error_message: str | None = None
         self.keep_text = keep_text
         self.raw_chunks: list[bytes] = []
+        self.last_fast_read: bytes | None = None  # the last read token_events_only took
+
+    def settle_fast_reads(self, rec: RequestRecord) -> None:
+        """Finish reason and usage from the last token event of the fast path's last read,
+        where the event-by-event path did not already find them (a later usage chunk
+        is the final word on usage)."""
+        if self.last_fast_read is None:
+            return
+        payload = sse.last_token_payload(self.last_fast_read)
+        self.last_fast_read = None
+        if (rec.finish_reason is None and _FINISH_MARK in payload) or (self.usage is None and _USAGE_MARK in payload):
+            usage_before = self.usage
+            finish_before = rec.finish_reason
+            self._read_full_chunk(payload, rec)
+            if usage_before is not None:
+                self.usage = usage_before
+            if finish_before is not None:
+                rec.finish_reason = finish_before
 
     def consume(self, events: list[bytes], rec: RequestRecord, clock: Callable[[], float]) -> bool:
         """Apply events; True once the stream is over (``[DONE]`` or an error event)."""

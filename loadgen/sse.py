@@ -62,30 +62,30 @@ class SSEDecoder:
 
     def token_events_only(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds when it is nothing but whole one-line token
-        events (``data: {..."choices":[{...}\n\n`` each, none carrying a finish reason or
-        usage) and nothing is pending from earlier reads; otherwise 0, and the caller
-        must ``feed`` it. The common read of a token stream then costs a few byte scans
-        instead of a split into per-event payloads."""
+        events (``data: {..."choices":[{...}\n\n`` each) and nothing is pending from
+        earlier reads; otherwise 0, and the caller must ``feed`` it.
+
+        The common read of a token stream then costs a few byte scans instead of a split
+        into per-event payloads. A finish reason or usage inside such events is not
+        looked at here: the caller reads them from the last event of the last such read
+        once the stream is over (``last_token_payload``), which is where OpenAI-style
+        servers put them."""
         if self._pending or self._data_lines or not chunk.startswith(b"data: {"):
             return 0
-        last = len(chunk) - 2
-        first_newline = chunk.find(b"\n")
-        if first_newline == last:  # one event: the usual read
-            n = 1
-            if not chunk.endswith(b"\n\n") or _CHOICES_NONEMPTY not in chunk:
+        if chunk.find(b"\n") == len(chunk) - 2:  # one event: the usual read
+            if chunk[-1] != 10 or _CHOICES_NONEMPTY not in chunk or b"\r" in chunk:
                 return 0
-        else:
-            if not chunk.endswith(b"\n\n"):
-                return 0
-            n = chunk.count(b"\n\n")
-            if (
-                chunk.count(b"\n") != 2 * n
-                or chunk.count(_CHOICES_NONEMPTY) != n
-                or chunk.count(b"\n\ndata: {") != n - 1
-            ):
-                return 0
-        # JSON text cannot hold a raw CR, so any CR is an SSE line end: the slow path's job
-        if b"\r" in chunk or _FINISH_SET in chunk or _USAGE_OBJECT in chunk:
+            return 1
+        if not chunk.endswith(b"\n\n"):
+            return 0
+        n = chunk.count(b"\n\n")
+        if (
+            chunk.count(b"\n") != 2 * n
+            or chunk.count(_CHOICES_NONEMPTY) != n
+            or chunk.count(b"\n\ndata: {") != n - 1
+            # JSON text cannot hold a raw CR, so any CR is an SSE line end: feed's job
+            or b"\r" in chunk
+        ):
             return 0
         return n
 
@@ -128,6 +128,11 @@ class SSEDecoder:
                 data_lines.append(value)
         self._data_lines = data_lines
         return events
+
+
+def last_token_payload(read: bytes) -> bytes:
+    """The data of the last event in a read that ``token_events_only`` accepted."""
+    return read[:-2].rsplit(b"\n\n", 1)[-1][6:]
 
 
 def classify_event(payload: bytes) -> str:

@@ -512,6 +512,7 @@ def _feed_exchange(client_mod, RequestRecord, wire_reads, keep_text):
         for read in wire_reads:
             exchange.on_body([read])
         assert exchange.finished.done()
+        state.settle_fast_reads(rec)  # as StreamingClient._finish does
     finally:
         loop.close()
     return rec, state
@@ -532,3 +533,23 @@ def test_fast_token_path_matches_event_by_event(fixtures_dir, group, keep_text, 
     assert fast_state.done and slow_state.done
     if keep_text:
         assert fast_state.text() == slow_state.text() == "ck23\x1f\ufffde87\ufffd#"
+
+
+def _token(i: int, finish: str | None = None, usage: bool = True) -> bytes:
+    reason = f'"{finish}"' if finish else "null"
+    tail = f',"usage":{{"prompt_tokens":4,"completion_tokens":{i}}}' if usage else ""
+    return f'data: {{"choices":[{{"index":0,"text":"a","finish_reason":{reason}}}]{tail}}}\n\n'.encode()
+
+
+@pytest.mark.parametrize("final_usage_chunk", [True, False])
+@pytest.mark.parametrize("group", [1, 2])
+def test_fast_path_finish_reason_and_usage_in_token_chunks(final_usage_chunk, group, monkeypatch):
+    events = [_token(1), _token(2), _token(3, finish="stop")]
+    if final_usage_chunk:  # continuous usage stats, then the final usage chunk says 30
+        events.append(b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":30}}\n\n')
+    events.append(b"data: [DONE]\n\n")
+    reads = [b"".join(events[i : i + group]) for i in range(0, len(events), group)]
+    for fast in (True, False):
+        rec, state = _exchange_record(reads, fast, False, monkeypatch)
+        assert rec.finish_reason == "stop" and len(rec.chunk_times) == 2
+        assert state.usage["completion_tokens"] == (30 if final_usage_chunk else 3)

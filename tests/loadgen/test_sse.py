@@ -83,8 +83,10 @@ USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":4,"completion_to
     [
         (TOKEN, 1),
         (TOKEN * 3, 3),
-        (TOKEN + FINISH, 0),  # a finish reason must be read from the JSON
+        (TOKEN + FINISH, 2),  # the finish reason is read from the last event at the end
+        (FINISH, 1),
         (USAGE, 0),
+        (TOKEN + USAGE, 0),
         (b"data: [DONE]\n\n", 0),
         (TOKEN + b"data: [DONE]\n\n", 0),
         (TOKEN[:-1], 0),  # an unfinished event
@@ -106,3 +108,8 @@ def test_token_events_only_refuses_while_an_event_is_pending():
     assert decoder.token_events_only(TOKEN) == 0  # the pending half comes first
     assert len(decoder.feed(TOKEN[30:])) == 1
     assert decoder.token_events_only(TOKEN) == 1
+
+
+def test_last_token_payload():
+    assert sse.last_token_payload(TOKEN + FINISH) == FINISH[6:-2]
+    assert sse.last_token_payload(TOKEN) == TOKEN[6:-2]
