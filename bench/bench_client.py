@@ -15,11 +15,15 @@ whole-process figure of the large run is printed too.
 
 Clients: ``vllm bench serve`` (from the vLLM venv), ``rampwatch run`` headless without a
 recording, the same with a recording, the same without the live series builder (to
-attribute its per-record cost), and the same on the aiohttp transport
-(``RAMPWATCH_HTTP_CLIENT=aiohttp``) instead of ``loadgen.http_stream``. Then one open-loop run with no concurrency cap at
+attribute its per-record cost), the same on the aiohttp transport
+(``RAMPWATCH_HTTP_CLIENT=aiohttp``) instead of ``loadgen.http_stream``, and the same on
+asyncio's own event loop instead of uvloop (``RAMPWATCH_EVENT_LOOP=asyncio``). With
+``--repeat N`` every client runs N rounds, in an order rotated each round; the table
+gives per-round medians, and ratios to vllm bench are taken within each round (the
+machine's load drifts between rounds). Then one open-loop run with no concurrency cap at
 ``--lateness-rps`` gives the send lateness (``sent_at - scheduled_at``) percentiles.
 
-    .venv/bin/python bench/bench_client.py [--small 200] [--large 1200] [--lateness-rps 200]
+    .venv/bin/python bench/bench_client.py [--small 200] [--large 1200] [--repeat 3] [--lateness-rps 200]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,13 +103,16 @@ def rampwatch_cmd(url: str, n: int, result: Path, *, record: Path | None, series
 
 
 def rampwatch(url: str, n: int, tmp: Path, *, record: bool, series: bool,
-              transport: str | None = None) -> tuple[float, float, dict]:
-    result = tmp / f"rw-{n}-{record}-{series}-{transport}.json"
+              transport: str | None = None, event_loop: str | None = None) -> tuple[float, float, dict]:
+    result = tmp / f"rw-{n}-{record}-{series}-{transport}-{event_loop}.json"
     rec = tmp / f"rw-{n}.rwrec" if record else None
     env = dict(os.environ)
     env.pop("RAMPWATCH_HTTP_CLIENT", None)
+    env.pop("RAMPWATCH_EVENT_LOOP", None)
     if transport:
         env["RAMPWATCH_HTTP_CLIENT"] = transport
+    if event_loop:
+        env["RAMPWATCH_EVENT_LOOP"] = event_loop
     cpu, wall, _ = timed(rampwatch_cmd(url, n, result, record=rec, series=series), env)
     return cpu, wall, json.loads(result.read_text())
 
@@ -112,6 +120,11 @@ def rampwatch(url: str, n: int, tmp: Path, *, record: bool, series: bool,
 def streamed_tokens(result: dict) -> int:
     assert result["failed"] == 0, result.get("errors", [])[:3]
     return int(result["total_output_tokens"])
+
+
+def spread(values: list[float]) -> str:
+    text = f"{statistics.median(values):.1f}"
+    return text + (f" ({min(values):.1f}–{max(values):.1f})" if len(values) > 1 else "")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -125,6 +138,9 @@ def main() -> int:
     parser.add_argument("--large", type=int, default=1200, help="requests in the long run of each client")
     parser.add_argument("--lateness-rps", type=float, default=200.0, help="open-loop rate of the lateness run")
     parser.add_argument("--lateness-s", type=float, default=10.0, help="length of the lateness run")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every client (order rotated); figures are per-round medians, "
+                        "ratios are taken within each round")
     parser.add_argument("--skip-vllm", action="store_true", help="do not run vllm bench serve")
     parser.add_argument("--only", action="append", default=[], metavar="WORDS",
                         help="run only the clients whose name contains WORDS (repeatable)")
@@ -150,25 +166,33 @@ def main() -> int:
         lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=False))
     clients["rampwatch run --no-record, aiohttp transport"] = (
         lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=True, transport="aiohttp"))
+    clients["rampwatch run --no-record, asyncio loop"] = (
+        lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=True, event_loop="asyncio"))
     if args.only:
         clients = {name: run for name, run in clients.items() if any(word in name for word in args.only)}
 
-    rows = []
+    # per client: one (marginal, whole, large-run CPU, large-run wall, tokens/s) per round
+    results: dict[str, list[tuple[float, float, float, float, float]]] = {name: [] for name in clients}
     sim_config = SimConfig(hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed,
                            served_model_name="tiny")
     with tempfile.TemporaryDirectory() as tmpdir, EmbeddedSim(sim_config) as sim:
         tmp = Path(tmpdir)
         print(f"simulator ({args.sim_hardware}, {args.sim_model}, speed {args.sim_speed:g}) at {sim.url}, pid {sim.pid}; {INPUT_TOKENS}-token prompts, "
               f"{OUTPUT_TOKENS} output tokens, concurrency {CONCURRENCY}", flush=True)
-        for name, run in clients.items():
-            small_cpu, _, small = run(sim.url, args.small, tmp)
-            large_cpu, large_wall, large = run(sim.url, args.large, tmp)
-            tokens_small, tokens_large = streamed_tokens(small), streamed_tokens(large)
-            marginal = (large_cpu - small_cpu) / (tokens_large - tokens_small) * 1e6
-            whole = large_cpu / tokens_large * 1e6
-            rows.append((name, marginal, whole, large_cpu, large_wall, tokens_large / large["duration"]))
-            print(f"  {name}: {marginal:.1f} CPU-s per 1M tokens (marginal), {whole:.1f} whole process; "
-                  f"large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall", flush=True)
+        for round_index in range(args.repeat):
+            # Rotate the order so no client always runs right after the same one.
+            names = list(clients)
+            names = names[round_index % len(names):] + names[: round_index % len(names)]
+            for name in names:
+                run = clients[name]
+                small_cpu, _, small = run(sim.url, args.small, tmp)
+                large_cpu, large_wall, large = run(sim.url, args.large, tmp)
+                tokens_small, tokens_large = streamed_tokens(small), streamed_tokens(large)
+                marginal = (large_cpu - small_cpu) / (tokens_large - tokens_small) * 1e6
+                whole = large_cpu / tokens_large * 1e6
+                results[name].append((marginal, whole, large_cpu, large_wall, tokens_large / large["duration"]))
+                print(f"  round {round_index + 1}, {name}: {marginal:.1f} CPU-s per 1M tokens (marginal), {whole:.1f} "
+                      f"whole process; large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall", flush=True)
 
         if not args.skip_lateness:
             result = tmp / "lateness.json"
@@ -179,13 +203,20 @@ def main() -> int:
             lateness_ms = [1000 * q for q in late["queue_times"]]
 
     print()
-    print(f"| client | CPU-s per 1M streamed tokens (marginal) | whole process, {args.large} requests | "
-          "tokens/s | vs vllm bench (marginal / whole) |")
+    rounds = f", median of {args.repeat} rounds (min–max)" if args.repeat > 1 else ""
+    print(f"| client | CPU-s per 1M streamed tokens, marginal{rounds} | whole process, {args.large} requests | "
+          "tokens/s | vs vllm bench, same round (marginal / whole) |")
     print("|---|---|---|---|---|")
-    base = rows[0] if rows and rows[0][0] == "vllm bench serve" else None
-    for name, marginal, whole, _cpu, _wall, tps in rows:
-        ratio = f"{marginal / base[1]:.2f}× / {whole / base[2]:.2f}×" if base else "-"
-        print(f"| {name} | {marginal:.1f} | {whole:.1f} | {tps:,.0f} | {ratio} |")
+    base = results.get("vllm bench serve")
+    for name, runs in results.items():
+        marginals, wholes = [r[0] for r in runs], [r[1] for r in runs]
+        tps = statistics.median(r[4] for r in runs)
+        ratio = "-"
+        if base:
+            m_ratio = statistics.median(r[0] / b[0] for r, b in zip(runs, base))
+            w_ratio = statistics.median(r[1] / b[1] for r, b in zip(runs, base))
+            ratio = f"{m_ratio:.2f}× / {w_ratio:.2f}×"
+        print(f"| {name} | {spread(marginals)} | {spread(wholes)} | {tps:,.0f} | {ratio} |")
     if args.skip_lateness:
         return 0
     print()
