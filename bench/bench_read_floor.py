@@ -1,0 +1,175 @@
+"""The floor under the client's CPU per streamed token: what reading the stream costs
+before any of rampwatch's own work, per event loop and read size.
+
+Against the simulator in its own process, 100 keep-alive connections each re-issue the
+same 256-token streamed completion until ``--requests`` are done. Measured in this
+process over the run after a warm-up (``getrusage(RUSAGE_SELF)``), per 1M streamed
+events (one token per event):
+
+- ``trivial protocol``: an ``asyncio.Protocol`` whose ``data_received`` only counts
+  ``data: {`` and appends one timestamp per event, i.e. the event loop, the socket reads
+  and nothing else. With asyncio's default read size (a fresh 256 KiB bytes object per
+  recv), with reads capped at 64 KiB (what ``loadgen.http_stream`` sets), and on uvloop.
+- ``StreamingClient``: rampwatch's client (``loadgen.client``, ``http_stream`` transport)
+  sending the same request in a loop, with no runner, workload or summary around it.
+
+    .venv/bin/python bench/bench_read_floor.py [--requests 2000] [--sim-hardware instant]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CONCURRENCY = 100
+OUTPUT_TOKENS = 256
+WARMUP_EVENTS = 200 * OUTPUT_TOKENS
+BODY = json.dumps({"model": "tiny", "prompt": "hello " * 32, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True,
+                   "stream": True, "stream_options": {"include_usage": True}}).encode()
+REQUEST = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(BODY)) + BODY
+
+
+class Meter:
+    """CPU and events from the end of the warm-up to the end of the run."""
+
+    def __init__(self, total_requests: int) -> None:
+        self.total_requests = total_requests
+        self.sent = self.done = self.events = self.reads = 0
+        self.start: tuple[resource.struct_rusage, int, int, float] | None = None
+        self.finished = asyncio.get_running_loop().create_future()
+
+    def add(self, events: int, reads: int) -> None:
+        self.events += events
+        self.reads += reads
+        if self.start is None and self.events >= WARMUP_EVENTS:
+            self.start = (resource.getrusage(resource.RUSAGE_SELF), self.events, self.reads, time.monotonic())
+
+    def result(self) -> dict[str, float]:
+        end = resource.getrusage(resource.RUSAGE_SELF)
+        assert self.start is not None, "run too short for the warm-up"
+        r0, e0, n0, t0 = self.start
+        events = self.events - e0
+        user, system = end.ru_utime - r0.ru_utime, end.ru_stime - r0.ru_stime
+        out = {"events/s": events / (time.monotonic() - t0), "user": user / events * 1e6,
+               "system": system / events * 1e6, "total": (user + system) / events * 1e6}
+        if self.reads > n0:
+            out["events/read"] = events / (self.reads - n0)
+        return out
+
+
+class CountingProtocol(asyncio.Protocol):
+    def __init__(self, meter: Meter, read_size: int | None) -> None:
+        self.meter = meter
+        self.read_size = read_size
+        self.times: list[float] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        if self.read_size is not None:
+            transport.max_size = self.read_size  # type: ignore[attr-defined]
+        self.next_request()
+
+    def next_request(self) -> None:
+        if self.meter.sent >= self.meter.total_requests:
+            self.transport.close()
+            return
+        self.meter.sent += 1
+        self.transport.write(REQUEST)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        events = data.count(b"data: {")
+        self.times.extend([now] * events)
+        self.meter.add(events, 1)
+        if data.endswith(b"0\r\n\r\n"):  # the chunked body's end
+            self.times = []
+            self.meter.done += 1
+            if self.meter.done == self.meter.total_requests:
+                self.meter.finished.set_result(None)
+            self.next_request()
+
+
+async def trivial(url: str, requests: int, read_size: int | None) -> dict[str, float]:
+    loop = asyncio.get_running_loop()
+    host, port = url.removeprefix("http://").split(":")
+    meter = Meter(requests)
+    for _ in range(CONCURRENCY):
+        await loop.create_connection(lambda: CountingProtocol(meter, read_size), host, int(port))
+    await meter.finished
+    return meter.result()
+
+
+async def streaming_client(url: str, requests: int) -> dict[str, float]:
+    from loadgen.client import StreamingClient
+    from loadgen.requests import PreparedRequest
+
+    req = PreparedRequest("completions", {"prompt": "hello " * 32, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True},
+                          32, OUTPUT_TOKENS)
+    t0 = time.monotonic()
+    meter = Meter(requests)
+    async with StreamingClient(url, "tiny", connection_limit=CONCURRENCY, clock=lambda: time.monotonic() - t0) as client:
+        async def worker() -> None:
+            while meter.sent < requests:
+                meter.sent += 1
+                rec = await client.send(req, meter.sent, 0.0)
+                if not rec.ok:
+                    raise SystemExit(f"request failed: {rec.error_class}: {rec.error}")
+                meter.add(rec.completion_tokens, 0)
+
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return meter.result()
+
+
+def run_on(loop_kind: str, coro) -> dict[str, float]:
+    if loop_kind == "uvloop":
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="requests per measurement")
+    parser.add_argument("--sim-hardware", default="instant")
+    parser.add_argument("--sim-model", default="tiny")
+    parser.add_argument("--sim-speed", type=float, default=1.0)
+    args = parser.parse_args()
+
+    from sim.config import SimConfig
+    from sim.embedded import EmbeddedSim
+
+    cases = [
+        ("trivial protocol, asyncio, 256 KiB reads (asyncio's default)", "asyncio", lambda url: trivial(url, args.requests, None)),
+        ("trivial protocol, asyncio, 64 KiB reads", "asyncio", lambda url: trivial(url, args.requests, 64 * 1024)),
+        ("trivial protocol, uvloop", "uvloop", lambda url: trivial(url, args.requests, None)),
+        ("StreamingClient, asyncio", "asyncio", lambda url: streaming_client(url, args.requests)),
+        ("StreamingClient, uvloop", "uvloop", lambda url: streaming_client(url, args.requests)),
+    ]
+    config = SimConfig(hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed, served_model_name="tiny")
+    print(f"simulator {args.sim_hardware}/{args.sim_model} speed {args.sim_speed:g}; {CONCURRENCY} streams of "
+          f"{OUTPUT_TOKENS} tokens, {args.requests} requests per row; CPU-s per 1M streamed events")
+    print()
+    print("| reader | events/s | events per read | user | system | total |")
+    print("|---|---|---|---|---|---|")
+    with EmbeddedSim(config) as sim:
+        for name, loop_kind, make in cases:
+            r = run_on(loop_kind, make(sim.url))
+            per_read = f"{r['events/read']:.2f}" if "events/read" in r else "-"
+            print(f"| {name} | {r['events/s']:,.0f} | {per_read} | {r['user']:.2f} | {r['system']:.2f} | "
+                  f"{r['total']:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
