@@ -240,6 +240,9 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
                 count += 1
 
         loop.add_reader(fileno, on_command)
+        # uvloop's add_reader makes the socket non-blocking; the pipe's sends expect a
+        # blocking one (a large snapshot or result would fail with BlockingIOError).
+        os.set_blocking(fileno, True)
         pub = asyncio.ensure_future(publisher())
         try:
             return await task
@@ -253,6 +256,7 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
 
     try:
         result = eventloop.run(main())
+        os.set_blocking(conn.fileno(), True)
         try:
             conn.send(("result", result))
         except Exception:

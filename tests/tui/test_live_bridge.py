@@ -263,3 +263,20 @@ def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
     run = SlowDrain()
     bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.05).start()
     assert bridge.finish(drain_timeout=0.3) == {"calls": ["stop", "cancel_in_flight"]}
+
+
+def test_process_bridge_hands_back_a_result_larger_than_the_pipe_buffer():
+    # The run process's loop (uvloop) must not leave the pipe non-blocking: a result
+    # of many megabytes (an hour's records) has to wait for the UI to read it.
+    from loadgen import eventloop
+    from tui.live_runner import ProcessBridge
+
+    assert eventloop.loop_name() == "uvloop"
+    payload = list(range(2_000_000))
+
+    async def run():
+        await asyncio.sleep(0.2)
+        return payload
+
+    bridge = ProcessBridge(run, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.02).start()
+    assert bridge.finish(drain_timeout=20.0) == payload
