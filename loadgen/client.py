@@ -539,13 +539,7 @@ class _StreamState:
         payload = sse.last_token_payload(self.last_fast_read)
         self.last_fast_read = None
         if (rec.finish_reason is None and _FINISH_MARK in payload) or (self.usage is None and _USAGE_MARK in payload):
-            usage_before = self.usage
-            finish_before = rec.finish_reason
-            self._read_full_chunk(payload, rec)
-            if usage_before is not None:
-                self.usage = usage_before
-            if finish_before is not None:
-                rec.finish_reason = finish_before
+            self._read_full_chunk(payload, rec, keep_known=True)
 
     def consume(self, events: list[bytes], rec: RequestRecord, clock: Callable[[], float]) -> bool:
         """Apply events; True once the stream is over (``[DONE]`` or an error event)."""
@@ -592,14 +586,17 @@ class _StreamState:
         elif count:
             rec.chunk_times.extend([now] * count)
 
-    def _read_full_chunk(self, payload: bytes, rec: RequestRecord) -> None:
+    def _read_full_chunk(self, payload: bytes, rec: RequestRecord, keep_known: bool = False) -> None:
+        """Finish reason and usage from a token chunk's JSON; ``keep_known`` leaves the
+        ones already found alone (for a chunk read after later events)."""
         body = sse.decode_json(payload)
         if not body:
             return
         choices = body.get("choices") or []
-        if choices and choices[0].get("finish_reason"):
+        if choices and choices[0].get("finish_reason") and not (keep_known and rec.finish_reason is not None):
             rec.finish_reason = str(choices[0]["finish_reason"])
-        if isinstance(body.get("usage"), dict):  # continuous usage stats: keep the latest
+        # continuous usage stats: keep the latest
+        if isinstance(body.get("usage"), dict) and not (keep_known and self.usage is not None):
             self.usage = body["usage"]
 
     def text(self) -> str:
