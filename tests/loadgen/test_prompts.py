@@ -37,6 +37,19 @@ def bpe(bpe_dir):
     return tok
 
 
+def test_backend_shortcut_gives_the_wrapped_tokenizers_ids_and_text(bpe):
+    # HFTokenizer calls the fast tokenizer's Rust backend directly; it must agree with
+    # transformers' own encode/decode on text with specials, emoji and odd bytes.
+    assert bpe._backend is not None
+    rng = np.random.default_rng(3)
+    alphabet = list("abc def\nghé😀\t") + ["<s>", "</s>", " the", "{x}"]
+    for _ in range(200):
+        text = "".join(rng.choice(alphabet, int(rng.integers(1, 60))))
+        assert bpe.encode(text) == list(bpe._tok.encode(text, add_special_tokens=False))
+        ids = rng.integers(0, bpe.vocab_size, int(rng.integers(1, 40))).tolist()
+        assert bpe.decode(ids) == bpe._tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 333, 2048])
 def test_synth_text_is_exact_with_a_subword_tokenizer(bpe, n):
     rng = np.random.default_rng(n)
