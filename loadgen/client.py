@@ -482,12 +482,7 @@ class _StreamExchange:
         state = self.state
         tokens = self.decoder.token_events_only(data)
         if tokens:
-            now = self.clock()
-            rec = self.rec
-            if tokens == 1 and rec.first_token_at is not None:
-                rec.chunk_times.append(now)
-            else:
-                state.token_events(tokens, rec, now)
+            state.token_events(tokens, self.rec, self.clock())
             state.last_fast_read = data
             if state.keep_text:
                 state.raw_chunks.append(data)  # whole events; text() splits them
