@@ -54,7 +54,7 @@ RATE = 10_000  # far above what 100 streams can complete: the cap is what paces 
 # shows no completions; everything else is unchanged).
 _NO_SERIES = (
     "import sys; import loadgen.series as s; s.SeriesBuilder.on_request = lambda self, record: None; "
-    "from tui.cli import main; sys.argv[0] = 'rampwatch'; sys.exit(main())"
+    "from rampwatch.app.cli import main; sys.argv[0] = 'rampwatch'; sys.exit(main())"
 )
 
 
@@ -89,7 +89,7 @@ def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
 
 def rampwatch_cmd(url: str, n: int, result: Path, *, record: Path | None, series: bool,
                   rate: float = RATE, concurrency: int | None = CONCURRENCY) -> list[str]:
-    head = [sys.executable, "-m", "tui.cli"] if series else [sys.executable, "-c", _NO_SERIES]
+    head = [sys.executable, "-m", "rampwatch.app.cli"] if series else [sys.executable, "-c", _NO_SERIES]
     cmd = [
         *head, "run", "random", "--headless", "--target", url, "--model", "tiny",
         "--tokenizer", str(TINY_MODEL), "--result-json", str(result), "--progress-interval", "3600",
@@ -154,8 +154,8 @@ def main() -> int:
     if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
         raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh`")
 
-    from sim.config import SimConfig
-    from sim.embedded import EmbeddedSim
+    from rampwatch.sim.config import SimConfig
+    from rampwatch.sim.embedded import EmbeddedSim
 
     clients = {}
     if not args.skip_vllm:

@@ -109,8 +109,8 @@ async def trivial(url: str, requests: int, read_size: int | None) -> dict[str, f
 
 
 async def streaming_client(url: str, requests: int) -> dict[str, float]:
-    from loadgen.client import StreamingClient
-    from loadgen.requests import PreparedRequest
+    from rampwatch.loadgen.client import StreamingClient
+    from rampwatch.loadgen.requests import PreparedRequest
 
     req = PreparedRequest("completions", {"prompt": "hello " * 32, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True},
                           32, OUTPUT_TOKENS)
@@ -146,8 +146,8 @@ def main() -> int:
     parser.add_argument("--sim-speed", type=float, default=1.0)
     args = parser.parse_args()
 
-    from sim.config import SimConfig
-    from sim.embedded import EmbeddedSim
+    from rampwatch.sim.config import SimConfig
+    from rampwatch.sim.embedded import EmbeddedSim
 
     cases = [
         ("trivial protocol, asyncio, 256 KiB reads (asyncio's default)", "asyncio", lambda url: trivial(url, args.requests, None)),

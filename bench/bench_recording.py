@@ -31,8 +31,8 @@ def _peak_rss_mb() -> float:
 
 
 def write(path: Path, minutes: float, rps: float, chunks: float) -> None:
-    from record.synthetic import SyntheticRun, play_synthetic
-    from record.writer import RecordingWriter
+    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+    from rampwatch.record.writer import RecordingWriter
 
     run = SyntheticRun(duration_s=minutes * 60, start_rps=rps, end_rps=rps, capacity_rps=rps * 1.5,
                        mean_chunks=chunks, seed=1)
@@ -56,8 +56,8 @@ def write(path: Path, minutes: float, rps: float, chunks: float) -> None:
 
 
 def measure_replay(path: Path, seeks: int) -> None:
-    from record import format as fmt
-    from record.reader import open_recording
+    from rampwatch.record import format as fmt
+    from rampwatch.record.reader import open_recording
 
     t0 = time.perf_counter()
     rec = open_recording(path)
@@ -92,7 +92,7 @@ def measure_replay(path: Path, seeks: int) -> None:
 
 
 def measure_command(path: Path, command: str) -> None:
-    from tui.cli import main as cli_main
+    from rampwatch.app.cli import main as cli_main
 
     out = Path(tempfile.mkdtemp()) / "out.json"
     argv = ["report", str(path)] if command == "report" else ["export", str(path), "--format", "json", "-o", str(out)]

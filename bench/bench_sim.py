@@ -1,6 +1,6 @@
 """Sustained streamed chunks per second the simulator serves on the `instant` preset.
 
-The simulator runs in its own process (``python -m sim.cli``); this process is the client:
+The simulator runs in its own process (``python -m rampwatch.sim.cli``); this process is the client:
 ``--concurrency`` streams, each re-issuing a ``--max-tokens`` completion as soon as the
 previous one ends, for ``--duration`` seconds after a short warm-up. It prints chunks/s
 (SSE ``data:`` events carrying a token) and the simulator process's CPU use over the
@@ -72,7 +72,7 @@ def main() -> int:
     args = parser.parse_args()
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim.cli", "--hardware", "instant", "--model", "tiny", "--port", "0",
+        [sys.executable, "-m", "rampwatch.sim.cli", "--hardware", "instant", "--model", "tiny", "--port", "0",
          "--max-num-seqs", str(max(256, args.concurrency)), "--exit-on-stdin-eof"],
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )

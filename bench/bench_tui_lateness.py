@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402
-from tui.live_runner import LiveBridge, ProcessBridge, lower_ui_priority  # noqa: E402
+from rampwatch.app.bridge import LiveBridge, ProcessBridge, lower_ui_priority  # noqa: E402
 
 
 # The snapshot the run publishes is the fake ramp's at START_AT_S + elapsed × speedup: at
@@ -96,7 +96,7 @@ def run_headless(rate: float, duration: float, speedup: float = 1.0) -> list[flo
 
 def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priority: str = "idle",
                 refresh_hz: float = 4.0, speedup: float = 1.0) -> tuple[list[float], str]:
-    from tui.app import make_app
+    from rampwatch.tui.app import make_app
 
     load = SyntheticLoad(rate, duration, speedup)
     load.start_clock()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from loadgen.counters import COUNTER_FIELDS
+from rampwatch.loadgen.counters import COUNTER_FIELDS
 
 # (name, labels, value) as read from the exposition.
 Sample = tuple[str, dict[str, str], float]

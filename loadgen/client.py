@@ -50,10 +50,10 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from loadgen import http_stream, sse
-from loadgen.errors import TargetUnreachable
-from loadgen.requests import PreparedRequest
-from loadgen.timeline import RequestRecord
+from rampwatch.loadgen import http_stream, sse
+from rampwatch.core.errors import TargetUnreachable
+from rampwatch.loadgen.requests import PreparedRequest
+from rampwatch.core.timeline import RequestRecord
 
 _TOKEN_MARK = sse.TOKEN_MARK
 _FINISH_MARK = sse.FINISH_MARK
@@ -640,7 +640,7 @@ async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s
     ``cache_config`` (labels of ``vllm:cache_config_info`` from ``/metrics``) and
     ``errors`` ({path: reason} for whatever failed).
     """
-    from loadgen.scrape import cache_config_from_metrics
+    from rampwatch.loadgen.scrape import cache_config_from_metrics
 
     base = normalize_base_url(base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -9,7 +9,7 @@ the new value itself (everything counted since the restart), which is what
 
 from __future__ import annotations
 
-from loadgen.timeline import ServerSample
+from rampwatch.core.timeline import ServerSample
 
 COUNTER_FIELDS = (
     "prompt_tokens_total",

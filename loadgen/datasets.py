@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.errors import UserError
+from rampwatch.core.errors import UserError
 
 DATASET_FORMATS = ("auto", "sharegpt", "prompts", "messages")
 _ROLES = ("system", "user", "assistant", "tool", "developer")

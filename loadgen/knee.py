@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.timeline import Event
+from rampwatch.core.timeline import Event
 
 SIGNALS = ("throughput_lag", "ttft_rise", "queue_growth", "kv_pressure")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.tokenizers import SimTokenizerAdapter, TokenizerLike, count_tokens
+from rampwatch.loadgen.tokenizers import SimTokenizerAdapter, TokenizerLike, count_tokens
 
 SEPARATOR = "\n\n"
 _FIXUP_ROUNDS = 12

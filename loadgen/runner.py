@@ -19,14 +19,14 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loadgen import eventloop
-from loadgen.client import RequestCancelled, StreamingClient
-from loadgen.knee import KneeDetector, feed as feed_knee
-from loadgen.redact import redact_options
-from loadgen.scenario import RequestFactory, Scenario
-from loadgen.scrape import MetricsPoller
-from loadgen.series import SeriesBuilder
-from loadgen.timeline import (
+from rampwatch.loadgen import eventloop
+from rampwatch.loadgen.client import RequestCancelled, StreamingClient
+from rampwatch.loadgen.knee import KneeDetector, feed as feed_knee
+from rampwatch.core.redact import redact_options
+from rampwatch.loadgen.scenario import RequestFactory, Scenario
+from rampwatch.loadgen.scrape import MetricsPoller
+from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.core.timeline import (
     Event,
     FanoutSink,
     RequestRecord,
@@ -36,7 +36,7 @@ from loadgen.timeline import (
     Tick,
     TimelineSink,
 )
-from loadgen.version import rampwatch_version
+from rampwatch.core.version import rampwatch_version
 
 @dataclass
 class RunOptions:

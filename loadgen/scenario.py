@@ -12,16 +12,16 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
-import loadgen
-from loadgen.errors import UserError
-from loadgen.requests import PreparedRequest
-from loadgen.schedules import (
+from rampwatch.core.errors import UserError
+from rampwatch.loadgen.requests import PreparedRequest
+from rampwatch.loadgen.schedules import (
     VLLM_KINDS,
     ArrivalSchedule,
     SpecProblem,
@@ -34,7 +34,8 @@ from loadgen.schedules import (
     unknown_key_message,
 )
 
-SCENARIO_DIR = Path(loadgen.__file__).resolve().parent.parent / "scenarios"
+# The shipped scenarios are package data (rampwatch.scenarios), in a checkout and a wheel alike.
+BUILTIN_SCENARIOS = resources.files("rampwatch.scenarios")
 
 # Named run flags -> the scenario key each one sets.
 FLAG_KEYS: dict[str, str] = {
@@ -79,7 +80,7 @@ def dotted(path: Path_) -> str:
 
 
 def list_scenarios() -> list[str]:
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+    return sorted(p.name.removesuffix(".yaml") for p in BUILTIN_SCENARIOS.iterdir() if p.name.endswith(".yaml"))
 
 
 def resolve_scenario_path(path_or_name: str) -> Path:
@@ -87,9 +88,9 @@ def resolve_scenario_path(path_or_name: str) -> Path:
     if candidate.is_file():
         return candidate
     if "/" not in path_or_name and not path_or_name.endswith((".yaml", ".yml")):
-        named = SCENARIO_DIR / f"{path_or_name}.yaml"
+        named = BUILTIN_SCENARIOS / f"{path_or_name}.yaml"
         if named.is_file():
-            return named
+            return Path(str(named))
     names = ", ".join(list_scenarios()) or "none"
     raise UserError(f"scenario {path_or_name!r}: no such file and not a built-in scenario (built-in: {names})")
 
@@ -503,7 +504,7 @@ def _display_path(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         try:
-            return str(Path("scenarios") / path.resolve().relative_to(SCENARIO_DIR))
+            return str(Path("scenarios") / path.resolve().relative_to(Path(str(BUILTIN_SCENARIOS))))
         except ValueError:
             return str(path)
 
@@ -547,7 +548,7 @@ class RequestFactory:
     a sub-word tokenizer ``expected_prompt_tokens`` is the count actually achieved."""
 
     def __init__(self, scenario: Scenario, tokenizer=None) -> None:
-        from loadgen.tokenizers import load_tokenizer
+        from rampwatch.loadgen.tokenizers import load_tokenizer
 
         self.scenario = scenario
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(None)
@@ -570,7 +571,7 @@ class RequestFactory:
         self._dataset = None
         self._order: list[int] = []
         if self.workload.get("dataset"):
-            from loadgen.datasets import load_dataset
+            from rampwatch.loadgen.datasets import load_dataset
 
             ds = self.workload["dataset"]
             self._dataset = load_dataset(ds["path"], ds["format"])
@@ -578,7 +579,7 @@ class RequestFactory:
     # -- shared parts (built once, identical in every request)
 
     def _piece(self, n: int, rng: np.random.Generator) -> Any:
-        from loadgen.prompts import random_token_ids, synth_text
+        from rampwatch.loadgen.prompts import random_token_ids, synth_text
 
         return random_token_ids(self.tokenizer, n, rng) if self.token_ids else synth_text(self.tokenizer, n, rng)
 
@@ -602,7 +603,7 @@ class RequestFactory:
     # -- request building
 
     def _count_of(self, part: Any) -> int:
-        from loadgen.tokenizers import count_tokens
+        from rampwatch.loadgen.tokenizers import count_tokens
 
         if part is None:
             return 0
@@ -621,7 +622,7 @@ class RequestFactory:
     def _fresh_tail(self, prefix_parts: list[Any], n: int) -> tuple[Any, Any, int]:
         """(new user content, full completions prompt, the prompt's token count) with n
         new tokens after the parts."""
-        from loadgen.prompts import compose_exact, join, random_token_ids
+        from rampwatch.loadgen.prompts import compose_exact, join, random_token_ids
 
         parts = [x for x in prefix_parts if x]
         if self.token_ids:
@@ -724,7 +725,7 @@ class RequestFactory:
             payload: dict[str, Any] = {"messages": messages, "max_completion_tokens": n_out}
             expected = sum(self._count_of(m["content"]) for m in messages)
         else:
-            from loadgen.prompts import join
+            from rampwatch.loadgen.prompts import join
 
             prompt = join([system or "", entry.as_text()])
             payload = {"prompt": prompt, "max_tokens": n_out}

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.errors import UserError
-from loadgen.timeline import Event
+from rampwatch.core.errors import UserError
+from rampwatch.core.timeline import Event
 
 ARRIVALS = ("constant", "poisson", "gamma")
 TIME_KINDS = ("constant", "poisson", "gamma", "linear", "exponential", "steps")

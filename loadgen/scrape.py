@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen import backends
-from loadgen.timeline import ServerSample
+from rampwatch.loadgen import backends
+from rampwatch.core.timeline import ServerSample
 
 log = logging.getLogger(__name__)
 

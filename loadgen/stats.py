@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from loadgen.timeline import RequestRecord
+from rampwatch.core.timeline import RequestRecord
 
 PERCENTILES = (50, 90, 99)
 SLO_KEYS = ("ttft", "tpot", "e2el")

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from loadgen import stats
-from loadgen.counters import CounterTracker
-from loadgen.scrape import combine_samples
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.loadgen import stats
+from rampwatch.loadgen.counters import CounterTracker
+from rampwatch.loadgen.scrape import combine_samples
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 METRIC_TITLES = {

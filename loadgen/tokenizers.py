@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from loadgen.errors import UserError
+from rampwatch.core.errors import UserError
 
 
 @runtime_checkable
@@ -25,7 +25,7 @@ class SimTokenizerAdapter:
     name = "rampwatch-sim"
 
     def __init__(self) -> None:
-        from sim.tokenizer import SimTokenizer
+        from rampwatch.core.tokenizer import SimTokenizer
 
         self._tok = SimTokenizer()
         self.vocab_size = self._tok.vocab_size

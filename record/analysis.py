@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.timeline import Snapshot
-from record import format as fmt
-from record.reader import Recording
-from record.replay import feed
+from rampwatch.core.timeline import Snapshot
+from rampwatch.record import format as fmt
+from rampwatch.record.reader import Recording
+from rampwatch.record.replay import feed
 
 # ITLs read back from a file lie on the 1 µs grid (request times are stored to 1 µs, chunk
 # times to a whole number of µs), so exact order statistics come from integer µs counts:
@@ -38,7 +38,7 @@ def benchmark_duration(recording: Recording, records: list | None = None) -> flo
 def summarise(recording: Recording, records: list | None = None, **options: Any) -> dict[str, Any]:
     """``loadgen.summary.compute_summary`` of the recording. Without ``records`` the
     requests are streamed (same figures; ITL percentiles from exact µs order statistics)."""
-    from loadgen.summary import compute_summary
+    from rampwatch.loadgen.summary import compute_summary
 
     # The run's own SLOs and GPU price, so a report matches the summary printed live.
     header = recording.header
@@ -84,7 +84,7 @@ class _ItlAccumulator:
             self.outliers.append(us[~inside])
 
     def describe_ms(self, percentiles) -> dict[str, float]:
-        from loadgen import stats
+        from rampwatch.loadgen import stats
 
         if self.n == 0:
             return stats.describe_ms([], percentiles)
@@ -133,8 +133,8 @@ def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:
 
 def stream_summary(recording: Recording, slo: dict[str, float] | None = None,
                    gpu_price_per_hour: float | None = None, percentiles=None) -> dict[str, Any]:
-    from loadgen import stats
-    from loadgen.summary import _cost, knee_rps, server_figures
+    from rampwatch.loadgen import stats
+    from rampwatch.loadgen.summary import _cost, knee_rps, server_figures
 
     percentiles = stats.PERCENTILES if percentiles is None else percentiles
     frames = recording.request_frames
@@ -232,7 +232,7 @@ def stream_summary(recording: Recording, slo: dict[str, float] | None = None,
 
 def final_snapshot(recording: Recording) -> Snapshot:
     """The series of the whole run, as the live UI showed them at the end."""
-    from loadgen.series import SeriesBuilder
+    from rampwatch.loadgen.series import SeriesBuilder
 
     stored = recording.checkpoint(recording.duration_s) if recording.checkpoint_frames else None
     if stored is not None:  # the last stored state, plus what follows it

@@ -85,8 +85,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import json
 
-    from record.analysis import summarise
-    from record.reader import open_recording
+    from rampwatch.record.analysis import summarise
+    from rampwatch.record.reader import open_recording
 
     recordings = [open_recording(args.a), open_recording(args.b)]
     for rec in recordings:

@@ -9,7 +9,7 @@ import math
 import sys
 from pathlib import Path
 
-from loadgen.errors import UserError
+from rampwatch.core.errors import UserError
 
 REQUEST_COLUMNS = ("id", "scheduled_at", "sent_at", "first_token_at", "end_at", "ttft_s", "e2e_s", "tpot_s",
                    "client_queue_s", "n_chunks", "prompt_tokens", "completion_tokens", "tokens_from_usage",
@@ -60,7 +60,7 @@ def _bench_list(recording, info, key: str, summary) -> list:
     """One block's share of a per-request list of ``to_bench_result`` (same values)."""
     import numpy as np
 
-    from loadgen.summary import to_bench_result
+    from rampwatch.loadgen.summary import to_bench_result
 
     if key == "itls":
         return to_bench_result(summary, None, recording.decode_requests(info))[key]
@@ -89,7 +89,7 @@ def _bench_list(recording, info, key: str, summary) -> list:
 def write_bench_result(recording, summary, path: Path) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
     every chunk gap of the run) are never all in memory at once."""
-    from loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
+    from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
 
     result = to_bench_result(summary, recording.header, [])
     result["num_prompts"] = recording.request_count
@@ -113,10 +113,10 @@ def write_bench_result(recording, summary, path: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from loadgen.summary import format_summary
-    from record.analysis import final_snapshot, summarise
-    from record.html_report import render_html
-    from record.reader import open_recording
+    from rampwatch.loadgen.summary import format_summary
+    from rampwatch.record.analysis import final_snapshot, summarise
+    from rampwatch.record.html_report import render_html
+    from rampwatch.record.reader import open_recording
 
     recording = open_recording(args.recording)
     for warning in recording.warnings:

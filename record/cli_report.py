@@ -14,9 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import json
 
-    from loadgen.summary import format_summary
-    from record.analysis import summarise
-    from record.reader import open_recording
+    from rampwatch.loadgen.summary import format_summary
+    from rampwatch.record.analysis import summarise
+    from rampwatch.record.reader import open_recording
 
     recording = open_recording(args.recording)
     for warning in recording.warnings:

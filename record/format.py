@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 
 MAGIC = b"RWREC\x00\r\n"
 FORMAT_VERSION = 1

@@ -7,7 +7,7 @@ import html
 import math
 from typing import Any, Sequence
 
-from loadgen.timeline import Event, Snapshot
+from rampwatch.core.timeline import Event, Snapshot
 
 WIDTH, HEIGHT = 1240, 240
 PAD_L, PAD_R, PAD_T, PAD_B = 70, 170, 30, 34

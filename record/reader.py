@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from loadgen.errors import UserError
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
-from record import format as fmt
+from rampwatch.core.errors import UserError
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+from rampwatch.record import format as fmt
 
 if TYPE_CHECKING:
-    from record.replay import ReplayTimeline
+    from rampwatch.record.replay import ReplayTimeline
 
 _SLACK_S = 2e-6
 
@@ -197,7 +197,7 @@ class Recording:
 
     def replay(self, **options: Any) -> ReplayTimeline:
         """A ``ReplayTimeline`` over this recording (options: see ``ReplayTimeline``)."""
-        from record.replay import ReplayTimeline
+        from rampwatch.record.replay import ReplayTimeline
 
         return ReplayTimeline(self, **options)
 

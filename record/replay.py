@@ -21,10 +21,10 @@ import zlib
 from bisect import bisect_right
 from typing import TYPE_CHECKING, Any, Callable
 
-from loadgen.timeline import Event, Snapshot
+from rampwatch.core.timeline import Event, Snapshot
 
 if TYPE_CHECKING:
-    from record.reader import Item, Recording
+    from rampwatch.record.reader import Item, Recording
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ MIN_CHECKPOINT_SPACING_S = 2.0
 
 
 def _default_builder_factory() -> Callable[[], Any]:
-    from loadgen.series import SeriesBuilder
+    from rampwatch.loadgen.series import SeriesBuilder
 
     return SeriesBuilder
 
@@ -281,7 +281,7 @@ class ReplayTimeline:
             self._fed_until = t
 
     def _restore(self, t: float) -> tuple[float, Any] | None:
-        from loadgen.series import SeriesBuilder
+        from rampwatch.loadgen.series import SeriesBuilder
 
         try:
             found = self.recording.checkpoint(t)

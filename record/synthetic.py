@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick, TimelineSink
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick, TimelineSink
 
 
 @dataclass

@@ -12,11 +12,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from loadgen.errors import UserError
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
-from record import format as fmt
-from record.reader import ITEM_ORDER
-from loadgen.redact import redact_options, scrub, secret_values
+from rampwatch.core.errors import UserError
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+from rampwatch.record import format as fmt
+from rampwatch.record.reader import ITEM_ORDER
+from rampwatch.core.redact import redact_options, scrub, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ class SeriesCheckpointer:
         self.stopped = False
 
     def start(self, header: RunHeader) -> None:
-        from loadgen.series import SeriesBuilder
+        from rampwatch.loadgen.series import SeriesBuilder
 
         self._builder = SeriesBuilder()
         self._builder.on_start(header)

@@ -12,8 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from record.synthetic import SyntheticRun, play_synthetic  # noqa: E402
-from record.writer import RecordingWriter  # noqa: E402
+from rampwatch.record.synthetic import SyntheticRun, play_synthetic  # noqa: E402
+from rampwatch.record.writer import RecordingWriter  # noqa: E402
 
 FIXTURE_RUN = SyntheticRun(
     duration_s=60.0,

@@ -68,7 +68,7 @@ wait_for_text() {  # wait_for_text TEXT SECONDS NAME -> 0 when the pane shows TE
 
 start=$SECONDS
 tmuxc -f /dev/null new-session -d -s "$session" -x 160 -y 48 \
-  "cd '$REPO' && sh -c 'echo \$\$ > \"$pidfile\"; exec \"$PY\" -m tui.cli run chat --no-record --stop-grace 3'; echo EXITED \$?; sleep 600"
+  "cd '$REPO' && sh -c 'echo \$\$ > \"$pidfile\"; exec \"$PY\" -m rampwatch.app.cli run chat --no-record --stop-grace 3'; echo EXITED \$?; sleep 600"
 tmuxc set-option -t "$session" remain-on-exit on >/dev/null
 
 sleep "$WAIT_S"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.config import HARDWARE_PRESETS, MODEL_PRESETS, ROUTING_CHOICES
+from rampwatch.sim.config import HARDWARE_PRESETS, MODEL_PRESETS, ROUTING_CHOICES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The ``SimConfig`` the flags describe (validated; raises ``UserError``)."""
-    from sim.config import FaultConfig, SimConfig
+    from rampwatch.sim.config import FaultConfig, SimConfig
 
     config = SimConfig(
         hardware=args.hardware,
@@ -78,8 +78,8 @@ def main(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from loadgen.errors import UserError
-    from sim.server import serve_forever
+    from rampwatch.core.errors import UserError
+    from rampwatch.sim.server import serve_forever
 
     config = config_from_args(args)
     if not 0 <= args.port <= 65535:
@@ -124,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m sim.cli`` (same flags as ``rampwatch sim``)."""
-    from loadgen.errors import UserError
+    from rampwatch.core.errors import UserError
 
     parser = argparse.ArgumentParser(prog="rampwatch sim", description="serve the simulated vLLM server")
     configure(parser)

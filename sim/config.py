@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from loadgen.errors import UserError
+from rampwatch.core.errors import UserError
 
 GIB = 1024**3
 

@@ -23,8 +23,8 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 
-from loadgen.errors import UserError
-from sim.config import SimConfig
+from rampwatch.core.errors import UserError
+from rampwatch.sim.config import SimConfig
 
 _URL_RE = re.compile(r"on (http://\S+) ")
 
@@ -79,14 +79,11 @@ class EmbeddedSim:
         return None if self.process is None else self.process.pid
 
     def start(self) -> EmbeddedSim:
-        root = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        cmd = [self.python, "-m", "sim.cli", *config_to_argv(self.config),
+        cmd = [self.python, "-m", "rampwatch.sim.cli", *config_to_argv(self.config),
                "--host", self.host, "--port", "0", "--exit-on-stdin-eof"]
         self.process = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd=root, text=True, bufsize=1,
+            text=True, bufsize=1,
         )
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         deadline = time.monotonic() + self.start_timeout

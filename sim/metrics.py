@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 
-from sim.engine import Engine
-from sim.stats import Hist
+from rampwatch.sim.engine import Engine
+from rampwatch.sim.stats import Hist
 
 _LABELS = ["engine", "model_name"]
 

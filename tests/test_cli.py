@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from tui.cli import SUBCOMMANDS, main
+from rampwatch.app.cli import SUBCOMMANDS, main
 
 
 def test_help_lists_every_subcommand(capsys):
@@ -25,7 +25,7 @@ def test_version(capsys):
 
 def test_console_script_runs():
     out = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--version"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rampwatch.app.cli", "--version"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0
     assert "rampwatch" in out.stdout

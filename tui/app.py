@@ -16,21 +16,21 @@ from textual.containers import Container, Grid, Horizontal, Vertical
 from textual.geometry import Size
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from loadgen.timeline import Event, RunControl, Snapshot, SnapshotSource
-from tui.chart_data import format_duration, rate_step
-from tui.event_log import EventLog
-from tui.header_bar import HeaderBar
-from tui.help_screen import HelpScreen
-from tui.kv_chart import KvChart
-from tui.latency_chart import LatencyChart
-from tui.mark_dialog import MarkDialog
-from tui.messages import SnapshotUpdated
-from tui.position_bar import PositionBar
-from tui.prefix_chart import PrefixChart
-from tui.queue_chart import QueueChart
-from tui.quit_dialog import QuitDialog
-from tui.stats_panel import StatsPanel
-from tui.throughput_chart import ThroughputChart
+from rampwatch.core.timeline import Event, RunControl, Snapshot, SnapshotSource
+from rampwatch.tui.chart_data import format_duration, rate_step
+from rampwatch.tui.event_log import EventLog
+from rampwatch.tui.header_bar import HeaderBar
+from rampwatch.tui.help_screen import HelpScreen
+from rampwatch.tui.kv_chart import KvChart
+from rampwatch.tui.latency_chart import LatencyChart
+from rampwatch.tui.mark_dialog import MarkDialog
+from rampwatch.tui.messages import SnapshotUpdated
+from rampwatch.tui.position_bar import PositionBar
+from rampwatch.tui.prefix_chart import PrefixChart
+from rampwatch.tui.queue_chart import QueueChart
+from rampwatch.tui.quit_dialog import QuitDialog
+from rampwatch.tui.stats_panel import StatsPanel
+from rampwatch.tui.throughput_chart import ThroughputChart
 
 Mode = Literal["live", "replay"]
 MAX_REFRESH_HZ = 4.0

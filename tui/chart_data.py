@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from loadgen.timeline import Event, Snapshot
+from rampwatch.core.timeline import Event, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

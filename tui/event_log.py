@@ -14,8 +14,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from loadgen.timeline import Event, Snapshot
-from tui.chart_data import errors_by_class, format_duration
+from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.tui.chart_data import errors_by_class, format_duration
 
 KIND_STYLES = {
     "knee": "bold red",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from loadgen.timeline import Snapshot
-from tui.chart_data import format_duration, format_rate
+from rampwatch.core.timeline import Snapshot
+from rampwatch.tui.chart_data import format_duration, format_rate
 
 STATE_STYLES = {
     "ramping": "bold green",

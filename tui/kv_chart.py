@@ -1,6 +1,6 @@
 """KV-cache usage in percent (from /metrics)."""
 
-from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 
 
 class KvChart(TimeSeriesChart):

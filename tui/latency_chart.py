@@ -1,6 +1,6 @@
 """Client latency: TTFT p50/p99 (left axis) and ITL p50/p99 (right axis), in milliseconds."""
 
-from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 
 
 class LatencyChart(TimeSeriesChart):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from loadgen.timeline import Snapshot
+from rampwatch.core.timeline import Snapshot
 
 
 class SnapshotUpdated(Message):

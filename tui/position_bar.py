@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from tui.chart_data import format_duration
+from rampwatch.tui.chart_data import format_duration
 
 
 def bar_cells(position: float, duration: float, width: int, marks: list[tuple[float, str]]) -> str:

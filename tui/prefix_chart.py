@@ -1,6 +1,6 @@
 """Prefix-cache hit rate in percent (from /metrics)."""
 
-from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 
 
 class PrefixChart(TimeSeriesChart):

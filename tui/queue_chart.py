@@ -1,6 +1,6 @@
 """Server queue depth: running and waiting requests (from /metrics)."""
 
-from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 
 
 class QueueChart(TimeSeriesChart):

@@ -6,8 +6,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from loadgen.timeline import Snapshot
-from tui.chart_data import current_value, errors_by_class, format_ms, format_number, format_rate
+from rampwatch.core.timeline import Snapshot
+from rampwatch.tui.chart_data import current_value, errors_by_class, format_ms, format_number, format_rate
 
 # (series, label, formatter) for the "now" column.
 NOW_ROWS = (

@@ -1,6 +1,6 @@
 """Throughput: offered vs sent vs completed requests/s (left axis) and tokens/s (right)."""
 
-from tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 
 
 class ThroughputChart(TimeSeriesChart):

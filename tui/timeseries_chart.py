@@ -11,8 +11,8 @@ from textual.app import RenderResult
 from textual.content import Content
 from textual_plotext import PlotextPlot
 
-from loadgen.timeline import Snapshot
-from tui.chart_data import (
+from rampwatch.core.timeline import Snapshot
+from rampwatch.tui.chart_data import (
     Marker,
     chart_key,
     downsample,

@@ -1,6 +1,6 @@
 import pytest
 
-from loadgen.backends import detect_backend, extract_fields
+from rampwatch.loadgen.backends import detect_backend, extract_fields
 
 
 @pytest.mark.parametrize(

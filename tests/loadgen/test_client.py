@@ -14,9 +14,9 @@ import time
 import pytest
 from aiohttp import web
 
-from loadgen.client import RequestCancelled, StreamingClient, check_reachable, count_tokens, fetch_server_info
-from loadgen.errors import TargetUnreachable
-from loadgen.requests import PreparedRequest
+from rampwatch.loadgen.client import RequestCancelled, StreamingClient, check_reachable, count_tokens, fetch_server_info
+from rampwatch.core.errors import TargetUnreachable
+from rampwatch.loadgen.requests import PreparedRequest
 
 SECRET = "sk-test-secret-123"
 
@@ -309,11 +309,11 @@ def test_count_tokens_adapters():
 
 async def test_end_to_end_against_the_simulator():
     """Client, poller, series builder and summary on the simulated vLLM server."""
-    from loadgen.scrape import MetricsPoller
-    from loadgen.series import SeriesBuilder
-    from loadgen.summary import compute_summary
-    from sim.config import SimConfig
-    from sim.server import serve
+    from rampwatch.loadgen.scrape import MetricsPoller
+    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.loadgen.summary import compute_summary
+    from rampwatch.sim.config import SimConfig
+    from rampwatch.sim.server import serve
 
     async with serve(SimConfig(hardware="instant", model="tiny", seed=3, engines=2), port=0) as url:
         t0 = time.monotonic()
@@ -492,8 +492,8 @@ async def test_concurrent_requests_within_the_connection_limit(raw_server, trans
 
 
 def _exchange_record(wire_reads: list[bytes], fast: bool, keep_text: bool, monkeypatch):
-    from loadgen import client as client_mod, sse
-    from loadgen.timeline import RequestRecord
+    from rampwatch.loadgen import client as client_mod, sse
+    from rampwatch.core.timeline import RequestRecord
 
     with monkeypatch.context() as patch:
         if not fast:

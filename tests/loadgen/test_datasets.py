@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from loadgen.datasets import load_dataset
-from loadgen.errors import UserError
-from loadgen.scenario import RequestFactory, load_scenario
-from loadgen.tokenizers import load_tokenizer
+from rampwatch.loadgen.datasets import load_dataset
+from rampwatch.core.errors import UserError
+from rampwatch.loadgen.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.tokenizers import load_tokenizer
 
 SIM = load_tokenizer(None)
 

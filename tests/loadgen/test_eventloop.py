@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from loadgen import eventloop
+from rampwatch.loadgen import eventloop
 
 
 async def _loop_module() -> str:

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from loadgen import http_stream
-from loadgen.http_stream import ChunkedDecoder, ConnectionPool, HttpProtocolError, build_request, parse_head
+from rampwatch.loadgen import http_stream
+from rampwatch.loadgen.http_stream import ChunkedDecoder, ConnectionPool, HttpProtocolError, build_request, parse_head
 
 
 def chunked(pieces: list[bytes], trailer: bytes = b"") -> bytes:
@@ -211,7 +211,7 @@ async def test_connect_timeout(monkeypatch):
 
 
 async def test_reads_on_asyncio_loop_are_sized_below_the_mmap_threshold():
-    from loadgen.http_stream import READ_BUFFER_SIZE
+    from rampwatch.loadgen.http_stream import READ_BUFFER_SIZE
 
     body = b"x" * (3 * READ_BUFFER_SIZE)  # arrives in several reads, each at most the buffer
     server, port, _ = await serve(lambda head, i: (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body, False))

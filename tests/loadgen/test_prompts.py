@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from loadgen.errors import UserError
-from loadgen.prompts import SEPARATOR, compose_exact, random_token_ids, synth_text
-from loadgen.scenario import RequestFactory, load_scenario
-from loadgen.tokenizers import HFTokenizer, load_tokenizer
+from rampwatch.core.errors import UserError
+from rampwatch.loadgen.prompts import SEPARATOR, compose_exact, random_token_ids, synth_text
+from rampwatch.loadgen.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.tokenizers import HFTokenizer, load_tokenizer
 
 WORDS = (
     "the server queues requests when the batch is full and the cache holds keys and values "

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.config import FaultConfig, SimConfig
-from sim.embedded import EmbeddedSim
+from rampwatch.sim.config import FaultConfig, SimConfig
+from rampwatch.sim.embedded import EmbeddedSim
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-test-0f9e8d7c6b5a"
@@ -36,7 +36,7 @@ def sim_url():
 
 
 def rampwatch(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tui.cli", "run", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rampwatch.app.cli", "run", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, env=env)
 
 
@@ -47,7 +47,7 @@ def closed_port_url() -> str:
 
 
 def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
-    from record.reader import open_recording
+    from rampwatch.record.reader import open_recording
 
     result_json, recording = tmp_path / "out" / "result.json", tmp_path / "run.rwrec"
     proc = rampwatch(
@@ -146,7 +146,7 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
     result_json, recording = tmp_path / "stopped.json", tmp_path / "stopped.rwrec"
     with EmbeddedSim(slow) as sim:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tui.cli", "run", "random", "--headless", "--target", sim.url,
+            [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", "--target", sim.url,
              "--duration", "120", "--start-rps", "5", "--end-rps", "5", "--stop-grace", "1",
              "--result-json", str(result_json), "--record", str(recording), "--set", "workload.output_tokens=4000",
              "--set", "workload.input_tokens=32"],
@@ -172,7 +172,7 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
     assert 8 <= result["num_prompts"] <= 20  # 5/s for ~2.5 s, none after the signal
     assert result["completed"] == 0
     assert all(e.startswith("cancelled") for e in result["errors"])
-    from record.reader import open_recording
+    from rampwatch.record.reader import open_recording
 
     with open_recording(recording) as rec:
         assert len(rec.requests) == result["num_prompts"]
@@ -181,8 +181,8 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
 
 
 def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_second():
-    from loadgen.cli import progress_line
-    from loadgen.timeline import SERIES_NAMES, Snapshot
+    from rampwatch.app.session import progress_line
+    from rampwatch.core.timeline import SERIES_NAMES, Snapshot
 
     nan = float("nan")
     series = {name: [nan] * 6 for name in SERIES_NAMES}
@@ -204,20 +204,21 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
     import argparse
     from types import SimpleNamespace
 
-    from loadgen.cli import PreparedRun, finish_run
-    from loadgen.runner import RunResult
-    from loadgen.timeline import RequestRecord, RunHeader
+    from rampwatch.app.session import PreparedRun, finish_run
+    from rampwatch.loadgen.runner import RunResult
+    from rampwatch.core.timeline import RequestRecord, RunHeader
 
     header = RunHeader(rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m",
                        scenario_name="random")
     record = RequestRecord(id=0, scheduled_at=0.0, sent_at=0.0, end_at=0.5, first_token_at=0.1,
                            chunk_times=[0.3, 0.5], prompt_tokens=4, completion_tokens=3)
-    result = RunResult(duration_s=1.0, requests=[record], samples=[], events=[], header=header)
+    result = RunResult(duration_s=1.0, requests=[record], samples=[], events=[], header=header,
+                       recording_error=str(OSError(28, "No space left on device")))
     args = argparse.Namespace(gpu_price_per_hour=None, max_error_rate=0.05)
     prepared = PreparedRun(run=SimpleNamespace(scenario=SimpleNamespace(slo=None)), args=args,
-                           recording_path=tmp_path / "r.rwrec", recording_error=OSError(28, "No space left on device"))
+                           recording_path=tmp_path / "r.rwrec")
     assert finish_run(prepared, result) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "r.rwrec" in err[0] and "No space left on device" in err[0]
-    prepared.recording_error = None
+    result.recording_error = None
     assert finish_run(prepared, result) == 0

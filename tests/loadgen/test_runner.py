@@ -9,13 +9,13 @@ import socket
 
 import pytest
 
-from loadgen.cli import progress_line
-from loadgen.errors import TargetUnreachable
-from loadgen.runner import Run, RunOptions
-from loadgen.scenario import load_scenario
-from loadgen.timeline import NullSink
-from sim.config import FaultConfig, SimConfig
-from sim.server import serve
+from rampwatch.app.session import progress_line
+from rampwatch.core.errors import TargetUnreachable
+from rampwatch.loadgen.runner import Run, RunOptions
+from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.core.timeline import NullSink
+from rampwatch.sim.config import FaultConfig, SimConfig
+from rampwatch.sim.server import serve
 
 
 class ListSink(NullSink):

@@ -3,8 +3,8 @@ import textwrap
 
 import pytest
 
-from loadgen.errors import UserError
-from loadgen.scenario import (
+from rampwatch.core.errors import UserError
+from rampwatch.loadgen.scenario import (
     FLAG_KEYS,
     RequestFactory,
     apply_overrides,
@@ -12,7 +12,7 @@ from loadgen.scenario import (
     list_scenarios,
     load_scenario,
 )
-from loadgen.tokenizers import load_tokenizer
+from rampwatch.loadgen.tokenizers import load_tokenizer
 
 SHIPPED = ["chat", "classification", "code-generation", "random", "prefix-heavy"]
 SIM = load_tokenizer(None)

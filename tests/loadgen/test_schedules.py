@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.errors import UserError
-from loadgen.schedules import build_schedule, check_schedule, expected_rate_curve, schedule_work
+from rampwatch.core.errors import UserError
+from rampwatch.loadgen.schedules import build_schedule, check_schedule, expected_rate_curve, schedule_work
 
 
 def all_times(schedule, limit=100_000):

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from loadgen.scrape import MetricsPoller, cache_config_from_metrics, combine_samples, parse_metrics
-from loadgen.timeline import ServerSample
+from rampwatch.loadgen.scrape import MetricsPoller, cache_config_from_metrics, combine_samples, parse_metrics
+from rampwatch.core.timeline import ServerSample
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 

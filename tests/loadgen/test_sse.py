@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from loadgen import sse
+from rampwatch.loadgen import sse
 
 
 def decode_all(body: bytes, pieces: list[int]) -> list[bytes]:

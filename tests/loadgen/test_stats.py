@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from loadgen import stats
-from loadgen.timeline import RequestRecord
+from rampwatch.loadgen import stats
+from rampwatch.core.timeline import RequestRecord
 
 
 def rec(sent, first, chunks, tokens, ok=True):
@@ -99,7 +99,7 @@ def test_itl_array_equals_the_per_chunk_loop():
 
 
 def test_fast_summary_and_histograms_equal_the_straightforward_computation():
-    from loadgen.summary import RunningSummary
+    from rampwatch.loadgen.summary import RunningSummary
 
     records = _random_records()
     fast, slow = RunningSummary(), RunningSummary()

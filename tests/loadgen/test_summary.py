@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from loadgen.summary import RunningSummary, compute_summary, format_summary, server_figures, to_bench_result
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.loadgen.summary import RunningSummary, compute_summary, format_summary, server_figures, to_bench_result
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 
 
 def rec(i, sent, first, chunks, tokens, prompt, error=None, end=None):
@@ -161,7 +161,7 @@ def test_result_json_bytes_read_back_as_json_dumps_writes_them():
 
     import numpy as np
 
-    from loadgen.summary import dumps_bench_result
+    from rampwatch.loadgen.summary import dumps_bench_result
 
     result = {
         "duration": 1.5,

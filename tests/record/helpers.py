@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick
 
 
 class CaptureSink:

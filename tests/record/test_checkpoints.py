@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.series import SeriesBuilder
-from loadgen.timeline import SERIES_NAMES, Event, RequestRecord
-from record import format as fmt
-from record.reader import open_recording
-from record.replay import feed
-from record.synthetic import SyntheticRun, play_synthetic
-from record.writer import RecordingWriter, SeriesCheckpointer
+from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord
+from rampwatch.record import format as fmt
+from rampwatch.record.reader import open_recording
+from rampwatch.record.replay import feed
+from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+from rampwatch.record.writer import RecordingWriter, SeriesCheckpointer
 
 
 def _write(path, every=5.0, duration=40.0, **run):
@@ -100,7 +100,7 @@ def test_checkpoints_written_before_a_late_item_are_not_used(tmp_path):
 
 def test_checkpointer_stops_on_an_item_older_than_what_it_fed():
     cp = SeriesCheckpointer(every_s=2.0, lag_s=1.0)
-    from loadgen.timeline import RunHeader, Tick
+    from rampwatch.core.timeline import RunHeader, Tick
 
     cp.start(RunHeader("0", 0.0, "http://x", "m", "s"))
     cp.add_meta(fmt.encode_meta([], [Tick(float(s), 1.0, "ramping") for s in range(6)], []))
@@ -137,7 +137,7 @@ def _close(a, b, key):
 
 @pytest.mark.parametrize("error_rate, slo", [(0.0, None), (0.1, {"ttft": 300, "tpot_ms": 30})])
 def test_streamed_summary_equals_the_record_by_record_one(tmp_path, error_rate, slo):
-    from record.analysis import summarise
+    from rampwatch.record.analysis import summarise
 
     path = tmp_path / "r.rwrec"
     _write(path, duration=30.0, error_rate=error_rate)
@@ -155,8 +155,8 @@ def test_streamed_summary_equals_the_record_by_record_one(tmp_path, error_rate, 
 
 
 def test_itl_order_statistics_match_numpy_with_long_gaps():
-    from loadgen import stats
-    from record.analysis import _ItlAccumulator
+    from rampwatch.loadgen import stats
+    from rampwatch.record.analysis import _ItlAccumulator
 
     rng = np.random.default_rng(4)
     us = np.concatenate([rng.integers(1, 80_000, 5000), rng.integers(5_000_000, 400_000_000, 7), [0, 0]])
@@ -174,9 +174,9 @@ def test_itl_order_statistics_match_numpy_with_long_gaps():
 def test_streamed_json_export_equals_the_in_memory_result(tmp_path):
     import json
 
-    from loadgen.summary import to_bench_result
-    from record.analysis import summarise
-    from record.cli_export import write_bench_result
+    from rampwatch.loadgen.summary import to_bench_result
+    from rampwatch.record.analysis import summarise
+    from rampwatch.record.cli_export import write_bench_result
 
     path = tmp_path / "r.rwrec"
     _write(path, duration=20.0, error_rate=0.1)

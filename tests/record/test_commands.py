@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.timeline import SERIES_NAMES
-from record.cli_compare import compare_rows
-from record.reader import open_recording
+from rampwatch.core.timeline import SERIES_NAMES
+from rampwatch.record.cli_compare import compare_rows
+from rampwatch.record.reader import open_recording
 from tests.record.helpers import FedLog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ FIXTURE = ROOT / "tests" / "data" / "small.rwrec"
 
 
 def rampwatch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tui.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "rampwatch.app.cli", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=120)
 
 
@@ -167,8 +167,8 @@ def test_compare_rows_pick_the_better_side():
 
 def test_compare_command(tmp_path):
     other = tmp_path / "other.rwrec"
-    from record.synthetic import SyntheticRun, play_synthetic
-    from record.writer import RecordingWriter
+    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+    from rampwatch.record.writer import RecordingWriter
 
     w = RecordingWriter(other, flush_interval_s=None)
     play_synthetic(SyntheticRun(duration_s=30, end_rps=10, capacity_rps=30, mean_chunks=30, seed=2), w,
@@ -230,8 +230,8 @@ def test_replay_transport_and_feeding():
 
 
 def test_replay_snapshot_equals_a_straight_feed_with_the_series_builder():
-    from loadgen.series import SeriesBuilder
-    from record.replay import feed
+    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.record.replay import feed
 
     rec = open_recording(FIXTURE)
     clock = FakeClock()
@@ -257,9 +257,9 @@ def test_report_uses_the_runs_own_slo_and_gpu_price(tmp_path):
     """A report of a recording matches the live summary: same SLOs (goodput), same price."""
     import dataclasses
 
-    from loadgen.summary import compute_summary
-    from record.analysis import benchmark_duration, summarise
-    from record.writer import RecordingWriter
+    from rampwatch.loadgen.summary import compute_summary
+    from rampwatch.record.analysis import benchmark_duration, summarise
+    from rampwatch.record.writer import RecordingWriter
 
     src = open_recording(FIXTURE)
     header = dataclasses.replace(

@@ -7,11 +7,11 @@ import zlib
 
 import pytest
 
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
-from record import format as fmt
-from record.reader import open_recording
-from record.synthetic import SyntheticRun, play_synthetic
-from record.writer import RecordingWriter, default_recording_path
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+from rampwatch.record import format as fmt
+from rampwatch.record.reader import open_recording
+from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+from rampwatch.record.writer import RecordingWriter, default_recording_path
 from tests.record.helpers import CaptureSink, assert_request_close
 
 

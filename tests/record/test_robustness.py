@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import UserError
-from loadgen.timeline import Event, RequestRecord, RunHeader
-from record import format as fmt
-from record.reader import SCANNERS, open_recording
-from loadgen.redact import REDACTED, redact_options
-from record.synthetic import SyntheticRun, play_synthetic
-from record.writer import RecordingWriter
+from rampwatch.core.errors import UserError
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader
+from rampwatch.record import format as fmt
+from rampwatch.record.reader import SCANNERS, open_recording
+from rampwatch.core.redact import REDACTED, redact_options
+from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+from rampwatch.record.writer import RecordingWriter
 from tests.record import v1_tiny
 from tests.record.helpers import FedLog, assert_request_close
 
@@ -110,8 +110,8 @@ def test_committed_v1_file_still_reads():
 _WRITER_SCRIPT = r"""
 import sys, time
 sys.path.insert(0, {root!r})
-from loadgen.timeline import Tick, Event, RequestRecord, RunHeader
-from record.writer import RecordingWriter
+from rampwatch.core.timeline import Tick, Event, RequestRecord, RunHeader
+from rampwatch.record.writer import RecordingWriter
 w = RecordingWriter({path!r}, flush_interval_s=0.1)
 w.on_start(RunHeader("0", 0.0, "http://127.0.0.1:1", "m", "killed"))
 t0 = time.monotonic(); i = 0

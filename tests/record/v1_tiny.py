@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadgen.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 
 PATH = Path(__file__).parent / "data" / "v1-tiny.rwrec"
 
@@ -29,7 +29,7 @@ FINISH_T = 3.0
 
 
 def write(path: Path = PATH) -> None:
-    from record.writer import RecordingWriter
+    from rampwatch.record.writer import RecordingWriter
 
     w = RecordingWriter(path, flush_interval_s=None)
     w.on_start(HEADER)

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import UserError
-from sim.config import SimConfig
-from sim.embedded import EmbeddedSim
-from tui.cli import main as rampwatch_main
+from rampwatch.core.errors import UserError
+from rampwatch.sim.config import SimConfig
+from rampwatch.sim.embedded import EmbeddedSim
+from rampwatch.app.cli import main as rampwatch_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "sim", *args],
+        [sys.executable, "-m", "rampwatch.app.cli", "sim", *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 

@@ -1,7 +1,7 @@
 import pytest
 
-from loadgen.errors import UserError
-from sim.config import GIB, HARDWARE_PRESETS, MODEL_PRESETS, FaultConfig, SimConfig, derive_num_gpu_blocks
+from rampwatch.core.errors import UserError
+from rampwatch.sim.config import GIB, HARDWARE_PRESETS, MODEL_PRESETS, FaultConfig, SimConfig, derive_num_gpu_blocks
 
 
 def test_required_presets_exist():

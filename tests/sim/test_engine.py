@@ -2,8 +2,8 @@
 
 import pytest
 
-from sim.config import SimConfig
-from sim.engine import BlockPool, Engine, SimRequest, prompt_block_hashes
+from rampwatch.sim.config import SimConfig
+from rampwatch.sim.engine import BlockPool, Engine, SimRequest, prompt_block_hashes
 
 
 def make_engine(**kwargs) -> Engine:

@@ -2,10 +2,10 @@
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sim.config import SimConfig
-from sim.engine import Engine, SimRequest
-from sim.metrics import make_registry, render
-from sim.stats import Hist, buckets_1_2_5
+from rampwatch.sim.config import SimConfig
+from rampwatch.sim.engine import Engine, SimRequest
+from rampwatch.sim.metrics import make_registry, render
+from rampwatch.sim.stats import Hist, buckets_1_2_5
 
 CAPTURE = "vllm-0.32.0-cpu-metrics-under-load.txt"
 

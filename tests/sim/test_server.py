@@ -7,9 +7,9 @@ import time
 import aiohttp
 import pytest
 
-from sim.config import FaultConfig, SimConfig
-from sim.server import SimServer, run_server, serve
-from sim.tokenizer import SimTokenizer, count_chat_tokens
+from rampwatch.sim.config import FaultConfig, SimConfig
+from rampwatch.sim.server import SimServer, run_server, serve
+from rampwatch.core.tokenizer import SimTokenizer, count_chat_tokens
 
 FAST = dict(hardware="instant", model="tiny", seed=7)
 

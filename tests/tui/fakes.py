@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.timeline import SERIES_NAMES, Event, RunHeader, Snapshot
+from rampwatch.core.timeline import SERIES_NAMES, Event, RunHeader, Snapshot
 
 PLANNED_S = 120.0
 HOLD = (40.0, 50.0)

@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from loadgen.timeline import Event
+from rampwatch.core.timeline import Event
 from tests.tui.fakes import fake_snapshot
-from tui.chart_data import (
+from rampwatch.tui.chart_data import (
     chart_key,
     downsample,
     errors_by_class,
@@ -19,7 +19,7 @@ from tui.chart_data import (
     x_range,
     y_upper,
 )
-from tui.position_bar import bar_cells
+from rampwatch.tui.position_bar import bar_cells
 
 NAN = float("nan")
 
@@ -134,20 +134,20 @@ def test_fake_run_has_a_knee_where_throughput_flattens():
 
 
 def test_stats_show_the_curated_summary_figures_in_order():
-    from tui.stats_panel import summary_rows
+    from rampwatch.tui.stats_panel import summary_rows
 
     rows = summary_rows({"p99_ttft_ms": 410.0, "duration": 95.0, "server": {"x": 1}, "std_itl_ms": 3.0})
     assert rows == [("duration s", "95.0"), ("TTFT p99 ms", "410.0")]
 
 
 def test_stats_show_an_unknown_summary_whole_without_nested_values():
-    from tui.stats_panel import summary_rows
+    from rampwatch.tui.stats_panel import summary_rows
 
     assert summary_rows({"a_b": 1, "nested": {"x": 1}}) == [("a b", "1")]
 
 
 def test_current_value_skips_the_bin_still_filling():
-    from tui.chart_data import current_value
+    from rampwatch.tui.chart_data import current_value
 
     snap = fake_snapshot(10.0)
     snap.t = 9.5  # bin 9 covers 9..10 and is not complete
@@ -160,7 +160,7 @@ def test_current_value_skips_the_bin_still_filling():
 
 
 def test_a_bin_is_complete_only_a_moment_after_its_end():
-    from tui.chart_data import current_value
+    from rampwatch.tui.chart_data import current_value
 
     snap = fake_snapshot(10.0)
     snap.series["offered_rps"][9] = 0.0  # its closing tick (at 10.00x) not read yet
@@ -179,7 +179,7 @@ def test_a_bin_is_complete_only_a_moment_after_its_end():
     ],
 )
 def test_time_ticks(right, max_ticks, ticks, labels):
-    from tui.chart_data import time_ticks
+    from rampwatch.tui.chart_data import time_ticks
 
     assert time_ticks(right, max_ticks) == (ticks, labels)
 

@@ -3,8 +3,9 @@ import io
 
 import pytest
 
-from loadgen.errors import UserError
-from tui import replay_command, run_command
+from rampwatch.core.errors import UserError
+from rampwatch.app import replay as replay_command
+from rampwatch.app import run as run_command
 
 
 class Tty(io.StringIO):

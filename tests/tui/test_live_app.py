@@ -4,13 +4,13 @@ terminal size, and server panels say when /metrics is missing."""
 import pytest
 
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
-from tui.app import is_wide, make_app
-from tui.help_screen import HelpScreen
-from tui.kv_chart import KvChart
-from tui.mark_dialog import MarkDialog
-from tui.quit_dialog import QuitDialog
-from tui.stats_panel import StatsPanel
-from tui.throughput_chart import ThroughputChart
+from rampwatch.tui.app import is_wide, make_app
+from rampwatch.tui.help_screen import HelpScreen
+from rampwatch.tui.kv_chart import KvChart
+from rampwatch.tui.mark_dialog import MarkDialog
+from rampwatch.tui.quit_dialog import QuitDialog
+from rampwatch.tui.stats_panel import StatsPanel
+from rampwatch.tui.throughput_chart import ThroughputChart
 
 NARROW = (80, 24)
 WIDE = (160, 48)
@@ -258,8 +258,8 @@ async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
     from textual.widgets._toast import Toast
 
     from tests.tui.test_event_log import screen_lines
-    from tui.app import TOAST_REPAINT_DELAY_S
-    from tui.event_log import EventLog
+    from rampwatch.tui.app import TOAST_REPAINT_DELAY_S
+    from rampwatch.tui.event_log import EventLog
 
     app, control, _ = live_app(95.0)
     async with app.run_test(size=WIDE, notifications=True) as pilot:

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from tests.tui.fakes import FakeControl, fake_snapshot
-from tui.app import make_app
-from tui.live_runner import LiveBridge
+from rampwatch.tui.app import make_app
+from rampwatch.app.bridge import LiveBridge
 
 
 class LoopBoundRun:
@@ -130,7 +130,7 @@ async def test_app_leaves_when_the_run_fails():
 def test_process_bridge_runs_the_load_in_a_child_process():
     import os
 
-    from tui.live_runner import ProcessBridge
+    from rampwatch.app.bridge import ProcessBridge
 
     class Run:
         def __init__(self):
@@ -172,8 +172,8 @@ def test_process_bridge_runs_the_load_in_a_child_process():
 
 
 def test_process_bridge_hands_back_the_run_error():
-    from loadgen.errors import UserError
-    from tui.live_runner import ProcessBridge
+    from rampwatch.core.errors import UserError
+    from rampwatch.app.bridge import ProcessBridge
 
     async def failing():
         raise UserError("http://127.0.0.1:9: connection refused")
@@ -185,7 +185,7 @@ def test_process_bridge_hands_back_the_run_error():
 
 
 def test_a_snapshot_tail_on_the_previous_snapshot_gives_the_new_snapshot():
-    from tui.live_runner import tail_of, with_tail
+    from rampwatch.app.bridge import tail_of, with_tail
 
     before, after = fake_snapshot(100.0), fake_snapshot(103.5)
     start, tail = tail_of(after, bins=10)
@@ -203,7 +203,7 @@ def test_a_snapshot_tail_on_the_previous_snapshot_gives_the_new_snapshot():
 def test_process_bridge_rebuilds_long_runs_from_tails():
     """After the first publish the run sends only recent bins; the UI side must still
     hold the run's whole series."""
-    from tui.live_runner import ProcessBridge
+    from rampwatch.app.bridge import ProcessBridge
 
     class LongRun:
         def __init__(self):
@@ -238,7 +238,7 @@ def test_process_bridge_rebuilds_long_runs_from_tails():
 def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
     """A stop whose drain outlasts the timeout: the run is asked to cancel its in-flight
     requests and then ends normally, with its result (not a CancelledError)."""
-    from tui.live_runner import ProcessBridge
+    from rampwatch.app.bridge import ProcessBridge
 
     class SlowDrain:
         def __init__(self):
@@ -268,8 +268,8 @@ def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
 def test_process_bridge_hands_back_a_result_larger_than_the_pipe_buffer():
     # The run process's loop (uvloop) must not leave the pipe non-blocking: a result
     # of many megabytes (an hour's records) has to wait for the UI to read it.
-    from loadgen import eventloop
-    from tui.live_runner import ProcessBridge
+    from rampwatch.loadgen import eventloop
+    from rampwatch.app.bridge import ProcessBridge
 
     assert eventloop.loop_name() == "uvloop"
     payload = list(range(2_000_000))

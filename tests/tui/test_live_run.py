@@ -14,18 +14,19 @@ import time
 
 import pytest
 
-from loadgen import cli as loadgen_cli
-from loadgen.runner import Run, RunOptions
-from loadgen.scenario import load_scenario
-from record.reader import open_recording
-from record.writer import RecordingWriter
-from sim.config import SimConfig
-from sim.embedded import EmbeddedSim
-from tui.app import make_app
-from tui.live_runner import LiveBridge
-from tui.mark_dialog import MarkDialog
-from tui.quit_dialog import QuitDialog
-from tui.run_command import start_live_prepared
+from rampwatch.app import run as run_command
+from rampwatch.app import session
+from rampwatch.loadgen.runner import Run, RunOptions
+from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.record.reader import open_recording
+from rampwatch.record.writer import RecordingWriter
+from rampwatch.sim.config import SimConfig
+from rampwatch.sim.embedded import EmbeddedSim
+from rampwatch.tui.app import make_app
+from rampwatch.app.bridge import LiveBridge
+from rampwatch.tui.mark_dialog import MarkDialog
+from rampwatch.tui.quit_dialog import QuitDialog
+from rampwatch.app.live import start_live_prepared
 
 # A ramp far longer than the test, slow enough that a 1 rps step is unmistakable, with
 # short answers so requests finish quickly on the instant simulator.
@@ -74,7 +75,7 @@ def check_recorded_steering(events, held_rate: float | None = None) -> None:
 
 async def test_keys_steer_a_run_in_a_thread_and_are_recorded(sim, tmp_path):
     scenario = load_scenario("chat", overrides=SHORT_ANSWERS, flags=RAMP)
-    model = loadgen_cli.discover_model(sim.url, None)
+    model = session.discover_model(sim.url, None)
     path = tmp_path / "thread.rwrec"
     run = Run(scenario, RunOptions(target=sim.url, model=model, rate_step_rps=STEP, stop_grace_s=5.0),
               sinks=[RecordingWriter(path)])
@@ -120,7 +121,7 @@ async def test_keys_steer_a_run_in_a_thread_and_are_recorded(sim, tmp_path):
 
 def run_args(tmp_path, *extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    loadgen_cli.configure(parser)
+    run_command.configure(parser)
     sets = [f"--set={key}={value}" for key, value in SHORT_ANSWERS]
     return parser.parse_args([
         "chat", "--duration", str(RAMP["duration"]), "--start-rps", str(RAMP["start_rps"]),
@@ -133,7 +134,7 @@ def run_args(tmp_path, *extra: str) -> argparse.Namespace:
 async def test_keys_steer_the_run_process_of_rampwatch_run(tmp_path):
     """`rampwatch run`'s own wiring: prepare_run with the embedded simulator, the run
     forked into its own process, the recording finished there."""
-    prepared = loadgen_cli.prepare_run(run_args(tmp_path))
+    prepared = session.prepare_run(run_args(tmp_path))
     try:
         bridge, app = start_live_prepared(prepared, ui_priority="normal")
         try:
@@ -157,11 +158,10 @@ async def test_keys_steer_the_run_process_of_rampwatch_run(tmp_path):
         finally:
             bridge.finish(drain_timeout=15.0)
     finally:
-        prepared.recorder = None  # the run process owned and closed it
         prepared.close()
     assert app.return_code == 0
     assert result.requests and all(r.ok for r in result.requests)
     out = io.StringIO()
-    assert loadgen_cli.finish_run(prepared, result, out=out) == 0
+    assert session.finish_run(prepared, result, out=out) == 0
     assert f"recording: {prepared.recording_path}" in out.getvalue()
     check_recorded_steering(recorded_events(prepared.recording_path))

@@ -3,10 +3,10 @@
 import pytest
 
 from tests.tui.fakes import KNEE_AT, MARK_AT, FakeReplay, FrozenSource, fake_snapshot
-from tui.app import make_app, mark_times, next_speed
-from tui.header_bar import HeaderBar
-from tui.latency_chart import LatencyChart
-from tui.position_bar import PositionBar
+from rampwatch.tui.app import make_app, mark_times, next_speed
+from rampwatch.tui.header_bar import HeaderBar
+from rampwatch.tui.latency_chart import LatencyChart
+from rampwatch.tui.position_bar import PositionBar
 
 SIZE = (100, 30)
 
@@ -107,7 +107,7 @@ async def test_compare_draws_b_dimmed_with_a_legend_label():
 
 
 def segments_of(snapshot):
-    from tui.chart_data import segments
+    from rampwatch.tui.chart_data import segments
 
     return [p for spec in LatencyChart.SERIES for p in segments(snapshot.times, snapshot.series[spec.name])]
 
@@ -118,6 +118,6 @@ def test_next_speed(speed, up, expected):
 
 
 def test_mark_times_accepts_events_and_pairs():
-    from loadgen.timeline import Event
+    from rampwatch.core.timeline import Event
 
     assert mark_times([Event(5.0, "knee", "k"), (2.0, "note"), 1.0]) == [(1.0, "mark", ""), (2.0, "mark", "note"), (5.0, "knee", "k")]

@@ -5,7 +5,7 @@ Every screen is fed a fixed snapshot (no clock anywhere on screen) at a fixed si
 """
 
 from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_snapshot
-from tui.app import make_app
+from rampwatch.tui.app import make_app
 
 
 def live(t: float, metrics: bool = True):

@@ -36,10 +36,10 @@ def counters(url: str) -> dict[str, float]:
 
 
 def test_linear_ramp_matches_the_servers_counters(vllm_server, tmp_path):
-    from loadgen.scenario import RequestFactory, load_scenario
-    from loadgen.series import SeriesBuilder
-    from loadgen.tokenizers import load_tokenizer
-    from record.reader import open_recording
+    from rampwatch.loadgen.scenario import RequestFactory, load_scenario
+    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.loadgen.tokenizers import load_tokenizer
+    from rampwatch.record.reader import open_recording
 
     model_dir = vllm_server.paths.model
     recording = tmp_path / "ramp.rwrec"
@@ -48,7 +48,7 @@ def test_linear_ramp_matches_the_servers_counters(vllm_server, tmp_path):
             ("schedule.arrival", "constant")]
     before = counters(vllm_server.url)
     proc = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "run", "random", "--headless", "--target", vllm_server.url,
+        [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", "--target", vllm_server.url,
          "--tokenizer", model_dir, "--duration", str(DURATION_S), "--start-rps", "1", "--end-rps", "8",
          "--seed", "7", "--record", str(recording), "--result-json", str(result_json),
          "--max-error-rate", "0", *[a for k, v in sets for a in ("--set", f"{k}={v}")]],

@@ -18,8 +18,8 @@ import dataclasses
 import threading
 from typing import Any, Awaitable, Callable
 
-from loadgen import eventloop
-from loadgen.timeline import RunControl, Snapshot
+from rampwatch.loadgen import eventloop
+from rampwatch.core.timeline import RunControl, Snapshot
 
 PUBLISH_INTERVAL_S = 0.25
 

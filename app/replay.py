@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from loadgen.errors import UserError
+from rampwatch.core.errors import UserError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +18,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _open(path: str):
-    from record import reader
+    from rampwatch.record import reader
 
     if not Path(path).exists():
         raise UserError(f"{path}: no such recording")
@@ -42,7 +42,7 @@ class FinalSnapshot:
 def main(args: argparse.Namespace) -> int:
     if not 1.0 <= args.speed <= 16.0:
         raise UserError(f"--speed {args.speed:g}: must be between 1 and 16")
-    from tui.app import make_app
+    from rampwatch.tui.app import make_app
 
     timeline = _open(args.recording).replay()
     compare = FinalSnapshot(_open(args.compare).replay()) if args.compare else None

@@ -11,26 +11,18 @@ import argparse
 import importlib
 import sys
 
-from loadgen.errors import UserError
-from loadgen.version import rampwatch_version
+from rampwatch.core.errors import UserError
+from rampwatch.core.version import rampwatch_version
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("tui.run_command", "ramp load against a server (or the embedded simulator) and watch it live"),
-    "sim": ("sim.cli", "serve the simulated vLLM server"),
-    "replay": ("tui.replay_command", "replay a recording in the live UI (optionally compared with another)"),
-    "report": ("record.cli_report", "print the summary of a recording"),
-    "export": ("record.cli_export", "export a recording as JSON, CSV or HTML"),
-    "compare": ("record.cli_compare", "compare two recordings side by side"),
+    "run": ("rampwatch.app.run", "ramp load against a server (or the embedded simulator) and watch it live"),
+    "sim": ("rampwatch.sim.cli", "serve the simulated vLLM server"),
+    "replay": ("rampwatch.app.replay", "replay a recording in the live UI (optionally compared with another)"),
+    "report": ("rampwatch.record.cli_report", "print the summary of a recording"),
+    "export": ("rampwatch.record.cli_export", "export a recording as JSON, CSV or HTML"),
+    "compare": ("rampwatch.record.cli_compare", "compare two recordings side by side"),
 }
-
-
-def _not_implemented(name: str):
-    def main(args: argparse.Namespace) -> int:
-        print(f"rampwatch {name}: not implemented yet", file=sys.stderr)
-        return 2
-
-    return main
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
@@ -44,13 +36,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     mains: dict[str, object] = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            mains[name] = _not_implemented(name)
-            continue
+        module = importlib.import_module(module_name)
         module.configure(p)
         mains[name] = module.main
     return parser, mains

@@ -1,5 +1,6 @@
-"""`rampwatch run`: flags, set-up shared by the headless path and the TUI, and the
-headless path itself (progress lines, final summary, result JSON, exit code)."""
+"""A run's wiring, whichever way it is shown: scenario → runner → recorder, the embedded
+simulator, the final summary, result JSON and exit code, and the headless path (progress
+lines)."""
 
 from __future__ import annotations
 
@@ -13,58 +14,23 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from loadgen import eventloop
-from loadgen.errors import TargetUnreachable, UserError
+from rampwatch.core.errors import TargetUnreachable, UserError
+from rampwatch.loadgen import eventloop
+from rampwatch.loadgen.runner import Run, RunOptions, RunResult
+from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.loadgen.summary import compute_summary, dumps_bench_result, format_summary, to_bench_result
+from rampwatch.loadgen.tokenizers import load_tokenizer
+from rampwatch.record.writer import RecordingWriter, default_recording_path
+from rampwatch.sim.config import SimConfig
+from rampwatch.sim.embedded import EmbeddedSim
 
-PROGRESS_INTERVAL_S = 5.0
+from rampwatch.app.run import DEFAULT_PROGRESS_INTERVAL_S
+
 INTERRUPTED_EXIT = 130  # the shell's code for a SIGINT stop; the summary and files are still written
-DEFAULT_SIM_HARDWARE = "l4"
-DEFAULT_SIM_MODEL = "llama-3.1-8b-fp8"
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", metavar="SCENARIO", help="scenario name (chat, classification, …) or YAML path")
-    parser.add_argument("--target", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8000 "
-                        "(default: start the embedded simulator)")
-    parser.add_argument("--model", metavar="NAME", help="model name to request (default: the server's first model)")
-    parser.add_argument("--headless", action="store_true", help="no UI: progress lines and a final summary")
-    parser.add_argument("--duration", type=float, metavar="SECONDS", help="ramp duration (schedule.duration_s)")
-    parser.add_argument("--start-rps", type=float, metavar="R", help="rate at the start of the ramp")
-    parser.add_argument("--end-rps", type=float, metavar="R", help="rate at the end of the ramp")
-    parser.add_argument("--seed", type=int, metavar="N", help="seed for arrivals and prompts")
-    parser.add_argument("--max-concurrency", type=int, metavar="N", help="cap on requests in flight "
-                        "(the wait is recorded as client queue time)")
-    parser.add_argument("--metrics-url", action="append", metavar="URL", default=[],
-                        help="server /metrics URL to poll (repeatable; default: TARGET/metrics)")
-    parser.add_argument("--scrape-interval", type=float, default=1.0, metavar="SECONDS")
-    parser.add_argument("--tokenizer", metavar="NAME_OR_PATH",
-                        help="HF tokenizer for exact prompt lengths (default: the simulator's)")
-    parser.add_argument("--api-key", metavar="KEY", help="bearer token (default: $OPENAI_API_KEY)")
-    parser.add_argument("--result-json", metavar="PATH", help="write a vllm-bench-style result JSON here "
-                        "(default: beside the recording)")
-    parser.add_argument("--max-error-rate", type=float, default=0.05, metavar="F",
-                        help="exit 1 when the failed fraction of requests exceeds F (default 0.05)")
-    parser.add_argument("--gpu-price-per-hour", type=float, metavar="USD",
-                        help="add cost per 1M output and total tokens to the summary")
-    parser.add_argument("--record", metavar="PATH", help="recording file (default: ./recordings/<time>-<scenario>.rwrec)")
-    parser.add_argument("--no-record", action="store_true", help="do not record the session")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override any scenario key, e.g. --set workload.output_tokens.max=200 (repeatable)")
-    parser.add_argument("--progress-interval", type=float, default=PROGRESS_INTERVAL_S, metavar="SECONDS",
-                        help=f"headless: seconds between progress lines (default {PROGRESS_INTERVAL_S:g})")
-    parser.add_argument("--rate-step", type=float, metavar="RPS",
-                        help="rate change of the +/- keys (default: about 10%% of the current rate)")
-    parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS")
-    parser.add_argument("--stop-grace", type=float, default=10.0, metavar="SECONDS",
-                        help="after a stop, how long in-flight requests may finish before they are cancelled")
-    parser.add_argument("--sim-hardware", default=DEFAULT_SIM_HARDWARE, metavar="PRESET",
-                        help=f"embedded simulator hardware preset (default {DEFAULT_SIM_HARDWARE})")
-    parser.add_argument("--sim-model", default=DEFAULT_SIM_MODEL, metavar="PRESET",
-                        help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL})")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,32 +83,44 @@ def _check_url(flag: str, url: str) -> str:
 
 @dataclass
 class PreparedRun:
-    """Everything `rampwatch run` sets up before the load starts (shared with the TUI)."""
+    """Everything `rampwatch run` sets up before the load starts, in the process the user
+    started: the run (built, not started), its recorder (opened by the run's first event,
+    so only in the process that executes it) and the embedded simulator this process owns.
 
-    run: Any  # loadgen.runner.Run
+    ``execute()`` is the one way a run is executed, here (headless) or in the live UI's
+    forked run process: it closes the recording there and reports its failure in the
+    result's ``recording_error``."""
+
+    run: Run
     args: argparse.Namespace
-    embedded: Any = None  # sim.embedded.EmbeddedSim when no --target
-    recorder: Any = None
+    embedded: EmbeddedSim | None = None
+    recorder: RecordingWriter | None = None
     recording_path: Path | None = None
     result_json_path: Path | None = None
-    extra_sinks: list[Any] = field(default_factory=list)
-    recording_error: BaseException | None = None  # what stopped the recording, if anything
+
+    async def execute(self) -> RunResult:
+        try:
+            result = await self.run.execute()
+        except BaseException:
+            self._close_recording()
+            raise
+        result.recording_error = self._close_recording()
+        return result
+
+    def _close_recording(self) -> str | None:
+        if self.recorder is None:
+            return None
+        self.recorder.close()
+        return None if self.recorder.error is None else str(self.recorder.error)
 
     def close(self) -> None:
-        if self.recorder is not None:
-            self.recorder.close()
-            self.recording_error = self.recording_error or self.recorder.error
-            self.recorder = None
+        """Stop the embedded simulator (the recording is closed by ``execute``)."""
         if self.embedded is not None:
             self.embedded.stop()
             self.embedded = None
 
 
-def prepare_run(args: argparse.Namespace, extra_sinks: list[Any] | None = None) -> PreparedRun:
-    from loadgen.runner import Run, RunOptions
-    from loadgen.scenario import load_scenario
-    from loadgen.tokenizers import load_tokenizer
-
+def prepare_run(args: argparse.Namespace) -> PreparedRun:
     scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
@@ -152,9 +130,6 @@ def prepare_run(args: argparse.Namespace, extra_sinks: list[Any] | None = None) 
     if args.target:
         target = _check_url("--target", args.target)
     else:
-        from sim.config import SimConfig
-        from sim.embedded import EmbeddedSim
-
         embedded = EmbeddedSim(SimConfig(hardware=args.sim_hardware, model=args.sim_model, seed=scenario.seed))
         embedded.start()
         target = embedded.url
@@ -175,30 +150,24 @@ def prepare_run(args: argparse.Namespace, extra_sinks: list[Any] | None = None) 
             cli_options=cli_options,
             gpu_price_per_hour=args.gpu_price_per_hour,
         )
-        sinks = list(extra_sinks or [])
         recorder = recording_path = None
         if not args.no_record:
-            from record.writer import RecordingWriter, default_recording_path
-
             recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
             recorder = RecordingWriter(recording_path, secrets={api_key} if api_key else None)
-            sinks.append(recorder)
         result_json = Path(args.result_json) if args.result_json else (
             recording_path.with_suffix(".json") if recording_path else None
         )
-        run = Run(scenario, options, sinks=sinks)
+        run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
         return PreparedRun(run=run, args=args, embedded=embedded, recorder=recorder,
-                           recording_path=recording_path, result_json_path=result_json, extra_sinks=sinks)
+                           recording_path=recording_path, result_json_path=result_json)
     except BaseException:
         if embedded is not None:
             embedded.stop()
         raise
 
 
-def finish_run(prepared: PreparedRun, result: Any, out: TextIO = sys.stdout) -> int:
+def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdout) -> int:
     """Summary, result JSON, exit code. Shared by the headless and the TUI paths."""
-    from loadgen.summary import compute_summary, dumps_bench_result, format_summary, to_bench_result
-
     args = prepared.args
     summary = compute_summary(
         result.header,
@@ -217,8 +186,8 @@ def finish_run(prepared: PreparedRun, result: Any, out: TextIO = sys.stdout) -> 
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)
     code = 0
-    if prepared.recording_error is not None:
-        print(f"rampwatch run: recording {prepared.recording_path} failed: {prepared.recording_error}",
+    if result.recording_error is not None:
+        print(f"rampwatch run: recording {prepared.recording_path} failed: {result.recording_error}",
               file=sys.stderr)
         code = 1
     if not result.requests:
@@ -239,7 +208,7 @@ class ProgressPrinter:
     """Headless progress: one line every few seconds, from the live series."""
 
     def __init__(self, snapshot: Callable[[], Any], out: TextIO = sys.stdout,
-                 interval_s: float = PROGRESS_INTERVAL_S) -> None:
+                 interval_s: float = DEFAULT_PROGRESS_INTERVAL_S) -> None:
         self.snapshot = snapshot
         self.out = out
         self.interval_s = interval_s
@@ -297,7 +266,7 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
     return line
 
 
-async def _run_headless(prepared: PreparedRun) -> Any:
+async def _run_headless(prepared: PreparedRun) -> RunResult:
     run = prepared.run
     loop = asyncio.get_running_loop()
     interrupts = 0
@@ -315,17 +284,18 @@ async def _run_headless(prepared: PreparedRun) -> Any:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_sigint)
-    interval = getattr(prepared.args, "progress_interval", PROGRESS_INTERVAL_S)
+    interval = prepared.args.progress_interval
     progress = asyncio.create_task(ProgressPrinter(run.snapshot, interval_s=interval).run())
     try:
-        return await run.execute()
+        return await prepared.execute()
     finally:
         progress.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
 
-def main(args: argparse.Namespace) -> int:
+def run_headless(args: argparse.Namespace) -> int:
+    """`rampwatch run --headless`: progress lines, then the summary."""
     prepared = prepare_run(args)
     try:
         print(f"rampwatch run: {prepared.run.scenario.name} against {prepared.run.options.target} "

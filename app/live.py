@@ -1,0 +1,93 @@
+"""`rampwatch run` on a terminal: the run forked into its own process (``ProcessBridge``),
+the live Textual app in this one, then the same summary as the headless path."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from typing import Any, Awaitable, Callable
+
+from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
+from rampwatch.app.session import PreparedRun, finish_run, prepare_run
+from rampwatch.core.timeline import RunControl, Snapshot
+from rampwatch.tui.app import RampwatchApp, make_app
+
+# After a stop, in-flight requests get the run's grace period; past it (and this margin)
+# the UI has the run cancel them, so that it still ends with its summary.
+DRAIN_MARGIN_S = 5.0
+
+
+def start_live(
+    run_coro_factory: Callable[[], Awaitable[Any]],
+    snapshot_fn: Callable[[], Snapshot],
+    control: RunControl,
+    *,
+    recording: str | None = None,
+    rate_step_rps: float | None = None,
+    refresh_hz: float = 4.0,
+    ui_priority: str = "idle",
+    log_path: str | None = None,
+) -> tuple[ProcessBridge, RampwatchApp]:
+    """Fork the run into its own process and build the live app on it. The caller runs
+    the app (``app.run()`` on a terminal, ``app.run_test()`` in tests) and then calls
+    ``bridge.finish()``. Build the run's objects before calling: the run process
+    inherits them by fork and is the only one that executes them."""
+    bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log_path).start()
+    if ui_priority != "normal":
+        lower_ui_priority(ui_priority)  # drawing yields the CPU to the load process
+    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz, recording=recording,
+                   rate_step_rps=rate_step_rps)
+    return bridge, app
+
+
+def start_live_prepared(prepared: PreparedRun, *, ui_priority: str = "idle",
+                        log_path: str | None = None) -> tuple[ProcessBridge, RampwatchApp]:
+    """``start_live`` for a ``PreparedRun``: the run process executes ``prepared.execute``
+    (which closes the recording there, its only writer)."""
+    recording = str(prepared.recording_path) if prepared.recording_path else None
+    return start_live(prepared.execute, prepared.run.snapshot, prepared.run, recording=recording,
+                      rate_step_rps=prepared.run.options.rate_step_rps, ui_priority=ui_priority,
+                      log_path=log_path)
+
+
+def run_live(args: argparse.Namespace) -> int:
+    """Show the live screen over the run until the user quits, then stop the run
+    gracefully (if still going) and print its summary. Whatever the run process prints
+    while the screen is up goes to a log that is printed after."""
+    prepared = prepare_run(args)
+    drain_timeout = prepared.run.options.stop_grace_s + DRAIN_MARGIN_S
+    with tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False) as log:
+        log_path = log.name
+    try:
+        bridge, app = start_live_prepared(prepared, log_path=log_path)
+        try:
+            app.run()
+        finally:
+            if not bridge.done:
+                print("rampwatch run: stopping — draining in-flight requests…", file=sys.stderr)
+            try:
+                result = bridge.finish(drain_timeout)
+            finally:
+                _print_log(log_path)
+    except asyncio.CancelledError:
+        print("rampwatch run: the run did not end after its in-flight requests were cancelled; "
+              "it was abandoned" + (f" (recording so far: {prepared.recording_path})" if prepared.recording_path else ""),
+              file=sys.stderr)
+        return 1
+    finally:
+        prepared.close()
+    return finish_run(prepared, result)
+
+
+def _print_log(path: str) -> None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        os.unlink(path)
+    except OSError:
+        return
+    if text.strip():
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
