@@ -4,19 +4,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = (REPO / ".." / "shared").resolve()
+VLLM_CAPTURES = REPO / "tests" / "data" / "vllm-0.32.0-cpu"
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """`shared/` beside the checkout: real vLLM captures and reference notes."""
-    assert (SHARED / "fixtures").is_dir(), f"missing {SHARED}/fixtures (shared/ must sit beside the repo)"
-    return SHARED
-
-
-@pytest.fixture(scope="session")
-def fixtures_dir(shared_dir: Path) -> Path:
-    return shared_dir / "fixtures"
+def vllm_captures() -> Path:
+    """Captures from a real vLLM 0.32.0 CPU server (tests/data/vllm-0.32.0-cpu/README.md)."""
+    return VLLM_CAPTURES
 
 
 def _load_vllm_harness():

@@ -37,10 +37,10 @@ def events_of(body: bytes) -> list[bytes]:
 class Replay:
     """Serves a recorded SSE body event by event, with pauses and odd network splits."""
 
-    def __init__(self, fixtures_dir):
-        self.completions = (fixtures_dir / "vllm-0.32.0-cpu-completions-stream.txt").read_bytes()
-        self.chat = (fixtures_dir / "vllm-0.32.0-cpu-chat-stream.txt").read_bytes()
-        self.too_long = (fixtures_dir / "vllm-0.32.0-cpu-error-too-long.json").read_bytes()
+    def __init__(self, vllm_captures):
+        self.completions = (vllm_captures / "completions-stream.txt").read_bytes()
+        self.chat = (vllm_captures / "chat-stream.txt").read_bytes()
+        self.too_long = (vllm_captures / "error-too-long.json").read_bytes()
         self.mode = "normal"
         self.first_delay = 0.05
         self.gap = 0.01
@@ -91,12 +91,12 @@ class Replay:
 
 
 @pytest.fixture
-async def server(fixtures_dir):
-    replay = Replay(fixtures_dir)
+async def server(vllm_captures):
+    replay = Replay(vllm_captures)
     app = web.Application()
     app.router.add_post("/v1/completions", replay.handle)
     app.router.add_post("/v1/chat/completions", replay.handle)
-    metrics_text = (fixtures_dir / "vllm-0.32.0-cpu-metrics.txt").read_text()
+    metrics_text = (vllm_captures / "metrics.txt").read_text()
 
     async def models(request):
         return web.json_response({"data": [{"id": "tiny", "root": "tiny"}]})
@@ -373,9 +373,9 @@ def awkward_cuts(wire: bytes, seed: int) -> list[int]:
 class RawServer:
     """Answers each request on a connection with a hand-written response, written in pieces."""
 
-    def __init__(self, fixtures_dir):
-        self.completions = (fixtures_dir / "vllm-0.32.0-cpu-completions-stream.txt").read_bytes()
-        self.too_long = (fixtures_dir / "vllm-0.32.0-cpu-error-too-long.json").read_bytes()
+    def __init__(self, vllm_captures):
+        self.completions = (vllm_captures / "completions-stream.txt").read_bytes()
+        self.too_long = (vllm_captures / "error-too-long.json").read_bytes()
         self.mode = "chunked"
         self.seed = 0
         self.close_after_response = False  # without saying so in a header
@@ -420,8 +420,8 @@ class RawServer:
 
 
 @pytest.fixture
-async def raw_server(fixtures_dir):
-    raw = RawServer(fixtures_dir)
+async def raw_server(vllm_captures):
+    raw = RawServer(vllm_captures)
     server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
     raw.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     yield raw
@@ -520,8 +520,8 @@ def _feed_exchange(client_mod, RequestRecord, wire_reads, keep_text):
 
 @pytest.mark.parametrize("group", [1, 2, 3, 5])
 @pytest.mark.parametrize("keep_text", [False, True])
-def test_fast_token_path_matches_event_by_event(fixtures_dir, group, keep_text, monkeypatch):
-    body = (fixtures_dir / "vllm-0.32.0-cpu-completions-stream.txt").read_bytes()
+def test_fast_token_path_matches_event_by_event(vllm_captures, group, keep_text, monkeypatch):
+    body = (vllm_captures / "completions-stream.txt").read_bytes()
     events = [e + b"\n\n" for e in body.split(b"\n\n") if e.strip()]
     reads = [b"".join(events[i : i + group]) for i in range(0, len(events), group)]
     fast_rec, fast_state = _exchange_record(reads, True, keep_text, monkeypatch)

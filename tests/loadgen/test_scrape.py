@@ -11,8 +11,8 @@ from rampwatch.core.timeline import ServerSample
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 
 
-def test_real_vllm_under_load(fixtures_dir):
-    text = (fixtures_dir / "vllm-0.32.0-cpu-metrics-under-load.txt").read_text()
+def test_real_vllm_under_load(vllm_captures):
+    text = (vllm_captures / "metrics-under-load.txt").read_text()
     s = parse_metrics(text, "http://x/metrics", 12.5)
     assert s.ok and s.backend == "vllm" and (s.t, s.url) == (12.5, "http://x/metrics")
     assert (s.running, s.waiting) == (128.0, 44.0)
@@ -30,14 +30,14 @@ def test_real_vllm_under_load(fixtures_dir):
     assert not any(k.startswith("vllm:cache_config_info") for k in s.raw)
 
 
-def test_real_vllm_after_run(fixtures_dir):
-    s = parse_metrics((fixtures_dir / "vllm-0.32.0-cpu-metrics.txt").read_text(), "u", 0.0)
+def test_real_vllm_after_run(vllm_captures):
+    s = parse_metrics((vllm_captures / "metrics.txt").read_text(), "u", 0.0)
     assert (s.running, s.waiting, s.kv_usage) == (0.0, 0.0, 0.0)
     assert s.prefix_hits_total > 0 and s.prefix_queries_total >= s.prefix_hits_total
 
 
-def test_parse_cost_is_small(fixtures_dir):
-    text = (fixtures_dir / "vllm-0.32.0-cpu-metrics-under-load.txt").read_text()
+def test_parse_cost_is_small(vllm_captures):
+    text = (vllm_captures / "metrics-under-load.txt").read_text()
     n = 50
     start = time.perf_counter()
     for _ in range(n):
@@ -62,8 +62,8 @@ def test_other_servers(name, backend, expected):
         assert getattr(s, field) == (pytest.approx(value) if value is not None else None), field
 
 
-def two_engine_page(fixtures_dir) -> str:
-    text = (fixtures_dir / "vllm-0.32.0-cpu-metrics-under-load.txt").read_text()
+def two_engine_page(vllm_captures) -> str:
+    text = (vllm_captures / "metrics-under-load.txt").read_text()
     extra = []
     for line in text.splitlines():
         if line.startswith("vllm:") and 'engine="0"' in line:
@@ -73,8 +73,8 @@ def two_engine_page(fixtures_dir) -> str:
     return text + "\n".join(extra) + "\n"
 
 
-def test_engine_label_is_summed_and_kept(fixtures_dir):
-    s = parse_metrics(two_engine_page(fixtures_dir), "u", 0.0)
+def test_engine_label_is_summed_and_kept(vllm_captures):
+    s = parse_metrics(two_engine_page(vllm_captures), "u", 0.0)
     assert set(s.per_engine) == {"0", "1"}
     assert s.running == 128 + 64 and s.waiting == 44 + 22
     assert s.generation_tokens_total == pytest.approx(31833 * 1.5)
@@ -101,14 +101,14 @@ def test_combine_replicas():
     assert "c: timeout" in out.error
 
 
-def test_cache_config(fixtures_dir):
-    cfg = cache_config_from_metrics((fixtures_dir / "vllm-0.32.0-cpu-metrics.txt").read_text())
+def test_cache_config(vllm_captures):
+    cfg = cache_config_from_metrics((vllm_captures / "metrics.txt").read_text())
     assert cfg["block_size"] == "128" and cfg["num_gpu_blocks"] == "4096" and cfg["enable_prefix_caching"] == "True"
     assert cache_config_from_metrics("") == {}
 
 
-async def test_poller_samples_and_failures(fixtures_dir):
-    text = (fixtures_dir / "vllm-0.32.0-cpu-metrics-under-load.txt").read_text()
+async def test_poller_samples_and_failures(vllm_captures):
+    text = (vllm_captures / "metrics-under-load.txt").read_text()
     calls = {"n": 0}
 
     async def metrics(request):
