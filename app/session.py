@@ -28,8 +28,6 @@ from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.embedded import EmbeddedSim
 
-from rampwatch.app.run import DEFAULT_PROGRESS_INTERVAL_S
-
 INTERRUPTED_EXIT = 130  # the shell's code for a SIGINT stop; the summary and files are still written
 
 
@@ -207,8 +205,7 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
 class ProgressPrinter:
     """Headless progress: one line every few seconds, from the live series."""
 
-    def __init__(self, snapshot: Callable[[], Any], out: TextIO = sys.stdout,
-                 interval_s: float = DEFAULT_PROGRESS_INTERVAL_S) -> None:
+    def __init__(self, snapshot: Callable[[], Any], interval_s: float, out: TextIO = sys.stdout) -> None:
         self.snapshot = snapshot
         self.out = out
         self.interval_s = interval_s

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds rampwatch's wheel, installs it into a fresh venv and runs it from an unrelated
+# directory: the wheel alone must carry its scenarios and styles, and install nothing
+# generic at top level (only the `rampwatch` namespace).
+#
+#   PY   the python that builds the wheel (default: python3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+py=${PY:-python3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fail() { echo "wheel smoke: $*" >&2; exit 1; }
+
+"$py" -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$repo" >"$work/pip.log" 2>&1 \
+  || { cat "$work/pip.log" >&2; fail "building the wheel failed"; }
+wheel=$(ls "$work"/dist/rampwatch-*.whl)
+echo "wheel smoke: built $(basename "$wheel")"
+tops=$(unzip -Z1 "$wheel" | cut -d/ -f1 | sort -u | grep -v '\.dist-info$' || true)
+[ "$tops" = "rampwatch" ] || fail "the wheel installs top-level names other than rampwatch: $(echo $tops)"
+unzip -Z1 "$wheel" | grep -q '^rampwatch/scenarios/chat.yaml$' || fail "the wheel lacks rampwatch/scenarios/chat.yaml"
+unzip -Z1 "$wheel" | grep -q '^rampwatch/tui/rampwatch.tcss$' || fail "the wheel lacks rampwatch/tui/rampwatch.tcss"
+
+"$py" -m venv "$work/venv"
+"$work/venv/bin/pip" install --quiet "$wheel" >"$work/pip.log" 2>&1 \
+  || { cat "$work/pip.log" >&2; fail "installing the wheel failed"; }
+mkdir "$work/elsewhere"
+cd "$work/elsewhere"
+if "$work/venv/bin/python" -c "import tui" 2>/dev/null; then
+  fail "'import tui' works in the wheel's venv: a generic top-level package was installed"
+fi
+"$work/venv/bin/rampwatch" sim --help >/dev/null || fail "rampwatch sim --help failed"
+"$work/venv/bin/rampwatch" run chat --headless --duration 10 --result-json "$work/result.json" \
+  > "$work/run.log" 2>&1 || { cat "$work/run.log" >&2; fail "rampwatch run chat --headless --duration 10 failed"; }
+grep -q "Successful requests" "$work/run.log" || { cat "$work/run.log" >&2; fail "no summary printed"; }
+ls "$work"/elsewhere/recordings/*.rwrec >/dev/null 2>&1 || fail "no recording under ./recordings"
+"$work/venv/bin/python" -c "import json, sys; r = json.load(open(sys.argv[1])); assert r['completed'] > 0, r['completed']" \
+  "$work/result.json" || fail "the result JSON has no completed request"
+echo "wheel smoke: passed (rampwatch run chat from $(basename "$wheel") in a fresh venv, outside the checkout)"
