@@ -53,7 +53,7 @@ RATE = 10_000  # far above what 100 streams can complete: the cap is what paces 
 # Runs `rampwatch run` with SeriesBuilder.on_request as a no-op (the progress line then
 # shows no completions; everything else is unchanged).
 _NO_SERIES = (
-    "import sys; import loadgen.series as s; s.SeriesBuilder.on_request = lambda self, record: None; "
+    "import sys; import rampwatch.loadgen.series as s; s.SeriesBuilder.on_request = lambda self, record: None; "
     "from rampwatch.app.cli import main; sys.argv[0] = 'rampwatch'; sys.exit(main())"
 )
 
