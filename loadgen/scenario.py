@@ -118,6 +118,7 @@ def _read_yaml(path: Path) -> tuple[Any, dict[Path_, tuple[int, int]]]:
         raise UserError(f"{path}: cannot read scenario ({exc})") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_aliases(node, path)  # before anything walks the node graph expanded
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -125,6 +126,44 @@ def _read_yaml(path: Path) -> tuple[Any, dict[Path_, tuple[int, int]]]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserError(f"{where}: not valid YAML ({problem})") from None
     return data, _line_map(node)
+
+
+# A scenario is a page of keys: far below this even with anchors reused. Aliases repeat a
+# node without copying it, so a few lines can expand to billions of values ("billion laughs").
+MAX_EXPANDED_NODES = 100_000
+
+
+def _check_aliases(root: yaml.Node | None, path: Path) -> None:
+    """Reject a node graph that refers to itself or expands past ``MAX_EXPANDED_NODES``
+    (counted without expanding it: each distinct node's size is computed once)."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in visiting:
+            raise UserError(f"{path}:{node.start_mark.line + 1}: a YAML anchor refers to itself")
+        visiting.add(key)
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_EXPANDED_NODES:
+                raise UserError(f"{path}:{node.start_mark.line + 1}: YAML aliases expand this scenario past "
+                                f"{MAX_EXPANDED_NODES:,} values; write it out without them")
+        visiting.discard(key)
+        sizes[key] = total
+        return total
+
+    if root is not None:
+        size(root)
 
 
 # --------------------------------------------------------------------------- overrides
