@@ -6,6 +6,8 @@ Also runnable as ``python -m sim.cli`` (what ``EmbeddedSim`` starts).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from rampwatch.sim.config import HARDWARE_PRESETS, MODEL_PRESETS, ROUTING_CHOICES
@@ -38,6 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--stall-at", type=float, default=None, help="simulated second at which the engines stall")
     faults.add_argument("--stall-for", type=float, default=0.0, help="stall length in simulated seconds")
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -93,6 +96,9 @@ def main(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
+
     async def run() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
@@ -120,6 +126,26 @@ def main(args: argparse.Namespace) -> int:
 
     asyncio.run(run())
     return 0
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel send SIGTERM when the parent (``parent_pid``, which spawned us from its
+    main thread) exits, even by ``kill -9``. The stdin watch alone is not enough: a process
+    the parent forked (the live UI's run process) inherits our stdin pipe and keeps it open.
+    Linux only; elsewhere the stdin watch is what is left."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # it died before the prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run(argv: list[str] | None = None) -> int:

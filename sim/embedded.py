@@ -6,8 +6,10 @@
         run_load_against(sim.url)
 
 The child runs ``python -m sim.cli`` (the ``rampwatch sim`` code) on a free loopback
-port, so its CPU never competes inside the load process. It holds a pipe on its stdin
-and exits when that pipe reaches EOF, i.e. as soon as the parent dies for any reason.
+port, so its CPU never competes inside the load process. It dies with the process that
+started it: the kernel signals it when that process exits (Linux's parent-death signal;
+start it from the main thread, since the signal follows the thread that spawned it), and
+it also exits when the pipe it holds on its stdin reaches EOF.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class EmbeddedSim:
 
     def start(self) -> EmbeddedSim:
         cmd = [self.python, "-m", "rampwatch.sim.cli", *config_to_argv(self.config),
-               "--host", self.host, "--port", "0", "--exit-on-stdin-eof"]
+               "--host", self.host, "--port", "0", "--exit-on-stdin-eof", "--parent-pid", str(os.getpid())]
         self.process = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, bufsize=1,

@@ -1,5 +1,6 @@
 """`rampwatch sim` as a process, and EmbeddedSim."""
 
+import contextlib
 import json
 import os
 import signal
@@ -114,3 +115,45 @@ def test_embedded_child_exits_when_parent_dies():
         time.sleep(0.1)
     os.kill(child_pid, signal.SIGKILL)
     pytest.fail("embedded simulator outlived its parent")
+
+
+def test_embedded_sim_dies_with_its_parent_even_while_a_forked_child_holds_its_stdin():
+    """`rampwatch run` forks its run process after starting the simulator, so the run
+    process inherits the simulator's stdin pipe: `kill -9` of rampwatch must still end the
+    simulator at once, not when the run process finally lets go of the pipe."""
+    code = (
+        "import os, sys, time\n"
+        "from rampwatch.sim.embedded import EmbeddedSim\n"
+        "from rampwatch.sim.config import SimConfig\n"
+        "sim = EmbeddedSim(SimConfig(hardware='instant', model='tiny')).start()\n"
+        "holder = os.fork()\n"
+        "if holder == 0:\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "print(sim.pid, holder, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    sim_pid, holder_pid = map(int, parent.stdout.readline().split())
+    try:
+        parent.kill()
+        parent.wait()
+        assert wait_until_gone(sim_pid, timeout=5.0), "embedded simulator outlived its parent"
+        os.kill(holder_pid, 0)  # the pipe's other holder is still alive: it was not the EOF
+    finally:
+        for pid in (sim_pid, holder_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def wait_until_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except FileNotFoundError:
+            return True
+        if state == "Z":  # exited; its reaper is init now
+            return True
+        time.sleep(0.05)
+    return False
