@@ -153,6 +153,24 @@ def combine_samples(samples: Sequence[ServerSample]) -> ServerSample:
     return out
 
 
+# A vLLM /metrics page is ~50-100 KB; many LoRA adapters or engines make it a few hundred.
+# Past this the scrape is reported failed instead of read: a runaway exporter must not take
+# the load process's memory.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+async def read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+    """The response body, or None as soon as it is known to exceed ``max_bytes``."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        return None
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > max_bytes:
+            return None
+    return bytes(body)
+
+
 class MetricsPoller:
     """Scrapes every URL each ``interval_s`` on its own session, never raising.
 
@@ -171,6 +189,7 @@ class MetricsPoller:
         clock: Callable[[], float] = time.monotonic,
         on_sample: Callable[[ServerSample], None] | None = None,
         headers: dict[str, str] | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         if not urls:
             raise ValueError("MetricsPoller needs at least one URL")
@@ -180,6 +199,7 @@ class MetricsPoller:
         self.clock = clock
         self.on_sample = on_sample or (lambda sample: None)
         self._headers = dict(headers or {})
+        self.max_body_bytes = max_body_bytes
         self.polls = 0
 
     async def scrape_once(self, session: aiohttp.ClientSession, url: str) -> ServerSample:
@@ -187,14 +207,20 @@ class MetricsPoller:
             async with session.get(url, headers=self._headers) as resp:
                 if resp.status != 200:
                     return ServerSample(t=self.clock(), url=url, ok=False, error=f"HTTP {resp.status}")
-                text = await resp.text()
+                body = await read_capped(resp, self.max_body_bytes)
+                if body is None:
+                    return ServerSample(t=self.clock(), url=url, ok=False,
+                                        error=f"body over {self.max_body_bytes:,} bytes (--metrics-max-bytes)")
         except (TimeoutError, asyncio.TimeoutError):
             return ServerSample(t=self.clock(), url=url, ok=False, error=f"timeout after {self.timeout_s:g} s")
         except aiohttp.ClientError as exc:
             return ServerSample(t=self.clock(), url=url, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
         except Exception as exc:  # a scrape must never take the run down
             return ServerSample(t=self.clock(), url=url, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
-        return parse_metrics(text, url, self.clock())
+        t = self.clock()
+        # Parsed on a worker thread: a large page costs ~0.2 s per MB of Python, which on
+        # the run's loop would delay every send by as much.
+        return await asyncio.to_thread(parse_metrics, body.decode("utf-8", errors="replace"), url, t)
 
     async def poll(self, session: aiohttp.ClientSession) -> list[ServerSample]:
         samples = await asyncio.gather(*(self.scrape_once(session, url) for url in self.urls))

@@ -1,0 +1,84 @@
+"""A server's /metrics that is huge must not take the load process's memory or its event
+loop: the body is capped (the scrape then fails with the reason) and parsed off the loop."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from aiohttp import ClientSession, web
+
+from rampwatch.loadgen import scrape
+from rampwatch.loadgen.scrape import MetricsPoller
+
+PAGE = "\n".join(f'vllm:num_requests_running{{engine="0",model_name="m{i}"}} 1.0' for i in range(4000)) + "\n"
+
+
+async def serve(handler) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}/metrics"
+
+
+async def with_length(request):
+    return web.Response(text=PAGE)
+
+
+async def chunked_without_length(request):
+    resp = web.StreamResponse()
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    data = PAGE.encode()
+    for i in range(0, len(data), 8192):
+        await resp.write(data[i:i + 8192])
+    await resp.write_eof()
+    return resp
+
+
+@pytest.mark.parametrize("handler", [with_length, chunked_without_length])
+async def test_a_body_over_the_cap_fails_the_scrape_with_the_reason(handler):
+    runner, url = await serve(handler)
+    try:
+        poller = MetricsPoller([url], max_body_bytes=len(PAGE) // 2)
+        async with ClientSession() as session:
+            sample = await poller.scrape_once(session, url)
+    finally:
+        await runner.cleanup()
+    assert not sample.ok
+    assert sample.error == f"body over {len(PAGE) // 2:,} bytes (--metrics-max-bytes)"
+
+
+@pytest.mark.parametrize("handler", [with_length, chunked_without_length])
+async def test_a_body_within_the_cap_is_read_whole(handler):
+    runner, url = await serve(handler)
+    try:
+        poller = MetricsPoller([url], max_body_bytes=len(PAGE))
+        async with ClientSession() as session:
+            sample = await poller.scrape_once(session, url)
+    finally:
+        await runner.cleanup()
+    assert sample.ok and sample.running == 4000  # every model's series summed
+
+
+async def test_the_page_is_parsed_off_the_event_loop(monkeypatch):
+    parsed_on: list[int] = []
+    real_parse = scrape.parse_metrics
+
+    def recording_parse(text, url, t):
+        parsed_on.append(threading.get_ident())
+        return real_parse(text, url, t)
+
+    monkeypatch.setattr(scrape, "parse_metrics", recording_parse)
+    runner, url = await serve(with_length)
+    try:
+        async with ClientSession() as session:
+            sample = await MetricsPoller([url]).scrape_once(session, url)
+    finally:
+        await runner.cleanup()
+    assert sample.ok
+    assert parsed_on and parsed_on[0] != threading.get_ident()
