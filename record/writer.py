@@ -80,6 +80,7 @@ class RecordingWriter:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.error: BaseException | None = None
+        self._written_upto = 0.0  # run time up to which the file holds the run
         self.bytes_written = 0
         self.closed = False
 
@@ -103,7 +104,11 @@ class RecordingWriter:
         payload = fmt.encode_header(clean)
         if self._checkpointer is not None:
             self._checkpointer.start(fmt.decode_header(payload))
-        self._write(fmt.preamble() + fmt.frame(fmt.KIND_HEADER, payload, 1, 0.0, 0.0))
+        try:
+            self._write(fmt.preamble() + fmt.frame(fmt.KIND_HEADER, payload, 1, 0.0, 0.0))
+        except OSError as exc:
+            self._stop_recording(exc)
+            return
         if self.flush_interval_s is not None:
             self._thread = threading.Thread(target=self._run, name="rampwatch-recorder", daemon=True)
             self._thread.start()
@@ -146,6 +151,8 @@ class RecordingWriter:
             events, self._events = self._events, []
         if self._file is None or self.error is not None:
             return
+        times: list[float] = []
+        ends: list[float] = []
         try:
             out = []
             if samples or ticks or events:
@@ -172,9 +179,18 @@ class RecordingWriter:
                 out += self._checkpointer.frames()
             if out:
                 self._write(b"".join(out))
-        except Exception as exc:  # never take the run down; the runner reports .error
-            self.error = exc
-            log.error("recording %s stopped: %s", self.path, exc)
+                self._written_upto = max([self._written_upto, *times, *ends])
+        except Exception as exc:  # never take the run down; the run's result reports it
+            self._stop_recording(exc)
+
+    def _stop_recording(self, exc: BaseException) -> None:
+        """The recording ends here (disk full, I/O error, an encoding bug); the run goes on.
+        What the file holds so far stays readable: the reader salvages up to a cut frame."""
+        if self.error is not None:
+            return
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        self.error = RecordingStopped(f"stopped at {self._written_upto:.1f} s of the run: {reason}")
+        log.error("recording %s %s", self.path, self.error)
 
     def _write(self, data: bytes) -> None:
         with self._write_lock:
@@ -196,8 +212,11 @@ class RecordingWriter:
                 try:
                     self._write(fmt.frame(fmt.KIND_FINISH, fmt.encode_finish(finish_t), 1, finish_t, finish_t))
                 except OSError as exc:
-                    self.error = exc
-            self._file.close()
+                    self._stop_recording(exc)
+            try:
+                self._file.close()
+            except OSError as exc:  # its buffer could not be flushed: what did not fit is lost
+                self._stop_recording(exc)
 
     def __enter__(self) -> RecordingWriter:
         return self
@@ -206,6 +225,10 @@ class RecordingWriter:
         self.close()
 
 
+
+
+class RecordingStopped(Exception):
+    """Why and when the recording stopped while the run went on."""
 
 
 class SeriesCheckpointer:
