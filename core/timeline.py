@@ -21,6 +21,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 
+# The largest token count a request may carry (a server's usage above it, or below 0, is a
+# protocol error): recordings store counts as int32, which a server's number cannot overflow.
+MAX_TOKEN_COUNT = 2**31 - 1
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """One request as the client saw it. Field meanings follow ``vllm bench serve``."""

@@ -53,7 +53,7 @@ import orjson
 from rampwatch.loadgen import http_stream, sse
 from rampwatch.core.errors import TargetUnreachable
 from rampwatch.loadgen.requests import PreparedRequest
-from rampwatch.core.timeline import RequestRecord
+from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
 
 _TOKEN_MARK = sse.TOKEN_MARK
 _FINISH_MARK = sse.FINISH_MARK
@@ -391,15 +391,40 @@ class StreamingClient:
         else:
             rec.end_at = rec.chunk_times[-1] if rec.chunk_times else rec.first_token_at
         if state.usage is not None:
-            usage = state.usage
-            if usage.get("prompt_tokens") is not None:
-                rec.prompt_tokens = int(usage["prompt_tokens"])
-            rec.completion_tokens = int(usage.get("completion_tokens") or 0)
+            try:
+                prompt_tokens, completion_tokens = usage_counts(state.usage)
+            except ValueError as exc:  # the answer cannot be counted: it is not a success
+                if rec.error_class is None:
+                    self._fail(rec, "stream_error", str(exc))
+                rec.tokens_from_usage = False
+                return
+            if prompt_tokens is not None:
+                rec.prompt_tokens = prompt_tokens
+            rec.completion_tokens = completion_tokens
             rec.tokens_from_usage = True
         else:
             rec.tokens_from_usage = False
             if self.fallback_tokenizer is not None and state.raw_chunks:
                 rec.completion_tokens = count_tokens(self.fallback_tokenizer, state.text())
+
+
+def token_count(usage: dict[str, Any], key: str) -> int | None:
+    """``usage[key]`` as a token count: None when absent or null, ValueError naming the
+    field when it is not a whole number from 0 to ``MAX_TOKEN_COUNT``."""
+    value = usage.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 12.0 from a server that writes JSON numbers as floats
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        shown = repr(value)
+        raise ValueError(f"usage.{key}: {shown[:40]} is not a token count")
+    return value
+
+
+def usage_counts(usage: dict[str, Any]) -> tuple[int | None, int]:
+    """(prompt tokens or None when not given, completion tokens) from a stream's usage."""
+    return token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens") or 0
 
 
 def _body_bytes(body: dict[str, Any]) -> bytes:
