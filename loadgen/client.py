@@ -581,15 +581,27 @@ class _StreamState:
                     self._read_full_chunk(payload, rec)
                 continue
             kind = sse.classify_event(payload)
-            if kind == sse.EVENT_USAGE:
+            body = None
+            if kind == sse.EVENT_OTHER:  # not compact JSON: decode it to know
                 body = sse.decode_json(payload)
+                kind = sse.classify_decoded(body)
+            if kind == sse.EVENT_TOKEN:
+                if rec.first_token_at is None:
+                    rec.first_token_at = now
+                else:
+                    chunk_times.append(now)
+                if self.keep_text:
+                    self.raw_chunks.append(payload)
+                self._apply_chunk(body, rec)
+            elif kind == sse.EVENT_USAGE:
+                body = body or sse.decode_json(payload)
                 if body and isinstance(body.get("usage"), dict):
                     self.usage = body["usage"]
             elif kind == sse.EVENT_DONE:
                 self.done = True
                 return True
             elif kind == sse.EVENT_ERROR:
-                body = sse.decode_json(payload)
+                body = body or sse.decode_json(payload)
                 self.error_message = sse.error_message(body) or payload[:200].decode("utf-8", "replace")
                 return True
         return False
@@ -609,12 +621,15 @@ class _StreamState:
     def _read_full_chunk(self, payload: bytes, rec: RequestRecord, keep_known: bool = False) -> None:
         """Finish reason and usage from a token chunk's JSON; ``keep_known`` leaves the
         ones already found alone (for a chunk read after later events)."""
-        body = sse.decode_json(payload)
+        self._apply_chunk(sse.decode_json(payload), rec, keep_known)
+
+    def _apply_chunk(self, body: dict[str, Any] | None, rec: RequestRecord, keep_known: bool = False) -> None:
         if not body:
             return
-        choices = body.get("choices") or []
-        if choices and choices[0].get("finish_reason") and not (keep_known and rec.finish_reason is not None):
-            rec.finish_reason = str(choices[0]["finish_reason"])
+        choices = body.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        if first.get("finish_reason") and not (keep_known and rec.finish_reason is not None):
+            rec.finish_reason = str(first["finish_reason"])
         # continuous usage stats: keep the latest
         if isinstance(body.get("usage"), dict) and not (keep_known and self.usage is not None):
             self.usage = body["usage"]

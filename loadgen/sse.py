@@ -11,6 +11,9 @@ with ``\\n`` as the SSE specification says.
 JSON of every token chunk: only the usage chunk, the chunk that carries a finish reason,
 and anything unexpected (errors) are decoded. A JSON string value cannot contain an
 unescaped ``"``, so byte patterns such as ``"choices":[]`` cannot match text content.
+The patterns are those of compact JSON (vLLM's); an event they do not recognise is
+decoded and classified from its object (``classify_decoded``), so spaced or reordered
+JSON costs a parse, never a lost token.
 """
 
 from __future__ import annotations
@@ -145,6 +148,22 @@ def classify_event(payload: bytes) -> str:
     if stripped == DONE:
         return EVENT_DONE
     if b'"error"' in stripped or b'"object":"error"' in stripped:
+        return EVENT_ERROR
+    return EVENT_OTHER
+
+
+def classify_decoded(body: dict[str, Any] | None) -> str:
+    """``classify_event`` for an event whose bytes did not match the compact patterns
+    (JSON with spaces, as many servers and proxies write it): the same kinds, from the
+    decoded object."""
+    if not body:
+        return EVENT_OTHER
+    choices = body.get("choices")
+    if isinstance(choices, list) and choices:
+        return EVENT_TOKEN
+    if isinstance(choices, list) and isinstance(body.get("usage"), dict):
+        return EVENT_USAGE
+    if body.get("error") is not None or body.get("object") == "error":
         return EVENT_ERROR
     return EVENT_OTHER
 
