@@ -1,10 +1,13 @@
-"""Keeping secrets out of run headers, recordings and screens: API keys, tokens and
-Authorization headers."""
+"""Keeping secrets out of run headers, recordings, logs and screens: API keys, tokens,
+Authorization headers and the credentials of URLs (``http://user:password@host``).
+
+This is the one place that knows what a secret looks like; every output goes through it."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
 
@@ -28,6 +31,8 @@ _SECRET_KEYS = {
 }
 _SECRET_SUFFIXES = ("apikey", "secret", "password", "accesstoken", "authtoken", "bearertoken", "hftoken")
 _BEARER = re.compile(r"\b(Bearer|Basic)\s+\S+", re.IGNORECASE)
+# scheme://userinfo@ — userinfo is everything up to the last "@" before the host
+_URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s/?#]*)@")
 
 
 def _normalise(key: str) -> str:
@@ -61,13 +66,33 @@ def _redact_argv(items: list[Any]) -> list[Any]:
     return out
 
 
+def redact_text(text: str) -> str:
+    """``text`` with ``Bearer …`` / ``Basic …`` tokens and URL credentials masked."""
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``(url without credentials, user, password)``: a URL's userinfo becomes HTTP basic
+    auth, so that the URL itself can be shown and recorded as it is."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return clean, unquote(parts.username or ""), None if parts.password is None else unquote(parts.password)
+
+
 def redact_value(value: Any) -> Any:
     if isinstance(value, dict):
         return redact_options(value)
     if isinstance(value, (list, tuple)):
         return _redact_argv(list(value))
     if isinstance(value, str):
-        return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", value)
+        return redact_text(value)
     return value
 
 
@@ -116,6 +141,12 @@ def secret_values(options: Any) -> set[str]:
                 found.add(value)
             for m in _BEARER.finditer(value):
                 found.add(m.group(0).split(None, 1)[1])
+            for m in _URL_USERINFO.finditer(value):
+                userinfo = m.group(2)
+                found.add(userinfo)
+                _user, colon, password = userinfo.partition(":")
+                if colon and password:
+                    found.update({password, unquote(password)})
 
     walk(options, False)
     # Very short values would scrub unrelated text; keys are long in practice.
