@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from rampwatch.loadgen import backends
 from rampwatch.core.timeline import ServerSample
+from rampwatch.loadgen import backends
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class MetricsPoller:
                 if resp.status != 200:
                     return ServerSample(t=self.clock(), url=url, ok=False, error=f"HTTP {resp.status}")
                 text = await resp.text()
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             return ServerSample(t=self.clock(), url=url, ok=False, error=f"timeout after {self.timeout_s:g} s")
         except aiohttp.ClientError as exc:
             return ServerSample(t=self.clock(), url=url, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])

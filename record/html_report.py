@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rampwatch.core.timeline import Event, Snapshot
 

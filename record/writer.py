@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.redact import redact_options, scrub, secret_values
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import ITEM_ORDER
-from rampwatch.core.redact import redact_options, scrub, secret_values
 
 log = logging.getLogger(__name__)
 

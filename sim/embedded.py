@@ -12,7 +12,6 @@ and exits when that pipe reaches EOF, i.e. as soon as the parent dies for any re
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -21,7 +20,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from pathlib import Path
 
 from rampwatch.core.errors import UserError
 from rampwatch.sim.config import SimConfig
