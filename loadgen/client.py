@@ -218,7 +218,7 @@ class StreamingClient:
         return scrub(text, self._api_key)[:_MAX_MESSAGE]
 
     def build_body(self, req: PreparedRequest) -> dict[str, Any]:
-        body = {"model": self.model}
+        body: dict[str, Any] = {"model": self.model}
         body.update(req.payload)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

@@ -280,7 +280,7 @@ class Run:
             await client.close()
 
     async def _dispatch(self, client: StreamingClient, semaphore: asyncio.Semaphore | None) -> None:
-        assert self._schedule_changed is not None
+        assert self._schedule_changed is not None and self._none_in_flight is not None
         while not self._stopping:
             send_at = self.schedule.next_send_time()
             if send_at is None:

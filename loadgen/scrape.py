@@ -90,7 +90,8 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         per_engine=per_engine,
         created=created,
         raw=raw,
-        **fields,
+        # fields holds only ServerSample's float | None gauge and counter fields (extract_fields)
+        **fields,  # type: ignore[arg-type]
     )
 
 
