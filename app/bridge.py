@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from rampwatch.loadgen import eventloop
 from rampwatch.core.timeline import RunControl, Snapshot
+from rampwatch.loadgen import eventloop
 
 PUBLISH_INTERVAL_S = 0.25
 
@@ -63,7 +64,7 @@ class ThreadSafeControl(ForwardingControl):
     Calls after the run has finished are dropped: there is nothing left to steer.
     """
 
-    def __init__(self, control: RunControl, bridge: "LiveBridge") -> None:
+    def __init__(self, control: RunControl, bridge: LiveBridge) -> None:
         self._control = control
         self._bridge = bridge
 
@@ -113,7 +114,7 @@ class LiveBridge:
         with self._lock:
             return self._latest
 
-    def start(self) -> "LiveBridge":
+    def start(self) -> LiveBridge:
         self._thread = threading.Thread(target=self._thread_main, name="rampwatch-run", daemon=True)
         self._thread.start()
         self._ready.wait(timeout=10.0)
@@ -315,7 +316,7 @@ def with_tail(base: Snapshot, start: int, tail: Snapshot) -> Snapshot:
 class _PipeControl(ForwardingControl):
     """RunControl calls sent to the run process; dropped once the run has ended."""
 
-    def __init__(self, bridge: "ProcessBridge") -> None:
+    def __init__(self, bridge: ProcessBridge) -> None:
         self._bridge = bridge
 
     def _forward(self, name: str, *args: Any) -> None:
@@ -361,7 +362,7 @@ class ProcessBridge:
         with self._lock:
             return self._latest
 
-    def start(self) -> "ProcessBridge":
+    def start(self) -> ProcessBridge:
         self._process = self._ctx.Process(target=_child_main, args=(self._child_conn, *self._args), name="rampwatch-run", daemon=True)
         self._process.start()
         self._child_conn.close()

@@ -8,7 +8,8 @@ import asyncio
 import os
 import sys
 import tempfile
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
 from rampwatch.app.session import PreparedRun, finish_run, prepare_run

@@ -14,10 +14,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
+from rampwatch.app.run import DEFAULT_PROGRESS_INTERVAL_S
 from rampwatch.core.errors import TargetUnreachable, UserError
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult

@@ -25,15 +25,13 @@ import asyncio
 import os
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402
 from rampwatch.app.bridge import LiveBridge, ProcessBridge, lower_ui_priority  # noqa: E402
-
+from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402
 
 # The snapshot the run publishes is the fake ramp's at START_AT_S + elapsed × speedup: at
 # speedup 1 one new one-second bin per second, as in a live run (each chart rebuilt about

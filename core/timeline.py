@@ -17,6 +17,7 @@ same ``SeriesBuilder`` the live run uses, so both produce identical ``Snapshot``
 
 from __future__ import annotations
 
+from collections.abc import MutableSequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -37,7 +38,8 @@ class RequestRecord:
     first_token_at: float | None = None  # first chunk carrying token content
     # Arrival time of every content chunk after the first (ITL = successive gaps,
     # starting from first_token_at). Chunks, not tokens: a chunk may hold several.
-    chunk_times: list[float] = field(default_factory=list)
+    # A list while streaming; the run's collector packs finished ones into array('d').
+    chunk_times: MutableSequence[float] = field(default_factory=list)
     prompt_tokens: int = 0  # from the server's usage (fallback: tokenizer)
     completion_tokens: int = 0  # from the server's usage (fallback: tokenizer)
     tokens_from_usage: bool = True

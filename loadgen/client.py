@@ -50,10 +50,10 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from rampwatch.loadgen import http_stream, sse
 from rampwatch.core.errors import TargetUnreachable
-from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
+from rampwatch.loadgen import http_stream, sse
+from rampwatch.loadgen.requests import PreparedRequest
 
 _TOKEN_MARK = sse.TOKEN_MARK
 _FINISH_MARK = sse.FINISH_MARK
@@ -218,7 +218,7 @@ class StreamingClient:
         return scrub(text, self._api_key)[:_MAX_MESSAGE]
 
     def build_body(self, req: PreparedRequest) -> dict[str, Any]:
-        body = {"model": self.model}
+        body: dict[str, Any] = {"model": self.model}
         body.update(req.payload)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -350,7 +350,7 @@ class StreamingClient:
             rec.end_at = clock()
             self._fail(rec, "connect", _describe(exc) or f"no connection within {self.connect_timeout_s:g} s")
             return rec
-        except (TimeoutError, asyncio.TimeoutError) as exc:
+        except TimeoutError as exc:
             rec.end_at = clock()
             self._fail(rec, "timeout", _describe(exc) or f"no complete response within {self.request_timeout_s:g} s")
             return rec
@@ -667,7 +667,7 @@ async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | 
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
             async with session.get(base + "/v1/models", headers=headers) as resp:
                 return resp.status
-    except (TimeoutError, asyncio.TimeoutError):
+    except TimeoutError:
         raise TargetUnreachable(f"cannot reach {base} : no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
         raise TargetUnreachable(f"cannot reach {base} : {scrub(str(exc), api_key) or type(exc).__name__}") from None
@@ -697,7 +697,7 @@ async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s
                             info["cache_config"] = cache_config_from_metrics(await resp.text())
                             continue
                         body = await resp.json(content_type=None)
-                except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as exc:
+                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                     info["errors"][path] = scrub(_describe(exc), api_key)
                     continue
                 if path == "/v1/models" and isinstance(body, dict):

@@ -97,10 +97,9 @@ def _jsonl(path: Path, key: str) -> list[DatasetEntry]:
                 raise UserError(f'{path}:{lineno}: expected {{"prompt": "text"}}')
             entries.append(DatasetEntry(prompt=value))
             continue
-        ok = isinstance(value, list) and value and all(
+        if not (isinstance(value, list) and value and all(
             isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str) for m in value
-        )
-        if not ok:
+        )):
             raise UserError(
                 f'{path}:{lineno}: expected {{"messages": [{{"role": "user", "content": "text"}}, …]}} '
                 f"with roles among {', '.join(_ROLES)}"

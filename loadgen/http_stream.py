@@ -231,9 +231,10 @@ class HttpConnection(asyncio.Protocol):
         self.got_bytes = True
         try:
             if self._in_head:
-                data = self._read_head(data)
-                if data is None or self.handler is None:
+                body = self._read_head(data)
+                if body is None or self.handler is None:
                     return
+                data = body
             if self._chunked is not None:
                 pieces = self._chunked.feed(data)
                 if pieces:

@@ -20,7 +20,7 @@ _MAX_PROBED_IDS = 20000
 
 def _clean_ids_uncached(tokenizer: TokenizerLike) -> np.ndarray:
     vocab_size = int(getattr(tokenizer, "vocab_size", 0) or 0)
-    special = getattr(tokenizer, "special_ids", frozenset())
+    special: frozenset[int] = getattr(tokenizer, "special_ids", frozenset())
     if vocab_size <= 0:
         raise ValueError("tokenizer has no vocab_size: cannot draw random token ids")
     if isinstance(tokenizer, SimTokenizerAdapter):

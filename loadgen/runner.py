@@ -19,13 +19,7 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rampwatch.loadgen import eventloop
-from rampwatch.loadgen.client import RequestCancelled, StreamingClient
-from rampwatch.loadgen.knee import KneeDetector, feed as feed_knee
 from rampwatch.core.redact import redact_options
-from rampwatch.loadgen.scenario import RequestFactory, Scenario
-from rampwatch.loadgen.scrape import MetricsPoller
-from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.core.timeline import (
     Event,
     FanoutSink,
@@ -37,6 +31,14 @@ from rampwatch.core.timeline import (
     TimelineSink,
 )
 from rampwatch.core.version import rampwatch_version
+from rampwatch.loadgen import eventloop
+from rampwatch.loadgen.client import RequestCancelled, StreamingClient
+from rampwatch.loadgen.knee import KneeDetector
+from rampwatch.loadgen.knee import feed as feed_knee
+from rampwatch.loadgen.scenario import RequestFactory, Scenario
+from rampwatch.loadgen.scrape import MetricsPoller
+from rampwatch.loadgen.series import SeriesBuilder
+
 
 @dataclass
 class RunOptions:
@@ -278,7 +280,7 @@ class Run:
             await client.close()
 
     async def _dispatch(self, client: StreamingClient, semaphore: asyncio.Semaphore | None) -> None:
-        assert self._schedule_changed is not None
+        assert self._schedule_changed is not None and self._none_in_flight is not None
         while not self._stopping:
             send_at = self.schedule.next_send_time()
             if send_at is None:

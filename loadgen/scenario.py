@@ -725,7 +725,7 @@ class RequestFactory:
             first_user_prefix = [doc_part] if not history else []
             question, content, _ = self._fresh_tail(first_user_prefix, n_in)
             messages = [{"role": "system", "content": system}] if system else []
-            for i, (user, answer) in enumerate(history):
+            for user, answer in history:
                 messages.append({"role": "user", "content": user})
                 messages.append({"role": "assistant", "content": answer})
             messages.append({"role": "user", "content": content})

@@ -628,12 +628,12 @@ def build_schedule(spec: dict[str, Any], seed: int) -> ArrivalSchedule:
         # Arrivals beyond the ramp's N (made while holding) continue the same generator.
         targets = _Targets(lambda n: rs.standard_gamma(k, n) / k, head=list(profile.bounds))
         return ArrivalSchedule(spec, profile, targets, None, profile.delay_cum[-1])
-    profile = _TimeProfile(_time_segments(spec))
+    time_profile = _TimeProfile(_time_segments(spec))
     arrival = {"constant": "constant", "poisson": "poisson", "gamma": "gamma"}.get(kind, spec.get("arrival", "poisson"))
     rng = np.random.default_rng(seed)
     targets = _Targets(_gap_draw(arrival, float(spec.get("burstiness", 1.0)), rng))
-    planned = profile.end if math.isfinite(profile.end) else None
-    return ArrivalSchedule(spec, profile, targets, spec.get("num_requests"), planned)
+    planned = time_profile.end if math.isfinite(time_profile.end) else None
+    return ArrivalSchedule(spec, time_profile, targets, spec.get("num_requests"), planned)
 
 
 def expected_rate_curve(spec: dict[str, Any], times: Sequence[float]) -> list[float]:
@@ -647,8 +647,8 @@ def expected_rate_curve(spec: dict[str, Any], times: Sequence[float]) -> list[fl
             c = profile.time_inv(t)
             out.append(0.0 if t > profile.delay_cum[-1] else profile.rate(min(c, profile.end * (1 - 1e-15))))
         return out
-    profile = _TimeProfile(_time_segments(spec))
-    return [profile.rate(t) if t >= 0 else 0.0 for t in times]
+    time_profile = _TimeProfile(_time_segments(spec))
+    return [time_profile.rate(t) if t >= 0 else 0.0 for t in times]
 
 
 def schedule_work(spec: dict[str, Any], t0: float, t1: float) -> float:

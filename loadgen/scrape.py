@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from rampwatch.loadgen import backends
 from rampwatch.core.timeline import ServerSample
+from rampwatch.loadgen import backends
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,8 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         per_engine=per_engine,
         created=created,
         raw=raw,
-        **fields,
+        # fields holds only ServerSample's float | None gauge and counter fields (extract_fields)
+        **fields,  # type: ignore[arg-type]
     )
 
 
@@ -211,7 +212,7 @@ class MetricsPoller:
                 if body is None:
                     return ServerSample(t=self.clock(), url=url, ok=False,
                                         error=f"body over {self.max_body_bytes:,} bytes (--metrics-max-bytes)")
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             return ServerSample(t=self.clock(), url=url, ok=False, error=f"timeout after {self.timeout_s:g} s")
         except aiohttp.ClientError as exc:
             return ServerSample(t=self.clock(), url=url, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])

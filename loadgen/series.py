@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.stats import LogHistogram, itl_array
 from rampwatch.loadgen.summary import RunningSummary, knee_rps
-from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick
 
 _QS = (0.5, 0.9, 0.99)
 _LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")

@@ -158,7 +158,7 @@ class LogHistogram:
         self.total += n
         self._pending_n += n
         if self._pending_n > 65536:  # bound the buffer between reads
-            self.counts
+            _ = self.counts  # reading folds the pending values into the buckets
 
     @classmethod
     def bucket_index(cls, values: np.ndarray) -> np.ndarray:

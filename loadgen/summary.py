@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.scrape import combine_samples
-from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 METRIC_TITLES = {
@@ -169,7 +169,7 @@ def _row(label: str, value: Any, fmt: str = ".2f") -> str:
         text = str(value)
     else:
         text = format(value, fmt)
-    return "{:<40} {:<10}".format(label, text)
+    return f"{label:<40} {text:<10}"
 
 
 def format_summary(summary: dict[str, Any], percentiles: Sequence[float] = stats.PERCENTILES) -> str:

@@ -119,6 +119,7 @@ class _ItlAccumulator:
 
 def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:
     """ITLs of the block's successful requests with a first token (``RequestRecord.itls``)."""
+    assert c.chunk_times is not None, "read with_chunks=True"
     counts = c.n_chunks.astype(np.int64)
     use = ok & c.has_first & (counts > 0)
     if not use.any():
@@ -173,6 +174,7 @@ def stream_summary(recording: Recording, slo: dict[str, float] | None = None,
     per_second = np.zeros(n_bins, dtype=np.int64)
     for f, c_ok in zip((f for f in frames if f.count), ok_parts):
         c = recording.request_columns(f, with_chunks=True)
+        assert c.chunk_times is not None
         itls.add(_block_itls(c, c_ok))
         use = c_ok & c.has_first
         if use.any():

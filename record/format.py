@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 
@@ -77,8 +78,8 @@ def _shuffle(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a.view(np.uint8).reshape(-1, width).T).tobytes()
 
 
-def _unshuffle(data: bytes, dtype: np.dtype, n: int) -> np.ndarray:
-    dtype = np.dtype(dtype)
+def _unshuffle(data: bytes, dtype_like: npt.DTypeLike, n: int) -> np.ndarray:
+    dtype = np.dtype(dtype_like)
     planes = np.frombuffer(data, dtype=np.uint8, count=n * dtype.itemsize).reshape(dtype.itemsize, n)
     return np.ascontiguousarray(planes.T).view(dtype).reshape(n)
 
@@ -128,6 +129,7 @@ def encode_checkpoint(t: float, state: dict[str, Any], arrays: dict[str, np.ndar
         ref = base[1].get(name) if base is not None else None
         xor = ref is not None and ref.dtype == a.dtype and ref.ndim == 1 == a.ndim and ref.size <= a.size
         if xor:
+            assert ref is not None
             bits = _bits(a).copy()
             bits[: ref.size] ^= _bits(ref)
             a = bits.view(a.dtype)

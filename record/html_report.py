@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rampwatch.core.timeline import Event, Snapshot
 
@@ -39,7 +40,7 @@ def _fmt_tick(v: float) -> str:
     return f"{v:g}"
 
 
-def svg_chart(title: str, unit: str, times: Sequence[float], lines: list[tuple[str, Sequence[float]]],
+def svg_chart(title: str, unit: str, times: Sequence[float], lines: Sequence[tuple[str, Sequence[float]]],
               marks: Sequence[Event], t_max: float) -> str:
     """One time-series chart; NaN breaks a line. Marks and knee are vertical lines."""
     plot_w = WIDTH - PAD_L - PAD_R

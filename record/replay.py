@@ -19,7 +19,8 @@ import threading
 import time
 import zlib
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rampwatch.core.timeline import Event, Snapshot
 

@@ -8,15 +8,19 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.redact import redact_options, scrub, secret_values
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import ITEM_ORDER
-from rampwatch.core.redact import redact_options, scrub, secret_values
+
+if TYPE_CHECKING:
+    from rampwatch.loadgen.series import SeriesBuilder
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +139,7 @@ class RecordingWriter:
     # ---- writing ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        assert self.flush_interval_s is not None  # the thread runs only with an interval
         next_at = time.monotonic() + self.flush_interval_s
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
             next_at += self.flush_interval_s
@@ -246,7 +251,7 @@ class SeriesCheckpointer:
         self._count = 0
         self._key: tuple[float, dict[str, Any]] | None = None
         self.lag_s = lag_s
-        self._builder = None
+        self._builder: SeriesBuilder | None = None
         self._pending: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._fed_upto = -math.inf
@@ -287,7 +292,8 @@ class SeriesCheckpointer:
             self._pending = [it for it in self._pending if it[0] > t]
             ready.sort(key=lambda it: (it[0], it[1], it[2]))
             b = self._builder
-            handlers = {ITEM_ORDER["tick"]: b.on_tick, ITEM_ORDER["sample"]: b.on_scrape,
+            assert b is not None, "start() comes first"
+            handlers: dict[int, Callable[[Any], None]] = {ITEM_ORDER["tick"]: b.on_tick, ITEM_ORDER["sample"]: b.on_scrape,
                         ITEM_ORDER["event"]: b.on_event, ITEM_ORDER["request"]: b.on_request}
             for _t, order, _seq, value in ready:
                 handlers[order](value)

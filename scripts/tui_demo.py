@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.tui.fakes import AdvancingSource, FakeControl, FakeReplay, FrozenSource, fake_snapshot  # noqa: E402
 from rampwatch.tui.app import make_app  # noqa: E402
+from tests.tui.fakes import AdvancingSource, FakeControl, FakeReplay, FrozenSource, fake_snapshot  # noqa: E402
 
 
 def main() -> int:

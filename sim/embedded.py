@@ -14,7 +14,6 @@ it also exits when the pipe it holds on its stdin reaches EOF.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -23,7 +22,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from pathlib import Path
 
 from rampwatch.core.errors import UserError
 from rampwatch.sim.config import SimConfig

@@ -35,9 +35,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from rampwatch.core.tokenizer import VOCAB_SIZE
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.stats import EngineStats
-from rampwatch.core.tokenizer import VOCAB_SIZE
 
 _MASK64 = (1 << 64) - 1
 _LCG_A = 6364136223846793005

@@ -24,10 +24,10 @@ from typing import Any
 
 from aiohttp import web
 
+from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
 from rampwatch.sim.metrics import make_registry, render
-from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
 
 VLLM_VERSION = "0.32.0"
 SERVER_VERSION = VLLM_VERSION + "+sim"

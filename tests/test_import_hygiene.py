@@ -47,9 +47,9 @@ def test_checker_detects_a_ui_import(tmp_path):
     """The check itself must be able to fail: a module importing textual is caught."""
     (tmp_path / "leaky.py").write_text("import textual\n")
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
         "import leaky\n"
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('textual','rich'))))\n"
-    ) % str(tmp_path)
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "textual" in out.stdout

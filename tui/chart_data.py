@@ -6,8 +6,9 @@ Kept free of Textual so they can be tested as plain functions.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from rampwatch.core.timeline import Event, Snapshot
 

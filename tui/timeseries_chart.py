@@ -190,7 +190,7 @@ class TimeSeriesChart(PlotextPlot):
         """Plot the series' runs of data; False when it has none (then the chart's subtitle
         names it, so a missing series is visibly missing rather than silently absent)."""
         parts = segments(times, values)
-        for i, (xs, ys) in enumerate(parts):
+        for xs, ys in parts:
             self.plt.plot(xs, ys, color=self._colour(colour), marker=marker, yside=yside)
         return bool(parts)
 

@@ -14,8 +14,8 @@ import time
 import pytest
 from aiohttp import web
 
-from rampwatch.loadgen.client import RequestCancelled, StreamingClient, check_reachable, count_tokens, fetch_server_info
 from rampwatch.core.errors import TargetUnreachable
+from rampwatch.loadgen.client import RequestCancelled, StreamingClient, check_reachable, count_tokens, fetch_server_info
 from rampwatch.loadgen.requests import PreparedRequest
 
 SECRET = "sk-test-secret-123"
@@ -492,8 +492,9 @@ async def test_concurrent_requests_within_the_connection_limit(raw_server, trans
 
 
 def _exchange_record(wire_reads: list[bytes], fast: bool, keep_text: bool, monkeypatch):
-    from rampwatch.loadgen import client as client_mod, sse
     from rampwatch.core.timeline import RequestRecord
+    from rampwatch.loadgen import client as client_mod
+    from rampwatch.loadgen import sse
 
     with monkeypatch.context() as patch:
         if not fast:

@@ -1,7 +1,7 @@
 import pytest
 
-from rampwatch.loadgen.counters import CounterTracker, counter_delta, sample_deltas
 from rampwatch.core.timeline import ServerSample
+from rampwatch.loadgen.counters import CounterTracker, counter_delta, sample_deltas
 
 
 @pytest.mark.parametrize(

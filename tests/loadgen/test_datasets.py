@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from rampwatch.loadgen.datasets import load_dataset
 from rampwatch.core.errors import UserError
+from rampwatch.loadgen.datasets import load_dataset
 from rampwatch.loadgen.scenario import RequestFactory, load_scenario
 from rampwatch.loadgen.tokenizers import load_tokenizer
 

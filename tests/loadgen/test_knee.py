@@ -3,9 +3,9 @@ import math
 import numpy as np
 import pytest
 
+from rampwatch.core.timeline import RequestRecord, Tick
 from rampwatch.loadgen.knee import KneeDetector, feed
 from rampwatch.loadgen.series import SeriesBuilder
-from rampwatch.core.timeline import RequestRecord, Tick
 
 
 def synthetic_ramp(capacity=20.0, start=1.0, end=40.0, seconds=240, seed=0, server=True, noise=0.1):

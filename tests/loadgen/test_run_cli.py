@@ -205,8 +205,8 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
     from types import SimpleNamespace
 
     from rampwatch.app.session import PreparedRun, finish_run
-    from rampwatch.loadgen.runner import RunResult
     from rampwatch.core.timeline import RequestRecord, RunHeader
+    from rampwatch.loadgen.runner import RunResult
 
     header = RunHeader(rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m",
                        scenario_name="random")

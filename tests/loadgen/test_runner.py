@@ -11,9 +11,9 @@ import pytest
 
 from rampwatch.app.session import progress_line
 from rampwatch.core.errors import TargetUnreachable
+from rampwatch.core.timeline import NullSink
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
-from rampwatch.core.timeline import NullSink
 from rampwatch.sim.config import FaultConfig, SimConfig
 from rampwatch.sim.server import serve
 
@@ -244,7 +244,7 @@ async def test_stop_while_draining_applies_the_grace_period():
                        stop_grace_s=0.3)
 
         async def stop_while_draining() -> float:
-            while run.state != "draining":
+            while run.state != "draining":  # noqa: ASYNC110 - the run has no event for its state changes
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.5)
             run.stop()

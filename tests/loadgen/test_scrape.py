@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rampwatch.loadgen.scrape import MetricsPoller, cache_config_from_metrics, combine_samples, parse_metrics
 from rampwatch.core.timeline import ServerSample
+from rampwatch.loadgen.scrape import MetricsPoller, cache_config_from_metrics, combine_samples, parse_metrics
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 

@@ -4,8 +4,8 @@ import time
 import numpy as np
 import pytest
 
-from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Tick
+from rampwatch.loadgen.series import SeriesBuilder
 
 NAN = math.nan
 

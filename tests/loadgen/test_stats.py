@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from rampwatch.loadgen import stats
 from rampwatch.core.timeline import RequestRecord
+from rampwatch.loadgen import stats
 
 
 def rec(sent, first, chunks, tokens, ok=True):

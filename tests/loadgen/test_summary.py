@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from rampwatch.loadgen.summary import RunningSummary, compute_summary, format_summary, server_figures, to_bench_result
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.loadgen.summary import RunningSummary, compute_summary, format_summary, server_figures, to_bench_result
 
 
 def rec(i, sent, first, chunks, tokens, prompt, error=None, end=None):

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord
+from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import feed

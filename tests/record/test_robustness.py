@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.redact import REDACTED, redact_options
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import SCANNERS, open_recording
-from rampwatch.core.redact import REDACTED, redact_options
 from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
 from tests.record import v1_tiny

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from rampwatch.app.cli import main as rampwatch_main
 from rampwatch.core.errors import UserError
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.embedded import EmbeddedSim
-from rampwatch.app.cli import main as rampwatch_main
 
 ROOT = Path(__file__).resolve().parents[2]
 

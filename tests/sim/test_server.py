@@ -7,9 +7,9 @@ import time
 import aiohttp
 import pytest
 
+from rampwatch.core.tokenizer import SimTokenizer, count_chat_tokens
 from rampwatch.sim.config import FaultConfig, SimConfig
 from rampwatch.sim.server import SimServer, run_server, serve
-from rampwatch.core.tokenizer import SimTokenizer, count_chat_tokens
 
 FAST = dict(hardware="instant", model="tiny", seed=7)
 
@@ -244,6 +244,6 @@ async def test_data_parallel_engines_have_their_own_series():
 async def test_round_robin_routing():
     server = SimServer(SimConfig(**FAST, engines=3, routing="round-robin"))
     async with run_server(server) as url:
-        for i in range(6):
+        for _ in range(6):
             await post(url, "/v1/completions", {"prompt": "a", "max_tokens": 1})
     assert [e.stats.finished["length"] for e in server.engines] == [2, 2, 2]

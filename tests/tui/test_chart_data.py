@@ -3,7 +3,6 @@ import math
 import pytest
 
 from rampwatch.core.timeline import Event
-from tests.tui.fakes import fake_snapshot
 from rampwatch.tui.chart_data import (
     chart_key,
     downsample,
@@ -20,6 +19,7 @@ from rampwatch.tui.chart_data import (
     y_upper,
 )
 from rampwatch.tui.position_bar import bar_cells
+from tests.tui.fakes import fake_snapshot
 
 NAN = float("nan")
 

@@ -3,9 +3,9 @@ import io
 
 import pytest
 
-from rampwatch.core.errors import UserError
 from rampwatch.app import replay as replay_command
 from rampwatch.app import run as run_command
+from rampwatch.core.errors import UserError
 
 
 class Tty(io.StringIO):

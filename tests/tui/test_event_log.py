@@ -4,9 +4,9 @@ import pytest
 from rich.console import Console
 
 from rampwatch.core.timeline import Event
-from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 from rampwatch.tui.app import make_app
 from rampwatch.tui.event_log import EventLog, event_table
+from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 
 EVENTS = [
     Event(t=0.0, kind="start", message="run started: chat against http://127.0.0.1:37481"),

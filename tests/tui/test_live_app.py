@@ -3,7 +3,6 @@ terminal size, and server panels say when /metrics is missing."""
 
 import pytest
 
-from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 from rampwatch.tui.app import is_wide, make_app
 from rampwatch.tui.help_screen import HelpScreen
 from rampwatch.tui.kv_chart import KvChart
@@ -11,6 +10,7 @@ from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.quit_dialog import QuitDialog
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.throughput_chart import ThroughputChart
+from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 
 NARROW = (80, 24)
 WIDE = (160, 48)
@@ -257,9 +257,9 @@ async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
     panels under it (the events panel can stay unchanged for minutes) never redraw."""
     from textual.widgets._toast import Toast
 
-    from tests.tui.test_event_log import screen_lines
     from rampwatch.tui.app import TOAST_REPAINT_DELAY_S
     from rampwatch.tui.event_log import EventLog
+    from tests.tui.test_event_log import screen_lines
 
     app, control, _ = live_app(95.0)
     async with app.run_test(size=WIDE, notifications=True) as pilot:

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from tests.tui.fakes import FakeControl, fake_snapshot
-from rampwatch.tui.app import make_app
 from rampwatch.app.bridge import LiveBridge
+from rampwatch.tui.app import make_app
+from tests.tui.fakes import FakeControl, fake_snapshot
 
 
 class LoopBoundRun:
@@ -172,8 +172,8 @@ def test_process_bridge_runs_the_load_in_a_child_process():
 
 
 def test_process_bridge_hands_back_the_run_error():
-    from rampwatch.core.errors import UserError
     from rampwatch.app.bridge import ProcessBridge
+    from rampwatch.core.errors import UserError
 
     async def failing():
         raise UserError("http://127.0.0.1:9: connection refused")
@@ -268,8 +268,8 @@ def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
 def test_process_bridge_hands_back_a_result_larger_than_the_pipe_buffer():
     # The run process's loop (uvloop) must not leave the pipe non-blocking: a result
     # of many megabytes (an hour's records) has to wait for the UI to read it.
-    from rampwatch.loadgen import eventloop
     from rampwatch.app.bridge import ProcessBridge
+    from rampwatch.loadgen import eventloop
 
     assert eventloop.loop_name() == "uvloop"
     payload = list(range(2_000_000))

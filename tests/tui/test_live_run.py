@@ -16,6 +16,8 @@ import pytest
 
 from rampwatch.app import run as run_command
 from rampwatch.app import session
+from rampwatch.app.bridge import LiveBridge
+from rampwatch.app.live import start_live_prepared
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.record.reader import open_recording
@@ -23,10 +25,8 @@ from rampwatch.record.writer import RecordingWriter
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.embedded import EmbeddedSim
 from rampwatch.tui.app import make_app
-from rampwatch.app.bridge import LiveBridge
 from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.quit_dialog import QuitDialog
-from rampwatch.app.live import start_live_prepared
 
 # A ramp far longer than the test, slow enough that a 1 rps step is unmistakable, with
 # short answers so requests finish quickly on the instant simulator.

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rampwatch.record.reader import open_recording
-from tests.tui.fakes import FakeControl, FrozenSource
 from rampwatch.tui.app import make_app
+from tests.tui.fakes import FakeControl, FrozenSource
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
 AT = 55.0  # past the mark (30 s) and the knee (~48 s)

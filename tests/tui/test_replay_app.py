@@ -2,11 +2,11 @@
 
 import pytest
 
-from tests.tui.fakes import KNEE_AT, MARK_AT, FakeReplay, FrozenSource, fake_snapshot
 from rampwatch.tui.app import make_app, mark_times, next_speed
 from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.latency_chart import LatencyChart
 from rampwatch.tui.position_bar import PositionBar
+from tests.tui.fakes import KNEE_AT, MARK_AT, FakeReplay, FrozenSource, fake_snapshot
 
 SIZE = (100, 30)
 
@@ -100,7 +100,7 @@ async def test_compare_draws_b_dimmed_with_a_legend_label():
         assert "(B)" in str(chart.border_title) and "TTFT p99" in str(chart.border_title)
         assert "K(B)" in plot  # B's knee is marked too
         # B's points are drawn: more plotted series than A alone has.
-        assert len(chart.plt.monitor.x) == 2 * len(segments_of(app.latest)) 
+        assert len(chart.plt.monitor.x) == 2 * len(segments_of(app.latest))
         # A is at 50 s but the shared axis spans B's full 120 s.
         assert "2:00" in plot
         assert "vs b.rwrec (B, dimmed)" in str(app.query_one(HeaderBar).render_text(app.latest))

@@ -4,8 +4,8 @@
 Every screen is fed a fixed snapshot (no clock anywhere on screen) at a fixed size.
 """
 
-from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_snapshot
 from rampwatch.tui.app import make_app
+from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_snapshot
 
 
 def live(t: float, metrics: bool = True):
