@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from rampwatch.app.run import DEFAULT_PROGRESS_INTERVAL_S
 from rampwatch.core.errors import TargetUnreachable, UserError
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult

@@ -21,7 +21,6 @@ from collections.abc import MutableSequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-
 # The largest token count a request may carry (a server's usage above it, or below 0, is a
 # protocol error): recordings store counts as int32, which a server's number cannot overflow.
 MAX_TOKEN_COUNT = 2**31 - 1

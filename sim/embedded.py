@@ -14,6 +14,7 @@ it also exits when the pipe it holds on its stdin reaches EOF.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
