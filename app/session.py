@@ -22,7 +22,7 @@ from rampwatch.core.errors import TargetUnreachable, UserError
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult
 from rampwatch.loadgen.scenario import load_scenario
-from rampwatch.loadgen.summary import compute_summary, dumps_bench_result, format_summary, to_bench_result
+from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.config import SimConfig
@@ -169,14 +169,16 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
 def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdout) -> int:
     """Summary, result JSON, exit code. Shared by the headless and the TUI paths."""
     args = prepared.args
-    summary = compute_summary(
+    # Over the run's window (first send to last completion, as vLLM and `rampwatch report`
+    # measure it), not the whole run: the wait for the server and the drain are not load.
+    summary = summarise_requests(
         result.header,
         result.requests,
         result.samples,
         result.events,
-        result.duration_s,
         slo=prepared.run.scenario.slo,
         gpu_price_per_hour=args.gpu_price_per_hour,
+        idle_duration_s=result.duration_s,
     )
     print(format_summary(summary), file=out)
     if prepared.result_json_path is not None:

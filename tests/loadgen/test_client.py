@@ -311,7 +311,7 @@ async def test_end_to_end_against_the_simulator():
     """Client, poller, series builder and summary on the simulated vLLM server."""
     from rampwatch.loadgen.scrape import MetricsPoller
     from rampwatch.loadgen.series import SeriesBuilder
-    from rampwatch.loadgen.summary import compute_summary
+    from rampwatch.loadgen.summary import summarise_requests
     from rampwatch.sim.config import SimConfig
     from rampwatch.sim.server import serve
 
@@ -342,8 +342,8 @@ async def test_end_to_end_against_the_simulator():
     assert good and good[-1].backend == "vllm" and set(good[-1].per_engine) == {"0", "1"}
     generated = sum(r.completion_tokens for r in records)
     assert good[-1].generation_tokens_total >= generated
-    summary = compute_summary(None, records, samples, [], duration_s=clock())
-    assert summary["completed"] == 6 and summary["total_output_tokens"] == generated
+    summary = summarise_requests(None, records, samples, [], duration_s=clock())
+    assert summary.completed == 6 and summary.total_output_tokens == generated
     assert builder.snapshot().summary["completed"] == 6
 
 
