@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from rampwatch.core.errors import TargetUnreachable, UserError
+from rampwatch.core.errors import UserError
 from rampwatch.loadgen import eventloop
+from rampwatch.loadgen.client import first_model
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
@@ -56,23 +55,12 @@ def _parse_sets(values: list[str]) -> list[tuple[str, str]]:
 
 
 def discover_model(target: str, api_key: str | None) -> str:
-    url = target.rstrip("/") + "/v1/models"
-    request = urllib.request.Request(url)
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            models = json.load(resp).get("data") or []
-    except urllib.error.HTTPError as exc:
-        raise TargetUnreachable(f"{url}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise TargetUnreachable(f"cannot reach {url}: {reason}") from None
-    except json.JSONDecodeError:
-        raise TargetUnreachable(f"{url}: not an OpenAI-compatible models list") from None
-    if not models:
-        raise TargetUnreachable(f"{url}: the server lists no models; pass --model")
-    return models[0]["id"]
+    """The target's first model (``loadgen.client.first_model``), from synchronous code.
+
+    On an event loop of its own in a worker thread: the caller may itself be running
+    inside one (the live UI sets a run up from its loop), where a nested loop cannot run."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: eventloop.run(first_model(target, api_key))).result()
 
 
 def _check_url(flag: str, url: str) -> str:

@@ -553,3 +553,14 @@ def test_fast_path_finish_reason_and_usage_in_token_chunks(final_usage_chunk, gr
         rec, state = _exchange_record(reads, fast, False, monkeypatch)
         assert rec.finish_reason == "stop" and len(rec.chunk_times) == 2
         assert state.usage["completion_tokens"] == (30 if final_usage_chunk else 3)
+
+
+async def test_first_model_and_its_one_line_errors(server):
+    from rampwatch.loadgen.client import first_model, probe_models
+
+    assert await first_model(server.url) == "tiny"
+    answer = await probe_models(server.url)
+    assert answer.status == 200 and answer.url == server.url.rstrip("/") + "/v1/models"
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TargetUnreachable, match=rf"^cannot reach {url} : "):
+        await first_model(url, timeout_s=2)
