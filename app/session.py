@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import signal
 import sys
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from rampwatch.core.bins import latest_complete, recent_mean
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import first_model
@@ -209,24 +209,6 @@ class ProgressPrinter:
             print(progress_line(self.snapshot(), self.interval_s), file=self.out, flush=True)
 
 
-def _last(values: list[float], back: int = 2) -> float:
-    """Latest complete bin (the newest one is still filling)."""
-    for v in reversed(values[:-1] if len(values) > 1 else values):
-        if not math.isnan(v):
-            return v
-        back -= 1
-        if back <= 0:
-            break
-    return float("nan")
-
-
-def _recent_mean(values: list[float], window: int) -> float:
-    """Mean over the last ``window`` complete bins (rates read steadier than one second)."""
-    done = values[:-1] if len(values) > 1 else values
-    recent = [v for v in done[-max(1, window):] if not math.isnan(v)]
-    return sum(recent) / len(recent) if recent else float("nan")
-
-
 # Per-second counts: shown as their mean over the progress interval.
 _RATE_SERIES = ("sent_rps", "completed_rps", "error_rps", "client_output_tps")
 
@@ -239,8 +221,12 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
 
     def fmt(name: str, scale: float = 1.0, digits: int = 1) -> str:
         values = s.get(name, [])
-        v = _recent_mean(values, window) if name in _RATE_SERIES else _last(values)
-        return "-" if v != v else f"{v * scale:.{digits}f}"
+        complete = len(values) - 1 if len(values) > 1 else len(values)  # the newest second is still filling
+        if name in _RATE_SERIES:
+            v = recent_mean(values, complete, window)
+        else:  # a gauge shows "-" rather than a value older than two seconds
+            v = latest_complete(values, complete, look_back=2)
+        return "-" if v is None else f"{v * scale:.{digits}f}"
 
     line = (
         f"[{snap.t:6.0f}s] {snap.state:<8} target {snap.target_rps:5.1f} rps | "
