@@ -6,24 +6,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import math
 import os
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from rampwatch.core.errors import TargetUnreachable, UserError
+from rampwatch.core.bins import latest_complete, recent_mean
+from rampwatch.core.errors import UserError
 from rampwatch.loadgen import eventloop
+from rampwatch.loadgen.client import first_model
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult
 from rampwatch.loadgen.scenario import load_scenario
-from rampwatch.loadgen.summary import compute_summary, dumps_bench_result, format_summary, to_bench_result
+from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.config import SimConfig
@@ -55,23 +54,12 @@ def _parse_sets(values: list[str]) -> list[tuple[str, str]]:
 
 
 def discover_model(target: str, api_key: str | None) -> str:
-    url = target.rstrip("/") + "/v1/models"
-    request = urllib.request.Request(url)
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            models = json.load(resp).get("data") or []
-    except urllib.error.HTTPError as exc:
-        raise TargetUnreachable(f"{url}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise TargetUnreachable(f"cannot reach {url}: {reason}") from None
-    except json.JSONDecodeError:
-        raise TargetUnreachable(f"{url}: not an OpenAI-compatible models list") from None
-    if not models:
-        raise TargetUnreachable(f"{url}: the server lists no models; pass --model")
-    return models[0]["id"]
+    """The target's first model (``loadgen.client.first_model``), from synchronous code.
+
+    On an event loop of its own in a worker thread: the caller may itself be running
+    inside one (the live UI sets a run up from its loop), where a nested loop cannot run."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: eventloop.run(first_model(target, api_key))).result()
 
 
 def _check_url(flag: str, url: str) -> str:
@@ -168,14 +156,16 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
 def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdout) -> int:
     """Summary, result JSON, exit code. Shared by the headless and the TUI paths."""
     args = prepared.args
-    summary = compute_summary(
+    # Over the run's window (first send to last completion, as vLLM and `rampwatch report`
+    # measure it), not the whole run: the wait for the server and the drain are not load.
+    summary = summarise_requests(
         result.header,
         result.requests,
         result.samples,
         result.events,
-        result.duration_s,
         slo=prepared.run.scenario.slo,
         gpu_price_per_hour=args.gpu_price_per_hour,
+        idle_duration_s=result.duration_s,
     )
     print(format_summary(summary), file=out)
     if prepared.result_json_path is not None:
@@ -217,24 +207,6 @@ class ProgressPrinter:
             print(progress_line(self.snapshot(), self.interval_s), file=self.out, flush=True)
 
 
-def _last(values: list[float], back: int = 2) -> float:
-    """Latest complete bin (the newest one is still filling)."""
-    for v in reversed(values[:-1] if len(values) > 1 else values):
-        if not math.isnan(v):
-            return v
-        back -= 1
-        if back <= 0:
-            break
-    return float("nan")
-
-
-def _recent_mean(values: list[float], window: int) -> float:
-    """Mean over the last ``window`` complete bins (rates read steadier than one second)."""
-    done = values[:-1] if len(values) > 1 else values
-    recent = [v for v in done[-max(1, window):] if not math.isnan(v)]
-    return sum(recent) / len(recent) if recent else float("nan")
-
-
 # Per-second counts: shown as their mean over the progress interval.
 _RATE_SERIES = ("sent_rps", "completed_rps", "error_rps", "client_output_tps")
 
@@ -247,8 +219,12 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
 
     def fmt(name: str, scale: float = 1.0, digits: int = 1) -> str:
         values = s.get(name, [])
-        v = _recent_mean(values, window) if name in _RATE_SERIES else _last(values)
-        return "-" if v != v else f"{v * scale:.{digits}f}"
+        complete = len(values) - 1 if len(values) > 1 else len(values)  # the newest second is still filling
+        if name in _RATE_SERIES:
+            v = recent_mean(values, complete, window)
+        else:  # a gauge shows "-" rather than a value older than two seconds
+            v = latest_complete(values, complete, look_back=2)
+        return "-" if v is None else f"{v * scale:.{digits}f}"
 
     line = (
         f"[{snap.t:6.0f}s] {snap.state:<8} target {snap.target_rps:5.1f} rps | "

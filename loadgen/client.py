@@ -44,6 +44,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -655,22 +656,58 @@ class _StreamState:
         return "".join(parts)
 
 
-async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | None = None) -> int:
-    """GET ``/v1/models``; any HTTP answer (even 401/404) means the server is there.
+@dataclass(frozen=True)
+class ModelsAnswer:
+    """What ``GET /v1/models`` answered."""
 
-    Returns the HTTP status; raises ``TargetUnreachable("cannot reach <url> : <reason>")``
-    when nothing answers within ``timeout_s``.
-    """
+    url: str
+    status: int
+    models: list[dict[str, Any]] | None  # the ``data`` list; None unless a 200 with an OpenAI models list
+
+
+async def probe_models(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ModelsAnswer:
+    """``GET /v1/models``: the one request that asks a server whether it is there and
+    what it serves. Any HTTP answer (even 401/404) is returned; raises
+    ``TargetUnreachable("cannot reach <url> : <reason>")`` when nothing answers within
+    ``timeout_s``."""
     base = normalize_base_url(base_url)
+    url = base + "/v1/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-            async with session.get(base + "/v1/models", headers=headers) as resp:
-                return resp.status
+            async with session.get(url, headers=headers) as resp:
+                models = None
+                if resp.status == 200:
+                    try:
+                        body = await resp.json(content_type=None)
+                    except ValueError:
+                        body = None
+                    if isinstance(body, dict) and isinstance(body.get("data") or [], list):
+                        models = body.get("data") or []
+                return ModelsAnswer(url, resp.status, models)
     except TimeoutError:
         raise TargetUnreachable(f"cannot reach {base} : no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
         raise TargetUnreachable(f"cannot reach {base} : {scrub(str(exc), api_key) or type(exc).__name__}") from None
+
+
+async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | None = None) -> int:
+    """The HTTP status of ``/v1/models`` (``probe_models``); raises ``TargetUnreachable``
+    when nothing answers."""
+    return (await probe_models(base_url, api_key, timeout_s)).status
+
+
+async def first_model(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
+    """The id of the first model the server lists, for a run without ``--model``; any
+    failure is a one-line ``TargetUnreachable`` naming the URL."""
+    answer = await probe_models(base_url, api_key, timeout_s)
+    if answer.status != 200:
+        raise TargetUnreachable(f"{answer.url}: HTTP {answer.status}")
+    if answer.models is None:
+        raise TargetUnreachable(f"{answer.url}: not an OpenAI-compatible models list")
+    if not answer.models:
+        raise TargetUnreachable(f"{answer.url}: the server lists no models; pass --model")
+    return answer.models[0]["id"]
 
 
 async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -686,8 +723,18 @@ async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     info: dict[str, Any] = {"models": [], "version": None, "cache_config": {}, "errors": {}}
     try:
+        answer = await probe_models(base, api_key, timeout_s)
+        if answer.status != 200:
+            info["errors"]["/v1/models"] = f"HTTP {answer.status}"
+        elif answer.models is None:
+            info["errors"]["/v1/models"] = "not an OpenAI-compatible models list"
+        else:
+            info["models"] = answer.models
+    except TargetUnreachable as exc:
+        info["errors"]["/v1/models"] = str(exc)
+    try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-            for path in ("/v1/models", "/version", "/metrics"):
+            for path in ("/version", "/metrics"):
                 try:
                     async with session.get(base + path, headers=headers) as resp:
                         if resp.status != 200:
@@ -700,10 +747,7 @@ async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s
                 except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                     info["errors"][path] = scrub(_describe(exc), api_key)
                     continue
-                if path == "/v1/models" and isinstance(body, dict):
-                    info["models"] = body.get("data") or []
-                elif path == "/version":
-                    info["version"] = body.get("version") if isinstance(body, dict) else body
+                info["version"] = body.get("version") if isinstance(body, dict) else body
     except Exception as exc:  # the header must be written whatever the server does
         info["errors"]["session"] = type(exc).__name__
     return info

@@ -37,7 +37,7 @@ from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeade
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.stats import LogHistogram, itl_array
-from rampwatch.loadgen.summary import RunningSummary, knee_rps
+from rampwatch.loadgen.summary import SummaryBuilder, knee_rps
 
 _QS = (0.5, 0.9, 0.99)
 _LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")
@@ -109,7 +109,7 @@ class SeriesBuilder:
         self._final = {name: _Growable(math.nan) for name in _LATENCY_SERIES}
         self._final_upto = 0  # seconds below this are frozen
         self._newly_final: list[int] = []
-        self.summary = RunningSummary(slo=slo, gpu_price_per_hour=gpu_price_per_hour)
+        self.summary = SummaryBuilder(slo, gpu_price_per_hour, bounded=True)
 
     # -- state ----------------------------------------------------------------------
     def export_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -137,9 +137,6 @@ class SeriesBuilder:
         seconds = sorted(self._hists)
         if seconds:
             arrays["hists"] = np.stack([np.stack([h[0].counts, h[1].counts]) for h in (self._hists[b] for b in seconds)])
-        summary = self.summary
-        for metric, hist in summary.hists.items():
-            arrays[f"summary.{metric}"] = hist.counts
         meta = {
             "window_s": self.window_s,
             "grace_s": self.grace_s,
@@ -161,21 +158,7 @@ class SeriesBuilder:
             "hist_totals": [[self._hists[b][0].total, self._hists[b][1].total] for b in seconds],
             "final_upto": self._final_upto,
             "newly_final": list(self._newly_final),
-            "summary": {
-                "slo": summary.slo,
-                "gpu_price_per_hour": summary.gpu_price_per_hour,
-                "completed": summary.completed,
-                "failed": summary.failed,
-                "good": summary.good,
-                "total_input": summary.total_input,
-                "total_output": summary.total_output,
-                "errors": dict(summary.errors),
-                "sums": summary.sums,
-                "hist_totals": {m: h.total for m, h in summary.hists.items()},
-                "queue_sum": summary.queue_sum,
-                "records": summary.records,
-                "peak_in_flight": summary.peak_in_flight,
-            },
+            "summary": self.summary.export_state(arrays),
         }
         return meta, arrays
 
@@ -222,20 +205,7 @@ class SeriesBuilder:
             b._hists[sec] = pair
         b._final_upto = meta["final_upto"]
         b._newly_final = list(meta["newly_final"])
-        summary = b.summary
-        summary.completed = sm["completed"]
-        summary.failed = sm["failed"]
-        summary.good = sm["good"]
-        summary.total_input = sm["total_input"]
-        summary.total_output = sm["total_output"]
-        summary.errors.update(sm["errors"])
-        summary.sums = {m: list(v) for m, v in sm["sums"].items()}
-        for metric, hist in summary.hists.items():
-            hist._counts = np.array(arrays[f"summary.{metric}"], dtype=np.int64)
-            hist.total = sm["hist_totals"][metric]
-        summary.queue_sum = sm["queue_sum"]
-        summary.records = sm["records"]
-        summary.peak_in_flight = sm["peak_in_flight"]
+        b.summary = SummaryBuilder.restore_state(sm, arrays)
         return b
 
     # -- TimelineSink ---------------------------------------------------------------
@@ -248,7 +218,6 @@ class SeriesBuilder:
         c["offered_rps"].add(_sec(record.scheduled_at), 1.0)
         c["sent_rps"].add(_sec(record.sent_at), 1.0)
         end = _sec(record.end_at)
-        itls = None
         if record.ok:
             c["completed_rps"].add(end, 1.0)
             c["client_output_tps"].add(end, float(record.completion_tokens))
@@ -257,11 +226,10 @@ class SeriesBuilder:
                 hists = self._hists[end] = (LogHistogram(), LogHistogram())
             if record.ttft is not None:
                 hists[0].add((record.ttft,))
-            itls = itl_array(record)
-            hists[1].add(itls)
+            hists[1].add(itl_array(record))
         else:
             c["error_rps"].add(end, 1.0)
-        self.summary.add(record, itls)
+        self.summary.add(record)
         self._advance(record.end_at)
 
     def on_scrape(self, sample: ServerSample) -> None:
@@ -453,7 +421,7 @@ class SeriesBuilder:
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = self.now if now is None else now
         times, arrays = self._arrays(now)
-        summary = self.summary.figures(now, server=self.server_summary(arrays), knee=knee_rps(self.events))
+        summary = self.summary.build(server=self.server_summary(arrays), knee=knee_rps(self.events), duration_s=now).to_dict()
         return Snapshot(
             t=now,
             header=self.header,

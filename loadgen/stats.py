@@ -35,6 +35,11 @@ def output_len(rec: RequestRecord) -> int:
     return rec.completion_tokens or 1
 
 
+def output_lens(completion_tokens: np.ndarray) -> np.ndarray:
+    """``output_len`` of successful requests given their completion tokens."""
+    return np.where(completion_tokens == 0, 1, completion_tokens)
+
+
 def itl_array(rec: RequestRecord) -> np.ndarray:
     """``rec.itls()`` as a float64 array (the same values: each gap is the same float
     subtraction), without a Python loop over the chunks."""
@@ -67,54 +72,38 @@ def percentile_word(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
 
-def is_good(rec: RequestRecord, slo_ms: dict[str, float]) -> bool:
-    """Whether a successful request meets every SLO (ms) in ``slo_ms``.
+def meets_slo(ttft_s: np.ndarray, tpot_s: np.ndarray, e2el_s: np.ndarray, slo_ms: dict[str, float]) -> np.ndarray:
+    """Which successful requests meet every SLO (ms) in ``slo_ms`` (``>=`` passes).
 
     Keys are ``ttft``/``tpot``/``e2el`` as in ``--goodput``, or the scenario's spelling
-    ``ttft_ms``/``tpot_ms``/``e2el_ms``."""
+    ``ttft_ms``/``tpot_ms``/``e2el_ms``. ``tpot_s`` is 0 for requests with <= 1 token."""
+    by_key = {"ttft": ttft_s, "tpot": tpot_s, "e2el": e2el_s}
+    good = np.ones(np.shape(ttft_s), dtype=bool)
     for key, limit in slo_ms.items():
         key = key.removesuffix("_ms")
-        if key == "ttft":
-            value = rec.ttft or 0.0
-        elif key == "tpot":
-            value = rec.tpot or 0.0
-        elif key == "e2el":
-            value = rec.e2e
-        else:
+        value = by_key.get(key)
+        if value is None:
             raise ValueError(f"unknown SLO {key!r}: use one of {', '.join(SLO_KEYS)}")
-        if limit / 1000 < value:
-            return False
-    return True
+        good &= ~(limit / 1000 < np.asarray(value, dtype=np.float64))
+    return good
 
 
-def max_concurrent(intervals: Iterable[tuple[float, float]]) -> int:
+def max_concurrent(starts: np.ndarray, ends: np.ndarray) -> int:
     """Peak overlap of half-open ``[start, end)`` intervals (ends sort before starts)."""
-    events: list[tuple[float, int]] = []
-    for start, end in intervals:
-        events.append((start, 1))
-        events.append((end, -1))
-    events.sort()
-    cur = peak = 0
-    for _, d in events:
-        cur += d
-        peak = max(peak, cur)
-    return peak
+    starts, ends = np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)
+    if starts.size == 0:
+        return 0
+    steps = np.concatenate([np.ones(starts.size, dtype=np.int64), -np.ones(ends.size, dtype=np.int64)])
+    order = np.lexsort((steps, np.concatenate([starts, ends])))
+    return int(max(0, np.cumsum(steps[order]).max()))
 
 
-def peak_chunks_per_second(records: Sequence[RequestRecord]) -> float:
-    """vLLM's "peak output token throughput": token *chunks* per 1-s bucket from the
-    first successful send, maximised (vLLM builds it from TTFT and ITLs, i.e. chunks)."""
-    ok = [r for r in records if r.ok and r.first_token_at is not None]
-    if not ok:
-        return 0.0
-    start = min(r.sent_at for r in ok)
-    end = max(r.end_at for r in ok)
-    n = int(math.ceil(end - start)) + 1
-    times = np.concatenate([np.asarray([r.first_token_at for r in ok], dtype=np.float64),
-                            *(np.asarray(r.chunk_times, dtype=np.float64) for r in ok)])
-    idx = (times - start).astype(np.int64)
-    idx = idx[(idx >= 0) & (idx < n)]
-    return float(np.bincount(idx, minlength=n).max()) if idx.size else 0.0
+def per_second_counts(times: np.ndarray, origin: float) -> np.ndarray:
+    """How many ``times`` fall in each whole second from ``origin`` (times before it are
+    dropped): vLLM's bins for the peak output token throughput."""
+    idx = (np.asarray(times, dtype=np.float64) - origin).astype(np.int64)
+    idx = idx[idx >= 0]
+    return np.bincount(idx) if idx.size else np.zeros(0, dtype=np.int64)
 
 
 class LogHistogram:
@@ -214,4 +203,123 @@ class LogHistogram:
             low = value_at(below)
             high = value_at(min(below + 1, self.total - 1))
             out.append(low + (high - low) * (rank - below))
+        return out
+
+
+class MicrosecondCounts:
+    """Mean, std and exact linear-interpolated percentiles of durations on the 1 µs grid.
+
+    What a recording's ITLs are (request times are stored to 1 µs, chunk times to a whole
+    number of µs), so their exact order statistics come from integer µs counts: a dense
+    table below ``DENSE_US`` (32 MB) and the rare longer gaps kept apart, instead of a
+    float per chunk (a 1-hour, 100 rps recording holds ~90 M)."""
+
+    DENSE_US = 1 << 22
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0.0
+        self.squares = 0.0
+        self.dense = np.zeros(0, dtype=np.int64)
+        self.outliers: list[np.ndarray] = []
+
+    def add(self, values: np.ndarray) -> None:
+        if values.size == 0:
+            return
+        self.n += int(values.size)
+        self.total += float(values.sum())
+        self.squares += float(np.square(values).sum())
+        us = np.rint(values * 1e6).astype(np.int64)
+        inside = (us >= 0) & (us < self.DENSE_US)
+        small = us[inside]
+        if small.size:
+            # unique + add, not bincount: one long gap would make bincount allocate and
+            # zero an array up to that gap's µs for every block
+            seen, counts = np.unique(small, return_counts=True)
+            need = int(seen[-1]) + 1
+            if need > self.dense.size:
+                grown = np.zeros(min(self.DENSE_US, max(need, 2 * self.dense.size)), dtype=np.int64)
+                grown[: self.dense.size] = self.dense
+                self.dense = grown
+            self.dense[seen] += counts
+        if small.size < us.size:
+            self.outliers.append(us[~inside])
+
+    def describe_ms(self, percentiles) -> dict[str, float]:
+        if self.n == 0:
+            return describe_ms([], percentiles)
+        values = np.flatnonzero(self.dense)
+        counts = self.dense[values]
+        if self.outliers:
+            extra, extra_counts = np.unique(np.concatenate(self.outliers), return_counts=True)
+            merged = np.concatenate([values, extra])
+            order = np.argsort(merged, kind="stable")
+            values, counts = merged[order], np.concatenate([counts, extra_counts])[order]
+        cum = np.cumsum(counts)
+
+        def order_stat(k: int) -> float:
+            return float(values[int(np.searchsorted(cum, k, side="right"))]) / 1e6
+
+        def percentile(p: float) -> float:
+            rank = p / 100 * (self.n - 1)
+            below = int(np.floor(rank))
+            lo, hi = order_stat(below), order_stat(min(below + 1, self.n - 1))
+            return lo + (hi - lo) * (rank - below)
+
+        mean = self.total / self.n
+        out = {
+            "mean": mean * 1000,
+            "median": percentile(50) * 1000,
+            "std": float(np.sqrt(max(0.0, self.squares / self.n - mean * mean))) * 1000,
+        }
+        for p in percentiles:
+            out[f"p{percentile_word(p)}"] = percentile(p) * 1000
+        return out
+
+
+class ExactValues:
+    """Every value kept: ``describe_ms`` exactly as vLLM computes it (numpy, in the order
+    the values were added, so means and stds match a single list bit for bit)."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+
+    def add(self, values: np.ndarray) -> None:
+        if values.size:
+            self.parts.append(values)
+
+    def values(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.float64)
+
+    def describe_ms(self, percentiles) -> dict[str, float]:
+        return describe_ms(self.values(), percentiles)
+
+
+class RunningValues:
+    """Bounded memory for the live run-so-far figures: exact mean and std from running
+    sums, median and percentiles from a ``LogHistogram`` (within a 1% bucket)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0.0
+        self.squares = 0.0
+        self.hist = LogHistogram()
+
+    def add(self, values: np.ndarray) -> None:
+        if values.size == 0:
+            return
+        self.n += int(values.size)
+        self.total += float(values.sum())
+        self.squares += float(np.square(values).sum())
+        self.hist.add(values)
+
+    def describe_ms(self, percentiles) -> dict[str, float]:
+        n = self.n
+        mean = self.total / n if n else 0.0
+        std = math.sqrt(max(0.0, self.squares / n - mean * mean)) if n else 0.0
+        qs = [p / 100 for p in percentiles]
+        values = self.hist.quantiles([0.5, *qs]) if n else [0.0] * (1 + len(qs))
+        out = {"mean": mean * 1000, "median": values[0] * 1000, "std": std * 1000}
+        for p, v in zip(percentiles, values[1:]):
+            out[f"p{percentile_word(p)}"] = v * 1000
         return out

@@ -1,12 +1,16 @@
-"""End-of-run figures (``compute_summary``), their text form (``format_summary``), the
-``vllm bench serve --save-result`` JSON (``to_bench_result``) and the cheap run-so-far
-variant the live view uses (``RunningSummary``).
+"""End-of-run figures: the typed ``Summary``, built by ``SummaryBuilder`` from blocks of
+finished requests (``RequestBlock``), its text form (``format_summary``), the
+``vllm bench serve --save-result`` JSON (``to_bench_result``).
 
-Client figures follow ``loadgen.stats`` (vLLM's definitions). Keys are those of vLLM's
-result JSON where vLLM has the figure (``completed``, ``request_throughput``,
-``mean_ttft_ms``, ``p99_itl_ms``...), plus ``p50``/``p90`` for every latency metric,
-``server`` (figures from ``/metrics``), ``errors_by_class``, ``knee_rps`` and, with a GPU
-price, ``cost_per_1m_output_tokens`` / ``cost_per_1m_total_tokens``
+One builder serves every caller: the end of a live or headless run and ``summarise_requests``
+(records in memory), ``rampwatch report``/``export``/``compare`` (a recording fed block
+by block, ``record.analysis``) and the live run-so-far figures (``bounded=True``).
+
+Client figures follow ``loadgen.stats`` (vLLM's definitions). ``Summary.to_dict()`` has
+the keys of vLLM's result JSON where vLLM has the figure (``completed``,
+``request_throughput``, ``mean_ttft_ms``, ``p99_itl_ms``...), plus ``p50``/``p90`` for every
+latency metric, ``server`` (figures from ``/metrics``), ``errors_by_class``, ``knee_rps``
+and, with a GPU price, ``cost_per_1m_output_tokens`` / ``cost_per_1m_total_tokens``
 (hourly price / measured tokens per second * 1e6 / 3600).
 """
 
@@ -16,6 +20,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +40,8 @@ METRIC_TITLES = {
 }
 
 
-def _cost(price_per_hour: float | None, tokens_per_s: float) -> float | None:
+def cost_per_million_tokens(price_per_hour: float | None, tokens_per_s: float) -> float | None:
+    """What a million tokens cost at ``tokens_per_s`` on hardware rented by the hour."""
     if price_per_hour is None or tokens_per_s <= 0:
         return None
     return price_per_hour / tokens_per_s * 1e6 / 3600
@@ -105,61 +111,371 @@ def knee_rps(events: Sequence[Event]) -> float | None:
     return None
 
 
-def compute_summary(
+@dataclass(frozen=True)
+class LatencyMs:
+    """One latency metric over the run, in milliseconds, as ``stats.describe_ms`` gives it."""
+
+    mean: float
+    median: float
+    std: float
+    percentiles: dict[str, float]  # "p50", "p99", "p99.9"... (vLLM's spelling)
+
+    @classmethod
+    def from_describe(cls, figures: dict[str, float]) -> LatencyMs:
+        return cls(figures["mean"], figures["median"], figures["std"],
+                   {k: v for k, v in figures.items() if k not in ("mean", "median", "std")})
+
+    def items(self) -> list[tuple[str, float]]:
+        """``(stat, ms)`` in vLLM's key order: mean, median, std, then the percentiles."""
+        return [("mean", self.mean), ("median", self.median), ("std", self.std), *self.percentiles.items()]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Every figure of ``vllm bench serve``'s summary, plus server side, errors and cost.
+
+    ``duration_s`` is the run's window as vLLM measures it: first send to last completion.
+    Rates and costs are derived from the counts (properties); ``to_dict()`` gives the
+    vLLM-bench-schema keys."""
+
+    duration_s: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    good_requests: int | None  # requests meeting every SLO; None without SLOs
+    peak_output_chunks_per_s: float  # vLLM's "max_output_tokens_per_s" (it counts chunks); NaN when not tracked
+    peak_concurrent_requests: int
+    max_concurrency: int | None  # the run's concurrency cap
+    tokens_from_usage: bool  # every successful request's token counts came from the server
+    ttft: LatencyMs
+    tpot: LatencyMs
+    itl: LatencyMs
+    e2el: LatencyMs
+    mean_client_queue_ms: float
+    errors_by_class: dict[str, int]
+    server: dict[str, Any]
+    knee_rps: float | None
+    gpu_price_per_hour: float | None = None
+    slo_ms: dict[str, float] | None = None
+
+    @property
+    def _divisor_s(self) -> float:
+        return max(self.duration_s, 1e-9)
+
+    @property
+    def request_throughput(self) -> float:
+        return self.completed / self._divisor_s
+
+    @property
+    def request_goodput(self) -> float | None:
+        return None if self.good_requests is None else self.good_requests / self._divisor_s
+
+    @property
+    def output_throughput(self) -> float:
+        return self.total_output_tokens / self._divisor_s
+
+    @property
+    def total_token_throughput(self) -> float:
+        return (self.total_input_tokens + self.total_output_tokens) / self._divisor_s
+
+    @property
+    def cost_per_1m_output_tokens(self) -> float | None:
+        return cost_per_million_tokens(self.gpu_price_per_hour, self.output_throughput)
+
+    @property
+    def cost_per_1m_total_tokens(self) -> float | None:
+        return cost_per_million_tokens(self.gpu_price_per_hour, self.total_token_throughput)
+
+    def latency(self, metric: str) -> LatencyMs:
+        return getattr(self, metric)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures under vLLM's result-JSON keys (``mean_ttft_ms``...), in its order."""
+        out: dict[str, Any] = {
+            "duration": self.duration_s,
+            "completed": self.completed,
+            "failed": self.failed,
+            "total_input_tokens": self.total_input_tokens,
+            "total_output_tokens": self.total_output_tokens,
+            "request_throughput": self.request_throughput,
+            "request_goodput": self.request_goodput,
+            "output_throughput": self.output_throughput,
+            "total_token_throughput": self.total_token_throughput,
+            "max_output_tokens_per_s": self.peak_output_chunks_per_s,
+            "max_concurrent_requests": self.peak_concurrent_requests,
+            "max_concurrency": self.max_concurrency,
+            "tokens_from_usage": self.tokens_from_usage,
+        }
+        if self.slo_ms:
+            out["slo_ms"] = dict(self.slo_ms)
+        for metric in METRICS:
+            for stat, value in self.latency(metric).items():
+                out[f"{stat}_{metric}_ms"] = value
+        out["mean_client_queue_ms"] = self.mean_client_queue_ms
+        out["errors_by_class"] = dict(self.errors_by_class)
+        out["server"] = self.server
+        out["knee_rps"] = self.knee_rps
+        out["gpu_price_per_hour"] = self.gpu_price_per_hour
+        out["cost_per_1m_output_tokens"] = self.cost_per_1m_output_tokens
+        out["cost_per_1m_total_tokens"] = self.cost_per_1m_total_tokens
+        return out
+
+
+@dataclass(frozen=True)
+class RequestBlock:
+    """Finished requests as arrays, one entry per request (successful or not) unless said
+    otherwise: the one input of ``SummaryBuilder``, whether the requests come as records
+    (``from_records``) or as a recording's columns (``record.analysis``)."""
+
+    error_classes: Sequence[str | None]  # None = succeeded
+    sent_at: np.ndarray
+    end_at: np.ndarray
+    client_queue_s: np.ndarray
+    first_token_at: np.ndarray  # NaN = no token arrived
+    prompt_tokens: np.ndarray
+    completion_tokens: np.ndarray
+    tokens_from_usage: np.ndarray  # bool
+    itls: np.ndarray  # every ITL of the successful requests, request after request
+    token_times: np.ndarray  # first-token and chunk times of the successful requests with a first token
+
+    @classmethod
+    def from_records(cls, records: Sequence[RequestRecord]) -> RequestBlock:
+        ok = [r for r in records if r.ok]
+        with_first = [r for r in ok if r.first_token_at is not None]
+        return cls(
+            error_classes=[r.error_class for r in records],
+            sent_at=np.array([r.sent_at for r in records], dtype=np.float64),
+            end_at=np.array([r.end_at for r in records], dtype=np.float64),
+            client_queue_s=np.array([r.client_queue_s for r in records], dtype=np.float64),
+            first_token_at=np.array([math.nan if r.first_token_at is None else r.first_token_at for r in records],
+                                    dtype=np.float64),
+            prompt_tokens=np.array([r.prompt_tokens for r in records], dtype=np.int64),
+            completion_tokens=np.array([r.completion_tokens for r in records], dtype=np.int64),
+            tokens_from_usage=np.array([r.tokens_from_usage for r in records], dtype=bool),
+            itls=_concat([stats.itl_array(r) for r in ok]),
+            token_times=_concat([np.array([r.first_token_at for r in with_first], dtype=np.float64),
+                                 *(np.asarray(r.chunk_times, dtype=np.float64) for r in with_first)]),
+        )
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    parts = [p for p in parts if p.size]
+    if not parts:
+        return np.empty(0, dtype=np.float64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def first_token_send(records: Sequence[RequestRecord]) -> float | None:
+    """Where vLLM's per-second token bins start: the first send of a successful request
+    that got a token (``SummaryBuilder``'s ``token_bins_from``)."""
+    return min((r.sent_at for r in records if r.ok and r.first_token_at is not None), default=None)
+
+
+class SummaryBuilder:
+    """Builds a ``Summary`` from ``RequestBlock``s fed in request order, in any number.
+
+    ``token_bins_from`` (see ``first_token_send``) turns on the two peaks, which need every
+    successful request's interval and the per-second token bins; without it (the live
+    run-so-far figures) the peak token rate is NaN and the peak concurrency is
+    ``peak_in_flight``, which the caller keeps from ticks.
+
+    Latencies are kept exactly (``stats.ExactValues``) unless ``bounded`` (the live view:
+    ``stats.RunningValues``, percentiles within 1%); ``itl_values`` overrides the ITL
+    store (a recording's ITLs lie on the µs grid: ``stats.MicrosecondCounts``).
+    """
+
+    def __init__(self, slo: dict[str, float] | None = None, gpu_price_per_hour: float | None = None,
+                 percentiles: Sequence[float] = stats.PERCENTILES, *, token_bins_from: float | None = None,
+                 bounded: bool = False, itl_values: type | None = None) -> None:
+        self.slo = dict(slo) if slo else None
+        self.gpu_price_per_hour = gpu_price_per_hour
+        self.percentiles = tuple(percentiles)
+        self.bounded = bounded
+        values = stats.RunningValues if bounded else stats.ExactValues
+        self.latencies = {m: (itl_values or values)() if m == "itl" else values() for m in METRICS}
+        self.client_queue = values()
+        self.requests = 0
+        self.completed = 0
+        self.good = 0
+        self.total_input = 0
+        self.total_output = 0
+        self.tokens_from_usage = True
+        self.errors: Counter[str] = Counter()
+        self.first_send_at = math.inf
+        self.last_end_at = -math.inf
+        self.peak_in_flight = 0
+        self.token_bins_from = token_bins_from
+        self._token_bins = np.zeros(0, dtype=np.int64)
+        self._last_token_end = -math.inf  # last completion of a request with a token: where the bins end
+        self._ok_intervals: list[tuple[np.ndarray, np.ndarray]] = []
+
+    @property
+    def failed(self) -> int:
+        return self.requests - self.completed
+
+    def add(self, record: RequestRecord) -> None:
+        self.add_block(RequestBlock.from_records([record]))
+
+    def add_block(self, block: RequestBlock) -> None:
+        n = len(block.error_classes)
+        if n == 0:
+            return
+        ok = np.fromiter((e is None for e in block.error_classes), dtype=bool, count=n)
+        self.requests += n
+        self.client_queue.add(block.client_queue_s)
+        self.errors.update(e for e in block.error_classes if e is not None)
+        self.first_send_at = min(self.first_send_at, float(block.sent_at.min()))
+        self.last_end_at = max(self.last_end_at, float(block.end_at.max()))
+        if not ok.any():
+            return
+        sent, end, first = block.sent_at[ok], block.end_at[ok], block.first_token_at[ok]
+        completion = block.completion_tokens[ok]
+        has_first = ~np.isnan(first)
+        self.completed += int(ok.sum())
+        self.total_input += int(block.prompt_tokens[ok].sum())
+        self.total_output += int(stats.output_lens(completion).sum())
+        self.tokens_from_usage = self.tokens_from_usage and bool(block.tokens_from_usage[ok].all())
+        ttft = np.where(has_first, first - sent, 0.0)
+        ttft = np.where(ttft == 0.0, 0.0, ttft)  # as `rec.ttft or 0.0`: no -0.0
+        e2el = end - sent
+        with_tpot = has_first & (completion > 1)
+        tpot = (end[with_tpot] - first[with_tpot]) / (completion[with_tpot] - 1)
+        self.latencies["ttft"].add(ttft)
+        self.latencies["tpot"].add(tpot)
+        self.latencies["itl"].add(block.itls)
+        self.latencies["e2el"].add(e2el)
+        if self.slo:
+            tpot_or_zero = np.zeros(ttft.size)
+            tpot_or_zero[with_tpot] = tpot
+            self.good += int(stats.meets_slo(ttft, tpot_or_zero, e2el, self.slo).sum())
+        if self.token_bins_from is not None:
+            self._ok_intervals.append((sent, end))
+            if has_first.any():
+                self._last_token_end = max(self._last_token_end, float(end[has_first].max()))
+            counts = stats.per_second_counts(block.token_times, self.token_bins_from)
+            if counts.size > self._token_bins.size:
+                counts[: self._token_bins.size] += self._token_bins
+                self._token_bins = counts
+            else:
+                self._token_bins[: counts.size] += counts
+
+    def window_s(self) -> float | None:
+        """vLLM's benchmark duration: first send to last completion (None before any request)."""
+        return self.last_end_at - self.first_send_at if self.requests else None
+
+    def _peaks(self) -> tuple[float, int]:
+        if self.token_bins_from is None:
+            return math.nan, self.peak_in_flight
+        starts = _concat([s for s, _ in self._ok_intervals])
+        ends = _concat([e for _, e in self._ok_intervals])
+        peak_concurrent = stats.max_concurrent(starts, ends)
+        if self._last_token_end == -math.inf:
+            return 0.0, peak_concurrent
+        # vLLM's bins end at the second of the last completion
+        bins = self._token_bins[: int(math.ceil(self._last_token_end - self.token_bins_from)) + 1]
+        return (float(bins.max()) if bins.size else 0.0), peak_concurrent
+
+    def build(self, header: RunHeader | None = None, server: dict[str, Any] | None = None,
+              knee: float | None = None, duration_s: float | None = None, idle_duration_s: float = 0.0) -> Summary:
+        """The summary so far. ``duration_s`` overrides the run's window (``window_s``);
+        ``idle_duration_s`` is reported when no request has finished."""
+        if duration_s is None:
+            window = self.window_s()
+            duration_s = idle_duration_s if window is None else window
+        peak_rate, peak_concurrent = self._peaks()
+        described = {m: LatencyMs.from_describe(v.describe_ms(self.percentiles)) for m, v in self.latencies.items()}
+        return Summary(
+            duration_s=duration_s,
+            completed=self.completed,
+            failed=self.failed,
+            total_input_tokens=self.total_input,
+            total_output_tokens=self.total_output,
+            good_requests=self.good if self.slo else None,
+            peak_output_chunks_per_s=peak_rate,
+            peak_concurrent_requests=peak_concurrent,
+            max_concurrency=header.options.get("max_concurrency") if header else None,
+            tokens_from_usage=self.tokens_from_usage,
+            ttft=described["ttft"],
+            tpot=described["tpot"],
+            itl=described["itl"],
+            e2el=described["e2el"],
+            mean_client_queue_ms=self.client_queue.describe_ms(())["mean"],
+            errors_by_class=dict(sorted(self.errors.items())),
+            server=server or {},
+            knee_rps=knee,
+            gpu_price_per_hour=self.gpu_price_per_hour,
+            slo_ms=self.slo,
+        )
+
+    # -- live checkpoints (bounded builders only) ----------------------------------
+    def export_state(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+        """A bounded builder's state as JSON-able values, its histograms put in ``arrays``
+        (``summary.<name>``); ``restore_state`` reads it back."""
+        assert self.bounded, "only the live (bounded) builder is checkpointed"
+        stores = {**self.latencies, "queue": self.client_queue}
+        for name, store in stores.items():
+            arrays[f"summary.{name}"] = store.hist.counts
+        return {
+            "slo": self.slo,
+            "gpu_price_per_hour": self.gpu_price_per_hour,
+            "completed": self.completed,
+            "records": self.requests,
+            "good": self.good,
+            "total_input": self.total_input,
+            "total_output": self.total_output,
+            "tokens_from_usage": self.tokens_from_usage,
+            "errors": dict(self.errors),
+            "sums": {name: [s.n, s.total, s.squares] for name, s in stores.items()},
+            "hist_totals": {name: s.hist.total for name, s in stores.items()},
+            "first_send_at": None if self.requests == 0 else self.first_send_at,
+            "last_end_at": None if self.requests == 0 else self.last_end_at,
+            "peak_in_flight": self.peak_in_flight,
+        }
+
+    @classmethod
+    def restore_state(cls, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> SummaryBuilder:
+        b = cls(state["slo"], state["gpu_price_per_hour"], bounded=True)
+        b.completed = state["completed"]
+        b.requests = state["records"]
+        b.good = state["good"]
+        b.total_input = state["total_input"]
+        b.total_output = state["total_output"]
+        b.tokens_from_usage = state.get("tokens_from_usage", True)
+        b.errors.update(state["errors"])
+        stores = {**b.latencies, "queue": b.client_queue}
+        for name, store in stores.items():
+            if name not in state["sums"]:  # checkpoints before the queue was a store kept its sum only
+                store.n, store.total = state["records"], state["queue_sum"]
+                continue
+            store.n, store.total, store.squares = state["sums"][name]
+            store.hist._counts = np.array(arrays[f"summary.{name}"], dtype=np.int64)
+            store.hist.total = state["hist_totals"][name]
+        if state.get("first_send_at") is not None:
+            b.first_send_at, b.last_end_at = state["first_send_at"], state["last_end_at"]
+        b.peak_in_flight = state["peak_in_flight"]
+        return b
+
+
+def summarise_requests(
     header: RunHeader | None,
     records: Sequence[RequestRecord],
     samples: Sequence[ServerSample],
     events: Sequence[Event],
-    duration_s: float,
     slo: dict[str, float] | None = None,
     gpu_price_per_hour: float | None = None,
     percentiles: Sequence[float] = stats.PERCENTILES,
-) -> dict[str, Any]:
-    """Every figure of ``vllm bench serve``'s summary, plus server side, errors, cost.
+    duration_s: float | None = None,
+    idle_duration_s: float = 0.0,
+) -> Summary:
+    """The ``Summary`` of requests held in memory (the end of a run; tests).
 
-    ``duration_s`` is the benchmark duration (vLLM: first send to last completion, wall
-    clock). ``slo`` maps ``ttft``/``tpot``/``e2el`` to milliseconds, as ``--goodput``.
+    ``duration_s`` defaults to the run's window, first send to last completion.
+    ``slo`` maps ``ttft``/``tpot``/``e2el`` to milliseconds, as ``--goodput``.
     """
-    dur = max(duration_s, 1e-9)
-    ok = [r for r in records if r.ok]
-    failed = len(records) - len(ok)
-    out_lens = [stats.output_len(r) for r in ok]
-    total_input = sum(r.prompt_tokens for r in ok)
-    total_output = sum(out_lens)
-    ttfts = [r.ttft or 0.0 for r in ok]
-    e2els = [r.e2e for r in ok]
-    tpots = [r.tpot for r in ok if r.tpot is not None]
-    itls = np.concatenate([stats.itl_array(r) for r in ok]) if ok else np.empty(0, dtype=np.float64)
-
-    summary: dict[str, Any] = {
-        "duration": duration_s,
-        "completed": len(ok),
-        "failed": failed,
-        "total_input_tokens": total_input,
-        "total_output_tokens": total_output,
-        "request_throughput": len(ok) / dur,
-        "request_goodput": None,
-        "output_throughput": total_output / dur,
-        "total_token_throughput": (total_input + total_output) / dur,
-        "max_output_tokens_per_s": stats.peak_chunks_per_second(ok),
-        "max_concurrent_requests": stats.max_concurrent((r.sent_at, r.end_at) for r in ok),
-        "max_concurrency": (header.options.get("max_concurrency") if header else None),
-        "tokens_from_usage": all(r.tokens_from_usage for r in ok),
-    }
-    if slo:
-        summary["request_goodput"] = sum(1 for r in ok if stats.is_good(r, slo)) / dur
-        summary["slo_ms"] = dict(slo)
-    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
-        for key, value in stats.describe_ms(values, percentiles).items():
-            summary[f"{key}_{name}_ms"] = value
-    summary["mean_client_queue_ms"] = float(np.mean([r.client_queue_s for r in records] or [0])) * 1000
-    summary["errors_by_class"] = dict(sorted(Counter(r.error_class for r in records if not r.ok).items()))
-    summary["server"] = server_figures(samples)
-    summary["knee_rps"] = knee_rps(events)
-    summary["gpu_price_per_hour"] = gpu_price_per_hour
-    summary["cost_per_1m_output_tokens"] = _cost(gpu_price_per_hour, summary["output_throughput"])
-    summary["cost_per_1m_total_tokens"] = _cost(gpu_price_per_hour, summary["total_token_throughput"])
-    return summary
+    builder = SummaryBuilder(slo, gpu_price_per_hour, percentiles, token_bins_from=first_token_send(records))
+    builder.add_block(RequestBlock.from_records(records))
+    return builder.build(header, server_figures(samples), knee_rps(events), duration_s, idle_duration_s)
 
 
 def _row(label: str, value: Any, fmt: str = ".2f") -> str:
@@ -172,9 +488,10 @@ def _row(label: str, value: Any, fmt: str = ".2f") -> str:
     return f"{label:<40} {text:<10}"
 
 
-def format_summary(summary: dict[str, Any], percentiles: Sequence[float] = stats.PERCENTILES) -> str:
+def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCENTILES) -> str:
     """The summary as ``vllm bench serve`` prints it (50-column banner, 40-column
     labels), then a server-side section and the errors."""
+    summary = figures.to_dict()  # the rows follow vLLM's keys
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
     lines.append(_row("Successful requests:", summary["completed"]))
     lines.append(_row("Failed requests:", summary["failed"]))
@@ -257,7 +574,7 @@ def dumps_bench_result(result: dict[str, Any]) -> bytes:
     return b"{" + b", ".join(parts) + b"}"
 
 
-def to_bench_result(summary: dict[str, Any], header: RunHeader | None, records: Sequence[RequestRecord]) -> dict[str, Any]:
+def to_bench_result(figures: Summary, header: RunHeader | None, records: Sequence[RequestRecord]) -> dict[str, Any]:
     """A result JSON with ``vllm bench serve --save-result``'s fields and units.
 
     Per-request lists cover every request in ``records`` order (failed ones with
@@ -265,6 +582,7 @@ def to_bench_result(summary: dict[str, Any], header: RunHeader | None, records: 
     aggregate fields. ``generated_texts`` are empty strings (texts are not kept).
     rampwatch's own figures go under ``rampwatch_*`` keys.
     """
+    summary = figures.to_dict()
     endpoint = (header.scenario.get("endpoint") if header else None) or "completions"
     schedule = (header.scenario.get("schedule") if header else None) or {}
     backend = "openai-chat" if endpoint == "chat" else "openai"
@@ -325,112 +643,3 @@ def to_bench_result(summary: dict[str, Any], header: RunHeader | None, records: 
         "per_1m_total_tokens": summary.get("cost_per_1m_total_tokens"),
     }
     return result
-
-
-class RunningSummary:
-    """Run-so-far figures in bounded memory, updated per record (the live view).
-
-    Same keys as ``compute_summary``. Means and std are exact (running sums);
-    median and percentiles come from ``stats.LogHistogram`` (within a 1% bucket).
-    ``max_output_tokens_per_s`` and ``max_concurrent_requests`` are not tracked here
-    (the live view has in-flight counts from ticks); they report the peak in-flight
-    count seen in ticks and NaN.
-    """
-
-    def __init__(self, slo: dict[str, float] | None = None, gpu_price_per_hour: float | None = None) -> None:
-        self.slo = dict(slo) if slo else None
-        self.gpu_price_per_hour = gpu_price_per_hour
-        self.completed = 0
-        self.failed = 0
-        self.good = 0
-        self.total_input = 0
-        self.total_output = 0
-        self.errors: Counter[str] = Counter()
-        self.hists = {m: stats.LogHistogram() for m in METRICS}
-        self.sums = {m: [0, 0.0, 0.0] for m in METRICS}  # n, sum, sum of squares
-        self.queue_sum = 0.0
-        self.records = 0
-        self.peak_in_flight = 0
-
-    def _add_one(self, metric: str, value: float) -> None:
-        acc = self.sums[metric]
-        acc[0] += 1
-        acc[1] += value
-        acc[2] += value * value
-        self.hists[metric].add((value,))
-
-    def _add(self, metric: str, values: Sequence[float] | np.ndarray) -> None:
-        if isinstance(values, np.ndarray):
-            if values.size == 0:
-                return
-            acc = self.sums[metric]
-            acc[0] += int(values.size)
-            acc[1] += float(values.sum())
-            acc[2] += float(np.square(values).sum())
-            self.hists[metric].add(values)
-            return
-        if not values:
-            return
-        acc = self.sums[metric]
-        acc[0] += len(values)
-        acc[1] += sum(values)
-        acc[2] += sum(v * v for v in values)
-        self.hists[metric].add(values)
-
-    def add(self, rec: RequestRecord, itls: Sequence[float] | np.ndarray | None = None) -> None:
-        """Count one finished request; ``itls`` may pass its ITLs if already computed
-        (``stats.itl_array(rec)``, or ``rec.itls()``)."""
-        self.records += 1
-        self.queue_sum += rec.client_queue_s
-        if not rec.ok:
-            self.failed += 1
-            self.errors[rec.error_class or "unknown"] += 1
-            return
-        self.completed += 1
-        self.total_input += rec.prompt_tokens
-        self.total_output += stats.output_len(rec)
-        self._add_one("ttft", rec.ttft or 0.0)
-        self._add_one("e2el", rec.e2e)
-        tpot = rec.tpot
-        if tpot is not None:
-            self._add_one("tpot", tpot)
-        self._add("itl", stats.itl_array(rec) if itls is None else itls)
-        if self.slo and stats.is_good(rec, self.slo):
-            self.good += 1
-
-    def figures(self, duration_s: float, server: dict[str, Any] | None = None, knee: float | None = None) -> dict[str, Any]:
-        dur = max(duration_s, 1e-9)
-        out: dict[str, Any] = {
-            "duration": duration_s,
-            "completed": self.completed,
-            "failed": self.failed,
-            "total_input_tokens": self.total_input,
-            "total_output_tokens": self.total_output,
-            "request_throughput": self.completed / dur,
-            "request_goodput": self.good / dur if self.slo else None,
-            "output_throughput": self.total_output / dur,
-            "total_token_throughput": (self.total_input + self.total_output) / dur,
-            "max_output_tokens_per_s": math.nan,
-            "max_concurrent_requests": self.peak_in_flight,
-            "max_concurrency": None,
-            "tokens_from_usage": None,
-        }
-        qs = [p / 100 for p in stats.PERCENTILES]
-        for metric in METRICS:
-            n, total, squares = self.sums[metric]
-            mean = total / n if n else 0.0
-            std = math.sqrt(max(0.0, squares / n - mean * mean)) if n else 0.0
-            values = self.hists[metric].quantiles([0.5, *qs]) if n else [0.0] * (1 + len(qs))
-            out[f"mean_{metric}_ms"] = mean * 1000
-            out[f"median_{metric}_ms"] = values[0] * 1000
-            out[f"std_{metric}_ms"] = std * 1000
-            for p, v in zip(stats.PERCENTILES, values[1:]):
-                out[f"p{stats.percentile_word(p)}_{metric}_ms"] = v * 1000
-        out["mean_client_queue_ms"] = self.queue_sum / self.records * 1000 if self.records else 0.0
-        out["errors_by_class"] = dict(sorted(self.errors.items()))
-        out["server"] = server or {}
-        out["knee_rps"] = knee
-        out["gpu_price_per_hour"] = self.gpu_price_per_hour
-        out["cost_per_1m_output_tokens"] = _cost(self.gpu_price_per_hour, out["output_throughput"])
-        out["cost_per_1m_total_tokens"] = _cost(self.gpu_price_per_hour, out["total_token_throughput"])
-        return out

@@ -39,7 +39,8 @@ def _number(value: Any) -> float | None:
 
 
 def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per metric present in either summary: values, % change B vs A, winner."""
+    """One row per metric present in either summary (``Summary.to_dict()``): values,
+    % change B vs A, winner."""
     rows = []
     for key, label, higher_better in COMPARED:
         va, vb = _number(a.get(key)), _number(b.get(key))
@@ -92,7 +93,7 @@ def main(args: argparse.Namespace) -> int:
     for rec in recordings:
         for warning in rec.warnings:
             print(f"warning: {warning}", file=sys.stderr)
-    rows = compare_rows(summarise(recordings[0]), summarise(recordings[1]))
+    rows = compare_rows(*(summarise(rec).to_dict() for rec in recordings))
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -23,7 +23,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     summary = summarise(recording)
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        print(json.dumps(summary.to_dict(), indent=2, default=str))
     else:
         h = recording.header
         print(f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), "

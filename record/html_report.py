@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.summary import Summary
 
 WIDTH, HEIGHT = 1240, 240
 PAD_L, PAD_R, PAD_T, PAD_B = 70, 170, 30, 34
@@ -114,7 +115,7 @@ def _cell(v: Any) -> str:
     return html.escape(str(v))
 
 
-def render_html(snapshot: Snapshot, summary: dict[str, Any], summary_text: str, marks: Sequence[Event],
+def render_html(snapshot: Snapshot, summary: Summary, summary_text: str, marks: Sequence[Event],
                 title: str, subtitle: str, warnings: Sequence[str] = ()) -> str:
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
     charts = []
@@ -127,7 +128,7 @@ def render_html(snapshot: Snapshot, summary: dict[str, Any], summary_text: str, 
             lines.append((label, [v * scale if v is not None else v for v in values]))
         charts.append(f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, marks, t_max)}</section>')
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"
-                   for k, v in summary.items() if not isinstance(v, (dict, list)))
+                   for k, v in summary.to_dict().items() if not isinstance(v, (dict, list)))
     mark_rows = "".join(f"<tr><td>{e.t:.1f} s</td><td>{html.escape(e.kind)}</td><td>{html.escape(e.message)}</td></tr>"
                         for e in marks)
     warn = "".join(f'<p class="warn">{html.escape(w)}</p>' for w in warnings)

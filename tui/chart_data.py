@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rampwatch.core.bins import complete_bins, latest_complete
 from rampwatch.core.timeline import Event, Snapshot
 
 
@@ -56,23 +57,11 @@ def last_value(values: Sequence[float | None]) -> float | None:
     return None
 
 
-# A bin counts as complete this long after its end: the tick that closes it (and carries
-# the offered/sent totals) arrives a few milliseconds late, and a replay paused exactly on
-# a second boundary has not read it yet.
-COMPLETE_AFTER_S = 0.1
-
-
 def current_value(snapshot: Snapshot, name: str) -> float | None:
-    """The series' value in the latest *complete* one-second bin (the bin still filling
-    would read low), falling back to earlier bins past gaps."""
-    times = snapshot.times
+    """The series' value in the latest *complete* one-second bin, falling back to earlier
+    bins past gaps."""
     values = snapshot.series.get(name, [])
-    for t, v in zip(reversed(times[: len(values)]), reversed(values[: len(times)])):
-        if t + 1.0 + COMPLETE_AFTER_S > snapshot.t + 1e-9:
-            continue
-        if not is_missing(v):
-            return float(v)
-    return None
+    return latest_complete(values, min(len(values), complete_bins(snapshot.times, snapshot.t)))
 
 
 TICK_STEPS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)

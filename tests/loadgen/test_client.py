@@ -311,7 +311,7 @@ async def test_end_to_end_against_the_simulator():
     """Client, poller, series builder and summary on the simulated vLLM server."""
     from rampwatch.loadgen.scrape import MetricsPoller
     from rampwatch.loadgen.series import SeriesBuilder
-    from rampwatch.loadgen.summary import compute_summary
+    from rampwatch.loadgen.summary import summarise_requests
     from rampwatch.sim.config import SimConfig
     from rampwatch.sim.server import serve
 
@@ -342,8 +342,8 @@ async def test_end_to_end_against_the_simulator():
     assert good and good[-1].backend == "vllm" and set(good[-1].per_engine) == {"0", "1"}
     generated = sum(r.completion_tokens for r in records)
     assert good[-1].generation_tokens_total >= generated
-    summary = compute_summary(None, records, samples, [], duration_s=clock())
-    assert summary["completed"] == 6 and summary["total_output_tokens"] == generated
+    summary = summarise_requests(None, records, samples, [], duration_s=clock())
+    assert summary.completed == 6 and summary.total_output_tokens == generated
     assert builder.snapshot().summary["completed"] == 6
 
 
@@ -554,3 +554,14 @@ def test_fast_path_finish_reason_and_usage_in_token_chunks(final_usage_chunk, gr
         rec, state = _exchange_record(reads, fast, False, monkeypatch)
         assert rec.finish_reason == "stop" and len(rec.chunk_times) == 2
         assert state.usage["completion_tokens"] == (30 if final_usage_chunk else 3)
+
+
+async def test_first_model_and_its_one_line_errors(server):
+    from rampwatch.loadgen.client import first_model, probe_models
+
+    assert await first_model(server.url) == "tiny"
+    answer = await probe_models(server.url)
+    assert answer.status == 200 and answer.url == server.url.rstrip("/") + "/v1/models"
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TargetUnreachable, match=rf"^cannot reach {url} : "):
+        await first_model(url, timeout_s=2)

@@ -47,6 +47,7 @@ def closed_port_url() -> str:
 
 
 def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
+    from rampwatch.record.analysis import summarise
     from rampwatch.record.reader import open_recording
 
     result_json, recording = tmp_path / "out" / "result.json", tmp_path / "run.rwrec"
@@ -88,6 +89,11 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
     assert result["mean_ttft_ms"] == pytest.approx(sum(ttfts_ms) / len(ttfts_ms))
     assert result["median_ttft_ms"] == pytest.approx(float(__import__("numpy").median(ttfts_ms)))
     assert result["duration"] == pytest.approx(max(r.end_at for r in records), abs=1.0)
+    # one window, vLLM's (first send to last completion), live and in `rampwatch report`
+    # (the recording keeps times to 1 µs)
+    assert result["duration"] == pytest.approx(max(r.end_at for r in records) - min(r.sent_at for r in records), abs=2e-6)
+    with open_recording(recording) as rec:
+        assert summarise(rec).duration_s == pytest.approx(result["duration"], abs=2e-6)
     assert result["request_throughput"] == pytest.approx(result["completed"] / result["duration"])
     assert result["output_throughput"] == pytest.approx(result["total_output_tokens"] / result["duration"])
     assert result["max_concurrency"] == 6 and result["max_concurrent_requests"] <= 6

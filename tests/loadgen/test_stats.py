@@ -31,34 +31,45 @@ def test_tpot_and_output_len():
     assert stats.output_len(rec(0.0, 0.1, [0.2], 0)) == 1  # vLLM's last resort
 
 
+def _slo_inputs(r):
+    return np.array([r.ttft or 0.0]), np.array([r.tpot or 0.0]), np.array([r.e2e])
+
+
 @pytest.mark.parametrize(
     "slo, good",
     [({"ttft": 250}, True), ({"ttft": 50}, False), ({"tpot": 151}, True), ({"tpot": 149}, False),
      ({"e2el": 400}, True), ({"e2el": 399}, False), ({"ttft": 250, "e2el": 300}, False)],
 )
 def test_goodput_slo_is_inclusive(slo, good):
-    assert stats.is_good(rec(0.0, 0.1, [0.2, 0.4], 3), slo) is good
+    assert stats.meets_slo(*_slo_inputs(rec(0.0, 0.1, [0.2, 0.4], 3)), slo).tolist() == [good]
 
 
 def test_single_token_request_has_zero_tpot_for_goodput():
-    assert stats.is_good(rec(0.0, 0.1, [], 1), {"tpot": 0})
+    assert stats.meets_slo(*_slo_inputs(rec(0.0, 0.1, [], 1)), {"tpot": 0}).all()
 
 
 def test_unknown_slo_rejected():
     with pytest.raises(ValueError, match="unknown SLO"):
-        stats.is_good(rec(0.0, 0.1, [], 1), {"itl": 5})
+        stats.meets_slo(*_slo_inputs(rec(0.0, 0.1, [], 1)), {"itl": 5})
 
 
-def test_max_concurrent_half_open():
-    assert stats.max_concurrent([(0, 1), (1, 2)]) == 1
-    assert stats.max_concurrent([(0, 1), (0.5, 2), (0.7, 0.8)]) == 3
-    assert stats.max_concurrent([]) == 0
+@pytest.mark.parametrize(
+    "intervals, peak",
+    [([(0, 1), (1, 2)], 1), ([(0, 1), (0.5, 2), (0.7, 0.8)], 3), ([], 0)],
+)
+def test_max_concurrent_half_open(intervals, peak):
+    starts = np.array([s for s, _ in intervals], dtype=float)
+    ends = np.array([e for _, e in intervals], dtype=float)
+    assert stats.max_concurrent(starts, ends) == peak
 
 
-def test_peak_chunks_per_second():
-    records = [rec(0.0, 0.1, [0.2, 0.4], 3), rec(0.3, 0.6, [0.8], 2), rec(2.0, 2.2, [], 1)]
-    assert stats.peak_chunks_per_second(records) == 5.0
-    assert stats.peak_chunks_per_second([]) == 0.0
+@pytest.mark.parametrize(
+    "times, origin, counts",
+    [([0.1, 0.2, 0.4, 0.6, 0.8, 2.2], 0.0, [5, 0, 1]), ([0.5, 1.49, 1.5], 0.5, [2, 1]), ([], 0.0, []),
+     ([3.0], 1.0, [0, 0, 1])],
+)
+def test_per_second_counts(times, origin, counts):
+    assert stats.per_second_counts(np.array(times), origin).tolist() == counts
 
 
 def test_log_histogram_quantiles_close_to_exact():
@@ -98,23 +109,21 @@ def test_itl_array_equals_the_per_chunk_loop():
         assert fast.tolist() == r.itls()  # the same float subtractions, bit for bit
 
 
-def test_fast_summary_and_histograms_equal_the_straightforward_computation():
-    from rampwatch.loadgen.summary import RunningSummary
+def test_live_summary_fed_record_by_record_equals_one_block():
+    from rampwatch.loadgen.summary import RequestBlock, SummaryBuilder
 
     records = _random_records()
-    fast, slow = RunningSummary(), RunningSummary()
+    fast, slow = SummaryBuilder(bounded=True), SummaryBuilder(bounded=True)
     for r in records:
-        fast.add(r)  # ITLs as an array
-        slow.add(r, r.itls())  # ITLs as a list: Python sums, list-fed histograms
+        fast.add(r)  # as the live series feeds it
+    slow.add_block(RequestBlock.from_records(records))
     for metric in ("ttft", "tpot", "itl", "e2el"):
-        n_fast, sum_fast, sq_fast = fast.sums[metric]
-        n_slow, sum_slow, sq_slow = slow.sums[metric]
-        assert n_fast == n_slow
-        assert sum_fast == pytest.approx(sum_slow, rel=1e-12)
-        assert sq_fast == pytest.approx(sq_slow, rel=1e-12)
-        assert fast.hists[metric].total == slow.hists[metric].total
-        np.testing.assert_array_equal(fast.hists[metric].counts, slow.hists[metric].counts)
-    f, s = fast.figures(100.0), slow.figures(100.0)
+        a, b = fast.latencies[metric], slow.latencies[metric]
+        assert a.n == b.n
+        assert a.total == pytest.approx(b.total, rel=1e-12)
+        assert a.squares == pytest.approx(b.squares, rel=1e-12)
+        np.testing.assert_array_equal(a.hist.counts, b.hist.counts)
+    f, s = fast.build(duration_s=100.0).to_dict(), slow.build(duration_s=100.0).to_dict()
     for key, value in s.items():
         if isinstance(value, float):
             assert f[key] == pytest.approx(value, rel=1e-9, nan_ok=True), key

@@ -257,8 +257,8 @@ def test_report_uses_the_runs_own_slo_and_gpu_price(tmp_path):
     """A report of a recording matches the live summary: same SLOs (goodput), same price."""
     import dataclasses
 
-    from rampwatch.loadgen.summary import compute_summary
-    from rampwatch.record.analysis import benchmark_duration, summarise
+    from rampwatch.loadgen.summary import summarise_requests
+    from rampwatch.record.analysis import summarise
     from rampwatch.record.writer import RecordingWriter
 
     src = open_recording(FIXTURE)
@@ -279,10 +279,9 @@ def test_report_uses_the_runs_own_slo_and_gpu_price(tmp_path):
 
     rec = open_recording(path)
     summary = summarise(rec)
-    expected = compute_summary(rec.header, rec.requests, rec.samples, rec.events,
-                               benchmark_duration(rec, rec.requests),
-                               slo={"ttft": 150, "tpot": 60}, gpu_price_per_hour=2.0)
-    assert 0 < summary["request_goodput"] < summary["request_throughput"]
-    assert summary["request_goodput"] == pytest.approx(expected["request_goodput"])
-    assert summary["cost_per_1m_output_tokens"] == pytest.approx(expected["cost_per_1m_output_tokens"])
-    assert summarise(src).get("request_goodput") is None
+    expected = summarise_requests(rec.header, rec.requests, rec.samples, rec.events,
+                                  slo={"ttft": 150, "tpot": 60}, gpu_price_per_hour=2.0)
+    assert 0 < summary.request_goodput < summary.request_throughput
+    assert summary.request_goodput == pytest.approx(expected.request_goodput)
+    assert summary.cost_per_1m_output_tokens == pytest.approx(expected.cost_per_1m_output_tokens)
+    assert summarise(src).request_goodput is None
