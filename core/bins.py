@@ -13,8 +13,8 @@ from collections.abc import Sequence
 COMPLETE_AFTER_S = 0.1
 
 
-def _missing(value: float | None) -> bool:
-    return value is None or math.isnan(value)
+def _present(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v is not None and not math.isnan(v)]
 
 
 def complete_bins(times: Sequence[float], now: float) -> int:
@@ -27,15 +27,13 @@ def latest_complete(values: Sequence[float | None], complete: int, look_back: in
     at most ``look_back`` bins back (None: as far as it takes); None when there is none."""
     done = values[: max(0, complete)]
     start = 0 if look_back is None else max(0, len(done) - look_back)
-    for value in reversed(done[start:]):
-        if not _missing(value):
-            return float(value)
-    return None
+    present = _present(done[start:])
+    return float(present[-1]) if present else None
 
 
 def recent_mean(values: Sequence[float | None], complete: int, window: int) -> float | None:
     """Mean of the present values in the last ``window`` of the first ``complete`` bins
     (a rate reads steadier over a few seconds than over one); None when there is none."""
     done = values[: max(0, complete)]
-    recent = [v for v in done[-max(1, window):] if not _missing(v)]
+    recent = _present(done[-max(1, window):])
     return sum(recent) / len(recent) if recent else None

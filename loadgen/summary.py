@@ -409,11 +409,16 @@ class SummaryBuilder:
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
+    def _running_stores(self) -> dict[str, stats.RunningValues]:
+        stores = {**self.latencies, "queue": self.client_queue}
+        running = {name: s for name, s in stores.items() if isinstance(s, stats.RunningValues)}
+        assert self.bounded and len(running) == len(stores), "only the live (bounded) builder is checkpointed"
+        return running
+
     def export_state(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """A bounded builder's state as JSON-able values, its histograms put in ``arrays``
         (``summary.<name>``); ``restore_state`` reads it back."""
-        assert self.bounded, "only the live (bounded) builder is checkpointed"
-        stores = {**self.latencies, "queue": self.client_queue}
+        stores = self._running_stores()
         for name, store in stores.items():
             arrays[f"summary.{name}"] = store.hist.counts
         return {
@@ -443,7 +448,7 @@ class SummaryBuilder:
         b.total_output = state["total_output"]
         b.tokens_from_usage = state.get("tokens_from_usage", True)
         b.errors.update(state["errors"])
-        stores = {**b.latencies, "queue": b.client_queue}
+        stores = b._running_stores()
         for name, store in stores.items():
             if name not in state["sums"]:  # checkpoints before the queue was a store kept its sum only
                 store.n, store.total = state["records"], state["queue_sum"]

@@ -58,6 +58,7 @@ def request_block(c: fmt.RequestColumns) -> RequestBlock:
     counts = c.n_chunks.astype(np.int64)
     has_first = c.has_first.astype(bool)
     use = ok & has_first
+    assert c.chunk_times is not None, "read with its chunks"
     return RequestBlock(
         error_classes=c.strings["error_class"],
         sent_at=c.sent_at,
