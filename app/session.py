@@ -15,11 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from rampwatch.core.bins import latest_complete, recent_mean
 from rampwatch.core.errors import UserError
+from rampwatch.core.redact import redact_text
+from rampwatch.core.text import printable
 from rampwatch.loadgen import eventloop
-from rampwatch.loadgen.client import first_model
+from rampwatch.loadgen.client import first_model, normalize_base_url
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
@@ -64,8 +67,44 @@ def discover_model(target: str, api_key: str | None) -> str:
 
 def _check_url(flag: str, url: str) -> str:
     if not url.startswith(("http://", "https://")):
-        raise UserError(f"{flag} {url!r}: expected an http:// or https:// URL")
+        raise UserError(f"{flag} {redact_text(url)!r}: expected an http:// or https:// URL")
+    try:
+        urlsplit(url).port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        raise UserError(f"{flag} {redact_text(url)!r}: {exc}") from None
     return url.rstrip("/")
+
+
+def check_outputs(recording: Path | None, result_json: Path | None, inputs: list[Path]) -> None:
+    """Before anything runs: the run's outputs are distinct, none is one of its inputs,
+    and each can be written (so that a long run does not end on an unwritable path)."""
+    named = [("--record", recording), ("--result-json", result_json)]
+    outputs = [(flag, path, path.resolve()) for flag, path in named if path is not None]
+    if len(outputs) == 2 and outputs[0][2] == outputs[1][2]:
+        raise UserError(f"--result-json {result_json}: is the recording (--record); give it another path")
+    for flag, path, resolved in outputs:
+        for source in inputs:
+            if resolved == source.resolve():
+                raise UserError(f"{flag} {path}: is an input of this run; give the output another path")
+        if resolved.is_dir():
+            raise UserError(f"{flag} {path}: is a directory")
+        parent = next((p for p in resolved.parents if p.exists()), None)
+        if parent is None or not parent.is_dir():
+            raise UserError(f"{flag} {path}: a parent of it is not a directory")
+        target = resolved if resolved.exists() else parent
+        if not os.access(target, os.W_OK):
+            raise UserError(f"{flag} {path}: not writable")
+
+
+def result_json_path(explicit: str | None, recording: Path | None) -> Path | None:
+    """``--result-json``, else beside the recording: ``X.json`` for ``X.rwrec``, and
+    ``X.result.json`` when the recording is itself named ``X.json``."""
+    if explicit:
+        return Path(explicit)
+    if recording is None:
+        return None
+    beside = recording.with_suffix(".json")
+    return beside if beside != recording else recording.with_suffix(".result.json")
 
 
 @dataclass
@@ -111,11 +150,17 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
     scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
+    recording_path = None
+    if not args.no_record:
+        recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
+    result_json = result_json_path(args.result_json, recording_path)
+    check_outputs(recording_path, result_json, [Path(scenario.path)] if scenario.path else [])
     tokenizer = load_tokenizer(args.tokenizer)
 
     embedded = None
     if args.target:
-        target = _check_url("--target", args.target)
+        # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
+        target = normalize_base_url(_check_url("--target", args.target))
     else:
         embedded = EmbeddedSim(SimConfig(hardware=args.sim_hardware, model=args.sim_model, seed=scenario.seed))
         embedded.start()
@@ -128,7 +173,7 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
             target=target,
             model=model,
             api_key=api_key,
-            metrics_urls=metrics_urls,
+            metrics_urls=metrics_urls or [target + "/metrics"],
             scrape_interval_s=args.scrape_interval,
             request_timeout_s=args.request_timeout,
             stop_grace_s=args.stop_grace,
@@ -137,13 +182,9 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
             cli_options=cli_options,
             gpu_price_per_hour=args.gpu_price_per_hour,
         )
-        recorder = recording_path = None
-        if not args.no_record:
-            recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
+        recorder = None
+        if recording_path is not None:
             recorder = RecordingWriter(recording_path, secrets={api_key} if api_key else None)
-        result_json = Path(args.result_json) if args.result_json else (
-            recording_path.with_suffix(".json") if recording_path else None
-        )
         run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
         return PreparedRun(run=run, args=args, embedded=embedded, recorder=recorder,
                            recording_path=recording_path, result_json_path=result_json)
@@ -272,8 +313,9 @@ def run_headless(args: argparse.Namespace) -> int:
     """`rampwatch run --headless`: progress lines, then the summary."""
     prepared = prepare_run(args)
     try:
-        print(f"rampwatch run: {prepared.run.scenario.name} against {prepared.run.options.target} "
-              f"(model {prepared.run.options.model})", flush=True)
+        options = prepared.run.options
+        print(printable(f"rampwatch run: {prepared.run.scenario.name} against {options.target} (model {options.model}); "
+                        f"server metrics from {', '.join(options.metrics_urls)}", one_line=True), flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)
         result = eventloop.run(_run_headless(prepared))

@@ -52,6 +52,8 @@ import aiohttp
 import orjson
 
 from rampwatch.core.errors import TargetUnreachable
+from rampwatch.core.redact import redact_text, scrub
+from rampwatch.core.text import printable
 from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
 from rampwatch.loadgen import http_stream, sse
 from rampwatch.loadgen.requests import PreparedRequest
@@ -216,7 +218,7 @@ class StreamingClient:
         return self.base_url + ENDPOINT_PATHS[endpoint]
 
     def _scrub(self, text: str) -> str:
-        return scrub(text, self._api_key)[:_MAX_MESSAGE]
+        return server_text(text, self._api_key)[:_MAX_MESSAGE]
 
     def build_body(self, req: PreparedRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model}
@@ -435,9 +437,11 @@ def _body_bytes(body: dict[str, Any]) -> bytes:
         return json.dumps(body).encode()
 
 
-def scrub(text: str, api_key: str | None) -> str:
-    """``text`` with the API key masked (server errors may echo the header)."""
-    return text.replace(api_key, "***") if api_key and api_key in text else text
+def server_text(text: str, api_key: str | None) -> str:
+    """Text from a server or about one (an error message, an exception), made safe to show
+    and record: the API key (servers may echo the header) and URL credentials masked,
+    control characters shown as escapes."""
+    return printable(redact_text(scrub(text, {api_key} if api_key else set())), one_line=True)
 
 
 def _describe(exc: BaseException) -> str:
@@ -688,7 +692,7 @@ async def probe_models(base_url: str, api_key: str | None = None, timeout_s: flo
     except TimeoutError:
         raise TargetUnreachable(f"cannot reach {base} : no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
-        raise TargetUnreachable(f"cannot reach {base} : {scrub(str(exc), api_key) or type(exc).__name__}") from None
+        raise TargetUnreachable(f"cannot reach {base} : {server_text(str(exc), api_key) or type(exc).__name__}") from None
 
 
 async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | None = None) -> int:
@@ -745,7 +749,7 @@ async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s
                             continue
                         body = await resp.json(content_type=None)
                 except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    info["errors"][path] = scrub(_describe(exc), api_key)
+                    info["errors"][path] = server_text(_describe(exc), api_key)
                     continue
                 info["version"] = body.get("version") if isinstance(body, dict) else body
     except Exception as exc:  # the header must be written whatever the server does

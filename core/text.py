@@ -1,0 +1,16 @@
+"""Text that came from a server (model ids, error messages) on its way to a terminal, a
+log or a recording: control characters such as ANSI escapes must not reach a terminal."""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F, 8-bit CSI among them).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, *, one_line: bool = False) -> str:
+    """``text`` with every control character shown as ``\\xNN`` (so ESC cannot start an
+    escape sequence); ``one_line`` shows newlines and tabs that way too."""
+    pattern = re.compile(r"[\x00-\x1f\x7f-\x9f]") if one_line else _CONTROL
+    return pattern.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
