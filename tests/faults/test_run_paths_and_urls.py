@@ -81,3 +81,11 @@ def test_a_target_port_that_is_not_a_number_is_one_line():
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("rampwatch run: error: --target 'http://<redacted>@host:80a0': ")
     assert "pa55word" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_ipv6_target_runs(tmp_path):
+    with EmbeddedSim(SimConfig(hardware="instant", model="tiny"), host="::1") as sim:
+        assert sim.url.startswith("http://[::1]:")
+        proc = rampwatch_run("--target", sim.url, *SHORT_RUN, "--no-record")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "Max running requests:" in proc.stdout

@@ -63,3 +63,9 @@ async def test_an_error_object_in_spaced_json_fails_the_request_with_its_message
     events = captured_events()[:2] + [b'data: {"error": {"message": "engine died", "code": 500}}\n\n']
     record = await record_for(misbehaving, events)
     assert not record.ok and record.error_class == "stream_error" and record.error == "engine died"
+
+
+async def test_control_characters_in_a_servers_error_are_escaped(misbehaving):
+    events = captured_events()[:2] + [b'data: {"error": {"message": "\\u001b[2J\\u001b[31mboom\\u0007", "code": 500}}\n\n']
+    record = await record_for(misbehaving, events)
+    assert record.error == "\\x1b[2J\\x1b[31mboom\\x07"
