@@ -101,7 +101,10 @@ class ServerSample:
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None  # 0..1
-    prompt_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None  # every prompt token, prefix-cache hits included
+    # Prompt tokens the server computed (prefix-cache hits excluded): what vLLM's own
+    # "Avg prompt throughput" log line counts (vLLM: prompt_tokens_by_source{local_compute}).
+    prompt_tokens_computed_total: float | None = None
     generation_tokens_total: float | None = None
     prefix_queries_total: float | None = None
     prefix_hits_total: float | None = None

@@ -16,6 +16,8 @@ Derived fields:
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable
 
 from rampwatch.loadgen.counters import COUNTER_FIELDS
@@ -31,6 +33,7 @@ FIELD_MAPS: dict[str, dict[str, str]] = {
         "waiting": "vllm:num_requests_waiting",
         "kv_usage": "vllm:kv_cache_usage_perc",
         "prompt_tokens_total": "vllm:prompt_tokens_total",
+        "prompt_tokens_computed_total": 'vllm:prompt_tokens_by_source_total{source="local_compute"}',
         "generation_tokens_total": "vllm:generation_tokens_total",
         "prefix_queries_total": "vllm:prefix_cache_queries_total",
         "prefix_hits_total": "vllm:prefix_cache_hits_total",
@@ -111,6 +114,20 @@ def _engine_of(labels: dict[str, str]) -> str | None:
     return labels.get("engine")
 
 
+_SELECTOR = re.compile(r'(\w+)="([^"]*)"')
+
+
+@functools.cache
+def _fields_by_sample_name(backend: str) -> dict[str, list[tuple[str, tuple[tuple[str, str], ...]]]]:
+    """sample name -> [(field, label selector)] for ``backend``; a map entry may select
+    series by label, as in ``name{source="local_compute"}``."""
+    out: dict[str, list[tuple[str, tuple[tuple[str, str], ...]]]] = {}
+    for field_name, spec in FIELD_MAPS.get(backend, {}).items():
+        name, _, labels = spec.partition("{")
+        out.setdefault(name, []).append((field_name, tuple(_SELECTOR.findall(labels))))
+    return out
+
+
 def extract_fields(backend: str, samples: list[Sample]) -> tuple[dict[str, float | None], dict[str, dict[str, float]], float | None]:
     """``(fields, per_engine, created)`` for one scrape of ``backend``.
 
@@ -118,10 +135,7 @@ def extract_fields(backend: str, samples: list[Sample]) -> tuple[dict[str, float
     ``per_engine`` maps the vLLM ``engine`` label to the same fields (only when the label
     is present); ``created`` is the largest ``_created`` of the identity counter.
     """
-    field_map = FIELD_MAPS.get(backend, {})
-    by_name: dict[str, list[str]] = {}
-    for field_name, sample_name in field_map.items():
-        by_name.setdefault(sample_name, []).append(field_name)
+    by_name = _fields_by_sample_name(backend)
 
     sums: dict[str, float] = {}
     kv_values: list[float] = []
@@ -134,13 +148,15 @@ def extract_fields(backend: str, samples: list[Sample]) -> tuple[dict[str, float
         if name == created_name:
             created = value if created is None else max(created, value)
             continue
-        fields = by_name.get(name)
-        if fields is None:
+        wanted = by_name.get(name)
+        if wanted is None:
             if name in _EXTRA_NAMES:
                 extra[name] = extra.get(name, 0.0) + value
             continue
         engine = _engine_of(labels)
-        for field_name in fields:
+        for field_name, selector in wanted:
+            if any(labels.get(k) != v for k, v in selector):
+                continue
             if field_name == "kv_usage":
                 kv_values.append(value)
                 if engine is not None:

@@ -13,6 +13,7 @@ from rampwatch.core.timeline import ServerSample
 
 COUNTER_FIELDS = (
     "prompt_tokens_total",
+    "prompt_tokens_computed_total",
     "generation_tokens_total",
     "prefix_queries_total",
     "prefix_hits_total",

@@ -94,7 +94,11 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         "scrapes_ok": ok,
         "scrapes_failed": sum(1 for s in samples if not s.ok),
         "backend": ",".join(sorted(backends)) if backends else None,
-        "avg_prompt_throughput": rate("prompt_tokens_total"),
+        # vLLM's "Avg prompt throughput" counts the prompt tokens it computed (prefix-cache
+        # hits excluded); servers that do not export that count give all prompt tokens.
+        "avg_prompt_throughput": rate("prompt_tokens_computed_total") if "prompt_tokens_computed_total" in totals
+        else rate("prompt_tokens_total"),
+        "avg_prompt_throughput_all": rate("prompt_tokens_total"),
         "avg_generation_throughput": rate("generation_tokens_total"),
         "max_running": max_running,
         "max_waiting": max_waiting,
@@ -524,7 +528,9 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     lines.append("{s:{c}^{n}}".format(s="Server (/metrics)", n=50, c="-"))
     if server.get("available"):
         lines.append(_row("Server kind:", server.get("backend"), ""))
+        # vLLM's label for the tokens it computed, then every prompt token (cache hits too)
         lines.append(_row("Avg prompt throughput (tok/s):", server.get("avg_prompt_throughput")))
+        lines.append(_row("Prompt incl. cache hits (tok/s):", server.get("avg_prompt_throughput_all")))
         lines.append(_row("Avg generation throughput (tok/s):", server.get("avg_generation_throughput")))
         lines.append(_row("Max running requests:", server.get("max_running"), ".0f"))
         lines.append(_row("Max waiting requests:", server.get("max_waiting"), ".0f"))
