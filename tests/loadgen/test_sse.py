@@ -62,8 +62,8 @@ def test_classify_event(payload, kind):
     assert sse.classify_event(payload) == kind
 
 
-def test_error_message_shapes(fixtures_dir):
-    body = sse.decode_json((fixtures_dir / "vllm-0.32.0-cpu-error-too-long.json").read_bytes())
+def test_error_message_shapes(vllm_captures):
+    body = sse.decode_json((vllm_captures / "error-too-long.json").read_bytes())
     assert sse.error_message(body).startswith("max_tokens=5000 cannot be greater than max_model_len=2048")
     assert sse.error_message({"error": "plain"}) == "plain"
     assert sse.error_message({"object": "error", "message": "m"}) == "m"

@@ -7,7 +7,7 @@ from rampwatch.sim.engine import Engine, SimRequest
 from rampwatch.sim.metrics import make_registry, render
 from rampwatch.sim.stats import Hist, buckets_1_2_5
 
-CAPTURE = "vllm-0.32.0-cpu-metrics-under-load.txt"
+CAPTURE = "metrics-under-load.txt"
 
 # Families the simulator must export (the panels read them).
 REQUIRED = {
@@ -55,8 +55,8 @@ def sim_text(n: int = 2) -> str:
     return render(make_registry(busy_engines(n), "llama-3.1-8b")).decode()
 
 
-def test_every_sim_family_exists_in_capture_with_same_type_and_labels(fixtures_dir):
-    real = families((fixtures_dir / CAPTURE).read_text())
+def test_every_sim_family_exists_in_capture_with_same_type_and_labels(vllm_captures):
+    real = families((vllm_captures / CAPTURE).read_text())
     sim = families(sim_text())
     vllm_families = {name: f for name, f in sim.items() if name.startswith("vllm:")}
     assert REQUIRED <= set(vllm_families)
@@ -68,8 +68,8 @@ def test_every_sim_family_exists_in_capture_with_same_type_and_labels(fixtures_d
         assert label_names(fam) == label_names(real[name]), name
 
 
-def test_histogram_buckets_match_capture(fixtures_dir):
-    real = families((fixtures_dir / CAPTURE).read_text())
+def test_histogram_buckets_match_capture(vllm_captures):
+    real = families((vllm_captures / CAPTURE).read_text())
     sim = families(sim_text(1))
     for name, fam in sim.items():
         if fam.type != "histogram":

@@ -46,8 +46,8 @@ async def test_port_zero_reports_real_port():
                 assert (await r.json())["version"].startswith("0.32.0")
 
 
-async def test_completion_stream_has_vllm_chunk_layout(fixtures_dir):
-    real = events((fixtures_dir / "vllm-0.32.0-cpu-completions-stream.txt").read_text())
+async def test_completion_stream_has_vllm_chunk_layout(vllm_captures):
+    real = events((vllm_captures / "completions-stream.txt").read_text())
     async with serve(SimConfig(**FAST)) as url:
         status, body = await post(url, "/v1/completions", {
             "model": "tiny", "prompt": "one two three four", "max_tokens": 8, "stream": True,
@@ -68,8 +68,8 @@ async def test_completion_stream_has_vllm_chunk_layout(fixtures_dir):
     assert SimTokenizer().count(text) == 8
 
 
-async def test_chat_stream_has_vllm_chunk_layout(fixtures_dir):
-    real = events((fixtures_dir / "vllm-0.32.0-cpu-chat-stream.txt").read_text())
+async def test_chat_stream_has_vllm_chunk_layout(vllm_captures):
+    real = events((vllm_captures / "chat-stream.txt").read_text())
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
     async with serve(SimConfig(**FAST)) as url:
         status, body = await post(url, "/v1/chat/completions", {
@@ -119,8 +119,8 @@ async def test_continuous_usage_stats():
     assert [c["usage"]["completion_tokens"] for c in chunks] == [1, 2, 3, 3]
 
 
-async def test_error_bodies(fixtures_dir):
-    expected = json.loads((fixtures_dir / "vllm-0.32.0-cpu-error-too-long.json").read_text())
+async def test_error_bodies(vllm_captures):
+    expected = json.loads((vllm_captures / "error-too-long.json").read_text())
     async with serve(SimConfig(**FAST)) as url:  # tiny: max_model_len 2048, like the capture
         status, body = await post(url, "/v1/completions", {"model": "tiny", "prompt": "a b c d", "max_tokens": 5000})
         assert status == 400 and json.loads(body) == expected
