@@ -23,8 +23,6 @@ from rampwatch.record.writer import RecordingWriter
 from tests.record import v1_tiny
 from tests.record.helpers import FedLog, assert_request_close
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _write_small(path: Path, duration=12.0) -> None:
     writer = RecordingWriter(path, flush_interval_s=None)
@@ -108,8 +106,7 @@ def test_committed_v1_file_still_reads():
 # ---- crash safety: a real writer process killed with SIGKILL ----------------------------
 
 _WRITER_SCRIPT = r"""
-import sys, time
-sys.path.insert(0, {root!r})
+import time
 from rampwatch.core.timeline import Tick, Event, RequestRecord, RunHeader
 from rampwatch.record.writer import RecordingWriter
 w = RecordingWriter({path!r}, flush_interval_s=0.1)
@@ -128,7 +125,7 @@ while time.monotonic() - t0 < 60:
 
 def test_kill_9_leaves_a_replayable_file(tmp_path):
     path = tmp_path / "killed.rwrec"
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER_SCRIPT.format(root=str(ROOT), path=str(path))])
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER_SCRIPT.format(path=str(path))])
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -88,10 +88,9 @@ def test_embedded_sim_rejects_bad_preset_in_parent():
 
 def test_embedded_child_exits_when_parent_dies():
     code = (
-        "import sys, time\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from sim.embedded import EmbeddedSim\n"
-        "from sim.config import SimConfig\n"
+        "import time\n"
+        "from rampwatch.sim.embedded import EmbeddedSim\n"
+        "from rampwatch.sim.config import SimConfig\n"
         "sim = EmbeddedSim(SimConfig(hardware='instant', model='tiny')).start()\n"
         "print(sim.pid, flush=True)\n"
         "time.sleep(60)\n"
