@@ -58,11 +58,12 @@ def write(path: Path, minutes: float, rps: float, chunks: float) -> None:
 def measure_replay(path: Path, seeks: int) -> None:
     from rampwatch.record import format as fmt
     from rampwatch.record.reader import open_recording
+    from rampwatch.record.replay import ReplayTimeline
 
     t0 = time.perf_counter()
     rec = open_recording(path)
     t_open = time.perf_counter() - t0
-    timeline = rec.replay()
+    timeline = ReplayTimeline(rec)
     snap = timeline.snapshot()
     t_first = time.perf_counter() - t0
     cp_bytes = sum(f.length + fmt.FRAME.size for f in rec.checkpoint_frames)

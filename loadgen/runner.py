@@ -5,7 +5,8 @@ The dispatcher sleeps until the schedule's next send time and fires one task per
 request; nothing it does waits on a response, a scrape or a sink, so the send times stay
 on schedule (lateness is recorded: ``sent_at - scheduled_at``). Steering calls
 (``hold``/``resume``/``set_rate``/``step_rate``/``mark``/``stop``) must be made on the run's
-event loop thread; the TUI bridge uses ``loop.call_soon_threadsafe``.
+event loop thread; under the UI, the run process's pipe reader makes them there
+(``app.bridge``).
 """
 
 from __future__ import annotations

@@ -19,12 +19,10 @@ import threading
 import time
 import zlib
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from rampwatch.core.timeline import Event, Snapshot
-
-if TYPE_CHECKING:
-    from rampwatch.record.reader import Item, Recording
+from rampwatch.record.reader import Item, Recording
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +227,9 @@ class ReplayTimeline:
             self._set_position(pos + dt)
 
     def marks(self) -> list[Event]:
-        """Knee and user marks (time, kind, note) for jump-to."""
-        return self.recording.marks()
+        """Knee, user marks and holds, in time order: the position bar's letters and the
+        jump keys' targets."""
+        return sorted((e for e in self.recording.events if e.kind in ("knee", "mark", "hold")), key=lambda e: e.t)
 
     # ---- snapshots ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import SCANNERS, open_recording
+from rampwatch.record.replay import ReplayTimeline
 from rampwatch.core.redact import REDACTED, redact_options
 from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
@@ -144,7 +145,7 @@ def test_kill_9_leaves_a_replayable_file(tmp_path):
     assert len(requests) > 100
     assert [r.id for r in requests] == list(range(len(requests)))  # nothing lost before the last flush
     assert rec.ticks and rec.events
-    timeline = rec.replay(builder_factory=FedLog, warm_up=False, clock=lambda: 0.0)
+    timeline = ReplayTimeline(rec, builder_factory=FedLog, warm_up=False, clock=lambda: 0.0)
     timeline.seek(rec.duration_s)
     fed = timeline.snapshot().summary["fed"]
     assert sum(1 for kind, _ in fed if kind == "request") == len(requests)
