@@ -138,7 +138,6 @@ class Run:
         self._sent_total = 0
         self._next_id = 0
         self._interrupted = False
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- clock -------------------------------------------------------------------------
     def now(self) -> float:
@@ -207,7 +206,6 @@ class Run:
         """Run the schedule to its end (or a stop), then wait for every in-flight request
         (state "draining"); raises ``TargetUnreachable`` before the first send when the
         target does not answer."""
-        self._loop = asyncio.get_running_loop()
         self._schedule_changed = asyncio.Event()
         self._none_in_flight = asyncio.Event()
         opts = self.options

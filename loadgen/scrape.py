@@ -180,7 +180,6 @@ class MetricsPoller:
         self.clock = clock
         self.on_sample = on_sample or (lambda sample: None)
         self._headers = dict(headers or {})
-        self.polls = 0
 
     async def scrape_once(self, session: aiohttp.ClientSession, url: str) -> ServerSample:
         try:
@@ -198,7 +197,6 @@ class MetricsPoller:
 
     async def poll(self, session: aiohttp.ClientSession) -> list[ServerSample]:
         samples = await asyncio.gather(*(self.scrape_once(session, url) for url in self.urls))
-        self.polls += 1
         for sample in samples:
             try:
                 self.on_sample(sample)

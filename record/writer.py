@@ -80,7 +80,6 @@ class RecordingWriter:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.error: BaseException | None = None
-        self.bytes_written = 0
         self.closed = False
 
     # ---- TimelineSink --------------------------------------------------------------
@@ -181,7 +180,6 @@ class RecordingWriter:
             assert self._file is not None
             self._file.write(data)
             self._file.flush()
-            self.bytes_written += len(data)
 
     def close(self, finish_t: float | None = None) -> None:
         if self.closed:
