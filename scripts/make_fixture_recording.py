@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic  # noqa: E402
-from rampwatch.record.writer import RecordingWriter  # noqa: E402
+from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+from rampwatch.record.writer import RecordingWriter
 
 FIXTURE_RUN = SyntheticRun(
     duration_s=60.0,

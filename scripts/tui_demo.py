@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+# The fake runs come from the test suite (tests/ is not installed).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.tui.fakes import AdvancingSource, FakeControl, FakeReplay, FrozenSource, fake_snapshot  # noqa: E402
