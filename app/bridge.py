@@ -1,14 +1,15 @@
-"""Running a live load in its own thread and event loop, so drawing the UI can never
-delay a send.
+"""Running a live load in a forked child process, so drawing the UI can never delay a
+send.
 
-The run thread owns the run (its coroutine, the series builder, the run control). The
-UI thread only ever
+The run process owns the run (its coroutine, the series builder, the run control). The
+UI process only ever
 
-- reads the latest published Snapshot from a locked slot (``LiveBridge.snapshot``), and
-- asks the run loop to call RunControl methods (``ThreadSafeControl``, through
-  ``loop.call_soon_threadsafe``),
+- reads the latest Snapshot the run process published over the pipe
+  (``ProcessBridge.snapshot``), and
+- sends RunControl calls down the same pipe (``ProcessBridge.control``), which the run
+  process applies on its own event loop,
 
-so nothing the run owns is touched from two threads.
+so nothing the run owns is touched from two processes.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _starting_snapshot() -> Snapshot:
 
 class ForwardingControl:
     """A RunControl that hands every call to ``_forward(name, *args)``: the UI steers a
-    run on another thread or in another process through one of these."""
+    run in another process through one of these."""
 
     def _forward(self, name: str, *args: Any) -> None:
         raise NotImplementedError
@@ -58,140 +59,10 @@ class ForwardingControl:
         self._forward("stop")
 
 
-class ThreadSafeControl(ForwardingControl):
-    """A RunControl whose calls run on the run's loop, whatever thread makes them.
-
-    Calls after the run has finished are dropped: there is nothing left to steer.
-    """
-
-    def __init__(self, control: RunControl, bridge: LiveBridge) -> None:
-        self._control = control
-        self._bridge = bridge
-
-    def _forward(self, name: str, *args: Any) -> None:
-        loop = self._bridge.loop
-        if loop is None or loop.is_closed() or self._bridge.done:
-            return
-        try:
-            loop.call_soon_threadsafe(getattr(self._control, name), *args)
-        except RuntimeError:  # loop closed between the check and the call
-            pass
-
-
-class LiveBridge:
-    """Runs ``run_coro_factory()`` on a fresh event loop in a daemon thread and publishes
-    ``snapshot_fn()`` (called on that loop) every ``publish_interval`` seconds.
-
-    It is a ``SnapshotSource`` for the UI; ``control`` is the thread-safe RunControl.
-    """
-
-    def __init__(
-        self,
-        run_coro_factory: Callable[[], Awaitable[Any]],
-        snapshot_fn: Callable[[], Snapshot],
-        control: RunControl,
-        *,
-        publish_interval: float = PUBLISH_INTERVAL_S,
-    ) -> None:
-        self._run_coro_factory = run_coro_factory
-        self._snapshot_fn = snapshot_fn
-        self._publish_interval = publish_interval
-        self._lock = threading.Lock()
-        self._latest: Snapshot = _starting_snapshot()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._task: asyncio.Task | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.control = ThreadSafeControl(control, self)
-        self.done = False
-        self.failure: BaseException | None = None
-        self.result: Any = None
-        self.snapshots_published = 0
-
-    # ----- UI side -----
-
-    def snapshot(self) -> Snapshot:
-        with self._lock:
-            return self._latest
-
-    def start(self) -> LiveBridge:
-        self._thread = threading.Thread(target=self._thread_main, name="rampwatch-run", daemon=True)
-        self._thread.start()
-        self._ready.wait(timeout=10.0)
-        return self
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the run to end; True when it has."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self.done
-
-    def cancel(self) -> None:
-        """Abandon the run (after a graceful stop took too long)."""
-        loop, task = self.loop, self._task
-        if loop is not None and task is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(task.cancel)
-            except RuntimeError:
-                pass
-
-    def finish(self, drain_timeout: float = 30.0) -> Any:
-        """Stop gracefully, wait up to ``drain_timeout`` for the drain, then cancel; return
-        the run's result or raise its exception."""
-        if not self.done:
-            self.control.stop()
-            if not self.join(drain_timeout):
-                self.cancel()
-                self.join(10.0)
-        if self.failure is not None:
-            raise self.failure
-        return self.result
-
-    # ----- run thread -----
-
-    def _publish(self) -> None:
-        snapshot = self._snapshot_fn()
-        with self._lock:
-            self._latest = snapshot
-        self.snapshots_published += 1
-
-    async def _publisher(self) -> None:
-        while True:
-            await asyncio.sleep(self._publish_interval)
-            self._publish()
-
-    async def _main(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self._task = asyncio.ensure_future(self._run_coro_factory())
-        publisher = asyncio.ensure_future(self._publisher())
-        self._ready.set()
-        try:
-            self.result = await self._task
-        finally:
-            publisher.cancel()
-            try:
-                self._publish()  # the final state, so the UI shows "done" and the full run
-            except Exception:
-                pass
-
-    def _thread_main(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except asyncio.CancelledError as exc:
-            self.failure = exc
-        except BaseException as exc:  # handed to the UI thread by finish()
-            self.failure = exc
-        finally:
-            self.done = True
-            self._ready.set()
-
-
-# ----- the load in its own process -----
-#
 # A thread is not enough: the UI's drawing is pure Python and holds the GIL, which
-# delays the run thread's wake-ups by tens of milliseconds at p99
-# (bench/bench_tui_lateness.py). The run therefore goes into a forked child process
-# with its own interpreter; the UI process keeps only a pipe to it.
+# delays a run thread's wake-ups by tens of milliseconds at p99 (bench/bench_tui_lateness.py
+# --with-thread). The run therefore goes into a forked child process with its own
+# interpreter; the UI process keeps only a pipe to it.
 
 
 def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: float, log_path: str | None) -> None:
@@ -324,7 +195,9 @@ class _PipeControl(ForwardingControl):
 
 
 class ProcessBridge:
-    """Same interface as ``LiveBridge``, with the run in a forked child process.
+    """Runs ``run_coro_factory()`` in a forked child process and publishes
+    ``snapshot_fn()`` (called there) every ``publish_interval`` seconds. It is the UI's
+    ``SnapshotSource``; ``control`` is the RunControl that forwards to the run.
 
     ``run_coro_factory``, ``snapshot_fn`` and ``control`` are used in the child (they
     are inherited by fork, not pickled), so build them before ``start()`` and start no
@@ -416,17 +289,18 @@ class ProcessBridge:
     def cancel(self) -> None:
         self._send("cancel", ())
 
-    def finish(self, drain_timeout: float = 30.0) -> Any:
+    def finish(self, drain_timeout: float = 30.0, escalation_timeout: float = 10.0) -> Any:
         """Stop gracefully; after ``drain_timeout`` cancel the requests still in flight
         (the run then ends normally: cancelled requests recorded, recording finished);
-        only if that does not end it either, cancel the run itself, then terminate."""
+        only if that does not end it within ``escalation_timeout`` either, cancel the run
+        itself, and after another ``escalation_timeout`` terminate the process."""
         if not self.done:
             self.control.stop()
             if not self.join(drain_timeout):
                 self._send("cancel_in_flight", ())
-                if not self.join(10.0):
+                if not self.join(escalation_timeout):
                     self.cancel()
-                    if not self.join(10.0) and self._process is not None:
+                    if not self.join(escalation_timeout) and self._process is not None:
                         self._process.terminate()
                         self.join(5.0)
         if self.failure is not None:

@@ -14,7 +14,7 @@ from typing import Any
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
 from rampwatch.app.session import PreparedRun, finish_run, prepare_run
 from rampwatch.core.timeline import RunControl, Snapshot
-from rampwatch.tui.app import RampwatchApp, make_app
+from rampwatch.tui.app import RampwatchApp, make_live_app
 
 # After a stop, in-flight requests get the run's grace period; past it (and this margin)
 # the UI has the run cancel them, so that it still ends with its summary.
@@ -39,8 +39,8 @@ def start_live(
     bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log_path).start()
     if ui_priority != "normal":
         lower_ui_priority(ui_priority)  # drawing yields the CPU to the load process
-    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz, recording=recording,
-                   rate_step_rps=rate_step_rps)
+    app = make_live_app(bridge, bridge.control, run_failed=lambda: bridge.failure is not None,
+                        refresh_hz=refresh_hz, recording=recording, rate_step_rps=rate_step_rps)
     return bridge, app
 
 

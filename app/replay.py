@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rampwatch.core.errors import UserError
+
+if TYPE_CHECKING:  # the parser is built from this module: heavy imports wait for main()
+    from rampwatch.core.timeline import Snapshot
+    from rampwatch.record.replay import ReplayTimeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -17,35 +22,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paused", action="store_true", help="open paused (space plays)")
 
 
-def _open(path: str):
-    from rampwatch.record import reader
+def _open(path: str) -> ReplayTimeline:
+    from rampwatch.record.reader import open_recording
+    from rampwatch.record.replay import ReplayTimeline
 
     if not Path(path).exists():
         raise UserError(f"{path}: no such recording")
-    recording = reader.open_recording(path)
-    if not hasattr(recording, "replay"):
-        raise UserError(f"{path}: this build cannot replay recordings yet")
-    return recording
+    return ReplayTimeline(open_recording(path))
 
 
 class FinalSnapshot:
     """A whole recording as one still snapshot (the comparison run is drawn complete)."""
 
-    def __init__(self, timeline) -> None:
-        timeline.seek(float(timeline.duration))
+    def __init__(self, timeline: ReplayTimeline) -> None:
+        timeline.seek(timeline.duration)
         self._snapshot = timeline.snapshot()
 
-    def snapshot(self):
+    def snapshot(self) -> Snapshot:
         return self._snapshot
 
 
 def main(args: argparse.Namespace) -> int:
     if not 1.0 <= args.speed <= 16.0:
         raise UserError(f"--speed {args.speed:g}: must be between 1 and 16")
-    from rampwatch.tui.app import make_app
+    from rampwatch.tui.app import make_replay_app
 
-    timeline = _open(args.recording).replay()
-    compare = FinalSnapshot(_open(args.compare).replay()) if args.compare else None
+    timeline = _open(args.recording)
+    compare = FinalSnapshot(_open(args.compare)) if args.compare else None
     timeline.speed = args.speed
     if args.start:
         timeline.seek(args.start)
@@ -53,13 +56,6 @@ def main(args: argparse.Namespace) -> int:
         timeline.play()
     if not sys.stdout.isatty():
         raise UserError("replay needs a terminal (use `rampwatch report` or `rampwatch export` for text)")
-    app = make_app(
-        timeline,
-        mode="replay",
-        compare=compare,
-        recording=args.recording,
-        compare_label=args.compare,
-    )
-    app._playing = not args.paused  # used only when the timeline does not report `playing`
+    app = make_replay_app(timeline, compare=compare, recording=args.recording, compare_label=args.compare)
     app.run()
     return 0

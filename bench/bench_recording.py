@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def _peak_rss_mb() -> float:
@@ -58,11 +57,12 @@ def write(path: Path, minutes: float, rps: float, chunks: float) -> None:
 def measure_replay(path: Path, seeks: int) -> None:
     from rampwatch.record import format as fmt
     from rampwatch.record.reader import open_recording
+    from rampwatch.record.replay import ReplayTimeline
 
     t0 = time.perf_counter()
     rec = open_recording(path)
     t_open = time.perf_counter() - t0
-    timeline = rec.replay()
+    timeline = ReplayTimeline(rec)
     snap = timeline.snapshot()
     t_first = time.perf_counter() - t0
     cp_bytes = sum(f.length + fmt.FRAME.size for f in rec.checkpoint_frames)

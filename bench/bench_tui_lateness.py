@@ -1,13 +1,13 @@
 """Send lateness with the live UI on vs headless.
 
-A load loop runs in the LiveBridge's own thread and event loop, exactly as `rampwatch
-run` runs it under the UI: it "sends" at a fixed rate (each send does a little client
-work and starts a task that lives as long as a streamed request would) and records how
-late each send started versus its schedule. The same loop runs twice: once with no UI
-(same child process, the snapshot still published every 250 ms, nobody drawing it),
-once with the run in its own process (ProcessBridge, what `rampwatch run` uses) and
-the Textual app drawing every panel at 160×48 in the main thread (headless
-driver: every frame is composed and rendered, only not written to a terminal).
+A load loop runs in its own forked process (ProcessBridge), as `rampwatch run` runs it
+under the UI: it "sends" at a fixed rate (each send does a little client work and starts
+a task that lives as long as a streamed request would) and records how late each send
+started versus its schedule. The same loop runs twice: once with no UI (the snapshot
+still published every 250 ms, nobody drawing it), once with the Textual app drawing
+every panel at 160×48 in this process (headless driver: every frame is composed and
+rendered, only not written to a terminal). ``--with-thread`` adds the baseline the
+process replaced: the run in a thread of the UI process (``LiveBridge``, below).
 
     python bench/bench_tui_lateness.py [--rate 200] [--duration 10] [--repeat 3] [--a-a] [--speedup 1]
 
@@ -25,13 +25,157 @@ import asyncio
 import os
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+# The fake run and control come from the test suite (tests/ is not installed).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rampwatch.app.bridge import LiveBridge, ProcessBridge, lower_ui_priority  # noqa: E402
+from rampwatch.app.bridge import (  # noqa: E402
+    PUBLISH_INTERVAL_S,
+    ForwardingControl,
+    ProcessBridge,
+    _starting_snapshot,
+    lower_ui_priority,
+)
+from rampwatch.core.timeline import RunControl, Snapshot  # noqa: E402
 from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402
+
+# ----- the baseline: the run in a thread of the UI process -----
+# What `rampwatch run` did before the run got its own process; kept here only to show
+# what the process buys (the UI's drawing holds the GIL and delays the run thread).
+
+
+class ThreadSafeControl(ForwardingControl):
+    """A RunControl whose calls run on the run's loop, whatever thread makes them.
+
+    Calls after the run has finished are dropped: there is nothing left to steer.
+    """
+
+    def __init__(self, control: RunControl, bridge: LiveBridge) -> None:
+        self._control = control
+        self._bridge = bridge
+
+    def _forward(self, name: str, *args: Any) -> None:
+        loop = self._bridge.loop
+        if loop is None or loop.is_closed() or self._bridge.done:
+            return
+        try:
+            loop.call_soon_threadsafe(getattr(self._control, name), *args)
+        except RuntimeError:  # loop closed between the check and the call
+            pass
+
+
+class LiveBridge:
+    """The thread baseline (``--with-thread``), not what `rampwatch run` uses: runs ``run_coro_factory()`` on a fresh event loop in a daemon thread and publishes
+    ``snapshot_fn()`` (called on that loop) every ``publish_interval`` seconds.
+
+    It is a ``SnapshotSource`` for the UI; ``control`` is the thread-safe RunControl.
+    """
+
+    def __init__(
+        self,
+        run_coro_factory: Callable[[], Awaitable[Any]],
+        snapshot_fn: Callable[[], Snapshot],
+        control: RunControl,
+        *,
+        publish_interval: float = PUBLISH_INTERVAL_S,
+    ) -> None:
+        self._run_coro_factory = run_coro_factory
+        self._snapshot_fn = snapshot_fn
+        self._publish_interval = publish_interval
+        self._lock = threading.Lock()
+        self._latest: Snapshot = _starting_snapshot()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.control = ThreadSafeControl(control, self)
+        self.done = False
+        self.failure: BaseException | None = None
+        self.result: Any = None
+        self.snapshots_published = 0
+
+    # ----- UI side -----
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return self._latest
+
+    def start(self) -> LiveBridge:
+        self._thread = threading.Thread(target=self._thread_main, name="rampwatch-run", daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout=10.0)
+        return self
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the run to end; True when it has."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.done
+
+    def cancel(self) -> None:
+        """Abandon the run (after a graceful stop took too long)."""
+        loop, task = self.loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass
+
+    def finish(self, drain_timeout: float = 30.0) -> Any:
+        """Stop gracefully, wait up to ``drain_timeout`` for the drain, then cancel; return
+        the run's result or raise its exception."""
+        if not self.done:
+            self.control.stop()
+            if not self.join(drain_timeout):
+                self.cancel()
+                self.join(10.0)
+        if self.failure is not None:
+            raise self.failure
+        return self.result
+
+    # ----- run thread -----
+
+    def _publish(self) -> None:
+        snapshot = self._snapshot_fn()
+        with self._lock:
+            self._latest = snapshot
+        self.snapshots_published += 1
+
+    async def _publisher(self) -> None:
+        while True:
+            await asyncio.sleep(self._publish_interval)
+            self._publish()
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._task = asyncio.ensure_future(self._run_coro_factory())
+        publisher = asyncio.ensure_future(self._publisher())
+        self._ready.set()
+        try:
+            self.result = await self._task
+        finally:
+            publisher.cancel()
+            try:
+                self._publish()  # the final state, so the UI shows "done" and the full run
+            except Exception:
+                pass
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except asyncio.CancelledError as exc:
+            self.failure = exc
+        except BaseException as exc:  # handed to the UI thread by finish()
+            self.failure = exc
+        finally:
+            self.done = True
+            self._ready.set()
+
 
 # The snapshot the run publishes is the fake ramp's at START_AT_S + elapsed × speedup: at
 # speedup 1 one new one-second bin per second, as in a live run (each chart rebuilt about
@@ -94,13 +238,13 @@ def run_headless(rate: float, duration: float, speedup: float = 1.0) -> list[flo
 
 def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priority: str = "idle",
                 refresh_hz: float = 4.0, speedup: float = 1.0) -> tuple[list[float], str]:
-    from rampwatch.tui.app import make_app
+    from rampwatch.tui.app import make_live_app
 
     load = SyntheticLoad(rate, duration, speedup)
     load.start_clock()
     bridge = bridge_class(load.run, load.snapshot, FakeControl()).start()
     put_back = lower_ui_priority(priority) if bridge_class is ProcessBridge and priority != "normal" else (lambda: None)
-    app = make_app(bridge, bridge.control, mode="live", refresh_hz=refresh_hz)
+    app = make_live_app(bridge, bridge.control, refresh_hz=refresh_hz)
     frames = 0
 
     async def drive() -> None:

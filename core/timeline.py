@@ -303,3 +303,20 @@ class SnapshotSource(Protocol):
     """What the UI polls (at most ~4 Hz). Live runs and replays both implement it."""
 
     def snapshot(self) -> Snapshot: ...
+
+
+class ReplayControl(SnapshotSource, Protocol):
+    """A replay: the snapshot at its position, and the transport the replay screen's
+    keys drive."""
+
+    @property
+    def position(self) -> float: ...  # run seconds shown now
+    @property
+    def duration(self) -> float: ...  # run seconds the recording covers
+    @property
+    def playing(self) -> bool: ...  # False once the position reaches the end
+    speed: float  # playback speed, 1 to 16
+    def toggle(self) -> None: ...  # play <-> pause
+    def seek(self, t: float) -> None: ...  # to a position, clamped to [0, duration]
+    def seek_relative(self, dt: float) -> None: ...
+    def marks(self) -> list[Event]: ...  # knee, user marks and holds, in time order

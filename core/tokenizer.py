@@ -46,7 +46,6 @@ class SimTokenizer:
     """Word-level tokenizer shared by the simulator and the load generator."""
 
     vocab_size = VOCAB_SIZE
-    eos_token_id = 1
 
     def encode(self, text: str) -> list[int]:
         _, index = _vocab()

@@ -573,8 +573,8 @@ class _StreamState:
         now = clock()
         chunk_times = rec.chunk_times
         for payload in events:
-            # sse.classify_event's token test and has_finish_reason/has_usage, inlined: this
-            # runs once per streamed chunk
+            # sse.classify_event's token test and the finish/usage marks' tests, inlined:
+            # this runs once per streamed chunk
             if _TOKEN_MARK in payload:
                 if rec.first_token_at is None:
                     rec.first_token_at = now

@@ -5,7 +5,8 @@ The dispatcher sleeps until the schedule's next send time and fires one task per
 request; nothing it does waits on a response, a scrape or a sink, so the send times stay
 on schedule (lateness is recorded: ``sent_at - scheduled_at``). Steering calls
 (``hold``/``resume``/``set_rate``/``step_rate``/``mark``/``stop``) must be made on the run's
-event loop thread; the TUI bridge uses ``loop.call_soon_threadsafe``.
+event loop thread; under the UI, the run process's pipe reader makes them there
+(``app.bridge``).
 """
 
 from __future__ import annotations
@@ -139,7 +140,6 @@ class Run:
         self._sent_total = 0
         self._next_id = 0
         self._interrupted = False
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- clock -------------------------------------------------------------------------
     def now(self) -> float:
@@ -208,7 +208,6 @@ class Run:
         """Run the schedule to its end (or a stop), then wait for every in-flight request
         (state "draining"); raises ``TargetUnreachable`` before the first send when the
         target does not answer."""
-        self._loop = asyncio.get_running_loop()
         self._schedule_changed = asyncio.Event()
         self._none_in_flight = asyncio.Event()
         opts = self.options

@@ -443,11 +443,6 @@ class ArrivalSchedule:
         return "holding" if self._holding else "ramping"
 
     @property
-    def issued(self) -> int:
-        """How many send times have been handed out (withdrawn ones excluded)."""
-        return self._issued
-
-    @property
     def request_rates(self) -> list[float] | None:
         """For the vllm-* kinds: the rate each request index is drawn at (as vllm bench)."""
         return list(self._profile.rates) if isinstance(self._profile, _IndexProfile) else None

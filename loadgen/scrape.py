@@ -201,7 +201,6 @@ class MetricsPoller:
         self.on_sample = on_sample or (lambda sample: None)
         self._headers = dict(headers or {})
         self.max_body_bytes = max_body_bytes
-        self.polls = 0
 
     async def scrape_once(self, session: aiohttp.ClientSession, url: str) -> ServerSample:
         try:
@@ -225,7 +224,6 @@ class MetricsPoller:
 
     async def poll(self, session: aiohttp.ClientSession) -> list[ServerSample]:
         samples = await asyncio.gather(*(self.scrape_once(session, url) for url in self.urls))
-        self.polls += 1
         for sample in samples:
             try:
                 self.on_sample(sample)

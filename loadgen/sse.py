@@ -168,13 +168,6 @@ def classify_decoded(body: dict[str, Any] | None) -> str:
     return EVENT_OTHER
 
 
-def has_finish_reason(payload: bytes) -> bool:
-    return _FINISH_SET in payload
-
-
-def has_usage(payload: bytes) -> bool:
-    return _USAGE_OBJECT in payload
-
 
 def decode_json(payload: bytes) -> dict[str, Any] | None:
     try:

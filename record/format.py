@@ -45,10 +45,6 @@ _NONE_I64 = np.iinfo(np.int64).min
 ZLIB_LEVEL = 6
 
 
-class FormatError(Exception):
-    """The bytes are not a valid recording (wrong magic, bad CRC, undecodable block)."""
-
-
 def preamble(version: int = FORMAT_VERSION) -> bytes:
     return PREAMBLE.pack(MAGIC, version, 0, 0)
 

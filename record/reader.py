@@ -13,16 +13,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.record import format as fmt
-
-if TYPE_CHECKING:
-    from rampwatch.record.replay import ReplayTimeline
 
 _SLACK_S = 2e-6
 
@@ -195,12 +192,6 @@ class Recording:
             return fmt.decode_checkpoint(payload, base_arrays)
         except (zlib.error, ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
             raise UserError(f"{self.path}: unreadable checkpoint at byte {info.offset} ({exc})") from exc
-
-    def replay(self, **options: Any) -> ReplayTimeline:
-        """A ``ReplayTimeline`` over this recording (options: see ``ReplayTimeline``)."""
-        from rampwatch.record.replay import ReplayTimeline
-
-        return ReplayTimeline(self, **options)
 
     def close(self) -> None:
         if isinstance(self._data, mmap.mmap):

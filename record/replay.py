@@ -20,12 +20,10 @@ import time
 import zlib
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rampwatch.core.timeline import Event, Snapshot
-
-if TYPE_CHECKING:
-    from rampwatch.record.reader import Item, Recording
+from rampwatch.record.reader import Item, Recording
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +114,8 @@ class _Checkpoints:
 
 
 class ReplayTimeline:
-    """A ``SnapshotSource`` over a recording, with transport controls.
+    """A ``SnapshotSource`` over a recording, with transport controls: implements
+    ``core.timeline.ReplayControl`` (plus ``play``/``pause``/``step``).
 
     ``clock`` (seconds, monotonic) drives playback and is injectable for tests.
     ``warm_up=True`` starts a daemon thread that builds seek checkpoints over the whole
@@ -230,8 +229,9 @@ class ReplayTimeline:
             self._set_position(pos + dt)
 
     def marks(self) -> list[Event]:
-        """Knee and user marks (time, kind, note) for jump-to."""
-        return self.recording.marks()
+        """Knee, user marks and holds, in time order: the position bar's letters and the
+        jump keys' targets."""
+        return sorted((e for e in self.recording.events if e.kind in ("knee", "mark", "hold")), key=lambda e: e.t)
 
     # ---- snapshots ---------------------------------------------------------------------
 

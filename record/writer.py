@@ -85,7 +85,6 @@ class RecordingWriter:
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._written_upto = 0.0  # run time up to which the file holds the run
-        self.bytes_written = 0
         self.closed = False
 
     # ---- TimelineSink --------------------------------------------------------------
@@ -202,7 +201,6 @@ class RecordingWriter:
             assert self._file is not None
             self._file.write(data)
             self._file.flush()
-            self.bytes_written += len(data)
 
     def close(self, finish_t: float | None = None) -> None:
         if self.closed:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+from rampwatch.record.writer import RecordingWriter
 
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic  # noqa: E402
-from rampwatch.record.writer import RecordingWriter  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURE_RUN = SyntheticRun(
     duration_s=60.0,

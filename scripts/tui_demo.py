@@ -12,9 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
+# The fake runs come from the test suite (tests/ is not installed).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rampwatch.tui.app import make_app  # noqa: E402
+from rampwatch.tui.app import make_live_app, make_replay_app  # noqa: E402
 from tests.tui.fakes import AdvancingSource, FakeControl, FakeReplay, FrozenSource, fake_snapshot  # noqa: E402
 
 
@@ -28,11 +29,11 @@ def main() -> int:
     control = FakeControl()
     if args.replay:
         compare = FrozenSource(fake_snapshot(110.0)) if args.compare else None
-        app = make_app(FakeReplay(position=args.at or 60.0), mode="replay", compare=compare, recording="demo.rwrec", compare_label="other.rwrec" if compare else None)
+        app = make_replay_app(FakeReplay(position=args.at or 60.0), compare=compare, recording="demo.rwrec", compare_label="other.rwrec" if compare else None)
     elif args.at is not None:
-        app = make_app(FrozenSource(fake_snapshot(args.at, metrics=not args.no_metrics)), control, recording="runs/demo.rwrec")
+        app = make_live_app(FrozenSource(fake_snapshot(args.at, metrics=not args.no_metrics)), control, recording="runs/demo.rwrec")
     else:
-        app = make_app(AdvancingSource(metrics=not args.no_metrics), control, recording="runs/demo.rwrec")
+        app = make_live_app(AdvancingSource(metrics=not args.no_metrics), control, recording="runs/demo.rwrec")
     app.run()
     for call in control.calls:
         print(*call)

@@ -112,10 +112,6 @@ class BlockPool:
         self.free_queue: OrderedDict[int, None] = OrderedDict()
 
     @property
-    def num_fresh(self) -> int:
-        return self.num_blocks - len(self.ref_count)
-
-    @property
     def num_free(self) -> int:
         return self.num_blocks - len(self.ref_count) + len(self.free_queue)
 

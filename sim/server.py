@@ -525,7 +525,12 @@ async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> As
 @contextlib.asynccontextmanager
 async def run_server(server: SimServer, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
     """Like ``serve`` for an already built ``SimServer`` (tests inspect its engines)."""
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    # handler_cancellation: a client that disconnects cancels its handler, whose `finally`
+    # aborts the request in the engine, as vLLM aborts a request whose client went away.
+    # Without it the handler keeps waiting for tokens after the client left, the engine
+    # keeps decoding for nobody, and shutdown waits (60 s) for handlers whose drivers it
+    # has already stopped.
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()

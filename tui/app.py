@@ -1,14 +1,16 @@
 """The rampwatch Textual app: live runs and replays share these screens.
 
-``make_app`` is the one factory the CLI and the tests use. The app polls its
-``SnapshotSource`` on a timer (at most 4 Hz) and hands the newest snapshot to every
+``make_live_app`` and ``make_replay_app`` build it for the CLI and the tests: a live
+run is steered through a ``RunControl``, a replay through its ``ReplayControl``. The app
+polls its ``SnapshotSource`` on a timer (at most 4 Hz) and hands the newest snapshot to every
 panel through a replaceable ``SnapshotUpdated`` message, so a slow frame never queues
 stale work.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -16,7 +18,7 @@ from textual.containers import Container, Grid, Horizontal, Vertical
 from textual.geometry import Size
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from rampwatch.core.timeline import Event, RunControl, Snapshot, SnapshotSource
+from rampwatch.core.timeline import ReplayControl, RunControl, Snapshot, SnapshotSource
 from rampwatch.tui.chart_data import format_duration, rate_step
 from rampwatch.tui.event_log import EventLog
 from rampwatch.tui.header_bar import HeaderBar
@@ -70,20 +72,6 @@ def next_speed(speed: float, up: bool) -> float:
     return max((s for s in SPEEDS if s < speed - 1e-9), default=SPEEDS[0])
 
 
-def mark_times(entries: Any) -> list[tuple[float, str, str]]:
-    """(t, kind, note) from ``ReplayTimeline.marks()``, which may give Events or (t, note) pairs."""
-    out = []
-    for entry in entries or []:
-        if isinstance(entry, Event):
-            out.append((entry.t, entry.kind, entry.message))
-        elif isinstance(entry, (int, float)):
-            out.append((float(entry), "mark", ""))
-        else:
-            t, note = entry[0], entry[1] if len(entry) > 1 else ""
-            out.append((float(t), "mark", str(note)))
-    return sorted(out)
-
-
 class RampwatchApp(App[int]):
     CSS_PATH = "rampwatch.tcss"
     TITLE = "rampwatch"
@@ -118,30 +106,35 @@ class RampwatchApp(App[int]):
     def __init__(
         self,
         source: SnapshotSource,
-        control: RunControl | None = None,
         *,
-        mode: Mode = "live",
+        control: RunControl | None = None,
+        replay: ReplayControl | None = None,
+        run_failed: Callable[[], bool] | None = None,
         compare: SnapshotSource | None = None,
         refresh_hz: float = 4.0,
         recording: str | None = None,
         compare_label: str | None = None,
         rate_step_rps: float | None = None,
     ) -> None:
+        """A replay when ``replay`` is given (then it is also the ``source``), else a live
+        run, steered through ``control`` when there is one. ``run_failed()`` true: the run
+        ended in an error, and the app leaves so the command line can print it."""
         super().__init__()
-        if mode not in ("live", "replay"):
-            raise ValueError(f"mode must be 'live' or 'replay', not {mode!r}")
+        if control is not None and replay is not None:
+            raise ValueError("a live run's control or a replay's, not both")
         self.source = source
         self.control = control
-        self.mode: Mode = mode
+        self.replay = replay
+        self.run_failed = run_failed
+        self.mode: Mode = "replay" if replay is not None else "live"
         self.compare_source = compare
         self.refresh_hz = min(max(refresh_hz, 0.1), MAX_REFRESH_HZ)
         self.recording = recording
         self.compare_label = compare_label
         self.rate_step_rps = rate_step_rps
-        self.latest: Snapshot = empty_snapshot("replay" if mode == "replay" else "starting")
+        self.latest: Snapshot = empty_snapshot("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
-        self._playing = False
         self.wide: bool | None = None
         self.main_screen = None
         self._panels: list | None = None
@@ -195,9 +188,9 @@ class RampwatchApp(App[int]):
     # ----- data flow -----
 
     def poll_source(self) -> None:
-        if getattr(self.source, "failure", None) is not None:
-            # The run thread failed (e.g. the target is unreachable): leave the screen so
-            # the command line can print the error as one line.
+        if self.run_failed is not None and self.run_failed():
+            # E.g. the target is unreachable: leave the screen so the command line can
+            # print the error as one line.
             self.exit(1, return_code=1)
             return
         snapshot = self.source.snapshot()
@@ -216,26 +209,22 @@ class RampwatchApp(App[int]):
             (snapshot.state == "holding") == self._pending_hold or snapshot.state not in ACTIVE_STATES
         ):
             self._pending_hold = None
-        if self.mode == "replay":
-            self._update_replay_status()
+        if self.replay is not None:
+            self._update_replay_status(self.replay)
         if self._panels is None:  # a query per refresh is a measurable part of its cost
             self._panels = list(self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog"))
         for widget in self._panels:
             widget.show_snapshot(snapshot, message.compare)
 
-    def _update_replay_status(self) -> None:
-        position = float(getattr(self.source, "position", self.latest.t))
-        duration = float(getattr(self.source, "duration", self.latest.planned_duration_s or 0.0))
-        playing = getattr(self.source, "playing", None)
-        if playing is None:
-            playing = self._playing
-        speed = self._speed()
+    def _update_replay_status(self, replay: ReplayControl) -> None:
+        playing, speed = replay.playing, replay.speed
         for header in self.main_screen.query(HeaderBar):
             header.replay_status = f"{'▶' if playing else '⏸'} {speed:g}×"
         letters = {"knee": "K", "mark": "M", "hold": "H"}
-        bar_marks = [(t, letters[kind]) for t, kind, _ in self._replay_marks() if kind in letters]
+        bar_marks = [(t, letters[kind]) for t, kind in self._replay_marks(replay) if kind in letters]
         for bar in self.main_screen.query(PositionBar):
-            bar.set_state(position=position, duration=duration, speed=speed, playing=bool(playing), marks=bar_marks)
+            bar.set_state(position=replay.position, duration=replay.duration, speed=speed, playing=playing,
+                          marks=bar_marks)
 
     # ----- notifications -----
 
@@ -259,7 +248,7 @@ class RampwatchApp(App[int]):
         if action in LIVE_ACTIONS:
             return self.mode == "live" and self.control is not None
         if action in REPLAY_ACTIONS:
-            return self.mode == "replay"
+            return self.replay is not None
         if action == "show_tab":
             return not self.wide
         return True
@@ -336,33 +325,19 @@ class RampwatchApp(App[int]):
         self.control.stop()
         self.notify("stopping: no new requests, draining in-flight ones", timeout=3)
 
-    # replay
-
-    def _speed(self) -> float:
-        speed = getattr(self.source, "speed", 1.0)
-        return float(speed() if callable(speed) else speed)
+    # replay: check_action lets these run only when there is a replay
 
     def _after_replay_control(self) -> None:
         self.poll_source()
 
     def action_play_pause(self) -> None:
-        toggle = getattr(self.source, "toggle", None)
-        if toggle is not None:
-            toggle()
-        elif self._playing:
-            self.source.pause()
-        else:
-            self.source.play()
-        self._playing = not self._playing
+        assert self.replay is not None
+        self.replay.toggle()
         self._after_replay_control()
 
     def _set_speed(self, up: bool) -> None:
-        speed = next_speed(self._speed(), up)
-        attr = getattr(type(self.source), "speed", None)
-        if callable(attr) and not isinstance(attr, property):
-            self.source.speed(speed)
-        else:
-            self.source.speed = speed
+        assert self.replay is not None
+        self.replay.speed = next_speed(self.replay.speed, up)
         self._after_replay_control()
 
     def action_speed_down(self) -> None:
@@ -372,49 +347,44 @@ class RampwatchApp(App[int]):
         self._set_speed(True)
 
     def action_seek(self, seconds: float) -> None:
-        self.source.seek_relative(float(seconds))
+        assert self.replay is not None
+        self.replay.seek_relative(float(seconds))
         self._after_replay_control()
 
     def action_jump_start(self) -> None:
-        self.source.seek(0.0)
+        assert self.replay is not None
+        self.replay.seek(0.0)
         self._after_replay_control()
 
     def action_jump_end(self) -> None:
-        self.source.seek(float(getattr(self.source, "duration", self.latest.t)))
+        assert self.replay is not None
+        self.replay.seek(self.replay.duration)
         self._after_replay_control()
 
-    def _replay_marks(self) -> list[tuple[float, str, str]]:
-        """Knee, marks and holds of the whole recording (they never change: read once)."""
+    def _replay_marks(self, replay: ReplayControl) -> list[tuple[float, str]]:
+        """(t, kind) of the recording's knee, marks and holds (they never change: read once)."""
         if self._marks is None:
-            marks = getattr(self.source, "marks", None)
-            entries = list((marks() if callable(marks) else marks) or [])
-            # A recording's marks() are the knee and user marks; the bar shows holds too.
-            events = getattr(getattr(self.source, "recording", None), "events", None)
-            if isinstance(events, list):
-                entries += [e for e in events if e.kind == "hold"]
-            self._marks = sorted(set(mark_times(entries)))
+            self._marks = sorted({(e.t, e.kind) for e in replay.marks()})
         return self._marks
 
-    def _position(self) -> float:
-        return float(getattr(self.source, "position", self.latest.t))
-
     def action_jump_knee(self) -> None:
-        knees = [t for t, kind, _ in self._replay_marks() if kind == "knee"]
-        knees = knees or [e.t for e in self.latest.events if e.kind == "knee"]
+        assert self.replay is not None
+        knees = [t for t, kind in self._replay_marks(self.replay) if kind == "knee"]
         if not knees:
             self.notify("no knee in this recording", timeout=2)
             return
-        self.source.seek(knees[0])
+        self.replay.seek(knees[0])
         self._after_replay_control()
 
     def _jump_mark(self, forward: bool) -> None:
-        here = self._position()
-        times = [t for t, kind, _ in self._replay_marks() if kind == "mark"]
+        assert self.replay is not None
+        here = self.replay.position
+        times = [t for t, kind in self._replay_marks(self.replay) if kind == "mark"]
         candidates = [t for t in times if t > here + 0.5] if forward else [t for t in times if t < here - 0.5]
         if not candidates:
             self.notify("no further mark" if forward else "no earlier mark", timeout=2)
             return
-        self.source.seek(min(candidates) if forward else max(candidates))
+        self.replay.seek(min(candidates) if forward else max(candidates))
         self._after_replay_control()
 
     def action_next_mark(self) -> None:
@@ -424,19 +394,28 @@ class RampwatchApp(App[int]):
         self._jump_mark(False)
 
 
-def make_app(
+def make_live_app(
     source: SnapshotSource,
     control: RunControl | None = None,
     *,
-    mode: Mode = "live",
+    run_failed: Callable[[], bool] | None = None,
+    refresh_hz: float = 4.0,
+    recording: str | None = None,
+    rate_step_rps: float | None = None,
+) -> RampwatchApp:
+    """The app for a live run: ``control`` steers it (no control: a view only)."""
+    return RampwatchApp(source, control=control, run_failed=run_failed, refresh_hz=refresh_hz,
+                        recording=recording, rate_step_rps=rate_step_rps)
+
+
+def make_replay_app(
+    replay: ReplayControl,
+    *,
     compare: SnapshotSource | None = None,
     refresh_hz: float = 4.0,
     recording: str | None = None,
     compare_label: str | None = None,
-    rate_step_rps: float | None = None,
 ) -> RampwatchApp:
-    """The app for a live run (``control`` steers it) or a replay (``source`` is a ReplayTimeline)."""
-    return RampwatchApp(
-        source, control, mode=mode, compare=compare, refresh_hz=refresh_hz,
-        recording=recording, compare_label=compare_label, rate_step_rps=rate_step_rps,
-    )
+    """The app for a replay; ``compare`` is drawn dimmed on the same charts."""
+    return RampwatchApp(replay, replay=replay, compare=compare, refresh_hz=refresh_hz, recording=recording,
+                        compare_label=compare_label)

@@ -16,7 +16,6 @@ from rampwatch.tui.chart_data import (
     Marker,
     chart_key,
     downsample,
-    has_data,
     markers,
     metrics_url,
     segments,
@@ -201,6 +200,3 @@ class TimeSeriesChart(PlotextPlot):
             self.plt.vertical_line(mark.t, color=colour)
             label = f"{mark.label}(B)" if dimmed else mark.label
             self.plt.text(label, mark.t, y_top, color=colour, yside=yside, alignment="left")
-
-    def has_any_data(self, snapshot: Snapshot) -> bool:
-        return any(has_data(snapshot.series.get(s.name, [])) for s in self.SERIES)

@@ -11,7 +11,7 @@ from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord
 from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import open_recording
-from rampwatch.record.replay import feed
+from rampwatch.record.replay import ReplayTimeline, feed
 from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter, SeriesCheckpointer
 
@@ -53,7 +53,7 @@ def test_writer_stores_checkpoints_and_seeks_restore_them_exactly(tmp_path):
     assert rec.warnings == []
     # every 5 s up to the last item minus the 5 s feeding lag
     assert rec.checkpoint_times[:3] == [5.0, 10.0, 15.0] and len(rec.checkpoint_times) >= 8
-    tl = rec.replay(clock=lambda: 0.0)
+    tl = ReplayTimeline(rec, clock=lambda: 0.0)
     assert tl.uses_stored_checkpoints and tl.checkpoint_count == len(rec.checkpoint_times)
     for t in (33.2, 5.0, 12.75, 0.4, 41.0, 26.0, rec.duration_s):
         tl.seek(t)
@@ -92,7 +92,7 @@ def test_checkpoints_written_before_a_late_item_are_not_used(tmp_path):
         f.write(fmt.frame(fmt.KIND_REQUESTS, fmt.encode_requests([late]), 1, 12.0, 12.0))
     rec = open_recording(path)
     assert rec.checkpoint_times and max(rec.checkpoint_times) < 12.0
-    tl = rec.replay(clock=lambda: 0.0)
+    tl = ReplayTimeline(rec, clock=lambda: 0.0)
     tl.seek(20.0)
     _assert_same(tl.snapshot(), _straight(rec, 20.0))
     assert writer.error is None
@@ -113,7 +113,7 @@ def test_old_files_without_checkpoints_still_seek_by_feeding(tmp_path):
     path = tmp_path / "old.rwrec"
     _write(path, every=None, duration=20.0)
     rec = open_recording(path)
-    tl = rec.replay(clock=lambda: 0.0, warm_up=False, checkpoint_every_s=4)
+    tl = ReplayTimeline(rec, clock=lambda: 0.0, warm_up=False, checkpoint_every_s=4)
     assert not tl.uses_stored_checkpoints
     for t in (15.5, 3.0):
         tl.seek(t)

@@ -15,6 +15,7 @@ import pytest
 from rampwatch.core.timeline import SERIES_NAMES
 from rampwatch.record.cli_compare import compare_rows
 from rampwatch.record.reader import open_recording
+from rampwatch.record.replay import ReplayTimeline
 from tests.record.helpers import FedLog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +199,7 @@ def _expected_fed(rec, t):
 def test_replay_transport_and_feeding():
     rec = open_recording(FIXTURE)
     clock = FakeClock()
-    tl = rec.replay(clock=clock, builder_factory=FedLog, warm_up=False, checkpoint_every_s=10)
+    tl = ReplayTimeline(rec, clock=clock, builder_factory=FedLog, warm_up=False, checkpoint_every_s=10)
     assert tl.position == 0 and not tl.playing
     tl.play()
     clock.now += 2.5
@@ -235,7 +236,7 @@ def test_replay_snapshot_equals_a_straight_feed_with_the_series_builder():
 
     rec = open_recording(FIXTURE)
     clock = FakeClock()
-    tl = rec.replay(clock=clock, checkpoint_every_s=10)
+    tl = ReplayTimeline(rec, clock=clock, checkpoint_every_s=10)
     assert tl.wait_warm(30)
     assert tl.warm_fraction == 1.0 and tl.checkpoint_count >= 5
     for t in (50.0, 23.5, 51.0, 5.0):

@@ -18,12 +18,11 @@ from rampwatch.core.redact import REDACTED, redact_options
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import SCANNERS, open_recording
+from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
 from tests.record import v1_tiny
 from tests.record.helpers import FedLog, assert_request_close
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write_small(path: Path, duration=12.0) -> None:
@@ -108,8 +107,7 @@ def test_committed_v1_file_still_reads():
 # ---- crash safety: a real writer process killed with SIGKILL ----------------------------
 
 _WRITER_SCRIPT = r"""
-import sys, time
-sys.path.insert(0, {root!r})
+import time
 from rampwatch.core.timeline import Tick, Event, RequestRecord, RunHeader
 from rampwatch.record.writer import RecordingWriter
 w = RecordingWriter({path!r}, flush_interval_s=0.1)
@@ -128,7 +126,7 @@ while time.monotonic() - t0 < 60:
 
 def test_kill_9_leaves_a_replayable_file(tmp_path):
     path = tmp_path / "killed.rwrec"
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER_SCRIPT.format(root=str(ROOT), path=str(path))])
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER_SCRIPT.format(path=str(path))])
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -147,7 +145,7 @@ def test_kill_9_leaves_a_replayable_file(tmp_path):
     assert len(requests) > 100
     assert [r.id for r in requests] == list(range(len(requests)))  # nothing lost before the last flush
     assert rec.ticks and rec.events
-    timeline = rec.replay(builder_factory=FedLog, warm_up=False, clock=lambda: 0.0)
+    timeline = ReplayTimeline(rec, builder_factory=FedLog, warm_up=False, clock=lambda: 0.0)
     timeline.seek(rec.duration_s)
     fed = timeline.snapshot().summary["fed"]
     assert sum(1 for kind, _ in fed if kind == "request") == len(requests)

@@ -89,7 +89,7 @@ def test_embedded_sim_rejects_bad_preset_in_parent():
 
 def test_embedded_child_exits_when_parent_dies():
     code = (
-        "import sys, time\n"
+        "import time\n"
         "from rampwatch.sim.embedded import EmbeddedSim\n"
         "from rampwatch.sim.config import SimConfig\n"
         "sim = EmbeddedSim(SimConfig(hardware='instant', model='tiny')).start()\n"

@@ -206,6 +206,22 @@ async def test_client_disconnect_aborts_request():
         assert not server.engines[0].has_work()
 
 
+async def test_client_disconnect_aborts_request_even_when_no_token_comes():
+    # The stalled engine never hands the handler another token, so a failed write cannot
+    # be what notices the disconnect: the disconnect itself must end the request.
+    server = SimServer(SimConfig(**FAST, faults=FaultConfig(stall_at=0.0, stall_for=3600)))
+    async with run_server(server) as url:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 10, "stream": True}) as r:
+                assert r.status == 200
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if server.engines[0].stats.finished["abort"]:
+                break
+        assert server.engines[0].stats.finished["abort"] == 1
+        assert not server.engines[0].has_work()
+
+
 async def test_stall_delays_tokens():
     server = SimServer(SimConfig(**FAST, faults=FaultConfig(stall_at=0.0, stall_for=0.3)))
     async with run_server(server) as url:

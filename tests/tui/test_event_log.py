@@ -4,7 +4,7 @@ import pytest
 from rich.console import Console
 
 from rampwatch.core.timeline import Event
-from rampwatch.tui.app import make_app
+from rampwatch.tui.app import make_live_app
 from rampwatch.tui.event_log import EventLog, event_table
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 
@@ -57,7 +57,7 @@ def screen_lines(app) -> list[str]:
 async def test_events_panel_rows_stay_inside_its_border():
     snapshot = fake_snapshot(95.0)
     snapshot.events[:] = EVENTS
-    app = make_app(FrozenSource(snapshot), FakeControl(), mode="live")
+    app = make_live_app(FrozenSource(snapshot), FakeControl())
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         log = app.query_one("#w-events", EventLog)

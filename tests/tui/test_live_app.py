@@ -3,7 +3,7 @@ terminal size, and server panels say when /metrics is missing."""
 
 import pytest
 
-from rampwatch.tui.app import is_wide, make_app
+from rampwatch.tui.app import is_wide, make_live_app
 from rampwatch.tui.help_screen import HelpScreen
 from rampwatch.tui.kv_chart import KvChart
 from rampwatch.tui.mark_dialog import MarkDialog
@@ -19,7 +19,7 @@ WIDE = (160, 48)
 def live_app(t=60.0, *, metrics=True, state=None, **kwargs):
     control = FakeControl()
     source = FrozenSource(fake_snapshot(t, metrics=metrics, state=state))
-    return make_app(source, control, mode="live", **kwargs), control, source
+    return make_live_app(source, control, **kwargs), control, source
 
 
 async def test_space_holds_then_resumes():
@@ -128,7 +128,7 @@ async def test_question_mark_shows_the_keys():
 
 async def test_without_control_the_keys_do_not_steer():
     source = FrozenSource(fake_snapshot(60.0))
-    app = make_app(source, None, mode="live")
+    app = make_live_app(source, None)
     async with app.run_test(size=NARROW) as pilot:
         await pilot.press("space", "plus", "s", "m")
         assert not isinstance(app.screen, MarkDialog)
@@ -234,7 +234,7 @@ class SteppingSource:
 async def test_charts_are_rebuilt_only_when_a_bin_or_event_is_added():
     # Four polls inside one second of the run, then a new bin.
     source = SteppingSource([fake_snapshot(t) for t in (60.0, 60.1, 60.3, 60.5, 60.7, 61.1)])
-    app = make_app(source, FakeControl(), mode="live", refresh_hz=0.1)  # polled by hand only
+    app = make_live_app(source, FakeControl(), refresh_hz=0.1)  # polled by hand only
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
         app.poll_source()  # the first poll ran before the layout had its size

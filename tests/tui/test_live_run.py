@@ -1,14 +1,15 @@
 """The live screen steering a real run against the simulator: the keys change the
 schedule, and the recording holds every action as an event.
 
-Two wirings: the run in a thread of the test process (so the test can read the
-schedule directly after each key), and the production one — `rampwatch run`'s
-``prepare_run`` with the embedded simulator, the run forked into its own process —
-checked through the published snapshots and the recording."""
+Two wirings: the run on the app's own event loop (so the test can read the schedule
+directly after each key), and the production one — `rampwatch run`'s ``prepare_run``
+with the embedded simulator, the run forked into its own process — checked through the
+published snapshots and the recording."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import time
 
@@ -16,7 +17,6 @@ import pytest
 
 from rampwatch.app import run as run_command
 from rampwatch.app import session
-from rampwatch.app.bridge import LiveBridge
 from rampwatch.app.live import start_live_prepared
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
@@ -24,7 +24,7 @@ from rampwatch.record.reader import open_recording
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.embedded import EmbeddedSim
-from rampwatch.tui.app import make_app
+from rampwatch.tui.app import make_live_app
 from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.quit_dialog import QuitDialog
 
@@ -73,17 +73,18 @@ def check_recorded_steering(events, held_rate: float | None = None) -> None:
     assert stops and stops[0].t >= mark.t and "stop requested" in stops[0].message
 
 
-async def test_keys_steer_a_run_in_a_thread_and_are_recorded(sim, tmp_path):
+async def test_keys_steer_a_run_on_the_apps_loop_and_are_recorded(sim, tmp_path):
     scenario = load_scenario("chat", overrides=SHORT_ANSWERS, flags=RAMP)
     model = session.discover_model(sim.url, None)
-    path = tmp_path / "thread.rwrec"
+    path = tmp_path / "same-loop.rwrec"
     run = Run(scenario, RunOptions(target=sim.url, model=model, rate_step_rps=STEP, stop_grace_s=5.0),
               sinks=[RecordingWriter(path)])
-    bridge = LiveBridge(run.execute, run.snapshot, run, publish_interval=0.05).start()
     schedule = run.schedule
-    app = make_app(bridge, bridge.control, mode="live", rate_step_rps=STEP)
+    app = make_live_app(run, run, rate_step_rps=STEP)  # the Run is both the source and the control
+    execution: asyncio.Task | None = None
     try:
         async with app.run_test(size=(100, 30)) as pilot:
+            execution = asyncio.create_task(run.execute())
             await wait_for(pilot, lambda: app.latest.header is not None and run.now() > 1.0, "the run to start")
 
             await pilot.press("space")
@@ -108,13 +109,15 @@ async def test_keys_steer_a_run_in_a_thread_and_are_recorded(sim, tmp_path):
             await wait_for(pilot, lambda: any(e.kind == "mark" for e in run.collector.events), "the mark")
 
             await pilot.press("s")
-            await wait_for(pilot, lambda: bridge.done, "the run to drain and finish")
+            await wait_for(pilot, execution.done, "the run to drain and finish")
             await pilot.pause(0.3)
             assert app.latest.state == "done"
             await pilot.press("q")  # a finished run quits without asking
-        result = bridge.finish(drain_timeout=10.0)
+        result = await execution
     finally:
-        bridge.finish(drain_timeout=10.0)
+        if execution is not None and not execution.done():
+            run.stop()
+            await asyncio.wait_for(execution, 10.0)
     assert result.requests and all(r.ok for r in result.requests)
     check_recorded_steering(recorded_events(path), held)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rampwatch.record.reader import open_recording
-from rampwatch.tui.app import make_app
+from rampwatch.record.replay import ReplayTimeline
+from rampwatch.tui.app import make_live_app, make_replay_app
 from tests.tui.fakes import FakeControl, FrozenSource
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
@@ -18,14 +19,14 @@ AT = 55.0  # past the mark (30 s) and the knee (~48 s)
 @pytest.fixture
 def timeline():
     recording = open_recording(FIXTURE)
-    tl = recording.replay(warm_up=False)
+    tl = ReplayTimeline(recording, warm_up=False)
     tl.seek(AT)
     yield tl
     recording.close()
 
 
 def live_app(timeline):
-    return make_app(FrozenSource(timeline.snapshot()), FakeControl(), mode="live", recording="tests/data/small.rwrec")
+    return make_live_app(FrozenSource(timeline.snapshot()), FakeControl(), recording="tests/data/small.rwrec")
 
 
 def test_recorded_run_live_80x24(snap_compare, timeline):
@@ -37,20 +38,20 @@ def test_recorded_run_live_160x48(snap_compare, timeline):
 
 
 def test_recorded_run_replay_160x48(snap_compare, timeline):
-    app = make_app(timeline, mode="replay", recording="tests/data/small.rwrec")
+    app = make_replay_app(timeline, recording="tests/data/small.rwrec")
     assert snap_compare(app, terminal_size=(160, 48))
 
 
 def test_recorded_run_replay_compare_120x40(snap_compare, timeline):
-    other = open_recording(FIXTURE).replay(warm_up=False)
+    other = ReplayTimeline(open_recording(FIXTURE), warm_up=False)
     other.seek(other.duration)
     compare = FrozenSource(other.snapshot())
-    app = make_app(timeline, mode="replay", compare=compare, recording="a.rwrec", compare_label="b.rwrec")
+    app = make_replay_app(timeline, compare=compare, recording="a.rwrec", compare_label="b.rwrec")
     assert snap_compare(app, terminal_size=(120, 40))
 
 
 async def test_replay_keys_move_the_recording(timeline):
-    app = make_app(timeline, mode="replay")
+    app = make_replay_app(timeline)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("home")
         assert timeline.position == 0.0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rampwatch.tui.app import make_app, mark_times, next_speed
+from rampwatch.tui.app import make_replay_app, next_speed
 from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.latency_chart import LatencyChart
 from rampwatch.tui.position_bar import PositionBar
@@ -13,7 +13,7 @@ SIZE = (100, 30)
 
 async def test_space_toggles_play():
     replay = FakeReplay(position=30.0)
-    app = make_app(replay, mode="replay")
+    app = make_replay_app(replay)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("space")
         assert replay.playing
@@ -23,7 +23,7 @@ async def test_space_toggles_play():
 
 async def test_arrows_and_pages_seek():
     replay = FakeReplay(position=30.0)
-    app = make_app(replay, mode="replay")
+    app = make_replay_app(replay)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("right")
         assert replay.position == 40.0
@@ -41,7 +41,7 @@ async def test_arrows_and_pages_seek():
 
 async def test_speed_keys_double_and_halve_within_1_to_16():
     replay = FakeReplay()
-    app = make_app(replay, mode="replay")
+    app = make_replay_app(replay)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("right_square_bracket")
         assert replay.speed == 2.0
@@ -55,7 +55,7 @@ async def test_speed_keys_double_and_halve_within_1_to_16():
 
 async def test_k_jumps_to_the_knee_and_n_p_walk_the_marks():
     replay = FakeReplay(position=10.0)
-    app = make_app(replay, mode="replay")
+    app = make_replay_app(replay)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("k")
         assert replay.position == KNEE_AT
@@ -69,20 +69,20 @@ async def test_k_jumps_to_the_knee_and_n_p_walk_the_marks():
 
 async def test_position_bar_and_header_follow_the_replay():
     replay = FakeReplay(position=60.0)
-    app = make_app(replay, mode="replay", recording="a.rwrec")
+    app = make_replay_app(replay, recording="a.rwrec")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("space", "right_square_bracket", "right")
         await pilot.pause(0.3)
         bar = app.query_one(PositionBar)
         assert (bar.position, bar.duration, bar.speed, bar.playing) == (70.0, 120.0, 2.0, True)
-        assert ("K" in {letter for _, letter in bar.marks}) and ("M" in {letter for _, letter in bar.marks})
+        assert {letter for _, letter in bar.marks} == {"K", "M", "H"}  # knee, mark, hold
         assert "REPLAY ▶ 2×" in str(app.query_one(HeaderBar).render_text(app.latest))
         assert app.latest.t == 70.0
 
 
 async def test_live_keys_do_nothing_in_replay():
     replay = FakeReplay(position=60.0)
-    app = make_app(replay, mode="replay")
+    app = make_replay_app(replay)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("m", "s", "plus")
         assert app.screen is app.screen_stack[0]
@@ -92,7 +92,7 @@ async def test_live_keys_do_nothing_in_replay():
 async def test_compare_draws_b_dimmed_with_a_legend_label():
     replay = FakeReplay(position=50.0)
     compare = FrozenSource(fake_snapshot(120.0))
-    app = make_app(replay, mode="replay", compare=compare, compare_label="b.rwrec")
+    app = make_replay_app(replay, compare=compare, compare_label="b.rwrec")
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         chart = app.query_one("#w-latency", LatencyChart)
@@ -116,8 +116,3 @@ def segments_of(snapshot):
 def test_next_speed(speed, up, expected):
     assert next_speed(speed, up) == expected
 
-
-def test_mark_times_accepts_events_and_pairs():
-    from rampwatch.core.timeline import Event
-
-    assert mark_times([Event(5.0, "knee", "k"), (2.0, "note"), 1.0]) == [(1.0, "mark", ""), (2.0, "mark", "note"), (5.0, "knee", "k")]

@@ -4,12 +4,12 @@
 Every screen is fed a fixed snapshot (no clock anywhere on screen) at a fixed size.
 """
 
-from rampwatch.tui.app import make_app
+from rampwatch.tui.app import make_live_app, make_replay_app
 from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_snapshot
 
 
 def live(t: float, metrics: bool = True):
-    return make_app(FrozenSource(fake_snapshot(t, metrics=metrics)), FakeControl(), mode="live", recording="runs/chat.rwrec")
+    return make_live_app(FrozenSource(fake_snapshot(t, metrics=metrics)), FakeControl(), recording="runs/chat.rwrec")
 
 
 def test_live_80x24(snap_compare):
@@ -29,8 +29,7 @@ def test_live_160x48_without_metrics(snap_compare):
 
 
 def test_replay_compare_160x48(snap_compare):
-    app = make_app(
-        FakeReplay(position=70.0), mode="replay", compare=FrozenSource(fake_snapshot(120.0)),
+    app = make_replay_app(FakeReplay(position=70.0), compare=FrozenSource(fake_snapshot(120.0)),
         recording="runs/a.rwrec", compare_label="runs/b.rwrec",
     )
     assert snap_compare(app, terminal_size=(160, 48))

@@ -1,0 +1,198 @@
+"""The bridge runs the load in a forked process; the UI only reads the snapshots it
+publishes and sends it RunControl calls."""
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from rampwatch.app.bridge import ProcessBridge, tail_of, with_tail
+from rampwatch.app.live import start_live
+from rampwatch.core.errors import UserError
+from rampwatch.loadgen import eventloop
+from tests.tui.fakes import FakeControl, fake_snapshot
+
+
+class SteeredRun:
+    """A toy run that lasts until stopped and returns the controls it received, with the
+    process they ran in."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.stopped: asyncio.Event | None = None
+
+    async def run(self) -> dict:
+        self.stopped = asyncio.Event()
+        await self.stopped.wait()
+        return {"pid": os.getpid(), "calls": self.calls}
+
+    def snapshot(self):
+        return fake_snapshot(5.0, state="done" if self.stopped is not None and self.stopped.is_set() else "ramping")
+
+    def hold(self) -> None:
+        self.calls.append("hold")
+
+    def step_rate(self, delta_rps: float) -> None:
+        self.calls.append(f"step_rate:{delta_rps:g}")
+
+    def mark(self, note: str) -> None:
+        self.calls.append(f"mark:{note}")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+        self.stopped.set()
+
+
+def test_process_bridge_runs_the_load_in_a_child_process():
+    run = SteeredRun()
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.02).start()
+    for _ in range(200):
+        if bridge.snapshots_published:
+            break
+        threading.Event().wait(0.02)
+    assert bridge.snapshot().t == 5.0
+    bridge.control.hold()
+    bridge.control.step_rate(1.5)
+    bridge.control.mark("n1")
+    result = bridge.finish(drain_timeout=10.0)
+    assert result["pid"] != os.getpid()
+    assert result["calls"] == ["hold", "step_rate:1.5", "mark:n1", "stop"]
+    assert run.calls == []  # nothing ran in this process
+    assert bridge.snapshot().state == "done"  # the final state is published
+    bridge.control.hold()  # after the end: dropped, no error
+    assert bridge.finish() == result
+
+
+def test_process_bridge_hands_back_the_run_error():
+    async def failing():
+        raise UserError("http://127.0.0.1:9: connection refused")
+
+    bridge = ProcessBridge(failing, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.05).start()
+    assert bridge.join(10.0)
+    with pytest.raises(UserError, match="connection refused"):
+        bridge.finish()
+
+
+def test_a_snapshot_tail_on_the_previous_snapshot_gives_the_new_snapshot():
+    before, after = fake_snapshot(100.0), fake_snapshot(103.5)
+    start, tail = tail_of(after, bins=10)
+    assert start == 93 and len(tail.times) == 10 and all(len(v) == 10 for v in tail.series.values())
+    rebuilt = with_tail(before, start, tail)
+    assert rebuilt.times == after.times
+    for name, values in after.series.items():
+        assert rebuilt.series[name] == pytest.approx(values, nan_ok=True)
+    assert rebuilt.t == after.t and rebuilt.events == after.events
+    assert tail_of(fake_snapshot(5.0), bins=10) == (0, fake_snapshot(5.0))
+    with pytest.raises(ValueError):
+        with_tail(fake_snapshot(20.0), 50, tail)
+
+
+def test_process_bridge_rebuilds_long_runs_from_tails():
+    """After the first publish the run sends only recent bins; the UI side must still
+    hold the run's whole series."""
+    class LongRun:
+        def __init__(self):
+            self.t = 300.0
+            self.stopped = None
+
+        async def run(self):
+            self.stopped = asyncio.Event()
+            await self.stopped.wait()
+
+        def snapshot(self):
+            self.t += 1.0  # a new bin at every publish
+            return fake_snapshot(min(self.t, 400.0))
+
+        def stop(self):
+            self.stopped.set()
+
+    run = LongRun()
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.01).start()
+    for _ in range(500):
+        if bridge.snapshots_published >= 8:
+            break
+        threading.Event().wait(0.01)
+    seen = bridge.snapshot()
+    assert bridge.snapshots_published >= 8 and len(seen.times) > 300
+    expected = fake_snapshot(seen.t)
+    assert seen.times == expected.times
+    assert seen.series["completed_rps"] == pytest.approx(expected.series["completed_rps"])
+    bridge.finish(drain_timeout=10.0)
+
+
+def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
+    """A stop whose drain outlasts the timeout: the run is asked to cancel its in-flight
+    requests and then ends normally, with its result (not a CancelledError)."""
+    class SlowDrain:
+        def __init__(self):
+            self.calls = []
+            self.in_flight = None
+
+        async def run(self):
+            self.in_flight = asyncio.Event()
+            await self.in_flight.wait()  # a stop alone does not end it: requests are slow
+            return {"calls": self.calls}
+
+        def snapshot(self):
+            return fake_snapshot(5.0)
+
+        def stop(self):
+            self.calls.append("stop")
+
+        def cancel_in_flight(self):
+            self.calls.append("cancel_in_flight")
+            self.in_flight.set()
+
+    run = SlowDrain()
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.05).start()
+    assert bridge.finish(drain_timeout=0.3) == {"calls": ["stop", "cancel_in_flight"]}
+
+
+def test_process_bridge_hands_back_a_result_larger_than_the_pipe_buffer():
+    # The run process's loop (uvloop) must not leave the pipe non-blocking: a result
+    # of many megabytes (an hour's records) has to wait for the UI to read it.
+    assert eventloop.loop_name() == "uvloop"
+    payload = list(range(2_000_000))
+
+    async def run():
+        await asyncio.sleep(0.2)
+        return payload
+
+    bridge = ProcessBridge(run, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.02).start()
+    assert bridge.finish(drain_timeout=20.0) == payload
+
+
+def test_a_run_that_ignores_stop_and_cancel_in_flight_is_cancelled():
+    async def stubborn():
+        await asyncio.sleep(30)
+
+    bridge = ProcessBridge(stubborn, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.01).start()
+    with pytest.raises(asyncio.CancelledError):
+        bridge.finish(drain_timeout=0.2, escalation_timeout=0.5)
+    assert bridge.done
+
+
+async def test_app_keys_reach_the_run_process():
+    run = SteeredRun()
+    bridge, app = start_live(run.run, run.snapshot, run, rate_step_rps=2.0, ui_priority="normal")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("space", "plus", "s")
+        await pilot.pause(0.2)
+    result = bridge.finish(drain_timeout=5.0)
+    assert result["pid"] != os.getpid()
+    assert result["calls"] == ["hold", "step_rate:2", "stop"]
+
+
+async def test_app_leaves_when_the_run_fails():
+    async def failing():
+        raise ValueError("boom")
+
+    bridge, app = start_live(failing, lambda: fake_snapshot(1.0), FakeControl(), ui_priority="normal")
+    assert bridge.join(10.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.1)
+    assert app.return_code == 1
+    with pytest.raises(ValueError, match="boom"):
+        bridge.finish()
