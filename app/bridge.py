@@ -28,8 +28,17 @@ PUBLISH_INTERVAL_S = 0.25
 
 def _starting_snapshot() -> Snapshot:
     return Snapshot(
-        t=0.0, header=None, state="starting", target_rps=0.0, times=[], series={}, in_flight=0,
-        events=[], summary={}, server_metrics_available=True, planned_duration_s=None,
+        t=0.0,
+        header=None,
+        state="starting",
+        target_rps=0.0,
+        times=[],
+        series={},
+        in_flight=0,
+        events=[],
+        summary={},
+        server_metrics_available=True,
+        planned_duration_s=None,
     )
 
 
@@ -236,7 +245,9 @@ class ProcessBridge:
             return self._latest
 
     def start(self) -> ProcessBridge:
-        self._process = self._ctx.Process(target=_child_main, args=(self._child_conn, *self._args), name="rampwatch-run", daemon=True)
+        self._process = self._ctx.Process(
+            target=_child_main, args=(self._child_conn, *self._args), name="rampwatch-run", daemon=True
+        )
         self._process.start()
         self._child_conn.close()
         self._reader = threading.Thread(target=self._read_loop, name="rampwatch-run-reader", daemon=True)

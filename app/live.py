@@ -39,19 +39,32 @@ def start_live(
     bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log_path).start()
     if ui_priority != "normal":
         lower_ui_priority(ui_priority)  # drawing yields the CPU to the load process
-    app = make_live_app(bridge, bridge.control, run_failed=lambda: bridge.failure is not None,
-                        refresh_hz=refresh_hz, recording=recording, rate_step_rps=rate_step_rps)
+    app = make_live_app(
+        bridge,
+        bridge.control,
+        run_failed=lambda: bridge.failure is not None,
+        refresh_hz=refresh_hz,
+        recording=recording,
+        rate_step_rps=rate_step_rps,
+    )
     return bridge, app
 
 
-def start_live_prepared(prepared: PreparedRun, *, ui_priority: str = "idle",
-                        log_path: str | None = None) -> tuple[ProcessBridge, RampwatchApp]:
+def start_live_prepared(
+    prepared: PreparedRun, *, ui_priority: str = "idle", log_path: str | None = None
+) -> tuple[ProcessBridge, RampwatchApp]:
     """``start_live`` for a ``PreparedRun``: the run process executes ``prepared.execute``
     (which closes the recording there, its only writer)."""
     recording = str(prepared.recording_path) if prepared.recording_path else None
-    return start_live(prepared.execute, prepared.run.snapshot, prepared.run, recording=recording,
-                      rate_step_rps=prepared.run.options.rate_step_rps, ui_priority=ui_priority,
-                      log_path=log_path)
+    return start_live(
+        prepared.execute,
+        prepared.run.snapshot,
+        prepared.run,
+        recording=recording,
+        rate_step_rps=prepared.run.options.rate_step_rps,
+        ui_priority=ui_priority,
+        log_path=log_path,
+    )
 
 
 def run_live(args: argparse.Namespace) -> int:
@@ -74,9 +87,11 @@ def run_live(args: argparse.Namespace) -> int:
             finally:
                 _print_log(log_path)
     except asyncio.CancelledError:
-        print("rampwatch run: the run did not end after its in-flight requests were cancelled; "
-              "it was abandoned" + (f" (recording so far: {prepared.recording_path})" if prepared.recording_path else ""),
-              file=sys.stderr)
+        print(
+            "rampwatch run: the run did not end after its in-flight requests were cancelled; "
+            "it was abandoned" + (f" (recording so far: {prepared.recording_path})" if prepared.recording_path else ""),
+            file=sys.stderr,
+        )
         return 1
     finally:
         prepared.close()

@@ -16,7 +16,9 @@ if TYPE_CHECKING:  # the parser is built from this module: heavy imports wait fo
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recording", metavar="REC", help="recording to replay (.rwrec)")
-    parser.add_argument("--compare", metavar="B", help="another recording drawn dimmed on the same charts, aligned at the start")
+    parser.add_argument(
+        "--compare", metavar="B", help="another recording drawn dimmed on the same charts, aligned at the start"
+    )
     parser.add_argument("--speed", type=float, default=1.0, help="playback speed, 1 to 16 (default 1)")
     parser.add_argument("--start", type=float, default=0.0, metavar="SECONDS", help="start at this position")
     parser.add_argument("--paused", action="store_true", help="open paused (space plays)")

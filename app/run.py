@@ -38,43 +38,99 @@ positive_int = _number(int, lambda v: v > 0, "a whole number above 0")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", metavar="SCENARIO", help="scenario name (chat, classification, …) or YAML path")
-    parser.add_argument("--target", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8000 "
-                        "(default: start the embedded simulator)")
+    parser.add_argument(
+        "--target",
+        metavar="URL",
+        help="server base URL, e.g. http://127.0.0.1:8000 (default: start the embedded simulator)",
+    )
     parser.add_argument("--model", metavar="NAME", help="model name to request (default: the server's first model)")
     parser.add_argument("--headless", action="store_true", help="no UI: progress lines and a final summary")
-    parser.add_argument("--duration", type=positive_float, metavar="SECONDS", help="ramp duration (schedule.duration_s)")
+    parser.add_argument(
+        "--duration", type=positive_float, metavar="SECONDS", help="ramp duration (schedule.duration_s)"
+    )
     parser.add_argument("--start-rps", type=non_negative_float, metavar="R", help="rate at the start of the ramp")
     parser.add_argument("--end-rps", type=non_negative_float, metavar="R", help="rate at the end of the ramp")
     parser.add_argument("--seed", type=int, metavar="N", help="seed for arrivals and prompts")
-    parser.add_argument("--max-concurrency", type=positive_int, metavar="N", help="cap on requests in flight "
-                        "(the wait is recorded as client queue time)")
-    parser.add_argument("--metrics-url", action="append", metavar="URL", default=[],
-                        help="server /metrics URL to poll (repeatable; default: TARGET/metrics)")
+    parser.add_argument(
+        "--max-concurrency",
+        type=positive_int,
+        metavar="N",
+        help="cap on requests in flight (the wait is recorded as client queue time)",
+    )
+    parser.add_argument(
+        "--metrics-url",
+        action="append",
+        metavar="URL",
+        default=[],
+        help="server /metrics URL to poll (repeatable; default: TARGET/metrics)",
+    )
     parser.add_argument("--scrape-interval", type=positive_float, default=1.0, metavar="SECONDS")
-    parser.add_argument("--tokenizer", metavar="NAME_OR_PATH",
-                        help="HF tokenizer for exact prompt lengths (default: the simulator's)")
+    parser.add_argument(
+        "--tokenizer", metavar="NAME_OR_PATH", help="HF tokenizer for exact prompt lengths (default: the simulator's)"
+    )
     parser.add_argument("--api-key", metavar="KEY", help="bearer token (default: $OPENAI_API_KEY)")
-    parser.add_argument("--result-json", metavar="PATH", help="write a vllm-bench-style result JSON here "
-                        "(default: beside the recording)")
-    parser.add_argument("--max-error-rate", type=fraction, default=0.05, metavar="F",
-                        help="exit 1 when the failed fraction of requests exceeds F (default 0.05)")
-    parser.add_argument("--gpu-price-per-hour", type=non_negative_float, metavar="USD",
-                        help="add cost per 1M output and total tokens to the summary")
-    parser.add_argument("--record", metavar="PATH", help="recording file (default: ./recordings/<time>-<scenario>.rwrec)")
+    parser.add_argument(
+        "--result-json",
+        metavar="PATH",
+        help="write a vllm-bench-style result JSON here (default: beside the recording)",
+    )
+    parser.add_argument(
+        "--max-error-rate",
+        type=fraction,
+        default=0.05,
+        metavar="F",
+        help="exit 1 when the failed fraction of requests exceeds F (default 0.05)",
+    )
+    parser.add_argument(
+        "--gpu-price-per-hour",
+        type=non_negative_float,
+        metavar="USD",
+        help="add cost per 1M output and total tokens to the summary",
+    )
+    parser.add_argument(
+        "--record", metavar="PATH", help="recording file (default: ./recordings/<time>-<scenario>.rwrec)"
+    )
     parser.add_argument("--no-record", action="store_true", help="do not record the session")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override any scenario key, e.g. --set workload.output_tokens.max=200 (repeatable)")
-    parser.add_argument("--progress-interval", type=positive_float, default=DEFAULT_PROGRESS_INTERVAL_S, metavar="SECONDS",
-                        help=f"headless: seconds between progress lines (default {DEFAULT_PROGRESS_INTERVAL_S:g})")
-    parser.add_argument("--rate-step", type=positive_float, metavar="RPS",
-                        help="rate change of the +/- keys (default: about 10%% of the current rate)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any scenario key, e.g. --set workload.output_tokens.max=200 (repeatable)",
+    )
+    parser.add_argument(
+        "--progress-interval",
+        type=positive_float,
+        default=DEFAULT_PROGRESS_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"headless: seconds between progress lines (default {DEFAULT_PROGRESS_INTERVAL_S:g})",
+    )
+    parser.add_argument(
+        "--rate-step",
+        type=positive_float,
+        metavar="RPS",
+        help="rate change of the +/- keys (default: about 10%% of the current rate)",
+    )
     parser.add_argument("--request-timeout", type=positive_float, default=600.0, metavar="SECONDS")
-    parser.add_argument("--stop-grace", type=non_negative_float, default=10.0, metavar="SECONDS",
-                        help="after a stop, how long in-flight requests may finish before they are cancelled")
-    parser.add_argument("--sim-hardware", default=DEFAULT_SIM_HARDWARE, metavar="PRESET",
-                        help=f"embedded simulator hardware preset (default {DEFAULT_SIM_HARDWARE})")
-    parser.add_argument("--sim-model", default=DEFAULT_SIM_MODEL, metavar="PRESET",
-                        help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL})")
+    parser.add_argument(
+        "--stop-grace",
+        type=non_negative_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="after a stop, how long in-flight requests may finish before they are cancelled",
+    )
+    parser.add_argument(
+        "--sim-hardware",
+        default=DEFAULT_SIM_HARDWARE,
+        metavar="PRESET",
+        help=f"embedded simulator hardware preset (default {DEFAULT_SIM_HARDWARE})",
+    )
+    parser.add_argument(
+        "--sim-model",
+        default=DEFAULT_SIM_MODEL,
+        metavar="PRESET",
+        help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL})",
+    )
 
 
 def want_tui(args: argparse.Namespace, stdout: TextIO | None = None) -> bool:

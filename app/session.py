@@ -186,8 +186,14 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         if recording_path is not None:
             recorder = RecordingWriter(recording_path, secrets={api_key} if api_key else None)
         run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
-        return PreparedRun(run=run, args=args, embedded=embedded, recorder=recorder,
-                           recording_path=recording_path, result_json_path=result_json)
+        return PreparedRun(
+            run=run,
+            args=args,
+            embedded=embedded,
+            recorder=recorder,
+            recording_path=recording_path,
+            result_json_path=result_json,
+        )
     except BaseException:
         if embedded is not None:
             embedded.stop()
@@ -211,14 +217,15 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
     print(format_summary(summary), file=out)
     if prepared.result_json_path is not None:
         prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
-        prepared.result_json_path.write_bytes(dumps_bench_result(to_bench_result(summary, result.header, result.requests)))
+        prepared.result_json_path.write_bytes(
+            dumps_bench_result(to_bench_result(summary, result.header, result.requests))
+        )
         print(f"result JSON: {prepared.result_json_path}", file=out)
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)
     code = 0
     if result.recording_error is not None:
-        print(f"rampwatch run: recording {prepared.recording_path} failed: {result.recording_error}",
-              file=sys.stderr)
+        print(f"rampwatch run: recording {prepared.recording_path} failed: {result.recording_error}", file=sys.stderr)
         code = 1
     if not result.requests:
         print("rampwatch run: no request was sent", file=sys.stderr)
@@ -290,8 +297,11 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
-            print("\nstopping: no new requests; in-flight ones get the grace period (Ctrl-C again to cancel them)",
-                  file=sys.stderr, flush=True)
+            print(
+                "\nstopping: no new requests; in-flight ones get the grace period (Ctrl-C again to cancel them)",
+                file=sys.stderr,
+                flush=True,
+            )
             run.interrupt()
         else:
             run.options.stop_grace_s = 0.0
@@ -314,8 +324,14 @@ def run_headless(args: argparse.Namespace) -> int:
     prepared = prepare_run(args)
     try:
         options = prepared.run.options
-        print(printable(f"rampwatch run: {prepared.run.scenario.name} against {options.target} (model {options.model}); "
-                        f"server metrics from {', '.join(options.metrics_urls)}", one_line=True), flush=True)
+        print(
+            printable(
+                f"rampwatch run: {prepared.run.scenario.name} against {options.target} (model {options.model}); "
+                f"server metrics from {', '.join(options.metrics_urls)}",
+                one_line=True,
+            ),
+            flush=True,
+        )
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)
         result = eventloop.run(_run_headless(prepared))

@@ -67,33 +67,88 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, flo
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     c1, t1 = child_cpu(), time.monotonic()
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:4])} … failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"{' '.join(cmd[:4])} … failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        )
     return c1 - c0, t1 - t0, proc
 
 
 def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
     name = f"vllm-{n}.json"
     cmd = [
-        str(VLLM_PYTHON), "bench/vllm_cli.py", "bench", "serve", "--backend", "vllm", "--base-url", url,
-        "--endpoint", "/v1/completions", "--model", "tiny", "--tokenizer", str(TINY_MODEL),
-        "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS), "--random-output-len",
-        str(OUTPUT_TOKENS), "--ignore-eos", "--num-prompts", str(n), "--max-concurrency", str(CONCURRENCY),
-        "--request-rate", "inf", "--seed", "0", "--disable-tqdm", "--save-result",
-        "--result-dir", str(result_dir), "--result-filename", name,
+        str(VLLM_PYTHON),
+        "bench/vllm_cli.py",
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "tiny",
+        "--tokenizer",
+        str(TINY_MODEL),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(INPUT_TOKENS),
+        "--random-output-len",
+        str(OUTPUT_TOKENS),
+        "--ignore-eos",
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(CONCURRENCY),
+        "--request-rate",
+        "inf",
+        "--seed",
+        "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        name,
     ]
     env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
     cpu, wall, _ = timed(cmd, env)
     return cpu, wall, json.loads((result_dir / name).read_text())
 
 
-def rampwatch_cmd(url: str, n: int, result: Path, *, record: Path | None, series: bool,
-                  rate: float = RATE, concurrency: int | None = CONCURRENCY) -> list[str]:
+def rampwatch_cmd(
+    url: str,
+    n: int,
+    result: Path,
+    *,
+    record: Path | None,
+    series: bool,
+    rate: float = RATE,
+    concurrency: int | None = CONCURRENCY,
+) -> list[str]:
     head = [sys.executable, "-m", "rampwatch.app.cli"] if series else [sys.executable, "-c", _NO_SERIES]
     cmd = [
-        *head, "run", "random", "--headless", "--target", url, "--model", "tiny",
-        "--tokenizer", str(TINY_MODEL), "--result-json", str(result), "--progress-interval", "3600",
-        "--set", f"workload.input_tokens={INPUT_TOKENS}", "--set", f"workload.output_tokens={OUTPUT_TOKENS}",
-        "--set", f"schedule={{kind: constant, rate: {rate}, num_requests: {n}}}",
+        *head,
+        "run",
+        "random",
+        "--headless",
+        "--target",
+        url,
+        "--model",
+        "tiny",
+        "--tokenizer",
+        str(TINY_MODEL),
+        "--result-json",
+        str(result),
+        "--progress-interval",
+        "3600",
+        "--set",
+        f"workload.input_tokens={INPUT_TOKENS}",
+        "--set",
+        f"workload.output_tokens={OUTPUT_TOKENS}",
+        "--set",
+        f"schedule={{kind: constant, rate: {rate}, num_requests: {n}}}",
     ]
     if concurrency:
         cmd += ["--max-concurrency", str(concurrency)]
@@ -101,8 +156,16 @@ def rampwatch_cmd(url: str, n: int, result: Path, *, record: Path | None, series
     return cmd
 
 
-def rampwatch(url: str, n: int, tmp: Path, *, record: bool, series: bool,
-              transport: str | None = None, event_loop: str | None = None) -> tuple[float, float, dict]:
+def rampwatch(
+    url: str,
+    n: int,
+    tmp: Path,
+    *,
+    record: bool,
+    series: bool,
+    transport: str | None = None,
+    event_loop: str | None = None,
+) -> tuple[float, float, dict]:
     result = tmp / f"rw-{n}-{record}-{series}-{transport}-{event_loop}.json"
     rec = tmp / f"rw-{n}.rwrec" if record else None
     env = dict(os.environ)
@@ -137,16 +200,28 @@ def main() -> int:
     parser.add_argument("--large", type=int, default=1200, help="requests in the long run of each client")
     parser.add_argument("--lateness-rps", type=float, default=200.0, help="open-loop rate of the lateness run")
     parser.add_argument("--lateness-s", type=float, default=10.0, help="length of the lateness run")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of every client (order rotated); figures are per-round medians, "
-                        "ratios are taken within each round")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every client (order rotated); figures are per-round medians, "
+        "ratios are taken within each round",
+    )
     parser.add_argument("--skip-vllm", action="store_true", help="do not run vllm bench serve")
-    parser.add_argument("--only", action="append", default=[], metavar="WORDS",
-                        help="run only the clients whose name contains WORDS (repeatable)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="WORDS",
+        help="run only the clients whose name contains WORDS (repeatable)",
+    )
     parser.add_argument("--skip-lateness", action="store_true", help="do not run the open-loop lateness step")
-    parser.add_argument("--sim-hardware", default="instant",
-                        help="simulator hardware preset: `instant` (default) makes the clients the bottleneck; "
-                        "a GPU preset paces the stream like a real server")
+    parser.add_argument(
+        "--sim-hardware",
+        default="instant",
+        help="simulator hardware preset: `instant` (default) makes the clients the bottleneck; "
+        "a GPU preset paces the stream like a real server",
+    )
     parser.add_argument("--sim-model", default="tiny", help="simulator model preset")
     parser.add_argument("--sim-speed", type=float, default=1.0, help="simulator speed factor")
     args = parser.parse_args()
@@ -161,27 +236,34 @@ def main() -> int:
         clients["vllm bench serve"] = lambda url, n, tmp: vllm_bench(url, n, tmp)
     clients["rampwatch run --no-record"] = lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=True)
     clients["rampwatch run (recording)"] = lambda url, n, tmp: rampwatch(url, n, tmp, record=True, series=True)
-    clients["rampwatch run --no-record, no series builder"] = (
-        lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=False))
-    clients["rampwatch run --no-record, aiohttp transport"] = (
-        lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=True, transport="aiohttp"))
-    clients["rampwatch run --no-record, asyncio loop"] = (
-        lambda url, n, tmp: rampwatch(url, n, tmp, record=False, series=True, event_loop="asyncio"))
+    clients["rampwatch run --no-record, no series builder"] = lambda url, n, tmp: rampwatch(
+        url, n, tmp, record=False, series=False
+    )
+    clients["rampwatch run --no-record, aiohttp transport"] = lambda url, n, tmp: rampwatch(
+        url, n, tmp, record=False, series=True, transport="aiohttp"
+    )
+    clients["rampwatch run --no-record, asyncio loop"] = lambda url, n, tmp: rampwatch(
+        url, n, tmp, record=False, series=True, event_loop="asyncio"
+    )
     if args.only:
         clients = {name: run for name, run in clients.items() if any(word in name for word in args.only)}
 
     # per client: one (marginal, whole, large-run CPU, large-run wall, tokens/s) per round
     results: dict[str, list[tuple[float, float, float, float, float]]] = {name: [] for name in clients}
-    sim_config = SimConfig(hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed,
-                           served_model_name="tiny")
+    sim_config = SimConfig(
+        hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed, served_model_name="tiny"
+    )
     with tempfile.TemporaryDirectory() as tmpdir, EmbeddedSim(sim_config) as sim:
         tmp = Path(tmpdir)
-        print(f"simulator ({args.sim_hardware}, {args.sim_model}, speed {args.sim_speed:g}) at {sim.url}, pid {sim.pid}; {INPUT_TOKENS}-token prompts, "
-              f"{OUTPUT_TOKENS} output tokens, concurrency {CONCURRENCY}", flush=True)
+        print(
+            f"simulator ({args.sim_hardware}, {args.sim_model}, speed {args.sim_speed:g}) at {sim.url}, pid {sim.pid}; {INPUT_TOKENS}-token prompts, "
+            f"{OUTPUT_TOKENS} output tokens, concurrency {CONCURRENCY}",
+            flush=True,
+        )
         for round_index in range(args.repeat):
             # Rotate the order so no client always runs right after the same one.
             names = list(clients)
-            names = names[round_index % len(names):] + names[: round_index % len(names)]
+            names = names[round_index % len(names) :] + names[: round_index % len(names)]
             for name in names:
                 run = clients[name]
                 small_cpu, _, small = run(sim.url, args.small, tmp)
@@ -190,8 +272,11 @@ def main() -> int:
                 marginal = (large_cpu - small_cpu) / (tokens_large - tokens_small) * 1e6
                 whole = large_cpu / tokens_large * 1e6
                 results[name].append((marginal, whole, large_cpu, large_wall, tokens_large / large["duration"]))
-                print(f"  round {round_index + 1}, {name}: {marginal:.1f} CPU-s per 1M tokens (marginal), {whole:.1f} "
-                      f"whole process; large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall", flush=True)
+                print(
+                    f"  round {round_index + 1}, {name}: {marginal:.1f} CPU-s per 1M tokens (marginal), {whole:.1f} "
+                    f"whole process; large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall",
+                    flush=True,
+                )
 
         if not args.skip_lateness:
             result = tmp / "lateness.json"
@@ -203,8 +288,10 @@ def main() -> int:
 
     print()
     rounds = f", median of {args.repeat} rounds (min–max)" if args.repeat > 1 else ""
-    print(f"| client | CPU-s per 1M streamed tokens, marginal{rounds} | whole process, {args.large} requests | "
-          "tokens/s | vs vllm bench, same round (marginal / whole) |")
+    print(
+        f"| client | CPU-s per 1M streamed tokens, marginal{rounds} | whole process, {args.large} requests | "
+        "tokens/s | vs vllm bench, same round (marginal / whole) |"
+    )
     print("|---|---|---|---|---|")
     base = results.get("vllm bench serve")
     for name, runs in results.items():
@@ -219,9 +306,11 @@ def main() -> int:
     if args.skip_lateness:
         return 0
     print()
-    print(f"send lateness, open loop at {args.lateness_rps:g} req/s for {args.lateness_s:g} s, no concurrency cap "
-          f"({len(lateness_ms)} sends, {late['failed']} failed): p50 {percentile(lateness_ms, 50):.2f} ms, "
-          f"p99 {percentile(lateness_ms, 99):.2f} ms, max {max(lateness_ms):.2f} ms")
+    print(
+        f"send lateness, open loop at {args.lateness_rps:g} req/s for {args.lateness_s:g} s, no concurrency cap "
+        f"({len(lateness_ms)} sends, {late['failed']} failed): p50 {percentile(lateness_ms, 50):.2f} ms, "
+        f"p99 {percentile(lateness_ms, 99):.2f} ms, max {max(lateness_ms):.2f} ms"
+    )
     return 0
 
 

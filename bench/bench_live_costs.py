@@ -38,13 +38,34 @@ def bench_snapshot(hours: float, snapshots: int) -> None:
     start = time.perf_counter()
     for sec in range(seconds):
         builder.on_tick(Tick(t=float(sec), target_rps=10.0, state="holding", in_flight=5))
-        builder.on_scrape(ServerSample(t=sec + 0.05, url="a", ok=True, backend="vllm", running=1.0, waiting=0.0,
-                                       kv_usage=0.25, generation_tokens_total=100.0 * sec,
-                                       prompt_tokens_total=1000.0 * sec, preemptions_total=0.0, created=1.0))
+        builder.on_scrape(
+            ServerSample(
+                t=sec + 0.05,
+                url="a",
+                ok=True,
+                backend="vllm",
+                running=1.0,
+                waiting=0.0,
+                kv_usage=0.25,
+                generation_tokens_total=100.0 * sec,
+                prompt_tokens_total=1000.0 * sec,
+                preemptions_total=0.0,
+                created=1.0,
+            )
+        )
         if sec % 10 == 0:
-            builder.on_request(RequestRecord(id=sec // 10, scheduled_at=sec, sent_at=sec, end_at=sec + 0.5,
-                                             first_token_at=sec + 0.1, chunk_times=[sec + 0.3, sec + 0.5],
-                                             completion_tokens=4, prompt_tokens=10))
+            builder.on_request(
+                RequestRecord(
+                    id=sec // 10,
+                    scheduled_at=sec,
+                    sent_at=sec,
+                    end_at=sec + 0.5,
+                    first_token_at=sec + 0.1,
+                    chunk_times=[sec + 0.3, sec + 0.5],
+                    completion_tokens=4,
+                    prompt_tokens=10,
+                )
+            )
     build_s = time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(snapshots):

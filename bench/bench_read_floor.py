@@ -31,10 +31,20 @@ ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCY = 100
 OUTPUT_TOKENS = 256
 WARMUP_EVENTS = 200 * OUTPUT_TOKENS
-BODY = json.dumps({"model": "tiny", "prompt": "hello " * 32, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True,
-                   "stream": True, "stream_options": {"include_usage": True}}).encode()
-REQUEST = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\n\r\n" % len(BODY)) + BODY
+BODY = json.dumps(
+    {
+        "model": "tiny",
+        "prompt": "hello " * 32,
+        "max_tokens": OUTPUT_TOKENS,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+).encode()
+REQUEST = (
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n" % len(BODY)
+) + BODY
 
 
 class Meter:
@@ -58,8 +68,12 @@ class Meter:
         r0, e0, n0, t0 = self.start
         events = self.events - e0
         user, system = end.ru_utime - r0.ru_utime, end.ru_stime - r0.ru_stime
-        out = {"events/s": events / (time.monotonic() - t0), "user": user / events * 1e6,
-               "system": system / events * 1e6, "total": (user + system) / events * 1e6}
+        out = {
+            "events/s": events / (time.monotonic() - t0),
+            "user": user / events * 1e6,
+            "system": system / events * 1e6,
+            "total": (user + system) / events * 1e6,
+        }
         if self.reads > n0:
             out["events/read"] = events / (self.reads - n0)
         return out
@@ -111,11 +125,15 @@ async def streaming_client(url: str, requests: int) -> dict[str, float]:
     from rampwatch.loadgen.client import StreamingClient
     from rampwatch.loadgen.requests import PreparedRequest
 
-    req = PreparedRequest("completions", {"prompt": "hello " * 32, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True},
-                          32, OUTPUT_TOKENS)
+    req = PreparedRequest(
+        "completions", {"prompt": "hello " * 32, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True}, 32, OUTPUT_TOKENS
+    )
     t0 = time.monotonic()
     meter = Meter(requests)
-    async with StreamingClient(url, "tiny", connection_limit=CONCURRENCY, clock=lambda: time.monotonic() - t0) as client:
+    async with StreamingClient(
+        url, "tiny", connection_limit=CONCURRENCY, clock=lambda: time.monotonic() - t0
+    ) as client:
+
         async def worker() -> None:
             while meter.sent < requests:
                 meter.sent += 1
@@ -149,15 +167,21 @@ def main() -> int:
     from rampwatch.sim.embedded import EmbeddedSim
 
     cases = [
-        ("trivial protocol, asyncio, 256 KiB reads (asyncio's default)", "asyncio", lambda url: trivial(url, args.requests, None)),
+        (
+            "trivial protocol, asyncio, 256 KiB reads (asyncio's default)",
+            "asyncio",
+            lambda url: trivial(url, args.requests, None),
+        ),
         ("trivial protocol, asyncio, 64 KiB reads", "asyncio", lambda url: trivial(url, args.requests, 64 * 1024)),
         ("trivial protocol, uvloop", "uvloop", lambda url: trivial(url, args.requests, None)),
         ("StreamingClient, asyncio", "asyncio", lambda url: streaming_client(url, args.requests)),
         ("StreamingClient, uvloop", "uvloop", lambda url: streaming_client(url, args.requests)),
     ]
     config = SimConfig(hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed, served_model_name="tiny")
-    print(f"simulator {args.sim_hardware}/{args.sim_model} speed {args.sim_speed:g}; {CONCURRENCY} streams of "
-          f"{OUTPUT_TOKENS} tokens, {args.requests} requests per row; CPU-s per 1M streamed events")
+    print(
+        f"simulator {args.sim_hardware}/{args.sim_model} speed {args.sim_speed:g}; {CONCURRENCY} streams of "
+        f"{OUTPUT_TOKENS} tokens, {args.requests} requests per row; CPU-s per 1M streamed events"
+    )
     print()
     print("| reader | events/s | events per read | user | system | total |")
     print("|---|---|---|---|---|---|")
@@ -165,8 +189,11 @@ def main() -> int:
         for name, loop_kind, make in cases:
             r = run_on(loop_kind, make(sim.url))
             per_read = f"{r['events/read']:.2f}" if "events/read" in r else "-"
-            print(f"| {name} | {r['events/s']:,.0f} | {per_read} | {r['user']:.2f} | {r['system']:.2f} | "
-                  f"{r['total']:.2f} |", flush=True)
+            print(
+                f"| {name} | {r['events/s']:,.0f} | {per_read} | {r['user']:.2f} | {r['system']:.2f} | "
+                f"{r['total']:.2f} |",
+                flush=True,
+            )
     return 0
 
 

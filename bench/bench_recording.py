@@ -33,8 +33,9 @@ def write(path: Path, minutes: float, rps: float, chunks: float) -> None:
     from rampwatch.record.synthetic import SyntheticRun, play_synthetic
     from rampwatch.record.writer import RecordingWriter
 
-    run = SyntheticRun(duration_s=minutes * 60, start_rps=rps, end_rps=rps, capacity_rps=rps * 1.5,
-                       mean_chunks=chunks, seed=1)
+    run = SyntheticRun(
+        duration_s=minutes * 60, start_rps=rps, end_rps=rps, capacity_rps=rps * 1.5, mean_chunks=chunks, seed=1
+    )
     writer = RecordingWriter(path, flush_interval_s=None)
     encode_s = 0.0
 
@@ -50,8 +51,10 @@ def write(path: Path, minutes: float, rps: float, chunks: float) -> None:
     size = path.stat().st_size
     print(f"recording: {n} requests, {minutes:.0f} min at {rps:.0f} rps, ~{chunks:.0f} chunks/request")
     print(f"  file size            {size / 1e6:8.1f} MB  ({size / max(n, 1):.0f} B/request)")
-    print(f"  writer encode+write  {encode_s:8.2f} s total, {encode_s / (run.duration_s / 0.5) * 1000:.1f} ms per 0.5 s "
-          f"flush, checkpoints included  (generation + encoding {gen_s:.1f} s)")
+    print(
+        f"  writer encode+write  {encode_s:8.2f} s total, {encode_s / (run.duration_s / 0.5) * 1000:.1f} ms per 0.5 s "
+        f"flush, checkpoints included  (generation + encoding {gen_s:.1f} s)"
+    )
 
 
 def measure_replay(path: Path, seeks: int) -> None:
@@ -77,8 +80,10 @@ def measure_replay(path: Path, seeks: int) -> None:
         timeline.seek(pos)
         timeline.snapshot()
         times.append(time.perf_counter() - s0)
-    print(f"  seek right after open median {statistics.median(times) * 1000:7.1f} ms, max {max(times) * 1000:7.1f} ms "
-          f"over {len(times)} seeks (random + the end)")
+    print(
+        f"  seek right after open median {statistics.median(times) * 1000:7.1f} ms, max {max(times) * 1000:7.1f} ms "
+        f"over {len(times)} seeks (random + the end)"
+    )
     steps = []
     timeline.seek(rec.duration_s / 2)
     timeline.snapshot()
@@ -134,8 +139,11 @@ def main() -> int:
         print(f"recording: {path} ({path.stat().st_size / 1e6:.1f} MB)")
     measures = ["replay"] + ([] if args.skip_commands else ["report", "export"])
     for what in measures:
-        subprocess.run([sys.executable, __file__, "--measure", what, "--keep", str(path), "--seeks", str(args.seeks)],
-                       check=True, cwd=ROOT)
+        subprocess.run(
+            [sys.executable, __file__, "--measure", what, "--keep", str(path), "--seeks", str(args.seeks)],
+            check=True,
+            cwd=ROOT,
+        )
     tmp.cleanup()
     return 0
 

@@ -43,14 +43,15 @@ async def stream_worker(session, url, payload, stop_at, counts) -> None:
 
 
 async def measure(url: str, concurrency: int, max_tokens: int, warmup: float, duration: float, pid: int):
-    payload = {"model": "tiny", "prompt": "bench " * 16, "max_tokens": max_tokens, "stream": True,
-               "ignore_eos": True}
+    payload = {"model": "tiny", "prompt": "bench " * 16, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
     counts = {"events": 0, "requests": 0}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
         stop_at = time.monotonic() + warmup + duration
-        tasks = [asyncio.create_task(stream_worker(session, url + "/v1/completions", payload, stop_at, counts))
-                 for _ in range(concurrency)]
+        tasks = [
+            asyncio.create_task(stream_worker(session, url + "/v1/completions", payload, stop_at, counts))
+            for _ in range(concurrency)
+        ]
         await asyncio.sleep(warmup)
         e0, r0, c0, t0 = counts["events"], counts["requests"], cpu_seconds(pid), time.monotonic()
         await asyncio.sleep(duration)
@@ -72,9 +73,24 @@ def main() -> int:
     args = parser.parse_args()
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rampwatch.sim.cli", "--hardware", "instant", "--model", "tiny", "--port", "0",
-         "--max-num-seqs", str(max(256, args.concurrency)), "--exit-on-stdin-eof"],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "rampwatch.sim.cli",
+            "--hardware",
+            "instant",
+            "--model",
+            "tiny",
+            "--port",
+            "0",
+            "--max-num-seqs",
+            str(max(256, args.concurrency)),
+            "--exit-on-stdin-eof",
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         banner = proc.stdout.readline()
@@ -85,9 +101,11 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"simulator (instant/tiny): {chunks_s:,.0f} streamed chunks/s, {req_s:,.1f} requests/s, "
-          f"simulator CPU {cpu * 100:.0f}% of one core "
-          f"(concurrency {args.concurrency}, max_tokens {args.max_tokens}, {args.duration:.0f} s)")
+    print(
+        f"simulator (instant/tiny): {chunks_s:,.0f} streamed chunks/s, {req_s:,.1f} requests/s, "
+        f"simulator CPU {cpu * 100:.0f}% of one core "
+        f"(concurrency {args.concurrency}, max_tokens {args.max_tokens}, {args.duration:.0f} s)"
+    )
     return 0
 
 

@@ -236,8 +236,14 @@ def run_headless(rate: float, duration: float, speedup: float = 1.0) -> list[flo
     return bridge.finish()
 
 
-def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priority: str = "idle",
-                refresh_hz: float = 4.0, speedup: float = 1.0) -> tuple[list[float], str]:
+def run_with_ui(
+    rate: float,
+    duration: float,
+    bridge_class=ProcessBridge,
+    priority: str = "idle",
+    refresh_hz: float = 4.0,
+    speedup: float = 1.0,
+) -> tuple[list[float], str]:
     from rampwatch.tui.app import make_live_app
 
     load = SyntheticLoad(rate, duration, speedup)
@@ -259,14 +265,17 @@ def run_with_ui(rate: float, duration: float, bridge_class=ProcessBridge, priori
         asyncio.run(drive())
     finally:
         put_back()
-    ui_cpu_share = (time.process_time() - cpu0) / max(time.monotonic() - wall0, 1e-9)  # or the next runs' processes (forked from this one) would inherit it
+    ui_cpu_share = (time.process_time() - cpu0) / max(
+        time.monotonic() - wall0, 1e-9
+    )  # or the next runs' processes (forked from this one) would inherit it
     result = bridge.finish()
     # In a process the lateness list lives in the child: the run returns it.
     return (result if result is not None else load.lateness), f"{frames} {100 * ui_cpu_share:4.1f}%"
 
 
-def pooled_p99_ratio_interval(ui: list[list[float]], base: list[list[float]], draws: int = 2000,
-                              seed: int = 1) -> tuple[float, float, float]:
+def pooled_p99_ratio_interval(
+    ui: list[list[float]], base: list[list[float]], draws: int = 2000, seed: int = 1
+) -> tuple[float, float, float]:
     """Pooled p99 ratio ui/base with a 95 % bootstrap interval. Runs, not single sends,
     are resampled: lateness comes in bursts inside a run, so resampling sends would claim
     a precision the data does not have."""
@@ -298,45 +307,79 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=200.0, help="sends per second")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per run")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds (each: headless, TUI on and, with --a-a, a second headless), order rotated")
-    parser.add_argument("--ui-priority", choices=("idle", "nice", "normal"), default="idle",
-                        help="the UI process's CPU priority (idle = SCHED_IDLE, run_tui's default; nice = +10)")
-    parser.add_argument("--refresh-hz", type=float, default=4.0, help="the app's refresh rate (as `rampwatch run --refresh-hz`)")
-    parser.add_argument("--speedup", type=float, default=1.0,
-                        help="run seconds the published snapshot advances per second (1: a live run; 20: every chart rebuilt every refresh)")
-    parser.add_argument("--a-a", action="store_true",
-                        help="noise floor in the same rounds: a second headless run (headless B) compared with headless the same way")
-    parser.add_argument("--with-thread", action="store_true", help="also measure the UI with the run in a thread (not a process)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds (each: headless, TUI on and, with --a-a, a second headless), order rotated",
+    )
+    parser.add_argument(
+        "--ui-priority",
+        choices=("idle", "nice", "normal"),
+        default="idle",
+        help="the UI process's CPU priority (idle = SCHED_IDLE, run_tui's default; nice = +10)",
+    )
+    parser.add_argument(
+        "--refresh-hz", type=float, default=4.0, help="the app's refresh rate (as `rampwatch run --refresh-hz`)"
+    )
+    parser.add_argument(
+        "--speedup",
+        type=float,
+        default=1.0,
+        help="run seconds the published snapshot advances per second (1: a live run; 20: every chart rebuilt every refresh)",
+    )
+    parser.add_argument(
+        "--a-a",
+        action="store_true",
+        help="noise floor in the same rounds: a second headless run (headless B) compared with headless the same way",
+    )
+    parser.add_argument(
+        "--with-thread", action="store_true", help="also measure the UI with the run in a thread (not a process)"
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    print(f"rate {args.rate:g}/s, {args.duration:g} s per run, {args.repeat} rounds, UI priority {args.ui_priority}, "
-          f"refresh {args.refresh_hz:g} Hz, snapshot speedup {args.speedup:g}x, python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs, load average {load:.2f} at start")
+    print(
+        f"rate {args.rate:g}/s, {args.duration:g} s per run, {args.repeat} rounds, UI priority {args.ui_priority}, "
+        f"refresh {args.refresh_hz:g} Hz, snapshot speedup {args.speedup:g}x, python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs, load average {load:.2f} at start"
+    )
     print(f"{'':14} {'sends':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mean ms':>8} {'UI frames, CPU':>15}")
     sides = ("headless", "TUI on") + (("headless B",) if args.a_a else ())
     runs: dict[str, list[list[float]]] = {name: [] for name in sides}
     for rep in range(args.repeat):
         # Rotate the order so a change in the machine's load hits every side alike.
-        order = sides[rep % len(sides):] + sides[: rep % len(sides)]
+        order = sides[rep % len(sides) :] + sides[: rep % len(sides)]
         for name in order:
             if name == "TUI on":
-                values, frames = run_with_ui(args.rate, args.duration, priority=args.ui_priority, refresh_hz=args.refresh_hz, speedup=args.speedup)
+                values, frames = run_with_ui(
+                    args.rate,
+                    args.duration,
+                    priority=args.ui_priority,
+                    refresh_hz=args.refresh_hz,
+                    speedup=args.speedup,
+                )
             else:
                 values, frames = run_headless(args.rate, args.duration, args.speedup), ""
             runs[name].append(values)
             p50, p99, worst = percentiles(values)
-            print(f"{name + f' #{rep + 1}':14} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
-                  f"{statistics.fmean(values) * 1e3:8.3f} {frames!s:>15}")
+            print(
+                f"{name + f' #{rep + 1}':14} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+                f"{statistics.fmean(values) * 1e3:8.3f} {frames!s:>15}"
+            )
     if args.with_thread:
         values, frames = run_with_ui(args.rate, args.duration, LiveBridge)
         p50, p99, worst = percentiles(values)
-        print(f"{'TUI+thread':14} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
-              f"{statistics.fmean(values) * 1e3:8.3f} {frames:>15}")
+        print(
+            f"{'TUI+thread':14} {len(values):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+            f"{statistics.fmean(values) * 1e3:8.3f} {frames:>15}"
+        )
     for name, side_runs in runs.items():
         pooled = [v for run in side_runs for v in run]
         p50, p99, worst = percentiles(pooled)
-        print(f"{name + ' all':14} {len(pooled):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
-              f"{statistics.fmean(pooled) * 1e3:8.3f}")
+        print(
+            f"{name + ' all':14} {len(pooled):7d} {p50 * 1e3:8.3f} {p99 * 1e3:8.3f} {worst * 1e3:8.3f} "
+            f"{statistics.fmean(pooled) * 1e3:8.3f}"
+        )
     print()
     verdicts = {}
     for name in sides[1:]:
@@ -345,10 +388,12 @@ def main() -> int:
         q1, q2, q3 = quartiles(r99)
         pooled, low, high = pooled_p99_ratio_interval(runs[name], runs["headless"])
         verdicts[name] = (low, high)
-        print(f"{name} / headless: p50 median of rounds {statistics.median(r50):.2f}x; "
-              f"p99 median of rounds {q2:.2f}x (quartiles {q1:.2f}-{q3:.2f}, range {min(r99):.2f}-{max(r99):.2f}; "
-              f"per round {', '.join(f'{r:.2f}' for r in r99)}); "
-              f"pooled p99 {pooled:.2f}x, 95 % bootstrap over rounds {low:.2f}-{high:.2f}")
+        print(
+            f"{name} / headless: p50 median of rounds {statistics.median(r50):.2f}x; "
+            f"p99 median of rounds {q2:.2f}x (quartiles {q1:.2f}-{q3:.2f}, range {min(r99):.2f}-{max(r99):.2f}; "
+            f"per round {', '.join(f'{r:.2f}' for r in r99)}); "
+            f"pooled p99 {pooled:.2f}x, 95 % bootstrap over rounds {low:.2f}-{high:.2f}"
+        )
     low, high = verdicts["TUI on"]
     if high <= 1.10:
         verdict = "within the 10 % target (the whole interval is at or under 1.10x)"

@@ -35,5 +35,5 @@ def recent_mean(values: Sequence[float | None], complete: int, window: int) -> f
     """Mean of the present values in the last ``window`` of the first ``complete`` bins
     (a rate reads steadier over a few seconds than over one); None when there is none."""
     done = values[: max(0, complete)]
-    recent = _present(done[-max(1, window):])
+    recent = _present(done[-max(1, window) :])
     return sum(recent) / len(recent) if recent else None

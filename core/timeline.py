@@ -315,7 +315,9 @@ class ReplayControl(SnapshotSource, Protocol):
     def duration(self) -> float: ...  # run seconds the recording covers
     @property
     def playing(self) -> bool: ...  # False once the position reaches the end
+
     speed: float  # playback speed, 1 to 16
+
     def toggle(self) -> None: ...  # play <-> pause
     def seek(self, t: float) -> None: ...  # to a position, clamped to [0, duration]
     def seek_relative(self, dt: float) -> None: ...

@@ -111,6 +111,7 @@ def apply_chat_template(tokenizer: SimTokenizer, messages: list[dict]) -> list[i
 
 def count_chat_tokens(tokenizer: SimTokenizer, messages: list[dict]) -> int:
     """``len(apply_chat_template(...))`` without building the list."""
-    return sum(
-        tokenizer.count(message_text(m.get("content"))) + CHAT_TOKENS_PER_MESSAGE for m in messages
-    ) + CHAT_GENERATION_PROMPT_TOKENS
+    return (
+        sum(tokenizer.count(message_text(m.get("content"))) + CHAT_TOKENS_PER_MESSAGE for m in messages)
+        + CHAT_GENERATION_PROMPT_TOKENS
+    )

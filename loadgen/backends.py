@@ -128,7 +128,9 @@ def _fields_by_sample_name(backend: str) -> dict[str, list[tuple[str, tuple[tupl
     return out
 
 
-def extract_fields(backend: str, samples: list[Sample]) -> tuple[dict[str, float | None], dict[str, dict[str, float]], float | None]:
+def extract_fields(
+    backend: str, samples: list[Sample]
+) -> tuple[dict[str, float | None], dict[str, dict[str, float]], float | None]:
     """``(fields, per_engine, created)`` for one scrape of ``backend``.
 
     ``fields`` has every ServerSample gauge/counter field (``None`` when not exported);

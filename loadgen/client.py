@@ -173,7 +173,9 @@ class StreamingClient:
             assert self._target is not None
             host, port, _, _ = self._target
             self._pool = http_stream.ConnectionPool(
-                host, port, limit=self.connection_limit,
+                host,
+                port,
+                limit=self.connection_limit,
                 connect_timeout_s=min(self.connect_timeout_s, self.request_timeout_s),
             )
         else:
@@ -250,7 +252,10 @@ class StreamingClient:
         pool, clock = self._pool, self.clock
         _, _, host_header, prefix = self._target
         payload = http_stream.build_request(
-            "POST", prefix + ENDPOINT_PATHS[req.endpoint], host_header, self._headers,
+            "POST",
+            prefix + ENDPOINT_PATHS[req.endpoint],
+            host_header,
+            self._headers,
             _body_bytes(self.build_body(req)),
         )
         state = _StreamState(keep_text=self.fallback_tokenizer is not None)
@@ -265,8 +270,12 @@ class StreamingClient:
                     await exchange.finished
                     # A reused connection the server had already closed: nothing was
                     # answered, so the request never started; send it on a fresh one.
-                    if exchange.error is not None and not exchange.response_started and conn.reused \
-                            and not conn.got_bytes:
+                    if (
+                        exchange.error is not None
+                        and not exchange.response_started
+                        and conn.reused
+                        and not conn.got_bytes
+                    ):
                         continue
                     break
         except asyncio.CancelledError:
@@ -469,11 +478,24 @@ class _StreamExchange:
     the stream state as each network read arrives; ``finished`` resolves once the
     record's outcome is known (``[DONE]``, an error event, the end of the body, an error)."""
 
-    __slots__ = ("rec", "state", "clock", "finished", "decoder", "error", "response_started",
-                 "reason", "error_body", "error_body_size", "redirected", "body_ended")
+    __slots__ = (
+        "rec",
+        "state",
+        "clock",
+        "finished",
+        "decoder",
+        "error",
+        "response_started",
+        "reason",
+        "error_body",
+        "error_body_size",
+        "redirected",
+        "body_ended",
+    )
 
-    def __init__(self, rec: RequestRecord, state: _StreamState, clock: Callable[[], float],
-                 finished: asyncio.Future[None]) -> None:
+    def __init__(
+        self, rec: RequestRecord, state: _StreamState, clock: Callable[[], float], finished: asyncio.Future[None]
+    ) -> None:
         self.rec = rec
         self.state = state
         self.clock = clock
@@ -692,7 +714,9 @@ async def probe_models(base_url: str, api_key: str | None = None, timeout_s: flo
     except TimeoutError:
         raise TargetUnreachable(f"cannot reach {base} : no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
-        raise TargetUnreachable(f"cannot reach {base} : {server_text(str(exc), api_key) or type(exc).__name__}") from None
+        raise TargetUnreachable(
+            f"cannot reach {base} : {server_text(str(exc), api_key) or type(exc).__name__}"
+        ) from None
 
 
 async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | None = None) -> int:

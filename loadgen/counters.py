@@ -56,7 +56,12 @@ def sample_deltas(prev: ServerSample, cur: ServerSample) -> dict[str, float | No
                 d = counter_delta(prev.per_engine[engine].get(name), values.get(name))
                 if d is not None:
                     total = d if total is None else total + d
-            if total is not None and prev.created is not None and cur.created is not None and prev.created != cur.created:
+            if (
+                total is not None
+                and prev.created is not None
+                and cur.created is not None
+                and prev.created != cur.created
+            ):
                 total = getattr(cur, name)
             out[name] = total
         else:

@@ -61,18 +61,20 @@ def _sharegpt(path: Path) -> list[DatasetEntry]:
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc.reason})") from None
     if not isinstance(data, list):
-        raise UserError(f"{path}: expected a ShareGPT JSON list of {{\"conversations\": [...]}}, got a {type(data).__name__}")
+        raise UserError(
+            f'{path}: expected a ShareGPT JSON list of {{"conversations": [...]}}, got a {type(data).__name__}'
+        )
     entries = []
     for i, item in enumerate(data):
         conv = item.get("conversations") if isinstance(item, dict) else None
         if not isinstance(conv, list):
-            raise UserError(f"{path}: entry {i}: expected a mapping with a \"conversations\" list")
+            raise UserError(f'{path}: entry {i}: expected a mapping with a "conversations" list')
         if len(conv) < 2:
             continue
         turns = []
         for j, turn in enumerate(conv[:2]):
             if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
-                raise UserError(f"{path}: entry {i}: conversations[{j}]: expected {{\"from\": …, \"value\": \"text\"}}")
+                raise UserError(f'{path}: entry {i}: conversations[{j}]: expected {{"from": …, "value": "text"}}')
             turns.append(turn["value"])
         entries.append(DatasetEntry(prompt=turns[0], answer=turns[1]))
     return entries
@@ -97,9 +99,13 @@ def _jsonl(path: Path, key: str) -> list[DatasetEntry]:
                 raise UserError(f'{path}:{lineno}: expected {{"prompt": "text"}}')
             entries.append(DatasetEntry(prompt=value))
             continue
-        if not (isinstance(value, list) and value and all(
-            isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str) for m in value
-        )):
+        if not (
+            isinstance(value, list)
+            and value
+            and all(
+                isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str) for m in value
+            )
+        ):
             raise UserError(
                 f'{path}:{lineno}: expected {{"messages": [{{"role": "user", "content": "text"}}, …]}} '
                 f"with roles among {', '.join(_ROLES)}"

@@ -418,7 +418,9 @@ class ConnectionPool:
                 async with asyncio.timeout(self.connect_timeout_s):
                     _, conn = await loop.create_connection(lambda: HttpConnection(self), self.host, self.port)
             except TimeoutError:
-                raise ConnectTimeout(f"no connection to {self.host}:{self.port} within {self.connect_timeout_s:g} s") from None
+                raise ConnectTimeout(
+                    f"no connection to {self.host}:{self.port} within {self.connect_timeout_s:g} s"
+                ) from None
         finally:
             self._opening -= 1
             self._wake_one()

@@ -162,7 +162,12 @@ class KneeDetector:
         if t - self._quiet_since + 1 >= self.recover_s:
             self.in_knee = False
             self._quiet_since = None
-            return Event(t=t, kind="info", message="server keeping up again after the knee", data={"knee_recovered": True, "offered_rps": offered})
+            return Event(
+                t=t,
+                kind="info",
+                message="server keeping up again after the knee",
+                data={"knee_recovered": True, "offered_rps": offered},
+            )
         return None
 
 

@@ -120,8 +120,13 @@ def host_info() -> dict[str, Any]:
 class Run:
     """One load run. Implements ``RunControl``; ``execute()`` runs it to the end."""
 
-    def __init__(self, scenario: Scenario, options: RunOptions, sinks: list[TimelineSink] | None = None,
-                 factory: RequestFactory | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        options: RunOptions,
+        sinks: list[TimelineSink] | None = None,
+        factory: RequestFactory | None = None,
+    ) -> None:
         self.scenario = scenario
         self.options = options
         self.schedule = scenario.build_schedule()
@@ -343,8 +348,10 @@ class Run:
         # re-registers a callback on each of them every time one finishes.
         while self._in_flight and not self._stopping:
             self._schedule_changed.clear()
-            waiters = {asyncio.ensure_future(self._none_in_flight.wait()),
-                       asyncio.ensure_future(self._schedule_changed.wait())}
+            waiters = {
+                asyncio.ensure_future(self._none_in_flight.wait()),
+                asyncio.ensure_future(self._schedule_changed.wait()),
+            }
             try:
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             finally:

@@ -156,8 +156,10 @@ def _check_aliases(root: yaml.Node | None, path: Path) -> None:
         for child in children:
             total += size(child)
             if total > MAX_EXPANDED_NODES:
-                raise UserError(f"{path}:{node.start_mark.line + 1}: YAML aliases expand this scenario past "
-                                f"{MAX_EXPANDED_NODES:,} values; write it out without them")
+                raise UserError(
+                    f"{path}:{node.start_mark.line + 1}: YAML aliases expand this scenario past "
+                    f"{MAX_EXPANDED_NODES:,} values; write it out without them"
+                )
         visiting.discard(key)
         sizes[key] = total
         return total
@@ -216,7 +218,9 @@ def apply_overrides(scenario_dict: dict[str, Any], overrides: list[tuple[str, An
 def flag_overrides(flags: dict[str, Any] | None, scenario_dict: dict[str, Any]) -> list[tuple[str, Any]]:
     """(key path, value) pairs for the run's named flags (None values are skipped)."""
     pairs: list[tuple[str, Any]] = []
-    kind = (scenario_dict.get("schedule") or {}).get("kind") if isinstance(scenario_dict.get("schedule"), dict) else None
+    kind = (
+        (scenario_dict.get("schedule") or {}).get("kind") if isinstance(scenario_dict.get("schedule"), dict) else None
+    )
     for flag, value in (flags or {}).items():
         if value is None:
             continue
@@ -229,9 +233,13 @@ def flag_overrides(flags: dict[str, Any] | None, scenario_dict: dict[str, Any]) 
                 f"(--set schedule.kind=linear) or set its rate (--set schedule.rate=N)"
             )
         if flag == "duration" and kind in VLLM_KINDS:
-            raise UserError(f"{option}: schedule kind '{kind}' is bounded by request count; use --set schedule.num_requests=N")
+            raise UserError(
+                f"{option}: schedule kind '{kind}' is bounded by request count; use --set schedule.num_requests=N"
+            )
         if flag == "duration" and kind == "steps":
-            raise UserError(f"{option}: schedule kind 'steps' takes its length from its steps; set schedule.steps.N.duration_s")
+            raise UserError(
+                f"{option}: schedule kind 'steps' takes its length from its steps; set schedule.steps.N.duration_s"
+            )
         pairs.append((FLAG_KEYS[flag], value))
     return pairs
 
@@ -280,7 +288,11 @@ def _check_length(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | Non
         "normal": {"mean": number_check(1), "std": number_check(0)},
         "lognormal": {"median": number_check(1), "sigma": number_check(0)},
     }[dist]
-    optional = {"min": number_check(1, integer=True), "max": number_check(1, integer=True)} if dist in ("normal", "lognormal") else {}
+    optional = (
+        {"min": number_check(1, integer=True), "max": number_check(1, integer=True)}
+        if dist in ("normal", "lognormal")
+        else {}
+    )
     p.keys(path, value, ("dist", *fields, *optional))
     out: dict[str, Any] = {"dist": dist}
     ok = True
@@ -316,7 +328,10 @@ def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path) -> dict
     fmt = w.get("prompt_format", "text")
     if p.check(path + ("prompt_format",), fmt, choice_check(PROMPT_FORMATS)):
         if fmt == "token_ids" and endpoint == "chat":
-            p.add(path + ("prompt_format",), "expected text with endpoint chat (token id prompts need endpoint completions), got 'token_ids'")
+            p.add(
+                path + ("prompt_format",),
+                "expected text with endpoint chat (token id prompts need endpoint completions), got 'token_ids'",
+            )
     out["prompt_format"] = fmt
     dataset = w.get("dataset")
     if dataset is not None and p.mapping(path + ("dataset",), dataset, "path, format"):
@@ -344,7 +359,9 @@ def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path) -> dict
             out[key] = _check_length(p, path + (key,), w[key])
         elif key == "input_tokens" and dataset is None:
             p.add(path + (key,), "required key is missing", True)
-        elif key == "output_tokens" and (dataset is None or (isinstance(dataset, dict) and dataset.get("format") in ("prompts", "messages"))):
+        elif key == "output_tokens" and (
+            dataset is None or (isinstance(dataset, dict) and dataset.get("format") in ("prompts", "messages"))
+        ):
             hint = "" if dataset is None else " (only ShareGPT datasets carry answer lengths)"
             p.add(path + (key,), "required key is missing" + hint, True)
     system = w.get("system_prompt")
@@ -472,10 +489,13 @@ def validate_scenario(
         p.keys(("slo",), data["slo"], SLO_KEYS)
         slo = {}
         for key in SLO_KEYS:
-            if data["slo"].get(key) is not None and p.check(("slo", key), data["slo"][key], number_check(0, strict=True)):
+            if data["slo"].get(key) is not None and p.check(
+                ("slo", key), data["slo"][key], number_check(0, strict=True)
+            ):
                 slo[key] = float(data["slo"][key])
         slo = slo or None
     if p.items:
+
         def order(sp: SpecProblem) -> tuple[int, int]:
             # Problems at a line of their own first: a missing key is often the echo of
             # a misspelt one, which is the more useful message.
@@ -771,7 +791,9 @@ class RequestFactory:
             expected = self._count_of(prompt)
         return self._finish(payload, expected, n_out, None, {"index": index})
 
-    def _finish(self, payload: dict[str, Any], expected: int, n_out: int, tag: str | None, extra: dict[str, Any]) -> PreparedRequest:
+    def _finish(
+        self, payload: dict[str, Any], expected: int, n_out: int, tag: str | None, extra: dict[str, Any]
+    ) -> PreparedRequest:
         if self.workload.get("ignore_eos", True):
             payload["ignore_eos"] = True
         payload.update(self.workload.get("extra_body") or {})

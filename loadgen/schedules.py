@@ -198,12 +198,16 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
     if kind == "steps" and "steps" in spec:
         steps = spec["steps"]
         if not isinstance(steps, list) or not steps:
-            problems.append(SpecProblem(("steps",), f"expected a non-empty list of {{rate, duration_s}}, got {describe(steps)}"))
+            problems.append(
+                SpecProblem(("steps",), f"expected a non-empty list of {{rate, duration_s}}, got {describe(steps)}")
+            )
         else:
             checked = []
             for i, step in enumerate(steps):
                 if not isinstance(step, dict):
-                    problems.append(SpecProblem(("steps", i), f"expected a mapping {{rate, duration_s}}, got {describe(step)}"))
+                    problems.append(
+                        SpecProblem(("steps", i), f"expected a mapping {{rate, duration_s}}, got {describe(step)}")
+                    )
                     continue
                 checked.append(_check_mapping(step, _STEP_FIELDS, ("steps", i), problems))
             out["steps"] = checked
@@ -213,7 +217,12 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
         out["num_requests"] = int(out["num_requests"])
     if kind in ("vllm-linear", "vllm-exponential") and out["start_rps"] > out["end_rps"]:
         # vllm bench serve refuses a ramp down ("start RPS must be less than end RPS").
-        problems.append(SpecProblem(("end_rps",), f"expected a number >= start_rps ({out['start_rps']:g}) as vllm bench serve requires, got {describe(out['end_rps'])}"))
+        problems.append(
+            SpecProblem(
+                ("end_rps",),
+                f"expected a number >= start_rps ({out['start_rps']:g}) as vllm bench serve requires, got {describe(out['end_rps'])}",
+            )
+        )
     return out, problems
 
 
@@ -581,7 +590,9 @@ def vllm_request_rate(kind: str, start: float, end: float, index: int, total: in
     return start * ((end / start) ** progress)
 
 
-def _vllm_profile(spec: dict[str, Any], seed: int, expected: bool = False) -> tuple[_IndexProfile, np.random.RandomState]:
+def _vllm_profile(
+    spec: dict[str, Any], seed: int, expected: bool = False
+) -> tuple[_IndexProfile, np.random.RandomState]:
     n, k = spec["num_requests"], float(spec["burstiness"])
     if spec["kind"] == "vllm-constant":
         rates = [spec["rate"]] * n

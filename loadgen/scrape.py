@@ -149,7 +149,9 @@ def combine_samples(samples: Sequence[ServerSample]) -> ServerSample:
                 out.per_engine[f"{index}:{engine}"] = dict(values)
         else:
             out.per_engine[str(index)] = {
-                k: v for k in ("running", "waiting", "kv_usage") + backends.COUNTER_FIELDS if (v := getattr(s, k)) is not None
+                k: v
+                for k in ("running", "waiting", "kv_usage") + backends.COUNTER_FIELDS
+                if (v := getattr(s, k)) is not None
             }
     return out
 
@@ -209,8 +211,12 @@ class MetricsPoller:
                     return ServerSample(t=self.clock(), url=url, ok=False, error=f"HTTP {resp.status}")
                 body = await read_capped(resp, self.max_body_bytes)
                 if body is None:
-                    return ServerSample(t=self.clock(), url=url, ok=False,
-                                        error=f"body over {self.max_body_bytes:,} bytes (--metrics-max-bytes)")
+                    return ServerSample(
+                        t=self.clock(),
+                        url=url,
+                        ok=False,
+                        error=f"body over {self.max_body_bytes:,} bytes (--metrics-max-bytes)",
+                    )
         except TimeoutError:
             return ServerSample(t=self.clock(), url=url, ok=False, error=f"timeout after {self.timeout_s:g} s")
         except aiohttp.ClientError as exc:

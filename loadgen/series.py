@@ -98,8 +98,13 @@ class SeriesBuilder:
         self.now = 0.0
         self.finished_at: float | None = None
         self.server_metrics_available = False
-        self._counts = {name: _Growable(0.0) for name in ("offered_rps", "sent_rps", "completed_rps", "error_rps", "client_output_tps")}
-        self._last = {name: _Growable(math.nan) for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct")}
+        self._counts = {
+            name: _Growable(0.0)
+            for name in ("offered_rps", "sent_rps", "completed_rps", "error_rps", "client_output_tps")
+        }
+        self._last = {
+            name: _Growable(math.nan) for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct")
+        }
         self._tick_counts = {name: _Growable(0.0) for name in ("offered_rps", "sent_rps")}
         self._tick_totals: tuple[float, int, int] | None = None  # (t, offered, sent) of the last tick
         self._tracker = CounterTracker()
@@ -136,7 +141,9 @@ class SeriesBuilder:
                 spread.append([url, i, field])
         seconds = sorted(self._hists)
         if seconds:
-            arrays["hists"] = np.stack([np.stack([h[0].counts, h[1].counts]) for h in (self._hists[b] for b in seconds)])
+            arrays["hists"] = np.stack(
+                [np.stack([h[0].counts, h[1].counts]) for h in (self._hists[b] for b in seconds)]
+            )
         meta = {
             "window_s": self.window_s,
             "grace_s": self.grace_s,
@@ -166,8 +173,12 @@ class SeriesBuilder:
     def from_state(cls, header: RunHeader | None, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> SeriesBuilder:
         """A builder restored from ``export_state()`` output (see there)."""
         sm = meta["summary"]
-        b = cls(window_s=meta["window_s"], grace_s=meta["grace_s"], slo=sm["slo"],
-                gpu_price_per_hour=sm["gpu_price_per_hour"])
+        b = cls(
+            window_s=meta["window_s"],
+            grace_s=meta["grace_s"],
+            slo=sm["slo"],
+            gpu_price_per_hour=sm["gpu_price_per_hour"],
+        )
         b.header = header
         b.state = meta["state"]
         b.target_rps = meta["target_rps"]
@@ -251,10 +262,14 @@ class SeriesBuilder:
         self.summary.peak_in_flight = max(self.summary.peak_in_flight, tick.in_flight)
         if tick.offered_total is not None and tick.sent_total is not None:
             prev_t, prev_offered, prev_sent = self._tick_totals or (0.0, 0, 0)
-            self._spread_counts(prev_t, tick.t, {
-                "offered_rps": tick.offered_total - prev_offered,
-                "sent_rps": tick.sent_total - prev_sent,
-            })
+            self._spread_counts(
+                prev_t,
+                tick.t,
+                {
+                    "offered_rps": tick.offered_total - prev_offered,
+                    "sent_rps": tick.sent_total - prev_sent,
+                },
+            )
             self._tick_totals = (tick.t, tick.offered_total, tick.sent_total)
         self._advance(tick.t)
 
@@ -401,6 +416,7 @@ class SeriesBuilder:
 
     def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """Run-so-far server figures from the series (``_arrays`` output)."""
+
         def agg(fn, arr):
             arr = arr[~np.isnan(arr)]
             return float(fn(arr)) if arr.size else None
@@ -421,7 +437,9 @@ class SeriesBuilder:
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = self.now if now is None else now
         times, arrays = self._arrays(now)
-        summary = self.summary.build(server=self.server_summary(arrays), knee=knee_rps(self.events), duration_s=now).to_dict()
+        summary = self.summary.build(
+            server=self.server_summary(arrays), knee=knee_rps(self.events), duration_s=now
+        ).to_dict()
         return Snapshot(
             t=now,
             header=self.header,

@@ -168,7 +168,6 @@ def classify_decoded(body: dict[str, Any] | None) -> str:
     return EVENT_OTHER
 
 
-
 def decode_json(payload: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(payload)

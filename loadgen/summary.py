@@ -96,7 +96,8 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         "backend": ",".join(sorted(backends)) if backends else None,
         # vLLM's "Avg prompt throughput" counts the prompt tokens it computed (prefix-cache
         # hits excluded); servers that do not export that count give all prompt tokens.
-        "avg_prompt_throughput": rate("prompt_tokens_computed_total") if "prompt_tokens_computed_total" in totals
+        "avg_prompt_throughput": rate("prompt_tokens_computed_total")
+        if "prompt_tokens_computed_total" in totals
         else rate("prompt_tokens_total"),
         "avg_prompt_throughput_all": rate("prompt_tokens_total"),
         "avg_generation_throughput": rate("generation_tokens_total"),
@@ -126,8 +127,12 @@ class LatencyMs:
 
     @classmethod
     def from_describe(cls, figures: dict[str, float]) -> LatencyMs:
-        return cls(figures["mean"], figures["median"], figures["std"],
-                   {k: v for k, v in figures.items() if k not in ("mean", "median", "std")})
+        return cls(
+            figures["mean"],
+            figures["median"],
+            figures["std"],
+            {k: v for k, v in figures.items() if k not in ("mean", "median", "std")},
+        )
 
     def items(self) -> list[tuple[str, float]]:
         """``(stat, ms)`` in vLLM's key order: mean, median, std, then the percentiles."""
@@ -252,14 +257,19 @@ class RequestBlock:
             sent_at=np.array([r.sent_at for r in records], dtype=np.float64),
             end_at=np.array([r.end_at for r in records], dtype=np.float64),
             client_queue_s=np.array([r.client_queue_s for r in records], dtype=np.float64),
-            first_token_at=np.array([math.nan if r.first_token_at is None else r.first_token_at for r in records],
-                                    dtype=np.float64),
+            first_token_at=np.array(
+                [math.nan if r.first_token_at is None else r.first_token_at for r in records], dtype=np.float64
+            ),
             prompt_tokens=np.array([r.prompt_tokens for r in records], dtype=np.int64),
             completion_tokens=np.array([r.completion_tokens for r in records], dtype=np.int64),
             tokens_from_usage=np.array([r.tokens_from_usage for r in records], dtype=bool),
             itls=_concat([stats.itl_array(r) for r in ok]),
-            token_times=_concat([np.array([r.first_token_at for r in with_first], dtype=np.float64),
-                                 *(np.asarray(r.chunk_times, dtype=np.float64) for r in with_first)]),
+            token_times=_concat(
+                [
+                    np.array([r.first_token_at for r in with_first], dtype=np.float64),
+                    *(np.asarray(r.chunk_times, dtype=np.float64) for r in with_first),
+                ]
+            ),
         )
 
 
@@ -289,9 +299,16 @@ class SummaryBuilder:
     store (a recording's ITLs lie on the µs grid: ``stats.MicrosecondCounts``).
     """
 
-    def __init__(self, slo: dict[str, float] | None = None, gpu_price_per_hour: float | None = None,
-                 percentiles: Sequence[float] = stats.PERCENTILES, *, token_bins_from: float | None = None,
-                 bounded: bool = False, itl_values: type | None = None) -> None:
+    def __init__(
+        self,
+        slo: dict[str, float] | None = None,
+        gpu_price_per_hour: float | None = None,
+        percentiles: Sequence[float] = stats.PERCENTILES,
+        *,
+        token_bins_from: float | None = None,
+        bounded: bool = False,
+        itl_values: type | None = None,
+    ) -> None:
         self.slo = dict(slo) if slo else None
         self.gpu_price_per_hour = gpu_price_per_hour
         self.percentiles = tuple(percentiles)
@@ -380,8 +397,14 @@ class SummaryBuilder:
         bins = self._token_bins[: int(math.ceil(self._last_token_end - self.token_bins_from)) + 1]
         return (float(bins.max()) if bins.size else 0.0), peak_concurrent
 
-    def build(self, header: RunHeader | None = None, server: dict[str, Any] | None = None,
-              knee: float | None = None, duration_s: float | None = None, idle_duration_s: float = 0.0) -> Summary:
+    def build(
+        self,
+        header: RunHeader | None = None,
+        server: dict[str, Any] | None = None,
+        knee: float | None = None,
+        duration_s: float | None = None,
+        idle_duration_s: float = 0.0,
+    ) -> Summary:
         """The summary so far. ``duration_s`` overrides the run's window (``window_s``);
         ``idle_duration_s`` is reported when no request has finished."""
         if duration_s is None:
@@ -562,8 +585,17 @@ def _bench_request_rate(schedule: dict[str, Any]) -> float | str:
 
 
 # The result JSON's per-request lists, in its key order.
-PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
-                    "generated_texts", "errors")
+PER_REQUEST_KEYS = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "latencies",
+    "start_times",
+    "queue_times",
+    "generated_texts",
+    "errors",
+)
 
 
 def dump_list(values: Sequence[Any]) -> bytes:

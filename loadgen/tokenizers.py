@@ -93,7 +93,9 @@ def load_tokenizer(name_or_path: str | None) -> TokenizerLike:
         try:
             tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as exc:
-            raise UserError(f"--tokenizer {name_or_path}: cannot load a tokenizer from this directory ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+            raise UserError(
+                f"--tokenizer {name_or_path}: cannot load a tokenizer from this directory ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from None
         return HFTokenizer(tok, str(path))
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)

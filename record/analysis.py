@@ -39,12 +39,12 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         use = _succeeded(c) & c.has_first
         if use.any():
             starts.append(float(c.sent_at[use].min()))
-    builder = SummaryBuilder(**options, token_bins_from=min(starts, default=None),
-                             itl_values=stats.MicrosecondCounts)
+    builder = SummaryBuilder(**options, token_bins_from=min(starts, default=None), itl_values=stats.MicrosecondCounts)
     for info in frames:
         builder.add_block(request_block(recording.request_columns(info, with_chunks=True)))
-    return builder.build(header, server_figures(recording.samples), knee_rps(recording.events),
-                         idle_duration_s=recording.duration_s)
+    return builder.build(
+        header, server_figures(recording.samples), knee_rps(recording.events), idle_duration_s=recording.duration_s
+    )
 
 
 def _succeeded(c: fmt.RequestColumns) -> np.ndarray:

@@ -55,8 +55,17 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
                 better = "B" if (vb > va) == higher_better else "A"
             else:
                 better = "="
-        rows.append({"key": key, "label": label, "a": va, "b": vb, "change_pct": change, "better": better,
-                     "higher_is_better": higher_better})
+        rows.append(
+            {
+                "key": key,
+                "label": label,
+                "a": va,
+                "b": vb,
+                "change_pct": change,
+                "better": better,
+                "higher_is_better": higher_better,
+            }
+        )
     return rows
 
 
@@ -66,14 +75,15 @@ def _fmt(v: float | None) -> str:
 
 def format_comparison(rows: list[dict[str, Any]], name_a: str, name_b: str) -> str:
     w = max(len(r["label"]) for r in rows) if rows else 10
-    lines = [f"A: {name_a}", f"B: {name_b}", "",
-             f"{'metric':<{w}}  {'A':>12}  {'B':>12}  {'change':>9}  better"]
+    lines = [f"A: {name_a}", f"B: {name_b}", "", f"{'metric':<{w}}  {'A':>12}  {'B':>12}  {'change':>9}  better"]
     lines.append("-" * len(lines[-1]))
     for r in rows:
         change = "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
         arrow = "↑" if r["higher_is_better"] else "↓"
-        lines.append(f"{r['label']:<{w}}  {_fmt(r['a']):>12}  {_fmt(r['b']):>12}  {change:>9}  "
-                     f"{r['better'] or '-'} ({arrow} better)")
+        lines.append(
+            f"{r['label']:<{w}}  {_fmt(r['a']):>12}  {_fmt(r['b']):>12}  {change:>9}  "
+            f"{r['better'] or '-'} ({arrow} better)"
+        )
     return "\n".join(lines)
 
 

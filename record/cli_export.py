@@ -11,18 +11,40 @@ from pathlib import Path
 
 from rampwatch.core.errors import UserError
 
-REQUEST_COLUMNS = ("id", "scheduled_at", "sent_at", "first_token_at", "end_at", "ttft_s", "e2e_s", "tpot_s",
-                   "client_queue_s", "n_chunks", "prompt_tokens", "completion_tokens", "tokens_from_usage",
-                   "finish_reason", "status", "error_class", "error", "scenario_tag")
+REQUEST_COLUMNS = (
+    "id",
+    "scheduled_at",
+    "sent_at",
+    "first_token_at",
+    "end_at",
+    "ttft_s",
+    "e2e_s",
+    "tpot_s",
+    "client_queue_s",
+    "n_chunks",
+    "prompt_tokens",
+    "completion_tokens",
+    "tokens_from_usage",
+    "finish_reason",
+    "status",
+    "error_class",
+    "error",
+    "scenario_tag",
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recording", help="a .rwrec file written by `rampwatch run`")
-    parser.add_argument("--format", choices=("json", "csv", "html"), default="json",
-                        help="json: `vllm bench serve --save-result` schema; csv: <stem>-requests.csv and "
-                        "<stem>-series.csv; html: offline report with charts (default: json)")
-    parser.add_argument("-o", "--output", help="output file (csv: its stem names the two files); "
-                        "default: beside the recording")
+    parser.add_argument(
+        "--format",
+        choices=("json", "csv", "html"),
+        default="json",
+        help="json: `vllm bench serve --save-result` schema; csv: <stem>-requests.csv and "
+        "<stem>-series.csv; html: offline report with charts (default: json)",
+    )
+    parser.add_argument(
+        "-o", "--output", help="output file (csv: its stem names the two files); default: beside the recording"
+    )
 
 
 def _num(v):
@@ -38,11 +60,28 @@ def write_requests_csv(records, path: Path) -> None:
         w = csv.writer(f)
         w.writerow(REQUEST_COLUMNS)
         for r in records:
-            w.writerow([r.id, _num(r.scheduled_at), _num(r.sent_at), _num(r.first_token_at), _num(r.end_at),
-                        _num(r.ttft), _num(r.e2e), _num(r.tpot), _num(r.client_queue_s), len(r.chunk_times),
-                        r.prompt_tokens, r.completion_tokens, int(r.tokens_from_usage), r.finish_reason or "",
-                        "" if r.status is None else r.status, r.error_class or "", r.error or "",
-                        r.scenario_tag or ""])
+            w.writerow(
+                [
+                    r.id,
+                    _num(r.scheduled_at),
+                    _num(r.sent_at),
+                    _num(r.first_token_at),
+                    _num(r.end_at),
+                    _num(r.ttft),
+                    _num(r.e2e),
+                    _num(r.tpot),
+                    _num(r.client_queue_s),
+                    len(r.chunk_times),
+                    r.prompt_tokens,
+                    r.completion_tokens,
+                    int(r.tokens_from_usage),
+                    r.finish_reason or "",
+                    "" if r.status is None else r.status,
+                    r.error_class or "",
+                    r.error or "",
+                    r.scenario_tag or "",
+                ]
+            )
 
 
 def write_series_csv(snapshot, path: Path) -> None:
@@ -52,8 +91,6 @@ def write_series_csv(snapshot, path: Path) -> None:
         w.writerow(["t", *names])
         for i, t in enumerate(snapshot.times):
             w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
-
-
 
 
 def _bench_list(recording, info, key: str, summary) -> list:
@@ -82,7 +119,9 @@ def _bench_list(recording, info, key: str, summary) -> list:
     if key == "generated_texts":
         return [""] * c.n
     if key == "errors":
-        return ["" if e is None else f"{e}: {msg or ''}" for e, msg in zip(c.strings["error_class"], c.strings["error"])]
+        return [
+            "" if e is None else f"{e}: {msg or ''}" for e, msg in zip(c.strings["error_class"], c.strings["error"])
+        ]
     raise KeyError(key)
 
 
@@ -141,7 +180,10 @@ def main(args: argparse.Namespace) -> int:
             summary = summarise(recording)
             h = recording.header
             page = render_html(
-                final_snapshot(recording), summary, format_summary(summary), recording.marks(),
+                final_snapshot(recording),
+                summary,
+                format_summary(summary),
+                recording.marks(),
                 title=f"rampwatch report: {h.scenario_name}",
                 subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {recording.request_count} requests · "
                 f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",

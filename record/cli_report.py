@@ -26,7 +26,8 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
     else:
         h = recording.header
-        print(f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), "
-              f"{recording.duration_s:.1f} s recorded")
+        print(
+            f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), {recording.duration_s:.1f} s recorded"
+        )
         print(format_summary(summary))
     return 0

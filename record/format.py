@@ -34,8 +34,13 @@ KIND_REQUESTS = 2
 KIND_META = 3  # scrapes, ticks and events of one flush
 KIND_FINISH = 4
 KIND_CHECKPOINT = 5  # the replay's series-builder state at one run time (optional)
-KINDS = {KIND_HEADER: "header", KIND_REQUESTS: "requests", KIND_META: "meta", KIND_FINISH: "finish",
-         KIND_CHECKPOINT: "checkpoint"}
+KINDS = {
+    KIND_HEADER: "header",
+    KIND_REQUESTS: "requests",
+    KIND_META: "meta",
+    KIND_FINISH: "finish",
+    KIND_CHECKPOINT: "checkpoint",
+}
 
 # Request-level times are kept to 1 µs; chunk arrival times to CHUNK_QUANTUM_US (the
 # quantum is stored in every block, so a reader never assumes it).
@@ -117,8 +122,12 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(np.int64)
 
 
-def encode_checkpoint(t: float, state: dict[str, Any], arrays: dict[str, np.ndarray],
-                      base: tuple[float, dict[str, np.ndarray]] | None = None) -> bytes:
+def encode_checkpoint(
+    t: float,
+    state: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    base: tuple[float, dict[str, np.ndarray]] | None = None,
+) -> bytes:
     specs, blobs, offset = [], [], 0
     for name, a in arrays.items():
         a = np.ascontiguousarray(a, dtype=np.dtype(a.dtype).newbyteorder("<"))
@@ -136,8 +145,9 @@ def encode_checkpoint(t: float, state: dict[str, Any], arrays: dict[str, np.ndar
     return zlib.compress(struct.pack("<I", len(head)) + head + b"".join(blobs), 1)
 
 
-def decode_checkpoint(payload: bytes, base_arrays: dict[str, np.ndarray] | None = None
-                      ) -> tuple[float, dict[str, Any], dict[str, np.ndarray]]:
+def decode_checkpoint(
+    payload: bytes, base_arrays: dict[str, np.ndarray] | None = None
+) -> tuple[float, dict[str, Any], dict[str, np.ndarray]]:
     """``(t, state, arrays)``; a checkpoint stored against a base needs the base's arrays
     (``checkpoint_base`` tells which)."""
     raw = zlib.decompress(payload)
@@ -237,12 +247,14 @@ def _encode_chunks(q: np.ndarray, n_chunks: np.ndarray, quantum_us: int) -> byte
     burst_delta = np.diff(burst, prepend=0)
     burst_delta[firsts] = burst[firsts]
     clock_delta = np.diff(clock, prepend=0)
-    return b"".join([
-        _CHUNK_HEAD.pack(len(clock)),
-        _shuffle(clock_delta.astype(np.int64)),
-        _shuffle(burst_delta.astype(np.int32)),
-        _shuffle(offsets.astype(np.int32)),
-    ])
+    return b"".join(
+        [
+            _CHUNK_HEAD.pack(len(clock)),
+            _shuffle(clock_delta.astype(np.int64)),
+            _shuffle(burst_delta.astype(np.int32)),
+            _shuffle(offsets.astype(np.int32)),
+        ]
+    )
 
 
 def _decode_chunks(data: bytes, n_chunks: np.ndarray, total: int) -> np.ndarray:
@@ -368,10 +380,20 @@ def decode_request_columns(payload: bytes, with_chunks: bool = True) -> RequestC
         else:
             chunk_times = np.zeros(0)
     return RequestColumns(
-        n=n, ids=rel[1], scheduled_at=scheduled_q * q_t, sent_at=sent_q * q_t,
-        end_at=(scheduled_q + rel[3]) * q_t, first_token_at=np.where(has_first, first_q * q_t, np.nan),
-        has_first=has_first, n_chunks=n_chunks, prompt_tokens=ints[1], completion_tokens=ints[2],
-        status=status, flags=flags, strings=strings, chunk_times=chunk_times,
+        n=n,
+        ids=rel[1],
+        scheduled_at=scheduled_q * q_t,
+        sent_at=sent_q * q_t,
+        end_at=(scheduled_q + rel[3]) * q_t,
+        first_token_at=np.where(has_first, first_q * q_t, np.nan),
+        has_first=has_first,
+        n_chunks=n_chunks,
+        prompt_tokens=ints[1],
+        completion_tokens=ints[2],
+        status=status,
+        flags=flags,
+        strings=strings,
+        chunk_times=chunk_times,
     )
 
 

@@ -17,8 +17,12 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 
 # (title, unit, [(series name, label)], scale)
 CHARTS: list[tuple[str, str, list[tuple[str, str]], float]] = [
-    ("Throughput", "req/s", [("target_rps", "target"), ("sent_rps", "sent"), ("completed_rps", "completed"),
-                             ("error_rps", "errors")], 1.0),
+    (
+        "Throughput",
+        "req/s",
+        [("target_rps", "target"), ("sent_rps", "sent"), ("completed_rps", "completed"), ("error_rps", "errors")],
+        1.0,
+    ),
     ("Output tokens", "tok/s", [("client_output_tps", "client"), ("server_generation_tps", "server")], 1.0),
     ("Queue depth", "requests", [("running", "running"), ("waiting", "waiting"), ("in_flight", "in flight")], 1.0),
     ("KV cache and prefix cache", "%", [("kv_usage_pct", "KV usage"), ("prefix_hit_pct", "prefix hit rate")], 1.0),
@@ -41,8 +45,14 @@ def _fmt_tick(v: float) -> str:
     return f"{v:g}"
 
 
-def svg_chart(title: str, unit: str, times: Sequence[float], lines: Sequence[tuple[str, Sequence[float]]],
-              marks: Sequence[Event], t_max: float) -> str:
+def svg_chart(
+    title: str,
+    unit: str,
+    times: Sequence[float],
+    lines: Sequence[tuple[str, Sequence[float]]],
+    marks: Sequence[Event],
+    t_max: float,
+) -> str:
     """One time-series chart; NaN breaks a line. Marks and knee are vertical lines."""
     plot_w = WIDTH - PAD_L - PAD_R
     plot_h = HEIGHT - PAD_T - PAD_B
@@ -56,10 +66,12 @@ def svg_chart(title: str, unit: str, times: Sequence[float], lines: Sequence[tup
     def y(v: float) -> float:
         return PAD_T + plot_h * (1 - v / y_max)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-           f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{html.escape(title)}">',
-           f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
-           f'<text x="{PAD_L}" y="18" font-size="14" font-weight="bold">{html.escape(title)} ({html.escape(unit)})</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{html.escape(title)}">',
+        f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
+        f'<text x="{PAD_L}" y="18" font-size="14" font-weight="bold">{html.escape(title)} ({html.escape(unit)})</text>',
+    ]
     for i in range(5):
         v = y_max * i / 4
         yy = y(v)
@@ -93,16 +105,22 @@ def svg_chart(title: str, unit: str, times: Sequence[float], lines: Sequence[tup
             else:
                 out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{" ".join(seg)}"/>')
         ly = PAD_T + 14 + 18 * i
-        out.append(f'<line x1="{WIDTH - PAD_R + 12}" x2="{WIDTH - PAD_R + 32}" y1="{ly - 4}" y2="{ly - 4}" '
-                   f'stroke="{color}" stroke-width="3"/>')
+        out.append(
+            f'<line x1="{WIDTH - PAD_R + 12}" x2="{WIDTH - PAD_R + 32}" y1="{ly - 4}" y2="{ly - 4}" '
+            f'stroke="{color}" stroke-width="3"/>'
+        )
         out.append(f'<text x="{WIDTH - PAD_R + 38}" y="{ly}" font-size="12">{html.escape(label)}</text>')
     for e in marks:
         color = "#d62728" if e.kind == "knee" else "#555555"
         xx = x(e.t)
         label = "knee" if e.kind == "knee" else (e.message or "mark")
-        out.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" stroke="{color}" '
-                   f'stroke-width="1.5" stroke-dasharray="5,3"><title>{html.escape(e.message)}</title></line>')
-        out.append(f'<text x="{xx + 3:.1f}" y="{PAD_T + 11}" font-size="10" fill="{color}">{html.escape(label[:24])}</text>')
+        out.append(
+            f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" stroke="{color}" '
+            f'stroke-width="1.5" stroke-dasharray="5,3"><title>{html.escape(e.message)}</title></line>'
+        )
+        out.append(
+            f'<text x="{xx + 3:.1f}" y="{PAD_T + 11}" font-size="10" fill="{color}">{html.escape(label[:24])}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out)
 
@@ -115,8 +133,15 @@ def _cell(v: Any) -> str:
     return html.escape(str(v))
 
 
-def render_html(snapshot: Snapshot, summary: Summary, summary_text: str, marks: Sequence[Event],
-                title: str, subtitle: str, warnings: Sequence[str] = ()) -> str:
+def render_html(
+    snapshot: Snapshot,
+    summary: Summary,
+    summary_text: str,
+    marks: Sequence[Event],
+    title: str,
+    subtitle: str,
+    warnings: Sequence[str] = (),
+) -> str:
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
     charts = []
     for chart_title, unit, names, scale in CHARTS:
@@ -126,11 +151,17 @@ def render_html(snapshot: Snapshot, summary: Summary, summary_text: str, marks: 
             if values is None:
                 continue
             lines.append((label, [v * scale if v is not None else v for v in values]))
-        charts.append(f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, marks, t_max)}</section>')
-    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"
-                   for k, v in summary.to_dict().items() if not isinstance(v, (dict, list)))
-    mark_rows = "".join(f"<tr><td>{e.t:.1f} s</td><td>{html.escape(e.kind)}</td><td>{html.escape(e.message)}</td></tr>"
-                        for e in marks)
+        charts.append(
+            f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, marks, t_max)}</section>'
+        )
+    rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"
+        for k, v in summary.to_dict().items()
+        if not isinstance(v, (dict, list))
+    )
+    mark_rows = "".join(
+        f"<tr><td>{e.t:.1f} s</td><td>{html.escape(e.kind)}</td><td>{html.escape(e.message)}</td></tr>" for e in marks
+    )
     warn = "".join(f'<p class="warn">{html.escape(w)}</p>' for w in warnings)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -149,7 +180,7 @@ pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; 
 <h1>{html.escape(title)}</h1>
 <p class="sub">{html.escape(subtitle)}</p>
 {warn}
-{''.join(charts)}
+{"".join(charts)}
 <h2>Marks</h2>
 <table><tr><th>time</th><th>kind</th><th>note</th></tr>{mark_rows}</table>
 <h2>Summary</h2>

@@ -38,9 +38,17 @@ class Recording:
     """A recording opened for reading. Blocks are decoded on demand (and cached a little),
     so opening a large file only reads frame headers and checks CRCs."""
 
-    def __init__(self, path: Path, version: int, header: RunHeader, frames: list[fmt.FrameInfo],
-                 data: mmap.mmap | bytes, finish_t: float | None, warnings: list[str],
-                 decoders: dict[int, Callable[[bytes], Any]]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        version: int,
+        header: RunHeader,
+        frames: list[fmt.FrameInfo],
+        data: mmap.mmap | bytes,
+        finish_t: float | None,
+        warnings: list[str],
+        decoders: dict[int, Callable[[bytes], Any]],
+    ) -> None:
         self.path = path
         self.format_version = version
         self.header = header
@@ -82,8 +90,9 @@ class Recording:
         return value
 
     @staticmethod
-    def _overlapping(frames: list[fmt.FrameInfo], firsts: np.ndarray, last_max: np.ndarray,
-                     t_from: float, t_to: float) -> list[fmt.FrameInfo]:
+    def _overlapping(
+        frames: list[fmt.FrameInfo], firsts: np.ndarray, last_max: np.ndarray, t_from: float, t_to: float
+    ) -> list[fmt.FrameInfo]:
         if not frames:
             return []
         # Frame bounds hold the unrounded times; widen by the storage quantum.
@@ -243,14 +252,18 @@ def _scan_v1(path: Path, data: mmap.mmap | bytes, start: int, warnings: list[str
     finish_t = None
     while pos < size:
         if size - pos < fmt.FRAME.size:
-            warnings.append(f"{path}: truncated tail ({size - pos} stray bytes at byte {pos}) ignored; "
-                            "the run was probably killed — replay stops at the last complete block")
+            warnings.append(
+                f"{path}: truncated tail ({size - pos} stray bytes at byte {pos}) ignored; "
+                "the run was probably killed — replay stops at the last complete block"
+            )
             break
         length, kind, count, crc, t_first, t_last = fmt.FRAME.unpack_from(data, pos)
         body = pos + fmt.FRAME.size
         if body + length > size:
-            warnings.append(f"{path}: truncated tail (incomplete block at byte {pos}) ignored; "
-                            "the run was probably killed — replay stops at the last complete block")
+            warnings.append(
+                f"{path}: truncated tail (incomplete block at byte {pos}) ignored; "
+                "the run was probably killed — replay stops at the last complete block"
+            )
             break
         if zlib.crc32(memoryview(data)[body : body + length]) != crc:
             if body + length == size and frames:
@@ -274,8 +287,11 @@ def _scan_v1(path: Path, data: mmap.mmap | bytes, start: int, warnings: list[str
         header = fmt.decode_header(bytes(data[h.offset : h.offset + h.length]))
     except (zlib.error, ValueError, TypeError) as exc:
         raise UserError(f"{path}: corrupted recording (unreadable header: {exc})") from exc
-    decoders = {fmt.KIND_REQUESTS: fmt.decode_requests, fmt.KIND_META: fmt.decode_meta,
-                fmt.KIND_CHECKPOINT: fmt.decode_checkpoint}
+    decoders = {
+        fmt.KIND_REQUESTS: fmt.decode_requests,
+        fmt.KIND_META: fmt.decode_meta,
+        fmt.KIND_CHECKPOINT: fmt.decode_checkpoint,
+    }
     if finish_t is None:
         warnings.append(f"{path}: the run has no end marker (interrupted?); replay covers what was flushed")
     return header, frames[1:], finish_t, decoders
@@ -310,8 +326,10 @@ def open_recording(path: str | os.PathLike) -> Recording:
     if scanner is None:
         newest = max(SCANNERS)
         if version > newest:
-            raise UserError(f"{path}: recording format version {version} is newer than this rampwatch "
-                            f"reads (up to {newest}); upgrade rampwatch")
+            raise UserError(
+                f"{path}: recording format version {version} is newer than this rampwatch "
+                f"reads (up to {newest}); upgrade rampwatch"
+            )
         raise UserError(f"{path}: unknown recording format version {version}")
     warnings: list[str] = []
     header, frames, finish_t, decoders = scanner(path, data, fmt.PREAMBLE.size, warnings)

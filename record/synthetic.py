@@ -52,15 +52,25 @@ class SyntheticRun:
             scenario_name=self.scenario_name,
             scenario={
                 "name": self.scenario_name,
-                "schedule": {"kind": "ramp", "start_rps": self.start_rps, "end_rps": self.end_rps,
-                             "duration_s": self.duration_s},
-                "workload": {"kind": "synthetic", "prompt_tokens": self.prompt_tokens,
-                             "max_tokens": int(self.mean_chunks * 3)},
+                "schedule": {
+                    "kind": "ramp",
+                    "start_rps": self.start_rps,
+                    "end_rps": self.end_rps,
+                    "duration_s": self.duration_s,
+                },
+                "workload": {
+                    "kind": "synthetic",
+                    "prompt_tokens": self.prompt_tokens,
+                    "max_tokens": int(self.mean_chunks * 3),
+                },
             },
             options={"target": self.target, "record": True},
             planned_duration_s=self.duration_s,
-            server_info={"models": [self.model], "version": "0.32.0",
-                         "cache_config": {"block_size": "128", "num_gpu_blocks": "4096"}},
+            server_info={
+                "models": [self.model],
+                "version": "0.32.0",
+                "cache_config": {"block_size": "128", "num_gpu_blocks": "4096"},
+            },
             host_info={"hostname": "synthetic", "cpus": 2},
             metrics_urls=[f"{self.target}/metrics"],
         )
@@ -95,8 +105,14 @@ def _step_grid(run: SyntheticRun, rng: np.random.Generator, horizon_s: float) ->
     return np.asarray(times)
 
 
-def play_synthetic(run: SyntheticRun, sink: TimelineSink, *, on_flush: Callable[[float], None] | None = None,
-                   flush_every_s: float = 0.5, finish: bool = True) -> int:
+def play_synthetic(
+    run: SyntheticRun,
+    sink: TimelineSink,
+    *,
+    on_flush: Callable[[float], None] | None = None,
+    flush_every_s: float = 0.5,
+    finish: bool = True,
+) -> int:
     """Publish the synthetic run into ``sink``; call ``on_flush(t)`` every ``flush_every_s``
     of run time (e.g. a writer's flush). Returns the number of requests published."""
     rng = np.random.default_rng(run.seed)
@@ -125,8 +141,9 @@ def play_synthetic(run: SyntheticRun, sink: TimelineSink, *, on_flush: Callable[
         sink.on_tick(Tick(t0, rate, state, in_flight=running_now, client_queued=0))
         if not knee_sent and not done_sending and backlog > run.capacity_rps * 0.5:
             knee_sent = True
-            sink.on_event(Event(t0 + 0.05, "knee", f"knee at {rate:.1f} rps",
-                                {"rps": rate, "reason": "waiting queue growing"}))
+            sink.on_event(
+                Event(t0 + 0.05, "knee", f"knee at {rate:.1f} rps", {"rps": rate, "reason": "waiting queue growing"})
+            )
         # Arrivals in [t0, t0+1).
         if not done_sending:
             n = rng.poisson(rate)
@@ -175,9 +192,17 @@ def play_synthetic(run: SyntheticRun, sink: TimelineSink, *, on_flush: Callable[
 def _materialise(run: SyntheticRun, p: _Pending, steps: np.ndarray, rng: np.random.Generator) -> RequestRecord:
     if p.error:
         return RequestRecord(
-            id=p.id, scheduled_at=p.scheduled_at, sent_at=p.sent_at, end_at=p.end_at,
-            prompt_tokens=0, completion_tokens=0, status=500, error_class="http_500",
-            error="HTTP 500: engine dead", finish_reason=None, scenario_tag="synthetic",
+            id=p.id,
+            scheduled_at=p.scheduled_at,
+            sent_at=p.sent_at,
+            end_at=p.end_at,
+            prompt_tokens=0,
+            completion_tokens=0,
+            status=500,
+            error_class="http_500",
+            error="HTTP 500: engine dead",
+            finish_reason=None,
+            scenario_tag="synthetic",
         )
     idx = np.arange(p.first_step, min(p.first_step + p.n_tokens, len(steps)))
     arrivals = steps[idx] + rng.exponential(0.00006, size=len(idx))
@@ -197,8 +222,15 @@ def _materialise(run: SyntheticRun, p: _Pending, steps: np.ndarray, rng: np.rand
     )
 
 
-def _scrape(run: SyntheticRun, sink: TimelineSink, t: float, in_system: int, backlog: float,
-            counters: dict[str, float], rng: np.random.Generator) -> None:
+def _scrape(
+    run: SyntheticRun,
+    sink: TimelineSink,
+    t: float,
+    in_system: int,
+    backlog: float,
+    counters: dict[str, float],
+    rng: np.random.Generator,
+) -> None:
     waiting = float(min(in_system, round(backlog)))
     running = float(in_system) - waiting
     kv = min(1.0, running * (run.prompt_tokens + run.mean_chunks) / (4096 * 128))
@@ -217,15 +249,34 @@ def _scrape(run: SyntheticRun, sink: TimelineSink, t: float, in_system: int, bac
         f"vllm:prefix_cache_hits_total{{{labels}}}": counters["hits"],
         f"vllm:num_preemptions_total{{{labels}}}": counters["preempt"],
     }
-    sink.on_scrape(ServerSample(
-        t=t, url=f"{run.target}/metrics", ok=True, backend="vllm", scrape_s=0.004,
-        running=running, waiting=waiting, kv_usage=kv,
-        prompt_tokens_total=counters["prompt"], generation_tokens_total=counters["gen"],
-        prefix_queries_total=counters["queries"], prefix_hits_total=counters["hits"],
-        preemptions_total=counters["preempt"],
-        per_engine={"0": {"running": running, "waiting": waiting, "kv_usage": kv,
-                          "prompt_tokens_total": counters["prompt"], "generation_tokens_total": counters["gen"],
-                          "prefix_queries_total": counters["queries"], "prefix_hits_total": counters["hits"],
-                          "preemptions_total": counters["preempt"]}},
-        created=1_795_000_000.0, raw=raw,
-    ))
+    sink.on_scrape(
+        ServerSample(
+            t=t,
+            url=f"{run.target}/metrics",
+            ok=True,
+            backend="vllm",
+            scrape_s=0.004,
+            running=running,
+            waiting=waiting,
+            kv_usage=kv,
+            prompt_tokens_total=counters["prompt"],
+            generation_tokens_total=counters["gen"],
+            prefix_queries_total=counters["queries"],
+            prefix_hits_total=counters["hits"],
+            preemptions_total=counters["preempt"],
+            per_engine={
+                "0": {
+                    "running": running,
+                    "waiting": waiting,
+                    "kv_usage": kv,
+                    "prompt_tokens_total": counters["prompt"],
+                    "generation_tokens_total": counters["gen"],
+                    "prefix_queries_total": counters["queries"],
+                    "prefix_hits_total": counters["hits"],
+                    "preemptions_total": counters["preempt"],
+                }
+            },
+            created=1_795_000_000.0,
+            raw=raw,
+        )
+    )

@@ -161,18 +161,22 @@ class RecordingWriter:
             out = []
             if samples or ticks or events:
                 if self._secrets:
-                    events = [Event(e.t, e.kind, scrub(e.message, self._secrets), scrub(e.data, self._secrets)) for e in events]
+                    events = [
+                        Event(e.t, e.kind, scrub(e.message, self._secrets), scrub(e.data, self._secrets))
+                        for e in events
+                    ]
                     samples = [_scrub_sample(s, self._secrets) for s in samples]
                 times = [s.t for s in samples] + [t.t for t in ticks] + [e.t for e in events]
                 payload = fmt.encode_meta(samples, ticks, events)
-                out.append(fmt.frame(fmt.KIND_META, payload, len(samples) + len(ticks) + len(events), min(times), max(times)))
+                out.append(
+                    fmt.frame(fmt.KIND_META, payload, len(samples) + len(ticks) + len(events), min(times), max(times))
+                )
                 if self._checkpointer is not None:
                     self._checkpointer.add_meta(payload)
             if requests:
                 if self._secrets:
                     requests = [
-                        dataclasses.replace(r, error=scrub(r.error, self._secrets)) if r.error else r
-                        for r in requests
+                        dataclasses.replace(r, error=scrub(r.error, self._secrets)) if r.error else r for r in requests
                     ]
                 ends = [r.end_at for r in requests]
                 payload = fmt.encode_requests(requests, self.chunk_quantum_us)
@@ -228,8 +232,6 @@ class RecordingWriter:
         self.close()
 
 
-
-
 class RecordingStopped(Exception):
     """Why and when the recording stopped while the run went on."""
 
@@ -276,8 +278,11 @@ class SeriesCheckpointer:
         if self.stopped:
             return
         samples, ticks, events = fmt.decode_meta(payload)
-        self._queue([(x.t, ITEM_ORDER["sample"], x) for x in samples] + [(x.t, ITEM_ORDER["tick"], x) for x in ticks]
-                    + [(x.t, ITEM_ORDER["event"], x) for x in events])
+        self._queue(
+            [(x.t, ITEM_ORDER["sample"], x) for x in samples]
+            + [(x.t, ITEM_ORDER["tick"], x) for x in ticks]
+            + [(x.t, ITEM_ORDER["event"], x) for x in events]
+        )
 
     def add_requests(self, payload: bytes) -> None:
         if self.stopped:
@@ -291,8 +296,12 @@ class SeriesCheckpointer:
             ready.sort(key=lambda it: (it[0], it[1], it[2]))
             b = self._builder
             assert b is not None, "start() comes first"
-            handlers: dict[int, Callable[[Any], None]] = {ITEM_ORDER["tick"]: b.on_tick, ITEM_ORDER["sample"]: b.on_scrape,
-                        ITEM_ORDER["event"]: b.on_event, ITEM_ORDER["request"]: b.on_request}
+            handlers: dict[int, Callable[[Any], None]] = {
+                ITEM_ORDER["tick"]: b.on_tick,
+                ITEM_ORDER["sample"]: b.on_scrape,
+                ITEM_ORDER["event"]: b.on_event,
+                ITEM_ORDER["request"]: b.on_request,
+            }
             for _t, order, _seq, value in ready:
                 handlers[order](value)
         self._fed_upto = max(self._fed_upto, t)

@@ -1,9 +1,9 @@
 """Run the rampwatch UI on a synthetic run, for looking at the screens by hand (and in tmux).
 
-    python scripts/tui_demo.py                 # live screen, the fake run advancing
-    python scripts/tui_demo.py --at 95         # live screen frozen 95 s into the run
-    python scripts/tui_demo.py --no-metrics    # target without /metrics
-    python scripts/tui_demo.py --replay [--compare]
+python scripts/tui_demo.py                 # live screen, the fake run advancing
+python scripts/tui_demo.py --at 95         # live screen frozen 95 s into the run
+python scripts/tui_demo.py --no-metrics    # target without /metrics
+python scripts/tui_demo.py --replay [--compare]
 """
 
 from __future__ import annotations
@@ -29,9 +29,16 @@ def main() -> int:
     control = FakeControl()
     if args.replay:
         compare = FrozenSource(fake_snapshot(110.0)) if args.compare else None
-        app = make_replay_app(FakeReplay(position=args.at or 60.0), compare=compare, recording="demo.rwrec", compare_label="other.rwrec" if compare else None)
+        app = make_replay_app(
+            FakeReplay(position=args.at or 60.0),
+            compare=compare,
+            recording="demo.rwrec",
+            compare_label="other.rwrec" if compare else None,
+        )
     elif args.at is not None:
-        app = make_live_app(FrozenSource(fake_snapshot(args.at, metrics=not args.no_metrics)), control, recording="runs/demo.rwrec")
+        app = make_live_app(
+            FrozenSource(fake_snapshot(args.at, metrics=not args.no_metrics)), control, recording="runs/demo.rwrec"
+        )
     else:
         app = make_live_app(AdvancingSource(metrics=not args.no_metrics), control, recording="runs/demo.rwrec")
     app.run()

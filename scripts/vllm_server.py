@@ -37,14 +37,10 @@ class VllmPaths:
 
 def ensure_setup() -> VllmPaths:
     """Build or reuse the vLLM venv and tiny model; return their paths."""
-    out = subprocess.run(
-        ["bash", str(SCRIPTS / "setup_vllm.sh")], capture_output=True, text=True, check=False
-    )
+    out = subprocess.run(["bash", str(SCRIPTS / "setup_vllm.sh")], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"scripts/setup_vllm.sh failed ({out.returncode}):\n{out.stderr[-4000:]}")
-    values = dict(
-        line.split("=", 1) for line in out.stdout.splitlines() if line.startswith("RAMPWATCH_")
-    )
+    values = dict(line.split("=", 1) for line in out.stdout.splitlines() if line.startswith("RAMPWATCH_"))
     return VllmPaths(python=values["RAMPWATCH_VLLM_PYTHON"], model=values["RAMPWATCH_TINY_MODEL"])
 
 
@@ -57,8 +53,13 @@ def free_port() -> int:
 class VllmServer:
     """One vLLM api_server process in its own process group."""
 
-    def __init__(self, paths: VllmPaths, port: int | None = None, log_path: Path | None = None,
-                 extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        paths: VllmPaths,
+        port: int | None = None,
+        log_path: Path | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.paths = paths
         self.port = port or free_port()
         self.log_path = log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"rampwatch-vllm-{self.port}.log"
@@ -75,13 +76,21 @@ class VllmServer:
 
     def command(self) -> list[str]:
         return [
-            self.paths.python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", self.paths.model,
-            "--served-model-name", SERVED_MODEL_NAME,
-            "--dtype", "float32",
-            "--max-model-len", str(MAX_MODEL_LEN),
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
+            self.paths.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.paths.model,
+            "--served-model-name",
+            SERVED_MODEL_NAME,
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
             *self.extra_args,
         ]
 
@@ -94,8 +103,12 @@ class VllmServer:
         env.setdefault("DO_NOT_TRACK", "1")
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True, stdin=subprocess.DEVNULL,
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
         )
         log.close()
 
@@ -143,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     server.start()
     try:
         server.wait_ready()
-        print(f"vLLM serving '{SERVED_MODEL_NAME}' on {server.url} (pid {server.pid}, log {server.log_path})", flush=True)
+        print(
+            f"vLLM serving '{SERVED_MODEL_NAME}' on {server.url} (pid {server.pid}, log {server.log_path})", flush=True
+        )
         server.proc.wait()
     except KeyboardInterrupt:
         pass

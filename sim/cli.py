@@ -14,8 +14,12 @@ from rampwatch.sim.config import HARDWARE_PRESETS, MODEL_PRESETS, ROUTING_CHOICE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hardware", default="h100", help=f"hardware preset: {', '.join(HARDWARE_PRESETS)} (default h100)")
-    parser.add_argument("--model", default="llama-3.1-8b", help=f"model preset: {', '.join(MODEL_PRESETS)} (default llama-3.1-8b)")
+    parser.add_argument(
+        "--hardware", default="h100", help=f"hardware preset: {', '.join(HARDWARE_PRESETS)} (default h100)"
+    )
+    parser.add_argument(
+        "--model", default="llama-3.1-8b", help=f"model preset: {', '.join(MODEL_PRESETS)} (default llama-3.1-8b)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--seed", type=int, default=0, help="seed for generated tokens, early EOS and faults")
@@ -23,16 +27,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--served-model-name", default=None, help="model name served (default: the model preset name)")
     parser.add_argument("--block-size", type=int, default=16, help="KV block size in tokens (default 16)")
     parser.add_argument("--num-gpu-blocks", type=int, default=None, help="override the derived number of KV blocks")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="fraction of HBM vLLM may use (default 0.9)")
+    parser.add_argument(
+        "--gpu-memory-utilization", type=float, default=0.9, help="fraction of HBM vLLM may use (default 0.9)"
+    )
     parser.add_argument("--max-num-seqs", type=int, default=256, help="max running requests per engine (default 256)")
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192, help="token budget per step (default 8192)")
-    parser.add_argument("--max-model-len", type=int, default=None, help="context length (default: model's, capped by KV size)")
-    parser.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false",
-                        help="disable prefix caching")
-    parser.add_argument("--eos-probability", type=float, default=0.002,
-                        help="per-token early-stop chance when a request does not set ignore_eos (default 0.002)")
+    parser.add_argument(
+        "--max-model-len", type=int, default=None, help="context length (default: model's, capped by KV size)"
+    )
+    parser.add_argument(
+        "--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", help="disable prefix caching"
+    )
+    parser.add_argument(
+        "--eos-probability",
+        type=float,
+        default=0.002,
+        help="per-token early-stop chance when a request does not set ignore_eos (default 0.002)",
+    )
     parser.add_argument("--engines", type=int, default=1, help="data-parallel engines behind the port (default 1)")
-    parser.add_argument("--routing", default="least-loaded", help=f"data-parallel routing: {', '.join(ROUTING_CHOICES)}")
+    parser.add_argument(
+        "--routing", default="least-loaded", help=f"data-parallel routing: {', '.join(ROUTING_CHOICES)}"
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")

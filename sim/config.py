@@ -74,9 +74,7 @@ HARDWARE_PRESETS: dict[str, HardwarePreset] = {
         HardwarePreset("a100-80g", 80, 2.039e12, 312e12, 0.002, description="NVIDIA A100 SXM4 80GB"),
         HardwarePreset("a100-40g", 40, 1.555e12, 312e12, 0.002, description="NVIDIA A100 SXM4 40GB"),
         HardwarePreset("l4", 24, 300e9, 121e12, 0.002, description="NVIDIA L4 24GB"),
-        HardwarePreset(
-            "instant", 80, INF, INF, 0.0, description="zero-cost steps: measures the simulator itself"
-        ),
+        HardwarePreset("instant", 80, INF, INF, 0.0, description="zero-cost steps: measures the simulator itself"),
     )
 }
 
@@ -84,15 +82,43 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in (
         ModelPreset(
-            "llama-3.1-8b", 8.03e9, 32, 4096, 32, 8, 128, 2, 2, 131072,
+            "llama-3.1-8b",
+            8.03e9,
+            32,
+            4096,
+            32,
+            8,
+            128,
+            2,
+            2,
+            131072,
             description="meta-llama/Llama-3.1-8B-Instruct, bf16 weights and KV cache",
         ),
         ModelPreset(
-            "llama-3.1-8b-fp8", 8.03e9, 32, 4096, 32, 8, 128, 1, 2, 131072,
+            "llama-3.1-8b-fp8",
+            8.03e9,
+            32,
+            4096,
+            32,
+            8,
+            128,
+            1,
+            2,
+            131072,
             description="Llama-3.1-8B-Instruct FP8 weights (bf16 KV cache, vLLM's default kv_cache_dtype=auto)",
         ),
         ModelPreset(
-            "tiny", 4.0e6, 2, 64, 4, 4, 16, 2, 2, 2048, runtime_reserve_gib=0.0,
+            "tiny",
+            4.0e6,
+            2,
+            64,
+            4,
+            4,
+            16,
+            2,
+            2,
+            2048,
+            runtime_reserve_gib=0.0,
             description="a tiny random Llama like the one in the CPU captures; for quick tests",
         ),
     )
@@ -103,9 +129,7 @@ def _pick(kind: str, flag: str, name: str, table: dict):
     try:
         return table[name]
     except KeyError:
-        raise UserError(
-            f"{flag} {name!r}: unknown {kind} preset; valid values: {', '.join(sorted(table))}"
-        ) from None
+        raise UserError(f"{flag} {name!r}: unknown {kind} preset; valid values: {', '.join(sorted(table))}") from None
 
 
 @dataclass(slots=True)

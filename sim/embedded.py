@@ -33,21 +33,36 @@ _URL_RE = re.compile(r"on (http://\S+) ")
 def config_to_argv(config: SimConfig) -> list[str]:
     """The ``rampwatch sim`` flags that reproduce ``config``."""
     argv = [
-        "--hardware", config.hardware,
-        "--model", config.model,
-        "--seed", str(config.seed),
-        "--speed", repr(config.speed),
-        "--block-size", str(config.block_size),
-        "--gpu-memory-utilization", repr(config.gpu_memory_utilization),
-        "--max-num-seqs", str(config.max_num_seqs),
-        "--max-num-batched-tokens", str(config.max_num_batched_tokens),
-        "--eos-probability", repr(config.eos_probability),
-        "--engines", str(config.engines),
-        "--routing", config.routing,
-        "--error-rate", repr(config.faults.error_rate),
-        "--abort-rate", repr(config.faults.abort_rate),
-        "--metrics-error-rate", repr(config.faults.metrics_error_rate),
-        "--stall-for", repr(config.faults.stall_for),
+        "--hardware",
+        config.hardware,
+        "--model",
+        config.model,
+        "--seed",
+        str(config.seed),
+        "--speed",
+        repr(config.speed),
+        "--block-size",
+        str(config.block_size),
+        "--gpu-memory-utilization",
+        repr(config.gpu_memory_utilization),
+        "--max-num-seqs",
+        str(config.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(config.max_num_batched_tokens),
+        "--eos-probability",
+        repr(config.eos_probability),
+        "--engines",
+        str(config.engines),
+        "--routing",
+        config.routing,
+        "--error-rate",
+        repr(config.faults.error_rate),
+        "--abort-rate",
+        repr(config.faults.abort_rate),
+        "--metrics-error-rate",
+        repr(config.faults.metrics_error_rate),
+        "--stall-for",
+        repr(config.faults.stall_for),
     ]
     if config.num_gpu_blocks is not None:
         argv += ["--num-gpu-blocks", str(config.num_gpu_blocks)]
@@ -65,8 +80,13 @@ def config_to_argv(config: SimConfig) -> list[str]:
 class EmbeddedSim:
     """A simulator subprocess. ``.url`` and ``.pid`` are set once ``start()`` returns."""
 
-    def __init__(self, config: SimConfig | None = None, host: str = "127.0.0.1",
-                 start_timeout: float = 30.0, python: str | None = None) -> None:
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        host: str = "127.0.0.1",
+        start_timeout: float = 30.0,
+        python: str | None = None,
+    ) -> None:
         self.config = (config or SimConfig()).resolved()  # bad presets fail here, in the parent
         self.host = host
         self.start_timeout = start_timeout
@@ -80,11 +100,26 @@ class EmbeddedSim:
         return None if self.process is None else self.process.pid
 
     def start(self) -> EmbeddedSim:
-        cmd = [self.python, "-m", "rampwatch.sim.cli", *config_to_argv(self.config),
-               "--host", self.host, "--port", "0", "--exit-on-stdin-eof", "--parent-pid", str(os.getpid())]
+        cmd = [
+            self.python,
+            "-m",
+            "rampwatch.sim.cli",
+            *config_to_argv(self.config),
+            "--host",
+            self.host,
+            "--port",
+            "0",
+            "--exit-on-stdin-eof",
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         self.process = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, bufsize=1,
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
         )
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         deadline = time.monotonic() + self.start_timeout

@@ -348,9 +348,7 @@ class Engine:
             scheduled.append((req, n))
             budget -= n
 
-    def _execute(
-        self, now: float, scheduled: list[tuple[SimRequest, int]], preempted: list[SimRequest]
-    ) -> StepResult:
+    def _execute(self, now: float, scheduled: list[tuple[SimRequest, int]], preempted: list[SimRequest]) -> StepResult:
         total = 0
         attn_pairs = 0.0
         kv_tokens = 0
@@ -396,11 +394,7 @@ class Engine:
             n_out = len(out)
             if n_out >= req.max_tokens or prompt_len + n_out >= max_len:
                 finished.append(req)
-            elif (
-                not req.ignore_eos
-                and n_out >= req.min_tokens
-                and (x >> 40) % _EOS_SCALE < eos_threshold
-            ):
+            elif not req.ignore_eos and n_out >= req.min_tokens and (x >> 40) % _EOS_SCALE < eos_threshold:
                 req.finish_reason = "stop"
                 finished.append(req)
         if finished:

@@ -130,7 +130,9 @@ class SimCollector:
                 c.add_metric(labels, value_of(e), created=e.stats.created)
             return c
 
-        yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", lambda e: e.num_running)
+        yield gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", lambda e: e.num_running
+        )
         yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", lambda e: e.num_waiting)
         by_reason = GaugeMetricFamily(
             "vllm:num_requests_waiting_by_reason",
@@ -186,7 +188,9 @@ class SimCollector:
                 success.add_metric([labels[0], reason, labels[1]], value, created=e.stats.created)
         yield success
         for name, attr, help_text in _HISTOGRAMS:
-            yield _histogram(name, help_text, [(labels, getattr(e.stats, attr), e.stats.created) for labels, e in labelled])
+            yield _histogram(
+                name, help_text, [(labels, getattr(e.stats, attr), e.stats.created) for labels, e in labelled]
+            )
         info = None
         for e in engines:
             labels = cache_config_labels(e)

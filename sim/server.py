@@ -89,12 +89,32 @@ class _Stream:
     """One request's output path from the driver to its HTTP handler."""
 
     __slots__ = (
-        "req", "chat", "stream", "head", "tail", "final_tails", "pending", "waiter",
-        "role_prefix", "continuous_usage", "prompt_tokens", "abort_after", "sent", "done",
+        "req",
+        "chat",
+        "stream",
+        "head",
+        "tail",
+        "final_tails",
+        "pending",
+        "waiter",
+        "role_prefix",
+        "continuous_usage",
+        "prompt_tokens",
+        "abort_after",
+        "sent",
+        "done",
     )
 
-    def __init__(self, req: SimRequest, chat: bool, stream: bool, head: bytes, role_chunk: bytes | None,
-                 continuous_usage: bool, abort_after: int | None) -> None:
+    def __init__(
+        self,
+        req: SimRequest,
+        chat: bool,
+        stream: bool,
+        head: bytes,
+        role_chunk: bytes | None,
+        continuous_usage: bool,
+        abort_after: int | None,
+    ) -> None:
         self.req = req
         self.chat = chat
         self.stream = stream
@@ -147,13 +167,16 @@ class _Stream:
 
 
 def _usage_bytes(prompt: int, completion: int) -> bytes:
-    return (
-        b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}'
-        % (prompt, prompt + completion, completion)
+    return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+        prompt,
+        prompt + completion,
+        completion,
     )
 
 
-_COMPLETION_TAIL = b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n'
+_COMPLETION_TAIL = (
+    b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n'
+)
 _COMPLETION_FINAL_TAILS = {
     reason: b'","logprobs":null,"finish_reason":"%s","stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n'
     % reason.encode()
@@ -293,8 +316,12 @@ class SimServer:
         rate = self.config.faults.metrics_error_rate
         if rate and self.fault_rng.random() < rate:
             return web.Response(status=500, text="Internal Server Error (simulated /metrics failure)")
-        return web.Response(body=render(self.registry), content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+        return web.Response(
+            body=render(self.registry),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
@@ -335,7 +362,8 @@ class SimServer:
                 f"{max_len}. Make sure that `max_model_len` is no smaller than the number of text tokens "
                 "plus multimodal tokens. For image inputs, the number of image tokens depends on the "
                 "number of images, and possibly their aspect ratios as well.",
-                "input_tokens", n_prompt,
+                "input_tokens",
+                n_prompt,
             )
         if max_tokens is None:
             max_tokens = max_len - n_prompt
@@ -345,7 +373,8 @@ class SimServer:
             raise _bad(
                 f"{param}={max_tokens} cannot be greater than max_model_len={max_len}. "
                 "Please request fewer output tokens.",
-                param, max_tokens,
+                param,
+                max_tokens,
             )
         if n_prompt + max_tokens > max_len:
             raise _bad(
@@ -353,14 +382,18 @@ class SimServer:
                 f"{max_tokens} output tokens and your prompt contains {n_prompt} input tokens, for a "
                 f"total of {n_prompt + max_tokens} tokens. Please reduce the length of the input prompt "
                 "or the number of requested output tokens.",
-                "input_tokens", n_prompt,
+                "input_tokens",
+                n_prompt,
             )
         min_tokens = body.get("min_tokens", 0) or 0
         if not isinstance(min_tokens, int) or min_tokens < 0:
             raise _bad(f"min_tokens must be greater than or equal to 0, got {min_tokens}.", "min_tokens", min_tokens)
         if min_tokens > max_tokens:
-            raise _bad(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
-                       "min_tokens", min_tokens)
+            raise _bad(
+                f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+                "min_tokens",
+                min_tokens,
+            )
         temperature = body.get("temperature")
         if temperature is not None and (not isinstance(temperature, (int, float)) or temperature < 0):
             raise _bad(f"temperature must be non-negative, got {temperature}.", "temperature", temperature)
@@ -391,8 +424,9 @@ class SimServer:
             if bad is not None:
                 raise _bad(f"Token id {bad} is out of vocabulary", "prompt", bad)
         elif isinstance(prompt, list):
-            raise _bad("Batched prompts are not supported by the simulator; send one prompt per request.",
-                       "prompt", "<list>")
+            raise _bad(
+                "Batched prompts are not supported by the simulator; send one prompt per request.", "prompt", "<list>"
+            )
         else:
             raise _bad("Either prompt or prompt_embeds must be provided and non-empty.", "prompt", prompt)
         if not ids:
@@ -422,11 +456,18 @@ class SimServer:
         index = self._pick_engine()
         engine = self.engines[index]
         req = SimRequest(
-            request_id, prompt_ids, max_tokens, min_tokens=opts["min_tokens"],
-            ignore_eos=opts["ignore_eos"], seed=opts["seed"],
+            request_id,
+            prompt_ids,
+            max_tokens,
+            min_tokens=opts["min_tokens"],
+            ignore_eos=opts["ignore_eos"],
+            seed=opts["seed"],
         )
         prefix = b'data: {"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
-            request_id.encode(), b"chat.completion.chunk" if chat else b"text_completion", created, self.model_json,
+            request_id.encode(),
+            b"chat.completion.chunk" if chat else b"text_completion",
+            created,
+            self.model_json,
         )
         if chat:
             head = prefix + b'[{"index":0,"delta":{"content":"'
@@ -449,8 +490,9 @@ class SimServer:
             if req.status != FINISHED:
                 engine.abort(request_id, self.sim_now())
 
-    async def _stream_response(self, request: web.Request, stream: _Stream, prefix: bytes,
-                               include_usage: bool) -> web.StreamResponse:
+    async def _stream_response(
+        self, request: web.Request, stream: _Stream, prefix: bytes, include_usage: bool
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
         req = stream.req
@@ -494,20 +536,50 @@ class SimServer:
         if chat:
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None,
-                            "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None},
+                "message": {
+                    "role": "assistant",
+                    "content": text,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "tool_calls": [],
+                    "reasoning_content": None,
+                },
                 "logprobs": None,
                 "finish_reason": req.finish_reason,
                 "stop_reason": None,
             }
-            body = {"id": request_id, "object": "chat.completion", "created": created, "model": self.model_name,
-                    "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": usage,
-                    "prompt_logprobs": None, "kv_transfer_params": None}
+            body = {
+                "id": request_id,
+                "object": "chat.completion",
+                "created": created,
+                "model": self.model_name,
+                "choices": [choice],
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": usage,
+                "prompt_logprobs": None,
+                "kv_transfer_params": None,
+            }
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
-                      "stop_reason": None, "prompt_logprobs": None}
-            body = {"id": request_id, "object": "text_completion", "created": created, "model": self.model_name,
-                    "choices": [choice], "usage": usage, "kv_transfer_params": None}
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": req.finish_reason,
+                "stop_reason": None,
+                "prompt_logprobs": None,
+            }
+            body = {
+                "id": request_id,
+                "object": "text_completion",
+                "created": created,
+                "model": self.model_name,
+                "choices": [choice],
+                "usage": usage,
+                "kv_transfer_params": None,
+            }
         return _json(body)
 
 

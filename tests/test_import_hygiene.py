@@ -23,8 +23,12 @@ def core_modules() -> list[str]:
 
 def test_core_modules_are_found():
     modules = core_modules()
-    assert {"rampwatch.core.timeline", "rampwatch.loadgen.runner", "rampwatch.record.writer",
-            "rampwatch.sim.engine"} <= set(modules)
+    assert {
+        "rampwatch.core.timeline",
+        "rampwatch.loadgen.runner",
+        "rampwatch.record.writer",
+        "rampwatch.sim.engine",
+    } <= set(modules)
     assert all(m.rsplit(".", 1)[0] in CORE_PACKAGES or m in CORE_PACKAGES for m in modules)
 
 
@@ -36,9 +40,7 @@ def test_core_module_does_not_import_ui(module):
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
         "print(','.join(bad))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"{module} imports {out.stdout.strip()}"
 

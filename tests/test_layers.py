@@ -60,8 +60,11 @@ def import_graph(sources: dict[str, Path]) -> dict[str, set[str]]:
             modules[name] = path.read_text(encoding="utf-8")
     graph: dict[str, set[str]] = {}
     for name, source in modules.items():
-        graph[name] = {target for target in module_imports(source, name)
-                       if target.startswith("rampwatch.") or target.split(".")[0] in FORBIDDEN_EVERYWHERE}
+        graph[name] = {
+            target
+            for target in module_imports(source, name)
+            if target.startswith("rampwatch.") or target.split(".")[0] in FORBIDDEN_EVERYWHERE
+        }
     return graph
 
 
@@ -94,7 +97,7 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(node)
         for nxt in sorted(edges[node]):
             if state.get(nxt) == 1:
-                loop = stack[stack.index(nxt):]
+                loop = stack[stack.index(nxt) :]
                 if frozenset(loop) not in seen:
                     seen.add(frozenset(loop))
                     cycles.append([*loop, nxt])
@@ -150,18 +153,33 @@ def test_the_contract_passes_a_clean_tree(tmp_path):
     assert layer_violations(graph, ALLOWED) == [] and import_cycles(graph) == []
 
 
-@pytest.mark.parametrize("rel, text, expected", [
-    # a back-edge: the load generator reaching up into the recording layer, lazily
-    ("loadgen/cli.py", "def main():\n    from rampwatch.record.writer import RecordingWriter\n",
-     "rampwatch.loadgen.cli imports rampwatch.record.writer: loadgen may not depend on record"),
-    # sideways: the simulator and the load generator are beside each other
-    ("sim/config.py", "from rampwatch.loadgen.errors import UserError\n",
-     "rampwatch.sim.config imports rampwatch.loadgen.errors: sim may not depend on loadgen"),
-    ("core/errors.py", "import rampwatch.tui.app\n",
-     "rampwatch.core.errors imports rampwatch.tui.app: core may not depend on tui"),
-    ("record/html.py", "from tui import app\n",
-     "rampwatch.record.html imports tui: use the rampwatch.tui namespace"),
-])
+@pytest.mark.parametrize(
+    "rel, text, expected",
+    [
+        # a back-edge: the load generator reaching up into the recording layer, lazily
+        (
+            "loadgen/cli.py",
+            "def main():\n    from rampwatch.record.writer import RecordingWriter\n",
+            "rampwatch.loadgen.cli imports rampwatch.record.writer: loadgen may not depend on record",
+        ),
+        # sideways: the simulator and the load generator are beside each other
+        (
+            "sim/config.py",
+            "from rampwatch.loadgen.errors import UserError\n",
+            "rampwatch.sim.config imports rampwatch.loadgen.errors: sim may not depend on loadgen",
+        ),
+        (
+            "core/errors.py",
+            "import rampwatch.tui.app\n",
+            "rampwatch.core.errors imports rampwatch.tui.app: core may not depend on tui",
+        ),
+        (
+            "record/html.py",
+            "from tui import app\n",
+            "rampwatch.record.html imports tui: use the rampwatch.tui namespace",
+        ),
+    ],
+)
 def test_the_contract_catches_a_bad_edge(tmp_path, rel, text, expected):
     graph = import_graph(write_tree(tmp_path, clean_tree() | {rel: text}))
     assert expected in layer_violations(graph, ALLOWED)

@@ -51,13 +51,32 @@ CHARTS = (
     ("latency", "Latency", LatencyChart),
 )
 LIVE_ACTIONS = {"toggle_hold", "rate_up", "rate_down", "mark", "stop_run"}
-REPLAY_ACTIONS = {"play_pause", "speed_down", "speed_up", "seek", "jump_start", "jump_end", "jump_knee", "next_mark", "previous_mark"}
+REPLAY_ACTIONS = {
+    "play_pause",
+    "speed_down",
+    "speed_up",
+    "seek",
+    "jump_start",
+    "jump_end",
+    "jump_knee",
+    "next_mark",
+    "previous_mark",
+}
 
 
 def empty_snapshot(state: str = "starting") -> Snapshot:
     return Snapshot(
-        t=0.0, header=None, state=state, target_rps=0.0, times=[], series={}, in_flight=0,
-        events=[], summary={}, server_metrics_available=True, planned_duration_s=None,
+        t=0.0,
+        header=None,
+        state=state,
+        target_rps=0.0,
+        times=[],
+        series={},
+        in_flight=0,
+        events=[],
+        summary={},
+        server_metrics_available=True,
+        planned_duration_s=None,
     )
 
 
@@ -223,13 +242,21 @@ class RampwatchApp(App[int]):
         letters = {"knee": "K", "mark": "M", "hold": "H"}
         bar_marks = [(t, letters[kind]) for t, kind in self._replay_marks(replay) if kind in letters]
         for bar in self.main_screen.query(PositionBar):
-            bar.set_state(position=replay.position, duration=replay.duration, speed=speed, playing=playing,
-                          marks=bar_marks)
+            bar.set_state(
+                position=replay.position, duration=replay.duration, speed=speed, playing=playing, marks=bar_marks
+            )
 
     # ----- notifications -----
 
-    def notify(self, message: str, *, title: str = "", severity="information", timeout: float | None = None,
-               markup: bool = True) -> None:
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity="information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
         # Once the toast has gone, repaint the whole screen: the panels under it are redrawn
         # only when their own content changes (the events panel may not change for minutes),
@@ -404,8 +431,14 @@ def make_live_app(
     rate_step_rps: float | None = None,
 ) -> RampwatchApp:
     """The app for a live run: ``control`` steers it (no control: a view only)."""
-    return RampwatchApp(source, control=control, run_failed=run_failed, refresh_hz=refresh_hz,
-                        recording=recording, rate_step_rps=rate_step_rps)
+    return RampwatchApp(
+        source,
+        control=control,
+        run_failed=run_failed,
+        refresh_hz=refresh_hz,
+        recording=recording,
+        rate_step_rps=rate_step_rps,
+    )
 
 
 def make_replay_app(
@@ -417,5 +450,6 @@ def make_replay_app(
     compare_label: str | None = None,
 ) -> RampwatchApp:
     """The app for a replay; ``compare`` is drawn dimmed on the same charts."""
-    return RampwatchApp(replay, replay=replay, compare=compare, refresh_hz=refresh_hz, recording=recording,
-                        compare_label=compare_label)
+    return RampwatchApp(
+        replay, replay=replay, compare=compare, refresh_hz=refresh_hz, recording=recording, compare_label=compare_label
+    )

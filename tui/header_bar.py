@@ -19,7 +19,14 @@ STATE_STYLES = {
 
 
 class HeaderBar(Static):
-    def __init__(self, *, mode: str = "live", recording: str | None = None, compare_label: str | None = None, id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        mode: str = "live",
+        recording: str | None = None,
+        compare_label: str | None = None,
+        id: str | None = None,
+    ) -> None:
         super().__init__(id=id)
         self.mode = mode
         self.recording = recording

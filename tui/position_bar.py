@@ -35,8 +35,16 @@ class PositionBar(Widget):
         self.playing = False
         self.marks: list[tuple[float, str]] = []
 
-    def set_state(self, *, position: float, duration: float, speed: float, playing: bool, marks: list[tuple[float, str]]) -> None:
-        changed = (position, duration, speed, playing, marks) != (self.position, self.duration, self.speed, self.playing, self.marks)
+    def set_state(
+        self, *, position: float, duration: float, speed: float, playing: bool, marks: list[tuple[float, str]]
+    ) -> None:
+        changed = (position, duration, speed, playing, marks) != (
+            self.position,
+            self.duration,
+            self.speed,
+            self.playing,
+            self.marks,
+        )
         self.position, self.duration, self.speed, self.playing, self.marks = position, duration, speed, playing, marks
         if changed:
             self.refresh()

@@ -26,9 +26,17 @@ from rampwatch.tui.chart_data import (
 
 # The plotext colours the charts use, as the terminal shows them (for the legend in the title).
 LEGEND_COLOURS = {
-    "white": "#e5e5e5", "blue+": "#5c5cff", "green+": "#00ff00", "magenta": "#cd00cd",
-    "cyan": "#00cdcd", "orange": "#ff8700", "red+": "#ff0000", "yellow": "#cdcd00",
-    "cyan+": "#00ffff", "magenta+": "#ff00ff", "gray": "#7f7f7f",
+    "white": "#e5e5e5",
+    "blue+": "#5c5cff",
+    "green+": "#00ff00",
+    "magenta": "#cd00cd",
+    "cyan": "#00cdcd",
+    "orange": "#ff8700",
+    "red+": "#ff0000",
+    "yellow": "#cdcd00",
+    "cyan+": "#00ffff",
+    "magenta+": "#ff00ff",
+    "gray": "#7f7f7f",
 }
 MARKER_COLOURS = {"knee": "red+", "hold": "cyan", "resume": "cyan", "mark": "orange"}
 # Without colour, series are told apart by the character that draws them.
@@ -146,7 +154,10 @@ class TimeSeriesChart(PlotextPlot):
         plt.xlim(left, right)
         ticks, tick_labels = time_ticks(right, max(2, (self.size.width or 80) // 10))
         plt.xticks(ticks, tick_labels)
-        specs_by_side = {False: [s for s in self.SERIES if not s.right_axis], True: [s for s in self.SERIES if s.right_axis]}
+        specs_by_side = {
+            False: [s for s in self.SERIES if not s.right_axis],
+            True: [s for s in self.SERIES if s.right_axis],
+        }
         tops: dict[bool, float] = {}
         for side, specs in specs_by_side.items():
             if not specs:
@@ -180,7 +191,9 @@ class TimeSeriesChart(PlotextPlot):
             self.border_subtitle = ""
         self._draw_markers(markers(snapshot.events), tops.get(False, tops.get(True, 1.0)), False)
         if compare is not None:
-            self._draw_markers([m for m in markers(compare.events) if m.kind == "knee"], tops.get(False, tops.get(True, 1.0)), True)
+            self._draw_markers(
+                [m for m in markers(compare.events) if m.kind == "knee"], tops.get(False, tops.get(True, 1.0)), True
+            )
 
     def _colour(self, colour: str) -> str:
         return "default" if self.monochrome else colour

@@ -7,8 +7,13 @@ NAN = float("nan")
 
 @pytest.mark.parametrize(
     "times, now, complete",
-    [([0.0, 1.0, 2.0], 3.1, 3), ([0.0, 1.0, 2.0], 3.05, 2), ([0.0, 1.0, 2.0], 2.05, 1), ([], 5.0, 0),
-     ([0.0, 1.0], 0.5, 0)],
+    [
+        ([0.0, 1.0, 2.0], 3.1, 3),
+        ([0.0, 1.0, 2.0], 3.05, 2),
+        ([0.0, 1.0, 2.0], 2.05, 1),
+        ([], 5.0, 0),
+        ([0.0, 1.0], 0.5, 0),
+    ],
 )
 def test_a_bin_is_complete_a_moment_after_its_end(times, now, complete):
     assert complete_bins(times, now) == complete

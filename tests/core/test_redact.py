@@ -7,34 +7,47 @@ import pytest
 from rampwatch.core.redact import REDACTED, redact_options, redact_text, scrub, secret_values, split_userinfo
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("http://user:s3cret-pw@gpu-box:8000/v1", f"http://{REDACTED}@gpu-box:8000/v1"),
-    ("cannot reach https://alice:p%40ss@[::1]:8443/metrics: refused", f"cannot reach https://{REDACTED}@[::1]:8443/metrics: refused"),
-    ("http://token-only@host/", f"http://{REDACTED}@host/"),
-    ("Authorization: Bearer sk-abcdef123456", f"Authorization: Bearer {REDACTED}"),
-    ("basic dXNlcjpwYXNz sent", f"basic {REDACTED} sent"),
-    ("http://gpu-box:8000/v1 and mail@example.com", "http://gpu-box:8000/v1 and mail@example.com"),
-    ("http://host/path?next=a@b", "http://host/path?next=a@b"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("http://user:s3cret-pw@gpu-box:8000/v1", f"http://{REDACTED}@gpu-box:8000/v1"),
+        (
+            "cannot reach https://alice:p%40ss@[::1]:8443/metrics: refused",
+            f"cannot reach https://{REDACTED}@[::1]:8443/metrics: refused",
+        ),
+        ("http://token-only@host/", f"http://{REDACTED}@host/"),
+        ("Authorization: Bearer sk-abcdef123456", f"Authorization: Bearer {REDACTED}"),
+        ("basic dXNlcjpwYXNz sent", f"basic {REDACTED} sent"),
+        ("http://gpu-box:8000/v1 and mail@example.com", "http://gpu-box:8000/v1 and mail@example.com"),
+        ("http://host/path?next=a@b", "http://host/path?next=a@b"),
+    ],
+)
 def test_redact_text(text, expected):
     assert redact_text(text) == expected
 
 
-@pytest.mark.parametrize("url, expected", [
-    ("http://user:pw@host:8000/v1", ("http://host:8000/v1", "user", "pw")),
-    ("http://us%40er:p%3Aw@host/", ("http://host/", "us@er", "p:w")),
-    ("http://[::1]:8000", ("http://[::1]:8000", None, None)),
-    ("http://u:p@[::1]:8000/x?q=1", ("http://[::1]:8000/x?q=1", "u", "p")),
-    ("https://token@host", ("https://host", "token", None)),
-    ("http://host:8000", ("http://host:8000", None, None)),
-])
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("http://user:pw@host:8000/v1", ("http://host:8000/v1", "user", "pw")),
+        ("http://us%40er:p%3Aw@host/", ("http://host/", "us@er", "p:w")),
+        ("http://[::1]:8000", ("http://[::1]:8000", None, None)),
+        ("http://u:p@[::1]:8000/x?q=1", ("http://[::1]:8000/x?q=1", "u", "p")),
+        ("https://token@host", ("https://host", "token", None)),
+        ("http://host:8000", ("http://host:8000", None, None)),
+    ],
+)
 def test_split_userinfo(url, expected):
     assert split_userinfo(url) == expected
 
 
 def test_options_lose_url_credentials_and_the_password_is_scrubbed_elsewhere():
-    options = {"target": "http://admin:hunter2-long@gpu-box:8000", "metrics_url": ["http://admin:hunter2-long@gpu-box:8000/metrics"],
-               "api_key": "sk-live-1234567890", "argv": ["--api-key", "sk-live-1234567890", "--target", "x"]}
+    options = {
+        "target": "http://admin:hunter2-long@gpu-box:8000",
+        "metrics_url": ["http://admin:hunter2-long@gpu-box:8000/metrics"],
+        "api_key": "sk-live-1234567890",
+        "argv": ["--api-key", "sk-live-1234567890", "--target", "x"],
+    }
     clean = redact_options(options)
     assert clean["target"] == f"http://{REDACTED}@gpu-box:8000"
     assert clean["metrics_url"] == [f"http://{REDACTED}@gpu-box:8000/metrics"]

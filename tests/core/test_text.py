@@ -3,13 +3,16 @@ import pytest
 from rampwatch.core.text import printable
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("tiny", "tiny"),
-    ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
-    ("a\x07b\x9bc", "a\\x07b\\x9bc"),
-    ("two\nlines\tok", "two\nlines\tok"),
-    ("modèle-日本", "modèle-日本"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("tiny", "tiny"),
+        ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+        ("a\x07b\x9bc", "a\\x07b\\x9bc"),
+        ("two\nlines\tok", "two\nlines\tok"),
+        ("modèle-日本", "modèle-日本"),
+    ],
+)
 def test_printable(text, expected):
     assert printable(text) == expected
 

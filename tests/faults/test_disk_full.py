@@ -46,15 +46,26 @@ class FillingDisk:
 
 
 def record(i: int, t: float) -> RequestRecord:
-    return RequestRecord(id=i, scheduled_at=t - 0.5, sent_at=t - 0.5, end_at=t, first_token_at=t - 0.4,
-                         chunk_times=[t - 0.4, t - 0.2, t], prompt_tokens=16, completion_tokens=3)
+    return RequestRecord(
+        id=i,
+        scheduled_at=t - 0.5,
+        sent_at=t - 0.5,
+        end_at=t,
+        first_token_at=t - 0.4,
+        chunk_times=[t - 0.4, t - 0.2, t],
+        prompt_tokens=16,
+        completion_tokens=3,
+    )
 
 
 def test_the_recording_stops_once_with_when_and_why_and_keeps_what_it_holds(tmp_path, caplog):
     path = tmp_path / "run.rwrec"
     writer = RecordingWriter(path, flush_interval_s=None, checkpoint_every_s=None)
-    writer.on_start(RunHeader(rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1",
-                              model="m", scenario_name="random"))
+    writer.on_start(
+        RunHeader(
+            rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m", scenario_name="random"
+        )
+    )
     for i in range(20):
         writer.on_request(record(i, 1.0 + i * 0.1))
     writer.flush()
@@ -67,7 +78,8 @@ def test_the_recording_stops_once_with_when_and_why_and_keeps_what_it_holds(tmp_
     writer.close(finish_t=12.0)  # the buffered bytes cannot be flushed either: no raise
     assert str(writer.error) == "stopped at 2.9 s of the run: No space left on device"
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
-        f"recording {path} stopped at 2.9 s of the run: No space left on device"]
+        f"recording {path} stopped at 2.9 s of the run: No space left on device"
+    ]
     assert path.stat().st_size == held + 10  # the 10 bytes that fitted, a cut frame
     recording = open_recording(path)
     assert [r.id for r in recording.requests] == list(range(20))
@@ -84,14 +96,38 @@ def test_a_full_disk_from_the_start_still_gives_the_summary_and_result(sim_url, 
     """/dev/full: every write fails with ENOSPC."""
     result_json = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", "--target", sim_url,
-         "--duration", "2", "--start-rps", "5", "--end-rps", "5", "--set", "workload.output_tokens=8",
-         "--record", "/dev/full", "--result-json", str(result_json)],
-        capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "rampwatch.app.cli",
+            "run",
+            "random",
+            "--headless",
+            "--target",
+            sim_url,
+            "--duration",
+            "2",
+            "--start-rps",
+            "5",
+            "--end-rps",
+            "5",
+            "--set",
+            "workload.output_tokens=8",
+            "--record",
+            "/dev/full",
+            "--result-json",
+            str(result_json),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "Successful requests:" in proc.stdout
     result = json.loads(result_json.read_text())
     assert result["completed"] > 0 and result["failed"] == 0
     failure = [line for line in proc.stderr.splitlines() if line.startswith("rampwatch run:")]
-    assert failure == ["rampwatch run: recording /dev/full failed: stopped at 0.0 s of the run: No space left on device"]
+    assert failure == [
+        "rampwatch run: recording /dev/full failed: stopped at 0.0 s of the run: No space left on device"
+    ]

@@ -35,7 +35,7 @@ async def chunked_without_length(request):
     await resp.prepare(request)
     data = PAGE.encode()
     for i in range(0, len(data), 8192):
-        await resp.write(data[i:i + 8192])
+        await resp.write(data[i : i + 8192])
     await resp.write_eof()
     return resp
 

@@ -20,13 +20,19 @@ def test_the_computed_count_is_read_from_the_real_capture():
 
 
 def scrape(t: float, prompt: float, computed: float | None):
-    lines = [f'vllm:prompt_tokens_total{{engine="0",model_name="m"}} {prompt}',
-             'vllm:generation_tokens_total{engine="0",model_name="m"} 0',
-             'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0']
+    lines = [
+        f'vllm:prompt_tokens_total{{engine="0",model_name="m"}} {prompt}',
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 0',
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0',
+    ]
     if computed is not None:
-        lines.append(f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="local_compute"}} {computed}')
-        lines.append(f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="local_cache_hit"}} '
-                     f'{prompt - computed}')
+        lines.append(
+            f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="local_compute"}} {computed}'
+        )
+        lines.append(
+            f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="local_cache_hit"}} '
+            f"{prompt - computed}"
+        )
     return parse_metrics("\n".join(lines) + "\n", "u", t)
 
 

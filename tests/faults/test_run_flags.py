@@ -16,23 +16,26 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["chat", *argv])
 
 
-@pytest.mark.parametrize("flag, value", [
-    ("--scrape-interval", "0"),
-    ("--scrape-interval", "-1"),
-    ("--progress-interval", "0"),
-    ("--request-timeout", "0"),
-    ("--request-timeout", "nan"),
-    ("--max-error-rate", "1.5"),
-    ("--max-error-rate", "-0.1"),
-    ("--stop-grace", "-1"),
-    ("--duration", "0"),
-    ("--duration", "inf"),
-    ("--max-concurrency", "0"),
-    ("--max-concurrency", "2.5"),
-    ("--rate-step", "0"),
-    ("--start-rps", "-1"),
-    ("--gpu-price-per-hour", "abc"),
-])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--scrape-interval", "0"),
+        ("--scrape-interval", "-1"),
+        ("--progress-interval", "0"),
+        ("--request-timeout", "0"),
+        ("--request-timeout", "nan"),
+        ("--max-error-rate", "1.5"),
+        ("--max-error-rate", "-0.1"),
+        ("--stop-grace", "-1"),
+        ("--duration", "0"),
+        ("--duration", "inf"),
+        ("--max-concurrency", "0"),
+        ("--max-concurrency", "2.5"),
+        ("--rate-step", "0"),
+        ("--start-rps", "-1"),
+        ("--gpu-price-per-hour", "abc"),
+    ],
+)
 def test_a_bad_number_is_one_line_naming_the_flag(capsys, flag, value):
     with pytest.raises(SystemExit) as exit_info:
         parse(flag, value)
@@ -42,14 +45,17 @@ def test_a_bad_number_is_one_line_naming_the_flag(capsys, flag, value):
     assert f"argument {flag}: {value!r} is not" in error_lines[0]
 
 
-@pytest.mark.parametrize("flag, value, expected", [
-    ("--scrape-interval", "0.5", 0.5),
-    ("--max-error-rate", "0", 0.0),
-    ("--max-error-rate", "1", 1.0),
-    ("--stop-grace", "0", 0.0),
-    ("--max-concurrency", "256", 256),
-    ("--start-rps", "0", 0.0),
-])
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--scrape-interval", "0.5", 0.5),
+        ("--max-error-rate", "0", 0.0),
+        ("--max-error-rate", "1", 1.0),
+        ("--stop-grace", "0", 0.0),
+        ("--max-concurrency", "256", 256),
+        ("--start-rps", "0", 0.0),
+    ],
+)
 def test_good_numbers_pass(flag, value, expected):
     args = parse(flag, value)
     assert getattr(args, flag.lstrip("-").replace("-", "_")) == expected

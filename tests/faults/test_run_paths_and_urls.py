@@ -18,8 +18,13 @@ SHORT_RUN = ("--duration", "2", "--start-rps", "4", "--end-rps", "4", "--set", "
 
 
 def rampwatch_run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", *args],
-                          capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
 
 
 def closed_port_url() -> str:
@@ -44,26 +49,52 @@ def test_a_recording_named_json_keeps_its_own_file_beside_the_result(sim_url, tm
     assert f"result JSON: {tmp_path / 'run.result.json'}" in proc.stdout
 
 
-@pytest.mark.parametrize("make_args, message", [
-    (lambda d: ("--record", str(d / "r.rwrec"), "--result-json", str(d / "r.rwrec")),
-     "--result-json {d}/r.rwrec: is the recording (--record); give it another path"),
-    (lambda d: ("--no-record", "--result-json", str(d / "file" / "r.json")),
-     "--result-json {d}/file/r.json: a parent of it is not a directory"),
-    (lambda d: ("--record", str(d / "file" / "r.rwrec")),
-     "--record {d}/file/r.rwrec: a parent of it is not a directory"),
-    (lambda d: ("--no-record", "--result-json", str(d)), "--result-json {d}: is a directory"),
-    (lambda d: ("--record", str(d / "scenario.yaml")),
-     "--record {d}/scenario.yaml: is an input of this run; give the output another path"),
-])
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (
+            lambda d: ("--record", str(d / "r.rwrec"), "--result-json", str(d / "r.rwrec")),
+            "--result-json {d}/r.rwrec: is the recording (--record); give it another path",
+        ),
+        (
+            lambda d: ("--no-record", "--result-json", str(d / "file" / "r.json")),
+            "--result-json {d}/file/r.json: a parent of it is not a directory",
+        ),
+        (
+            lambda d: ("--record", str(d / "file" / "r.rwrec")),
+            "--record {d}/file/r.rwrec: a parent of it is not a directory",
+        ),
+        (lambda d: ("--no-record", "--result-json", str(d)), "--result-json {d}: is a directory"),
+        (
+            lambda d: ("--record", str(d / "scenario.yaml")),
+            "--record {d}/scenario.yaml: is an input of this run; give the output another path",
+        ),
+    ],
+)
 def test_bad_outputs_are_refused_before_the_run(tmp_path, make_args, message):
     (tmp_path / "file").write_text("not a directory")
     scenario = tmp_path / "scenario.yaml"
-    scenario.write_text("name: s\nschedule: {kind: constant, rate: 1, duration_s: 1}\n"
-                        "workload: {input_tokens: 8, output_tokens: 4}\n")
+    scenario.write_text(
+        "name: s\nschedule: {kind: constant, rate: 1, duration_s: 1}\nworkload: {input_tokens: 8, output_tokens: 4}\n"
+    )
     args = list(make_args(tmp_path))
     # the target is closed: a refusal that comes from the outputs comes before any connection
-    proc = subprocess.run([sys.executable, "-m", "rampwatch.app.cli", "run", str(scenario), "--headless",
-                           "--target", closed_port_url(), *args], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rampwatch.app.cli",
+            "run",
+            str(scenario),
+            "--headless",
+            "--target",
+            closed_port_url(),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == f"rampwatch run: error: {message.format(d=tmp_path)}"
     assert not (tmp_path / "r.rwrec").exists()

@@ -14,14 +14,14 @@ from tests.faults.conftest import captured_events, completions_request, make_cli
 
 def spaced(event: bytes) -> bytes:
     """Re-encode an event's JSON with spaces after ':' and ',' (Python's json default)."""
-    data = event[len(b"data: "):].strip()
+    data = event[len(b"data: ") :].strip()
     if data == b"[DONE]":
         return event
     return b"data: " + json.dumps(json.loads(data)).encode() + b"\n\n"
 
 
 def reordered(event: bytes) -> bytes:
-    data = event[len(b"data: "):].strip()
+    data = event[len(b"data: ") :].strip()
     if data == b"[DONE]":
         return event
     obj = json.loads(data)
@@ -33,11 +33,13 @@ VARIANTS = {
     "reordered keys": lambda events: [reordered(e) for e in events],
     "data: without a space": lambda events: [e.replace(b"data: ", b"data:", 1) for e in events],
     "CRLF line ends": lambda events: [e.replace(b"\n", b"\r\n") for e in events],
-    "comments and keep-alives": lambda events: [b": ping\n\n" + e.replace(b"data: ", b": keep-alive\ndata: ", 1)
-                                                for e in events],
+    "comments and keep-alives": lambda events: [
+        b": ping\n\n" + e.replace(b"data: ", b": keep-alive\ndata: ", 1) for e in events
+    ],
     "event and id fields": lambda events: [b"event: message\nid: 7\n" + e for e in events],
-    "all of them": lambda events: [spaced(e).replace(b"data: ", b": ping\r\ndata:", 1).replace(b"\n", b"\r\n")
-                                   for e in events],
+    "all of them": lambda events: [
+        spaced(e).replace(b"data: ", b": ping\r\ndata:", 1).replace(b"\n", b"\r\n") for e in events
+    ],
 }
 
 
@@ -66,6 +68,8 @@ async def test_an_error_object_in_spaced_json_fails_the_request_with_its_message
 
 
 async def test_control_characters_in_a_servers_error_are_escaped(misbehaving):
-    events = captured_events()[:2] + [b'data: {"error": {"message": "\\u001b[2J\\u001b[31mboom\\u0007", "code": 500}}\n\n']
+    events = captured_events()[:2] + [
+        b'data: {"error": {"message": "\\u001b[2J\\u001b[31mboom\\u0007", "code": 500}}\n\n'
+    ]
     record = await record_for(misbehaving, events)
     assert record.error == "\\x1b[2J\\x1b[31mboom\\x07"

@@ -40,7 +40,9 @@ def test_extract_sums_labels_and_averages_kv():
 def test_tgi_kv_proxy_needs_both_gauges():
     fields, _, _ = extract_fields("tgi", [("tgi_batch_current_max_tokens", {}, 10.0)])
     assert fields["kv_usage"] is None
-    fields, _, _ = extract_fields("tgi", [("tgi_batch_current_max_tokens", {}, 10.0), ("tgi_batch_max_total_tokens", {}, 40.0)])
+    fields, _, _ = extract_fields(
+        "tgi", [("tgi_batch_current_max_tokens", {}, 10.0), ("tgi_batch_max_total_tokens", {}, 40.0)]
+    )
     assert fields["kv_usage"] == 0.25
 
 

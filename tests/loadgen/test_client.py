@@ -70,7 +70,9 @@ class Replay:
         if self.mode == "no_done":
             events = [e for e in events if b"[DONE]" not in e]
         if self.mode == "stream_error":
-            events = events[:2] + [b'data: {"error":{"message":"engine died","type":"InternalServerError","code":500}}\n\n']
+            events = events[:2] + [
+                b'data: {"error":{"message":"engine died","type":"InternalServerError","code":500}}\n\n'
+            ]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         await asyncio.sleep(self.first_delay)
@@ -118,7 +120,9 @@ async def server(vllm_captures):
 
 
 def completions_req(**payload):
-    return PreparedRequest("completions", {"prompt": "hello", "max_tokens": 8, **payload}, expected_prompt_tokens=3, max_tokens=8, tag="t1")
+    return PreparedRequest(
+        "completions", {"prompt": "hello", "max_tokens": 8, **payload}, expected_prompt_tokens=3, max_tokens=8, tag="t1"
+    )
 
 
 def chat_req():

@@ -22,7 +22,15 @@ def test_counter_delta(prev, cur, prev_created, cur_created, expected):
 
 
 def s(t, gen, created=1.0, per_engine=None, url="u", ok=True):
-    return ServerSample(t=t, url=url, ok=ok, generation_tokens_total=gen, prompt_tokens_total=gen * 2, created=created, per_engine=per_engine or {})
+    return ServerSample(
+        t=t,
+        url=url,
+        ok=ok,
+        generation_tokens_total=gen,
+        prompt_tokens_total=gen * 2,
+        created=created,
+        per_engine=per_engine or {},
+    )
 
 
 def test_sample_deltas_sums_per_engine_so_one_engine_reset_shows():

@@ -10,9 +10,20 @@ from rampwatch.loadgen.tokenizers import load_tokenizer
 SIM = load_tokenizer(None)
 
 SHAREGPT = [
-    {"conversations": [{"from": "human", "value": "alpha beta gamma"}, {"from": "gpt", "value": "one two three four five"}]},
+    {
+        "conversations": [
+            {"from": "human", "value": "alpha beta gamma"},
+            {"from": "gpt", "value": "one two three four five"},
+        ]
+    },
     {"conversations": [{"from": "human", "value": "only a question"}]},
-    {"conversations": [{"from": "human", "value": "delta"}, {"from": "gpt", "value": "six seven"}, {"from": "human", "value": "more"}]},
+    {
+        "conversations": [
+            {"from": "human", "value": "delta"},
+            {"from": "gpt", "value": "six seven"},
+            {"from": "human", "value": "more"},
+        ]
+    },
 ]
 
 
@@ -29,7 +40,10 @@ def test_sharegpt_takes_the_first_two_turns(tmp_path):
     f = tmp_path / "sg.json"
     f.write_text(json.dumps(SHAREGPT))
     entries = load_dataset(f)
-    assert [(e.prompt, e.answer) for e in entries] == [("alpha beta gamma", "one two three four five"), ("delta", "six seven")]
+    assert [(e.prompt, e.answer) for e in entries] == [
+        ("alpha beta gamma", "one two three four five"),
+        ("delta", "six seven"),
+    ]
 
 
 def test_sharegpt_output_length_comes_from_the_answer(tmp_path):
@@ -76,7 +90,7 @@ def test_messages_jsonl_goes_to_the_chat_endpoint_as_is(tmp_path):
 @pytest.mark.parametrize(
     "name, content, message",
     [
-        ("bad.json", "[{\"conversations\": [", r"bad.json:1: not valid JSON"),
+        ("bad.json", '[{"conversations": [', r"bad.json:1: not valid JSON"),
         ("obj.json", '{"conversations": []}', r"obj.json: expected a ShareGPT JSON list"),
         ("p.jsonl", '{"prompt": "ok"}\n{"prompt": 3}\n', r"p.jsonl:2: expected \{\"prompt\": \"text\"\}"),
         ("m.jsonl", '{"messages": [{"role": "robot", "content": "x"}]}\n', r"m.jsonl:1: expected \{\"messages\""),

@@ -214,7 +214,9 @@ async def test_reads_on_asyncio_loop_are_sized_below_the_mmap_threshold():
     from rampwatch.loadgen.http_stream import READ_BUFFER_SIZE
 
     body = b"x" * (3 * READ_BUFFER_SIZE)  # arrives in several reads, each at most the buffer
-    server, port, _ = await serve(lambda head, i: (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body, False))
+    server, port, _ = await serve(
+        lambda head, i: (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body, False)
+    )
     pool = ConnectionPool("127.0.0.1", port)
     conn = await pool.acquire()
     assert conn.transport.max_size == READ_BUFFER_SIZE < 128 * 1024

@@ -72,7 +72,15 @@ def test_recovery_event_then_rearm():
     det = KneeDetector(recover_s=10)
     events = [e for t, v in rows if (e := det.update(t, v)) is not None]
     assert [e.kind for e in events] == ["knee"]
-    calm = {"target_rps": 5.0, "completed_rps": 5.0, "error_rps": 0.0, "ttft_p50": 0.08, "waiting": 0.0, "kv_usage_pct": 20.0, "preemptions": 0.0}
+    calm = {
+        "target_rps": 5.0,
+        "completed_rps": 5.0,
+        "error_rps": 0.0,
+        "ttft_p50": 0.08,
+        "waiting": 0.0,
+        "kv_usage_pct": 20.0,
+        "preemptions": 0.0,
+    }
     later = [e for i in range(200, 260) if (e := det.update(float(i), calm)) is not None]
     assert [e.kind for e in later] == ["info"] and later[0].data["knee_recovered"]
     assert not det.in_knee
@@ -82,9 +90,15 @@ def test_kv_pressure_and_queue_are_server_evidence():
     det = KneeDetector()
     events = []
     for i in range(60):
-        values = {"target_rps": 10.0, "completed_rps": 10.0, "error_rps": 0.0, "ttft_p50": 0.1,
-                  "waiting": max(0.0, (i - 20) * 2.0), "kv_usage_pct": 99.0 if i > 20 else 50.0,
-                  "preemptions": 1.0 if i > 20 else 0.0}
+        values = {
+            "target_rps": 10.0,
+            "completed_rps": 10.0,
+            "error_rps": 0.0,
+            "ttft_p50": 0.1,
+            "waiting": max(0.0, (i - 20) * 2.0),
+            "kv_usage_pct": 99.0 if i > 20 else 50.0,
+            "preemptions": 1.0 if i > 20 else 0.0,
+        }
         if (e := det.update(float(i), values)) is not None:
             events.append(e)
     assert len(events) == 1
@@ -104,7 +118,18 @@ def test_fed_from_series_builder():
             start = max(t, free_at)  # one queue, service time 1/capacity
             free_at = start + 1 / capacity
             first = start + 0.05
-            builder.on_request(RequestRecord(id=rid, scheduled_at=t, sent_at=t, end_at=first + 0.2, first_token_at=first, chunk_times=[first + 0.1, first + 0.2], completion_tokens=3, prompt_tokens=10))
+            builder.on_request(
+                RequestRecord(
+                    id=rid,
+                    scheduled_at=t,
+                    sent_at=t,
+                    end_at=first + 0.2,
+                    first_token_at=first,
+                    chunk_times=[first + 0.1, first + 0.2],
+                    completion_tokens=3,
+                    prompt_tokens=10,
+                )
+            )
             rid += 1
         knees += [e for e in feed(builder, det) if e.kind == "knee"]
     assert len(knees) == 1

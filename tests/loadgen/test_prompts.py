@@ -23,7 +23,9 @@ def bpe_dir(tmp_path_factory):
     rng = np.random.default_rng(0)
     corpus = [" ".join(rng.choice(WORDS, 14)) for _ in range(3000)]
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(corpus, vocab_size=400, min_frequency=2, special_tokens=["<s>", "</s>", "<unk>"], show_progress=False)
+    bpe.train_from_iterator(
+        corpus, vocab_size=400, min_frequency=2, special_tokens=["<s>", "</s>", "<unk>"], show_progress=False
+    )
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     out = tmp_path_factory.mktemp("bpe")
     tok.save_pretrained(out)

@@ -20,13 +20,34 @@ API_KEY = "sk-test-0f9e8d7c6b5a"
 
 # Aggregate keys of `vllm bench serve --save-result` (vllm/benchmarks/serve.py, 0.32).
 VLLM_RESULT_KEYS = {
-    "date", "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency",
-    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-    "request_goodput", "output_throughput", "total_token_throughput", "max_output_tokens_per_s",
-    "max_concurrent_requests", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors",
+    "date",
+    "backend",
+    "model_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
 }
-METRIC_KEYS = {f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
-               for stat in ("mean", "median", "std", "p99")}
+METRIC_KEYS = {
+    f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "std", "p99")
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +57,14 @@ def sim_url():
 
 
 def rampwatch(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rampwatch.app.cli", "run", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "run", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def closed_port_url() -> str:
@@ -52,18 +79,50 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
 
     result_json, recording = tmp_path / "out" / "result.json", tmp_path / "run.rwrec"
     proc = rampwatch(
-        "random", "--headless", "--target", sim_url, "--duration", "3", "--start-rps", "4", "--end-rps", "12",
-        "--seed", "5", "--max-concurrency", "6", "--api-key", API_KEY, "--gpu-price-per-hour", "2.5",
-        "--result-json", str(result_json), "--record", str(recording), "--progress-interval", "1",
-        "--metrics-url", sim_url + "/metrics", "--set", "workload.input_tokens=40", "--set", "schedule.arrival=constant",
-        "--set", "workload.output_tokens=20",
+        "random",
+        "--headless",
+        "--target",
+        sim_url,
+        "--duration",
+        "3",
+        "--start-rps",
+        "4",
+        "--end-rps",
+        "12",
+        "--seed",
+        "5",
+        "--max-concurrency",
+        "6",
+        "--api-key",
+        API_KEY,
+        "--gpu-price-per-hour",
+        "2.5",
+        "--result-json",
+        str(result_json),
+        "--record",
+        str(recording),
+        "--progress-interval",
+        "1",
+        "--metrics-url",
+        sim_url + "/metrics",
+        "--set",
+        "workload.input_tokens=40",
+        "--set",
+        "schedule.arrival=constant",
+        "--set",
+        "workload.output_tokens=20",
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     progress = [line for line in out.splitlines() if line.startswith("[")]
     assert len(progress) >= 2 and all("target" in line and "TTFT" in line for line in progress)
-    for heading in ("Serving Benchmark Result", "Successful requests:", "P99 TTFT (ms):", "Server (/metrics)",
-                    "Avg generation throughput (tok/s):"):
+    for heading in (
+        "Serving Benchmark Result",
+        "Successful requests:",
+        "P99 TTFT (ms):",
+        "Server (/metrics)",
+        "Avg generation throughput (tok/s):",
+    ):
         assert heading in out
     assert f"result JSON: {result_json}" in out and f"recording: {recording}" in out
 
@@ -91,7 +150,9 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
     assert result["duration"] == pytest.approx(max(r.end_at for r in records), abs=1.0)
     # one window, vLLM's (first send to last completion), live and in `rampwatch report`
     # (the recording keeps times to 1 µs)
-    assert result["duration"] == pytest.approx(max(r.end_at for r in records) - min(r.sent_at for r in records), abs=2e-6)
+    assert result["duration"] == pytest.approx(
+        max(r.end_at for r in records) - min(r.sent_at for r in records), abs=2e-6
+    )
     with open_recording(recording) as rec:
         assert summarise(rec).duration_s == pytest.approx(result["duration"], abs=2e-6)
     assert result["request_throughput"] == pytest.approx(result["completed"] / result["duration"])
@@ -113,8 +174,22 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
 
 
 def test_without_a_tty_the_run_is_headless(sim_url, tmp_path):
-    proc = rampwatch("random", "--target", sim_url, "--duration", "1.5", "--start-rps", "4", "--end-rps", "4",
-                     "--no-record", "--progress-interval", "0.5", "--set", "workload.output_tokens=8")
+    proc = rampwatch(
+        "random",
+        "--target",
+        sim_url,
+        "--duration",
+        "1.5",
+        "--start-rps",
+        "4",
+        "--end-rps",
+        "4",
+        "--no-record",
+        "--progress-interval",
+        "0.5",
+        "--set",
+        "workload.output_tokens=8",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Serving Benchmark Result" in proc.stdout
     assert sum(line.startswith("[") for line in proc.stdout.splitlines()) >= 2
@@ -122,8 +197,7 @@ def test_without_a_tty_the_run_is_headless(sim_url, tmp_path):
 
 def test_unreachable_target_is_one_line_naming_the_url(tmp_path):
     url = closed_port_url()
-    proc = rampwatch("random", "--headless", "--target", url, "--duration", "2", "--no-record",
-                     "--api-key", API_KEY)
+    proc = rampwatch("random", "--headless", "--target", url, "--duration", "2", "--no-record", "--api-key", API_KEY)
     assert proc.returncode not in (0, 1)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and url in lines[0]
@@ -133,8 +207,23 @@ def test_unreachable_target_is_one_line_naming_the_url(tmp_path):
 def test_error_rate_above_the_limit_fails_the_run(tmp_path):
     faulty = SimConfig(hardware="instant", model="tiny", faults=FaultConfig(error_rate=0.3), seed=1)
     with EmbeddedSim(faulty) as sim:
-        args = ("random", "--headless", "--target", sim.url, "--duration", "1.5", "--start-rps", "20",
-                "--end-rps", "20", "--no-record", "--set", "schedule.arrival=constant", "--set", "workload.output_tokens=8")
+        args = (
+            "random",
+            "--headless",
+            "--target",
+            sim.url,
+            "--duration",
+            "1.5",
+            "--start-rps",
+            "20",
+            "--end-rps",
+            "20",
+            "--no-record",
+            "--set",
+            "schedule.arrival=constant",
+            "--set",
+            "workload.output_tokens=8",
+        )
         strict = rampwatch(*args, "--result-json", str(tmp_path / "strict.json"))
         lenient = rampwatch(*args, "--max-error-rate", "0.9")
     assert strict.returncode == 1
@@ -152,11 +241,36 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
     result_json, recording = tmp_path / "stopped.json", tmp_path / "stopped.rwrec"
     with EmbeddedSim(slow) as sim:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", "--target", sim.url,
-             "--duration", "120", "--start-rps", "5", "--end-rps", "5", "--stop-grace", "1",
-             "--result-json", str(result_json), "--record", str(recording), "--set", "workload.output_tokens=4000",
-             "--set", "workload.input_tokens=32"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "rampwatch.app.cli",
+                "run",
+                "random",
+                "--headless",
+                "--target",
+                sim.url,
+                "--duration",
+                "120",
+                "--start-rps",
+                "5",
+                "--end-rps",
+                "5",
+                "--stop-grace",
+                "1",
+                "--result-json",
+                str(result_json),
+                "--record",
+                str(recording),
+                "--set",
+                "workload.output_tokens=4000",
+                "--set",
+                "workload.input_tokens=32",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             banner = proc.stdout.readline()
@@ -195,8 +309,18 @@ def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_se
     series["sent_rps"] = [1.0, 2.0, 4.0, 6.0, 8.0, 0.5]  # the last second is still filling
     series["completed_rps"] = [1.0, 2.0, 4.0, nan, 8.0, 0.5]
     series["ttft_p50"] = [0.010, 0.020, 0.030, 0.040, 0.050, 0.900]
-    snap = Snapshot(t=6.2, header=None, state="draining", target_rps=0.0, times=[0, 1, 2, 3, 4, 5],
-                    series=series, in_flight=7, events=[], summary={}, server_metrics_available=False)
+    snap = Snapshot(
+        t=6.2,
+        header=None,
+        state="draining",
+        target_rps=0.0,
+        times=[0, 1, 2, 3, 4, 5],
+        series=series,
+        in_flight=7,
+        events=[],
+        summary={},
+        server_metrics_available=False,
+    )
     line = progress_line(snap, window_s=3)
     assert line.split("]")[1].split()[0] == "draining"
     assert "sent 6.0 " in line  # mean of 4, 6, 8
@@ -214,15 +338,31 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
     from rampwatch.core.timeline import RequestRecord, RunHeader
     from rampwatch.loadgen.runner import RunResult
 
-    header = RunHeader(rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m",
-                       scenario_name="random")
-    record = RequestRecord(id=0, scheduled_at=0.0, sent_at=0.0, end_at=0.5, first_token_at=0.1,
-                           chunk_times=[0.3, 0.5], prompt_tokens=4, completion_tokens=3)
-    result = RunResult(duration_s=1.0, requests=[record], samples=[], events=[], header=header,
-                       recording_error=str(OSError(28, "No space left on device")))
+    header = RunHeader(
+        rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m", scenario_name="random"
+    )
+    record = RequestRecord(
+        id=0,
+        scheduled_at=0.0,
+        sent_at=0.0,
+        end_at=0.5,
+        first_token_at=0.1,
+        chunk_times=[0.3, 0.5],
+        prompt_tokens=4,
+        completion_tokens=3,
+    )
+    result = RunResult(
+        duration_s=1.0,
+        requests=[record],
+        samples=[],
+        events=[],
+        header=header,
+        recording_error=str(OSError(28, "No space left on device")),
+    )
     args = argparse.Namespace(gpu_price_per_hour=None, max_error_rate=0.05)
-    prepared = PreparedRun(run=SimpleNamespace(scenario=SimpleNamespace(slo=None)), args=args,
-                           recording_path=tmp_path / "r.rwrec")
+    prepared = PreparedRun(
+        run=SimpleNamespace(scenario=SimpleNamespace(slo=None)), args=args, recording_path=tmp_path / "r.rwrec"
+    )
     assert finish_run(prepared, result) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "r.rwrec" in err[0] and "No space left on device" in err[0]

@@ -78,8 +78,12 @@ async def test_constant_rate_run_publishes_the_whole_stream():
     assert all(r.ok for r in records), [r.error for r in records if not r.ok]
     assert all(r.completion_tokens == 16 for r in records)
     assert sorted(r.id for r in records) == list(range(len(records)))
-    gaps = sorted(b.scheduled_at - a.scheduled_at for a, b in zip(
-        sorted(records, key=lambda r: r.scheduled_at), sorted(records, key=lambda r: r.scheduled_at)[1:]))
+    gaps = sorted(
+        b.scheduled_at - a.scheduled_at
+        for a, b in zip(
+            sorted(records, key=lambda r: r.scheduled_at), sorted(records, key=lambda r: r.scheduled_at)[1:]
+        )
+    )
     assert gaps[len(gaps) // 2] == pytest.approx(0.05, abs=1e-6)
     lateness = sorted(r.sent_at - r.scheduled_at for r in records)
     assert lateness[0] >= 0
@@ -99,8 +103,11 @@ async def test_max_concurrency_caps_in_flight_and_the_wait_is_client_queue_time(
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=4.0)
     sink = ListSink()
     async with serve(slow) as url:
-        run = make_run(url, scenario({"kind": "constant", "rate": 40, "duration_s": 0.3}, output_tokens=24,
-                                     max_concurrency=2), sink)
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 40, "duration_s": 0.3}, output_tokens=24, max_concurrency=2),
+            sink,
+        )
         result = await run.execute()
 
     records = result.requests
@@ -129,8 +136,11 @@ async def test_steering_changes_the_sends_and_every_call_is_an_event():
     sink = ListSink()
     async with serve(INSTANT) as url:
         # a steep ramp: 10 -> 70 req/s over 6 s, deterministic gaps
-        run = make_run(url, scenario({"kind": "linear", "start_rps": 10, "end_rps": 70, "duration_s": 6,
-                                      "arrival": "constant"}), sink)
+        run = make_run(
+            url,
+            scenario({"kind": "linear", "start_rps": 10, "end_rps": 70, "duration_s": 6, "arrival": "constant"}),
+            sink,
+        )
 
         async def steer() -> dict[str, float]:
             at = {}
@@ -189,8 +199,12 @@ async def test_stop_cancels_in_flight_after_the_grace_period():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")  # ~30 ms per decode step
     sink = ListSink()
     async with serve(slow) as url:
-        run = make_run(url, scenario({"kind": "constant", "rate": 10, "duration_s": 30}, output_tokens=2000), sink,
-                       stop_grace_s=0.4)
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 10, "duration_s": 30}, output_tokens=2000),
+            sink,
+            stop_grace_s=0.4,
+        )
 
         async def stop_soon() -> float:
             await asyncio.sleep(1.0)
@@ -240,8 +254,12 @@ async def test_stop_while_draining_applies_the_grace_period():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
     sink = ListSink()
     async with serve(slow) as url:
-        run = make_run(url, scenario({"kind": "constant", "rate": 10, "duration_s": 0.5}, output_tokens=2000), sink,
-                       stop_grace_s=0.3)
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 10, "duration_s": 0.5}, output_tokens=2000),
+            sink,
+            stop_grace_s=0.3,
+        )
 
         async def stop_while_draining() -> float:
             while run.state != "draining":  # noqa: ASYNC110 - the run has no event for its state changes

@@ -263,21 +263,27 @@ def test_dataset_path_must_exist(tmp_path):
 
 
 def test_set_overrides_any_key_with_yaml_typed_values():
-    sc = load_scenario("chat", overrides=[("schedule.end_rps", "40"), ("workload.output_tokens", "64"), ("max_concurrency", "8")])
+    sc = load_scenario(
+        "chat", overrides=[("schedule.end_rps", "40"), ("workload.output_tokens", "64"), ("max_concurrency", "8")]
+    )
     assert sc.schedule_spec["end_rps"] == 40
     assert sc.workload["output_tokens"] == {"dist": "fixed", "value": 64}
     assert sc.max_concurrency == 8 and sc.raw["max_concurrency"] == 8
 
 
 def test_set_can_replace_the_schedule_kind():
-    sc = load_scenario("chat", overrides=[("schedule", "{kind: vllm-linear, start_rps: 1, end_rps: 8, num_requests: 50}")])
+    sc = load_scenario(
+        "chat", overrides=[("schedule", "{kind: vllm-linear, start_rps: 1, end_rps: 8, num_requests: 50}")]
+    )
     assert sc.schedule_spec["kind"] == "vllm-linear" and sc.duration_s > 0
 
 
 def test_bad_override_is_reported_as_from_the_command_line():
     with pytest.raises(UserError) as exc:
         load_scenario("chat", overrides=[("schedule.end_rps", "fast")])
-    assert str(exc.value).endswith("chat.yaml: schedule.end_rps (set on the command line): expected a number >= 0, got 'fast'")
+    assert str(exc.value).endswith(
+        "chat.yaml: schedule.end_rps (set on the command line): expected a number >= 0, got 'fast'"
+    )
 
 
 def test_named_flags_set_their_documented_keys():
@@ -298,7 +304,11 @@ def test_set_wins_over_named_flags():
     "schedule, flags, message",
     [
         ("{kind: poisson, rate: 2}", {"start_rps": 3}, "--start-rps: schedule kind 'poisson' has no start_rps"),
-        ("{kind: vllm-linear, start_rps: 1, end_rps: 2, num_requests: 9}", {"duration": 3}, "--duration: schedule kind 'vllm-linear' is bounded by request count"),
+        (
+            "{kind: vllm-linear, start_rps: 1, end_rps: 2, num_requests: 9}",
+            {"duration": 3},
+            "--duration: schedule kind 'vllm-linear' is bounded by request count",
+        ),
     ],
 )
 def test_flags_that_do_not_fit_the_schedule(tmp_path, schedule, flags, message):

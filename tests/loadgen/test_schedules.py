@@ -26,7 +26,10 @@ RAMPS = [
     {"kind": "linear", "start_rps": 0, "end_rps": 30, "duration_s": 60, "hold_s": 20},
     {"kind": "linear", "start_rps": 25, "end_rps": 2, "duration_s": 90},
     {"kind": "exponential", "start_rps": 1, "end_rps": 40, "duration_s": 100},
-    {"kind": "steps", "steps": [{"rate": 5, "duration_s": 30}, {"rate": 0, "duration_s": 10}, {"rate": 30, "duration_s": 30}]},
+    {
+        "kind": "steps",
+        "steps": [{"rate": 5, "duration_s": 30}, {"rate": 0, "duration_s": 10}, {"rate": 30, "duration_s": 30}],
+    },
     {"kind": "constant", "rate": 12, "duration_s": 50},
 ]
 
@@ -242,12 +245,27 @@ def test_vllm_hold_adds_requests_and_resume_finishes_the_ramp():
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"kind": "vllm-linear", "start_rps": 0, "end_rps": 5, "num_requests": 10}, "start_rps: expected a number > 0, got 0"),
-        ({"kind": "vllm-linear", "start_rps": 8, "end_rps": 5, "num_requests": 10}, "end_rps: expected a number >= start_rps (8)"),
-        ({"kind": "linear", "start_rps": 1, "end_rps": "fast", "duration_s": 10}, "end_rps: expected a number >= 0, got 'fast'"),
-        ({"kind": "linear", "start_rps": 1, "end_rsp": 3, "duration_s": 10}, "end_rsp: unknown key; did you mean 'end_rps'?"),
+        (
+            {"kind": "vllm-linear", "start_rps": 0, "end_rps": 5, "num_requests": 10},
+            "start_rps: expected a number > 0, got 0",
+        ),
+        (
+            {"kind": "vllm-linear", "start_rps": 8, "end_rps": 5, "num_requests": 10},
+            "end_rps: expected a number >= start_rps (8)",
+        ),
+        (
+            {"kind": "linear", "start_rps": 1, "end_rps": "fast", "duration_s": 10},
+            "end_rps: expected a number >= 0, got 'fast'",
+        ),
+        (
+            {"kind": "linear", "start_rps": 1, "end_rsp": 3, "duration_s": 10},
+            "end_rsp: unknown key; did you mean 'end_rps'?",
+        ),
         ({"kind": "ramp"}, "kind: expected one of constant, poisson"),
-        ({"kind": "exponential", "start_rps": 0, "end_rps": 5, "duration_s": 10}, "start_rps: expected a number > 0, got 0"),
+        (
+            {"kind": "exponential", "start_rps": 0, "end_rps": 5, "duration_s": 10},
+            "start_rps: expected a number > 0, got 0",
+        ),
     ],
 )
 def test_bad_specs(spec, message):

@@ -52,9 +52,12 @@ def test_line_prefilter_changes_nothing_but_the_cost(vllm_captures):
     expected_raw = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if (not s.name.startswith(backends.PREFIXES) or s.name.endswith("_created")
-                    or s.name == "vllm:cache_config_info"
-                    or (s.name.endswith("_bucket") and not s.name.startswith(keep_buckets))):
+            if (
+                not s.name.startswith(backends.PREFIXES)
+                or s.name.endswith("_created")
+                or s.name == "vllm:cache_config_info"
+                or (s.name.endswith("_bucket") and not s.name.startswith(keep_buckets))
+            ):
                 continue
             expected_raw[sample_key(s.name, s.labels)] = float(s.value)
     sample = parse_metrics(text, "u", 0.0)
@@ -66,10 +69,60 @@ def test_line_prefilter_changes_nothing_but_the_cost(vllm_captures):
 @pytest.mark.parametrize(
     "name, backend, expected",
     [
-        ("sglang.txt", "sglang", dict(running=37, waiting=5, kv_usage=0.42, prompt_tokens_total=905312, generation_tokens_total=210448, prefix_queries_total=905312, prefix_hits_total=301000, preemptions_total=None)),
-        ("tgi.txt", "tgi", dict(running=24, waiting=12, kv_usage=0.25, prompt_tokens_total=402311, generation_tokens_total=128004, prefix_queries_total=None, prefix_hits_total=None)),
-        ("llamacpp.txt", "llamacpp", dict(running=4, waiting=2, kv_usage=None, prompt_tokens_total=1234570, generation_tokens_total=98765, prefix_hits_total=411523, prefix_queries_total=411523 + 1234570)),
-        ("vllm-legacy.txt", "vllm-legacy", dict(running=64, waiting=9, kv_usage=0.875, prompt_tokens_total=500000, generation_tokens_total=81234, prefix_queries_total=500000, prefix_hits_total=125000, preemptions_total=17)),
+        (
+            "sglang.txt",
+            "sglang",
+            dict(
+                running=37,
+                waiting=5,
+                kv_usage=0.42,
+                prompt_tokens_total=905312,
+                generation_tokens_total=210448,
+                prefix_queries_total=905312,
+                prefix_hits_total=301000,
+                preemptions_total=None,
+            ),
+        ),
+        (
+            "tgi.txt",
+            "tgi",
+            dict(
+                running=24,
+                waiting=12,
+                kv_usage=0.25,
+                prompt_tokens_total=402311,
+                generation_tokens_total=128004,
+                prefix_queries_total=None,
+                prefix_hits_total=None,
+            ),
+        ),
+        (
+            "llamacpp.txt",
+            "llamacpp",
+            dict(
+                running=4,
+                waiting=2,
+                kv_usage=None,
+                prompt_tokens_total=1234570,
+                generation_tokens_total=98765,
+                prefix_hits_total=411523,
+                prefix_queries_total=411523 + 1234570,
+            ),
+        ),
+        (
+            "vllm-legacy.txt",
+            "vllm-legacy",
+            dict(
+                running=64,
+                waiting=9,
+                kv_usage=0.875,
+                prompt_tokens_total=500000,
+                generation_tokens_total=81234,
+                prefix_queries_total=500000,
+                prefix_hits_total=125000,
+                preemptions_total=17,
+            ),
+        ),
     ],
 )
 def test_other_servers(name, backend, expected):
@@ -86,7 +139,7 @@ def two_engine_page(vllm_captures) -> str:
         if line.startswith("vllm:") and 'engine="0"' in line:
             name_labels, value = line.rsplit(" ", 1)
             half = float(value) / 2 if "kv_cache_usage" not in line else 0.5
-            extra.append(f'{name_labels.replace(chr(34) + "0" + chr(34), chr(34) + "1" + chr(34), 1)} {half}')
+            extra.append(f"{name_labels.replace(chr(34) + '0' + chr(34), chr(34) + '1' + chr(34), 1)} {half}")
     return text + "\n".join(extra) + "\n"
 
 
@@ -107,8 +160,20 @@ def test_garbage_and_empty_pages():
 
 
 def test_combine_replicas():
-    a = ServerSample(t=1.0, url="a", ok=True, backend="vllm", running=3, waiting=1, kv_usage=0.2, generation_tokens_total=100, per_engine={"0": {"running": 3}})
-    b = ServerSample(t=1.1, url="b", ok=True, backend="vllm", running=5, waiting=0, kv_usage=0.6, generation_tokens_total=50)
+    a = ServerSample(
+        t=1.0,
+        url="a",
+        ok=True,
+        backend="vllm",
+        running=3,
+        waiting=1,
+        kv_usage=0.2,
+        generation_tokens_total=100,
+        per_engine={"0": {"running": 3}},
+    )
+    b = ServerSample(
+        t=1.1, url="b", ok=True, backend="vllm", running=5, waiting=0, kv_usage=0.6, generation_tokens_total=50
+    )
     c = ServerSample(t=1.2, url="c", ok=False, error="timeout")
     out = combine_samples([a, b, c])
     assert out.ok and out.t == 1.2 and (out.running, out.waiting) == (8, 1)
@@ -144,7 +209,12 @@ async def test_poller_samples_and_failures(vllm_captures):
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     got: list[ServerSample] = []
-    poller = MetricsPoller([f"http://127.0.0.1:{port}/metrics", "http://127.0.0.1:1/metrics"], interval_s=0.05, timeout_s=0.3, on_sample=got.append)
+    poller = MetricsPoller(
+        [f"http://127.0.0.1:{port}/metrics", "http://127.0.0.1:1/metrics"],
+        interval_s=0.05,
+        timeout_s=0.3,
+        on_sample=got.append,
+    )
     task = asyncio.create_task(poller.run())
     try:
         for _ in range(200):

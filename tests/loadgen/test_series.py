@@ -10,9 +10,17 @@ NAN = math.nan
 
 
 def rec(i, scheduled, sent, first, end, tokens=4, error=None, chunks=None):
-    return RequestRecord(id=i, scheduled_at=scheduled, sent_at=sent, end_at=end, first_token_at=first,
-                         chunk_times=chunks if chunks is not None else ([end] if first is not None else []),
-                         completion_tokens=tokens, prompt_tokens=10, error_class=error)
+    return RequestRecord(
+        id=i,
+        scheduled_at=scheduled,
+        sent_at=sent,
+        end_at=end,
+        first_token_at=first,
+        chunk_times=chunks if chunks is not None else ([end] if first is not None else []),
+        completion_tokens=tokens,
+        prompt_tokens=10,
+        error_class=error,
+    )
 
 
 def same(a, b):
@@ -21,7 +29,11 @@ def same(a, b):
 
 def test_request_bins_and_ticks():
     b = SeriesBuilder()
-    b.on_start(RunHeader(rampwatch_version="0", started_at_unix=0, target="t", model="m", scenario_name="s", planned_duration_s=60))
+    b.on_start(
+        RunHeader(
+            rampwatch_version="0", started_at_unix=0, target="t", model="m", scenario_name="s", planned_duration_s=60
+        )
+    )
     b.on_tick(Tick(t=0.0, target_rps=2.0, state="ramping", in_flight=0))
     b.on_request(rec(0, 0.2, 0.3, 0.5, 1.2, tokens=5))
     b.on_request(rec(1, 0.9, 1.4, 1.6, 2.5, tokens=7))
@@ -48,10 +60,35 @@ def test_request_bins_and_ticks():
     assert done.state == "done" and done.times[-1] == 3.0
 
 
-def scrape(t, url, gen, prompt=None, hits=None, queries=None, running=1.0, waiting=0.0, kv=0.25, preempt=0.0, created=1.0, ok=True):
-    return ServerSample(t=t, url=url, ok=ok, backend="vllm", running=running, waiting=waiting, kv_usage=kv,
-                        generation_tokens_total=gen, prompt_tokens_total=prompt if prompt is not None else gen * 10,
-                        prefix_hits_total=hits, prefix_queries_total=queries, preemptions_total=preempt, created=created)
+def scrape(
+    t,
+    url,
+    gen,
+    prompt=None,
+    hits=None,
+    queries=None,
+    running=1.0,
+    waiting=0.0,
+    kv=0.25,
+    preempt=0.0,
+    created=1.0,
+    ok=True,
+):
+    return ServerSample(
+        t=t,
+        url=url,
+        ok=ok,
+        backend="vllm",
+        running=running,
+        waiting=waiting,
+        kv_usage=kv,
+        generation_tokens_total=gen,
+        prompt_tokens_total=prompt if prompt is not None else gen * 10,
+        prefix_hits_total=hits,
+        prefix_queries_total=queries,
+        preemptions_total=preempt,
+        created=created,
+    )
 
 
 def test_counter_rates_spread_over_scrape_intervals():
@@ -129,8 +166,12 @@ def stream(seed=0, seconds=30):
     items = []
     rid = 0
     for sec in range(seconds):
-        items.append(("tick", Tick(t=float(sec), target_rps=5.0 + sec, state="ramping", in_flight=int(rng.integers(0, 9)))))
-        items.append(("scrape", scrape(sec + 0.05, "a", 100.0 * sec, waiting=float(sec), hits=10.0 * sec, queries=40.0 * sec)))
+        items.append(
+            ("tick", Tick(t=float(sec), target_rps=5.0 + sec, state="ramping", in_flight=int(rng.integers(0, 9))))
+        )
+        items.append(
+            ("scrape", scrape(sec + 0.05, "a", 100.0 * sec, waiting=float(sec), hits=10.0 * sec, queries=40.0 * sec))
+        )
         for _ in range(5 + sec):
             t = sec + float(rng.random())
             first = t + float(rng.uniform(0.05, 0.3))

@@ -7,8 +7,16 @@ from rampwatch.loadgen import stats
 
 def rec(sent, first, chunks, tokens, ok=True):
     end = chunks[-1] if chunks else first
-    return RequestRecord(id=0, scheduled_at=sent, sent_at=sent, end_at=end, first_token_at=first, chunk_times=list(chunks),
-                         completion_tokens=tokens, error_class=None if ok else "http_500")
+    return RequestRecord(
+        id=0,
+        scheduled_at=sent,
+        sent_at=sent,
+        end_at=end,
+        first_token_at=first,
+        chunk_times=list(chunks),
+        completion_tokens=tokens,
+        error_class=None if ok else "http_500",
+    )
 
 
 def test_describe_matches_numpy_linear_percentiles():
@@ -37,8 +45,15 @@ def _slo_inputs(r):
 
 @pytest.mark.parametrize(
     "slo, good",
-    [({"ttft": 250}, True), ({"ttft": 50}, False), ({"tpot": 151}, True), ({"tpot": 149}, False),
-     ({"e2el": 400}, True), ({"e2el": 399}, False), ({"ttft": 250, "e2el": 300}, False)],
+    [
+        ({"ttft": 250}, True),
+        ({"ttft": 50}, False),
+        ({"tpot": 151}, True),
+        ({"tpot": 149}, False),
+        ({"e2el": 400}, True),
+        ({"e2el": 399}, False),
+        ({"ttft": 250, "e2el": 300}, False),
+    ],
 )
 def test_goodput_slo_is_inclusive(slo, good):
     assert stats.meets_slo(*_slo_inputs(rec(0.0, 0.1, [0.2, 0.4], 3)), slo).tolist() == [good]
@@ -65,8 +80,12 @@ def test_max_concurrent_half_open(intervals, peak):
 
 @pytest.mark.parametrize(
     "times, origin, counts",
-    [([0.1, 0.2, 0.4, 0.6, 0.8, 2.2], 0.0, [5, 0, 1]), ([0.5, 1.49, 1.5], 0.5, [2, 1]), ([], 0.0, []),
-     ([3.0], 1.0, [0, 0, 1])],
+    [
+        ([0.1, 0.2, 0.4, 0.6, 0.8, 2.2], 0.0, [5, 0, 1]),
+        ([0.5, 1.49, 1.5], 0.5, [2, 1]),
+        ([], 0.0, []),
+        ([3.0], 1.0, [0, 0, 1]),
+    ],
 )
 def test_per_second_counts(times, origin, counts):
     assert stats.per_second_counts(np.array(times), origin).tolist() == counts
@@ -95,10 +114,15 @@ def _random_records(n=300, seed=7):
     for i in range(n):
         sent = float(rng.uniform(0, 100))
         first = None if i % 17 == 0 else sent + float(rng.lognormal(-2, 0.6))
-        chunks = [] if first is None else (first + np.cumsum(rng.lognormal(-4, 0.5, int(rng.integers(0, 300))))).tolist()
+        chunks = (
+            [] if first is None else (first + np.cumsum(rng.lognormal(-4, 0.5, int(rng.integers(0, 300))))).tolist()
+        )
         end = chunks[-1] if chunks else (first or sent) + 0.01
-        out.append(RequestRecord(i, sent, sent, end, first, chunks, 10, len(chunks) + 1,
-                                 error_class="timeout" if i % 23 == 0 else None))
+        out.append(
+            RequestRecord(
+                i, sent, sent, end, first, chunks, 10, len(chunks) + 1, error_class="timeout" if i % 23 == 0 else None
+            )
+        )
     return out
 
 

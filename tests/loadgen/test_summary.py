@@ -15,9 +15,19 @@ from rampwatch.loadgen.summary import (
 
 def rec(i, sent, first, chunks, tokens, prompt, error=None, end=None):
     end = end if end is not None else (chunks[-1] if chunks else first)
-    return RequestRecord(id=i, scheduled_at=sent, sent_at=sent, end_at=end, first_token_at=first, chunk_times=list(chunks),
-                         completion_tokens=tokens, prompt_tokens=prompt, error_class=error, error="boom" if error else None,
-                         status=500 if error else 200)
+    return RequestRecord(
+        id=i,
+        scheduled_at=sent,
+        sent_at=sent,
+        end_at=end,
+        first_token_at=first,
+        chunk_times=list(chunks),
+        completion_tokens=tokens,
+        prompt_tokens=prompt,
+        error_class=error,
+        error="boom" if error else None,
+        status=500 if error else 200,
+    )
 
 
 RECORDS = [
@@ -26,22 +36,78 @@ RECORDS = [
     rec(2, 2.0, 2.2, [], 1, 5),  # ttft .2 e2e .2, no tpot
     rec(3, 3.0, None, [], 0, 7, error="http_500", end=3.1),
 ]
-HEADER = RunHeader(rampwatch_version="0", started_at_unix=1.7e9, target="http://x", model="tiny", scenario_name="s", options={"max_concurrency": 8})
+HEADER = RunHeader(
+    rampwatch_version="0",
+    started_at_unix=1.7e9,
+    target="http://x",
+    model="tiny",
+    scenario_name="s",
+    options={"max_concurrency": 8},
+)
 
 
 def samples():
     return [
-        ServerSample(t=0.0, url="a", ok=True, backend="vllm", running=1, waiting=0, kv_usage=0.1, prompt_tokens_total=1000, generation_tokens_total=100, prefix_queries_total=100, prefix_hits_total=0, preemptions_total=0, created=1.0),
-        ServerSample(t=2.0, url="a", ok=True, backend="vllm", running=4, waiting=7, kv_usage=0.5, prompt_tokens_total=1400, generation_tokens_total=300, prefix_queries_total=300, prefix_hits_total=50, preemptions_total=2, created=1.0),
+        ServerSample(
+            t=0.0,
+            url="a",
+            ok=True,
+            backend="vllm",
+            running=1,
+            waiting=0,
+            kv_usage=0.1,
+            prompt_tokens_total=1000,
+            generation_tokens_total=100,
+            prefix_queries_total=100,
+            prefix_hits_total=0,
+            preemptions_total=0,
+            created=1.0,
+        ),
+        ServerSample(
+            t=2.0,
+            url="a",
+            ok=True,
+            backend="vllm",
+            running=4,
+            waiting=7,
+            kv_usage=0.5,
+            prompt_tokens_total=1400,
+            generation_tokens_total=300,
+            prefix_queries_total=300,
+            prefix_hits_total=50,
+            preemptions_total=2,
+            created=1.0,
+        ),
         ServerSample(t=3.0, url="a", ok=False, error="timeout"),
         # restarted: counters start again, identity changed
-        ServerSample(t=4.0, url="a", ok=True, backend="vllm", running=2, waiting=1, kv_usage=0.2, prompt_tokens_total=100, generation_tokens_total=50, prefix_queries_total=100, prefix_hits_total=50, preemptions_total=0, created=2.0),
+        ServerSample(
+            t=4.0,
+            url="a",
+            ok=True,
+            backend="vllm",
+            running=2,
+            waiting=1,
+            kv_usage=0.2,
+            prompt_tokens_total=100,
+            generation_tokens_total=50,
+            prefix_queries_total=100,
+            prefix_hits_total=50,
+            preemptions_total=0,
+            created=2.0,
+        ),
     ]
 
 
 def test_hand_computed_summary():
-    s = summarise_requests(HEADER, RECORDS, samples(), [Event(t=3, kind="knee", data={"offered_rps": 12.5})], duration_s=4.0,
-                           slo={"ttft": 250, "tpot": 160}, gpu_price_per_hour=2.0).to_dict()
+    s = summarise_requests(
+        HEADER,
+        RECORDS,
+        samples(),
+        [Event(t=3, kind="knee", data={"offered_rps": 12.5})],
+        duration_s=4.0,
+        slo={"ttft": 250, "tpot": 160},
+        gpu_price_per_hour=2.0,
+    ).to_dict()
     assert (s["completed"], s["failed"]) == (3, 1)
     assert (s["total_input_tokens"], s["total_output_tokens"]) == (35, 6)
     assert s["request_throughput"] == pytest.approx(0.75)
@@ -93,7 +159,9 @@ def test_format_summary_layout():
     assert "P99 TTFT (ms):                           298.00    " in lines
     assert "-----Time per Output Token (excl. 1st token)------" in lines
     assert "----------------End-to-end Latency----------------" in lines
-    assert lines.index("---------------Time to First Token----------------") < lines.index("----------------Server (/metrics)-----------------")
+    assert lines.index("---------------Time to First Token----------------") < lines.index(
+        "----------------Server (/metrics)-----------------"
+    )
     assert "Max waiting requests:                    7         " in lines
     assert "http_500:                                1         " in lines
 
@@ -102,11 +170,36 @@ def test_bench_result_fields_and_units():
     s = summarise_requests(HEADER, RECORDS, samples(), [], duration_s=4.0)
     r = to_bench_result(s, HEADER, RECORDS)
     json.dumps(r)  # serialisable
-    for key in ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-                "request_goodput", "output_throughput", "total_token_throughput", "input_lens", "output_lens", "ttfts",
-                "itls", "latencies", "start_times", "generated_texts", "errors", "max_output_tokens_per_s",
-                "max_concurrent_requests", "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms",
-                "mean_tpot_ms", "p99_itl_ms", "mean_e2el_ms", "model_id", "rampwatch_server"):
+    for key in (
+        "duration",
+        "completed",
+        "failed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "request_goodput",
+        "output_throughput",
+        "total_token_throughput",
+        "input_lens",
+        "output_lens",
+        "ttfts",
+        "itls",
+        "latencies",
+        "start_times",
+        "generated_texts",
+        "errors",
+        "max_output_tokens_per_s",
+        "max_concurrent_requests",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "std_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+        "model_id",
+        "rampwatch_server",
+    ):
         assert key in r, key
     assert r["output_lens"] == [3, 2, 1, 0] and r["input_lens"] == [10, 20, 5, 7]
     assert r["ttfts"] == pytest.approx([0.1, 0.3, 0.2, 0.0])  # seconds in the lists
@@ -132,7 +225,15 @@ def test_running_summary_agrees_with_exact():
         running.add(r)
     live = running.build(duration_s=25.0).to_dict()
     exact = summarise_requests(None, records, [], [], duration_s=25.0, slo={"ttft": 150}).to_dict()
-    for key in ("completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput", "request_goodput", "output_throughput"):
+    for key in (
+        "completed",
+        "failed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "request_goodput",
+        "output_throughput",
+    ):
         assert live[key] == pytest.approx(exact[key]), key
     for metric in ("ttft", "tpot", "itl", "e2el"):
         assert live[f"mean_{metric}_ms"] == pytest.approx(exact[f"mean_{metric}_ms"])

@@ -59,8 +59,18 @@ class FedLog:
         pass
 
     def snapshot(self, now=None):
-        return Snapshot(t=now, header=self.header, state="replay", target_rps=0.0, times=[], series={},
-                        in_flight=0, events=[], summary={"fed": list(self.fed)}, server_metrics_available=True)
+        return Snapshot(
+            t=now,
+            header=self.header,
+            state="replay",
+            target_rps=0.0,
+            times=[],
+            series={},
+            in_flight=0,
+            events=[],
+            summary={"fed": list(self.fed)},
+            server_metrics_available=True,
+        )
 
 
 def assert_request_close(a: RequestRecord, b: RequestRecord, *, time_tol=1e-6, chunk_tol=1e-5) -> None:
@@ -74,6 +84,14 @@ def assert_request_close(a: RequestRecord, b: RequestRecord, *, time_tol=1e-6, c
     assert len(a.chunk_times) == len(b.chunk_times)
     for x, y in zip(a.chunk_times, b.chunk_times):
         assert abs(x - y) <= chunk_tol
-    for name in ("prompt_tokens", "completion_tokens", "tokens_from_usage", "finish_reason", "status",
-                 "error_class", "error", "scenario_tag"):
+    for name in (
+        "prompt_tokens",
+        "completion_tokens",
+        "tokens_from_usage",
+        "finish_reason",
+        "status",
+        "error_class",
+        "error",
+        "scenario_tag",
+    ):
         assert getattr(a, name) == getattr(b, name), name

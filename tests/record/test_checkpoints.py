@@ -18,8 +18,9 @@ from rampwatch.record.writer import RecordingWriter, SeriesCheckpointer
 
 def _write(path, every=5.0, duration=40.0, **run):
     writer = RecordingWriter(path, flush_interval_s=None, checkpoint_every_s=every)
-    options = dict(duration_s=duration, start_rps=2, end_rps=20, capacity_rps=12, mean_chunks=30,
-                   marks=[(7.3, "here")], seed=11)
+    options = dict(
+        duration_s=duration, start_rps=2, end_rps=20, capacity_rps=12, mean_chunks=30, marks=[(7.3, "here")], seed=11
+    )
     options.update(run)
     play_synthetic(SyntheticRun(**options), writer, on_flush=lambda _t: writer.flush())
     return writer
@@ -144,8 +145,9 @@ def test_streamed_summary_equals_the_record_by_record_one(tmp_path, error_rate, 
     _write(path, duration=30.0, error_rate=error_rate)
     rec = open_recording(path)
     streamed = summarise(rec, slo=slo, gpu_price_per_hour=3.0).to_dict()
-    exact = summarise_requests(rec.header, rec.requests, rec.samples, rec.events, slo=slo,
-                               gpu_price_per_hour=3.0).to_dict()
+    exact = summarise_requests(
+        rec.header, rec.requests, rec.samples, rec.events, slo=slo, gpu_price_per_hour=3.0
+    ).to_dict()
     assert streamed.keys() == exact.keys()
     assert streamed["completed"] > 100 and (streamed["failed"] > 0) == (error_rate > 0)
     for key, value in exact.items():

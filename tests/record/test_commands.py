@@ -23,8 +23,9 @@ FIXTURE = ROOT / "tests" / "data" / "small.rwrec"
 
 
 def rampwatch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rampwatch.app.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def test_fixture_has_what_the_ui_tests_need():
@@ -84,7 +85,8 @@ def test_export_csv_writes_requests_and_series(tmp_path):
     assert set(SERIES_NAMES) <= set(series[0])
     assert len(series) >= int(rec.duration_s)
     assert max(float(r["target_rps"]) for r in series if r["target_rps"]) == pytest.approx(
-        max(t.target_rps for t in rec.ticks))
+        max(t.target_rps for t in rec.ticks)
+    )
 
 
 def test_export_html_is_self_contained(tmp_path):
@@ -103,8 +105,12 @@ def test_html_report_renders_in_chromium(tmp_path):
     html_path = tmp_path / "r.html"
     assert rampwatch("export", str(FIXTURE), "--format", "html", "-o", str(html_path)).returncode == 0
     png = tmp_path / "r.png"
-    out = subprocess.run([str(ROOT / "scripts" / "html_screenshot.sh"), str(html_path), str(png)],
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "html_screenshot.sh"), str(html_path), str(png)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr
     assert png.stat().st_size > 20_000
     colours = _png_colours(png.read_bytes())
@@ -172,8 +178,11 @@ def test_compare_command(tmp_path):
     from rampwatch.record.writer import RecordingWriter
 
     w = RecordingWriter(other, flush_interval_s=None)
-    play_synthetic(SyntheticRun(duration_s=30, end_rps=10, capacity_rps=30, mean_chunks=30, seed=2), w,
-                   on_flush=lambda _t: w.flush())
+    play_synthetic(
+        SyntheticRun(duration_s=30, end_rps=10, capacity_rps=30, mean_chunks=30, seed=2),
+        w,
+        on_flush=lambda _t: w.flush(),
+    )
     out = rampwatch("compare", str(FIXTURE), str(other))
     assert out.returncode == 0, out.stderr
     assert "Mean TTFT (ms)" in out.stdout and "%" in out.stdout
@@ -271,8 +280,12 @@ def test_report_uses_the_runs_own_slo_and_gpu_price(tmp_path):
     path = tmp_path / "slo.rwrec"
     writer = RecordingWriter(path, flush_interval_s=None)
     writer.on_start(header)
-    sink_method = {"request": writer.on_request, "sample": writer.on_scrape, "tick": writer.on_tick,
-                   "event": writer.on_event}
+    sink_method = {
+        "request": writer.on_request,
+        "sample": writer.on_scrape,
+        "tick": writer.on_tick,
+        "event": writer.on_event,
+    }
     for item in src.items_between(0.0, src.duration_s + 1):
         sink_method[item.kind](item.value)
     writer.on_finish(src.duration_s)
@@ -280,8 +293,9 @@ def test_report_uses_the_runs_own_slo_and_gpu_price(tmp_path):
 
     rec = open_recording(path)
     summary = summarise(rec)
-    expected = summarise_requests(rec.header, rec.requests, rec.samples, rec.events,
-                                  slo={"ttft": 150, "tpot": 60}, gpu_price_per_hour=2.0)
+    expected = summarise_requests(
+        rec.header, rec.requests, rec.samples, rec.events, slo={"ttft": 150, "tpot": 60}, gpu_price_per_hour=2.0
+    )
     assert 0 < summary.request_goodput < summary.request_throughput
     assert summary.request_goodput == pytest.approx(expected.request_goodput)
     assert summary.cost_per_1m_output_tokens == pytest.approx(expected.cost_per_1m_output_tokens)

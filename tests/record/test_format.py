@@ -26,8 +26,17 @@ def _requests(pattern: str, n: int = 40, seed: int = 1) -> list[RequestRecord]:
         sched = rng.uniform(0, 50)
         sent = sched + rng.random() * 0.01
         if pattern == "errors" and i % 2:
-            out.append(RequestRecord(i, sched, sent, sent + 0.01, status=500 if i % 4 == 1 else None,
-                                     error_class="http_500" if i % 4 == 1 else "timeout", error="boom"))
+            out.append(
+                RequestRecord(
+                    i,
+                    sched,
+                    sent,
+                    sent + 0.01,
+                    status=500 if i % 4 == 1 else None,
+                    error_class="http_500" if i % 4 == 1 else "timeout",
+                    error="boom",
+                )
+            )
             continue
         first = sent + rng.uniform(0.01, 0.5)
         if pattern == "bursts":  # chunks on a shared engine-step grid plus jitter
@@ -39,11 +48,22 @@ def _requests(pattern: str, n: int = 40, seed: int = 1) -> list[RequestRecord]:
             chunks = [first + 0.02, first + 0.04, first + 400.0, first + 400.01]
         else:
             chunks = []
-        out.append(RequestRecord(
-            id=i * 7 + 3, scheduled_at=sched, sent_at=sent, end_at=(chunks[-1] if chunks else first) + 0.001,
-            first_token_at=first, chunk_times=chunks, prompt_tokens=rng.randint(1, 9000),
-            completion_tokens=len(chunks) + 1, tokens_from_usage=bool(i % 3), finish_reason="length",
-            status=200, scenario_tag=f"doc-{i % 5}" if i % 2 else None))
+        out.append(
+            RequestRecord(
+                id=i * 7 + 3,
+                scheduled_at=sched,
+                sent_at=sent,
+                end_at=(chunks[-1] if chunks else first) + 0.001,
+                first_token_at=first,
+                chunk_times=chunks,
+                prompt_tokens=rng.randint(1, 9000),
+                completion_tokens=len(chunks) + 1,
+                tokens_from_usage=bool(i % 3),
+                finish_reason="length",
+                status=200,
+                scenario_tag=f"doc-{i % 5}" if i % 2 else None,
+            )
+        )
     return out
 
 
@@ -71,14 +91,25 @@ def test_burst_coding_beats_plain_deltas():
     coded = len(fmt.encode_requests(records))
     import numpy as np
 
-    plain = np.concatenate([np.diff(np.rint(np.array([r.first_token_at] + r.chunk_times) * 1e5)) for r in records
-                            if r.chunk_times]).astype(np.int32)
+    plain = np.concatenate(
+        [np.diff(np.rint(np.array([r.first_token_at] + r.chunk_times) * 1e5)) for r in records if r.chunk_times]
+    ).astype(np.int32)
     assert coded < len(zlib.compress(plain.tobytes(), 6))
 
 
 def test_meta_round_trip_is_exact():
-    samples = [ServerSample(t=1.25, url="http://h/metrics", ok=True, backend="vllm", running=3.0, kv_usage=0.125,
-                            per_engine={"0": {"running": 3.0}}, raw={'vllm:num_requests_running{engine="0"}': 3.0})]
+    samples = [
+        ServerSample(
+            t=1.25,
+            url="http://h/metrics",
+            ok=True,
+            backend="vllm",
+            running=3.0,
+            kv_usage=0.125,
+            per_engine={"0": {"running": 3.0}},
+            raw={'vllm:num_requests_running{engine="0"}': 3.0},
+        )
+    ]
     ticks = [Tick(1.0, 2.5, "ramping", in_flight=4, client_queued=1)]
     events = [Event(1.5, "mark", "note é", {"note": "note é"})]
     assert fmt.decode_meta(fmt.encode_meta(samples, ticks, events)) == (samples, ticks, events)

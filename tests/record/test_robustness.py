@@ -27,8 +27,9 @@ from tests.record.helpers import FedLog, assert_request_close
 
 def _write_small(path: Path, duration=12.0) -> None:
     writer = RecordingWriter(path, flush_interval_s=None)
-    play_synthetic(SyntheticRun(duration_s=duration, end_rps=6, mean_chunks=20, seed=5), writer,
-                   on_flush=lambda _t: writer.flush())
+    play_synthetic(
+        SyntheticRun(duration_s=duration, end_rps=6, mean_chunks=20, seed=5), writer, on_flush=lambda _t: writer.flush()
+    )
 
 
 # ---- truncation and corruption -----------------------------------------------------------
@@ -187,9 +188,15 @@ def _all_bytes_decompressed(data: bytes) -> bytes:
 
 def test_api_key_never_reaches_the_file(tmp_path):
     path = tmp_path / "secret.rwrec"
-    header = RunHeader("0", 0.0, "http://127.0.0.1:8000", "m", "s",
-                       scenario={"headers": {"Authorization": f"Bearer {SECRET}"}},
-                       options={"api_key": SECRET, "argv": ["rampwatch", "run", "--api-key", SECRET]})
+    header = RunHeader(
+        "0",
+        0.0,
+        "http://127.0.0.1:8000",
+        "m",
+        "s",
+        scenario={"headers": {"Authorization": f"Bearer {SECRET}"}},
+        options={"api_key": SECRET, "argv": ["rampwatch", "run", "--api-key", SECRET]},
+    )
     w = RecordingWriter(path, flush_interval_s=None)
     w.on_start(header)
     w.on_request(RequestRecord(1, 0, 0, 1, error_class="http_401", error=f"401: invalid key {SECRET}"))

@@ -11,11 +11,22 @@ CAPTURE = "metrics-under-load.txt"
 
 # Families the simulator must export (the panels read them).
 REQUIRED = {
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:prompt_tokens", "vllm:generation_tokens",
-    "vllm:num_preemptions", "vllm:request_success", "vllm:cache_config_info",
-    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:num_preemptions",
+    "vllm:request_success",
+    "vllm:cache_config_info",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
     "vllm:iteration_tokens_total",
 }
 # Families absent from the capture that the simulator exports: none. Everything the
@@ -37,8 +48,7 @@ def label_names(family) -> set[str]:
 
 
 def busy_engines(n: int = 2) -> list[Engine]:
-    cfg = SimConfig(hardware="h100", model="llama-3.1-8b", num_gpu_blocks=128, max_model_len=2048,
-                    engines=n).resolved()
+    cfg = SimConfig(hardware="h100", model="llama-3.1-8b", num_gpu_blocks=128, max_model_len=2048, engines=n).resolved()
     engines = [Engine(cfg, i, created=1.7e9) for i in range(n)]
     for e in engines:
         # One request first so that its prompt blocks are cached when the others arrive.
@@ -87,7 +97,8 @@ def test_values_reflect_engine_state():
 
     def value(family, engine, sample_suffix=""):
         return next(
-            s.value for s in sim[family].samples
+            s.value
+            for s in sim[family].samples
             if s.labels.get("engine") == engine and s.name == family + sample_suffix
         )
 

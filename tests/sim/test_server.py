@@ -15,7 +15,7 @@ FAST = dict(hardware="instant", model="tiny", seed=7)
 
 
 def events(body: str) -> list[str]:
-    return [line[len("data: "):] for line in body.split("\n\n") if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in body.split("\n\n") if line.startswith("data: ")]
 
 
 def key_shape(obj):
@@ -49,10 +49,18 @@ async def test_port_zero_reports_real_port():
 async def test_completion_stream_has_vllm_chunk_layout(vllm_captures):
     real = events((vllm_captures / "completions-stream.txt").read_text())
     async with serve(SimConfig(**FAST)) as url:
-        status, body = await post(url, "/v1/completions", {
-            "model": "tiny", "prompt": "one two three four", "max_tokens": 8, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True},
-        })
+        status, body = await post(
+            url,
+            "/v1/completions",
+            {
+                "model": "tiny",
+                "prompt": "one two three four",
+                "max_tokens": 8,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
     assert status == 200
     ours = events(body)
     assert ours[-1] == "[DONE]" and real[-1] == "[DONE]"
@@ -72,10 +80,18 @@ async def test_chat_stream_has_vllm_chunk_layout(vllm_captures):
     real = events((vllm_captures / "chat-stream.txt").read_text())
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
     async with serve(SimConfig(**FAST)) as url:
-        status, body = await post(url, "/v1/chat/completions", {
-            "model": "tiny", "messages": messages, "max_completion_tokens": 4, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True,
-        })
+        status, body = await post(
+            url,
+            "/v1/chat/completions",
+            {
+                "model": "tiny",
+                "messages": messages,
+                "max_completion_tokens": 4,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "ignore_eos": True,
+            },
+        )
     assert status == 200
     ours = [json.loads(e) for e in events(body)[:-1]]
     theirs = [json.loads(e) for e in real[:-1]]
@@ -96,25 +112,40 @@ async def test_non_streaming_is_deterministic_and_counts_tokens():
     async with serve(SimConfig(**FAST)) as url:
         _, a = await post(url, "/v1/completions", payload)
         _, b = await post(url, "/v1/completions", payload)
-        _, ids = await post(url, "/v1/completions", {"prompt": tok.encode("alpha beta gamma"), "max_tokens": 12,
-                                                    "ignore_eos": True})
-        _, chat = await post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x y"}],
-                                                           "max_tokens": 3, "ignore_eos": True})
+        _, ids = await post(
+            url, "/v1/completions", {"prompt": tok.encode("alpha beta gamma"), "max_tokens": 12, "ignore_eos": True}
+        )
+        _, chat = await post(
+            url,
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x y"}], "max_tokens": 3, "ignore_eos": True},
+        )
     a, b, ids, chat = json.loads(a), json.loads(b), json.loads(ids), json.loads(chat)
     assert a["choices"][0]["text"] == b["choices"][0]["text"] == ids["choices"][0]["text"]
     assert tok.count(a["choices"][0]["text"]) == 12
-    assert a["usage"] == {"prompt_tokens": 3, "total_tokens": 15, "completion_tokens": 12,
-                          "prompt_tokens_details": None}
+    assert a["usage"] == {
+        "prompt_tokens": 3,
+        "total_tokens": 15,
+        "completion_tokens": 12,
+        "prompt_tokens_details": None,
+    }
     assert chat["object"] == "chat.completion" and chat["usage"]["prompt_tokens"] == 2 + 3 + 2
     assert chat["choices"][0]["message"]["role"] == "assistant"
 
 
 async def test_continuous_usage_stats():
     async with serve(SimConfig(**FAST)) as url:
-        _, body = await post(url, "/v1/completions", {
-            "prompt": "a b", "max_tokens": 3, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        })
+        _, body = await post(
+            url,
+            "/v1/completions",
+            {
+                "prompt": "a b",
+                "max_tokens": 3,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            },
+        )
     chunks = [json.loads(e) for e in events(body)[:-1]]
     assert [c["usage"]["completion_tokens"] for c in chunks] == [1, 2, 3, 3]
 
@@ -182,8 +213,9 @@ async def test_fault_mid_stream_abort():
     server = SimServer(SimConfig(**FAST, faults=FaultConfig(abort_rate=1.0)))
     async with run_server(server) as url:
         async with aiohttp.ClientSession() as s:
-            async with s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 50, "stream": True,
-                                                            "ignore_eos": True}) as r:
+            async with s.post(
+                url + "/v1/completions", json={"prompt": "a", "max_tokens": 50, "stream": True, "ignore_eos": True}
+            ) as r:
                 with pytest.raises(aiohttp.ClientPayloadError):
                     await r.read()
         await asyncio.sleep(0.05)
@@ -195,8 +227,9 @@ async def test_client_disconnect_aborts_request():
     server = SimServer(SimConfig(hardware="h100", model="tiny"))
     async with run_server(server) as url:
         async with aiohttp.ClientSession() as s:
-            async with s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 1000, "stream": True,
-                                                            "ignore_eos": True}) as r:
+            async with s.post(
+                url + "/v1/completions", json={"prompt": "a", "max_tokens": 1000, "stream": True, "ignore_eos": True}
+            ) as r:
                 await r.content.readline()
         for _ in range(100):
             await asyncio.sleep(0.01)
@@ -247,14 +280,14 @@ async def test_real_time_pacing_follows_roofline_and_speed():
 async def test_data_parallel_engines_have_their_own_series():
     server = SimServer(SimConfig(hardware="h100", model="tiny", engines=2))
     async with run_server(server) as url:
-        await asyncio.gather(*[
-            post(url, "/v1/completions", {"prompt": f"x{i}", "max_tokens": 20, "ignore_eos": True}) for i in range(6)
-        ])
+        await asyncio.gather(
+            *[post(url, "/v1/completions", {"prompt": f"x{i}", "max_tokens": 20, "ignore_eos": True}) for i in range(6)]
+        )
         text = await get_metrics(url)
     per_engine = [e.stats.finished["length"] for e in server.engines]
     assert per_engine == [3, 3]  # least-loaded spreads simultaneous arrivals evenly
     assert sample(text, 'vllm:request_success_total{engine="1",finished_reason="length"') == 3
-    assert 'vllm:cache_config_info{' in text and 'engine="1"' in text
+    assert "vllm:cache_config_info{" in text and 'engine="1"' in text
 
 
 async def test_round_robin_routing():

@@ -36,7 +36,17 @@ def test_segments_of_an_all_missing_series_is_empty():
 
 @pytest.mark.parametrize(
     "value, top",
-    [(0.0, 1.0), (0.7, 1.0), (1.0, 1.0), (1.9, 2.0), (2.1, 2.5), (3.0, 5.0), (7.2, 10.0), (99.0, 100.0), (120.0, 200.0)],
+    [
+        (0.0, 1.0),
+        (0.7, 1.0),
+        (1.0, 1.0),
+        (1.9, 2.0),
+        (2.1, 2.5),
+        (3.0, 5.0),
+        (7.2, 10.0),
+        (99.0, 100.0),
+        (120.0, 200.0),
+    ],
 )
 def test_nice_upper(value, top):
     assert nice_upper(value) == pytest.approx(top)
@@ -66,14 +76,27 @@ def test_x_range_takes_the_longer_of_two_compared_runs():
 
 def test_markers_number_marks_and_keep_knee_and_holds():
     events = [
-        Event(1.0, "start"), Event(5.0, "mark", "a"), Event(7.0, "hold"), Event(9.0, "resume"),
-        Event(12.0, "knee"), Event(15.0, "mark", "b"), Event(16.0, "error"),
+        Event(1.0, "start"),
+        Event(5.0, "mark", "a"),
+        Event(7.0, "hold"),
+        Event(9.0, "resume"),
+        Event(12.0, "knee"),
+        Event(15.0, "mark", "b"),
+        Event(16.0, "error"),
     ]
     got = [(m.t, m.kind, m.label) for m in markers(events)]
-    assert got == [(5.0, "mark", "M1"), (7.0, "hold", "H"), (9.0, "resume", "R"), (12.0, "knee", "K"), (15.0, "mark", "M2")]
+    assert got == [
+        (5.0, "mark", "M1"),
+        (7.0, "hold", "H"),
+        (9.0, "resume", "R"),
+        (12.0, "knee", "K"),
+        (15.0, "mark", "M2"),
+    ]
 
 
-@pytest.mark.parametrize("seconds, text", [(0, "00:00"), (59.9, "00:59"), (95, "01:35"), (3725, "1:02:05"), (None, "--:--"), (NAN, "--:--")])
+@pytest.mark.parametrize(
+    "seconds, text", [(0, "00:00"), (59.9, "00:59"), (95, "01:35"), (3725, "1:02:05"), (None, "--:--"), (NAN, "--:--")]
+)
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
 
@@ -88,7 +111,9 @@ def test_last_value_skips_trailing_gaps():
     assert last_value([NAN]) is None
 
 
-@pytest.mark.parametrize("rate, step", [(0.0, 0.5), (3.0, 0.5), (8.0, 0.5), (12.0, 1.0), (25.0, 2.0), (60.0, 5.0), (150.0, 10.0)])
+@pytest.mark.parametrize(
+    "rate, step", [(0.0, 0.5), (3.0, 0.5), (8.0, 0.5), (12.0, 1.0), (25.0, 2.0), (60.0, 5.0), (150.0, 10.0)]
+)
 def test_rate_step_is_a_round_tenth_of_the_rate(rate, step):
     assert rate_step(rate) == step
 

@@ -13,7 +13,9 @@ class Tty(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize("headless, stdout, expected", [(False, Tty(), True), (True, Tty(), False), (False, io.StringIO(), False)])
+@pytest.mark.parametrize(
+    "headless, stdout, expected", [(False, Tty(), True), (True, Tty(), False), (False, io.StringIO(), False)]
+)
 def test_the_tui_runs_only_on_a_terminal_without_headless(headless, stdout, expected):
     assert run_command.want_tui(argparse.Namespace(headless=headless), stdout) is expected
 

@@ -64,9 +64,9 @@ async def test_events_panel_rows_stay_inside_its_border():
         region = log.region
         lines = screen_lines(app)
         for y in range(region.y + 1, region.bottom - 1):
-            row = lines[y][region.x:region.right]
+            row = lines[y][region.x : region.right]
             assert row[0] == "│" and row[-1] == "│", row
-        inside = [lines[y][region.x + 2:region.right - 2] for y in range(region.y + 1, region.bottom - 1)]
+        inside = [lines[y][region.x + 2 : region.right - 2] for y in range(region.y + 1, region.bottom - 1)]
         assert inside[0].startswith("00:00 start")
         # The knee's message wraps under the message column, not under the time.
         knee = next(i for i, row in enumerate(inside) if row.startswith("01:08 knee"))

@@ -134,7 +134,9 @@ async def test_without_control_the_keys_do_not_steer():
         assert not isinstance(app.screen, MarkDialog)
 
 
-@pytest.mark.parametrize("size, wide", [((80, 24), False), ((119, 48), False), ((160, 35), False), ((120, 36), True), ((200, 60), True)])
+@pytest.mark.parametrize(
+    "size, wide", [((80, 24), False), ((119, 48), False), ((160, 35), False), ((120, 36), True), ((200, 60), True)]
+)
 def test_layout_threshold(size, wide):
     from textual.geometry import Size
 

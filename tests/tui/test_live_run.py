@@ -77,8 +77,11 @@ async def test_keys_steer_a_run_on_the_apps_loop_and_are_recorded(sim, tmp_path)
     scenario = load_scenario("chat", overrides=SHORT_ANSWERS, flags=RAMP)
     model = session.discover_model(sim.url, None)
     path = tmp_path / "same-loop.rwrec"
-    run = Run(scenario, RunOptions(target=sim.url, model=model, rate_step_rps=STEP, stop_grace_s=5.0),
-              sinks=[RecordingWriter(path)])
+    run = Run(
+        scenario,
+        RunOptions(target=sim.url, model=model, rate_step_rps=STEP, stop_grace_s=5.0),
+        sinks=[RecordingWriter(path)],
+    )
     schedule = run.schedule
     app = make_live_app(run, run, rate_step_rps=STEP)  # the Run is both the source and the control
     execution: asyncio.Task | None = None
@@ -126,12 +129,31 @@ def run_args(tmp_path, *extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     run_command.configure(parser)
     sets = [f"--set={key}={value}" for key, value in SHORT_ANSWERS]
-    return parser.parse_args([
-        "chat", "--duration", str(RAMP["duration"]), "--start-rps", str(RAMP["start_rps"]),
-        "--end-rps", str(RAMP["end_rps"]), "--seed", "1", "--rate-step", str(STEP), "--stop-grace", "5",
-        "--sim-hardware", "instant", "--sim-model", "tiny", "--record", str(tmp_path / "process.rwrec"),
-        *sets, *extra,
-    ])
+    return parser.parse_args(
+        [
+            "chat",
+            "--duration",
+            str(RAMP["duration"]),
+            "--start-rps",
+            str(RAMP["start_rps"]),
+            "--end-rps",
+            str(RAMP["end_rps"]),
+            "--seed",
+            "1",
+            "--rate-step",
+            str(STEP),
+            "--stop-grace",
+            "5",
+            "--sim-hardware",
+            "instant",
+            "--sim-model",
+            "tiny",
+            "--record",
+            str(tmp_path / "process.rwrec"),
+            *sets,
+            *extra,
+        ]
+    )
 
 
 async def test_keys_steer_the_run_process_of_rampwatch_run(tmp_path):

@@ -91,6 +91,7 @@ def test_a_snapshot_tail_on_the_previous_snapshot_gives_the_new_snapshot():
 def test_process_bridge_rebuilds_long_runs_from_tails():
     """After the first publish the run sends only recent bins; the UI side must still
     hold the run's whole series."""
+
     class LongRun:
         def __init__(self):
             self.t = 300.0
@@ -124,6 +125,7 @@ def test_process_bridge_rebuilds_long_runs_from_tails():
 def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
     """A stop whose drain outlasts the timeout: the run is asked to cancel its in-flight
     requests and then ends normally, with its result (not a CancelledError)."""
+
     class SlowDrain:
         def __init__(self):
             self.calls = []

@@ -112,7 +112,8 @@ def segments_of(snapshot):
     return [p for spec in LatencyChart.SERIES for p in segments(snapshot.times, snapshot.series[spec.name])]
 
 
-@pytest.mark.parametrize("speed, up, expected", [(1, True, 2), (16, True, 16), (1, False, 1), (8, False, 4), (3, True, 4), (3, False, 2)])
+@pytest.mark.parametrize(
+    "speed, up, expected", [(1, True, 2), (16, True, 16), (1, False, 1), (8, False, 4), (3, True, 4), (3, False, 2)]
+)
 def test_next_speed(speed, up, expected):
     assert next_speed(speed, up) == expected
-

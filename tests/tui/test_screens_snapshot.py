@@ -29,8 +29,11 @@ def test_live_160x48_without_metrics(snap_compare):
 
 
 def test_replay_compare_160x48(snap_compare):
-    app = make_replay_app(FakeReplay(position=70.0), compare=FrozenSource(fake_snapshot(120.0)),
-        recording="runs/a.rwrec", compare_label="runs/b.rwrec",
+    app = make_replay_app(
+        FakeReplay(position=70.0),
+        compare=FrozenSource(fake_snapshot(120.0)),
+        recording="runs/a.rwrec",
+        compare_label="runs/b.rwrec",
     )
     assert snap_compare(app, terminal_size=(160, 48))
 

@@ -44,15 +44,44 @@ def test_linear_ramp_matches_the_servers_counters(vllm_server, tmp_path):
     model_dir = vllm_server.paths.model
     recording = tmp_path / "ramp.rwrec"
     result_json = tmp_path / "ramp.json"
-    sets = [("workload.input_tokens", INPUT_TOKENS), ("workload.output_tokens", OUTPUT_TOKENS),
-            ("schedule.arrival", "constant")]
+    sets = [
+        ("workload.input_tokens", INPUT_TOKENS),
+        ("workload.output_tokens", OUTPUT_TOKENS),
+        ("schedule.arrival", "constant"),
+    ]
     before = counters(vllm_server.url)
     proc = subprocess.run(
-        [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", "--target", vllm_server.url,
-         "--tokenizer", model_dir, "--duration", str(DURATION_S), "--start-rps", "1", "--end-rps", "8",
-         "--seed", "7", "--record", str(recording), "--result-json", str(result_json),
-         "--max-error-rate", "0", *[a for k, v in sets for a in ("--set", f"{k}={v}")]],
-        cwd=REPO, capture_output=True, text=True, timeout=DURATION_S + 60,
+        [
+            sys.executable,
+            "-m",
+            "rampwatch.app.cli",
+            "run",
+            "random",
+            "--headless",
+            "--target",
+            vllm_server.url,
+            "--tokenizer",
+            model_dir,
+            "--duration",
+            str(DURATION_S),
+            "--start-rps",
+            "1",
+            "--end-rps",
+            "8",
+            "--seed",
+            "7",
+            "--record",
+            str(recording),
+            "--result-json",
+            str(result_json),
+            "--max-error-rate",
+            "0",
+            *[a for k, v in sets for a in ("--set", f"{k}={v}")],
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=DURATION_S + 60,
     )
     after = counters(vllm_server.url)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -67,8 +96,9 @@ def test_linear_ramp_matches_the_servers_counters(vllm_server, tmp_path):
     assert all(r.tokens_from_usage and r.finish_reason == "length" for r in records)
 
     # What was asked: the same seeded factory, replayed with the same tokenizer.
-    scenario = load_scenario("random", overrides=sets,
-                             flags={"duration": DURATION_S, "start_rps": 1, "end_rps": 8, "seed": 7})
+    scenario = load_scenario(
+        "random", overrides=sets, flags={"duration": DURATION_S, "start_rps": 1, "end_rps": 8, "seed": 7}
+    )
     factory = RequestFactory(scenario, load_tokenizer(model_dir))
     asked = [factory.next_request() for _ in records]
     assert [r.completion_tokens for r in records] == [a.payload["max_tokens"] for a in asked]

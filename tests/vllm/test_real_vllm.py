@@ -21,9 +21,7 @@ REQUIRED_FAMILIES = {
 
 
 def post_stream(url: str, body: dict) -> list[dict]:
-    req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     events = []
     with urllib.request.urlopen(req, timeout=120) as resp:
         assert resp.status == 200
@@ -31,7 +29,7 @@ def post_stream(url: str, body: dict) -> list[dict]:
             line = raw.decode().strip()
             if not line.startswith("data: "):
                 continue
-            payload = line[len("data: "):]
+            payload = line[len("data: ") :]
             if payload == "[DONE]":
                 events.append({"done": True})
                 break
