@@ -26,22 +26,6 @@ from rampwatch.loadgen import eventloop
 PUBLISH_INTERVAL_S = 0.25
 
 
-def _starting_snapshot() -> Snapshot:
-    return Snapshot(
-        t=0.0,
-        header=None,
-        state="starting",
-        target_rps=0.0,
-        times=[],
-        series={},
-        in_flight=0,
-        events=[],
-        summary={},
-        server_metrics_available=True,
-        planned_duration_s=None,
-    )
-
-
 class ForwardingControl:
     """A RunControl that hands every call to ``_forward(name, *args)``: the UI steers a
     run in another process through one of these."""
@@ -230,7 +214,7 @@ class ProcessBridge:
         self._conn, self._child_conn = self._ctx.Pipe(duplex=True)
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self._latest: Snapshot = _starting_snapshot()
+        self._latest: Snapshot = Snapshot.empty()
         self._process = None
         self._reader: threading.Thread | None = None
         self.control = _PipeControl(self)

@@ -38,7 +38,6 @@ from rampwatch.app.bridge import (  # noqa: E402
     PUBLISH_INTERVAL_S,
     ForwardingControl,
     ProcessBridge,
-    _starting_snapshot,
     lower_ui_priority,
 )
 from rampwatch.core.timeline import RunControl, Snapshot  # noqa: E402
@@ -88,7 +87,7 @@ class LiveBridge:
         self._snapshot_fn = snapshot_fn
         self._publish_interval = publish_interval
         self._lock = threading.Lock()
-        self._latest: Snapshot = _starting_snapshot()
+        self._latest: Snapshot = Snapshot.empty()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._task: asyncio.Task | None = None

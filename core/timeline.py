@@ -287,6 +287,22 @@ class Snapshot:
     server_metrics_available: bool
     planned_duration_s: float | None = None
 
+    @classmethod
+    def empty(cls, state: str = "starting") -> Snapshot:
+        """Before the first data: what the UI shows while a run starts or a replay opens."""
+        return cls(
+            t=0.0,
+            header=None,
+            state=state,
+            target_rps=0.0,
+            times=[],
+            series={},
+            in_flight=0,
+            events=[],
+            summary={},
+            server_metrics_available=True,
+        )
+
 
 class RunControl(Protocol):
     """Steering a live run (the TUI's keys call these). Every call becomes an Event."""

@@ -64,22 +64,6 @@ REPLAY_ACTIONS = {
 }
 
 
-def empty_snapshot(state: str = "starting") -> Snapshot:
-    return Snapshot(
-        t=0.0,
-        header=None,
-        state=state,
-        target_rps=0.0,
-        times=[],
-        series={},
-        in_flight=0,
-        events=[],
-        summary={},
-        server_metrics_available=True,
-        planned_duration_s=None,
-    )
-
-
 def is_wide(size: Size) -> bool:
     return size.width >= WIDE_MIN.width and size.height >= WIDE_MIN.height
 
@@ -151,7 +135,7 @@ class RampwatchApp(App[int]):
         self.recording = recording
         self.compare_label = compare_label
         self.rate_step_rps = rate_step_rps
-        self.latest: Snapshot = empty_snapshot("replay" if self.mode == "replay" else "starting")
+        self.latest: Snapshot = Snapshot.empty("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
         self.wide: bool | None = None
