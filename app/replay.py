@@ -37,6 +37,7 @@ class FinalSnapshot:
     """A whole recording as one still snapshot (the comparison run is drawn complete)."""
 
     def __init__(self, timeline: ReplayTimeline) -> None:
+        self.recording = timeline.recording
         timeline.seek(timeline.duration)
         self._snapshot = timeline.snapshot()
 
@@ -60,4 +61,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("replay needs a terminal (use `rampwatch report` or `rampwatch export` for text)")
     app = make_replay_app(timeline, compare=compare, recording=args.recording, compare_label=args.compare)
     app.run()
-    return 0
+    from rampwatch.record.reader import print_warnings
+
+    recordings = [timeline.recording] + ([compare.recording] if compare is not None else [])
+    return max(print_warnings(recording, "replay") for recording in recordings)

@@ -9,6 +9,9 @@ import sys
 from typing import TextIO
 
 DEFAULT_PROGRESS_INTERVAL_S = 5.0
+DEFAULT_METRICS_MAX_BYTES = (
+    8 * 1024 * 1024
+)  # loadgen.scrape.DEFAULT_MAX_BODY_BYTES (not imported: keeps the parser cheap)
 DEFAULT_SIM_HARDWARE = "l4"
 DEFAULT_SIM_MODEL = "llama-3.1-8b-fp8"
 
@@ -65,6 +68,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="server /metrics URL to poll (repeatable; default: TARGET/metrics)",
     )
     parser.add_argument("--scrape-interval", type=positive_float, default=1.0, metavar="SECONDS")
+    parser.add_argument(
+        "--metrics-max-bytes",
+        type=positive_int,
+        default=DEFAULT_METRICS_MAX_BYTES,
+        metavar="N",
+        help="a /metrics body larger than this fails its scrape instead of being read "
+        f"(default {DEFAULT_METRICS_MAX_BYTES:,})",
+    )
     parser.add_argument(
         "--tokenizer", metavar="NAME_OR_PATH", help="HF tokenizer for exact prompt lengths (default: the simulator's)"
     )

@@ -175,6 +175,7 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
             api_key=api_key,
             metrics_urls=metrics_urls or [target + "/metrics"],
             scrape_interval_s=args.scrape_interval,
+            metrics_max_bytes=args.metrics_max_bytes,
             request_timeout_s=args.request_timeout,
             stop_grace_s=args.stop_grace,
             rate_step_rps=args.rate_step,
@@ -324,14 +325,11 @@ def run_headless(args: argparse.Namespace) -> int:
     prepared = prepare_run(args)
     try:
         options = prepared.run.options
-        print(
-            printable(
-                f"rampwatch run: {prepared.run.scenario.name} against {options.target} (model {options.model}); "
-                f"server metrics from {', '.join(options.metrics_urls)}",
-                one_line=True,
-            ),
-            flush=True,
+        banner = (
+            f"rampwatch run: {prepared.run.scenario.name} against {options.target} (model {options.model}); "
+            f"server metrics from {', '.join(options.metrics_urls)}"
         )
+        print(printable(redact_text(banner), one_line=True), flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)
         result = eventloop.run(_run_headless(prepared))

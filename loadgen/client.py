@@ -698,6 +698,7 @@ async def probe_models(base_url: str, api_key: str | None = None, timeout_s: flo
     ``timeout_s``."""
     base = normalize_base_url(base_url)
     url = base + "/v1/models"
+    shown = redact_text(url)  # what messages and the answer name: credentials masked
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
@@ -710,12 +711,12 @@ async def probe_models(base_url: str, api_key: str | None = None, timeout_s: flo
                         body = None
                     if isinstance(body, dict) and isinstance(body.get("data") or [], list):
                         models = body.get("data") or []
-                return ModelsAnswer(url, resp.status, models)
+                return ModelsAnswer(shown, resp.status, models)
     except TimeoutError:
-        raise TargetUnreachable(f"cannot reach {base} : no answer within {timeout_s:g} s") from None
+        raise TargetUnreachable(f"cannot reach {redact_text(base)} : no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
         raise TargetUnreachable(
-            f"cannot reach {base} : {server_text(str(exc), api_key) or type(exc).__name__}"
+            f"cannot reach {redact_text(base)} : {server_text(str(exc), api_key) or type(exc).__name__}"
         ) from None
 
 

@@ -20,7 +20,7 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rampwatch.core.redact import redact_options
+from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.timeline import (
     Event,
     FanoutSink,
@@ -37,7 +37,7 @@ from rampwatch.loadgen.client import RequestCancelled, StreamingClient
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
-from rampwatch.loadgen.scrape import MetricsPoller
+from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.series import SeriesBuilder
 
 
@@ -49,6 +49,7 @@ class RunOptions:
     metrics_urls: list[str] = field(default_factory=list)  # empty: the target's /metrics
     scrape_interval_s: float = 1.0
     scrape_timeout_s: float = 2.0
+    metrics_max_bytes: int = DEFAULT_MAX_BODY_BYTES
     request_timeout_s: float = 600.0
     stop_grace_s: float = 10.0  # in-flight requests get this long after a stop, then are cancelled
     rate_step_rps: float | None = None  # the TUI's +/- step; None: about 10% of the current rate
@@ -235,7 +236,7 @@ class Run:
             header = RunHeader(
                 rampwatch_version=rampwatch_version(),
                 started_at_unix=time.time(),
-                target=opts.target,
+                target=redact_text(opts.target),  # what every screen, file and log shows
                 model=opts.model,
                 scenario_name=self.scenario.name,
                 scenario=self.scenario.raw,
@@ -243,14 +244,15 @@ class Run:
                 planned_duration_s=self.schedule.planned_duration_s,
                 server_info=server_info,
                 host_info=host_info(),
-                metrics_urls=metrics_urls,
+                metrics_urls=[redact_text(url) for url in metrics_urls],
             )
             self.sink.on_start(header)
-            self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {opts.target}"))
+            self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {header.target}"))
             poller = MetricsPoller(
                 metrics_urls,
                 interval_s=opts.scrape_interval_s,
                 timeout_s=opts.scrape_timeout_s,
+                max_body_bytes=opts.metrics_max_bytes,
                 clock=self.now,
                 on_sample=self._on_sample,
             )

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from rampwatch.core.redact import redact_text
 from rampwatch.core.timeline import ServerSample
 from rampwatch.loadgen import backends
 
@@ -197,6 +198,8 @@ class MetricsPoller:
         if not urls:
             raise ValueError("MetricsPoller needs at least one URL")
         self.urls = list(urls)
+        # Samples name their URL as it may be shown and recorded: credentials masked.
+        self._shown = {url: redact_text(url) for url in self.urls}
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.clock = clock
@@ -205,28 +208,26 @@ class MetricsPoller:
         self.max_body_bytes = max_body_bytes
 
     async def scrape_once(self, session: aiohttp.ClientSession, url: str) -> ServerSample:
+        shown = self._shown.get(url) or redact_text(url)
+
+        def failed(error: str) -> ServerSample:
+            return ServerSample(t=self.clock(), url=shown, ok=False, error=redact_text(error)[:300])
+
         try:
             async with session.get(url, headers=self._headers) as resp:
                 if resp.status != 200:
-                    return ServerSample(t=self.clock(), url=url, ok=False, error=f"HTTP {resp.status}")
+                    return failed(f"HTTP {resp.status}")
                 body = await read_capped(resp, self.max_body_bytes)
                 if body is None:
-                    return ServerSample(
-                        t=self.clock(),
-                        url=url,
-                        ok=False,
-                        error=f"body over {self.max_body_bytes:,} bytes (--metrics-max-bytes)",
-                    )
+                    return failed(f"body over {self.max_body_bytes:,} bytes (--metrics-max-bytes)")
         except TimeoutError:
-            return ServerSample(t=self.clock(), url=url, ok=False, error=f"timeout after {self.timeout_s:g} s")
-        except aiohttp.ClientError as exc:
-            return ServerSample(t=self.clock(), url=url, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
-        except Exception as exc:  # a scrape must never take the run down
-            return ServerSample(t=self.clock(), url=url, ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            return failed(f"timeout after {self.timeout_s:g} s")
+        except Exception as exc:  # aiohttp's ClientError or anything else: a scrape must never take the run down
+            return failed(f"{type(exc).__name__}: {exc}")
         t = self.clock()
         # Parsed on a worker thread: a large page costs ~0.2 s per MB of Python, which on
         # the run's loop would delay every send by as much.
-        return await asyncio.to_thread(parse_metrics, body.decode("utf-8", errors="replace"), url, t)
+        return await asyncio.to_thread(parse_metrics, body.decode("utf-8", errors="replace"), shown, t)
 
     async def poll(self, session: aiohttp.ClientSession) -> list[ServerSample]:
         samples = await asyncio.gather(*(self.scrape_once(session, url) for url in self.urls))

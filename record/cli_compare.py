@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from typing import Any
 
 # (summary key, label, True when higher is better)
@@ -97,15 +96,12 @@ def main(args: argparse.Namespace) -> int:
     import json
 
     from rampwatch.record.analysis import summarise
-    from rampwatch.record.reader import open_recording
+    from rampwatch.record.reader import open_recording, print_warnings
 
     recordings = [open_recording(args.a), open_recording(args.b)]
-    for rec in recordings:
-        for warning in rec.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
     rows = compare_rows(*(summarise(rec).to_dict() for rec in recordings))
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(format_comparison(rows, str(recordings[0].path), str(recordings[1].path)))
-    return 0
+    return max(print_warnings(rec, "compare") for rec in recordings)

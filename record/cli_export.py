@@ -6,7 +6,7 @@ import argparse
 import csv
 import json
 import math
-import sys
+import os
 from pathlib import Path
 
 from rampwatch.core.errors import UserError
@@ -45,6 +45,42 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", help="output file (csv: its stem names the two files); default: beside the recording"
     )
+    parser.add_argument("--force", action="store_true", help="overwrite output files that already exist")
+
+
+def output_paths(recording: Path, fmt: str, output: str | None) -> list[Path]:
+    """The files an export writes: one, or two for csv (``<stem>-requests.csv``, ``<stem>-series.csv``)."""
+    out = Path(output) if output else recording.with_suffix(f".{fmt}")
+    if fmt != "csv":
+        return [out]
+    stem = out.with_suffix("")
+    return [stem.with_name(stem.name + "-requests.csv"), stem.with_name(stem.name + "-series.csv")]
+
+
+def check_outputs(recording: Path, outputs: list[Path], force: bool) -> None:
+    """An export never writes over the recording it reads, nor over an existing file
+    unless ``--force`` says so."""
+    for out in outputs:
+        if out.resolve() == recording.resolve():
+            raise UserError(f"{out}: is the recording being exported; give the export another path (-o)")
+        if out.is_dir():
+            raise UserError(f"{out}: is a directory")
+        if out.exists() and not force:
+            raise UserError(f"{out}: exists; pass --force to overwrite it")
+        if not out.parent.is_dir():
+            raise UserError(f"{out}: output directory {out.parent} does not exist")
+
+
+def _write_atomically(path: Path, write) -> None:
+    """``write(tmp)`` then rename over ``path``: a failed export leaves no half-written file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _num(v):
@@ -155,44 +191,31 @@ def main(args: argparse.Namespace) -> int:
     from rampwatch.loadgen.summary import format_summary
     from rampwatch.record.analysis import final_snapshot, summarise
     from rampwatch.record.html_report import render_html
-    from rampwatch.record.reader import open_recording
+    from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
-    for warning in recording.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     src = Path(args.recording)
-    out = Path(args.output) if args.output else src.with_suffix(f".{args.format}")
-    if out.parent and not out.parent.exists():
-        raise UserError(f"{out}: output directory {out.parent} does not exist")
-    written: list[Path] = []
-    try:
-        if args.format == "json":
-            write_bench_result(recording, summarise(recording), out)
-            written.append(out)
-        elif args.format == "csv":
-            stem = out.with_suffix("")
-            req_path = stem.with_name(stem.name + "-requests.csv")
-            series_path = stem.with_name(stem.name + "-series.csv")
-            write_requests_csv(recording.iter_requests(), req_path)
-            write_series_csv(final_snapshot(recording), series_path)
-            written += [req_path, series_path]
-        else:
-            summary = summarise(recording)
-            h = recording.header
-            page = render_html(
-                final_snapshot(recording),
-                summary,
-                format_summary(summary),
-                recording.marks(),
-                title=f"rampwatch report: {h.scenario_name}",
-                subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {recording.request_count} requests · "
-                f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
-                warnings=recording.warnings,
-            )
-            out.write_text(page, encoding="utf-8")
-            written.append(out)
-    except OSError as exc:
-        raise UserError(f"{exc.filename or out}: cannot write ({exc.strerror})") from exc
-    for p in written:
-        print(p)
-    return 0
+    outputs = output_paths(src, args.format, args.output)
+    check_outputs(src, outputs, args.force)
+    if args.format == "json":
+        _write_atomically(outputs[0], lambda tmp: write_bench_result(recording, summarise(recording), tmp))
+    elif args.format == "csv":
+        _write_atomically(outputs[0], lambda tmp: write_requests_csv(recording.iter_requests(), tmp))
+        _write_atomically(outputs[1], lambda tmp: write_series_csv(final_snapshot(recording), tmp))
+    else:
+        summary = summarise(recording)
+        h = recording.header
+        page = render_html(
+            final_snapshot(recording),
+            summary,
+            format_summary(summary),
+            recording.marks(),
+            title=f"rampwatch report: {h.scenario_name}",
+            subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {recording.request_count} requests · "
+            f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
+            warnings=recording.warnings,
+        )
+        _write_atomically(outputs[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    for path in outputs:
+        print(path)
+    return print_warnings(recording, "export")

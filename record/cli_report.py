@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -16,11 +15,9 @@ def main(args: argparse.Namespace) -> int:
 
     from rampwatch.loadgen.summary import format_summary
     from rampwatch.record.analysis import summarise
-    from rampwatch.record.reader import open_recording
+    from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
-    for warning in recording.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     summary = summarise(recording)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, default=str))
@@ -30,4 +27,4 @@ def main(args: argparse.Namespace) -> int:
             f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), {recording.duration_s:.1f} s recorded"
         )
         print(format_summary(summary))
-    return 0
+    return print_warnings(recording, "report")

@@ -49,6 +49,33 @@ CHUNK_QUANTUM_US = 10
 _NONE_I64 = np.iinfo(np.int64).min
 ZLIB_LEVEL = 6
 
+# What a block may inflate to. A writer flushes every half second, so its blocks are small:
+# a meta block holds half a second of scrapes, ticks and events, a checkpoint the series
+# state. A requests block's size follows from its request count and chunk count (see
+# _scalars_limit, _chunks_limit). Past these, a block is damaged or hostile (a zlib bomb:
+# 1 MB can inflate to 1 GB), and reading it stops at the limit.
+MAX_BLOCK_BYTES = 64 * 1024 * 1024
+MAX_STRINGS_PER_REQUEST = 16 * 1024  # JSON of a request's finish reason, error class and message, tag
+
+
+def inflate(data: bytes, limit: int = MAX_BLOCK_BYTES) -> bytes:
+    """``zlib.decompress`` that never produces more than ``limit`` bytes: ValueError past it."""
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, limit)
+    if not inflater.eof:
+        if inflater.unconsumed_tail:
+            raise ValueError(f"inflates past {limit:,} bytes, more than the format allows")
+        raise ValueError("truncated compressed data")
+    return out
+
+
+def _scalars_limit(n: int) -> int:
+    return 4 + n * (MAX_STRINGS_PER_REQUEST + 40 + 12 + 2 + 1) + 1024
+
+
+def _chunks_limit(total: int) -> int:
+    return _CHUNK_HEAD.size + 16 * total  # a burst clock delta and (burst, offset) per chunk at most
+
 
 def preamble(version: int = FORMAT_VERSION) -> bytes:
     return PREAMBLE.pack(MAGIC, version, 0, 0)
@@ -93,7 +120,7 @@ def encode_header(header: RunHeader) -> bytes:
 
 
 def decode_header(payload: bytes) -> RunHeader:
-    d = json.loads(zlib.decompress(payload))
+    d = json.loads(inflate(payload))
     known = set(RunHeader.__dataclass_fields__)
     return RunHeader(**{k: v for k, v in d.items() if k in known})
 
@@ -150,7 +177,7 @@ def decode_checkpoint(
 ) -> tuple[float, dict[str, Any], dict[str, np.ndarray]]:
     """``(t, state, arrays)``; a checkpoint stored against a base needs the base's arrays
     (``checkpoint_base`` tells which)."""
-    raw = zlib.decompress(payload)
+    raw = inflate(payload)
     (jl,) = struct.unpack_from("<I", raw, 0)
     head = json.loads(raw[4 : 4 + jl])
     base = 4 + jl
@@ -176,7 +203,7 @@ def checkpoint_base(payload: bytes) -> float | None:
     raw = zlib.decompressobj().decompress(payload, 4096)
     (jl,) = struct.unpack_from("<I", raw, 0)
     if len(raw) < 4 + jl:
-        raw = zlib.decompress(payload)
+        raw = inflate(payload)
     head = json.loads(raw[4 : 4 + jl])
     return head.get("base_t")
 
@@ -199,7 +226,7 @@ def _build(cls, d: dict) -> Any:
 
 
 def decode_meta(payload: bytes) -> tuple[list[ServerSample], list[Tick], list[Event]]:
-    body = json.loads(zlib.decompress(payload))
+    body = json.loads(inflate(payload))
     return (
         [_build(ServerSample, d) for d in body.get("samples", [])],
         [_build(Tick, d) for d in body.get("ticks", [])],
@@ -351,7 +378,7 @@ class RequestColumns:
 def decode_request_columns(payload: bytes, with_chunks: bool = True) -> RequestColumns:
     n, ls, lc = _REQ_HEAD.unpack_from(payload, 0)
     pos = _REQ_HEAD.size
-    scalars = zlib.decompress(payload[pos : pos + ls])
+    scalars = inflate(payload[pos : pos + ls], _scalars_limit(n))
     (jl,) = struct.unpack_from("<I", scalars, 0)
     strings = json.loads(scalars[4 : 4 + jl])
     p = 4 + jl
@@ -375,7 +402,7 @@ def decode_request_columns(payload: bytes, with_chunks: bool = True) -> RequestC
     if with_chunks:
         total = int(n_chunks.sum())
         if total:
-            chunks = zlib.decompress(payload[pos + ls : pos + ls + lc])
+            chunks = inflate(payload[pos + ls : pos + ls + lc], _chunks_limit(total))
             chunk_times = _decode_chunks(chunks, n_chunks, total) * (chunk_q_us / 1e6)
         else:
             chunk_times = np.zeros(0)

@@ -6,6 +6,7 @@ import math
 import mmap
 import os
 import struct
+import sys
 import threading
 import zlib
 from bisect import bisect_right
@@ -22,6 +23,9 @@ from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSampl
 from rampwatch.record import format as fmt
 
 _SLACK_S = 2e-6
+_DECODE_ERRORS = (zlib.error, ValueError, KeyError, TypeError, IndexError, struct.error)
+# What a lost block reads as: nothing, so the rest of the file still replays.
+_EMPTY_BLOCK: dict[int, Callable[[], Any]] = {fmt.KIND_REQUESTS: list, fmt.KIND_META: lambda: ([], [], [])}
 
 # Order of items sharing one timestamp when the stream is replayed.
 ITEM_ORDER = {"tick": 0, "sample": 1, "event": 2, "request": 3}
@@ -48,11 +52,15 @@ class Recording:
         finish_t: float | None,
         warnings: list[str],
         decoders: dict[int, Callable[[bytes], Any]],
+        damage: list[str] | None = None,
     ) -> None:
         self.path = path
         self.format_version = version
         self.header = header
-        self.warnings = warnings
+        # ``damage``: data lost to corruption (a command that reads the file exits non-zero);
+        # ``warnings``: everything worth saying, the damage first.
+        self.damage = list(damage or [])
+        self.warnings = self.damage + warnings
         self.finished = finish_t is not None
         self._data = data
         self._decoders = decoders
@@ -114,12 +122,25 @@ class Recording:
         return self._decode_uncached(info)
 
     def request_columns(self, info: fmt.FrameInfo, with_chunks: bool = True) -> fmt.RequestColumns:
-        """One requests block as arrays (uncached; for whole-file passes)."""
+        """One requests block as arrays (uncached; for whole-file passes); an undecodable
+        block reads as empty and is reported in ``damage``."""
         payload = bytes(self._data[info.offset : info.offset + info.length])
         try:
             return fmt.decode_request_columns(payload, with_chunks)
-        except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise UserError(f"{self.path}: corrupted block at byte {info.offset} ({exc})") from exc
+        except _DECODE_ERRORS as exc:
+            self._lost(info, exc)
+            return fmt.decode_request_columns(fmt.encode_requests([]), with_chunks)
+
+    def _lost(self, info: fmt.FrameInfo, exc: BaseException) -> None:
+        """A block whose checksum held but whose content does not decode (a bomb, a bug)."""
+        message = (
+            f"{self.path}: {fmt.KINDS.get(info.kind, 'a')} block at byte {info.offset - fmt.FRAME.size:,} lost "
+            f"({info.count:,} items, run time {info.t_first:.1f}–{info.t_last:.1f} s): {exc}"
+        )
+        with self._cache_lock:
+            if message not in self.damage:
+                self.damage.append(message)
+                self.warnings.insert(len(self.damage) - 1, message)
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -143,8 +164,11 @@ class Recording:
         payload = bytes(self._data[info.offset : info.offset + info.length])
         try:
             return self._decoders[info.kind](payload)
-        except (zlib.error, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise UserError(f"{self.path}: corrupted block at byte {info.offset} ({exc})") from exc
+        except _DECODE_ERRORS as exc:
+            if info.kind not in _EMPTY_BLOCK:
+                raise UserError(f"{self.path}: corrupted block at byte {info.offset} ({exc})") from exc
+            self._lost(info, exc)
+            return _EMPTY_BLOCK[info.kind]()
 
     @property
     def samples(self) -> list[ServerSample]:
@@ -245,41 +269,79 @@ def _sorted(a: np.ndarray) -> bool:
 # Recording needs. A new version adds an entry; old entries stay so old files keep opening.
 
 
-def _scan_v1(path: Path, data: mmap.mmap | bytes, start: int, warnings: list[str]):
+_MAX_PLAUSIBLE_COUNT = 100_000_000  # items in one block; a frame header past it is garbage
+_RESYNC_WINDOW = 64 * 1024 * 1024
+
+
+def _frame_problem(data: mmap.mmap | bytes, pos: int, size: int) -> tuple[fmt.FrameInfo | None, str | None]:
+    """The intact frame at ``pos``, or why there is none there."""
+    if size - pos < fmt.FRAME.size:
+        return None, f"{size - pos} stray bytes"
+    length, kind, count, crc, t_first, t_last = fmt.FRAME.unpack_from(data, pos)
+    body = pos + fmt.FRAME.size
+    if body + length > size:
+        return None, f"a block of {length:,} bytes runs past the end of the file"
+    if zlib.crc32(memoryview(data)[body : body + length]) != crc:
+        what = fmt.KINDS.get(kind, f"kind {kind}")
+        return None, f"checksum mismatch in a {what} block of {count:,} items, run time {t_first:.1f}–{t_last:.1f} s"
+    return fmt.FrameInfo(body, kind, count, length, crc, t_first, t_last), None
+
+
+def next_intact_frame(data: mmap.mmap | bytes, start: int, size: int) -> int | None:
+    """The first offset at or after ``start`` where an intact frame of a known kind begins
+    (its header plausible and its checksum right), to read on past a damaged stretch."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    last = size - fmt.FRAME.size  # the last offset a frame header fits at
+    kinds = np.array(sorted(fmt.KINDS), dtype=np.uint8)
+    for lo in range(start, last + 1, _RESYNC_WINDOW):
+        hi = min(last, lo + _RESYNC_WINDOW - 1)
+        q = np.flatnonzero(np.isin(buf[lo + 4 : hi + 5], kinds)) + lo
+        if not q.size:
+            continue
+        length = sum(buf[q + i].astype(np.int64) << (8 * i) for i in range(4))
+        count = sum(buf[q + 5 + i].astype(np.int64) << (8 * i) for i in range(4))
+        q = q[(length <= size - q - fmt.FRAME.size) & (count <= _MAX_PLAUSIBLE_COUNT)]
+        for pos in q.tolist():
+            t_first, t_last = struct.unpack_from("<dd", data, pos + 13)
+            if not (math.isfinite(t_first) and math.isfinite(t_last) and -1.0 <= t_first <= t_last + 1.0):
+                continue
+            if _frame_problem(data, pos, size)[0] is not None:
+                return pos
+    return None
+
+
+def _scan_v1(path: Path, data: mmap.mmap | bytes, start: int, warnings: list[str], damage: list[str]):
     frames: list[fmt.FrameInfo] = []
     size = len(data)
     pos = start
     finish_t = None
     while pos < size:
-        if size - pos < fmt.FRAME.size:
-            warnings.append(
-                f"{path}: truncated tail ({size - pos} stray bytes at byte {pos}) ignored; "
-                "the run was probably killed — replay stops at the last complete block"
-            )
-            break
-        length, kind, count, crc, t_first, t_last = fmt.FRAME.unpack_from(data, pos)
-        body = pos + fmt.FRAME.size
-        if body + length > size:
-            warnings.append(
-                f"{path}: truncated tail (incomplete block at byte {pos}) ignored; "
-                "the run was probably killed — replay stops at the last complete block"
-            )
-            break
-        if zlib.crc32(memoryview(data)[body : body + length]) != crc:
-            if body + length == size and frames:
-                warnings.append(f"{path}: damaged last block at byte {pos} ignored")
+        info, problem = _frame_problem(data, pos, size)
+        if info is None:
+            if not frames:
+                raise UserError(f"{path}: corrupted recording (its header block at byte {pos} is damaged: {problem})")
+            resume = next_intact_frame(data, pos + 1, size)
+            if resume is None:  # nothing intact after it: where a killed writer stopped
+                warnings.append(
+                    f"{path}: truncated tail at byte {pos} ({problem}) ignored; "
+                    "the run was probably stopped mid-write — replay stops at the last complete block"
+                )
                 break
-            raise UserError(f"{path}: corrupted recording (checksum mismatch in block at byte {pos})")
-        info = fmt.FrameInfo(body, kind, count, length, crc, t_first, t_last)
-        if not frames and kind != fmt.KIND_HEADER:
+            damage.append(f"{path}: bytes {pos:,}–{resume:,} lost ({problem}); read on from the next intact block")
+            pos = resume
+            continue
+        if not frames and info.kind != fmt.KIND_HEADER:
             raise UserError(f"{path}: corrupted recording (no header block)")
-        if kind == fmt.KIND_FINISH:
-            finish_t = fmt.decode_finish(bytes(data[body : body + length]))
-        elif kind not in fmt.KINDS:
-            warnings.append(f"{path}: skipped a block of unknown kind {kind} at byte {pos}")
+        if info.kind == fmt.KIND_FINISH:
+            try:
+                finish_t = fmt.decode_finish(bytes(data[info.offset : info.offset + info.length]))
+            except (ValueError, KeyError, TypeError):
+                damage.append(f"{path}: end marker at byte {pos:,} unreadable")
+        elif info.kind not in fmt.KINDS:
+            warnings.append(f"{path}: skipped a block of unknown kind {info.kind} at byte {pos}")
         else:
             frames.append(info)
-        pos = body + length
+        pos = info.offset + info.length
     if not frames:
         raise UserError(f"{path}: corrupted recording (truncated before its header)")
     h = frames[0]
@@ -298,6 +360,22 @@ def _scan_v1(path: Path, data: mmap.mmap | bytes, start: int, warnings: list[str
 
 
 SCANNERS: dict[int, Callable] = {1: _scan_v1}
+
+
+def print_warnings(recording: Recording, command: str) -> int:
+    """After a command has read a recording: its warnings on stderr, then, when it lost data
+    to damage, one line saying so; the command's exit code (1 for damage, else 0)."""
+    for warning in recording.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not recording.damage:
+        return 0
+    n = len(recording.damage)
+    print(
+        f"rampwatch {command}: {recording.path} is damaged: {n} damaged part{'s' if n != 1 else ''} skipped "
+        "(see the warnings above)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def open_recording(path: str | os.PathLike) -> Recording:
@@ -332,5 +410,6 @@ def open_recording(path: str | os.PathLike) -> Recording:
             )
         raise UserError(f"{path}: unknown recording format version {version}")
     warnings: list[str] = []
-    header, frames, finish_t, decoders = scanner(path, data, fmt.PREAMBLE.size, warnings)
-    return Recording(path, version, header, frames, data, finish_t, warnings, decoders)
+    damage: list[str] = []
+    header, frames, finish_t, decoders = scanner(path, data, fmt.PREAMBLE.size, warnings, damage)
+    return Recording(path, version, header, frames, data, finish_t, warnings, decoders, damage)

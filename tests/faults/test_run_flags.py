@@ -34,6 +34,7 @@ def parse(*argv: str) -> argparse.Namespace:
         ("--rate-step", "0"),
         ("--start-rps", "-1"),
         ("--gpu-price-per-hour", "abc"),
+        ("--metrics-max-bytes", "0"),
     ],
 )
 def test_a_bad_number_is_one_line_naming_the_flag(capsys, flag, value):
@@ -59,3 +60,10 @@ def test_a_bad_number_is_one_line_naming_the_flag(capsys, flag, value):
 def test_good_numbers_pass(flag, value, expected):
     args = parse(flag, value)
     assert getattr(args, flag.lstrip("-").replace("-", "_")) == expected
+
+
+def test_the_metrics_cap_default_is_the_scrapers():
+    from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES
+
+    assert parse().metrics_max_bytes == run.DEFAULT_METRICS_MAX_BYTES == DEFAULT_MAX_BODY_BYTES
+    assert parse("--metrics-max-bytes", "1000").metrics_max_bytes == 1000

@@ -120,3 +120,60 @@ def test_an_ipv6_target_runs(tmp_path):
         proc = rampwatch_run("--target", sim.url, *SHORT_RUN, "--no-record")
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "Max running requests:" in proc.stdout
+
+
+def test_credentials_in_urls_reach_no_output(sim_url, tmp_path):
+    """`http://user:password@host` works (as basic auth) and its password is on no screen,
+    log, recording, result JSON, report or HTML export."""
+    password = "hunter2-s3cret"
+    host = sim_url.removeprefix("http://")
+    target = f"http://admin:{password}@{host}"
+    recording, result_json = tmp_path / "run.rwrec", tmp_path / "result.json"
+    proc = rampwatch_run(
+        "--target",
+        target,
+        "--metrics-url",
+        target + "/metrics",
+        *SHORT_RUN,
+        "--record",
+        str(recording),
+        "--result-json",
+        str(result_json),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"against http://<redacted>@{host} " in proc.stdout and "Max running requests:" in proc.stdout
+    html = tmp_path / "run.html"
+    exported = subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "export", str(recording), "--format", "html", "-o", str(html)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    report = subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "report", str(recording)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert exported.returncode == 0 and report.returncode == 0, exported.stderr + report.stderr
+    recorded = open_recording(recording)
+    assert recorded.header.target == f"http://<redacted>@{host}"
+    assert recorded.requests and all(r.ok for r in recorded.requests)
+    recorded_text = json.dumps(
+        [
+            recorded.header.to_dict(),
+            [e.to_dict() for e in recorded.events],
+            [s.to_dict() for s in recorded.samples],
+            [r.to_dict() for r in recorded.requests],
+        ]
+    )
+    outputs = {
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+        "report": report.stdout + report.stderr,
+        "recording": recorded_text,
+        "result JSON": result_json.read_text(),
+        "HTML": html.read_text(),
+    }
+    leaked = [name for name, text in outputs.items() if password in text]
+    assert leaked == []
