@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rampwatch.core.redact import redact_options, redact_text
+from rampwatch.core.text import printable
 from rampwatch.core.timeline import (
     Event,
     FanoutSink,
@@ -339,6 +340,11 @@ class Run:
         except RequestCancelled as cancelled:
             self.sink.on_request(cancelled.record)
             raise
+        except Exception as exc:  # a client bug must cost one failed request, never a lost one
+            now = self.now()
+            record = RequestRecord(id=request_id, scheduled_at=scheduled_at, sent_at=min(now, max(scheduled_at, 0.0)),
+                                   end_at=now, tokens_from_usage=False, error_class="client_error",
+                                   error=printable(redact_text(f"{type(exc).__name__}: {exc}"), one_line=True)[:500])
         self.sink.on_request(record)
 
     async def _drain(self) -> None:

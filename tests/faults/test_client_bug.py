@@ -1,0 +1,30 @@
+"""An unexpected exception inside the client (a bug, or a server that trips one) costs that
+request as a failure with a classified error; it is never lost and the run goes on."""
+
+from __future__ import annotations
+
+from rampwatch.loadgen import client as client_module
+from rampwatch.sim.server import serve
+from tests.loadgen.test_runner import INSTANT, ListSink, make_run, scenario
+
+
+async def test_an_exception_in_the_client_is_one_failed_request(monkeypatch):
+    real_send = client_module.StreamingClient.send
+
+    async def send(self, request, request_id, scheduled_at):
+        if request_id == 3:
+            raise RuntimeError("boom in the parser for http://user:pw-secret-1@host")
+        return await real_send(self, request, request_id, scheduled_at)
+
+    monkeypatch.setattr(client_module.StreamingClient, "send", send)
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 20, "duration_s": 0.5}), sink)
+        result = await run.execute()
+    records = sink.of("request")
+    assert sorted(r.id for r in records) == list(range(len(records))) and len(records) >= 8
+    failed = [r for r in records if not r.ok]
+    assert [r.id for r in failed] == [3]
+    assert failed[0].error_class == "client_error"
+    assert failed[0].error == "RuntimeError: boom in the parser for http://<redacted>@host"
+    assert len(result.requests) == len(records)
