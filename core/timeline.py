@@ -65,15 +65,6 @@ class RequestRecord:
     def e2e(self) -> float:
         return self.end_at - self.sent_at
 
-    def itls(self) -> list[float]:
-        if self.first_token_at is None:
-            return []
-        out, prev = [], self.first_token_at
-        for t in self.chunk_times:
-            out.append(t - prev)
-            prev = t
-        return out
-
     @property
     def tpot(self) -> float | None:
         if self.first_token_at is None or self.completion_tokens <= 1:

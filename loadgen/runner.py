@@ -342,9 +342,15 @@ class Run:
             raise
         except Exception as exc:  # a client bug must cost one failed request, never a lost one
             now = self.now()
-            record = RequestRecord(id=request_id, scheduled_at=scheduled_at, sent_at=min(now, max(scheduled_at, 0.0)),
-                                   end_at=now, tokens_from_usage=False, error_class="client_error",
-                                   error=printable(redact_text(f"{type(exc).__name__}: {exc}"), one_line=True)[:500])
+            record = RequestRecord(
+                id=request_id,
+                scheduled_at=scheduled_at,
+                sent_at=min(now, max(scheduled_at, 0.0)),
+                end_at=now,
+                tokens_from_usage=False,
+                error_class="client_error",
+                error=printable(redact_text(f"{type(exc).__name__}: {exc}"), one_line=True)[:500],
+            )
         self.sink.on_request(record)
 
     async def _drain(self) -> None:

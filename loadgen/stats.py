@@ -41,15 +41,26 @@ def output_lens(completion_tokens: np.ndarray) -> np.ndarray:
 
 
 def itl_array(rec: RequestRecord) -> np.ndarray:
-    """``rec.itls()`` as a float64 array (the same values: each gap is the same float
-    subtraction), without a Python loop over the chunks."""
+    """A request's ITLs (the gaps from its first token chunk to each later chunk, as vLLM
+    defines them) as a float64 array, without a Python loop over the chunks."""
     chunks = rec.chunk_times
     if rec.first_token_at is None or not chunks:
         return np.empty(0, dtype=np.float64)
     times = np.empty(len(chunks) + 1, dtype=np.float64)
     times[0] = rec.first_token_at
     times[1:] = chunks
-    return times[1:] - times[:-1]
+    return clean_itls(times[1:] - times[:-1])
+
+
+# Times come from a nanosecond clock; a recording keeps them to the microsecond.
+ITL_DECIMALS = 9
+
+
+def clean_itls(gaps: np.ndarray) -> np.ndarray:
+    """Gaps between chunk times as ITLs: at the clock's precision (no 1e-16 residue of the
+    float subtraction) and never below 0 (two chunks of one read are 0 apart; storing times
+    on grids of different steps can otherwise put one a few µs before the other)."""
+    return np.maximum(np.round(gaps, ITL_DECIMALS), 0.0)
 
 
 def describe_ms(values_s: Sequence[float] | np.ndarray, percentiles: Iterable[float] = PERCENTILES) -> dict[str, float]:

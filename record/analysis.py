@@ -85,7 +85,7 @@ def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:
     prev = np.empty_like(c.chunk_times)
     prev[1:] = c.chunk_times[:-1]
     prev[starts[counts > 0]] = c.first_token_at[counts > 0]
-    return (c.chunk_times - prev)[owner]
+    return stats.clean_itls((c.chunk_times - prev)[owner])
 
 
 def final_snapshot(recording: Recording) -> Snapshot:

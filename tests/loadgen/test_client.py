@@ -17,6 +17,7 @@ from aiohttp import web
 from rampwatch.core.errors import TargetUnreachable
 from rampwatch.loadgen.client import RequestCancelled, StreamingClient, check_reachable, count_tokens, fetch_server_info
 from rampwatch.loadgen.requests import PreparedRequest
+from rampwatch.loadgen.stats import itl_array
 
 SECRET = "sk-test-secret-123"
 
@@ -148,9 +149,9 @@ async def test_completions_tokens_from_usage_and_timing(server, split, crlf):
     assert rec.completion_tokens == 8 and rec.prompt_tokens == 4 and rec.tokens_from_usage
     assert rec.finish_reason == "length"
     # every chunk with non-empty choices is a token chunk, as in `vllm bench serve`
-    assert len(rec.chunk_times) == 7 and len(rec.itls()) == 7
+    assert len(rec.chunk_times) == 7 and len(itl_array(rec)) == 7
     assert rec.ttft >= server.first_delay * 0.9
-    assert all(itl >= server.gap * 0.5 for itl in rec.itls())
+    assert all(itl >= server.gap * 0.5 for itl in itl_array(rec))
     assert rec.end_at == rec.chunk_times[-1]  # the usage chunk and [DONE] do not extend E2E
     assert rec.tpot == pytest.approx((rec.e2e - rec.ttft) / 7)
     assert rec.sent_at >= rec.scheduled_at

@@ -126,11 +126,30 @@ def _random_records(n=300, seed=7):
     return out
 
 
-def test_itl_array_equals_the_per_chunk_loop():
+def test_itl_array_is_the_gap_of_each_chunk_to_the_one_before():
     for r in _random_records():
         fast = stats.itl_array(r)
         assert fast.dtype == np.float64
-        assert fast.tolist() == r.itls()  # the same float subtractions, bit for bit
+        if r.first_token_at is None or not r.chunk_times:
+            assert fast.size == 0
+            continue
+        times = [r.first_token_at, *r.chunk_times]
+        loop = [max(0.0, b - a) for a, b in zip(times, times[1:])]
+        np.testing.assert_allclose(fast, loop, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "gaps, expected",
+    [
+        ([0.020903000000000560], [0.020903]),  # float residue of subtracting µs-grid times
+        ([1e-16, -1e-16], [0.0, 0.0]),
+        ([-4e-6], [0.0]),  # two chunks of one read, stored on grids of different steps
+        ([0.0, 0.5, 1.25], [0.0, 0.5, 1.25]),
+        ([0.123456789123], [0.123456789]),
+    ],
+)
+def test_clean_itls(gaps, expected):
+    assert stats.clean_itls(np.array(gaps)).tolist() == expected
 
 
 def test_live_summary_fed_record_by_record_equals_one_block():
