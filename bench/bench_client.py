@@ -248,8 +248,8 @@ def main() -> int:
     if args.only:
         clients = {name: run for name, run in clients.items() if any(word in name for word in args.only)}
 
-    # per client: one (marginal, whole, large-run CPU, large-run wall, tokens/s) per round
-    results: dict[str, list[tuple[float, float, float, float, float]]] = {name: [] for name in clients}
+    # per client: one (marginal, whole, large-run CPU, large-run wall, tokens/s, ITL p50, ITL p99) per round
+    results: dict[str, list[tuple[float, ...]]] = {name: [] for name in clients}
     sim_config = SimConfig(
         hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed, served_model_name="tiny"
     )
@@ -271,7 +271,8 @@ def main() -> int:
                 tokens_small, tokens_large = streamed_tokens(small), streamed_tokens(large)
                 marginal = (large_cpu - small_cpu) / (tokens_large - tokens_small) * 1e6
                 whole = large_cpu / tokens_large * 1e6
-                results[name].append((marginal, whole, large_cpu, large_wall, tokens_large / large["duration"]))
+                itl = (large["median_itl_ms"], large["p99_itl_ms"])  # both clients' result JSON, as vLLM names them
+                results[name].append((marginal, whole, large_cpu, large_wall, tokens_large / large["duration"], *itl))
                 print(
                     f"  round {round_index + 1}, {name}: {marginal:.1f} CPU-s per 1M tokens (marginal), {whole:.1f} "
                     f"whole process; large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall",
@@ -290,9 +291,9 @@ def main() -> int:
     rounds = f", median of {args.repeat} rounds (min–max)" if args.repeat > 1 else ""
     print(
         f"| client | CPU-s per 1M streamed tokens, marginal{rounds} | whole process, {args.large} requests | "
-        "tokens/s | vs vllm bench, same round (marginal / whole) |"
+        "tokens/s | vs vllm bench, same round (marginal / whole) | ITL p50 / p99 (ms), large run |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     base = results.get("vllm bench serve")
     for name, runs in results.items():
         marginals, wholes = [r[0] for r in runs], [r[1] for r in runs]
@@ -302,7 +303,8 @@ def main() -> int:
             m_ratio = statistics.median(r[0] / b[0] for r, b in zip(runs, base))
             w_ratio = statistics.median(r[1] / b[1] for r, b in zip(runs, base))
             ratio = f"{m_ratio:.2f}× / {w_ratio:.2f}×"
-        print(f"| {name} | {spread(marginals)} | {spread(wholes)} | {tps:,.0f} | {ratio} |")
+        itl = f"{statistics.median(r[5] for r in runs):.2f} / {statistics.median(r[6] for r in runs):.2f}"
+        print(f"| {name} | {spread(marginals)} | {spread(wholes)} | {tps:,.0f} | {ratio} | {itl} |")
     if args.skip_lateness:
         return 0
     print()
