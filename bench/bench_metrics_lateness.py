@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 from aiohttp import web
@@ -46,42 +45,51 @@ def big_page(size: int) -> bytes:
 
 
 class MetricsServer:
-    """Serves one page at /metrics on a loopback port, in its own thread and loop."""
+    """Serves one page at /metrics on a loopback port, in a process of its own (so that this
+    process, whose children inherit its peak RSS figure, stays small)."""
 
-    def __init__(self, page: bytes, trickle_s: float = 0.0) -> None:
-        self.page, self.trickle_s = page, trickle_s
-        self.url = ""
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        threading.Thread(target=self._main, daemon=True).start()
-        self._ready.wait(10)
+    def __init__(self, size: int, trickle_s: float = 0.0) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve-metrics", str(size), "--trickle", str(trickle_s)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.url = self.process.stdout.readline().strip()
 
-    async def metrics(self, request: web.Request) -> web.StreamResponse:
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def serve_metrics(size: int, trickle_s: float) -> None:
+    page = SMALL_PAGE if size == 0 else big_page(size)
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await resp.prepare(request)
-        pieces = 50 if self.trickle_s else 1
-        step = -(-len(self.page) // pieces)
-        for i in range(0, len(self.page), step):
-            await resp.write(self.page[i : i + step])
-            if self.trickle_s:
-                await asyncio.sleep(self.trickle_s / pieces)
-        await resp.write_eof()
+        pieces = 50 if trickle_s else 1
+        step = -(-len(page) // pieces)
+        try:
+            for i in range(0, len(page), step):
+                await resp.write(page[i : i + step])
+                if trickle_s:
+                    await asyncio.sleep(trickle_s / pieces)
+            await resp.write_eof()
+        except ConnectionError:  # the scraper stopped reading (over its cap)
+            pass
         return resp
 
-    def _main(self) -> None:
-        async def serve() -> None:
-            app = web.Application()
-            app.router.add_get("/metrics", self.metrics)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/metrics"
-            self._ready.set()
-            await asyncio.Event().wait()
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        print(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/metrics", flush=True)
+        await asyncio.Event().wait()
 
-        self._loop = asyncio.new_event_loop()
-        self._loop.run_until_complete(serve())
+    asyncio.run(main())
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -116,13 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rps", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--serve-metrics", type=int, help=argparse.SUPPRESS)  # the page server's own process
+    parser.add_argument("--trickle", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    six_mb = big_page(6 * 1024 * 1024)
+    if args.serve_metrics is not None:
+        serve_metrics(args.serve_metrics, args.trickle)
+        return 0
     cases = [
-        ("small", MetricsServer(SMALL_PAGE)),
-        ("6MB", MetricsServer(six_mb)),
-        ("6MB-slow", MetricsServer(six_mb, trickle_s=1.5)),
-        ("200MB", MetricsServer(big_page(200 * 1024 * 1024))),
+        ("small", MetricsServer(0)),
+        ("6MB", MetricsServer(6 * 1024 * 1024)),
+        ("6MB-slow", MetricsServer(6 * 1024 * 1024, trickle_s=1.5)),
+        ("200MB", MetricsServer(200 * 1024 * 1024)),
     ]
     print(
         f"open loop at {args.rps:g} req/s for {args.seconds:g} s against the instant simulator; "
@@ -131,14 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| /metrics page | send lateness p50 (ms) | p99 (ms) | max (ms) | peak RSS of the run (MB) |")
     print("|---|---|---|---|---|")
-    with EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim, tempfile.TemporaryDirectory() as d:
-        for name, server in cases:
-            late, peak_mb = lateness_run(sim.url, server.url, args.rps, args.seconds, Path(d))
-            print(
-                f"| {name} | {percentile(late, 50):.2f} | {percentile(late, 99):.2f} | {max(late):.2f} | "
-                f"{peak_mb:.0f} |",
-                flush=True,
-            )
+    try:
+        with EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim, tempfile.TemporaryDirectory() as d:
+            for name, server in cases:
+                late, peak_mb = lateness_run(sim.url, server.url, args.rps, args.seconds, Path(d))
+                print(
+                    f"| {name} | {percentile(late, 50):.2f} | {percentile(late, 99):.2f} | {max(late):.2f} | "
+                    f"{peak_mb:.0f} |",
+                    flush=True,
+                )
+    finally:
+        for _name, server in cases:
+            server.stop()
     print(f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
     return 0
 

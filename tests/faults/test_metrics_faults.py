@@ -3,6 +3,7 @@ loop: the body is capped (the scrape then fails with the reason) and parsed off 
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -82,3 +83,20 @@ async def test_the_page_is_parsed_off_the_event_loop(monkeypatch):
         await runner.cleanup()
     assert sample.ok
     assert parsed_on and parsed_on[0] != threading.get_ident()
+
+
+async def test_a_large_page_is_parsed_in_another_process(monkeypatch):
+    monkeypatch.setattr(scrape, "PROCESS_PARSE_BYTES", len(PAGE) // 2)
+    runner, url = await serve(with_length)
+    poller = MetricsPoller([url])
+    try:
+        async with ClientSession() as session:
+            sample = await poller.scrape_once(session, url)
+            again = await poller.scrape_once(session, url)
+        parser_pid = poller.parse_process.pid
+    finally:
+        poller.parse_process.close()
+        await runner.cleanup()
+    assert parser_pid is not None and parser_pid != os.getpid()
+    assert sample.ok and sample.running == 4000 and again.ok  # the same process serves the next page
+    assert poller.parse_process.pid is None  # closed with the poller
