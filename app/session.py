@@ -216,15 +216,19 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         idle_duration_s=result.duration_s,
     )
     print(format_summary(summary), file=out)
+    code = 0
     if prepared.result_json_path is not None:
-        prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
-        prepared.result_json_path.write_bytes(
-            dumps_bench_result(to_bench_result(summary, result.header, result.requests))
-        )
-        print(f"result JSON: {prepared.result_json_path}", file=out)
+        try:
+            prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
+            prepared.result_json_path.write_bytes(
+                dumps_bench_result(to_bench_result(summary, result.header, result.requests))
+            )
+            print(f"result JSON: {prepared.result_json_path}", file=out)
+        except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
+            print(f"rampwatch run: cannot write {prepared.result_json_path}: {exc.strerror or exc}", file=sys.stderr)
+            code = 1
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)
-    code = 0
     if result.recording_error is not None:
         print(f"rampwatch run: recording {prepared.recording_path} failed: {result.recording_error}", file=sys.stderr)
         code = 1

@@ -131,3 +131,15 @@ def test_a_full_disk_from_the_start_still_gives_the_summary_and_result(sim_url, 
     assert failure == [
         "rampwatch run: recording /dev/full failed: stopped at 0.0 s of the run: No space left on device"
     ]
+
+
+def test_a_result_json_that_cannot_be_written_at_the_end_is_one_line(sim_url, tmp_path):
+    """/dev/full passes the check before the run (it is writable) and fails the write after it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", "--target", sim_url,
+         "--duration", "2", "--start-rps", "5", "--end-rps", "5", "--set", "workload.output_tokens=8",
+         "--no-record", "--result-json", "/dev/full"],
+        capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "Successful requests:" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == "rampwatch run: cannot write /dev/full: No space left on device"

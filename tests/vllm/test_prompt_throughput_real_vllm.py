@@ -55,9 +55,20 @@ def test_avg_prompt_throughput_is_vllms_own(vllm_server, tmp_path):
     start = time.time()
     proc = subprocess.run(
         [
-            sys.executable, "-m", "rampwatch.app.cli", "run", "prefix-heavy", "--headless",
-            "--target", vllm_server.url, "--tokenizer", str(vllm_server.paths.model), "--no-record",
-            "--max-error-rate", "0", *[arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")],
+            sys.executable,
+            "-m",
+            "rampwatch.app.cli",
+            "run",
+            "prefix-heavy",
+            "--headless",
+            "--target",
+            vllm_server.url,
+            "--tokenizer",
+            str(vllm_server.paths.model),
+            "--no-record",
+            "--max-error-rate",
+            "0",
+            *[arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")],
         ],  # fmt: skip
         capture_output=True,
         text=True,
