@@ -11,6 +11,7 @@ from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline
 from rampwatch.tui.app import make_live_app, make_replay_app
 from tests.tui.fakes import FakeControl, FrozenSource
+from tests.tui.settle import charts_settled
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
 AT = 55.0  # past the mark (30 s) and the knee (~48 s)
@@ -30,16 +31,16 @@ def live_app(timeline):
 
 
 def test_recorded_run_live_80x24(snap_compare, timeline):
-    assert snap_compare(live_app(timeline), terminal_size=(80, 24))
+    assert snap_compare(live_app(timeline), terminal_size=(80, 24), run_before=charts_settled)
 
 
 def test_recorded_run_live_160x48(snap_compare, timeline):
-    assert snap_compare(live_app(timeline), terminal_size=(160, 48))
+    assert snap_compare(live_app(timeline), terminal_size=(160, 48), run_before=charts_settled)
 
 
 def test_recorded_run_replay_160x48(snap_compare, timeline):
     app = make_replay_app(timeline, recording="tests/data/small.rwrec")
-    assert snap_compare(app, terminal_size=(160, 48))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=charts_settled)
 
 
 def test_recorded_run_replay_compare_120x40(snap_compare, timeline):
@@ -47,7 +48,7 @@ def test_recorded_run_replay_compare_120x40(snap_compare, timeline):
     other.seek(other.duration)
     compare = FrozenSource(other.snapshot())
     app = make_replay_app(timeline, compare=compare, recording="a.rwrec", compare_label="b.rwrec")
-    assert snap_compare(app, terminal_size=(120, 40))
+    assert snap_compare(app, terminal_size=(120, 40), run_before=charts_settled)
 
 
 async def test_replay_keys_move_the_recording(timeline):

@@ -6,6 +6,7 @@ Every screen is fed a fixed snapshot (no clock anywhere on screen) at a fixed si
 
 from rampwatch.tui.app import make_live_app, make_replay_app
 from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_snapshot
+from tests.tui.settle import charts_settled
 
 
 def live(t: float, metrics: bool = True):
@@ -13,19 +14,19 @@ def live(t: float, metrics: bool = True):
 
 
 def test_live_80x24(snap_compare):
-    assert snap_compare(live(95.0), terminal_size=(80, 24))
+    assert snap_compare(live(95.0), terminal_size=(80, 24), run_before=charts_settled)
 
 
 def test_live_80x24_stats_tab(snap_compare):
-    assert snap_compare(live(95.0), terminal_size=(80, 24), press=["6"])
+    assert snap_compare(live(95.0), terminal_size=(80, 24), press=["6"], run_before=charts_settled)
 
 
 def test_live_160x48(snap_compare):
-    assert snap_compare(live(95.0), terminal_size=(160, 48))
+    assert snap_compare(live(95.0), terminal_size=(160, 48), run_before=charts_settled)
 
 
 def test_live_160x48_without_metrics(snap_compare):
-    assert snap_compare(live(60.0, metrics=False), terminal_size=(160, 48))
+    assert snap_compare(live(60.0, metrics=False), terminal_size=(160, 48), run_before=charts_settled)
 
 
 def test_replay_compare_160x48(snap_compare):
@@ -35,8 +36,8 @@ def test_replay_compare_160x48(snap_compare):
         recording="runs/a.rwrec",
         compare_label="runs/b.rwrec",
     )
-    assert snap_compare(app, terminal_size=(160, 48))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=charts_settled)
 
 
 def test_help_80x24(snap_compare):
-    assert snap_compare(live(30.0), terminal_size=(80, 24), press=["question_mark"])
+    assert snap_compare(live(30.0), terminal_size=(80, 24), press=["question_mark"], run_before=charts_settled)

@@ -1,0 +1,22 @@
+"""Waiting for the screen to settle before a snapshot is taken."""
+
+from rampwatch.tui.chart_data import chart_key
+from rampwatch.tui.timeseries_chart import TimeSeriesChart
+
+
+async def charts_settled(pilot) -> None:
+    """Wait until every chart on screen shows the picture for its final size (a chart is
+    first drawn when the app mounts, possibly before the layout has sized it, and redrawn
+    at the next poll), so a screenshot never catches one in between."""
+    app = pilot.app
+    for _ in range(200):
+        await pilot.pause()
+        charts = [c for c in app.main_screen.query(TimeSeriesChart) if c.display and c.size.area]
+        if charts and all(
+            c._message is not None
+            or c._drawn_key == chart_key(app.latest, app.compare_snapshot, c.size.width, c.size.height)
+            for c in charts
+        ):
+            await pilot.pause()
+            return
+    raise AssertionError("the charts did not settle")
