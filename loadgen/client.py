@@ -595,23 +595,15 @@ class _StreamState:
         now = clock()
         chunk_times = rec.chunk_times
         for payload in events:
-            # sse.classify_event's token test and the finish/usage marks' tests, inlined:
-            # this runs once per streamed chunk
-            if _TOKEN_MARK in payload:
-                if rec.first_token_at is None:
-                    rec.first_token_at = now
-                else:
-                    chunk_times.append(now)
-                if self.keep_text:
-                    self.raw_chunks.append(payload)
-                if _FINISH_MARK in payload or _USAGE_MARK in payload:
-                    self._read_full_chunk(payload, rec)
-                continue
-            kind = sse.classify_event(payload)
+            # sse.classify_event's token test, inlined: this runs once per streamed chunk
             body = None
-            if kind == sse.EVENT_OTHER:  # not compact JSON: decode it to know
-                body = sse.decode_json(payload)
-                kind = sse.classify_decoded(body)
+            if _TOKEN_MARK in payload:
+                kind = sse.EVENT_TOKEN
+            else:
+                kind = sse.classify_event(payload)
+                if kind == sse.EVENT_OTHER:  # not compact JSON: decode it to know
+                    body = sse.decode_json(payload)
+                    kind = sse.classify_decoded(body)
             if kind == sse.EVENT_TOKEN:
                 if rec.first_token_at is None:
                     rec.first_token_at = now
@@ -619,7 +611,10 @@ class _StreamState:
                     chunk_times.append(now)
                 if self.keep_text:
                     self.raw_chunks.append(payload)
-                self._apply_chunk(body, rec)
+                if body is not None:
+                    self._apply_chunk(body, rec)
+                elif _FINISH_MARK in payload or _USAGE_MARK in payload:
+                    self._read_full_chunk(payload, rec)
             elif kind == sse.EVENT_USAGE:
                 body = body or sse.decode_json(payload)
                 if body and isinstance(body.get("usage"), dict):
