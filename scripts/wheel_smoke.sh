@@ -17,10 +17,14 @@ fail() { echo "wheel smoke: $*" >&2; exit 1; }
   || { cat "$work/pip.log" >&2; fail "building the wheel failed"; }
 wheel=$(ls "$work"/dist/rampwatch-*.whl)
 echo "wheel smoke: built $(basename "$wheel")"
-tops=$(unzip -Z1 "$wheel" | cut -d/ -f1 | sort -u | grep -v '\.dist-info$' || true)
+# The listing is read whole first: `unzip | grep -q` under pipefail fails whenever grep
+# exits before unzip has written everything.
+listing=$(unzip -Z1 "$wheel")
+tops=$(echo "$listing" | cut -d/ -f1 | sort -u | grep -v '\.dist-info$' || true)
 [ "$tops" = "rampwatch" ] || fail "the wheel installs top-level names other than rampwatch: $(echo $tops)"
-unzip -Z1 "$wheel" | grep -q '^rampwatch/scenarios/chat.yaml$' || fail "the wheel lacks rampwatch/scenarios/chat.yaml"
-unzip -Z1 "$wheel" | grep -q '^rampwatch/tui/rampwatch.tcss$' || fail "the wheel lacks rampwatch/tui/rampwatch.tcss"
+for file in rampwatch/scenarios/chat.yaml rampwatch/tui/rampwatch.tcss; do
+  grep -qx "$file" <<<"$listing" || fail "the wheel lacks $file"
+done
 
 "$py" -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet "$wheel" >"$work/pip.log" 2>&1 \
