@@ -9,7 +9,8 @@ On the real vLLM 0.32 capture (~650 lines) that leaves ~150 lines to parse.
 ``ServerSample.raw`` keeps every remaining server sample (gauges, counters, histogram
 ``_sum``/``_count``, and the buckets of the server latency histograms) as
 ``{'name{label="v",...}': value}`` with labels sorted, except ``vllm:cache_config_info``
-which is static and goes to the run header instead (``cache_config_from_metrics``).
+which is static and goes to the run header instead (``cache_config_from_metrics``), and
+only up to ``MAX_RAW_SERIES`` series (past that, none: the summed fields stand alone).
 """
 
 from __future__ import annotations
@@ -76,6 +77,13 @@ def sample_key(name: str, labels: dict[str, str]) -> str:
     return f"{name}{{{inner}}}"
 
 
+# A vLLM page keeps ~150 series after the line filter; data-parallel engines times LoRA
+# adapters a few thousand. A page with more keeps its summed fields but not its raw series:
+# handing 95k of them to the load process each second costs it ~25 ms of unpickling, and
+# the recording ~4 MB a second.
+MAX_RAW_SERIES = 5000
+
+
 def parse_metrics(text: str, url: str, t: float) -> ServerSample:
     """One scrape's text -> ``ServerSample`` (``ok=False`` if the text cannot be parsed)."""
     started = time.perf_counter()
@@ -86,6 +94,8 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
     backend = backends.detect_backend(name for name, _, _ in samples)
     fields, per_engine, created = backends.extract_fields(backend, samples)
     raw = {sample_key(name, labels): value for name, labels, value in samples if not name.endswith("_created")}
+    if len(raw) > MAX_RAW_SERIES:
+        raw = {}  # the summed fields above stand; thousands of series a second would swamp the run
     return ServerSample(
         t=t,
         url=url,

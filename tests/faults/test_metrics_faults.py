@@ -100,3 +100,14 @@ async def test_a_large_page_is_parsed_in_another_process(monkeypatch):
     assert parser_pid is not None and parser_pid != os.getpid()
     assert sample.ok and sample.running == 4000 and again.ok  # the same process serves the next page
     assert poller.parse_process.pid is None  # closed with the poller
+
+
+def page_of(series: int) -> str:
+    return "".join(f'vllm:num_requests_running{{engine="0",model_name="a{i}"}} 1.0\n' for i in range(series))
+
+
+def test_a_page_of_too_many_series_keeps_its_fields_but_not_its_raw_series():
+    many = scrape.parse_metrics(page_of(scrape.MAX_RAW_SERIES + 1), "u", 0.0)
+    assert many.ok and many.running == scrape.MAX_RAW_SERIES + 1 and many.raw == {}
+    few = scrape.parse_metrics(page_of(scrape.MAX_RAW_SERIES), "u", 0.0)
+    assert few.running == scrape.MAX_RAW_SERIES and len(few.raw) == scrape.MAX_RAW_SERIES
