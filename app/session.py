@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from rampwatch.core.bins import latest_complete, recent_mean
 from rampwatch.core.errors import UserError
 from rampwatch.core.redact import redact_text
-from rampwatch.core.text import printable
+from rampwatch.core.text import server_text
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import first_model, normalize_base_url
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult
@@ -333,7 +333,7 @@ def run_headless(args: argparse.Namespace) -> int:
             f"rampwatch run: {prepared.run.scenario.name} against {options.target} (model {options.model}); "
             f"server metrics from {', '.join(options.metrics_urls)}"
         )
-        print(printable(redact_text(banner), one_line=True), flush=True)
+        print(server_text(banner), flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)
         result = eventloop.run(_run_headless(prepared))

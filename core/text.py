@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from rampwatch.core.redact import redact_text, scrub
+
 # C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F, 8-bit CSI among them).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -14,3 +16,10 @@ def printable(text: str, *, one_line: bool = False) -> str:
     escape sequence); ``one_line`` shows newlines and tabs that way too."""
     pattern = re.compile(r"[\x00-\x1f\x7f-\x9f]") if one_line else _CONTROL
     return pattern.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def server_text(text: str, api_key: str | None = None) -> str:
+    """Text from a server or about one (an error message, an exception) made safe to show
+    and record: the API key (servers may echo the header) and URL credentials masked,
+    control characters shown as escapes, on one line."""
+    return printable(redact_text(scrub(text, {api_key} if api_key else set())), one_line=True)

@@ -52,8 +52,8 @@ import aiohttp
 import orjson
 
 from rampwatch.core.errors import TargetUnreachable
-from rampwatch.core.redact import redact_text, scrub
-from rampwatch.core.text import printable
+from rampwatch.core.redact import redact_text
+from rampwatch.core.text import server_text
 from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
 from rampwatch.loadgen import http_stream, sse
 from rampwatch.loadgen.requests import PreparedRequest
@@ -444,13 +444,6 @@ def _body_bytes(body: dict[str, Any]) -> bytes:
         return orjson.dumps(body)  # a tenth of json.dumps's time for a long prompt
     except TypeError:  # a lone surrogate (e.g. from a dataset's JSON): json escapes it
         return json.dumps(body).encode()
-
-
-def server_text(text: str, api_key: str | None) -> str:
-    """Text from a server or about one (an error message, an exception), made safe to show
-    and record: the API key (servers may echo the header) and URL credentials masked,
-    control characters shown as escapes."""
-    return printable(redact_text(scrub(text, {api_key} if api_key else set())), one_line=True)
 
 
 def _describe(exc: BaseException) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rampwatch.core.redact import redact_options, redact_text
-from rampwatch.core.text import printable
+from rampwatch.core.text import server_text
 from rampwatch.core.timeline import (
     Event,
     FanoutSink,
@@ -349,7 +349,7 @@ class Run:
                 end_at=now,
                 tokens_from_usage=False,
                 error_class="client_error",
-                error=printable(redact_text(f"{type(exc).__name__}: {exc}"), one_line=True)[:500],
+                error=server_text(f"{type(exc).__name__}: {exc}", self.options.api_key)[:500],
             )
         self.sink.on_request(record)
 

@@ -28,6 +28,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from rampwatch.core.redact import redact_text
+from rampwatch.core.text import server_text
 from rampwatch.core.timeline import ServerSample
 from rampwatch.loadgen import backends
 
@@ -292,7 +293,7 @@ class MetricsPoller:
         shown = self._shown.get(url) or redact_text(url)
 
         def failed(error: str) -> ServerSample:
-            return ServerSample(t=self.clock(), url=shown, ok=False, error=redact_text(error)[:300])
+            return ServerSample(t=self.clock(), url=shown, ok=False, error=server_text(error)[:300])
 
         try:
             async with session.get(url, headers=self._headers) as resp:
