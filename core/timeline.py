@@ -263,6 +263,37 @@ SERIES_NAMES = (
 
 
 @dataclass(slots=True)
+class StepRow:
+    """One row of the per-step results table (``loadgen.steps``): a stretch of the run at
+    one target rate (a step, a hold, a manual rate), a tenth of a ramp, or the drain
+    after a stop. Latencies and errors belong to the requests *sent* in the row;
+    achieved rate and output tokens to those that *ended* in it (what the server
+    delivered meanwhile). Latencies are seconds; NaN/None when there is nothing yet."""
+
+    index: int  # 1, 2, … in time order
+    kind: str  # "step", "ramp", "hold", "rate" (a manual rate), "drain"
+    start_s: float
+    end_s: float  # the next row's start, or the latest time seen for the last row
+    target_lo_rps: float  # the row's target rate: one value, or the range a ramp slice covers
+    target_hi_rps: float
+    sent: int
+    errors: int  # of the requests sent in the row
+    completed: int  # requests that ended OK in the row
+    achieved_rps: float  # completed / row length
+    output_tps: float  # completion tokens of those requests / row length
+    ttft_p50: float
+    ttft_p99: float
+    itl_p50: float
+    itl_p99: float
+    kv_max_pct: float | None  # from /metrics scrapes in the row (None: no usable scrape)
+    kv_mean_pct: float | None
+    waiting_max: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
 class Snapshot:
     """Everything the UI draws at time ``t``; built the same way live and in replay."""
 
@@ -277,6 +308,7 @@ class Snapshot:
     summary: dict[str, Any]  # run-so-far figures (same keys as the headless summary)
     server_metrics_available: bool
     planned_duration_s: float | None = None
+    steps: list[StepRow] = field(default_factory=list)  # the per-step results table so far
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:

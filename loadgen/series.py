@@ -37,6 +37,7 @@ from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeade
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.stats import LogHistogram, itl_array
+from rampwatch.loadgen.steps import StepTracker
 from rampwatch.loadgen.summary import SummaryBuilder, knee_rps
 
 _QS = (0.5, 0.9, 0.99)
@@ -78,6 +79,15 @@ def _sec(t: float) -> int:
     return max(0, int(math.floor(t)))
 
 
+def _schedule_of(header: RunHeader | None) -> tuple[str | None, float | None]:
+    """(schedule kind, planned duration) for the step table, from the run's header."""
+    if header is None:
+        return None, None
+    schedule = header.scenario.get("schedule") if isinstance(header.scenario, dict) else None
+    kind = schedule.get("kind") if isinstance(schedule, dict) else None
+    return (kind if isinstance(kind, str) else None), header.planned_duration_s
+
+
 class SeriesBuilder:
     """Incremental 1-second series + run-so-far summary; see the module docstring."""
 
@@ -115,6 +125,10 @@ class SeriesBuilder:
         self._final_upto = 0  # seconds below this are frozen
         self._newly_final: list[int] = []
         self.summary = SummaryBuilder(slo, gpu_price_per_hour, bounded=True)
+        self.steps = StepTracker()
+        # False when restored from a checkpoint written before the step table existed:
+        # its rows would miss the run before the checkpoint (replays then start over).
+        self.steps_complete = True
 
     # -- state ----------------------------------------------------------------------
     def export_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -166,6 +180,7 @@ class SeriesBuilder:
             "final_upto": self._final_upto,
             "newly_final": list(self._newly_final),
             "summary": self.summary.export_state(arrays),
+            "steps": self.steps.export_state(arrays),
         }
         return meta, arrays
 
@@ -217,12 +232,18 @@ class SeriesBuilder:
         b._final_upto = meta["final_upto"]
         b._newly_final = list(meta["newly_final"])
         b.summary = SummaryBuilder.restore_state(sm, arrays)
+        if "steps" in meta:
+            b.steps = StepTracker.restore_state(meta["steps"], arrays)
+        else:  # a checkpoint from before the step table
+            b.steps.configure(*_schedule_of(header))
+            b.steps_complete = False
         return b
 
     # -- TimelineSink ---------------------------------------------------------------
     def on_start(self, header: RunHeader) -> None:
         self.header = header
         self.state = "starting"
+        self.steps.configure(*_schedule_of(header))
 
     def on_request(self, record: RequestRecord) -> None:
         c = self._counts
@@ -241,6 +262,7 @@ class SeriesBuilder:
         else:
             c["error_rps"].add(end, 1.0)
         self.summary.add(record)
+        self.steps.on_request(record)
         self._advance(record.end_at)
 
     def on_scrape(self, sample: ServerSample) -> None:
@@ -260,6 +282,7 @@ class SeriesBuilder:
         self._last["target_rps"].set(s, tick.target_rps)
         self._last["in_flight"].set(s, float(tick.in_flight))
         self.summary.peak_in_flight = max(self.summary.peak_in_flight, tick.in_flight)
+        self.steps.on_tick(tick.t, tick.state, tick.target_rps)
         if tick.offered_total is not None and tick.sent_total is not None:
             prev_t, prev_offered, prev_sent = self._tick_totals or (0.0, 0, 0)
             self._spread_counts(
@@ -287,6 +310,7 @@ class SeriesBuilder:
 
     def on_event(self, event: Event) -> None:
         self.events.append(event)
+        self.steps.on_event(event)
         self._advance(event.t)
 
     def on_finish(self, t: float) -> None:
@@ -327,6 +351,11 @@ class SeriesBuilder:
             self._last["waiting"].set(s, float(combined.waiting))
         if combined.kv_usage is not None:
             self._last["kv_usage_pct"].set(s, 100.0 * combined.kv_usage)
+        self.steps.on_gauges(
+            t,
+            None if combined.waiting is None else float(combined.waiting),
+            None if combined.kv_usage is None else 100.0 * combined.kv_usage,
+        )
 
     def _spread_deltas(self, url: str, t0: float, t1: float, deltas: dict[str, float | None]) -> None:
         per_url = self._spread.setdefault(url, {})
@@ -452,4 +481,5 @@ class SeriesBuilder:
             summary=summary,
             server_metrics_available=self.server_metrics_available,
             planned_duration_s=self.header.planned_duration_s if self.header else None,
+            steps=self.steps.rows(now),
         )

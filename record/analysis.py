@@ -93,10 +93,13 @@ def final_snapshot(recording: Recording) -> Snapshot:
     from rampwatch.loadgen.series import SeriesBuilder
 
     stored = recording.checkpoint(recording.duration_s) if recording.checkpoint_frames else None
+    builder = None
     if stored is not None:  # the last stored state, plus what follows it
         t0, state, arrays = stored
         builder = SeriesBuilder.from_state(recording.header, state, arrays)
-    else:
+        if not builder.steps_complete:  # written before the step table: build it from the start
+            builder = None
+    if builder is None:
         t0 = float("-inf")
         builder = SeriesBuilder()
         builder.on_start(recording.header)

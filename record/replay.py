@@ -289,7 +289,10 @@ class ReplayTimeline:
             if found is None:
                 return None
             cp_time, state, arrays = found
-            return cp_time, SeriesBuilder.from_state(self.recording.header, state, arrays)
+            builder = SeriesBuilder.from_state(self.recording.header, state, arrays)
+            if not builder.steps_complete:
+                raise ValueError("they predate the step table")
+            return cp_time, builder
         except Exception as exc:  # e.g. a checkpoint from a newer builder: replay still works
             log.warning("stored seek checkpoints unusable (%s); replaying from the start", exc)
             self._stored_checkpoints = False
