@@ -32,6 +32,7 @@ from rampwatch.tui.prefix_chart import PrefixChart
 from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.quit_dialog import QuitDialog
 from rampwatch.tui.stats_panel import StatsPanel
+from rampwatch.tui.step_table import StepTable
 from rampwatch.tui.throughput_chart import ThroughputChart
 
 Mode = Literal["live", "replay"]
@@ -103,7 +104,10 @@ class RampwatchApp(App[int]):
         Binding("n", "next_mark", "next mark", show=False),
         Binding("p", "previous_mark", "prev mark", show=False),
         # tabs on narrow terminals
-        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 8)],
+        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 9)],
+        # views
+        Binding("t", "toggle_steps", "steps"),
+        Binding("l", "toggle_log", "log/linear"),
     ]
 
     def __init__(
@@ -154,6 +158,7 @@ class RampwatchApp(App[int]):
                 with Grid(id="chart-grid"):
                     for key, _, chart in CHARTS:
                         yield chart(id=f"w-{key}", classes="chart")
+                yield StepTable(id="w-steps", classes="panel")
                 with Vertical(id="side"):
                     yield StatsPanel(id="w-stats", classes="panel")
                     yield EventLog(id="w-events", classes="panel")
@@ -165,6 +170,8 @@ class RampwatchApp(App[int]):
                     yield StatsPanel(id="n-stats", classes="panel")
                 with TabPane(f"{len(CHARTS) + 2} Events", id="tab-events"):
                     yield EventLog(id="n-events", classes="panel")
+                with TabPane(f"{len(CHARTS) + 3} Steps", id="tab-steps"):
+                    yield StepTable(id="n-steps", classes="panel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -215,7 +222,7 @@ class RampwatchApp(App[int]):
         if self.replay is not None:
             self._update_replay_status(self.replay)
         if self._panels is None:  # a query per refresh is a measurable part of its cost
-            self._panels = list(self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog"))
+            self._panels = list(self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog, StepTable"))
         for widget in self._panels:
             widget.show_snapshot(snapshot, message.compare)
 
@@ -288,6 +295,20 @@ class RampwatchApp(App[int]):
         panes = [pane.id for pane in tabs.query(TabPane)]
         if 1 <= index <= len(panes):
             tabs.active = panes[index - 1]
+
+    def action_toggle_steps(self) -> None:
+        """Wide: the step table in place of the charts and back; narrow: its tab."""
+        if not self.wide:
+            self.action_show_tab(len(CHARTS) + 3)
+            return
+        grid = self.main_screen.query_one("#chart-grid")
+        grid.display = not grid.display
+        self.main_screen.query_one("#w-steps").display = not grid.display
+
+    def action_toggle_log(self) -> None:
+        for chart in self.main_screen.query(LatencyChart):
+            chart.toggle_log()
+        self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
 
     # live steering: the RunControl records every call as an event
 

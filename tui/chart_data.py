@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rampwatch.core.bins import complete_bins, latest_complete
+from rampwatch.core.bins import complete_bins, latest_complete, recent_mean
 from rampwatch.core.timeline import Event, Snapshot
 
 
@@ -64,20 +64,35 @@ def current_value(snapshot: Snapshot, name: str) -> float | None:
     return latest_complete(values, min(len(values), complete_bins(snapshot.times, snapshot.t)))
 
 
+# The stats panel's "now" rates are means over this many complete seconds: one-second
+# bins of a Poisson load flicker (at 5 rps a second holds 5 ± 2.2 requests).
+NOW_WINDOW_S = 5
+
+
+def recent_rate(snapshot: Snapshot, name: str, window_s: int = NOW_WINDOW_S) -> float | None:
+    """The series' mean over its last ``window_s`` complete one-second bins (fewer at the
+    start of a run), past missing ones; None when there is none."""
+    values = snapshot.series.get(name, [])
+    return recent_mean(values, min(len(values), complete_bins(snapshot.times, snapshot.t)), window_s)
+
+
 TICK_STEPS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
 
 
 def time_ticks(right: float, max_ticks: int) -> tuple[list[float], list[str]]:
-    """Round time ticks for an axis 0 … right: seconds under 2 minutes, else m:ss."""
+    """Round time ticks for an axis 0 … right, labelled m:ss (h:mm:ss past an hour) at
+    every length, live and in replay alike, so a tick never reads as a bare number."""
     max_ticks = max(2, max_ticks)
     step = next((s for s in TICK_STEPS_S if right / s <= max_ticks - 1), TICK_STEPS_S[-1])
     ticks = [float(i * step) for i in range(int(right // step) + 1)]
-    if right < 120:
-        labels = [f"{t:.0f}" for t in ticks]
-    else:
-        labels = [format_duration(t).lstrip("0") or "0" for t in ticks]
-        labels = [label if not label.startswith(":") else "0" + label for label in labels]
+    labels = [clock_label(t) for t in ticks]
     return ticks, labels
+
+
+def clock_label(seconds: float) -> str:
+    """0:05, 1:30, 12:00, 1:00:00: ``format_duration`` without its leading zero."""
+    label = format_duration(seconds)
+    return label[1:] if label.startswith("0") and len(label) == 5 else label
 
 
 def x_range(snapshot: Snapshot, compare: Snapshot | None = None) -> tuple[float, float]:
@@ -109,6 +124,53 @@ def y_upper(series: Iterable[Sequence[float | None]], floor: float = 1.0) -> flo
             if not is_missing(v):
                 peak = max(peak, float(v))
     return nice_upper(max(peak * 1.05, floor))
+
+
+@dataclass(frozen=True, slots=True)
+class LogAxis:
+    """A log axis over whole decades: ``10**lo_exp … 10**hi_exp`` with a tick per decade
+    (and at 2 and 5 × when it spans at most two decades, so it keeps some ticks)."""
+
+    lo_exp: int
+    hi_exp: int
+    ticks: list[float]
+    labels: list[str]
+
+
+def compact_number(value: float) -> str:
+    """1, 20, 500, 1k, 20k, 1M: axis labels that stay narrow."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
+def log_axis(series: Iterable[Sequence[float | None]]) -> LogAxis:
+    """The decades the positive values span (values ≤ 0 cannot be drawn on a log axis and
+    are left out, as gaps); 1 … 10 when there is no positive value."""
+    positive = [float(v) for values in series for v in values if not is_missing(v) and float(v) > 0]
+    if not positive:
+        lo, hi = 0, 1
+    else:
+        lo = math.floor(math.log10(min(positive)))
+        hi = max(lo + 1, math.ceil(math.log10(max(positive)) - 1e-9))
+    mantissas = (1.0, 2.0, 5.0) if hi - lo <= 2 else (1.0,)
+    ticks = [m * 10.0**e for e in range(lo, hi + 1) for m in mantissas if m * 10.0**e <= 10.0**hi * (1 + 1e-9)]
+    return LogAxis(lo, hi, ticks, [compact_number(t) for t in ticks])
+
+
+def linear_ticks(top: float) -> tuple[list[float], list[str]]:
+    """Ticks 0 … ``top`` (a ``nice_upper`` value) at a round step, 4 or 5 intervals."""
+    intervals = 4 if f"{top:e}".startswith("2.0") else 5
+    ticks = [top * i / intervals for i in range(intervals + 1)]
+    return ticks, [compact_number(round(t, 9)) for t in ticks]
+
+
+def log10_or_missing(values: Sequence[float | None]) -> list[float]:
+    """A series as drawn on a log axis: log10 of each value; values ≤ 0 become gaps (their
+    log does not exist). The charts draw logs on a linear plot rather than use plotext's
+    log scale, whose build re-applies the log to its data each time it is drawn."""
+    return [math.log10(float(v)) if not is_missing(v) and float(v) > 0 else math.nan for v in values]
 
 
 def markers(events: Iterable[Event]) -> list[Marker]:

@@ -27,7 +27,9 @@ REPLAY_KEYS = (
     ("q", "quit"),
 )
 COMMON_KEYS = (
-    ("1 … 7", "switch tab (narrow terminals)"),
+    ("t", "step table: in place of the charts (narrow: its tab)"),
+    ("l", "latency chart: log / linear axes"),
+    ("1 … 8", "switch tab (narrow terminals)"),
     ("?", "this help"),
 )
 CHART_KEY = "Markers on every chart: K knee, H hold, R resume, M1 M2 … marks; (B) = compared run, dimmed."

@@ -7,9 +7,22 @@ from rich.text import Text
 from textual.widget import Widget
 
 from rampwatch.core.timeline import Snapshot
-from rampwatch.tui.chart_data import current_value, errors_by_class, format_ms, format_number, format_rate
+from rampwatch.tui.chart_data import (
+    NOW_WINDOW_S,
+    current_value,
+    errors_by_class,
+    format_ms,
+    format_number,
+    format_rate,
+    recent_rate,
+)
 
-# (series, label, formatter) for the "now" column.
+# (series, label, formatter) for the "now" column. Its rates are means over the last
+# NOW_WINDOW_S complete seconds (``RATE_SERIES``); latency percentiles are the newest
+# complete second's, which already cover the requests that ended in the last 10 s
+# (``loadgen.series``); running, waiting and KV are the newest scrape's.
+NOW_TITLE = f"last {NOW_WINDOW_S} s"
+NOW_NOTE = f"rates over {NOW_WINDOW_S} s · latency over 10 s"
 NOW_ROWS = (
     ("target_rps", "target rps", format_rate),
     ("offered_rps", "offered rps", format_rate),
@@ -28,6 +41,7 @@ NOW_ROWS = (
     ("prefix_hit_pct", "prefix hit %", format_number),
 )
 SERVER_SERIES = {"server_generation_tps", "running", "waiting", "kv_usage_pct", "prefix_hit_pct"}
+RATE_SERIES = {"offered_rps", "sent_rps", "completed_rps", "error_rps", "client_output_tps", "server_generation_tps"}
 
 
 # The run-so-far figures worth a glance, in the headless summary's keys and order; the
@@ -69,6 +83,7 @@ class StatsPanel(Widget):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.border_title = "Stats"
+        self.border_subtitle = NOW_NOTE
         self.snapshot: Snapshot | None = None
         self._shown_rows: tuple[list, list] | None = None
 
@@ -102,6 +117,8 @@ class StatsPanel(Widget):
                 value = fmt(snapshot.target_rps)
             elif name in SERVER_SERIES and not snapshot.server_metrics_available:
                 value = "no /metrics"
+            elif name in RATE_SERIES:
+                value = fmt(recent_rate(snapshot, name))
             else:
                 value = fmt(current_value(snapshot, name))
             now_rows.append((label, value))
@@ -117,7 +134,7 @@ class StatsPanel(Widget):
         if not side_by_side:
             table.add_column("label", ratio=1, no_wrap=True, overflow="ellipsis")
             table.add_column("value", justify="right", no_wrap=True)
-            table.add_row(Text("now", style="bold"), "")
+            table.add_row(Text(NOW_TITLE, style="bold"), "")
             for label, value in now_rows:
                 table.add_row(Text(label, style="dim"), value)
             table.add_row(Text("run so far", style="bold"), "")
@@ -128,7 +145,7 @@ class StatsPanel(Widget):
         table.add_column("", justify="right", no_wrap=True)
         table.add_column("run so far", ratio=1, no_wrap=True, overflow="ellipsis")
         table.add_column("", justify="right", no_wrap=True)
-        table.add_row(Text("now", style="bold"), "", Text("run so far", style="bold"), "")
+        table.add_row(Text(NOW_TITLE, style="bold"), "", Text("run so far", style="bold"), "")
         for i in range(max(len(now_rows), len(so_far))):
             left = now_rows[i] if i < len(now_rows) else ("", "")
             right = so_far[i] if i < len(so_far) else ("", "")

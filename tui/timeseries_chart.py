@@ -4,6 +4,7 @@ comparison run drawn dimmed."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -16,6 +17,9 @@ from rampwatch.tui.chart_data import (
     Marker,
     chart_key,
     downsample,
+    linear_ticks,
+    log10_or_missing,
+    log_axis,
     markers,
     metrics_url,
     segments,
@@ -64,15 +68,27 @@ class TimeSeriesChart(PlotextPlot):
     Y_RIGHT_LABEL = ""
     Y_TOP: float | None = None  # fixed axis top (percentages), else scaled to the data
     SERVER_ONLY = False  # every series comes from /metrics
+    LOG_DEFAULT: bool | None = None  # None: linear only; else the chart toggles log/linear, starting so
+    LEGEND_LEFT = ""  # names the left axis's series in the legend (e.g. "TTFT")
+    LEGEND_RIGHT = ""  # names the right axis's series in the legend (default: Y_RIGHT_LABEL)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.border_title = self.TITLE
-        self._legend_key: tuple[bool, bool] | None = None
+        self._legend_key: tuple[bool, bool, int] | None = None
+        self._legend_subtitle = Content("")
         self._message: str | None = "waiting for data…"
         self._drawn_key: tuple | None = None
         self.monochrome = False
         self.draws = 0  # how many times the plot was rebuilt (refresh cost is measured by it)
+        self.log_scale = bool(self.LOG_DEFAULT)
+
+    def toggle_log(self) -> None:
+        """Log ↔ linear value axes (charts with a LOG_DEFAULT only); redrawn at the next snapshot."""
+        if self.LOG_DEFAULT is None:
+            return
+        self.log_scale = not self.log_scale
+        self._drawn_key, self._legend_key = None, None
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -80,24 +96,40 @@ class TimeSeriesChart(PlotextPlot):
         if self.monochrome:
             self.theme = "clear"
 
-    def legend(self, with_compare: bool) -> Content:
-        """The chart's title with its legend: a coloured sample (or, without colour, the
-        character that draws the series) before each label; right-axis series after '│'."""
-        parts = [Content.styled(self.TITLE, "bold")]
-        right_started = False
+    def legend_parts(self, with_compare: bool) -> tuple[Content, Content]:
+        """The chart's title with its legend, as (left-axis part, right-axis part): a
+        coloured sample (or, without colour, the character that draws the series) before
+        each label; the right part starts with '│' and the right axis's name."""
+        title = self.TITLE
+        if self.LOG_DEFAULT is not None:
+            title += " (log)" if self.log_scale else " (linear)"
+        left = [Content.styled(title, "bold")]
+        if self.LEGEND_LEFT:
+            left.append(Content(f" {self.LEGEND_LEFT}:"))
+        right: list[Content] = []
         for index, spec in enumerate(self.SERIES):
-            if spec.right_axis and not right_started:
-                right_started = True
-                parts.append(Content(f" │ {self.Y_RIGHT_LABEL}:" if self.Y_RIGHT_LABEL else " │"))
+            if spec.right_axis and not right:
+                name = self.LEGEND_RIGHT or self.Y_RIGHT_LABEL
+                right.append(Content(f" │ {name}:" if name else " │"))
             if self.monochrome:
                 sample = Content(f" {MONO_MARKERS[index % len(MONO_MARKERS)]}")
             else:
                 sample = Content.styled(" ━", LEGEND_COLOURS.get(spec.colour, "white"))
-            parts.extend([sample, Content(f" {spec.label}")])
+            (right if spec.right_axis else left).extend([sample, Content(f" {spec.label}")])
         if with_compare:
             sample = " ·" if self.monochrome else " ━"
-            parts.append(Content.styled(f"{sample} (B)", "#7f7f7f"))
-        return Content("").join(parts)
+            (right or left).append(Content.styled(f"{sample} (B)", "#7f7f7f"))
+        return Content("").join(left), Content("").join(right)
+
+    def legend(self, with_compare: bool, width: int | None = None) -> tuple[Content, Content]:
+        """(border title, legend for the bottom border): the whole legend in the title
+        when it fits ``width`` (the border's corners and title padding take 6 cells),
+        else the right axis's part on the bottom border, so no label is cut off."""
+        left, right = self.legend_parts(with_compare)
+        whole = left + right
+        if width is None or whole.cell_length <= width - 6 or not right.cell_length:
+            return whole, Content("")
+        return left, right[3:] if right.plain.startswith(" │ ") else right
 
     def render(self) -> RenderResult:
         if self._message is not None:
@@ -110,6 +142,10 @@ class TimeSeriesChart(PlotextPlot):
             if message != self._message:
                 self._message, self._drawn_key = message, None
                 self.refresh()
+            return
+        if not self.size.area:
+            # Hidden (another tab or layout) or not laid out yet: drawn once it has a size,
+            # at the next snapshot, and its legend is fitted to the width it will have.
             return
         # Building a plot is the UI's main cost: rebuild only when the picture changes.
         key = chart_key(snapshot, compare, self.size.width, self.size.height)
@@ -133,20 +169,25 @@ class TimeSeriesChart(PlotextPlot):
             return "waiting for data…"
         return None
 
-    def _series_values(self, snapshot: Snapshot, spec: SeriesSpec) -> list[float]:
+    def _scaled_values(self, snapshot: Snapshot, spec: SeriesSpec) -> list[float]:
         values = snapshot.series.get(spec.name, [])
         if spec.scale == 1.0:
             return list(values)
         return [v * spec.scale for v in values]
 
+    def _series_values(self, snapshot: Snapshot, spec: SeriesSpec) -> list[float]:
+        """The values as plotted: log10 of them on a log axis."""
+        values = self._scaled_values(snapshot, spec)
+        return log10_or_missing(values) if self.log_scale else values
+
     def _points(self, snapshot: Snapshot, spec: SeriesSpec) -> tuple[list[float], list[float]]:
         return downsample(snapshot.times, self._series_values(snapshot, spec), self.max_points(), spec.merge)
 
     def draw(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
-        legend_key = (self.monochrome, compare is not None)
+        legend_key = (self.monochrome, compare is not None, self.size.width)
         if legend_key != self._legend_key:
             self._legend_key = legend_key
-            self.border_title = self.legend(compare is not None)
+            self.border_title, self._legend_subtitle = self.legend(compare is not None, self.size.width or None)
         plt = self.plt
         plt.clear_data()
         plt.title("")
@@ -163,10 +204,18 @@ class TimeSeriesChart(PlotextPlot):
             if not specs:
                 continue
             runs = [snapshot] + ([compare] if compare is not None else [])
-            values = [self._series_values(run, spec) for run in runs for spec in specs]
-            tops[side] = self.Y_TOP if self.Y_TOP is not None else y_upper(values)
+            values = [self._scaled_values(run, spec) for run in runs for spec in specs]
             yside = "right" if side else "left"
-            plt.ylim(0, tops[side], yside=yside)
+            if self.log_scale:  # the series are drawn as log10: so are the limits and ticks
+                axis = log_axis(values)
+                plt.ylim(axis.lo_exp, axis.hi_exp, yside=yside)
+                plt.yticks([math.log10(t) for t in axis.ticks], axis.labels, yside=yside)
+                tops[side] = float(axis.hi_exp)
+            else:
+                tops[side] = self.Y_TOP if self.Y_TOP is not None else y_upper(values)
+                plt.ylim(0, tops[side], yside=yside)
+                if self.LOG_DEFAULT is not None:  # plotext keeps the log axis's ticks otherwise
+                    plt.yticks(*linear_ticks(tops[side]), yside=yside)
         if True in tops:
             plt.xlim(left, right, xside="lower")
         plt.ylabel(self.Y_LABEL, yside="left")
@@ -181,14 +230,19 @@ class TimeSeriesChart(PlotextPlot):
                 compare_marker = "·" if self.monochrome else marker
                 self._plot_series(*self._points(compare, spec), COMPARE_COLOUR, compare_marker, yside)
             if not self._plot_series(*self._points(snapshot, spec), spec.colour, marker, yside):
-                missing.append(spec.label)
+                group = self.LEGEND_RIGHT if spec.right_axis else self.LEGEND_LEFT
+                missing.append(f"{group} {spec.label}" if group else spec.label)
         server_missing = not snapshot.server_metrics_available and any(s.server for s in self.SERIES)
         if server_missing:
-            self.border_subtitle = f"server series: no usable /metrics from {metrics_url(snapshot)}"
+            status = f"server series: no usable /metrics from {metrics_url(snapshot)}"
         elif missing:
-            self.border_subtitle = "no data yet: " + ", ".join(missing)
+            status = "no data yet: " + ", ".join(missing)
         else:
-            self.border_subtitle = ""
+            status = ""
+        if self._legend_subtitle.cell_length:
+            self.border_subtitle = self._legend_subtitle + (Content(f" · {status}") if status else Content(""))
+        else:
+            self.border_subtitle = status
         self._draw_markers(markers(snapshot.events), tops.get(False, tops.get(True, 1.0)), False)
         if compare is not None:
             self._draw_markers(

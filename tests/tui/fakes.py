@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rampwatch.core.timeline import SERIES_NAMES, Event, RunHeader, Snapshot
+from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, Snapshot, StepRow
+from rampwatch.loadgen.steps import StepTracker
 
 PLANNED_S = 120.0
 HOLD = (40.0, 50.0)
@@ -28,7 +29,8 @@ def fake_header(*, metrics: bool = True) -> RunHeader:
         target="http://127.0.0.1:8000",
         model="Qwen/Qwen3-0.6B",
         scenario_name="chat",
-        planned_duration_s=PLANNED_S,
+        scenario={"schedule": {"kind": "linear", "start_rps": 1, "end_rps": 20, "duration_s": PLANNED_S - 10}},
+        planned_duration_s=PLANNED_S - (HOLD[1] - HOLD[0]),
         metrics_urls=["http://127.0.0.1:8000/metrics"] if metrics else [],
     )
 
@@ -96,6 +98,48 @@ def fake_events(t: float) -> list[Event]:
     return events
 
 
+def fake_steps(t: float, rows: list[dict[str, float]], metrics: bool) -> list[StepRow]:
+    """The step table of the fake run, built by the real ``StepTracker`` from one tick, a
+    scrape and the second's completed requests (TTFT and ITL at its p50, every 20th at
+    its p99) per second."""
+    tracker = StepTracker()
+    tracker.configure("linear", PLANNED_S - (HOLD[1] - HOLD[0]))
+    events = {e.t: e for e in fake_events(t) if e.kind in ("hold", "resume")}
+    n = 0
+    for second, row in enumerate(rows):
+        if float(second) in events:
+            tracker.on_event(events[float(second)])
+        state = "holding" if HOLD[0] <= second < HOLD[1] else "ramping"
+        tracker.on_tick(second + 0.01, state, row["target_rps"])
+        if metrics:
+            tracker.on_gauges(second + 0.02, row["waiting"], row["kv_usage_pct"])
+        for k in range(round(row["completed_rps"])):
+            p99 = k % 20 == 19
+            ttft, itl = (row["ttft_p99"], row["itl_p99"]) if p99 else (row["ttft_p50"], row["itl_p50"])
+            sent = second + 0.02 + 0.9 * k / max(1, round(row["completed_rps"]))
+            first = sent + ttft
+            tracker.on_request(
+                RequestRecord(
+                    id=n,
+                    scheduled_at=sent,
+                    sent_at=sent,
+                    end_at=first + 3 * itl,
+                    first_token_at=first,
+                    chunk_times=[first + itl, first + 2 * itl, first + 3 * itl],
+                    completion_tokens=180,
+                )
+            )
+            n += 1
+        if row["error_rps"] > 0 and second % 5 == 0:
+            tracker.on_request(
+                RequestRecord(
+                    id=n, scheduled_at=second, sent_at=second + 0.5, end_at=second + 0.6, error_class="http_503"
+                )
+            )
+            n += 1
+    return tracker.rows(t)
+
+
 def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -> Snapshot:
     """The run as it looks ``t`` seconds in (1-second bins up to t)."""
     times = [float(i) for i in range(int(t))]
@@ -129,6 +173,7 @@ def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -
         summary=summary,
         server_metrics_available=metrics,
         planned_duration_s=PLANNED_S,
+        steps=fake_steps(t, rows, metrics),
     )
 
 

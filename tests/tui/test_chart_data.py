@@ -198,9 +198,11 @@ def test_a_bin_is_complete_only_a_moment_after_its_end():
 @pytest.mark.parametrize(
     "right, max_ticks, ticks, labels",
     [
-        (66.0, 6, [0, 15, 30, 45, 60], ["0", "15", "30", "45", "60"]),
+        (66.0, 6, [0, 15, 30, 45, 60], ["0:00", "0:15", "0:30", "0:45", "1:00"]),  # one format at every length
+        (20.0, 6, [0, 5, 10, 15, 20], ["0:00", "0:05", "0:10", "0:15", "0:20"]),
         (120.0, 5, [0, 30, 60, 90, 120], ["0:00", "0:30", "1:00", "1:30", "2:00"]),
         (600.0, 6, [0, 120, 240, 360, 480, 600], ["0:00", "2:00", "4:00", "6:00", "8:00", "10:00"]),
+        (7200.0, 3, [0, 3600, 7200], ["0:00", "1:00:00", "2:00:00"]),
     ],
 )
 def test_time_ticks(right, max_ticks, ticks, labels):
@@ -240,3 +242,81 @@ def test_chart_key_changes_with_a_new_bin_or_event_but_not_within_a_bin():
     before_knee.events = [e for e in before_knee.events if e.kind != "knee"]
     assert chart_key(with_knee, None, 80, 20) != chart_key(before_knee, None, 80, 20)
     assert chart_key(a, None, 80, 20) != chart_key(a, None, 100, 20)
+
+
+@pytest.mark.parametrize(
+    "series, lo, hi, ticks",
+    [
+        ([[12.0, 450.0]], 1, 3, [10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]),
+        ([[0.5, 4000.0]], -1, 4, [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0]),  # > 2 decades: decades only
+        ([[100.0, 100.0]], 2, 3, [100.0, 200.0, 500.0, 1000.0]),  # one value still spans a decade
+        ([[0.0, NAN, -3.0, 30.0]], 1, 2, [10.0, 20.0, 50.0, 100.0]),  # zeros and gaps left out
+        ([[0.0, NAN]], 0, 1, [1.0, 2.0, 5.0, 10.0]),  # nothing drawable
+    ],
+)
+def test_log_axis(series, lo, hi, ticks):
+    from rampwatch.tui.chart_data import compact_number, log_axis
+
+    axis = log_axis(series)
+    assert (axis.lo_exp, axis.hi_exp) == (lo, hi)
+    assert axis.ticks == pytest.approx(ticks)
+    assert axis.labels[-1] == compact_number(10.0**hi)
+
+
+@pytest.mark.parametrize(
+    "value, text", [(0.1, "0.1"), (5.0, "5"), (500.0, "500"), (1000.0, "1k"), (2500.0, "2.5k"), (1e6, "1M")]
+)
+def test_compact_number(value, text):
+    from rampwatch.tui.chart_data import compact_number
+
+    assert compact_number(value) == text
+
+
+@pytest.mark.parametrize(
+    "top, labels",
+    [
+        (10.0, ["0", "2", "4", "6", "8", "10"]),
+        (200.0, ["0", "50", "100", "150", "200"]),
+        (2500.0, ["0", "500", "1k", "1.5k", "2k", "2.5k"]),
+    ],
+)
+def test_linear_ticks(top, labels):
+    from rampwatch.tui.chart_data import linear_ticks
+
+    ticks, got = linear_ticks(top)
+    assert got == labels and ticks[0] == 0.0 and ticks[-1] == top
+
+
+def test_log10_or_missing_turns_what_log_cannot_draw_into_gaps():
+    from rampwatch.tui.chart_data import log10_or_missing, segments
+
+    values = log10_or_missing([10.0, 0.0, None, 1000.0, -1.0, 0.1])
+    assert [ys for _, ys in segments(range(6), values)] == [[1.0], [3.0], [-1.0]]
+
+
+def test_recent_rate_is_the_mean_of_the_last_five_complete_seconds():
+    from rampwatch.tui.chart_data import recent_rate
+
+    snap = fake_snapshot(10.0)
+    snap.t = 9.95  # bins 0…9; bin 9 is still filling
+    snap.series["completed_rps"] = [1.0, 1.0, 1.0, 1.0, 2.0, 4.0, NAN, 6.0, 8.0, 0.0]
+    assert recent_rate(snap, "completed_rps") == pytest.approx((2 + 4 + 6 + 8) / 4)  # bins 4…8, the gap skipped
+    assert recent_rate(snap, "completed_rps", window_s=1) == 8.0
+    short = fake_snapshot(3.0)
+    short.t = 2.95
+    short.series["completed_rps"] = [3.0, 5.0, 0.0]
+    assert recent_rate(short, "completed_rps") == 4.0  # fewer than five seconds so far
+    assert recent_rate(snap, "no_such_series") is None
+
+
+async def test_stats_now_rates_are_five_second_means():
+    from rampwatch.tui.stats_panel import NOW_TITLE, StatsPanel
+
+    snap = fake_snapshot(10.0)
+    snap.t = 9.95
+    snap.series["completed_rps"] = [0.0] * 4 + [10.0, 20.0, 30.0, 40.0, 50.0, 99.0]
+    snap.series["ttft_p50"] = [0.1] * 8 + [0.2, 0.3]
+    now, _ = StatsPanel().rows(snap)
+    assert ("completed rps", "30.0") in now  # bins 4…8
+    assert ("TTFT p50", "200 ms") in now  # percentiles: the newest complete second's (a 10 s window)
+    assert NOW_TITLE == "last 5 s"

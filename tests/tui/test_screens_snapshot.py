@@ -41,3 +41,26 @@ def test_replay_compare_160x48(snap_compare):
 
 def test_help_80x24(snap_compare):
     assert snap_compare(live(30.0), terminal_size=(80, 24), press=["question_mark"], run_before=charts_settled)
+
+
+# The latency chart on its log axis (the default) is in every screen above; these show it
+# alone on the narrow latency tab, and the linear axis after `l`.
+def test_log_latency_axis_80x24(snap_compare):
+    assert snap_compare(live(95.0), terminal_size=(80, 24), press=["5"], run_before=charts_settled)
+
+
+def test_linear_latency_axis_80x24(snap_compare):
+    assert snap_compare(live(95.0), terminal_size=(80, 24), press=["5", "l"], run_before=charts_settled)
+
+
+def test_log_latency_axis_160x48(snap_compare):
+    # `l` twice: back on the log axis it started with
+    assert snap_compare(live(95.0), terminal_size=(160, 48), press=["l", "l"], run_before=charts_settled)
+
+
+def test_step_table_80x24(snap_compare):
+    assert snap_compare(live(95.0), terminal_size=(80, 24), press=["8"], run_before=charts_settled)
+
+
+def test_step_table_160x48(snap_compare):
+    assert snap_compare(live(95.0), terminal_size=(160, 48), press=["t"], run_before=charts_settled)
