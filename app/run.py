@@ -39,6 +39,17 @@ fraction = _number(float, lambda v: 0 <= v <= 1, "a fraction from 0 to 1")
 positive_int = _number(int, lambda v: v > 0, "a whole number above 0")
 
 
+def header_pair(text: str) -> tuple[str, str]:
+    """An argparse type for ``--header NAME:VALUE``; its errors never quote the value (a
+    header is often a token)."""
+    from rampwatch.loadgen.connection import parse_header
+
+    try:
+        return parse_header(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", metavar="SCENARIO", help="scenario name (chat, classification, …) or YAML path")
     parser.add_argument(
@@ -80,6 +91,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--tokenizer", metavar="NAME_OR_PATH", help="HF tokenizer for exact prompt lengths (default: the simulator's)"
     )
     parser.add_argument("--api-key", metavar="KEY", help="bearer token (default: $OPENAI_API_KEY)")
+    parser.add_argument(
+        "--header",
+        action="append",
+        type=header_pair,
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra HTTP header on every request and /metrics scrape, e.g. for a gateway (repeatable); "
+        "values are never shown or recorded, only names",
+    )
+    tls = parser.add_mutually_exclusive_group()
+    tls.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
+    tls.add_argument("--ca-cert", metavar="PEM", help="verify the server's TLS certificate against this CA file")
     parser.add_argument(
         "--result-json",
         metavar="PATH",

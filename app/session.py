@@ -23,6 +23,7 @@ from rampwatch.core.redact import redact_text
 from rampwatch.core.text import server_text
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import first_model, normalize_base_url
+from rampwatch.loadgen.connection import Connection, ca_context
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
@@ -56,13 +57,13 @@ def _parse_sets(values: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def discover_model(target: str, api_key: str | None) -> str:
+def discover_model(target: str, connection: Connection) -> str:
     """The target's first model (``loadgen.client.first_model``), from synchronous code.
 
     On an event loop of its own in a worker thread: the caller may itself be running
     inside one (the live UI sets a run up from its loop), where a nested loop cannot run."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: eventloop.run(first_model(target, api_key))).result()
+        return pool.submit(lambda: eventloop.run(first_model(target, connection=connection))).result()
 
 
 def _check_url(flag: str, url: str) -> str:
@@ -149,6 +150,11 @@ class PreparedRun:
 def prepare_run(args: argparse.Namespace) -> PreparedRun:
     scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
+    headers = list(getattr(args, "header", None) or [])
+    insecure, ca_cert = bool(getattr(args, "insecure", False)), getattr(args, "ca_cert", None)
+    connection = Connection(api_key=api_key, headers=tuple(headers), insecure=insecure, ca_cert=ca_cert)
+    if ca_cert:
+        ca_context(ca_cert)  # a missing or bad file: one line now, not after the set-up
     metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
     recording_path = None
     if not args.no_record:
@@ -166,13 +172,17 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         embedded.start()
         target = embedded.url
     try:
-        model = args.model or scenario.model or discover_model(target, api_key)
+        model = args.model or scenario.model or discover_model(target, connection)
         cli_options = {k: v for k, v in vars(args).items() if k not in ("func",)}
         cli_options["target"] = target
+        cli_options["header"] = connection.header_names()  # header values are secrets
         options = RunOptions(
             target=target,
             model=model,
             api_key=api_key,
+            headers=headers,
+            insecure=insecure,
+            ca_cert=ca_cert,
             metrics_urls=metrics_urls or [target + "/metrics"],
             scrape_interval_s=args.scrape_interval,
             metrics_max_bytes=args.metrics_max_bytes,
@@ -185,7 +195,7 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         )
         recorder = None
         if recording_path is not None:
-            recorder = RecordingWriter(recording_path, secrets={api_key} if api_key else None)
+            recorder = RecordingWriter(recording_path, secrets=connection.secrets() or None)
         run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
         return PreparedRun(
             run=run,

@@ -11,3 +11,9 @@ class TargetUnreachable(UserError):
     """The server could not be reached at all."""
 
     exit_code = 3
+
+
+class ModelNotServed(UserError):
+    """The server lists its models and ``--model`` is not among them: nothing is sent."""
+
+    exit_code = 4

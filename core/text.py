@@ -4,6 +4,7 @@ log or a recording: control characters such as ANSI escapes must not reach a ter
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from rampwatch.core.redact import redact_text, scrub
 
@@ -18,8 +19,10 @@ def printable(text: str, *, one_line: bool = False) -> str:
     return pattern.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
-def server_text(text: str, api_key: str | None = None) -> str:
+def server_text(text: str, api_key: str | Iterable[str] | None = None) -> str:
     """Text from a server or about one (an error message, an exception) made safe to show
-    and record: the API key (servers may echo the header) and URL credentials masked,
-    control characters shown as escapes, on one line."""
-    return printable(redact_text(scrub(text, {api_key} if api_key else set())), one_line=True)
+    and record: the API key, or every secret given (e.g. the values of ``--header``;
+    servers may echo headers), and URL credentials masked, control characters shown as
+    escapes, on one line."""
+    secrets = {api_key} if isinstance(api_key, str) else {s for s in api_key or () if s}
+    return printable(redact_text(scrub(text, {s for s in secrets if s})), one_line=True)

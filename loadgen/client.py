@@ -51,11 +51,12 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from rampwatch.core.errors import TargetUnreachable
+from rampwatch.core.errors import ModelNotServed, TargetUnreachable
 from rampwatch.core.redact import redact_text
-from rampwatch.core.text import server_text
+from rampwatch.core.text import printable, server_text
 from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
 from rampwatch.loadgen import http_stream, sse
+from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.requests import PreparedRequest
 
 _TOKEN_MARK = sse.TOKEN_MARK
@@ -143,7 +144,9 @@ class StreamingClient:
         clock: Callable[[], float] = time.monotonic,
         fallback_tokenizer: Any = None,
         connect_timeout_s: float = 10.0,
+        connection: Connection | None = None,
     ) -> None:
+        """``connection`` (headers, TLS) wins over ``api_key`` when given."""
         self.base_url = normalize_base_url(base_url)
         self.model = model
         self.connection_limit = max(0, int(connection_limit))
@@ -151,10 +154,9 @@ class StreamingClient:
         self.connect_timeout_s = connect_timeout_s
         self.clock = clock
         self.fallback_tokenizer = fallback_tokenizer
-        self._api_key = api_key or None
-        self._headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            self._headers["Authorization"] = f"Bearer {self._api_key}"
+        self.connection = connection if connection is not None else Connection(api_key=api_key or None)
+        self._secrets = self.connection.secrets()
+        self._headers = {"Content-Type": "application/json", **self.connection.request_headers()}
         self._session: aiohttp.ClientSession | None = None
         self._pool: http_stream.ConnectionPool | None = None
         self._started = False
@@ -184,7 +186,10 @@ class StreamingClient:
     def _open_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(
-                limit=self.connection_limit, limit_per_host=self.connection_limit, keepalive_timeout=60
+                limit=self.connection_limit,
+                limit_per_host=self.connection_limit,
+                keepalive_timeout=60,
+                ssl=self.connection.ssl(),
             )
             timeout = aiohttp.ClientTimeout(
                 total=self.request_timeout_s, sock_connect=min(self.connect_timeout_s, self.request_timeout_s)
@@ -208,19 +213,21 @@ class StreamingClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def fetch_server_info(self, timeout_s: float = 5.0) -> dict[str, Any]:
+    async def fetch_server_info(self, timeout_s: float = 5.0, require_model: bool = False) -> dict[str, Any]:
         """``/v1/models``, ``/version`` and the cache config; see ``fetch_server_info``."""
-        return await fetch_server_info(self.base_url, self._api_key, timeout_s)
+        return await fetch_server_info(
+            self.base_url, timeout_s=timeout_s, connection=self.connection, model=self.model if require_model else None
+        )
 
     async def check_reachable(self, timeout_s: float = 5.0) -> int:
         """Raise ``TargetUnreachable`` unless the server answers; see ``check_reachable``."""
-        return await check_reachable(self.base_url, timeout_s, self._api_key)
+        return (await probe_models(self.base_url, timeout_s=timeout_s, connection=self.connection)).status
 
     def url_for(self, endpoint: str) -> str:
         return self.base_url + ENDPOINT_PATHS[endpoint]
 
     def _scrub(self, text: str) -> str:
-        return server_text(text, self._api_key)[:_MAX_MESSAGE]
+        return server_text(text, self._secrets)[:_MAX_MESSAGE]
 
     def build_body(self, req: PreparedRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model}
@@ -679,18 +686,23 @@ class ModelsAnswer:
     models: list[dict[str, Any]] | None  # the ``data`` list; None unless a 200 with an OpenAI models list
 
 
-async def probe_models(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> ModelsAnswer:
+async def probe_models(
+    base_url: str, api_key: str | None = None, timeout_s: float = 5.0, connection: Connection | None = None
+) -> ModelsAnswer:
     """``GET /v1/models``: the one request that asks a server whether it is there and
     what it serves. Any HTTP answer (even 401/404) is returned; raises
     ``TargetUnreachable("cannot reach <url> : <reason>")`` when nothing answers within
-    ``timeout_s``."""
+    ``timeout_s``. ``connection`` (headers, TLS) wins over ``api_key``."""
+    connection = connection if connection is not None else Connection(api_key=api_key)
     base = normalize_base_url(base_url)
     url = base + "/v1/models"
     shown = redact_text(url)  # what messages and the answer name: credentials masked
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-            async with session.get(url, headers=headers) as resp:
+        connector = aiohttp.TCPConnector(ssl=connection.ssl())
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector
+        ) as session:
+            async with session.get(url, headers=connection.request_headers()) as resp:
                 models = None
                 if resp.status == 200:
                     try:
@@ -704,8 +716,16 @@ async def probe_models(base_url: str, api_key: str | None = None, timeout_s: flo
         raise TargetUnreachable(f"cannot reach {redact_text(base)} : no answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
         raise TargetUnreachable(
-            f"cannot reach {redact_text(base)} : {server_text(str(exc), api_key) or type(exc).__name__}"
+            f"cannot reach {redact_text(base)} : "
+            f"{server_text(str(exc), connection.secrets()) or type(exc).__name__}{_tls_hint(exc)}"
         ) from None
+
+
+def _tls_hint(exc: BaseException) -> str:
+    """What to do about a certificate the client could not verify."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return " (pass --ca-cert PEM with the server's CA, or --insecure to skip verification)"
+    return ""
 
 
 async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | None = None) -> int:
@@ -714,10 +734,12 @@ async def check_reachable(base_url: str, timeout_s: float = 5.0, api_key: str | 
     return (await probe_models(base_url, api_key, timeout_s)).status
 
 
-async def first_model(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
+async def first_model(
+    base_url: str, api_key: str | None = None, timeout_s: float = 10.0, connection: Connection | None = None
+) -> str:
     """The id of the first model the server lists, for a run without ``--model``; any
     failure is a one-line ``TargetUnreachable`` naming the URL."""
-    answer = await probe_models(base_url, api_key, timeout_s)
+    answer = await probe_models(base_url, api_key, timeout_s, connection)
     if answer.status != 200:
         raise TargetUnreachable(f"{answer.url}: HTTP {answer.status}")
     if answer.models is None:
@@ -727,30 +749,72 @@ async def first_model(base_url: str, api_key: str | None = None, timeout_s: floa
     return answer.models[0]["id"]
 
 
-async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> dict[str, Any]:
-    """What the recording's header keeps about the server; never raises.
+# At most this many served models are named when --model is not among them.
+MAX_MODELS_NAMED = 10
+
+
+def served_model_ids(models: list[Any]) -> list[str]:
+    return [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id") is not None]
+
+
+def check_model_served(model: str, answer: ModelsAnswer) -> None:
+    """Raise ``ModelNotServed`` when the server lists its models and ``model`` is not one
+    of them (matched as vLLM does, by id, exactly). A server without a usable list
+    (404, not OpenAI's shape) proves nothing: no error."""
+    if answer.status != 200 or answer.models is None:
+        return
+    ids = served_model_ids(answer.models)
+    if model in ids:
+        return
+    named = ", ".join(printable(repr(i[:100]), one_line=True) for i in ids[:MAX_MODELS_NAMED])
+    more = f" and {len(ids) - MAX_MODELS_NAMED} more" if len(ids) > MAX_MODELS_NAMED else ""
+    served = f"it serves {named}{more}" if ids else "it lists no models"
+    raise ModelNotServed(f"--model {printable(repr(model), one_line=True)} is not served by {answer.url}: {served}")
+
+
+async def fetch_server_info(
+    base_url: str,
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+    *,
+    connection: Connection | None = None,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """What the recording's header keeps about the server, from one ``/v1/models`` probe
+    (``probe_models``) and ``/version`` and ``/metrics``.
 
     Keys: ``models`` (the ``/v1/models`` data list), ``version`` (``/version``'s value),
     ``cache_config`` (labels of ``vllm:cache_config_info`` from ``/metrics``) and
-    ``errors`` ({path: reason} for whatever failed).
+    ``errors`` ({path: reason} for whatever failed). With ``model``, the probe is also
+    the run's start check: raises ``TargetUnreachable`` when nothing answers and
+    ``ModelNotServed`` when the list lacks ``model``; without, it never raises.
     """
     from rampwatch.loadgen.scrape import cache_config_from_metrics
 
+    connection = connection if connection is not None else Connection(api_key=api_key)
+    secrets = connection.secrets()
     base = normalize_base_url(base_url)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = connection.request_headers()
     info: dict[str, Any] = {"models": [], "version": None, "cache_config": {}, "errors": {}}
     try:
-        answer = await probe_models(base, api_key, timeout_s)
+        answer = await probe_models(base, timeout_s=timeout_s, connection=connection)
         if answer.status != 200:
             info["errors"]["/v1/models"] = f"HTTP {answer.status}"
         elif answer.models is None:
             info["errors"]["/v1/models"] = "not an OpenAI-compatible models list"
         else:
             info["models"] = answer.models
+        if model is not None:
+            check_model_served(model, answer)
     except TargetUnreachable as exc:
+        if model is not None:
+            raise
         info["errors"]["/v1/models"] = str(exc)
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        connector = aiohttp.TCPConnector(ssl=connection.ssl())
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector
+        ) as session:
             for path in ("/version", "/metrics"):
                 try:
                     async with session.get(base + path, headers=headers) as resp:
@@ -762,7 +826,7 @@ async def fetch_server_info(base_url: str, api_key: str | None = None, timeout_s
                             continue
                         body = await resp.json(content_type=None)
                 except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    info["errors"][path] = server_text(_describe(exc), api_key)
+                    info["errors"][path] = server_text(_describe(exc), secrets)
                     continue
                 info["version"] = body.get("version") if isinstance(body, dict) else body
     except Exception as exc:  # the header must be written whatever the server does

@@ -12,6 +12,7 @@ event loop thread; under the UI, the run process's pipe reader makes them there
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import platform
 import socket
@@ -35,11 +36,14 @@ from rampwatch.core.timeline import (
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import RequestCancelled, StreamingClient
+from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.series import SeriesBuilder
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,6 +51,9 @@ class RunOptions:
     target: str
     model: str
     api_key: str | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)  # --header NAME:VALUE, API and /metrics
+    insecure: bool = False  # no TLS certificate verification
+    ca_cert: str | None = None  # PEM file of the server's CA
     metrics_urls: list[str] = field(default_factory=list)  # empty: the target's /metrics
     scrape_interval_s: float = 1.0
     scrape_timeout_s: float = 2.0
@@ -210,11 +217,18 @@ class Run:
     def snapshot(self) -> Snapshot:
         return self.series.snapshot(self.now())
 
+    @property
+    def connection(self) -> Connection:
+        """The API key, headers and TLS setting every request and scrape of the run uses."""
+        o = self.options
+        return Connection(api_key=o.api_key, headers=tuple(o.headers), insecure=o.insecure, ca_cert=o.ca_cert)
+
     # -- the run -------------------------------------------------------------------------
     async def execute(self) -> RunResult:
         """Run the schedule to its end (or a stop), then wait for every in-flight request
         (state "draining"); raises ``TargetUnreachable`` before the first send when the
-        target does not answer."""
+        target does not answer, and ``ModelNotServed`` when it lists its models and the
+        run's model is not among them."""
         self._schedule_changed = asyncio.Event()
         self._none_in_flight = asyncio.Event()
         opts = self.options
@@ -222,16 +236,17 @@ class Run:
         client = StreamingClient(
             opts.target,
             opts.model,
-            api_key=opts.api_key,
             connection_limit=concurrency or 0,
             request_timeout_s=opts.request_timeout_s,
             clock=self.now,
             fallback_tokenizer=opts.tokenizer,
+            connection=self.connection,
         )
         await client.start()
         try:
-            await client.check_reachable()
-            server_info = await client.fetch_server_info()
+            # One /v1/models probe: is the server there, does it serve the model, and
+            # what the recording's header keeps about it.
+            server_info = await client.fetch_server_info(require_model=True)
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
             self._t0 = time.monotonic()
             header = RunHeader(
@@ -249,6 +264,11 @@ class Run:
             )
             self.sink.on_start(header)
             self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {header.target}"))
+            models_error = server_info["errors"].get("/v1/models")
+            if models_error is not None:  # e.g. a gateway without the route: go on, unchecked
+                warning = f"--model {opts.model!r} not checked: /v1/models: {models_error}"
+                log.warning(warning)
+                self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
             poller = MetricsPoller(
                 metrics_urls,
                 interval_s=opts.scrape_interval_s,
@@ -256,6 +276,8 @@ class Run:
                 max_body_bytes=opts.metrics_max_bytes,
                 clock=self.now,
                 on_sample=self._on_sample,
+                headers=self.connection.extra_headers(),
+                ssl=self.connection.ssl(),
             )
             background = [
                 asyncio.create_task(poller.run(), name="rampwatch-scrape"),
@@ -349,7 +371,7 @@ class Run:
                 end_at=now,
                 tokens_from_usage=False,
                 error_class="client_error",
-                error=server_text(f"{type(exc).__name__}: {exc}", self.options.api_key)[:500],
+                error=server_text(f"{type(exc).__name__}: {exc}", self.connection.secrets())[:500],
             )
         self.sink.on_request(record)
 

@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from ssl import SSLContext
 from typing import Any
 
 import aiohttp
@@ -275,7 +276,9 @@ class MetricsPoller:
         on_sample: Callable[[ServerSample], None] | None = None,
         headers: dict[str, str] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        ssl: SSLContext | bool = True,
     ) -> None:
+        """``headers`` go with every scrape; ``ssl`` is aiohttp's (``Connection.ssl()``)."""
         if not urls:
             raise ValueError("MetricsPoller needs at least one URL")
         self.urls = list(urls)
@@ -286,6 +289,8 @@ class MetricsPoller:
         self.clock = clock
         self.on_sample = on_sample or (lambda sample: None)
         self._headers = dict(headers or {})
+        self._secrets = {v for v in self._headers.values() if v}
+        self._ssl = ssl
         self.max_body_bytes = max_body_bytes
         self.parse_process = ParseProcess()
 
@@ -293,7 +298,7 @@ class MetricsPoller:
         shown = self._shown.get(url) or redact_text(url)
 
         def failed(error: str) -> ServerSample:
-            return ServerSample(t=self.clock(), url=shown, ok=False, error=server_text(error)[:300])
+            return ServerSample(t=self.clock(), url=shown, ok=False, error=server_text(error, self._secrets)[:300])
 
         try:
             async with session.get(url, headers=self._headers) as resp:
@@ -324,7 +329,7 @@ class MetricsPoller:
     async def run(self) -> None:
         """Poll until cancelled."""
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        connector = aiohttp.TCPConnector(limit=max(2, len(self.urls)))
+        connector = aiohttp.TCPConnector(limit=max(2, len(self.urls)), ssl=self._ssl)
         try:
             async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
                 start = self.clock()
