@@ -396,3 +396,14 @@ def step_table_text(rows: list[StepRow]) -> str:
     for c in cells:
         lines.append("  ".join(v.rjust(w) for v, w in zip(c, widths)))
     return "\n".join(lines)
+
+
+STEP_TABLE_NOTE = (
+    "latencies: requests sent in the row (ms); achieved and out tok/s: requests that ended OK in the row, "
+    "per second of it; KV % and waiting: the most over the row's scrapes"
+)
+
+
+def step_json(row: StepRow) -> dict[str, Any]:
+    """A row as plain JSON (NaN as null)."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.to_dict().items()}

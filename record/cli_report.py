@@ -1,4 +1,4 @@
-"""`rampwatch report REC`: the headless summary of a recording."""
+"""`rampwatch report REC`: the headless summary of a recording and its step table."""
 
 from __future__ import annotations
 
@@ -13,18 +13,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import json
 
+    from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import summarise
+    from rampwatch.record.analysis import final_snapshot, summarise
     from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
     summary = summarise(recording)
+    steps = final_snapshot(recording).steps
     if args.json:
-        print(json.dumps(summary.to_dict(), indent=2, default=str))
+        print(json.dumps({**summary.to_dict(), "steps": [step_json(row) for row in steps]}, indent=2, default=str))
     else:
         h = recording.header
         print(
             f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), {recording.duration_s:.1f} s recorded"
         )
         print(format_summary(summary))
+        if steps:
+            print(f"\nSteps ({STEP_TABLE_NOTE})")
+            print(step_table_text(steps))
     return print_warnings(recording, "report")

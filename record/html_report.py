@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
 from rampwatch.loadgen.summary import Summary
 
 WIDTH, HEIGHT = 1240, 240
@@ -163,6 +164,16 @@ def render_html(
         f"<tr><td>{e.t:.1f} s</td><td>{html.escape(e.kind)}</td><td>{html.escape(e.message)}</td></tr>" for e in marks
     )
     warn = "".join(f'<p class="warn">{html.escape(w)}</p>' for w in warnings)
+    step_head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in STEP_COLUMNS)
+    step_rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cells[name])}</td>" for name, _ in STEP_COLUMNS) + "</tr>"
+        for cells in (step_cells(row) for row in snapshot.steps)
+    )
+    steps = (
+        f'<h2>Steps</h2><p class="sub">{html.escape(STEP_TABLE_NOTE)}</p><table><tr>{step_head}</tr>{step_rows}</table>'
+        if snapshot.steps
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -181,6 +192,7 @@ pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; 
 <p class="sub">{html.escape(subtitle)}</p>
 {warn}
 {"".join(charts)}
+{steps}
 <h2>Marks</h2>
 <table><tr><th>time</th><th>kind</th><th>note</th></tr>{mark_rows}</table>
 <h2>Summary</h2>

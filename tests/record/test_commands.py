@@ -47,6 +47,22 @@ def test_report_prints_the_summary():
     assert "fixture-ramp" in out.stdout
 
 
+def test_report_prints_the_step_table_as_the_replay_shows_it():
+    from rampwatch.loadgen.steps import step_table_text
+
+    tl = ReplayTimeline(open_recording(FIXTURE), warm_up=False)
+    tl.seek(tl.duration)
+    rows = tl.snapshot().steps
+    # the fixture is a 60 s ramp: ten tenths of it, then the drain
+    assert [r.kind for r in rows] == ["ramp"] * 10 + ["drain"]
+    out = rampwatch("report", str(FIXTURE))
+    assert out.returncode == 0, out.stderr
+    assert step_table_text(rows) in out.stdout
+    as_json = json.loads(rampwatch("report", "--json", str(FIXTURE)).stdout)
+    assert [r["start_s"] for r in as_json["steps"]] == [r.start_s for r in rows]
+    assert as_json["steps"][-1]["ttft_p50"] is None  # NaN as null: nothing was sent in the drain
+
+
 @pytest.mark.parametrize("command", ["report", "export", "compare"])
 @pytest.mark.parametrize("bad", ["missing.rwrec", "notrec.txt"])
 def test_bad_input_is_one_line_exit_2(tmp_path, command, bad):
@@ -97,6 +113,8 @@ def test_export_html_is_self_contained(tmp_path):
     assert "http://" not in page.replace("http://127.0.0.1:8000", "").replace("http://www.w3.org/2000/svg", "")
     assert "<script" not in page and "https://" not in page
     assert "knee" in page and "steady before the knee" in page
+    steps = page[page.index("<h2>Steps</h2>") : page.index("<h2>Marks</h2>")]
+    assert steps.count("<tr>") == 1 + 11 and "<th>TTFT p99</th>" in steps and "<td>drain</td>" in steps
 
 
 @pytest.mark.slow
