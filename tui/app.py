@@ -108,6 +108,7 @@ class RampwatchApp(App[int]):
         # views
         Binding("t", "toggle_steps", "steps"),
         Binding("l", "toggle_log", "log/linear"),
+        Binding("v", "latency_view", "latency view", show=False),
     ]
 
     def __init__(
@@ -308,6 +309,11 @@ class RampwatchApp(App[int]):
     def action_toggle_log(self) -> None:
         for chart in self.main_screen.query(LatencyChart):
             chart.toggle_log()
+        self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
+
+    def action_latency_view(self) -> None:
+        for chart in self.main_screen.query(LatencyChart):
+            chart.next_view()
         self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
 
     # live steering: the RunControl records every call as an event

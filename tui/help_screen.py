@@ -29,6 +29,7 @@ REPLAY_KEYS = (
 COMMON_KEYS = (
     ("t", "step table: in place of the charts (narrow: its tab)"),
     ("l", "latency chart: log / linear axes"),
+    ("v", "latency chart: p50/p99 · TTFT p50/p90/p99 · ITL p50/p90/p99"),
     ("1 … 8", "switch tab (narrow terminals)"),
     ("?", "this help"),
 )

@@ -1,23 +1,80 @@
-"""Client latency: TTFT p50/p99 (left axis) and ITL p50/p99 (right axis), in milliseconds.
+"""Client latency in milliseconds, in three views (`v` cycles them): TTFT p50/p99 (left
+axis) with ITL p50/p99 (right axis); TTFT p50/p90/p99; ITL p50/p90/p99. The percentile
+views show how the distribution spreads over time: p90 leaving p50 before p99 moves is
+the queue starting to form.
 
 Log axes by default (`l` toggles linear): across a ramp TTFT spans two or three decades
 (tens of ms before the knee, seconds past it), and on a linear axis everything before
 the knee, p50 included, is a flat line on the floor; on a log axis p99/p50 is a
 distance that reads the same at any level."""
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 
 
-class LatencyChart(TimeSeriesChart):
-    TITLE = "Latency"
-    Y_LABEL = "TTFT ms"
-    Y_RIGHT_LABEL = "ITL ms"
-    LOG_DEFAULT = True
-    LEGEND_LEFT = "TTFT"
-    LEGEND_RIGHT = "ITL"
-    SERIES = (
-        SeriesSpec("ttft_p50", "p50", "green+", scale=1000.0, merge="max"),
-        SeriesSpec("ttft_p99", "p99", "red+", scale=1000.0, merge="max"),
-        SeriesSpec("itl_p50", "p50", "blue+", scale=1000.0, right_axis=True, merge="max"),
-        SeriesSpec("itl_p99", "p99", "magenta+", scale=1000.0, right_axis=True, merge="max"),
+@dataclass(frozen=True)
+class LatencyView:
+    title: str
+    y_label: str
+    y_right_label: str
+    legend_left: str
+    legend_right: str
+    series: tuple[SeriesSpec, ...]
+
+
+def _percentiles(metric: str, label: str) -> LatencyView:
+    return LatencyView(
+        title=f"{label} percentiles",
+        y_label=f"{label} ms",
+        y_right_label="",
+        legend_left="",
+        legend_right="",
+        series=(
+            SeriesSpec(f"{metric}_p50", "p50", "green+", scale=1000.0, merge="max"),
+            SeriesSpec(f"{metric}_p90", "p90", "yellow", scale=1000.0, merge="max"),
+            SeriesSpec(f"{metric}_p99", "p99", "red+", scale=1000.0, merge="max"),
+        ),
     )
+
+
+VIEWS = (
+    LatencyView(
+        title="Latency",
+        y_label="TTFT ms",
+        y_right_label="ITL ms",
+        legend_left="TTFT",
+        legend_right="ITL",
+        series=(
+            SeriesSpec("ttft_p50", "p50", "green+", scale=1000.0, merge="max"),
+            SeriesSpec("ttft_p99", "p99", "red+", scale=1000.0, merge="max"),
+            SeriesSpec("itl_p50", "p50", "blue+", scale=1000.0, right_axis=True, merge="max"),
+            SeriesSpec("itl_p99", "p99", "magenta+", scale=1000.0, right_axis=True, merge="max"),
+        ),
+    ),
+    _percentiles("ttft", "TTFT"),
+    _percentiles("itl", "ITL"),
+)
+
+
+class LatencyChart(TimeSeriesChart):
+    TITLE = VIEWS[0].title
+    Y_LABEL = VIEWS[0].y_label
+    Y_RIGHT_LABEL = VIEWS[0].y_right_label
+    LOG_DEFAULT = True
+    LEGEND_LEFT = VIEWS[0].legend_left
+    LEGEND_RIGHT = VIEWS[0].legend_right
+    SERIES = VIEWS[0].series
+
+    view_index = 0
+
+    def next_view(self) -> None:
+        """The next of ``VIEWS``; redrawn at the next snapshot."""
+        self.view_index = (self.view_index + 1) % len(VIEWS)
+        view = VIEWS[self.view_index]
+        self.TITLE, self.Y_LABEL, self.Y_RIGHT_LABEL = view.title, view.y_label, view.y_right_label
+        self.LEGEND_LEFT, self.LEGEND_RIGHT, self.SERIES = view.legend_left, view.legend_right, view.series
+        self._drawn_key, self._legend_key = None, None
+        self.plt.clear_figure()  # the other view's axes (a right axis, its ticks) must not linger

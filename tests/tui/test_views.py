@@ -4,6 +4,7 @@ replay."""
 import re
 
 import pytest
+from textual.content import Content
 from textual.widgets import TabbedContent
 
 from rampwatch.loadgen.steps import step_cells
@@ -113,8 +114,6 @@ def test_columns_for_width(width, dropped, short):
 async def test_no_chart_legend_is_cut_off(size, compare):
     """Every label of every legend is on screen: a legend too long for the title puts its
     right axis's part on the bottom border."""
-    from textual.content import Content
-
     from rampwatch.tui.timeseries_chart import TimeSeriesChart
     from tests.tui.settle import charts_settled
 
@@ -141,3 +140,24 @@ async def test_no_chart_legend_is_cut_off(size, compare):
             shown = title.plain + " " + subtitle.plain
             assert all(label in shown for label in labels), (chart.id, shown)
             assert ("(B)" in shown) == compare
+
+
+async def test_v_cycles_the_latency_views_and_keeps_the_axis_scale():
+    app = make_live_app(FrozenSource(fake_snapshot(95.0)), FakeControl())
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        chart = app.query_one("#w-latency", LatencyChart)
+        first = plain(chart.plt.build())
+        assert "ITL ms" in first  # the right axis
+        seen = []
+        for _ in range(3):
+            await pilot.press("v")
+            await pilot.pause()
+            title = Content.from_markup(str(chart.border_title)).plain
+            seen.append((title, [s.name for s in chart.SERIES], plain(chart.plt.build())))
+        (ttft_title, ttft, ttft_plot), (itl_title, itl, itl_plot), (back_title, back, back_plot) = seen
+        assert ttft_title.startswith("TTFT percentiles (log)") and ttft == ["ttft_p50", "ttft_p90", "ttft_p99"]
+        assert itl_title.startswith("ITL percentiles (log)") and itl == ["itl_p50", "itl_p90", "itl_p99"]
+        assert "ITL ms" not in ttft_plot and "TTFT ms" in ttft_plot  # one axis: no right axis left over
+        assert back_title.startswith("Latency (log)") and back_plot == first
+        assert app.query_one("#n-latency", LatencyChart).view_index == 0  # both layouts follow
