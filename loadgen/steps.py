@@ -40,6 +40,9 @@ from rampwatch.loadgen.stats import LogHistogram, itl_array
 CONSTANT_RATE_KINDS = ("constant", "poisson", "gamma", "steps", "vllm-constant")
 RAMP_SLICES = 10
 DRAIN_STATES = ("stopping", "draining", "done")
+# A row younger than this shows no achieved rate yet: a count over a fraction of a second
+# reads as a wild rate.
+MIN_RATE_S = 1.0
 
 StepKey = tuple[Any, ...]
 
@@ -268,8 +271,8 @@ class StepTracker:
             sent=row.sent,
             errors=row.errors,
             completed=row.completed,
-            achieved_rps=row.completed / length if length > 0 else math.nan,
-            output_tps=row.output_tokens / length if length > 0 else math.nan,
+            achieved_rps=row.completed / length if length >= MIN_RATE_S else math.nan,
+            output_tps=row.output_tokens / length if length >= MIN_RATE_S else math.nan,
             ttft_p50=ttft50,
             ttft_p99=ttft99,
             itl_p50=itl50,

@@ -178,3 +178,14 @@ def test_a_row_without_requests_shows_dashes():
     assert row.kind == "drain" and math.isnan(row.achieved_rps)
     cells = step_cells(row)
     assert (cells["target rps"], cells["achieved rps"], cells["TTFT p99"], cells["KV % max"]) == ("–",) * 4
+
+
+def test_a_row_younger_than_a_second_has_no_achieved_rate_yet():
+    t = StepTracker()
+    t.configure("steps", 10.0)
+    t.on_tick(0.5, "ramping", 2.0)
+    t.on_tick(5.0, "ramping", 4.0)
+    t.on_request(ok(0, 4.9, 0.01, 5.2))
+    first, second = t.rows(5.5)
+    assert first.achieved_rps == 0.0 and math.isnan(second.achieved_rps) and second.completed == 1
+    assert t.rows(6.0)[1].achieved_rps == pytest.approx(1.0)
