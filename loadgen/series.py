@@ -258,11 +258,13 @@ class SeriesBuilder:
                 hists = self._hists[end] = (LogHistogram(), LogHistogram())
             if record.ttft is not None:
                 hists[0].add((record.ttft,))
-            hists[1].add(itl_array(record))
+            itls = itl_array(record)
+            hists[1].add(itls)
         else:
             c["error_rps"].add(end, 1.0)
+            itls = None
         self.summary.add(record)
-        self.steps.on_request(record)
+        self.steps.on_request(record, itls)
         self._advance(record.end_at)
 
     def on_scrape(self, sample: ServerSample) -> None:

@@ -209,14 +209,15 @@ class StepTracker:
         elif kind == "stop":
             self._open(("drain",), event.t)
 
-    def on_request(self, record: RequestRecord) -> None:
+    def on_request(self, record: RequestRecord, itls: np.ndarray | None = None) -> None:
+        """``itls``: the record's ``itl_array`` when the caller has it already."""
         sent_row = self._row_at(record.sent_at)
         sent_row.sent += 1
         sent_row.cached = None
         if record.ok:
             if record.ttft is not None:
                 sent_row.ttft.add((record.ttft,))
-            sent_row.itl.add(itl_array(record))
+            sent_row.itl.add(itl_array(record) if itls is None else itls)
             end_row = self._row_at(record.end_at)
             end_row.completed += 1
             end_row.output_tokens += int(record.completion_tokens)

@@ -74,6 +74,19 @@ def test_process_bridge_hands_back_the_run_error():
         bridge.finish()
 
 
+def test_a_model_the_server_does_not_serve_keeps_its_exit_code_through_the_bridge():
+    from rampwatch.core.errors import ModelNotServed
+
+    async def failing():
+        raise ModelNotServed("--model 'x' is not served by http://h/v1/models: it serves 'tiny'")
+
+    bridge = ProcessBridge(failing, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.05).start()
+    assert bridge.join(10.0)
+    with pytest.raises(ModelNotServed, match="it serves 'tiny'") as caught:
+        bridge.finish()
+    assert caught.value.exit_code == 4  # what the command line exits with
+
+
 def test_a_snapshot_tail_on_the_previous_snapshot_gives_the_new_snapshot():
     before, after = fake_snapshot(100.0), fake_snapshot(103.5)
     start, tail = tail_of(after, bins=10)
