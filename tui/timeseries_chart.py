@@ -82,6 +82,7 @@ class TimeSeriesChart(PlotextPlot):
         self.monochrome = False
         self.draws = 0  # how many times the plot was rebuilt (refresh cost is measured by it)
         self.log_scale = bool(self.LOG_DEFAULT)
+        self._skipped: tuple[Snapshot, Snapshot | None] | None = None  # what came while it had no size
 
     def toggle_log(self) -> None:
         """Log ↔ linear value axes (charts with a LOG_DEFAULT only); redrawn at the next snapshot."""
@@ -89,6 +90,10 @@ class TimeSeriesChart(PlotextPlot):
             return
         self.log_scale = not self.log_scale
         self._drawn_key, self._legend_key = None, None
+
+    def on_resize(self) -> None:
+        if self._skipped is not None and self.size.area:
+            self.show_snapshot(*self._skipped)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -144,9 +149,11 @@ class TimeSeriesChart(PlotextPlot):
                 self.refresh()
             return
         if not self.size.area:
-            # Hidden (another tab or layout) or not laid out yet: drawn once it has a size,
-            # at the next snapshot, and its legend is fitted to the width it will have.
+            # Hidden (another tab or layout) or not laid out yet: drawn when it gets a size
+            # (on_resize), with its legend fitted to that width.
+            self._skipped = (snapshot, compare)
             return
+        self._skipped = None
         # Building a plot is the UI's main cost: rebuild only when the picture changes.
         key = chart_key(snapshot, compare, self.size.width, self.size.height)
         if key == self._drawn_key and self._message is None:

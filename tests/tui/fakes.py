@@ -30,7 +30,7 @@ def fake_header(*, metrics: bool = True) -> RunHeader:
         model="Qwen/Qwen3-0.6B",
         scenario_name="chat",
         scenario={"schedule": {"kind": "linear", "start_rps": 1, "end_rps": 20, "duration_s": PLANNED_S - 10}},
-        planned_duration_s=PLANNED_S - (HOLD[1] - HOLD[0]),
+        planned_duration_s=PLANNED_S,
         metrics_urls=["http://127.0.0.1:8000/metrics"] if metrics else [],
     )
 

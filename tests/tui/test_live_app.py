@@ -171,10 +171,22 @@ async def test_every_panel_gets_the_snapshot():
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
         assert source.polls >= 1
-        for chart in app.query(ThroughputChart):
-            assert chart._message is None
+        shown, hidden = app.query_one("#w-throughput", ThroughputChart), app.query_one("#n-throughput", ThroughputChart)
+        assert shown._message is None and shown.draws >= 1
+        assert hidden.draws == 0  # the narrow layout's twin is hidden: not drawn for nothing
         stats = app.query_one("#w-stats", StatsPanel)
         assert stats.snapshot is not None and stats.snapshot.t == 95.0
+
+
+async def test_a_chart_is_drawn_once_its_tab_is_shown():
+    app, _, _ = live_app(95.0)
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.pause()
+        kv = app.query_one("#n-kv", KvChart)
+        assert kv.draws == 0  # tab 1 is showing
+        await pilot.press("3")
+        await pilot.pause()
+        assert kv.draws == 1 and kv._message is None  # as soon as it has a size
 
 
 async def test_server_panels_say_when_metrics_are_missing():
