@@ -162,9 +162,7 @@ class StepTracker:
             row.key = key
             row.cached = None
             return row
-        row = _Row(key, max(t, self._rows[-1].start if self._rows else 0.0))
-        if not self._rows:
-            row.start = 0.0
+        row = _Row(key, max(t, self._rows[-1].start) if self._rows else 0.0)  # the first row starts the run
         self._rows.append(row)
         self._starts.append(row.start)
         return row
