@@ -22,7 +22,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import server_text
 from rampwatch.loadgen import eventloop
-from rampwatch.loadgen.client import first_model, normalize_base_url
+from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult
 from rampwatch.loadgen.scenario import load_scenario
@@ -57,13 +57,18 @@ def _parse_sets(values: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def discover_model(target: str, connection: Connection) -> str:
-    """The target's first model (``loadgen.client.first_model``), from synchronous code.
+def discover_model(target: str, connection: Connection) -> tuple[str, ModelsAnswer]:
+    """The target's first model (``loadgen.client.first_model_of``) and the ``/v1/models``
+    answer it came from (the run's start uses it rather than asking again), from
+    synchronous code.
 
     On an event loop of its own in a worker thread: the caller may itself be running
     inside one (the live UI sets a run up from its loop), where a nested loop cannot run."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: eventloop.run(first_model(target, connection=connection))).result()
+        answer = pool.submit(
+            lambda: eventloop.run(probe_models(target, timeout_s=10.0, connection=connection))
+        ).result()
+    return first_model_of(answer), answer
 
 
 def _check_url(flag: str, url: str) -> str:
@@ -172,7 +177,9 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         embedded.start()
         target = embedded.url
     try:
-        model = args.model or scenario.model or discover_model(target, connection)
+        model, models_answer = args.model or scenario.model, None
+        if not model:
+            model, models_answer = discover_model(target, connection)
         cli_options = {k: v for k, v in vars(args).items() if k not in ("func",)}
         cli_options["target"] = target
         cli_options["header"] = connection.header_names()  # header values are secrets
@@ -183,6 +190,7 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
             headers=headers,
             insecure=insecure,
             ca_cert=ca_cert,
+            models_answer=models_answer,
             metrics_urls=metrics_urls or [target + "/metrics"],
             scrape_interval_s=args.scrape_interval,
             metrics_max_bytes=args.metrics_max_bytes,

@@ -213,10 +213,16 @@ class StreamingClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def fetch_server_info(self, timeout_s: float = 5.0, require_model: bool = False) -> dict[str, Any]:
+    async def fetch_server_info(
+        self, timeout_s: float = 5.0, require_model: bool = False, answer: ModelsAnswer | None = None
+    ) -> dict[str, Any]:
         """``/v1/models``, ``/version`` and the cache config; see ``fetch_server_info``."""
         return await fetch_server_info(
-            self.base_url, timeout_s=timeout_s, connection=self.connection, model=self.model if require_model else None
+            self.base_url,
+            timeout_s=timeout_s,
+            connection=self.connection,
+            model=self.model if require_model else None,
+            answer=answer,
         )
 
     async def check_reachable(self, timeout_s: float = 5.0) -> int:
@@ -739,7 +745,11 @@ async def first_model(
 ) -> str:
     """The id of the first model the server lists, for a run without ``--model``; any
     failure is a one-line ``TargetUnreachable`` naming the URL."""
-    answer = await probe_models(base_url, api_key, timeout_s, connection)
+    return first_model_of(await probe_models(base_url, api_key, timeout_s, connection))
+
+
+def first_model_of(answer: ModelsAnswer) -> str:
+    """``first_model`` of an answer already at hand."""
     if answer.status != 200:
         raise TargetUnreachable(f"{answer.url}: HTTP {answer.status}")
     if answer.models is None:
@@ -779,6 +789,7 @@ async def fetch_server_info(
     *,
     connection: Connection | None = None,
     model: str | None = None,
+    answer: ModelsAnswer | None = None,
 ) -> dict[str, Any]:
     """What the recording's header keeps about the server, from one ``/v1/models`` probe
     (``probe_models``) and ``/version`` and ``/metrics``.
@@ -787,7 +798,9 @@ async def fetch_server_info(
     ``cache_config`` (labels of ``vllm:cache_config_info`` from ``/metrics``) and
     ``errors`` ({path: reason} for whatever failed). With ``model``, the probe is also
     the run's start check: raises ``TargetUnreachable`` when nothing answers and
-    ``ModelNotServed`` when the list lacks ``model``; without, it never raises.
+    ``ModelNotServed`` when the list lacks ``model``; without, it never raises. ``answer``:
+    a ``/v1/models`` answer the caller already has (it asked for the model's name), used
+    instead of asking again.
     """
     from rampwatch.loadgen.scrape import cache_config_from_metrics
 
@@ -797,7 +810,8 @@ async def fetch_server_info(
     headers = connection.request_headers()
     info: dict[str, Any] = {"models": [], "version": None, "cache_config": {}, "errors": {}}
     try:
-        answer = await probe_models(base, timeout_s=timeout_s, connection=connection)
+        if answer is None:
+            answer = await probe_models(base, timeout_s=timeout_s, connection=connection)
         if answer.status != 200:
             info["errors"]["/v1/models"] = f"HTTP {answer.status}"
         elif answer.models is None:

@@ -35,7 +35,7 @@ from rampwatch.core.timeline import (
 )
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
-from rampwatch.loadgen.client import RequestCancelled, StreamingClient
+from rampwatch.loadgen.client import ModelsAnswer, RequestCancelled, StreamingClient
 from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
@@ -54,6 +54,9 @@ class RunOptions:
     headers: list[tuple[str, str]] = field(default_factory=list)  # --header NAME:VALUE, API and /metrics
     insecure: bool = False  # no TLS certificate verification
     ca_cert: str | None = None  # PEM file of the server's CA
+    # The /v1/models answer the set-up already got (it asked for the model's name): the
+    # run's start uses it instead of asking again.
+    models_answer: ModelsAnswer | None = None
     metrics_urls: list[str] = field(default_factory=list)  # empty: the target's /metrics
     scrape_interval_s: float = 1.0
     scrape_timeout_s: float = 2.0
@@ -246,7 +249,7 @@ class Run:
         try:
             # One /v1/models probe: is the server there, does it serve the model, and
             # what the recording's header keeps about it.
-            server_info = await client.fetch_server_info(require_model=True)
+            server_info = await client.fetch_server_info(require_model=True, answer=opts.models_answer)
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
             self._t0 = time.monotonic()
             header = RunHeader(

@@ -171,6 +171,8 @@ def test_tls_with_the_servers_ca_and_headers_on_the_aiohttp_transport(tmp_path, 
     assert proc.returncode == 0, proc.stderr
     assert gw.unauthorised == Counter() and gw.hits["/v1/completions"] >= 4 and gw.hits["/metrics"] >= 2
     assert TOKEN not in outputs(proc, recording)
+    # without --model: the one /v1/models answer names the model and serves the start check
+    assert gw.hits["/v1/models"] == 1
 
 
 def test_an_unverifiable_certificate_is_one_line_that_says_what_to_do(cert):
