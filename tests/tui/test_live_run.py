@@ -18,6 +18,7 @@ import pytest
 from rampwatch.app import run as run_command
 from rampwatch.app import session
 from rampwatch.app.live import start_live_prepared
+from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.record.reader import open_recording
@@ -75,7 +76,7 @@ def check_recorded_steering(events, held_rate: float | None = None) -> None:
 
 async def test_keys_steer_a_run_on_the_apps_loop_and_are_recorded(sim, tmp_path):
     scenario = load_scenario("chat", overrides=SHORT_ANSWERS, flags=RAMP)
-    model = session.discover_model(sim.url, None)
+    model, _ = session.discover_model(sim.url, Connection())
     path = tmp_path / "same-loop.rwrec"
     run = Run(
         scenario,
