@@ -256,6 +256,29 @@ class ParseProcess:
             self._process = None
 
 
+# How describe_scrape_failure's reasons for an unreachable server start (and, for
+# recordings made before it, aiohttp's own exception names).
+_CONNECTION_FAILURES = (
+    "connection refused",
+    "cannot connect",
+    "cannot resolve",
+    "server disconnected",
+    "response body broke off",
+    "connection reset",
+    "connection error",
+    "ClientConnectorError",
+    "ClientConnectorDNSError",
+    "ServerDisconnectedError",
+    "ClientOSError",
+)
+
+
+def is_connection_failure(reason: str) -> bool:
+    """A scrape failed because the server could not be reached or dropped the connection
+    (not a timeout, a status or a page that does not parse)."""
+    return reason.startswith(_CONNECTION_FAILURES)
+
+
 def describe_scrape_failure(exc: BaseException) -> str:
     """What went wrong with a scrape, in a few words on one line: aiohttp's own messages
     repeat the host and the socket call, and wrap into several lines on a narrow panel.

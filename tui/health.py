@@ -1,9 +1,11 @@
 """The run's health at a glance, from a Snapshot alone (so a replay shows it at its
 position): the header's OK / DEGRADED / SERVER DOWN / METRICS STALE.
 
-- **SERVER DOWN**: since the last second in which a request completed, requests failed
-  with connection errors (refused, reset, broken off) and nothing else, and either at
-  least ``DOWN_MIN_CONNECTION_ERRORS`` of them or ``/metrics`` failing too.
+- **SERVER DOWN**: the server cannot be reached. Either ``/metrics`` has failed to
+  connect since its last good scrape and requests failed with connection errors
+  (refused, reset, broken off) in the last second in which any request ended; or,
+  whatever ``/metrics`` says, at least ``DOWN_MIN_CONNECTION_ERRORS`` requests failed
+  with connection errors, and none otherwise, since the last one that completed.
 - **DEGRADED**: at least ``DEGRADED_ERROR_PCT`` % of the requests that ended in the last
   ``RECENT_S`` seconds failed (cancelled ones do not count either way).
 - **METRICS STALE**: the last good ``/metrics`` scrape is older than
@@ -21,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from rampwatch.core.timeline import ERROR_GROUPS, ERROR_SERIES, Snapshot, metrics_stale_after_s
+from rampwatch.loadgen.scrape import is_connection_failure
 from rampwatch.tui.chart_data import format_duration, is_missing
 
 RECENT_S = 10
@@ -52,30 +55,38 @@ def metrics_stale_since(snapshot: Snapshot) -> float | None:
     return last_good
 
 
-def _scrapes_failing(snapshot: Snapshot) -> bool:
+def _scrapes_unreachable(snapshot: Snapshot) -> bool:
+    """Every /metrics scrape since the last good one failed to reach the server."""
     last_good = snapshot.last_good_scrape_t if snapshot.last_good_scrape_t is not None else -math.inf
-    return any(line.last_t > last_good for line in snapshot.scrape_errors)
+    failing = [line for line in snapshot.scrape_errors if line.last_t > last_good]
+    return bool(failing) and all(is_connection_failure(line.message) for line in failing)
 
 
-def _down_since(snapshot: Snapshot) -> int | None:
-    """The first second with a connection error in the trailing stretch without a
-    completed request, when every failure in it was a connection error (and there are
-    enough of them, or /metrics fails too); else None."""
+def _down_since(snapshot: Snapshot) -> float | None:
+    """When the server went away, if it has (see the module docstring); else None."""
     completed = _values(snapshot, "completed_rps")
     errors = {group: _values(snapshot, ERROR_SERIES[group]) for group in ERROR_GROUPS}
     n = len(completed)
+    # The last second in which any request ended, and whether connections failed in it.
+    last_outcome = next(
+        (
+            i
+            for i in range(n - 1, max(-1, n - 1 - RECENT_S), -1)
+            if completed[i] + sum(e[i] for e in errors.values()) > 0
+        ),
+        None,
+    )
+    if last_outcome is not None and errors["connection"][last_outcome] > 0 and _scrapes_unreachable(snapshot):
+        return snapshot.last_good_scrape_t if snapshot.last_good_scrape_t is not None else float(last_outcome)
+    # Without /metrics to tell: only connection errors since the last completed request.
     start = n
     while start > 0 and completed[start - 1] <= 0:
         start -= 1
-    if start == n:
-        return None
     connection = sum(errors["connection"][start:])
     others = sum(sum(errors[g][start:]) for g in ERROR_GROUPS if g != "connection")
-    if connection <= 0 or others > 0:
+    if start == n or connection < DOWN_MIN_CONNECTION_ERRORS or others > 0:
         return None
-    if connection < DOWN_MIN_CONNECTION_ERRORS and not _scrapes_failing(snapshot):
-        return None
-    return next(i for i in range(start, n) if errors["connection"][i] > 0)
+    return float(next(i for i in range(start, n) if errors["connection"][i] > 0))
 
 
 def recent_errors(snapshot: Snapshot, window: int = RECENT_S) -> tuple[float, dict[str, float]]:
@@ -92,8 +103,8 @@ def health(snapshot: Snapshot) -> Health:
     stale_note = f"metrics stale since {format_duration(stale_since)}" if stale_since is not None else ""
     down_since = _down_since(snapshot)
     if down_since is not None:
-        connection = sum(_values(snapshot, ERROR_SERIES["connection"])[down_since:])
-        detail = f"since {format_duration(down_since)}: {connection:.0f} connection errors, nothing completed"
+        connection = sum(_values(snapshot, ERROR_SERIES["connection"])[int(down_since) :])
+        detail = f"since {format_duration(down_since)}: {connection:.0f} connection errors"
         return Health(SERVER_DOWN, "; ".join(filter(None, [detail, stale_note])), stale_since)
     ended, errors = recent_errors(snapshot)
     failed = sum(errors.values())
