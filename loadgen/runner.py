@@ -405,8 +405,7 @@ class Run:
         error = sample.error or "failed"
         if failing is None or failing[0] != error:
             self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {error}", {"url": sample.url}))
-            failing = (error, 0)
-        self._scrape_failing[sample.url] = (error, failing[1] + 1)
+        self._scrape_failing[sample.url] = (error, 1 + (failing[1] if failing else 0))
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_interval_s
