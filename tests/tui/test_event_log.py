@@ -130,3 +130,16 @@ async def test_enter_on_a_selected_event_shows_its_whole_text():
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, EventDetail)
+
+
+async def test_the_errors_summary_is_one_line_too():
+    snapshot = snapshot_with(EVENTS)
+    snapshot.summary["errors_by_class"] = {f"http_{500 + i}": 10 + i for i in range(8)}
+    app = make_live_app(FrozenSource(snapshot), FakeControl())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        region = app.query_one("#w-events", EventLog).region
+        lines = screen_lines(app)
+        first, second = (lines[y][region.x + 2 : region.right - 2] for y in (region.y + 1, region.y + 2))
+        assert first.startswith("errors: http_500 ×10") and first.rstrip().endswith("…")
+        assert second.startswith("00:00 start")
