@@ -7,7 +7,7 @@
 #      header says SERVER DOWN and the Rate chart's legend names the connection errors
 #      (its error series are in the legend only once they have data);
 #   3. fails if the events panel shows more than one line for the refused /metrics scrapes
-#      (one line per distinct failure, with its count);
+#      (one line per distinct failure, with its count), or if enter does not open it whole;
 #   4. quits (q, y) and fails unless rampwatch exits with its summary and no traceback.
 #
 # Exits non-zero on any failure; always removes its tmux server, the simulator and the
@@ -86,6 +86,7 @@ EOF
 tmuxc -f /dev/null new-session -d -s "$session" -x 160 -y 48 \
   "cd '$REPO' && sh -c 'echo \$\$ > \"$pidfile\"; exec \"$PY\" -m rampwatch.app.cli run chat --target http://127.0.0.1:$port --set schedule.start_rps=6 --set schedule.end_rps=8 --no-record --stop-grace 2'; echo EXITED \$?; sleep 600"
 tmuxc set-option -t "$session" remain-on-exit on >/dev/null
+tmuxc set-option -s escape-time 0 >/dev/null  # an Escape is not held back to pair with the next key
 
 wait_for_text " OK " 20 before-kill || fail "the header never said OK" "$OUT_DIR/before-kill.txt"
 sleep 4  # a few seconds of traffic before the server dies
@@ -119,6 +120,14 @@ refused="$(grep -c "connection refused" "$path" || true)"
 [ "$refused" -eq 1 ] || fail "the refused /metrics scrapes take $refused lines of the events panel, not 1" "$path"
 grep -qE "connection refused ×[0-9]+" "$path" || fail "the refused scrapes' line has no repeat count" "$path"
 echo "tmux_failure_check: one events line for the refused scrapes"
+
+tmuxc send-keys -t "$session" Enter  # the newest event, selected: shown whole
+wait_for_text "failed scrapes:" 3 event-detail || fail "enter did not show the selected event whole" "$OUT_DIR/event-detail.txt"
+tmuxc send-keys -t "$session" Escape
+# (the next key waits for it to close: ESC and a key right after it read as alt+key)
+for _ in $(seq 15); do grep -qF "failed scrapes:" "$(capture event-closed)" || break; sleep 0.2; done
+grep -qF "failed scrapes:" "$OUT_DIR/event-closed.txt" && fail "escape did not close the event" "$OUT_DIR/event-closed.txt"
+echo "tmux_failure_check: enter shows the event whole, escape closes it"
 
 tmuxc send-keys -t "$session" q
 wait_for_text "A run is active" 3 quit-dialog || fail "q did not ask to confirm" "$OUT_DIR/quit-dialog.txt"

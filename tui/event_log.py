@@ -184,6 +184,11 @@ class EventLog(Vertical):
         # keep whatever was last drawn over them.
         self.refresh()
 
+    def on_show(self) -> None:
+        # The panel that comes into view (the events tab, or the wide layout after a
+        # resize hid whatever had the focus) takes the keys, so ↑ ↓ enter work at once.
+        self.query_one(EventList).focus()
+
     def on_option_list_option_selected(self, message: OptionList.OptionSelected) -> None:
         message.stop()
         if 0 <= message.option_index < len(self.rows):
