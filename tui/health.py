@@ -39,7 +39,7 @@ METRICS_STALE = "METRICS STALE"
 @dataclass(frozen=True, slots=True)
 class Health:
     state: str  # OK, DEGRADED, SERVER DOWN or METRICS STALE
-    detail: str = ""  # e.g. "4.2% errors in 10 s: http 12, timeout 1"; "" when OK
+    detail: str = ""  # e.g. "4.2% errors in 10 s (http 12, timeout 1)"; "" when OK
     metrics_stale_since: float | None = None  # run seconds of the last good scrape, when stale
 
 
