@@ -139,7 +139,8 @@ class EventDetail(ModalScreen[None]):
 
 
 class EventList(OptionList):
-    """The lines; following the newest one unless the user has moved up."""
+    """The log's lines: ``↑`` ``↓`` select one, ``enter`` opens it (``EventLog`` keeps the
+    newest selected unless the user has moved up)."""
 
 
 class EventLog(Vertical):

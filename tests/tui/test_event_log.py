@@ -142,3 +142,37 @@ async def test_the_errors_summary_is_one_line_too():
         first, second = (lines[y][region.x + 2 : region.right - 2] for y in (region.y + 1, region.y + 2))
         assert first.startswith("errors: http_500 ×10") and first.rstrip().endswith("…")
         assert second.startswith("00:00 start")
+
+
+class GrowingSource:
+    """A snapshot whose events grow when the test says so."""
+
+    def __init__(self, events):
+        self.current = snapshot_with(list(events))
+
+    def add(self, event):
+        self.current = snapshot_with([*self.current.events, event])
+
+    def snapshot(self):
+        return self.current
+
+
+async def test_the_newest_event_stays_selected_unless_the_user_moved_up():
+    source = GrowingSource(EVENTS)
+    app = make_live_app(source, FakeControl())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        lines = app.query_one("#w-events EventList")
+        assert lines.highlighted == len(EVENTS) - 1
+        source.add(Event(80.0, "mark", "first new"))
+        app.poll_source()
+        await pilot.pause()
+        assert lines.highlighted == len(EVENTS)  # followed the newest
+        await pilot.press("up", "up")
+        source.add(Event(90.0, "mark", "second new"))
+        app.poll_source()
+        await pilot.pause()
+        assert lines.highlighted == len(EVENTS) - 2  # stayed where the user put it
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen.row.message == EVENTS[-2].message
