@@ -107,3 +107,43 @@ def test_details_name_the_figures():
     stale = health(CASES["metrics time out but requests are fine"][0])
     assert stale.detail == "since 00:12 (8 s ago)"
     assert stale.metrics_stale_since == 12.0
+
+
+def test_a_recorded_outage_reads_as_it_happened_at_each_position():
+    """Through the series builder, as a replay feeds it: OK before the kill at 20 s, SERVER
+    DOWN after it, DEGRADED once the server answers again at 40 s while the failures are in
+    the last 10 s, then OK."""
+    from rampwatch.core.timeline import RequestRecord, ServerSample, Tick
+    from rampwatch.loadgen.series import SeriesBuilder
+
+    header = RunHeader("0", 0.0, "http://127.0.0.1:8000", "m", "s", options={"scrape_interval": 1.0})
+    builder = SeriesBuilder()
+    builder.on_start(header)
+    request_id = 0
+    snapshots = {}
+    for tenth in range(0, 600):
+        t = tenth / 10
+        down = 20.0 <= t < 40.0
+        if tenth % 5 == 0:  # a request every 0.5 s, ending 0.2 s later
+            end = t + 0.2
+            if down:
+                record = RequestRecord(request_id, t, t, t, error_class="connect", error="refused")
+            else:
+                record = RequestRecord(request_id, t, t, end, first_token_at=t + 0.1, completion_tokens=2)
+            builder.on_request(record)
+            request_id += 1
+        if tenth % 10 == 3:  # a scrape each second
+            if down:
+                builder.on_scrape(ServerSample(t=t, url=URL, ok=False, error="connection refused"))
+            else:
+                builder.on_scrape(ServerSample(t=t, url=URL, ok=True, running=1.0, waiting=0.0))
+        if tenth % 10 == 0:
+            builder.on_tick(Tick(t=t, target_rps=2.0, state="ramping"))
+        if tenth in (195, 225, 390, 455, 555):
+            snapshots[t] = builder.snapshot(t)
+    assert health(snapshots[19.5]).state == OK
+    down = health(snapshots[22.5])
+    assert down.state == SERVER_DOWN and down.detail.startswith("since 00:19:")
+    assert health(snapshots[39.0]).state == SERVER_DOWN
+    assert health(snapshots[45.5]).state == DEGRADED
+    assert health(snapshots[55.5]).state == OK  # the failures have left the 10 s window
