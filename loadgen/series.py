@@ -376,7 +376,10 @@ class SeriesBuilder:
         self._newly_final.append(b)
 
     def _set_gauges(self, t: float) -> None:
-        combined = combine_samples(self._tracker.latest())
+        # A replica whose /metrics went stale no longer counts in the sums: its last
+        # running/waiting are not its current ones.
+        stale_after = metrics_stale_after_s(self.header)
+        combined = combine_samples([s for s in self._tracker.latest() if t - s.t <= stale_after])
         s = _sec(t)
         if combined.running is not None:
             self._last["running"].set(s, float(combined.running))

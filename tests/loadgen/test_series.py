@@ -319,3 +319,15 @@ def test_checkpoints_keep_the_scrape_failures():
     snap = restored.snapshot()
     assert snap.last_good_scrape_t == 0.5
     assert [(e.count, e.first_t, e.last_t) for e in snap.scrape_errors] == [(2, 1.5, 2.5)]
+
+
+def test_a_replica_gone_stale_drops_out_of_the_summed_gauges():
+    b = SeriesBuilder()
+    b.on_scrape(scrape(0.5, "a", 0, running=2.0))
+    b.on_scrape(scrape(0.5, "b", 0, running=3.0))
+    for t in (1.5, 2.5, 3.5, 4.5, 5.5):
+        b.on_scrape(scrape(t, "a", 10 * t, running=2.0))
+        b.on_scrape(ServerSample(t=t, url="b", ok=False, error="connection refused"))
+    b.on_finish(6.0)
+    # b's 3 running count while its last scrape is at most 3 s old, then no longer
+    assert same(b.snapshot().series["running"], [5.0, 5.0, 5.0, 5.0, 2.0, 2.0])
