@@ -2,7 +2,10 @@
 its legend only once there are some), stale server figures with their age, the client's
 own queue beside the server's."""
 
+import pytest
+
 from rampwatch.tui.app import make_live_app
+from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.throughput_chart import ThroughputChart
@@ -58,3 +61,25 @@ async def test_client_queue_on_the_queue_chart_without_metrics_too():
         assert "client queued" in str(chart.border_title)
         assert chart._message is None  # drawn, not replaced by the "no /metrics" message
         assert "no usable /metrics" in str(chart.border_subtitle)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "label", "detail"),
+    [
+        ({"t": 95.0}, " OK ", None),
+        ({"t": 110.0}, " DEGRADED ", "errors in 10 s (http 4)"),
+        (
+            {"t": 95.0, "down_at": 80.0},
+            " SERVER DOWN ",
+            "since 01:19: 213 connection errors; metrics stale since 01:19",
+        ),
+        ({"t": 100.0, "stale_at": 80.0}, " METRICS STALE ", "since 01:19 (21 s ago)"),
+    ],
+)
+def test_the_header_names_the_health_after_the_state_and_its_detail_at_the_end(kwargs, label, detail):
+    line1 = HeaderBar().render_text(fake_snapshot(**kwargs)).plain.split("\n")[0]
+    assert line1.index(label) == line1.index("RAMPING") + len("RAMPING") + 2  # first to survive a narrow terminal
+    if detail is not None:
+        assert line1.endswith(detail)
+    else:
+        assert line1.endswith(f"in flight {fake_snapshot(**kwargs).in_flight}")
