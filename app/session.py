@@ -279,10 +279,13 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
             v = latest_complete(values, complete, look_back=2)
         return "-" if v is None else f"{v * scale:.{digits}f}"
 
+    queued = fmt("client_queued", digits=0)
+    # Requests waiting for a --max-concurrency slot: the client's queue, not the server's.
+    client_queue = f" | client queue {queued}" if queued not in ("-", "0") else ""
     line = (
         f"[{snap.t:6.0f}s] {snap.state:<8} target {snap.target_rps:5.1f} rps | "
         f"sent {fmt('sent_rps')} done {fmt('completed_rps')} err {fmt('error_rps')} | "
-        f"in-flight {snap.in_flight} | out {fmt('client_output_tps', digits=0)} tok/s | "
+        f"in-flight {snap.in_flight}{client_queue} | out {fmt('client_output_tps', digits=0)} tok/s | "
         f"TTFT p50 {fmt('ttft_p50', 1000, 0)} ms p99 {fmt('ttft_p99', 1000, 0)} ms"
     )
     if snap.server_metrics_available:

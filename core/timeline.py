@@ -75,6 +75,31 @@ class RequestRecord:
         return asdict(self)
 
 
+# The kinds of failure the screen tells apart, from the server's side: it answered with an
+# error status (http), answered too slowly (timeout), could not be reached or dropped the
+# connection (connection), or answered something that is not a valid stream (protocol).
+ERROR_GROUPS = ("http", "timeout", "connection", "protocol")
+_ERROR_GROUP_OF = {
+    "timeout": "timeout",
+    "connect": "connection",
+    "stream_aborted": "connection",  # the body broke off before [DONE]: the connection went
+    "stream_error": "protocol",
+    # The client failed on what the server sent (an unexpected exception while streaming).
+    "client_error": "protocol",
+}
+
+
+def error_group(error_class: str | None) -> str | None:
+    """Which of ``ERROR_GROUPS`` a request's ``error_class`` falls in: None for a success
+    and for ``cancelled`` (the run ended it, not the server); an unknown class (a newer
+    client's) counts as a protocol failure."""
+    if error_class is None or error_class == "cancelled":
+        return None
+    if error_class.startswith("http_"):
+        return "http"
+    return _ERROR_GROUP_OF.get(error_class, "protocol")
+
+
 @dataclass(slots=True)
 class ServerSample:
     """One ``/metrics`` scrape of one URL, normalised across server kinds.
@@ -259,7 +284,37 @@ SERIES_NAMES = (
     "itl_p90",
     "itl_p99",
     "in_flight",
+    # Failed requests per second by ERROR_GROUPS class (cancelled ones in none of them).
+    "errors_http_rps",
+    "errors_timeout_rps",
+    "errors_connection_rps",
+    "errors_protocol_rps",
+    "client_queued",  # requests waiting for a --max-concurrency slot (from ticks)
 )
+
+ERROR_SERIES = {group: f"errors_{group}_rps" for group in ERROR_GROUPS}
+
+
+@dataclass(slots=True)
+class ScrapeErrorLine:
+    """One distinct ``/metrics`` failure (URL and reason) and how often it happened."""
+
+    url: str
+    message: str  # one line, already redacted (``loadgen.scrape``)
+    count: int
+    first_t: float
+    last_t: float
+
+
+def metrics_stale_after_s(header: RunHeader | None) -> float:
+    """How long after the last good ``/metrics`` scrape the server's figures count as
+    stale: three scrape intervals (``--scrape-interval``), never under 3 s, so one slow or
+    failed scrape does not blink the screen."""
+    interval = (header.options.get("scrape_interval") if header else None) or 1.0
+    try:
+        return max(3.0, 3.0 * float(interval))
+    except (TypeError, ValueError):
+        return 3.0
 
 
 @dataclass(slots=True)
@@ -277,6 +332,10 @@ class Snapshot:
     summary: dict[str, Any]  # run-so-far figures (same keys as the headless summary)
     server_metrics_available: bool
     planned_duration_s: float | None = None
+    # When the newest good /metrics scrape (of any URL) ended; None before the first one.
+    last_good_scrape_t: float | None = None
+    # Every distinct /metrics failure so far, in order of their last occurrence.
+    scrape_errors: list[ScrapeErrorLine] = field(default_factory=list)
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:

@@ -147,6 +147,7 @@ class Run:
         self._sent_total = 0
         self._next_id = 0
         self._interrupted = False
+        self._scrape_failing: dict[str, tuple[str, int]] = {}  # url -> (reason, failures in a row)
 
     # -- clock -------------------------------------------------------------------------
     def now(self) -> float:
@@ -383,9 +384,28 @@ class Run:
             await asyncio.gather(*pending, return_exceptions=True)
 
     def _on_sample(self, sample: ServerSample) -> None:
+        """Every scrape goes to the sinks; an event only when a URL's scrapes start failing,
+        fail for another reason, or recover: a dead server's failure each second is one
+        event, not one per second (the samples, recorded too, carry every failure; the
+        events panel shows their counts from them)."""
         self.sink.on_scrape(sample)
-        if not sample.ok:
-            self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {sample.error}"))
+        failing = self._scrape_failing.get(sample.url)
+        if sample.ok:
+            if failing is not None:
+                del self._scrape_failing[sample.url]
+                self.sink.on_event(
+                    Event(
+                        sample.t,
+                        "info",
+                        f"{sample.url}: answering again after {failing[1]} failed scrapes",
+                        {"url": sample.url, "failed_scrapes": failing[1]},
+                    )
+                )
+            return
+        error = sample.error or "failed"
+        if failing is None or failing[0] != error:
+            self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {error}", {"url": sample.url}))
+        self._scrape_failing[sample.url] = (error, 1 + (failing[1] if failing else 0))
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_interval_s

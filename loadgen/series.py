@@ -29,11 +29,24 @@ after ``on_finish`` the last partial second is included.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Snapshot, Tick
+from rampwatch.core.timeline import (
+    ERROR_SERIES,
+    SERIES_NAMES,
+    Event,
+    RequestRecord,
+    RunHeader,
+    ScrapeErrorLine,
+    ServerSample,
+    Snapshot,
+    Tick,
+    error_group,
+    metrics_stale_after_s,
+)
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.stats import LogHistogram, itl_array
@@ -100,11 +113,22 @@ class SeriesBuilder:
         self.server_metrics_available = False
         self._counts = {
             name: _Growable(0.0)
-            for name in ("offered_rps", "sent_rps", "completed_rps", "error_rps", "client_output_tps")
+            for name in (
+                "offered_rps",
+                "sent_rps",
+                "completed_rps",
+                "error_rps",
+                "client_output_tps",
+                *ERROR_SERIES.values(),
+            )
         }
         self._last = {
-            name: _Growable(math.nan) for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct")
+            name: _Growable(math.nan)
+            for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct", "client_queued")
         }
+        self.last_good_scrape_t: float | None = None
+        # (url, reason) -> the line the events panel shows for it
+        self._scrape_errors: dict[tuple[str, str], ScrapeErrorLine] = {}
         self._tick_counts = {name: _Growable(0.0) for name in ("offered_rps", "sent_rps")}
         self._tick_totals: tuple[float, int, int] | None = None  # (t, offered, sent) of the last tick
         self._tracker = CounterTracker()
@@ -164,6 +188,8 @@ class SeriesBuilder:
             "hist_seconds": seconds,
             "hist_totals": [[self._hists[b][0].total, self._hists[b][1].total] for b in seconds],
             "final_upto": self._final_upto,
+            "last_good_scrape_t": self.last_good_scrape_t,
+            "scrape_errors": [[e.url, e.message, e.count, e.first_t, e.last_t] for e in self._scrape_errors.values()],
             "newly_final": list(self._newly_final),
             "summary": self.summary.export_state(arrays),
         }
@@ -198,6 +224,19 @@ class SeriesBuilder:
 
         b._counts = growables("counts", meta["counts"])
         b._last = growables("last", meta["last"])
+        # Checkpoints written before a series existed: its seconds before the checkpoint are
+        # unknown (drawn as a gap), later ones are counted as usual.
+        known = int(math.floor(b.now))
+        for name in ERROR_SERIES.values():
+            if name not in b._counts:
+                g = b._counts[name] = _Growable(0.0)
+                g._ensure(known)
+                g.data[:known] = math.nan
+        if "client_queued" not in b._last:
+            b._last["client_queued"] = _Growable(math.nan)
+        b.last_good_scrape_t = meta.get("last_good_scrape_t")
+        for url, message, count, first_t, last_t in meta.get("scrape_errors", []):
+            b._scrape_errors[(url, message)] = ScrapeErrorLine(url, message, count, first_t, last_t)
         b._tick_counts = growables("tick_counts", meta["tick_counts"])
         b._final = growables("final", meta["final"])
         b._tick_totals = tuple(meta["tick_totals"]) if meta["tick_totals"] is not None else None
@@ -240,17 +279,34 @@ class SeriesBuilder:
             hists[1].add(itl_array(record))
         else:
             c["error_rps"].add(end, 1.0)
+            group = error_group(record.error_class)
+            if group is not None:
+                c[ERROR_SERIES[group]].add(end, 1.0)
         self.summary.add(record)
         self._advance(record.end_at)
 
     def on_scrape(self, sample: ServerSample) -> None:
         if sample.ok:
             self.server_metrics_available = True
+            self.last_good_scrape_t = sample.t
             step = self._tracker.update(sample)
-            if step is not None:
+            # Counters that grew over an outage are not spread over it: the seconds the
+            # server was not seen stay a gap rather than a line of made-up averages.
+            if step is not None and step[0] <= metrics_stale_after_s(self.header):
                 self._spread_deltas(sample.url, sample.t - step[0], sample.t, step[1])
             self._set_gauges(sample.t)
+        else:
+            self._count_scrape_error(sample)
         self._advance(sample.t)
+
+    def _count_scrape_error(self, sample: ServerSample) -> None:
+        message = sample.error or "failed"
+        line = self._scrape_errors.pop((sample.url, message), None)
+        if line is None:
+            line = ScrapeErrorLine(sample.url, message, 0, sample.t, sample.t)
+        line.count += 1
+        line.last_t = max(line.last_t, sample.t)
+        self._scrape_errors[(sample.url, message)] = line  # re-inserted: newest last
 
     def on_tick(self, tick: Tick) -> None:
         self.state = tick.state
@@ -259,6 +315,7 @@ class SeriesBuilder:
         s = _sec(tick.t)
         self._last["target_rps"].set(s, tick.target_rps)
         self._last["in_flight"].set(s, float(tick.in_flight))
+        self._last["client_queued"].set(s, float(tick.client_queued))
         self.summary.peak_in_flight = max(self.summary.peak_in_flight, tick.in_flight)
         if tick.offered_total is not None and tick.sent_total is not None:
             prev_t, prev_offered, prev_sent = self._tick_totals or (0.0, 0, 0)
@@ -319,7 +376,10 @@ class SeriesBuilder:
         self._newly_final.append(b)
 
     def _set_gauges(self, t: float) -> None:
-        combined = combine_samples(self._tracker.latest())
+        # A replica whose /metrics went stale no longer counts in the sums: its last
+        # running/waiting are not its current ones.
+        stale_after = metrics_stale_after_s(self.header)
+        combined = combine_samples([s for s in self._tracker.latest() if t - s.t <= stale_after])
         s = _sec(t)
         if combined.running is not None:
             self._last["running"].set(s, float(combined.running))
@@ -438,7 +498,7 @@ class SeriesBuilder:
         now = self.now if now is None else now
         times, arrays = self._arrays(now)
         summary = self.summary.build(
-            server=self.server_summary(arrays), knee=knee_rps(self.events), duration_s=now
+            self.header, server=self.server_summary(arrays), knee=knee_rps(self.events), duration_s=now
         ).to_dict()
         return Snapshot(
             t=now,
@@ -452,4 +512,6 @@ class SeriesBuilder:
             summary=summary,
             server_metrics_available=self.server_metrics_available,
             planned_duration_s=self.header.planned_duration_s if self.header else None,
+            last_good_scrape_t=self.last_good_scrape_t,
+            scrape_errors=[replace(line) for line in self._scrape_errors.values()],
         )

@@ -109,6 +109,14 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
     }
 
 
+def concurrency_cap(header: RunHeader | None) -> int | None:
+    """The run's ``--max-concurrency``, from the flag or the scenario's ``max_concurrency``."""
+    if header is None:
+        return None
+    cap = header.options.get("max_concurrency") or header.scenario.get("max_concurrency")
+    return int(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+
+
 def knee_rps(events: Sequence[Event]) -> float | None:
     for e in events:
         if e.kind == "knee" and "offered_rps" in e.data:
@@ -167,6 +175,9 @@ class Summary:
     knee_rps: float | None
     gpu_price_per_hour: float | None = None
     slo_ms: dict[str, float] | None = None
+    # Time requests waited for a --max-concurrency slot (sent_at - scheduled_at), over
+    # every request (one that waited and then failed still waited); None: no cap.
+    client_queue: LatencyMs | None = None
 
     @property
     def _divisor_s(self) -> float:
@@ -222,6 +233,10 @@ class Summary:
             for stat, value in self.latency(metric).items():
                 out[f"{stat}_{metric}_ms"] = value
         out["mean_client_queue_ms"] = self.mean_client_queue_ms
+        if self.client_queue is not None:
+            # vllm bench serve's "Client-side Queueing" keys (it reports them under a cap)
+            for stat, value in self.client_queue.items():
+                out[f"{stat}_client_queue_time_ms"] = value
         out["errors_by_class"] = dict(self.errors_by_class)
         out["server"] = self.server
         out["knee_rps"] = self.knee_rps
@@ -411,6 +426,7 @@ class SummaryBuilder:
             window = self.window_s()
             duration_s = idle_duration_s if window is None else window
         peak_rate, peak_concurrent = self._peaks()
+        max_concurrency = concurrency_cap(header)
         described = {m: LatencyMs.from_describe(v.describe_ms(self.percentiles)) for m, v in self.latencies.items()}
         return Summary(
             duration_s=duration_s,
@@ -421,7 +437,7 @@ class SummaryBuilder:
             good_requests=self.good if self.slo else None,
             peak_output_chunks_per_s=peak_rate,
             peak_concurrent_requests=peak_concurrent,
-            max_concurrency=header.options.get("max_concurrency") if header else None,
+            max_concurrency=max_concurrency,
             tokens_from_usage=self.tokens_from_usage,
             ttft=described["ttft"],
             tpot=described["tpot"],
@@ -433,6 +449,9 @@ class SummaryBuilder:
             knee_rps=knee,
             gpu_price_per_hour=self.gpu_price_per_hour,
             slo_ms=self.slo,
+            client_queue=None
+            if max_concurrency is None
+            else LatencyMs.from_describe(self.client_queue.describe_ms(self.percentiles)),
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
@@ -547,6 +566,13 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         for p in percentiles:
             word = stats.percentile_word(p)
             lines.append(_row(f"P{word} {short} (ms):", summary[f"p{word}_{metric}_ms"]))
+    if figures.client_queue is not None:
+        lines.append("{s:{c}^{n}}".format(s="Client-side Queueing", n=50, c="-"))
+        lines.append(_row("Mean Client Queue Time (ms):", summary["mean_client_queue_time_ms"]))
+        lines.append(_row("Median Client Queue Time (ms):", summary["median_client_queue_time_ms"]))
+        for p in percentiles:
+            word = stats.percentile_word(p)
+            lines.append(_row(f"P{word} Client Queue Time (ms):", summary[f"p{word}_client_queue_time_ms"]))
     server = summary.get("server") or {}
     lines.append("{s:{c}^{n}}".format(s="Server (/metrics)", n=50, c="-"))
     if server.get("available"):

@@ -57,11 +57,11 @@ def last_value(values: Sequence[float | None]) -> float | None:
     return None
 
 
-def current_value(snapshot: Snapshot, name: str) -> float | None:
+def current_value(snapshot: Snapshot, name: str, look_back: int | None = None) -> float | None:
     """The series' value in the latest *complete* one-second bin, falling back to earlier
-    bins past gaps."""
+    bins past gaps (at most ``look_back`` bins back; None: as far as it takes)."""
     values = snapshot.series.get(name, [])
-    return latest_complete(values, min(len(values), complete_bins(snapshot.times, snapshot.t)))
+    return latest_complete(values, min(len(values), complete_bins(snapshot.times, snapshot.t)), look_back)
 
 
 TICK_STEPS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)

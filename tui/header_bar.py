@@ -7,6 +7,7 @@ from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
 from rampwatch.tui.chart_data import format_duration, format_rate
+from rampwatch.tui.health import DEGRADED, METRICS_STALE, OK, SERVER_DOWN, Health, health
 
 STATE_STYLES = {
     "ramping": "bold green",
@@ -16,6 +17,14 @@ STATE_STYLES = {
     "done": "bold",
     "replay": "bold cyan",
 }
+
+HEALTH_STYLES = {
+    OK: "bold green",
+    DEGRADED: "bold black on yellow",
+    SERVER_DOWN: "bold white on red",
+    METRICS_STALE: "bold black on magenta",
+}
+DETAIL_STYLES = {DEGRADED: "yellow", SERVER_DOWN: "bold red", METRICS_STALE: "magenta"}
 
 
 class HeaderBar(Static):
@@ -51,6 +60,8 @@ class HeaderBar(Static):
         line1.append(label, style=STATE_STYLES.get(state, "bold"))
         if self.mode == "replay" and snapshot.state not in ("replay", ""):
             line1.append(f" ({snapshot.state})", style=STATE_STYLES.get(snapshot.state, ""))
+        state_health = health(snapshot) if snapshot.times else None
+        self.append_health(line1, state_health)
         planned = snapshot.planned_duration_s or (header.planned_duration_s if header else None)
         line1.append("  elapsed ", style="dim")
         line1.append(f"{format_duration(snapshot.t)} / {format_duration(planned)}")
@@ -58,6 +69,7 @@ class HeaderBar(Static):
         line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
         line1.append("  in flight ", style="dim")
         line1.append(str(snapshot.in_flight))
+        self.append_health_detail(line1, state_health)
 
         line2 = Text(no_wrap=True, overflow="ellipsis")
         line2.append(" scenario ", style="dim")
@@ -73,3 +85,19 @@ class HeaderBar(Static):
             line2.append("  vs ", style="dim")
             line2.append(f"{self.compare_label} (B, dimmed)", style="dim")
         return Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2])
+
+    @staticmethod
+    def append_health(line: Text, state: Health | None) -> None:
+        """The health label, right after the run state so that a narrow terminal keeps it."""
+        if state is None:
+            return
+        line.append("  ")
+        line.append(f" {state.state} ", style=HEALTH_STYLES.get(state.state, "bold"))
+
+    @staticmethod
+    def append_health_detail(line: Text, state: Health | None) -> None:
+        """What the health label is based on, at the end of the line (it gives way first)."""
+        if state is None or not state.detail:
+            return
+        line.append("  ")
+        line.append(state.detail, style=DETAIL_STYLES.get(state.state, ""))

@@ -28,6 +28,7 @@ REPLAY_KEYS = (
 )
 COMMON_KEYS = (
     ("1 … 7", "switch tab (narrow terminals)"),
+    ("↑ ↓  enter", "events: select a line, show it whole"),
     ("?", "this help"),
 )
 CHART_KEY = "Markers on every chart: K knee, H hold, R resume, M1 M2 … marks; (B) = compared run, dimmed."

@@ -1,4 +1,6 @@
-"""Server queue depth: running and waiting requests (from /metrics)."""
+"""Queues: the server's running and waiting requests (from /metrics) beside the requests
+waiting in the client for a ``--max-concurrency`` slot, so a client cap is not mistaken
+for server saturation."""
 
 from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 
@@ -6,8 +8,8 @@ from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
 class QueueChart(TimeSeriesChart):
     TITLE = "Queue"
     Y_LABEL = "requests"
-    SERVER_ONLY = True
     SERIES = (
         SeriesSpec("running", "running", "green+", server=True),
         SeriesSpec("waiting", "waiting", "red+", server=True),
+        SeriesSpec("client_queued", "client queued", "yellow", hide_zero=True),
     )

@@ -8,6 +8,7 @@ from textual.widget import Widget
 
 from rampwatch.core.timeline import Snapshot
 from rampwatch.tui.chart_data import current_value, errors_by_class, format_ms, format_number, format_rate
+from rampwatch.tui.health import metrics_stale_since
 
 # (series, label, formatter) for the "now" column.
 NOW_ROWS = (
@@ -26,8 +27,12 @@ NOW_ROWS = (
     ("waiting", "waiting", format_number),
     ("kv_usage_pct", "KV cache %", format_number),
     ("prefix_hit_pct", "prefix hit %", format_number),
+    ("client_queued", "client queued", format_number),
 )
 SERVER_SERIES = {"server_generation_tps", "running", "waiting", "kv_usage_pct", "prefix_hit_pct"}
+# Latencies are already over a 10 s window of completions: a gap means nothing completed
+# for that long, and the value from before it is not "now" (a dead server's last TTFT).
+LATENCY_LOOK_BACK = {"ttft_p50": 2, "ttft_p99": 2, "itl_p50": 2, "itl_p99": 2}
 
 
 # The run-so-far figures worth a glance, in the headless summary's keys and order; the
@@ -47,6 +52,7 @@ SUMMARY_ROWS = (
     ("p99_e2el_ms", "E2E p99 ms"),
     ("max_concurrent_requests", "max concurrent"),
     ("mean_client_queue_ms", "client queue ms"),
+    ("p99_client_queue_time_ms", "client queue p99 ms"),
 )
 
 
@@ -97,13 +103,17 @@ class StatsPanel(Widget):
 
     def rows(self, snapshot: Snapshot) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         now_rows = []
+        stale_since = metrics_stale_since(snapshot)
         for name, label, fmt in NOW_ROWS:
             if name == "target_rps":
                 value = fmt(snapshot.target_rps)
             elif name in SERVER_SERIES and not snapshot.server_metrics_available:
                 value = "no /metrics"
+            elif name in SERVER_SERIES and stale_since is not None:
+                # The last value seen is not the server's now: say how old it is instead.
+                value = f"stale {snapshot.t - stale_since:.0f} s"
             else:
-                value = fmt(current_value(snapshot, name))
+                value = fmt(current_value(snapshot, name, LATENCY_LOOK_BACK.get(name)))
             now_rows.append((label, value))
         now_rows.append(("in flight", str(snapshot.in_flight)))
         so_far = summary_rows(snapshot.summary or {})

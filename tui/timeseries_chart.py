@@ -4,6 +4,7 @@ comparison run drawn dimmed."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -33,6 +34,7 @@ LEGEND_COLOURS = {
     "cyan": "#00cdcd",
     "orange": "#ff8700",
     "red+": "#ff0000",
+    "red": "#cd0000",
     "yellow": "#cdcd00",
     "cyan+": "#00ffff",
     "magenta+": "#ff00ff",
@@ -40,7 +42,7 @@ LEGEND_COLOURS = {
 }
 MARKER_COLOURS = {"knee": "red+", "hold": "cyan", "resume": "cyan", "mark": "orange"}
 # Without colour, series are told apart by the character that draws them.
-MONO_MARKERS = ("•", "x", "+", "o", "*", "#")
+MONO_MARKERS = ("•", "x", "+", "o", "*", "#", "%", "@", "&", "=")
 COMPARE_COLOUR = "gray"
 
 
@@ -53,6 +55,9 @@ class SeriesSpec:
     right_axis: bool = False
     server: bool = False  # comes from /metrics
     merge: str = "mean"  # how bins merge when there are more than the chart has columns: "mean" or "max"
+    # Drawn only where above zero, and never listed as missing: a series that is mostly
+    # zero and matters when it is not (errors/s, requests queued in the client).
+    hide_zero: bool = False
 
 
 class TimeSeriesChart(PlotextPlot):
@@ -68,7 +73,7 @@ class TimeSeriesChart(PlotextPlot):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.border_title = self.TITLE
-        self._legend_key: tuple[bool, bool] | None = None
+        self._legend_key: tuple | None = None
         self._message: str | None = "waiting for data…"
         self._drawn_key: tuple | None = None
         self.monochrome = False
@@ -80,12 +85,15 @@ class TimeSeriesChart(PlotextPlot):
         if self.monochrome:
             self.theme = "clear"
 
-    def legend(self, with_compare: bool) -> Content:
+    def legend(self, with_compare: bool, absent: frozenset[str] = frozenset()) -> Content:
         """The chart's title with its legend: a coloured sample (or, without colour, the
-        character that draws the series) before each label; right-axis series after '│'."""
+        character that draws the series) before each label; right-axis series after '│'.
+        ``absent`` names ``hide_zero`` series with nothing to draw, left out of the legend."""
         parts = [Content.styled(self.TITLE, "bold")]
         right_started = False
         for index, spec in enumerate(self.SERIES):
+            if spec.name in absent:
+                continue
             if spec.right_axis and not right_started:
                 right_started = True
                 parts.append(Content(f" │ {self.Y_RIGHT_LABEL}:" if self.Y_RIGHT_LABEL else " │"))
@@ -135,6 +143,8 @@ class TimeSeriesChart(PlotextPlot):
 
     def _series_values(self, snapshot: Snapshot, spec: SeriesSpec) -> list[float]:
         values = snapshot.series.get(spec.name, [])
+        if spec.hide_zero:
+            values = [math.nan if v == 0 else v for v in values]
         if spec.scale == 1.0:
             return list(values)
         return [v * spec.scale for v in values]
@@ -143,10 +153,15 @@ class TimeSeriesChart(PlotextPlot):
         return downsample(snapshot.times, self._series_values(snapshot, spec), self.max_points(), spec.merge)
 
     def draw(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
-        legend_key = (self.monochrome, compare is not None)
+        absent = frozenset(
+            spec.name
+            for spec in self.SERIES
+            if spec.hide_zero and not any(v > 0 for v in snapshot.series.get(spec.name, []))
+        )
+        legend_key = (self.monochrome, compare is not None, absent)
         if legend_key != self._legend_key:
             self._legend_key = legend_key
-            self.border_title = self.legend(compare is not None)
+            self.border_title = self.legend(compare is not None, absent)
         plt = self.plt
         plt.clear_data()
         plt.title("")
@@ -180,7 +195,7 @@ class TimeSeriesChart(PlotextPlot):
             if compare is not None:
                 compare_marker = "·" if self.monochrome else marker
                 self._plot_series(*self._points(compare, spec), COMPARE_COLOUR, compare_marker, yside)
-            if not self._plot_series(*self._points(snapshot, spec), spec.colour, marker, yside):
+            if not self._plot_series(*self._points(snapshot, spec), spec.colour, marker, yside) and not spec.hide_zero:
                 missing.append(spec.label)
         server_missing = not snapshot.server_metrics_available and any(s.server for s in self.SERIES)
         if server_missing:

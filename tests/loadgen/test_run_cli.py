@@ -328,6 +328,9 @@ def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_se
     assert "in-flight 7" in line and "TTFT p50 50 ms" in line
     assert "sent 8.0 " in progress_line(snap, window_s=1)
     assert "server" not in line
+    assert "client queue" not in line  # no requests waiting for a slot: not shown
+    series["client_queued"] = [0.0, 0.0, 3.0, 5.0, 12.0, 14.0]
+    assert "| client queue 12 |" in progress_line(snap, window_s=3)  # the latest complete second
 
 
 def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path, capsys):

@@ -11,7 +11,7 @@ import pytest
 
 from rampwatch.app.session import progress_line
 from rampwatch.core.errors import TargetUnreachable
-from rampwatch.core.timeline import NullSink
+from rampwatch.core.timeline import NullSink, ServerSample
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.sim.config import FaultConfig, SimConfig
@@ -296,3 +296,23 @@ async def test_server_errors_count_in_the_error_rate():
     assert {r.error_class for r in failed} == {"http_500"}
     assert 0.25 <= result.error_rate <= 0.75
     assert result.error_rate == len(failed) / len(result.requests)
+
+
+def test_scrape_failures_are_an_event_when_they_start_change_or_end():
+    sink = ListSink()
+    run = make_run("http://127.0.0.1:1", scenario({"kind": "constant", "rate": 1, "duration_s": 1}), sink)
+    url = "http://127.0.0.1:1/metrics"
+    samples = [
+        ServerSample(t=1.0, url=url, ok=True),
+        *(ServerSample(t=1.0 + i, url=url, ok=False, error="connection refused") for i in range(1, 31)),
+        ServerSample(t=32.0, url=url, ok=False, error="timeout after 2 s"),
+        ServerSample(t=33.0, url=url, ok=True),
+    ]
+    for sample in samples:
+        run._on_sample(sample)
+    assert len(sink.of("scrape")) == len(samples)  # every scrape is still published (and recorded)
+    assert [(e.t, e.kind, e.message) for e in sink.of("event")] == [
+        (2.0, "scrape_error", f"{url}: connection refused"),
+        (32.0, "scrape_error", f"{url}: timeout after 2 s"),
+        (33.0, "info", f"{url}: answering again after 31 failed scrapes"),
+    ]

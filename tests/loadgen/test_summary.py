@@ -284,3 +284,39 @@ def test_result_json_bytes_read_back_as_json_dumps_writes_them():
     assert math.isnan(back.pop("max_output_tokens_per_s")) and math.isnan(expected.pop("max_output_tokens_per_s"))
     assert back == expected
     assert list(json.loads(text)) == list(result)  # key order kept
+
+
+def queued(i, scheduled, sent):
+    r = rec(i, sent, sent + 0.1, [sent + 0.2], 2, 10)
+    r.scheduled_at = scheduled
+    return r
+
+
+QUEUED = [queued(0, 0.0, 0.0), queued(1, 0.0, 0.5), queued(2, 0.1, 1.1), queued(3, 0.2, 0.2)]
+
+
+def test_client_queue_figures_under_a_concurrency_cap():
+    summary = summarise_requests(HEADER, QUEUED, [], [], percentiles=(50, 99))
+    figures = summary.to_dict()
+    assert figures["mean_client_queue_time_ms"] == pytest.approx(375.0)  # (0 + 500 + 1000 + 0) / 4
+    assert figures["median_client_queue_time_ms"] == pytest.approx(250.0)
+    assert figures["p99_client_queue_time_ms"] == pytest.approx(np.percentile([0, 500, 1000, 0], 99))
+    text = format_summary(summary, percentiles=(50, 99))
+    block = text.split("Client-side Queueing")[1].splitlines()[1:4]
+    assert [line.split(":")[0] for line in block] == [
+        "Mean Client Queue Time (ms)",
+        "Median Client Queue Time (ms)",
+        "P50 Client Queue Time (ms)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "scenario", "cap"),
+    [({"max_concurrency": 8}, {}, 8), ({}, {"max_concurrency": 4}, 4), ({"max_concurrency": None}, {}, None)],
+)
+def test_the_cap_comes_from_the_flag_or_the_scenario(options, scenario, cap):
+    header = RunHeader("0", 1.7e9, "http://x", "tiny", "s", scenario=scenario, options=options)
+    summary = summarise_requests(header, QUEUED, [], [])
+    assert summary.max_concurrency == cap
+    assert ("mean_client_queue_time_ms" in summary.to_dict()) is (cap is not None)
+    assert ("Client-side Queueing" in format_summary(summary)) is (cap is not None)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rampwatch.core.timeline import SERIES_NAMES, Event, RunHeader, Snapshot
+from rampwatch.core.timeline import SERIES_NAMES, Event, RunHeader, ScrapeErrorLine, Snapshot
 
 PLANNED_S = 120.0
 HOLD = (40.0, 50.0)
@@ -40,7 +40,7 @@ def target_rate(t: float) -> float:
     return 1.0 + 19.0 * ramp_t / (PLANNED_S - (HOLD[1] - HOLD[0]))
 
 
-def _row(t: float, metrics: bool) -> dict[str, float]:
+def _row(t: float, metrics: bool, down_at: float | None = None, stale_at: float | None = None) -> dict[str, float]:
     nan = float("nan")
     offered = target_rate(t)
     completed = min(offered, CAPACITY_RPS) * (0.98 + 0.02 * math.sin(t / 3.0))
@@ -57,6 +57,11 @@ def _row(t: float, metrics: bool) -> dict[str, float]:
         sent_rps=offered * 0.995,
         completed_rps=completed,
         error_rps=0.4 if t > 100 else 0.0,
+        errors_http_rps=0.4 if t > 100 else 0.0,
+        errors_timeout_rps=0.0,
+        errors_connection_rps=0.0,
+        errors_protocol_rps=0.0,
+        client_queued=0.0,
         client_output_tps=completed * 180.0,
         ttft_p50=ttft,
         ttft_p90=ttft * 1.6,
@@ -75,6 +80,22 @@ def _row(t: float, metrics: bool) -> dict[str, float]:
             kv_usage_pct=kv,
             prefix_hit_pct=62.0 + 10.0 * math.sin(t / 20.0),
             preemptions=1.0 if kv > 95 else 0.0,
+        )
+    if (stale_at is not None and t >= stale_at) or (down_at is not None and t >= down_at):
+        for name in ("server_prompt_tps", "server_generation_tps", "running", "waiting", "kv_usage_pct"):
+            row[name] = nan  # no good scrape since
+        row["prefix_hit_pct"] = nan
+        row["preemptions"] = nan
+    if down_at is not None and t >= down_at:
+        # Every request is refused at once: nothing completes, nothing waits.
+        row.update(
+            completed_rps=0.0,
+            client_output_tps=0.0,
+            error_rps=row["sent_rps"],
+            errors_http_rps=0.0,
+            errors_connection_rps=row["sent_rps"],
+            in_flight=0.0,
+            **{name: nan for name in ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")},
         )
     return row
 
@@ -96,10 +117,19 @@ def fake_events(t: float) -> list[Event]:
     return events
 
 
-def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -> Snapshot:
-    """The run as it looks ``t`` seconds in (1-second bins up to t)."""
+def fake_snapshot(
+    t: float,
+    *,
+    metrics: bool = True,
+    state: str | None = None,
+    down_at: float | None = None,
+    stale_at: float | None = None,
+) -> Snapshot:
+    """The run as it looks ``t`` seconds in (1-second bins up to t). ``down_at``: the
+    server dies then (connections refused, /metrics too); ``stale_at``: only its
+    /metrics stops answering (scrapes time out) while requests go on."""
     times = [float(i) for i in range(int(t))]
-    rows = [_row(x, metrics) for x in times]
+    rows = [_row(x, metrics, down_at, stale_at) for x in times]
     series = {name: [r[name] for r in rows] for name in SERIES_NAMES}
     completed = sum(series["completed_rps"])
     if state is None:
@@ -117,6 +147,26 @@ def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -
         "p99_itl_ms": 41.0,
         "server": {"backend": "vllm"},
     }
+    events = fake_events(t)
+    scrape_errors: list[ScrapeErrorLine] = []
+    last_good: float | None = (t - 0.4) if metrics else None
+    url = "http://127.0.0.1:8000/metrics"
+    if t >= 33.0:
+        scrape_errors.append(ScrapeErrorLine(url, "timeout after 2 s", 1, 33.0, 33.0))
+    for lost_at, reason in ((down_at, "connection refused"), (stale_at, "timeout after 2 s")):
+        if lost_at is not None and t >= lost_at and metrics:
+            last_good = lost_at - 0.6
+            failures = int(t - lost_at) + 1
+            scrape_errors = [line for line in scrape_errors if line.message != reason]
+            previous = 1 if reason == "timeout after 2 s" and t >= 33.0 else 0
+            first = 33.0 if previous else lost_at + 0.4
+            scrape_errors.append(ScrapeErrorLine(url, reason, failures + previous, first, lost_at + failures - 0.6))
+            events.append(Event(lost_at + 0.4, "scrape_error", f"{url}: {reason}", {"url": url}))
+    if down_at is not None and t >= down_at:
+        refused = int(sum(series["errors_connection_rps"]))
+        summary["failed"] = summary.get("failed", 0) + refused
+        summary["errors_by_class"] = {"connect": refused, **({"http_503": 4} if t > 101 else {})}
+        events.sort(key=lambda e: e.t)
     return Snapshot(
         t=t,
         header=fake_header(metrics=metrics),
@@ -125,10 +175,12 @@ def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -
         times=times,
         series=series,
         in_flight=int(rows[-1]["in_flight"]) if rows else 0,
-        events=fake_events(t),
+        events=events,
         summary=summary,
         server_metrics_available=metrics,
         planned_duration_s=PLANNED_S,
+        last_good_scrape_t=last_good,
+        scrape_errors=scrape_errors,
     )
 
 

@@ -41,3 +41,28 @@ def test_replay_compare_160x48(snap_compare):
 
 def test_help_80x24(snap_compare):
     assert snap_compare(live(30.0), terminal_size=(80, 24), press=["question_mark"], run_before=charts_settled)
+
+
+def failing(t: float, **lost_at: float):
+    snapshot = fake_snapshot(t, **lost_at)
+    return make_live_app(FrozenSource(snapshot), FakeControl(), recording="runs/chat.rwrec")
+
+
+# The server dies at 1:20 (every request refused, /metrics too); 15 s later the header says
+# SERVER DOWN, the Rate chart draws the connection errors, the server series stop.
+def test_server_down_mid_run_80x24(snap_compare):
+    assert snap_compare(failing(95.0, down_at=80.0), terminal_size=(80, 24), run_before=charts_settled)
+
+
+def test_server_down_mid_run_160x48(snap_compare):
+    assert snap_compare(failing(95.0, down_at=80.0), terminal_size=(160, 48), run_before=charts_settled)
+
+
+# Only /metrics stops answering at 1:20 (scrapes time out); requests go on. The header
+# says METRICS STALE, the server series are gaps, the stats say how stale.
+def test_metrics_stale_80x24(snap_compare):
+    assert snap_compare(failing(100.0, stale_at=80.0), terminal_size=(80, 24), press=["6"], run_before=charts_settled)
+
+
+def test_metrics_stale_160x48(snap_compare):
+    assert snap_compare(failing(100.0, stale_at=80.0), terminal_size=(160, 48), run_before=charts_settled)
