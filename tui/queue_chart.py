@@ -1,6 +1,6 @@
 """Server queue depth: running and waiting requests (from /metrics)."""
 
-from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import COLOURS, SeriesSpec, TimeSeriesChart
 
 
 class QueueChart(TimeSeriesChart):
@@ -8,6 +8,6 @@ class QueueChart(TimeSeriesChart):
     Y_LABEL = "requests"
     SERVER_ONLY = True
     SERIES = (
-        SeriesSpec("running", "running", "green+", server=True),
-        SeriesSpec("waiting", "waiting", "red+", server=True),
+        SeriesSpec("running", "running", COLOURS["green"], server=True),
+        SeriesSpec("waiting", "waiting", COLOURS["red"], server=True),
     )

@@ -1,6 +1,6 @@
 """Throughput: offered vs sent vs completed requests/s (left axis) and tokens/s (right)."""
 
-from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import COLOURS, SeriesSpec, TimeSeriesChart
 
 
 class ThroughputChart(TimeSeriesChart):
@@ -8,10 +8,10 @@ class ThroughputChart(TimeSeriesChart):
     Y_LABEL = "req/s"
     Y_RIGHT_LABEL = "tok/s"
     SERIES = (
-        SeriesSpec("offered_rps", "offered", "white"),
-        SeriesSpec("sent_rps", "sent", "blue+"),
-        SeriesSpec("completed_rps", "completed", "green+"),
-        SeriesSpec("client_output_tps", "client", "magenta", right_axis=True),
-        SeriesSpec("server_prompt_tps", "srv prompt", "cyan", right_axis=True, server=True),
-        SeriesSpec("server_generation_tps", "srv gen", "orange", right_axis=True, server=True),
+        SeriesSpec("offered_rps", "offered", COLOURS["white"]),
+        SeriesSpec("sent_rps", "sent", COLOURS["blue"]),
+        SeriesSpec("completed_rps", "completed", COLOURS["green"]),
+        SeriesSpec("client_output_tps", "client", COLOURS["magenta"], right_axis=True),
+        SeriesSpec("server_prompt_tps", "srv prompt", COLOURS["cyan"], right_axis=True, server=True),
+        SeriesSpec("server_generation_tps", "srv gen", COLOURS["orange"], right_axis=True, server=True),
     )
