@@ -181,6 +181,9 @@ class FakeControl:
     def stop(self) -> None:
         self.calls.append(("stop", None))
 
+    def cancel_in_flight(self) -> None:
+        self.calls.append(("cancel_in_flight", None))
+
 
 class FakeReplay:
     """A replay of the fake run with the ReplayTimeline controls; time moves only by the
