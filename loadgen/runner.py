@@ -199,7 +199,15 @@ class Run:
         self._stopping = True
         if self.schedule.state != "done":
             self._interrupted = True
-        self.sink.on_event(Event(self.now(), "stop", "stop requested: no new requests, draining"))
+        grace = self.options.stop_grace_s
+        self.sink.on_event(
+            Event(
+                self.now(),
+                "stop",
+                f"stop requested: no new requests; in-flight ones get {grace:g} s",
+                {"grace_s": grace},
+            )
+        )
         if self._schedule_changed is not None:
             self._schedule_changed.set()
 
