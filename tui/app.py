@@ -154,12 +154,12 @@ class RampwatchApp(App[int]):
         Binding("ctrl+q,ctrl+c", "quit_app(True)", "quit", show=False, priority=True),
         Binding("c", "toggle_mouse", "mouse", show=False),
         # live
-        Binding("space", "toggle_hold", "hold/resume"),
+        Binding("space", "toggle_hold", "hold"),
         Binding("plus,equals_sign", "rate_up", "+rate", key_display="+"),
         Binding("minus,underscore", "rate_down", "-rate", key_display="-"),
         Binding("m", "mark", "mark"),
         Binding("s", "stop_run", "stop"),
-        Binding("x", "end_drain", "end drain"),
+        Binding("x", "end_drain", "cancel"),
         # replay
         Binding("space", "play_pause", "play/pause"),
         Binding("left_square_bracket,less_than_sign", "speed_down", "slower", key_display="["),

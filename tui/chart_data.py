@@ -291,9 +291,10 @@ def time_left(snapshot: Snapshot) -> TimeLeft | None:
 
     A request sent just before the schedule ends needs about one end-to-end latency to
     finish, so the drain is estimated as the run-so-far p99 E2E latency, less the time
-    already spent draining (0 once requests outlive it: a stalled drain is overdue, not
-    "a few more seconds"); after a stop it is at most the rest of the grace period, after
-    which the run cancels what is left. None once the run is done."""
+    already spent draining (since the schedule's end, or the stop that cut it short; 0
+    once requests outlive it: a stalled drain is overdue, not "a few more seconds");
+    after a stop it is at most the rest of the grace period, after which the run cancels
+    what is left. None once the run is done."""
     state = snapshot.state
     if state not in SCHEDULE_STATES and state not in DRAIN_STATES:
         return None
@@ -303,14 +304,15 @@ def time_left(snapshot: Snapshot) -> TimeLeft | None:
     if state in SCHEDULE_STATES:
         schedule = None if planned is None else max(0.0, planned - snapshot.t)
         return TimeLeft(schedule, e2e)
-    drained = max(0.0, snapshot.t - planned) if planned is not None else 0.0
+    # The drain began when the schedule ended, or at the stop that cut it short.
+    stop = stop_request(snapshot) if state == "stopping" else None
+    began = stop.t if stop is not None and (planned is None or stop.t < planned) else planned
+    drained = max(0.0, snapshot.t - began) if began is not None else 0.0
     drain = None if e2e is None else max(0.0, e2e - drained)
-    if state == "stopping":
-        stop = stop_request(snapshot)
-        grace = grace_period_s(snapshot, stop)
-        if stop is not None and grace is not None:
-            grace_left = max(0.0, stop.t + grace - snapshot.t)
-            drain = grace_left if drain is None else min(drain, grace_left)
+    grace = grace_period_s(snapshot, stop)
+    if stop is not None and grace is not None:
+        grace_left = max(0.0, stop.t + grace - snapshot.t)
+        drain = grace_left if drain is None else min(drain, grace_left)
     return TimeLeft(0.0, drain)
 
 

@@ -49,21 +49,22 @@ class HeaderBar(Static):
             self._shown = text
             self.update(text)
 
-    def append_time(self, line: Text, snapshot: Snapshot) -> None:
-        """Elapsed / planned (the plan moves on while held), then what is left and the
-        wall-clock ETA, drain included; in a replay, as it was at that moment."""
+    def append_elapsed(self, line: Text, snapshot: Snapshot) -> None:
+        """Elapsed / planned: the plan moves on while the ramp is held."""
         header = snapshot.header
         planned = snapshot.planned_duration_s or (header.planned_duration_s if header else None)
         line.append("  ")
         line.append(f"{format_duration(snapshot.t)} / {format_duration(planned)}")
+
+    def append_time_left(self, line: Text, snapshot: Snapshot) -> None:
+        """What is left of the schedule and of the drain, and the wall-clock ETA, drain
+        included; in a replay, as it was at that moment."""
         left = time_left(snapshot)
         if left is None:
             return
         if snapshot.state not in DRAIN_STATES and left.schedule_s is not None:
             line.append("  left ", style="dim")
             line.append(format_duration(left.schedule_s))
-            if left.drain_s is not None:
-                line.append(f" +~{format_duration(left.drain_s)} drain", style="dim")
         elif snapshot.state in DRAIN_STATES and left.drain_s is not None:
             line.append("  drain ", style="dim")
             line.append("overdue" if left.drain_s == 0 else f"~{format_duration(left.drain_s)}")
@@ -71,6 +72,12 @@ class HeaderBar(Static):
         if eta is not None:
             line.append("  ETA ", style="dim")
             line.append(time.strftime("%H:%M:%S", time.localtime(eta)))
+
+    def append_drain_estimate(self, line: Text, snapshot: Snapshot) -> None:
+        """Before the drain: how long it is expected to take (the ETA includes it)."""
+        left = time_left(snapshot)
+        if left is not None and left.drain_s is not None:
+            line.append(f"  ETA incl. ~{format_duration(left.drain_s)} drain", style="dim")
 
     def append_in_flight(self, line: Text, snapshot: Snapshot) -> None:
         line.append("  in flight ", style="dim")
@@ -80,14 +87,15 @@ class HeaderBar(Static):
             line.append(f" (peak {peak})", style="dim")
 
     def append_drain(self, line: Text, snapshot: Snapshot) -> None:
-        """While draining or stopping: what is still out, how long the oldest has waited,
-        and the key that ends the wait."""
+        """While draining or stopping: what is still out and how long the oldest has waited."""
         line.append("  in flight ", style="dim")
         line.append(str(snapshot.in_flight), style="bold")
         age = oldest_in_flight_age_s(snapshot)
         if age is not None:
             line.append("  oldest ", style="dim")
             line.append(format_duration(age), style="bold")
+
+    def append_drain_key(self, line: Text, snapshot: Snapshot) -> None:
         if snapshot.in_flight > 0 and self.mode == "live":
             line.append("  x", style="bold reverse")
             line.append(" cancels them now", style="dim")
@@ -103,13 +111,18 @@ class HeaderBar(Static):
         line1.append(label, style=STATE_STYLES.get(state, "bold"))
         if self.mode == "replay" and snapshot.state not in ("replay", ""):
             line1.append(f" ({snapshot.state})", style=STATE_STYLES.get(snapshot.state, ""))
-        self.append_time(line1, snapshot)
+        # What matters most comes first: a narrow terminal cuts the line's end.
+        self.append_elapsed(line1, snapshot)
         if snapshot.state in DRAIN_STATES:
             self.append_drain(line1, snapshot)
+            self.append_time_left(line1, snapshot)
+            self.append_drain_key(line1, snapshot)
         else:
+            self.append_time_left(line1, snapshot)
             line1.append("  offered ", style="dim")
             line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
             self.append_in_flight(line1, snapshot)
+            self.append_drain_estimate(line1, snapshot)
 
         line2 = Text(no_wrap=True, overflow="ellipsis")
         line2.append(" scenario ", style="dim")
