@@ -303,6 +303,9 @@ class Run:
             )
             self.sink.on_start(header)
             self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {header.target}"))
+            # A first tick at once: the screen shows the run's state (and takes steering
+            # keys) from its start, not from the first second's tick.
+            self.sink.on_tick(self._tick(0.0))
             poller = MetricsPoller(
                 metrics_urls,
                 interval_s=opts.scrape_interval_s,
