@@ -298,8 +298,11 @@ def time_left(snapshot: Snapshot) -> TimeLeft | None:
     state = snapshot.state
     if state not in SCHEDULE_STATES and state not in DRAIN_STATES:
         return None
-    e2e_ms = (snapshot.summary or {}).get("p99_e2el_ms")
-    e2e = e2e_ms / 1000.0 if isinstance(e2e_ms, (int, float)) and math.isfinite(e2e_ms) else None
+    summary = snapshot.summary or {}
+    e2e_ms = summary.get("p99_e2el_ms")
+    # Before any request has completed there is no latency to go by (the summary says 0).
+    known = isinstance(e2e_ms, (int, float)) and math.isfinite(e2e_ms) and summary.get("completed", 1) > 0
+    e2e = e2e_ms / 1000.0 if known else None
     planned = snapshot.planned_duration_s
     if state in SCHEDULE_STATES:
         schedule = None if planned is None else max(0.0, planned - snapshot.t)
@@ -317,8 +320,11 @@ def time_left(snapshot: Snapshot) -> TimeLeft | None:
 
 
 def eta_unix(snapshot: Snapshot, left: TimeLeft | None) -> float | None:
-    """The wall-clock time (Unix) the run should end, drain included."""
+    """The wall-clock time (Unix) the run should end, drain included (None while
+    draining without an estimate: "now" would be a guess presented as a fact)."""
     if left is None or left.total_s is None or snapshot.header is None:
+        return None
+    if snapshot.state in DRAIN_STATES and left.drain_s is None:
         return None
     return snapshot.header.started_at_unix + snapshot.t + left.total_s
 

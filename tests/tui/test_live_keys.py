@@ -192,3 +192,43 @@ async def test_c_toggles_mouse_capture_on_a_driver_that_has_it():
         await pilot.press("c")
         assert app.mouse_reporting is True and driver._mouse is True
     assert calls == ["off", "on"]
+
+
+@pytest.mark.parametrize("flags, mouse", [([], True), (["--no-mouse"], False)])
+def test_no_mouse_starts_the_live_screen_without_mouse_capture(monkeypatch, flags, mouse):
+    import argparse
+
+    from rampwatch.app import live
+    from rampwatch.app import run as run_command
+
+    parser = argparse.ArgumentParser()
+    run_command.configure(parser)
+    args = parser.parse_args(["chat", *flags])
+    seen = {}
+
+    class Prepared:
+        run = type("R", (), {"options": type("O", (), {"stop_grace_s": 1.0})()})()
+        recording_path = None
+
+        def close(self):
+            pass
+
+    class Bridge:
+        done = True
+
+        def finish(self, timeout):
+            return "result"
+
+    class App:
+        def run(self, *, mouse):
+            seen["run"] = mouse
+
+    def start(prepared, *, log_path, mouse):
+        seen["app"] = mouse
+        return Bridge(), App()
+
+    monkeypatch.setattr(live, "prepare_run", lambda a: Prepared())
+    monkeypatch.setattr(live, "start_live_prepared", start)
+    monkeypatch.setattr(live, "finish_run", lambda prepared, result: 0)
+    assert live.run_live(args) == 0
+    assert seen == {"app": mouse, "run": mouse}

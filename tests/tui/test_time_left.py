@@ -46,6 +46,14 @@ def test_time_left(t, state, planned, e2e_ms, expected):
     assert time_left(snap(t, state, planned=planned, e2e_ms=e2e_ms)) == expected
 
 
+def test_no_drain_estimate_before_a_request_has_completed():
+    s = snap(125.0, "draining", e2e_ms=0.0)
+    s = dataclasses.replace(s, summary={**s.summary, "completed": 0})
+    assert time_left(s) == TimeLeft(0.0, None)  # not "overdue"
+    line = header_line(s)
+    assert "drain" not in line and "ETA" not in line  # neither "overdue" nor an ETA of "now"
+
+
 def test_nothing_left_once_done():
     assert time_left(snap(120.0, "done")) is None
 
