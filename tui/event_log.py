@@ -26,6 +26,7 @@ KIND_STYLES = {
     "error": "red",
     "scrape_error": "magenta",
     "stop": "bold",
+    "cancel": "bold red",
     "start": "bold",
 }
 MAX_SHOWN = 300
