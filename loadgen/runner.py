@@ -397,6 +397,22 @@ class Run:
                 self._client_queued += 1
                 try:
                     await semaphore.acquire()
+                except asyncio.CancelledError:
+                    # Cancelled while waiting for a slot: never sent, but scheduled, so it
+                    # is recorded (cancelled, sent and ended now) rather than lost.
+                    now = self.now()
+                    self.sink.on_request(
+                        RequestRecord(
+                            id=request_id,
+                            scheduled_at=scheduled_at,
+                            sent_at=now,
+                            end_at=now,
+                            tokens_from_usage=False,
+                            error_class=CANCELLED,
+                            error="cancelled by the run while waiting for a concurrency slot",
+                        )
+                    )
+                    raise
                 finally:
                     self._client_queued -= 1
                 try:

@@ -420,3 +420,33 @@ async def test_ticks_carry_the_plan_moved_on_by_a_hold():
     assert holding and all(t.planned_end_s == pytest.approx(2.0 + t.t - held_at, abs=0.01) for t in holding)
     assert ticks[-1].planned_end_s == pytest.approx(2.0 + resumed_at - held_at, abs=0.01)
     assert result.duration_s == pytest.approx(ticks[-1].planned_end_s, abs=0.3)
+
+
+async def test_requests_cancelled_while_waiting_for_a_slot_are_recorded_not_lost():
+    """With a concurrency cap, ending the drain also cancels requests still queued for a
+    slot: each is recorded as cancelled (never sent), so every offered request has a record."""
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
+    sink = ListSink()
+    async with serve(slow) as url:
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 20, "duration_s": 0.5}, output_tokens=2000, max_concurrency=2),
+            sink,
+            stop_grace_s=60.0,
+        )
+
+        async def end_the_drain() -> None:
+            while run.state != "draining":  # noqa: ASYNC110 - the run has no event for its state changes
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            run.cancel_in_flight()
+
+        ender = asyncio.create_task(end_the_drain())
+        result = await run.execute()
+        await ender
+
+    offered = sink.of("tick")[-1].offered_total
+    assert offered >= 8 and len(result.requests) == offered
+    queued = [r for r in result.requests if r.error is not None and "concurrency slot" in r.error]
+    assert len(queued) == offered - 2 and all(r.error_class == "cancelled" and r.e2e == 0 for r in queued)
+    assert sink.of("tick")[-1].peak_in_flight == 2
