@@ -9,7 +9,6 @@ stale work.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -66,7 +65,8 @@ ACTION_STATES = {
 }
 LIVE_ACTIONS = set(ACTION_STATES)
 # How long a steering key waits for its event to come back from the run before it says
-# the run did not take it (the run publishes 4 times a second).
+# the run did not take it: run seconds, counted from the first snapshot after the key
+# (a UI slowed down by a busy machine must not call a late confirmation a refusal).
 CONFIRM_TIMEOUT_S = 5.0
 CONFIRMATION_TOAST_S = 3.0
 # The events a steering action comes back as (what the recording holds).
@@ -114,8 +114,8 @@ class AwaitedEvent:
 
     kinds: tuple[str, ...]
     after: int  # how many events the run had when the call was made
-    deadline: float  # time.monotonic()
     what: str  # for the message when it does not come
+    since_t: float | None = None  # run time of the first snapshot after the call
 
 
 def confirmation(event: Event, events: list[Event]) -> str:
@@ -371,9 +371,7 @@ class RampwatchApp(App[int]):
     # ----- steering confirmed by the run's own events -----
 
     def _await_event(self, what: str) -> None:
-        self._awaited.append(
-            AwaitedEvent(ACTION_EVENTS[what], len(self.latest.events), time.monotonic() + CONFIRM_TIMEOUT_S, what)
-        )
+        self._awaited.append(AwaitedEvent(ACTION_EVENTS[what], len(self.latest.events), what))
 
     def _confirm_steering(self, snapshot: Snapshot) -> None:
         """Toast each steering call once its event is in the run's snapshot (with the
@@ -391,7 +389,10 @@ class RampwatchApp(App[int]):
             if found is not None:
                 self._claimed.add(found)
                 self.notify(confirmation(snapshot.events[found], snapshot.events), timeout=CONFIRMATION_TOAST_S)
-            elif time.monotonic() > awaited.deadline:
+            elif awaited.since_t is None:
+                awaited.since_t = snapshot.t
+                waiting.append(awaited)
+            elif snapshot.t - awaited.since_t > CONFIRM_TIMEOUT_S:
                 self.notify(
                     f"{awaited.what}: the run did not take it (state {snapshot.state}); nothing was recorded",
                     severity="warning",

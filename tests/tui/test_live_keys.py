@@ -101,15 +101,29 @@ async def test_a_rate_step_toast_shows_the_recorded_rate():
         assert toasts(app) == [f"rate +1 rps: {recorded.message}"]
 
 
-async def test_a_steering_call_the_run_never_confirms_says_nothing_was_recorded(monkeypatch):
-    monkeypatch.setattr(app_module, "CONFIRM_TIMEOUT_S", 0.2)
-    control = FakeControl()  # takes the call, records no event
-    from tests.tui.fakes import FrozenSource
+class RunningSource:
+    """The fake run with its clock moving by ``step`` run seconds at each poll."""
 
-    app = make_live_app(FrozenSource(fake_snapshot(60.0)), control)
+    def __init__(self, t: float, step: float) -> None:
+        self.t, self.step = t, step
+
+    def snapshot(self):
+        self.t += self.step
+        return fake_snapshot(self.t)
+
+
+async def test_a_steering_call_the_run_never_confirms_says_nothing_was_recorded():
+    """Counted in run seconds from the first snapshot after the key: a UI that polls
+    late (a busy machine) does not call a late confirmation a refusal."""
+    control = FakeControl()  # takes the call, records no event
+    source = RunningSource(60.0, step=1.0)
+    app = make_live_app(source, control, refresh_hz=0.1)  # polled only by hand here
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("m", *"note", "enter")
-        await pilot.pause(0.3)
+        for _ in range(int(app_module.CONFIRM_TIMEOUT_S) + 1):  # the first snapshot after the key, then 5 s
+            app.poll_source()
+            await pilot.pause()
+        assert toasts(app) == []  # not more than 5 run seconds since the first snapshot
         app.poll_source()
         await pilot.pause()
         assert toasts(app) == ["mark: the run did not take it (state ramping); nothing was recorded"]
