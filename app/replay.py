@@ -22,6 +22,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=float, default=1.0, help="playback speed, 1 to 16 (default 1)")
     parser.add_argument("--start", type=float, default=0.0, metavar="SECONDS", help="start at this position")
     parser.add_argument("--paused", action="store_true", help="open paused (space plays)")
+    parser.add_argument(
+        "--no-mouse",
+        action="store_true",
+        help="leave the mouse to the terminal, so text can be selected (over SSH too); c toggles it",
+    )
 
 
 def _open(path: str) -> ReplayTimeline:
@@ -59,8 +64,10 @@ def main(args: argparse.Namespace) -> int:
         timeline.play()
     if not sys.stdout.isatty():
         raise UserError("replay needs a terminal (use `rampwatch report` or `rampwatch export` for text)")
-    app = make_replay_app(timeline, compare=compare, recording=args.recording, compare_label=args.compare)
-    app.run()
+    app = make_replay_app(
+        timeline, compare=compare, recording=args.recording, compare_label=args.compare, mouse=not args.no_mouse
+    )
+    app.run(mouse=not args.no_mouse)
     from rampwatch.record.reader import print_warnings
 
     recordings = [timeline.recording] + ([compare.recording] if compare is not None else [])

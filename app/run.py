@@ -49,6 +49,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="NAME", help="model name to request (default: the server's first model)")
     parser.add_argument("--headless", action="store_true", help="no UI: progress lines and a final summary")
     parser.add_argument(
+        "--no-mouse",
+        action="store_true",
+        help="live screen: leave the mouse to the terminal, so text can be selected (over SSH too); c toggles it",
+    )
+    parser.add_argument(
         "--duration", type=positive_float, metavar="SECONDS", help="ramp duration (schedule.duration_s)"
     )
     parser.add_argument("--start-rps", type=non_negative_float, metavar="R", help="rate at the start of the ramp")

@@ -31,7 +31,10 @@ from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.embedded import EmbeddedSim
 
-INTERRUPTED_EXIT = 130  # the shell's code for a SIGINT stop; the summary and files are still written
+# A run stopped before its schedule's end (Ctrl-C, the UI's stop or quit) or whose
+# in-flight requests were cancelled exits with the shell's code for a SIGINT stop; the
+# summary and files are still written.
+INTERRUPTED_EXIT = 130
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -236,6 +239,11 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         print("rampwatch run: no request was sent", file=sys.stderr)
         return 1
     if result.interrupted:
+        print(
+            f"rampwatch run: stopped before the end (exit {INTERRUPTED_EXIT}): the summary covers "
+            f"{summary.completed:,} completed, {summary.failed:,} failed and {summary.cancelled:,} cancelled requests",
+            file=sys.stderr,
+        )
         return INTERRUPTED_EXIT
     if result.error_rate > args.max_error_rate:
         print(

@@ -149,6 +149,14 @@ class Tick:
     # a request ends, so these are what the offered and sent rates are drawn from live.
     offered_total: int | None = None
     sent_total: int | None = None
+    # Added later; ticks of older recordings lack them (None):
+    # the most requests in flight at any moment so far (exact, not sampled at ticks),
+    peak_in_flight: int | None = None
+    # when the oldest request still in flight was sent (None: none in flight),
+    oldest_sent_at: float | None = None
+    # when the schedule will end as it stands now: the planned duration moved on by the
+    # time spent holding (None: unbounded, e.g. a request count without a duration).
+    planned_end_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,8 +172,13 @@ EVENT_KINDS = (
     "knee",
     "error",
     "scrape_error",
+    "cancel",  # in-flight requests cancelled: by the user ending the drain, or after a stop's grace period
     "info",
 )
+
+# A request cancelled by the run (a stop's grace period over, the user ending the drain):
+# neither completed nor failed; counted apart everywhere.
+CANCELLED = "cancelled"
 
 
 @dataclass(slots=True)
@@ -336,6 +349,8 @@ class Snapshot:
     last_good_scrape_t: float | None = None
     # Every distinct /metrics failure so far, in order of their last occurrence.
     scrape_errors: list[ScrapeErrorLine] = field(default_factory=list)
+    planned_duration_s: float | None = None  # the current plan (see Tick.planned_end_s), else the header's
+    oldest_in_flight_sent_at: float | None = None  # Tick.oldest_sent_at of the latest tick
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:
@@ -363,6 +378,7 @@ class RunControl(Protocol):
     def step_rate(self, delta_rps: float) -> None: ...  # +/- relative to the current rate
     def mark(self, note: str) -> None: ...  # user mark with a note
     def stop(self) -> None: ...  # graceful stop: no new requests, drain, then finish
+    def cancel_in_flight(self) -> None: ...  # end the drain now: cancel every request in flight
 
 
 class SnapshotSource(Protocol):

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.timeline import (
+    CANCELLED,
     ERROR_SERIES,
     SERIES_NAMES,
     Event,
@@ -107,6 +108,8 @@ class SeriesBuilder:
         self.state = "starting"
         self.target_rps = 0.0
         self.in_flight = 0
+        self.oldest_sent_at: float | None = None
+        self.planned_end_s: float | None = None  # from ticks; None: the header's plan
         self.events: list[Event] = []
         self.now = 0.0
         self.finished_at: float | None = None
@@ -174,6 +177,8 @@ class SeriesBuilder:
             "state": self.state,
             "target_rps": self.target_rps,
             "in_flight": self.in_flight,
+            "oldest_sent_at": self.oldest_sent_at,
+            "planned_end_s": self.planned_end_s,
             "events": [e.to_dict() for e in self.events],
             "now": self.now,
             "finished_at": self.finished_at,
@@ -209,6 +214,9 @@ class SeriesBuilder:
         b.state = meta["state"]
         b.target_rps = meta["target_rps"]
         b.in_flight = meta["in_flight"]
+        # Checkpoints written before these were kept lack them.
+        b.oldest_sent_at = meta.get("oldest_sent_at")
+        b.planned_end_s = meta.get("planned_end_s")
         b.events = [Event(**e) for e in meta["events"]]
         b.now = meta["now"]
         b.finished_at = meta["finished_at"]
@@ -268,7 +276,9 @@ class SeriesBuilder:
         c["offered_rps"].add(_sec(record.scheduled_at), 1.0)
         c["sent_rps"].add(_sec(record.sent_at), 1.0)
         end = _sec(record.end_at)
-        if record.ok:
+        if record.error_class == CANCELLED:
+            pass  # cancelled by the run: neither completed nor failed
+        elif record.ok:
             c["completed_rps"].add(end, 1.0)
             c["client_output_tps"].add(end, float(record.completion_tokens))
             hists = self._hists.get(end)
@@ -312,11 +322,16 @@ class SeriesBuilder:
         self.state = tick.state
         self.target_rps = tick.target_rps
         self.in_flight = tick.in_flight
+        self.oldest_sent_at = tick.oldest_sent_at
+        if tick.planned_end_s is not None:
+            self.planned_end_s = tick.planned_end_s
         s = _sec(tick.t)
         self._last["target_rps"].set(s, tick.target_rps)
         self._last["in_flight"].set(s, float(tick.in_flight))
         self._last["client_queued"].set(s, float(tick.client_queued))
-        self.summary.peak_in_flight = max(self.summary.peak_in_flight, tick.in_flight)
+        # The run's exact peak when the tick has it (older recordings: the ticks' own counts).
+        peak = tick.in_flight if tick.peak_in_flight is None else tick.peak_in_flight
+        self.summary.peak_in_flight = max(self.summary.peak_in_flight, peak)
         if tick.offered_total is not None and tick.sent_total is not None:
             prev_t, prev_offered, prev_sent = self._tick_totals or (0.0, 0, 0)
             self._spread_counts(
@@ -511,7 +526,10 @@ class SeriesBuilder:
             events=list(self.events),
             summary=summary,
             server_metrics_available=self.server_metrics_available,
-            planned_duration_s=self.header.planned_duration_s if self.header else None,
             last_good_scrape_t=self.last_good_scrape_t,
             scrape_errors=[replace(line) for line in self._scrape_errors.values()],
+            planned_duration_s=self.planned_end_s
+            if self.planned_end_s is not None
+            else (self.header.planned_duration_s if self.header else None),
+            oldest_in_flight_sent_at=self.oldest_sent_at if self.state != "done" else None,
         )

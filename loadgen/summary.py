@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.scrape import combine_samples
@@ -157,12 +157,12 @@ class Summary:
 
     duration_s: float
     completed: int
-    failed: int
+    failed: int  # ended in an error; requests cancelled by the run are not failures
     total_input_tokens: int
     total_output_tokens: int
     good_requests: int | None  # requests meeting every SLO; None without SLOs
     peak_output_chunks_per_s: float  # vLLM's "max_output_tokens_per_s" (it counts chunks); NaN when not tracked
-    peak_concurrent_requests: int
+    peak_concurrent_requests: int  # most requests sent and not ended at once, whatever their outcome
     max_concurrency: int | None  # the run's concurrency cap
     tokens_from_usage: bool  # every successful request's token counts came from the server
     ttft: LatencyMs
@@ -178,6 +178,7 @@ class Summary:
     # Time requests waited for a --max-concurrency slot (sent_at - scheduled_at), over
     # every request (one that waited and then failed still waited); None: no cap.
     client_queue: LatencyMs | None = None
+    cancelled: int = 0  # cancelled by the run (a stop's grace period over, the drain ended by hand)
 
     @property
     def _divisor_s(self) -> float:
@@ -216,6 +217,7 @@ class Summary:
             "duration": self.duration_s,
             "completed": self.completed,
             "failed": self.failed,
+            "cancelled": self.cancelled,
             "total_input_tokens": self.total_input_tokens,
             "total_output_tokens": self.total_output_tokens,
             "request_throughput": self.request_throughput,
@@ -304,10 +306,15 @@ def first_token_send(records: Sequence[RequestRecord]) -> float | None:
 class SummaryBuilder:
     """Builds a ``Summary`` from ``RequestBlock``s fed in request order, in any number.
 
-    ``token_bins_from`` (see ``first_token_send``) turns on the two peaks, which need every
-    successful request's interval and the per-second token bins; without it (the live
-    run-so-far figures) the peak token rate is NaN and the peak concurrency is
-    ``peak_in_flight``, which the caller keeps from ticks.
+    ``token_bins_from`` (see ``first_token_send``) turns on the peak token rate (per-second
+    token bins; NaN without). The peak concurrency needs every request's interval; a
+    ``bounded`` builder (the live run-so-far figures) keeps none and reports
+    ``peak_in_flight``, which the caller keeps from ticks (the run's exact count of the
+    same thing).
+
+    Peak concurrency counts every request from its send to its end, whatever its outcome:
+    vLLM counts only the successful ones, which drops the requests a stop cancelled or
+    an overloaded server failed, and so disagreed with the in-flight count on screen.
 
     Latencies are kept exactly (``stats.ExactValues``) unless ``bounded`` (the live view:
     ``stats.RunningValues``, percentiles within 1%); ``itl_values`` overrides the ITL
@@ -333,6 +340,7 @@ class SummaryBuilder:
         self.client_queue = values()
         self.requests = 0
         self.completed = 0
+        self.cancelled = 0
         self.good = 0
         self.total_input = 0
         self.total_output = 0
@@ -344,11 +352,12 @@ class SummaryBuilder:
         self.token_bins_from = token_bins_from
         self._token_bins = np.zeros(0, dtype=np.int64)
         self._last_token_end = -math.inf  # last completion of a request with a token: where the bins end
-        self._ok_intervals: list[tuple[np.ndarray, np.ndarray]] = []
+        # [sent, end) of every request, whatever its outcome: the peak concurrency
+        self._intervals: list[tuple[np.ndarray, np.ndarray]] = []
 
     @property
     def failed(self) -> int:
-        return self.requests - self.completed
+        return self.requests - self.completed - self.cancelled
 
     def add(self, record: RequestRecord) -> None:
         self.add_block(RequestBlock.from_records([record]))
@@ -360,7 +369,10 @@ class SummaryBuilder:
         ok = np.fromiter((e is None for e in block.error_classes), dtype=bool, count=n)
         self.requests += n
         self.client_queue.add(block.client_queue_s)
-        self.errors.update(e for e in block.error_classes if e is not None)
+        self.cancelled += sum(1 for e in block.error_classes if e == CANCELLED)
+        self.errors.update(e for e in block.error_classes if e is not None and e != CANCELLED)
+        if not self.bounded:
+            self._intervals.append((block.sent_at, block.end_at))
         self.first_send_at = min(self.first_send_at, float(block.sent_at.min()))
         self.last_end_at = max(self.last_end_at, float(block.end_at.max()))
         if not ok.any():
@@ -386,7 +398,6 @@ class SummaryBuilder:
             tpot_or_zero[with_tpot] = tpot
             self.good += int(stats.meets_slo(ttft, tpot_or_zero, e2el, self.slo).sum())
         if self.token_bins_from is not None:
-            self._ok_intervals.append((sent, end))
             if has_first.any():
                 self._last_token_end = max(self._last_token_end, float(end[has_first].max()))
             counts = stats.per_second_counts(block.token_times, self.token_bins_from)
@@ -401,11 +412,13 @@ class SummaryBuilder:
         return self.last_end_at - self.first_send_at if self.requests else None
 
     def _peaks(self) -> tuple[float, int]:
-        if self.token_bins_from is None:
+        if self.bounded:
             return math.nan, self.peak_in_flight
-        starts = _concat([s for s, _ in self._ok_intervals])
-        ends = _concat([e for _, e in self._ok_intervals])
+        starts = _concat([s for s, _ in self._intervals])
+        ends = _concat([e for _, e in self._intervals])
         peak_concurrent = stats.max_concurrent(starts, ends)
+        if self.token_bins_from is None:
+            return math.nan, peak_concurrent
         if self._last_token_end == -math.inf:
             return 0.0, peak_concurrent
         # vLLM's bins end at the second of the last completion
@@ -432,6 +445,7 @@ class SummaryBuilder:
             duration_s=duration_s,
             completed=self.completed,
             failed=self.failed,
+            cancelled=self.cancelled,
             total_input_tokens=self.total_input,
             total_output_tokens=self.total_output,
             good_requests=self.good if self.slo else None,
@@ -471,6 +485,7 @@ class SummaryBuilder:
             "slo": self.slo,
             "gpu_price_per_hour": self.gpu_price_per_hour,
             "completed": self.completed,
+            "cancelled": self.cancelled,
             "records": self.requests,
             "good": self.good,
             "total_input": self.total_input,
@@ -488,6 +503,7 @@ class SummaryBuilder:
     def restore_state(cls, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> SummaryBuilder:
         b = cls(state["slo"], state["gpu_price_per_hour"], bounded=True)
         b.completed = state["completed"]
+        b.cancelled = state.get("cancelled", 0)  # older checkpoints counted them as failed
         b.requests = state["records"]
         b.good = state["good"]
         b.total_input = state["total_input"]
@@ -546,6 +562,8 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
     lines.append(_row("Successful requests:", summary["completed"]))
     lines.append(_row("Failed requests:", summary["failed"]))
+    if summary.get("cancelled"):
+        lines.append(_row("Cancelled requests:", summary["cancelled"]))
     if summary.get("max_concurrency") is not None:
         lines.append(_row("Maximum request concurrency:", summary["max_concurrency"]))
     lines.append(_row("Benchmark duration (s):", float(summary["duration"])))
@@ -705,6 +723,7 @@ def to_bench_result(figures: Summary, header: RunHeader | None, records: Sequenc
             result[key] = value
     result["rampwatch_server"] = summary.get("server")
     result["rampwatch_errors_by_class"] = summary.get("errors_by_class")
+    result["rampwatch_cancelled"] = summary.get("cancelled", 0)
     result["rampwatch_knee_rps"] = summary.get("knee_rps")
     result["rampwatch_cost"] = {
         "gpu_price_per_hour": summary.get("gpu_price_per_hour"),

@@ -36,6 +36,7 @@ KIND_STYLES = {
     "error": "red",
     "scrape_error": "magenta",
     "stop": "bold",
+    "cancel": "bold red",
     "start": "bold",
 }
 # What the kind column says; every label fits KIND_WIDTH.

@@ -14,7 +14,8 @@ LIVE_KEYS = (
     ("+  -", "raise / lower the rate by a step (holds the ramp)"),
     ("m", "add a mark with a note"),
     ("s", "stop gracefully (no new requests, drain, finish)"),
-    ("q", "quit (asks while a run is active)"),
+    ("x", "while draining or stopping: cancel the in-flight requests now"),
+    ("q  ctrl+c  ctrl+q", "quit (asks while a run is active; ctrl+c again: yes)"),
 )
 REPLAY_KEYS = (
     ("space", "play / pause"),
@@ -29,9 +30,13 @@ REPLAY_KEYS = (
 COMMON_KEYS = (
     ("1 … 7", "switch tab (narrow terminals)"),
     ("↑ ↓  enter", "events: select a line, show it whole"),
+    ("c", "mouse capture off / on (off: the terminal selects text)"),
     ("?", "this help"),
 )
-CHART_KEY = "Markers on every chart: K knee, H hold, R resume, M1 M2 … marks; (B) = compared run, dimmed."
+CHART_KEY = (
+    "Markers on every chart: K knee, H hold, R resume, M1 M2 … marks; (B) = compared run, dimmed. "
+    "Dimmed keys in the footer cannot act now; pressed, they say why."
+)
 
 
 def keys_table(mode: str) -> Table:

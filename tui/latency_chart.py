@@ -1,6 +1,6 @@
 """Client latency: TTFT p50/p99 (left axis) and ITL p50/p99 (right axis), in milliseconds."""
 
-from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import COLOURS, SeriesSpec, TimeSeriesChart
 
 
 class LatencyChart(TimeSeriesChart):
@@ -8,8 +8,8 @@ class LatencyChart(TimeSeriesChart):
     Y_LABEL = "TTFT ms"
     Y_RIGHT_LABEL = "ITL ms"
     SERIES = (
-        SeriesSpec("ttft_p50", "TTFT p50", "green+", scale=1000.0, merge="max"),
-        SeriesSpec("ttft_p99", "TTFT p99", "red+", scale=1000.0, merge="max"),
-        SeriesSpec("itl_p50", "p50", "blue+", scale=1000.0, right_axis=True, merge="max"),
-        SeriesSpec("itl_p99", "p99", "magenta+", scale=1000.0, right_axis=True, merge="max"),
+        SeriesSpec("ttft_p50", "TTFT p50", COLOURS["green"], scale=1000.0, merge="max"),
+        SeriesSpec("ttft_p99", "TTFT p99", COLOURS["red"], scale=1000.0, merge="max"),
+        SeriesSpec("itl_p50", "p50", COLOURS["blue"], scale=1000.0, right_axis=True, merge="max"),
+        SeriesSpec("itl_p99", "p99", COLOURS["magenta"], scale=1000.0, right_axis=True, merge="max"),
     )

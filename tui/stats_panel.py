@@ -41,6 +41,7 @@ SUMMARY_ROWS = (
     ("duration", "duration s"),
     ("completed", "completed"),
     ("failed", "failed"),
+    ("cancelled", "cancelled"),
     ("request_throughput", "req/s"),
     ("output_throughput", "output tok/s"),
     ("total_token_throughput", "total tok/s"),
@@ -50,7 +51,7 @@ SUMMARY_ROWS = (
     ("p99_itl_ms", "ITL p99 ms"),
     ("mean_tpot_ms", "TPOT mean ms"),
     ("p99_e2el_ms", "E2E p99 ms"),
-    ("max_concurrent_requests", "max concurrent"),
+    ("max_concurrent_requests", "peak in flight"),
     ("mean_client_queue_ms", "client queue ms"),
     ("p99_client_queue_time_ms", "client queue p99 ms"),
 )

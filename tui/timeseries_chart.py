@@ -25,32 +25,47 @@ from rampwatch.tui.chart_data import (
     y_upper,
 )
 
-# The plotext colours the charts use, as the terminal shows them (for the legend in the title).
-LEGEND_COLOURS = {
-    "white": "#e5e5e5",
-    "blue+": "#5c5cff",
-    "green+": "#00ff00",
-    "magenta": "#cd00cd",
-    "cyan": "#00cdcd",
-    "orange": "#ff8700",
-    "red+": "#ff0000",
-    "red": "#cd0000",
-    "yellow": "#cdcd00",
-    "cyan+": "#00ffff",
-    "magenta+": "#ff00ff",
-    "gray": "#7f7f7f",
+RGB = tuple[int, int, int]
+
+# The one colour table of the charts. Each series, marker and the compared run is drawn
+# with an exact RGB colour (plotext writes it as a 24-bit escape) and its legend swatch
+# is styled from the same tuple (``hex_colour``). Named plotext colours ("blue+") are
+# palette indices that each terminal shows as it likes, so a legend written for one
+# palette lied on another.
+COLOURS: dict[str, RGB] = {
+    "white": (229, 229, 229),
+    "blue": (92, 146, 255),
+    "green": (0, 215, 95),
+    "magenta": (215, 95, 215),
+    "cyan": (0, 205, 205),
+    "orange": (255, 150, 0),
+    "red": (255, 70, 70),
+    "dark_red": (190, 30, 45),
+    "pink": (255, 135, 175),
+    "yellow": (225, 200, 0),
+    "gray": (127, 127, 127),
 }
-MARKER_COLOURS = {"knee": "red+", "hold": "cyan", "resume": "cyan", "mark": "orange"}
+MARKER_COLOURS: dict[str, RGB] = {
+    "knee": COLOURS["red"],
+    "hold": COLOURS["cyan"],
+    "resume": COLOURS["cyan"],
+    "mark": COLOURS["orange"],
+}
 # Without colour, series are told apart by the character that draws them.
 MONO_MARKERS = ("•", "x", "+", "o", "*", "#", "%", "@", "&", "=")
-COMPARE_COLOUR = "gray"
+COMPARE_COLOUR: RGB = COLOURS["gray"]
+
+
+def hex_colour(rgb: RGB) -> str:
+    """``(92, 146, 255)`` → ``"#5c92ff"``: the legend's style for a plotted colour."""
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
 
 
 @dataclass(frozen=True, slots=True)
 class SeriesSpec:
     name: str  # key in Snapshot.series
     label: str
-    colour: str
+    colour: RGB
     scale: float = 1.0  # e.g. 1000 to show seconds as milliseconds
     right_axis: bool = False
     server: bool = False  # comes from /metrics
@@ -100,11 +115,11 @@ class TimeSeriesChart(PlotextPlot):
             if self.monochrome:
                 sample = Content(f" {MONO_MARKERS[index % len(MONO_MARKERS)]}")
             else:
-                sample = Content.styled(" ━", LEGEND_COLOURS.get(spec.colour, "white"))
+                sample = Content.styled(" ━", hex_colour(spec.colour))
             parts.extend([sample, Content(f" {spec.label}")])
         if with_compare:
             sample = " ·" if self.monochrome else " ━"
-            parts.append(Content.styled(f"{sample} (B)", "#7f7f7f"))
+            parts.append(Content.styled(f"{sample} (B)", hex_colour(COMPARE_COLOUR)))
         return Content("").join(parts)
 
     def render(self) -> RenderResult:
@@ -210,7 +225,7 @@ class TimeSeriesChart(PlotextPlot):
                 [m for m in markers(compare.events) if m.kind == "knee"], tops.get(False, tops.get(True, 1.0)), True
             )
 
-    def _colour(self, colour: str) -> str:
+    def _colour(self, colour: RGB) -> RGB | str:
         return "default" if self.monochrome else colour
 
     def _plot_series(self, times, values, colour, marker, yside) -> bool:
@@ -224,7 +239,7 @@ class TimeSeriesChart(PlotextPlot):
     def _draw_markers(self, marks: list[Marker], y_top: float, dimmed: bool) -> None:
         yside = "left" if any(not s.right_axis for s in self.SERIES) else "right"
         for mark in marks:
-            colour = self._colour(COMPARE_COLOUR if dimmed else MARKER_COLOURS.get(mark.kind, "white"))
+            colour = self._colour(COMPARE_COLOUR if dimmed else MARKER_COLOURS.get(mark.kind, COLOURS["white"]))
             self.plt.vertical_line(mark.t, color=colour)
             label = f"{mark.label}(B)" if dimmed else mark.label
             self.plt.text(label, mark.t, y_top, color=colour, yside=yside, alignment="left")

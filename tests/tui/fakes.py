@@ -8,6 +8,7 @@ latency climb.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,6 +234,9 @@ class FakeControl:
     def stop(self) -> None:
         self.calls.append(("stop", None))
 
+    def cancel_in_flight(self) -> None:
+        self.calls.append(("cancel_in_flight", None))
+
 
 class FakeReplay:
     """A replay of the fake run with the ReplayTimeline controls; time moves only by the
@@ -272,3 +276,67 @@ class FakeReplay:
 
     def marks(self) -> list[Event]:
         return [e for e in fake_events(self.duration) if e.kind in ("mark", "knee", "hold", "resume")]
+
+
+class SteeredFake:
+    """A frozen run that takes steering as the runner does: each call that changes
+    something adds the event the run would record (its snapshot then carries it), and a
+    call the run would refuse in its state adds nothing. Source and control at once."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.base = snapshot
+        self.events = list(snapshot.events)
+        self.calls: list[tuple[str, Any]] = []
+        self.held = snapshot.state == "holding"
+
+    def snapshot(self) -> Snapshot:
+        return dataclasses.replace(self.base, events=list(self.events))
+
+    def _add(self, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
+        self.events.append(Event(self.base.t, kind, message, data or {}))
+
+    def _steerable(self) -> bool:
+        return self.base.state in ("ramping", "holding")
+
+    def hold(self) -> None:
+        self.calls.append(("hold", None))
+        if self._steerable() and not self.held:
+            self.held = True
+            rate = self.base.target_rps + 0.3  # the schedule's rate now, not the last tick's (up to 1 s old)
+            self._add("hold", f"hold at {rate:.3g} req/s", {"before_rps": rate, "after_rps": rate})
+
+    def resume(self) -> None:
+        self.calls.append(("resume", None))
+        if self._steerable() and self.held:
+            self.held = False
+            self._add("resume", "resume ramp at 7.3 req/s", {"before_rps": 7.3, "after_rps": 7.3})
+
+    def set_rate(self, rps: float) -> None:
+        self.calls.append(("set_rate", rps))
+
+    def step_rate(self, delta_rps: float) -> None:
+        self.calls.append(("step_rate", delta_rps))
+        if self._steerable():
+            after = self.base.target_rps + delta_rps
+            self.held = True
+            self._add(
+                "set_rate",
+                f"hold at {after:.3g} req/s",
+                {"before_rps": self.base.target_rps, "after_rps": after, "delta_rps": delta_rps},
+            )
+
+    def mark(self, note: str) -> None:
+        self.calls.append(("mark", note))
+        if self.base.state != "done":
+            self._add("mark", note or "mark", {"note": note})
+
+    def stop(self) -> None:
+        self.calls.append(("stop", None))
+        if self.base.state not in ("stopping", "done"):
+            self._add("stop", "stop requested: no new requests; in-flight ones get 10 s", {"grace_s": 10.0})
+
+    def cancel_in_flight(self) -> None:
+        self.calls.append(("cancel_in_flight", None))
+        if self.base.state in ("draining", "stopping") and self.base.in_flight:
+            n = self.base.in_flight
+            self._add("cancel", f"ending the drain now: cancelling {n} requests ({n} in flight)", {"requests": n})

@@ -10,7 +10,7 @@ from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.quit_dialog import QuitDialog
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.throughput_chart import ThroughputChart
-from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
+from tests.tui.fakes import FakeControl, FrozenSource, SteeredFake, fake_snapshot
 
 NARROW = (80, 24)
 WIDE = (160, 48)
@@ -259,15 +259,17 @@ async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
     panels under it (the events panel can stay unchanged for minutes) never redraw."""
     from textual.widgets._toast import Toast
 
-    from rampwatch.tui.app import TOAST_REPAINT_DELAY_S
+    from rampwatch.tui.app import CONFIRMATION_TOAST_S, TOAST_REPAINT_DELAY_S
     from rampwatch.tui.event_log import EventLog
     from tests.tui.test_event_log import screen_lines
 
-    app, control, _ = live_app(95.0)
+    control = SteeredFake(fake_snapshot(95.0))
+    app = make_live_app(control, control)
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await pilot.press("m", *"steady before the knee", "enter")
+        app.poll_source()  # the mark comes back in the run's next snapshot
         await pilot.pause(0.2)
-        assert any("mark added: steady before the knee" in line for line in screen_lines(app))
+        assert any("M2 recorded at 01:35: steady before the knee" in line for line in screen_lines(app))
         updates = []
         display = app._display
 
@@ -276,12 +278,12 @@ async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
             return display(screen, update)
 
         app._display = spy
-        await pilot.pause(2.0 + TOAST_REPAINT_DELAY_S + 0.3)
+        await pilot.pause(CONFIRMATION_TOAST_S + TOAST_REPAINT_DELAY_S + 0.3)
         assert not app.screen.query(Toast)
         full = [u for u in updates if getattr(u, "region", None) == app.screen.region]
         assert full, "no full-screen repaint after the toast timed out"
         lines = screen_lines(app)
-        assert not any("steady before" in line for line in lines)
+        assert not any("recorded at 01:35" in line for line in lines)  # the toast (the events panel has the mark)
         events = app.query_one("#w-events", EventLog).region
         assert lines[events.bottom - 1][events.x] == "╰" and lines[events.bottom - 1][events.right - 1] == "╯"
         for y in range(events.y + 1, events.bottom - 1):
