@@ -8,6 +8,7 @@ objects need gigabytes.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, kne
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
+from rampwatch.record.significance import Samples
 
 
 def summarise(recording: Recording, **options: Any) -> Summary:
@@ -104,3 +106,62 @@ def final_snapshot(recording: Recording) -> Snapshot:
     if recording.finished:
         builder.on_finish(recording.duration_s)
     return builder.snapshot(now=recording.duration_s)
+
+
+def comparison_samples(recording: Recording) -> dict[str, Samples]:
+    """A recording's values that ``rampwatch compare`` resamples (``record.significance``).
+
+    Per request: ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (successful requests, as the summary
+    takes them) and ``error_pct`` (100 for a failed request, 0 otherwise); ``itl_ms``, every
+    chunk gap grouped by its request. Per second of the run's window (first send to last
+    completion): ``completed_per_s``, ``output_tokens_per_s`` and ``total_tokens_per_s``
+    (completion and prompt tokens of the requests that completed in the second)."""
+    ttft, tpot, e2el, errors, itl, itl_owner = [], [], [], [], [], []
+    sent, ends, outputs, totals = [], [], [], []
+    first_id = 0
+    for info in (f for f in recording.request_frames if f.count):
+        c = recording.request_columns(info, with_chunks=True)
+        ok = _succeeded(c)
+        has_first = c.has_first.astype(bool)
+        errors.append(np.where(ok, 0.0, 100.0))
+        sent.append(c.sent_at)
+        use = ok & has_first
+        ttft.append((c.first_token_at - c.sent_at)[use] * 1000)
+        e2el.append((c.end_at - c.sent_at)[ok] * 1000)
+        many = use & (c.completion_tokens > 1)
+        tpot.append(((c.end_at - c.first_token_at) / np.maximum(c.completion_tokens - 1, 1))[many] * 1000)
+        gaps = _block_itls(c, ok)
+        owners = np.repeat(np.arange(c.n) + first_id, c.n_chunks.astype(np.int64) * (use & (c.n_chunks > 0)))
+        itl.append(gaps * 1000)
+        itl_owner.append(owners)
+        ends.append(c.end_at[ok])
+        out = stats.output_lens(c.completion_tokens[ok].astype(np.int64))
+        outputs.append(out)
+        totals.append(out + c.prompt_tokens[ok].astype(np.int64))
+        first_id += c.n
+    samples = {
+        "ttft_ms": Samples.of(_join(ttft)),
+        "tpot_ms": Samples.of(_join(tpot)),
+        "e2el_ms": Samples.of(_join(e2el)),
+        "error_pct": Samples.of(_join(errors)),
+        "itl_ms": Samples.of(_join(itl), _join(itl_owner).astype(np.int64)),
+    }
+    end_at = _join(ends)
+    start = float(_join(sent).min()) if sent and any(s.size for s in sent) else 0.0
+    seconds = int(math.ceil(float(end_at.max()) - start)) if end_at.size else 0
+    for name, weights in (
+        ("completed_per_s", None),
+        ("output_tokens_per_s", _join(outputs)),
+        ("total_tokens_per_s", _join(totals)),
+    ):
+        bins = np.zeros(0)
+        if seconds > 0:
+            index = np.minimum((end_at - start).astype(np.int64), seconds - 1)
+            bins = np.bincount(index, weights=weights, minlength=seconds).astype(np.float64)
+        samples[name] = Samples.of(bins)
+    return samples
+
+
+def _join(parts: list[np.ndarray]) -> np.ndarray:
+    parts = [p for p in parts if p.size]
+    return np.concatenate(parts) if parts else np.zeros(0)

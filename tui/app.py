@@ -89,19 +89,19 @@ class RampwatchApp(App[int]):
         Binding("minus,underscore", "rate_down", "-rate", key_display="-"),
         Binding("m", "mark", "mark"),
         Binding("s", "stop_run", "stop"),
-        # replay
-        Binding("space", "play_pause", "play/pause"),
-        Binding("left_square_bracket,less_than_sign", "speed_down", "slower", key_display="["),
-        Binding("right_square_bracket,greater_than_sign", "speed_up", "faster", key_display="]"),
-        Binding("left", "seek(-10)", "-10s", priority=True, key_display="←"),
-        Binding("right", "seek(10)", "+10s", priority=True, key_display="→"),
+        # replay: the footer shows each pair of keys once (the second of a pair is hidden)
+        Binding("space", "play_pause", "play/pause", priority=True),
+        Binding("left_square_bracket,less_than_sign", "speed_down", "speed", key_display="[ ]", priority=True),
+        Binding("right_square_bracket,greater_than_sign", "speed_up", "faster", show=False, priority=True),
+        Binding("left", "seek(-10)", "±10s", priority=True, key_display="← →"),
+        Binding("right", "seek(10)", "+10s", show=False, priority=True),
         Binding("shift+left,pageup", "seek(-60)", "-1m", show=False, priority=True),
         Binding("shift+right,pagedown", "seek(60)", "+1m", show=False, priority=True),
         Binding("home", "jump_start", "start", show=False, priority=True),
         Binding("end", "jump_end", "end", show=False, priority=True),
-        Binding("k", "jump_knee", "knee"),
-        Binding("n", "next_mark", "next mark", show=False),
-        Binding("p", "previous_mark", "prev mark", show=False),
+        Binding("k", "jump_knee", "knee", priority=True),
+        Binding("n", "next_mark", "marks", key_display="n p", priority=True),
+        Binding("p", "previous_mark", "prev mark", show=False, priority=True),
         # tabs on narrow terminals
         *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 8)],
     ]
