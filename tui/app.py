@@ -9,8 +9,8 @@ stale work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -20,6 +20,7 @@ from textual.widgets import Footer, TabbedContent, TabPane
 
 from rampwatch.core.timeline import ReplayControl, RunControl, Snapshot, SnapshotSource
 from rampwatch.tui.chart_data import format_duration, rate_step
+from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.event_log import EventLog
 from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.help_screen import HelpScreen
@@ -35,6 +36,9 @@ from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.throughput_chart import ThroughputChart
 
 Mode = Literal["live", "replay"]
+# Compare mode's B-vs-A rows (``record.cli_compare.compare_rows``) and the one-line load
+# warning (or None); computed off the UI thread, since it reads both recordings whole.
+Comparison = tuple[Sequence[Mapping[str, Any]], str | None]
 MAX_REFRESH_HZ = 4.0
 # Below this the panels go into tabs; above it every chart is on screen at once.
 WIDE_MIN = Size(120, 36)
@@ -103,7 +107,7 @@ class RampwatchApp(App[int]):
         Binding("n", "next_mark", "marks", key_display="n p", priority=True),
         Binding("p", "previous_mark", "prev mark", show=False, priority=True),
         # tabs on narrow terminals
-        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 8)],
+        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 9)],
     ]
 
     def __init__(
@@ -118,6 +122,7 @@ class RampwatchApp(App[int]):
         recording: str | None = None,
         compare_label: str | None = None,
         rate_step_rps: float | None = None,
+        comparison: Callable[[], Comparison] | None = None,
     ) -> None:
         """A replay when ``replay`` is given (then it is also the ``source``), else a live
         run, steered through ``control`` when there is one. ``run_failed()`` true: the run
@@ -135,6 +140,7 @@ class RampwatchApp(App[int]):
         self.recording = recording
         self.compare_label = compare_label
         self.rate_step_rps = rate_step_rps
+        self.comparison = comparison
         self.latest: Snapshot = Snapshot.empty("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
@@ -156,6 +162,8 @@ class RampwatchApp(App[int]):
                         yield chart(id=f"w-{key}", classes="chart")
                 with Vertical(id="side"):
                     yield StatsPanel(id="w-stats", classes="panel")
+                    if self.comparison is not None:
+                        yield ComparePanel(id="w-compare", classes="panel")
                     yield EventLog(id="w-events", classes="panel")
             with TabbedContent(id="narrow"):
                 for index, (key, title, chart) in enumerate(CHARTS, start=1):
@@ -165,6 +173,9 @@ class RampwatchApp(App[int]):
                     yield StatsPanel(id="n-stats", classes="panel")
                 with TabPane(f"{len(CHARTS) + 2} Events", id="tab-events"):
                     yield EventLog(id="n-events", classes="panel")
+                if self.comparison is not None:
+                    with TabPane(f"{len(CHARTS) + 3} B vs A", id="tab-compare"):
+                        yield ComparePanel(id="n-compare", classes="panel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -175,6 +186,27 @@ class RampwatchApp(App[int]):
             self.compare_snapshot = self.compare_source.snapshot()
         self.poll_source()
         self.set_interval(1.0 / self.refresh_hz, self.poll_source, name="poll-snapshot")
+        if self.comparison is not None:
+            self.run_worker(self._compare_runs, thread=True, name="compare-runs", exit_on_error=False)
+
+    def _compare_runs(self) -> None:
+        assert self.comparison is not None
+        try:
+            rows, warning = self.comparison()
+        except Exception as exc:  # a damaged recording: the replay goes on without the panel's figures
+            self.call_from_thread(self._show_comparison_failure, f"cannot compare the runs: {exc}")
+            return
+        self.call_from_thread(self._show_comparison, rows, warning)
+
+    def _show_comparison(self, rows: Sequence[Mapping[str, Any]], warning: str | None) -> None:
+        for panel in self.main_screen.query(ComparePanel):
+            panel.set_comparison(rows, warning)
+        if warning:
+            self.notify(warning, severity="warning", timeout=10)
+
+    def _show_comparison_failure(self, message: str) -> None:
+        for panel in self.main_screen.query(ComparePanel):
+            panel.set_failure(message)
 
     def on_resize(self, event) -> None:
         if self.main_screen is not None:
@@ -432,8 +464,16 @@ def make_replay_app(
     refresh_hz: float = 4.0,
     recording: str | None = None,
     compare_label: str | None = None,
+    comparison: Callable[[], Comparison] | None = None,
 ) -> RampwatchApp:
-    """The app for a replay; ``compare`` is drawn dimmed on the same charts."""
+    """The app for a replay; ``compare`` is drawn dimmed on the same charts, and
+    ``comparison()`` (called once, in a worker thread) gives the B-vs-A panel's rows."""
     return RampwatchApp(
-        replay, replay=replay, compare=compare, refresh_hz=refresh_hz, recording=recording, compare_label=compare_label
+        replay,
+        replay=replay,
+        compare=compare,
+        refresh_hz=refresh_hz,
+        recording=recording,
+        compare_label=compare_label,
+        comparison=comparison,
     )
