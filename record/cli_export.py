@@ -209,7 +209,7 @@ def main(args: argparse.Namespace) -> int:
             final_snapshot(recording),
             summary,
             format_summary(summary),
-            recording.marks(),
+            recording.events,
             title=f"rampwatch report: {h.scenario_name}",
             subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {recording.request_count} requests · "
             f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
