@@ -62,14 +62,22 @@ def test_bad_input_is_one_line_exit_2(tmp_path, command, bad):
 
 
 def test_export_json_follows_the_vllm_schema(tmp_path):
-    out = rampwatch("export", str(FIXTURE), "--format", "json", "-o", str(tmp_path / "r.json"))
+    out = rampwatch("export", str(FIXTURE), "--format", "json", "-o", str(tmp_path / "r.json"), "--save-detailed")
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "r.json").read_text())
     rec = open_recording(FIXTURE)
     for key in ("duration", "completed", "request_throughput", "mean_ttft_ms", "p99_itl_ms", "ttfts", "itls"):
         assert key in result
     assert result["completed"] == sum(1 for r in rec.requests if r.ok)
-    assert len(result["ttfts"]) == len(rec.requests)
+    assert len(result["ttfts"]) == len(result["generated_texts"]) == len(rec.requests)
+    assert set(result["generated_texts"]) == {""}  # recordings keep no texts
+    # without --save-detailed, as `vllm bench serve` without it: no per-request lists but two
+    plain = rampwatch("export", str(FIXTURE), "--format", "json", "-o", str(tmp_path / "p.json"))
+    assert plain.returncode == 0, plain.stderr
+    short = json.loads((tmp_path / "p.json").read_text())
+    assert not {"ttfts", "itls", "input_lens", "output_lens", "start_times", "generated_texts", "errors"} & set(short)
+    assert len(short["latencies"]) == len(short["queue_times"]) == len(rec.requests)
+    assert {k: v for k, v in result.items() if k in short} == short
 
 
 def test_export_csv_writes_requests_and_series(tmp_path):
