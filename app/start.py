@@ -11,10 +11,8 @@ from typing import Any
 
 from rampwatch.app.run import DEFAULT_SIM_HARDWARE, DEFAULT_SIM_MODEL
 from rampwatch.loadgen.scenario import list_scenarios, load_scenario
+from rampwatch.tui.chart_data import RAMP_KINDS, schedule_text
 from rampwatch.tui.start_screen import StartApp, StartScenario
-
-# Schedule kinds whose ramp the start screen edits (`rampwatch run --start-rps/--end-rps/--duration`).
-RAMP_KINDS = ("linear", "exponential")
 
 
 def length_text(spec: Any) -> str:
@@ -28,19 +26,6 @@ def length_text(spec: Any) -> str:
             return f"{spec['value']:g}"
         return str(spec.get("dist", "?"))
     return "?"
-
-
-def schedule_text(schedule: dict[str, Any]) -> str:
-    kind = schedule.get("kind", "?")
-    arrival = f", {schedule['arrival']} arrivals" if schedule.get("arrival") else ""
-    if kind in RAMP_KINDS:
-        return (
-            f"{kind} {schedule.get('start_rps', 0):g} → {schedule.get('end_rps', 0):g} req/s "
-            f"over {schedule.get('duration_s', 0):g} s{arrival}"
-        )
-    if "rate" in schedule:
-        return f"{kind} {schedule['rate']:g} req/s{arrival}"
-    return f"{kind} schedule{arrival}"
 
 
 def details_text(raw: dict[str, Any]) -> str:

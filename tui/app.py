@@ -23,7 +23,7 @@ from rampwatch.tui.chart_data import format_duration, rate_step
 from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.event_log import EventLog
 from rampwatch.tui.header_bar import HeaderBar
-from rampwatch.tui.help_screen import HelpScreen
+from rampwatch.tui.help_screen import HelpScreen, help_settings
 from rampwatch.tui.kv_chart import KvChart
 from rampwatch.tui.latency_chart import LatencyChart
 from rampwatch.tui.mark_dialog import MarkDialog
@@ -298,7 +298,19 @@ class RampwatchApp(App[int]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.mode))
+            self.push_screen(HelpScreen(self.mode, self._help_settings()))
+
+    def _help_settings(self) -> dict[str, str]:
+        if self.replay is None:
+            return help_settings(self.latest, configured_step=self.rate_step_rps)
+        marks = self._replay_marks(self.replay)
+        knees = [t for t, kind in marks if kind == "knee"]
+        return help_settings(
+            self.latest,
+            speed=self.replay.speed,
+            knee_at=knees[0] if knees else None,
+            mark_count=sum(1 for _, kind in marks if kind == "mark"),
+        )
 
     def run_active(self) -> bool:
         return self.mode == "live" and self.control is not None and self.latest.state in ACTIVE_STATES

@@ -30,6 +30,17 @@ def fake_header(*, metrics: bool = True) -> RunHeader:
         scenario_name="chat",
         planned_duration_s=PLANNED_S,
         metrics_urls=["http://127.0.0.1:8000/metrics"] if metrics else [],
+        scenario={
+            "schedule": {
+                "kind": "linear",
+                "start_rps": 1,
+                "end_rps": 20,
+                "duration_s": PLANNED_S,
+                "arrival": "poisson",
+            },
+            "slo": {"ttft_ms": 2000, "tpot_ms": 100},
+        },
+        options={"stop_grace": 10.0},
     )
 
 
