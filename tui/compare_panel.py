@@ -3,7 +3,7 @@
 The rows are ``record.cli_compare.compare_rows``' (the same figures and verdicts as
 `rampwatch compare`); the app computes them off the UI thread and hands them over once.
 A wide panel shows A, B, the change, the interval of B − A and the verdict; a narrow one
-(the side column) the change and the verdict only.
+(the side column) the change and the verdict only, and the load warning on one line.
 """
 
 from __future__ import annotations
@@ -86,8 +86,11 @@ class ComparePanel(Widget):
     def get_content_height(self, container, viewport, width: int) -> int:
         if self.rows is None:
             return 1
-        warning_lines = 0 if not self.warning else -(-len(self.warning) // max(width, 1))
-        return 2 + len(panel_rows(self.rows)) + warning_lines
+        # the wide panel wraps the warning; the side column's keeps to one line (the toast
+        # and `rampwatch compare` have it whole)
+        full = width >= self.FULL_MIN_WIDTH
+        warning_lines = 0 if not self.warning else (-(-len(self.warning) // max(width - 8, 1)) if full else 1)
+        return 1 + len(panel_rows(self.rows)) + warning_lines  # the heading row, the metrics
 
     def render(self) -> Group | str:
         if self.failure is not None:
@@ -118,6 +121,9 @@ class ComparePanel(Widget):
             table.add_row(*cells)
         parts: list = []
         if self.warning:
-            parts.append(Text(self.warning, style="bold yellow"))
+            warning = Text(self.warning, style="bold yellow")
+            if not full:
+                warning.no_wrap, warning.overflow = True, "ellipsis"
+            parts.append(warning)
         parts.append(table)
         return Group(*parts)
