@@ -9,11 +9,12 @@ objects need gigabytes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from rampwatch.core.timeline import Snapshot
+from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, knee_rps, server_figures
 from rampwatch.record import format as fmt
@@ -165,3 +166,42 @@ def comparison_samples(recording: Recording) -> dict[str, Samples]:
 def _join(parts: list[np.ndarray]) -> np.ndarray:
     parts = [p for p in parts if p.size]
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+# The run's timeline as the HTML report's marks table and `rampwatch report` list it.
+TABLE_MARK_KINDS = ("start", "knee", "hold", "resume", "set_rate", "mark", "stop")
+
+
+def timeline_marks(events: Sequence[Event]) -> list[Event]:
+    """Start, knee, holds, resumes, rate changes, marks and the stop, in time order."""
+    return sorted((e for e in events if e.kind in TABLE_MARK_KINDS), key=lambda e: e.t)
+
+
+def mark_note(event: Event) -> str:
+    """The table's note: a rate change, hold or resume adds the rate before and after."""
+    before, after = event.data.get("before_rps"), event.data.get("after_rps")
+    if event.kind in ("set_rate", "hold", "resume") and _is_number(before) and _is_number(after):
+        return f"{event.message} ({before:.3g} → {after:.3g} req/s)"
+    return event.message
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+MARK_KIND_NAMES = {"set_rate": "rate change"}
+
+
+def format_timeline(events: Sequence[Event]) -> str:
+    """``timeline_marks`` as text lines under a heading (empty when there are none)."""
+    from rampwatch.core.text import server_text
+
+    marks = timeline_marks(events)
+    if not marks:
+        return ""
+    lines = ["{s:{c}^{n}}".format(s=" Timeline ", n=50, c="-")]
+    for e in marks:
+        minutes, seconds = divmod(e.t, 60.0)
+        kind = MARK_KIND_NAMES.get(e.kind, e.kind)
+        lines.append(f"{int(minutes):02d}:{seconds:04.1f}  {kind:<11}  {server_text(mark_note(e))}")
+    return "\n".join(lines)

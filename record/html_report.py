@@ -19,6 +19,7 @@ import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen.summary import Summary
+from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
 
 WIDTH, HEIGHT = 1240, 240
 PAD_L, PAD_R, PAD_T, PAD_B = 70, 170, 30, 34
@@ -31,9 +32,8 @@ BIN_S = 1.0
 # all fit below that (then their maximum).
 ROBUST_PERCENTILE = 98.0
 ROBUST_MARGIN = 1.5
-# Lines on every chart, and the events the marks table lists.
+# Lines on every chart (the marks table lists ``analysis.timeline_marks``).
 CHART_MARK_KINDS = ("knee", "hold", "resume", "mark")
-TABLE_MARK_KINDS = ("start", "knee", "hold", "resume", "set_rate", "mark", "stop")
 MARK_COLOURS = {"knee": "#d62728", "hold": "#17becf", "resume": "#17becf", "mark": "#555555"}
 MARK_LABELS = {"knee": "knee", "hold": "hold", "resume": "resume"}
 
@@ -194,26 +194,6 @@ def svg_chart(
         )
     out.append("</svg>")
     return "\n".join(out)
-
-
-def timeline_marks(events: Sequence[Event]) -> list[Event]:
-    """The events of the marks table, in time order."""
-    return sorted((e for e in events if e.kind in TABLE_MARK_KINDS), key=lambda e: e.t)
-
-
-def mark_note(event: Event) -> str:
-    """The table's note: a rate change, hold or resume adds the rate before and after."""
-    before, after = event.data.get("before_rps"), event.data.get("after_rps")
-    if event.kind in ("set_rate", "hold", "resume") and _is_number(before) and _is_number(after):
-        return f"{event.message} ({before:.3g} → {after:.3g} req/s)"
-    return event.message
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-MARK_KIND_NAMES = {"set_rate": "rate change"}
 
 
 def _cell(v: Any) -> str:

@@ -46,6 +46,33 @@ def test_report_prints_the_summary():
     assert out.returncode == 0, out.stderr
     assert "Successful requests:" in out.stdout
     assert "fixture-ramp" in out.stdout
+    timeline = out.stdout.split(" Timeline ", 1)[1].splitlines()[1:]
+    assert timeline == [
+        "00:00.0  start        run started",
+        "00:30.0  mark         steady before the knee",
+        "00:48.0  knee         knee at 16.2 rps",
+        "01:06.0  stop         run finished",
+    ]
+
+
+def test_timeline_lists_holds_and_rate_changes_on_one_line_each():
+    from rampwatch.core.timeline import Event
+    from rampwatch.record.analysis import format_timeline
+
+    text = format_timeline(
+        [
+            Event(65.0, "set_rate", "hold at 9 req/s", {"before_rps": 7.25, "after_rps": 9.0}),
+            Event(33.0, "scrape_error", "timeout"),
+            Event(40.0, "hold", "hold at 7.25 req/s", {"before_rps": 7.25, "after_rps": 7.25}),
+            Event(70.0, "mark", "two\nlines\x1b[31m"),
+        ]
+    )
+    assert text.splitlines()[1:] == [
+        "00:40.0  hold         hold at 7.25 req/s (7.25 → 7.25 req/s)",
+        "01:05.0  rate change  hold at 9 req/s (7.25 → 9 req/s)",
+        "01:10.0  mark         two\\x0alines\\x1b[31m",  # control characters escaped: one line
+    ]
+    assert format_timeline([Event(1.0, "info", "x")]) == ""
 
 
 @pytest.mark.parametrize("command", ["report", "export", "compare"])
