@@ -109,14 +109,23 @@ def final_snapshot(recording: Recording) -> Snapshot:
     return builder.snapshot(now=recording.duration_s)
 
 
-def comparison_samples(recording: Recording) -> dict[str, Samples]:
+# A comparison keeps the ITLs of at most about this many requests (a random, seeded share
+# of them, whole): an hour at 100 rps holds ~90 M chunk gaps, far more than memory wants
+# and than the bootstrap uses (``significance.MAX_VALUES``).
+MAX_ITL_REQUESTS = 5_000
+
+
+def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples]:
     """A recording's values that ``rampwatch compare`` resamples (``record.significance``).
 
     Per request: ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (successful requests, as the summary
     takes them) and ``error_pct`` (100 for a failed request, 0 otherwise); ``itl_ms``, every
     chunk gap grouped by its request. Per second of the run's window (first send to last
     completion): ``completed_per_s``, ``output_tokens_per_s`` and ``total_tokens_per_s``
-    (completion and prompt tokens of the requests that completed in the second)."""
+    (completion and prompt tokens of the requests that completed in the second). The ITLs
+    are those of about ``MAX_ITL_REQUESTS`` requests at most, picked at random (``seed``)."""
+    rng = np.random.default_rng(seed)
+    keep_itls = min(1.0, MAX_ITL_REQUESTS / max(recording.request_count, 1))
     ttft, tpot, e2el, errors, itl, itl_owner = [], [], [], [], [], []
     sent, ends, outputs, totals = [], [], [], []
     first_id = 0
@@ -131,10 +140,12 @@ def comparison_samples(recording: Recording) -> dict[str, Samples]:
         e2el.append((c.end_at - c.sent_at)[ok] * 1000)
         many = use & (c.completion_tokens > 1)
         tpot.append(((c.end_at - c.first_token_at) / np.maximum(c.completion_tokens - 1, 1))[many] * 1000)
-        gaps = _block_itls(c, ok)
-        owners = np.repeat(np.arange(c.n) + first_id, c.n_chunks.astype(np.int64) * (use & (c.n_chunks > 0)))
-        itl.append(gaps * 1000)
-        itl_owner.append(owners)
+        gaps = _block_itls(c, ok)  # the gaps of the requests in `use`, request after request
+        with_gaps = use & (c.n_chunks > 0)
+        owners = np.repeat(np.arange(c.n), c.n_chunks.astype(np.int64) * with_gaps)
+        chosen = rng.random(c.n) < keep_itls
+        itl.append(gaps[chosen[owners]] * 1000)
+        itl_owner.append(owners[chosen[owners]] + first_id)
         ends.append(c.end_at[ok])
         out = stats.output_lens(c.completion_tokens[ok].astype(np.int64))
         outputs.append(out)

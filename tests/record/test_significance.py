@@ -119,3 +119,44 @@ def test_thinning_keeps_whole_groups_and_bounds_the_work():
 )
 def test_verdict_only_outside_noise(low, high, higher_is_better, verdict):
     assert Delta(1.0, 2.0, 1.0, low, high).verdict(higher_is_better) == verdict
+
+
+def test_a_recordings_samples_give_its_summary_figures():
+    """The samples a comparison resamples are the summary's own values (one definition)."""
+    from pathlib import Path
+
+    from rampwatch.record.analysis import comparison_samples, summarise
+    from rampwatch.record.reader import open_recording
+
+    with open_recording(Path(__file__).resolve().parents[1] / "data" / "small.rwrec") as rec:
+        samples, summary = comparison_samples(rec), summarise(rec).to_dict()
+    for key, (name, statistic) in {
+        "mean_ttft_ms": ("ttft_ms", "mean"),
+        "mean_tpot_ms": ("tpot_ms", "mean"),
+        "mean_itl_ms": ("itl_ms", "mean"),
+        "mean_e2el_ms": ("e2el_ms", "mean"),
+    }.items():
+        assert statistic_of(samples[name], statistic) == pytest.approx(summary[key], rel=1e-9), key
+    for key, (name, statistic) in {"p99_ttft_ms": ("ttft_ms", "p99"), "median_itl_ms": ("itl_ms", "p50")}.items():
+        assert statistic_of(samples[name], statistic) == pytest.approx(summary[key], rel=0.01), key
+    failed = summary["failed"] / (summary["failed"] + summary["completed"]) * 100
+    assert statistic_of(samples["error_pct"], "mean") == pytest.approx(failed)
+    assert statistic_of(samples["completed_per_s"], "mean") == pytest.approx(summary["request_throughput"], rel=0.02)
+    assert sum(samples["completed_per_s"].values) == summary["completed"]
+
+
+def test_a_long_recordings_itls_are_those_of_a_share_of_its_requests_whole(monkeypatch):
+    from pathlib import Path
+
+    import rampwatch.record.analysis as analysis
+    from rampwatch.record.reader import open_recording
+
+    with open_recording(Path(__file__).resolve().parents[1] / "data" / "small.rwrec") as rec:
+        chunks = {r.id: len(r.chunk_times) for r in rec.requests if r.ok and r.chunk_times}
+        everything = analysis.comparison_samples(rec)["itl_ms"]
+        monkeypatch.setattr(analysis, "MAX_ITL_REQUESTS", 100)
+        share = analysis.comparison_samples(rec)["itl_ms"]
+    assert everything.n_groups == len(chunks) and len(everything) == sum(chunks.values())
+    assert 50 <= share.n_groups <= 150  # ~100 of the 653 requests
+    sizes = np.bincount(share.groups)
+    assert set(sizes.tolist()) <= set(chunks.values())  # every kept request with all its gaps
