@@ -194,9 +194,15 @@ class RampwatchApp(App[int]):
         try:
             rows, warning = self.comparison()
         except Exception as exc:  # a damaged recording: the replay goes on without the panel's figures
-            self.call_from_thread(self._show_comparison_failure, f"cannot compare the runs: {exc}")
+            self._from_worker(self._show_comparison_failure, f"cannot compare the runs: {exc}")
             return
-        self.call_from_thread(self._show_comparison, rows, warning)
+        self._from_worker(self._show_comparison, rows, warning)
+
+    def _from_worker(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self.call_from_thread(callback, *args)
+        except RuntimeError:  # the user quit before the comparison was done: nobody to show it to
+            pass
 
     def _show_comparison(self, rows: Sequence[Mapping[str, Any]], warning: str | None) -> None:
         for panel in self.main_screen.query(ComparePanel):
