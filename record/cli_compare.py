@@ -4,7 +4,7 @@ metric and, where it can be told from noise, which run is better.
 A metric with samples (``record.analysis.comparison_samples``: per request for the
 latencies and the error rate, per second for the throughputs) gets a bootstrap interval
 for B − A (``record.significance``); B is "better" or "worse" only when that interval
-excludes 0, else "within noise". Counts, peaks, the knee and costs have no samples to
+excludes 0 (and the change is at least 1%: else "negligible"), else "within noise". Counts, peaks, the knee and costs have no samples to
 resample: their change is shown without a verdict. When the two runs ran different loads
 (schedule, workload, endpoint, concurrency cap), one warning line says so first.
 """
@@ -72,7 +72,7 @@ def compare_rows(
 ) -> list[dict[str, Any]]:
     """One row per metric present in either summary (``Summary.to_dict()``): the values,
     % change B vs A, and, with both runs' samples, the interval of B − A and the verdict
-    ("better"/"worse" for B, "within noise", "too few samples"; "-" untested).
+    ("better"/"worse" for B, "within noise", "negligible", "too few samples"; "-" untested).
     ``better`` names the better run ("A"/"B") only when the verdict is outside noise."""
     a, b = _with_error_rate(a), _with_error_rate(b)
     rows = []
@@ -178,8 +178,9 @@ def format_comparison(
         )
     lines.append("")
     lines.append(
-        f"B better/worse only where the {confidence:.0%} bootstrap interval of B − A excludes 0 "
-        "(per-request samples for latencies and errors, per-second bins for throughputs); - = not tested."
+        f"B better/worse only where the {confidence:.0%} bootstrap interval of B − A excludes 0 and the change "
+        "is at least 1% (else negligible); per-request samples for latencies and errors, per-second bins for "
+        "throughputs; - = not tested."
     )
     return "\n".join(lines)
 

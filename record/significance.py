@@ -26,6 +26,11 @@ DEFAULT_CONFIDENCE = 0.95
 MAX_VALUES = 50_000
 # Fewer groups than this in either run: no interval (too few to say anything about noise).
 MIN_GROUPS = 5
+# A difference outside noise but smaller than this share of A's figure is "negligible":
+# with tens of thousands of requests a 0.01 ms change is outside noise and means nothing.
+NEGLIGIBLE_FRACTION = 0.01
+# Resamples are computed in batches of at most this many weights (memory: 8 bytes each).
+BATCH_CELLS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -65,23 +70,34 @@ class Samples:
         return Samples.of(self.values[keep], self.groups[keep])
 
 
-def weighted_statistic(values: np.ndarray, weights: np.ndarray, statistic: str) -> float:
+def weighted_statistics(values: np.ndarray, weights: np.ndarray, statistic: str) -> np.ndarray:
     """``statistic`` ("mean", or a percentile "p50", "p99", "p99.9"…) of sorted ``values``
-    where value i counts ``weights[i]`` times. A percentile is the smallest value with at
-    least that share of the weight at or below it."""
-    total = float(weights.sum())
-    if total <= 0:
-        return math.nan
+    once per row of ``weights`` (rows × values), value i counting ``weights[row, i]``
+    times. A percentile is the smallest value with at least that share of the row's
+    weight at or below it. A row without weight gives NaN."""
+    weights = np.asarray(weights)
+    totals = weights.sum(axis=1).astype(np.float64)
+    empty = totals <= 0
     if statistic == "mean":
-        return float(np.dot(values, weights) / total)
-    if not statistic.startswith("p"):
-        raise ValueError(f"unknown statistic {statistic!r}: 'mean' or 'p<N>'")
-    q = float(statistic[1:]) / 100.0
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"percentile {statistic!r} outside 0…100")
-    cumulative = np.cumsum(weights)
-    index = int(np.searchsorted(cumulative, q * total - 1e-9 * total, side="left"))
-    return float(values[min(index, values.size - 1)])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = (weights.astype(np.float64) @ values) / totals  # a float matrix: BLAS does it
+    else:
+        if not statistic.startswith("p"):
+            raise ValueError(f"unknown statistic {statistic!r}: 'mean' or 'p<N>'")
+        q = float(statistic[1:]) / 100.0
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"percentile {statistic!r} outside 0…100")
+        if values.size == 0:
+            return np.full(len(totals), math.nan)
+        cumulative = np.cumsum(weights, axis=1)
+        below = (cumulative < (q * totals * (1 - 1e-12))[:, None]).sum(axis=1)
+        out = values[np.minimum(below, values.size - 1)]
+    return np.where(empty, math.nan, out)
+
+
+def weighted_statistic(values: np.ndarray, weights: np.ndarray, statistic: str) -> float:
+    """``weighted_statistics`` for one set of weights."""
+    return float(weighted_statistics(values, np.asarray(weights)[None, :], statistic)[0])
 
 
 def statistic_of(samples: Samples, statistic: str) -> float:
@@ -92,12 +108,17 @@ def statistic_of(samples: Samples, statistic: str) -> float:
 
 
 def _resampled(samples: Samples, statistic: str, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    out = np.empty(resamples)
-    for i in range(resamples):
-        counts = np.bincount(rng.integers(0, samples.n_groups, samples.n_groups), minlength=samples.n_groups)
-        weights = counts if samples.groups is None else counts[samples.groups]
-        out[i] = weighted_statistic(samples.values, weights, statistic)
-    return out
+    """The statistic of ``resamples`` resamples of the groups, in batches."""
+    groups = samples.n_groups
+    batch = max(1, min(resamples, BATCH_CELLS // max(samples.values.size, groups, 1)))
+    out = []
+    for start in range(0, resamples, batch):
+        rows = min(batch, resamples - start)
+        draws = rng.integers(0, groups, (rows, groups)) + (np.arange(rows) * groups)[:, None]
+        counts = np.bincount(draws.ravel(), minlength=rows * groups).reshape(rows, groups)
+        weights = counts if samples.groups is None else counts[:, samples.groups]
+        out.append(weighted_statistics(samples.values, weights, statistic))
+    return np.concatenate(out)
 
 
 @dataclass(frozen=True)
@@ -117,15 +138,18 @@ class Delta:
         return math.isfinite(self.low) and math.isfinite(self.high)
 
     def verdict(self, higher_is_better: bool) -> str:
-        """ "better" / "worse" (B against A) only when the interval excludes 0; otherwise
-        "within noise", or "too few samples" when there is no interval."""
+        """B against A: "better" / "worse" only when the interval excludes 0 and the change
+        is at least ``NEGLIGIBLE_FRACTION`` of A's figure ("negligible" when it is smaller);
+        otherwise "within noise", or "too few samples" when there is no interval."""
         if not self.has_interval:
             return "too few samples"
+        if self.low <= 0 <= self.high:
+            return "within noise"
+        if abs(self.delta) < NEGLIGIBLE_FRACTION * abs(self.a):
+            return "negligible"
         if self.low > 0:
             return "better" if higher_is_better else "worse"
-        if self.high < 0:
-            return "worse" if higher_is_better else "better"
-        return "within noise"
+        return "worse" if higher_is_better else "better"
 
 
 def bootstrap_delta(

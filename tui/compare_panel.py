@@ -31,7 +31,13 @@ PANEL_ROWS = (
     ("p99_e2el_ms", "E2E p99 ms"),
 )
 VERDICT_STYLE = {"better": "bold green", "worse": "bold red"}
-VERDICT_SHORT = {"better": "B better", "worse": "B worse", "within noise": "noise", "too few samples": "few data"}
+VERDICT_SHORT = {
+    "better": "B better",
+    "worse": "B worse",
+    "within noise": "noise",
+    "negligible": "< 1%",
+    "too few samples": "few data",
+}
 
 
 def panel_rows(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:

@@ -160,3 +160,29 @@ def test_a_long_recordings_itls_are_those_of_a_share_of_its_requests_whole(monke
     assert 50 <= share.n_groups <= 150  # ~100 of the 653 requests
     sizes = np.bincount(share.groups)
     assert set(sizes.tolist()) <= set(chunks.values())  # every kept request with all its gaps
+
+
+def test_a_change_outside_noise_but_under_one_percent_is_negligible():
+    # 0.5% of A's figure, with an interval well clear of 0
+    assert Delta(100.0, 100.5, 0.5, 0.3, 0.7).verdict(higher_is_better=False) == "negligible"
+    assert Delta(100.0, 101.5, 1.5, 1.3, 1.7).verdict(higher_is_better=False) == "worse"
+    assert Delta(100.0, 100.5, 0.5, -0.1, 1.1).verdict(higher_is_better=False) == "within noise"
+
+
+def test_batched_statistics_equal_one_set_of_weights_at_a_time():
+    from rampwatch.record.significance import weighted_statistics
+
+    rng = np.random.default_rng(7)
+    values = np.sort(rng.normal(50, 10, 300))
+    weights = rng.integers(0, 4, (25, 300))
+    weights[3] = 0  # a row without weight
+    for statistic in ("mean", "p50", "p90", "p99", "p100"):
+        batch = weighted_statistics(values, weights, statistic)
+        one_by_one = [weighted_statistic(values, w, statistic) for w in weights]
+        assert np.allclose(batch, one_by_one, equal_nan=True), statistic
+        assert math.isnan(batch[3])
+    # integer weights: the same as repeating each value that many times
+    repeated = np.repeat(values, weights[0])
+    assert weighted_statistic(values, weights[0], "mean") == pytest.approx(repeated.mean())
+    assert weighted_statistic(values, weights[0], "p50") == np.percentile(repeated, 50, method="inverted_cdf")
+    assert weighted_statistic(values, weights[0], "p99") == np.percentile(repeated, 99, method="inverted_cdf")
