@@ -33,3 +33,6 @@ async def compared_and_settled(pilot) -> None:
     else:
         raise AssertionError("the comparison never arrived")
     await charts_settled(pilot)
+    # the panel's growth resizes the events panel below it, which then scrolls to its end
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
