@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rampwatch.core.errors import UserError
 
@@ -38,6 +39,28 @@ def _open(path: str) -> ReplayTimeline:
     return ReplayTimeline(open_recording(path))
 
 
+def comparison_of(path_a: str, path_b: str) -> Callable[[], tuple[list[dict[str, Any]], str | None]]:
+    """What the compare panel shows: `rampwatch compare A B`'s rows and load warning.
+    Called in the app's worker thread, on readers of its own (the replay's stay its own)."""
+
+    def compare() -> tuple[list[dict[str, Any]], str | None]:
+        from rampwatch.record.analysis import comparison_samples, summarise
+        from rampwatch.record.cli_compare import compare_rows, load_warning
+        from rampwatch.record.reader import open_recording
+
+        recordings = [open_recording(path_a), open_recording(path_b)]
+        try:
+            summaries = [summarise(rec).to_dict() for rec in recordings]
+            samples = [comparison_samples(rec) for rec in recordings]
+            scenarios = [rec.header.scenario if rec.header is not None else None for rec in recordings]
+        finally:
+            for rec in recordings:
+                rec.close()
+        return compare_rows(summaries[0], summaries[1], samples[0], samples[1]), load_warning(*scenarios)
+
+    return compare
+
+
 class FinalSnapshot:
     """A whole recording as one still snapshot (the comparison run is drawn complete)."""
 
@@ -65,7 +88,12 @@ def main(args: argparse.Namespace) -> int:
     if not sys.stdout.isatty():
         raise UserError("replay needs a terminal (use `rampwatch report` or `rampwatch export` for text)")
     app = make_replay_app(
-        timeline, compare=compare, recording=args.recording, compare_label=args.compare, mouse=not args.no_mouse
+        timeline,
+        compare=compare,
+        recording=args.recording,
+        compare_label=args.compare,
+        comparison=comparison_of(args.recording, args.compare) if args.compare else None,
+        mouse=not args.no_mouse,
     )
     app.run(mouse=not args.no_mouse)
     from rampwatch.record.reader import print_warnings

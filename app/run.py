@@ -91,6 +91,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="write a vllm-bench-style result JSON here (default: beside the recording)",
     )
     parser.add_argument(
+        "--save-detailed",
+        action="store_true",
+        help="add the per-request lists (input_lens, output_lens, start_times, ttfts, itls, generated_texts, "
+        "errors) to the result JSON, as `vllm bench serve --save-detailed` does",
+    )
+    parser.add_argument(
+        "--save-generated-texts",
+        action="store_true",
+        help="keep each answer's text for the result JSON's generated_texts (implies --save-detailed; "
+        "costs memory for every answer until the run ends)",
+    )
+    parser.add_argument(
         "--max-error-rate",
         type=fraction,
         default=0.05,

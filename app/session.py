@@ -185,6 +185,7 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
             tokenizer=tokenizer,
             cli_options=cli_options,
             gpu_price_per_hour=args.gpu_price_per_hour,
+            save_generated_texts=args.save_generated_texts,
         )
         recorder = None
         if recording_path is not None:
@@ -224,7 +225,14 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         try:
             prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
             prepared.result_json_path.write_bytes(
-                dumps_bench_result(to_bench_result(summary, result.header, result.requests))
+                dumps_bench_result(
+                    to_bench_result(
+                        summary,
+                        result.header,
+                        result.requests,
+                        detailed=args.save_detailed or args.save_generated_texts,
+                    )
+                )
             )
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands

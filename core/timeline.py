@@ -47,6 +47,9 @@ class RequestRecord:
     error_class: str | None = None  # None on success, else e.g. "http_500", "timeout", "cancelled"
     error: str | None = None
     scenario_tag: str | None = None  # which scenario stream produced it (e.g. "doc-3")
+    # The answer's text, kept only when the run was asked to (`--save-generated-texts`);
+    # not recorded in recordings.
+    generated_text: str | None = None
 
     @property
     def ok(self) -> bool:

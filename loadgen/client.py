@@ -143,6 +143,7 @@ class StreamingClient:
         clock: Callable[[], float] = time.monotonic,
         fallback_tokenizer: Any = None,
         connect_timeout_s: float = 10.0,
+        keep_generated_text: bool = False,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
@@ -151,6 +152,10 @@ class StreamingClient:
         self.connect_timeout_s = connect_timeout_s
         self.clock = clock
         self.fallback_tokenizer = fallback_tokenizer
+        # Each record then carries its answer's text (vLLM's `generated_texts`). The stream
+        # keeps its raw token events for it; the text is decoded once, when the request ends.
+        self.keep_generated_text = keep_generated_text
+        self._keep_text = fallback_tokenizer is not None or keep_generated_text
         self._api_key = api_key or None
         self._headers = {"Content-Type": "application/json"}
         if self._api_key:
@@ -258,7 +263,7 @@ class StreamingClient:
             self._headers,
             _body_bytes(self.build_body(req)),
         )
-        state = _StreamState(keep_text=self.fallback_tokenizer is not None)
+        state = _StreamState(keep_text=self._keep_text)
         conn: http_stream.HttpConnection | None = None
         exchange: _StreamExchange | None = None
         try:
@@ -331,7 +336,7 @@ class StreamingClient:
     async def _send_aiohttp(self, req: PreparedRequest, rec: RequestRecord) -> RequestRecord:
         session = self._open_session()
         clock = self.clock
-        state = _StreamState(keep_text=self.fallback_tokenizer is not None)
+        state = _StreamState(keep_text=self._keep_text)
         try:
             async with session.post(
                 self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
@@ -389,6 +394,10 @@ class StreamingClient:
         rec.error = self._scrub(message)
 
     def _finish(self, rec: RequestRecord, state: _StreamState) -> None:
+        self._settle(rec, state)
+        self._keep_generated(rec, state)
+
+    def _settle(self, rec: RequestRecord, state: _StreamState) -> None:
         now = self.clock()
         state.settle_fast_reads(rec)
         if state.error_message is not None:
@@ -417,7 +426,19 @@ class StreamingClient:
         else:
             rec.tokens_from_usage = False
             if self.fallback_tokenizer is not None and state.raw_chunks:
-                rec.completion_tokens = count_tokens(self.fallback_tokenizer, state.text())
+                rec.completion_tokens = count_tokens(self.fallback_tokenizer, self._text(rec, state))
+
+    def _text(self, rec: RequestRecord, state: _StreamState) -> str:
+        """The answer's text, decoded once per request."""
+        if rec.generated_text is None:
+            rec.generated_text = state.text()
+        return rec.generated_text
+
+    def _keep_generated(self, rec: RequestRecord, state: _StreamState) -> None:
+        if self.keep_generated_text:
+            self._text(rec, state)
+        else:  # decoded for the token count only: not kept
+            rec.generated_text = None
 
 
 def token_count(usage: dict[str, Any], key: str) -> int | None:

@@ -59,6 +59,7 @@ class RunOptions:
     cli_options: dict[str, Any] = field(default_factory=dict)  # for the header; secrets removed here
     tick_interval_s: float = 1.0
     gpu_price_per_hour: float | None = None
+    save_generated_texts: bool = False  # each record keeps its answer's text (the result JSON's generated_texts)
 
 
 @dataclass
@@ -282,6 +283,7 @@ class Run:
             request_timeout_s=opts.request_timeout_s,
             clock=self.now,
             fallback_tokenizer=opts.tokenizer,
+            keep_generated_text=opts.save_generated_texts,
         )
         await client.start()
         try:

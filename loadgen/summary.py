@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -628,6 +628,9 @@ def _bench_request_rate(schedule: dict[str, Any]) -> float | str:
     return "inf"
 
 
+# The per-request lists `vllm bench serve` writes only with --save-detailed (its list,
+# vllm/benchmarks/serve.py); `latencies` and `queue_times` it always writes.
+DETAILED_KEYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors")
 # The result JSON's per-request lists, in its key order.
 PER_REQUEST_KEYS = (
     "input_lens",
@@ -661,12 +664,16 @@ def dumps_bench_result(result: dict[str, Any]) -> bytes:
     return b"{" + b", ".join(parts) + b"}"
 
 
-def to_bench_result(figures: Summary, header: RunHeader | None, records: Sequence[RequestRecord]) -> dict[str, Any]:
+def to_bench_result(
+    figures: Summary, header: RunHeader | None, records: Sequence[RequestRecord], *, detailed: bool = False
+) -> dict[str, Any]:
     """A result JSON with ``vllm bench serve --save-result``'s fields and units.
 
     Per-request lists cover every request in ``records`` order (failed ones with
     0 / empty values, as vLLM fills them); times are seconds in the lists and ms in the
-    aggregate fields. ``generated_texts`` are empty strings (texts are not kept).
+    aggregate fields. As vLLM, the lists of ``DETAILED_KEYS`` are written only when
+    ``detailed`` (``--save-detailed``); ``generated_texts`` holds each record's
+    ``generated_text``, an empty string where it was not kept.
     rampwatch's own figures go under ``rampwatch_*`` keys.
     """
     summary = figures.to_dict()
@@ -708,15 +715,20 @@ def to_bench_result(figures: Summary, header: RunHeader | None, records: Sequenc
         result["ramp_up_strategy"] = schedule["kind"].removeprefix("vllm-")
         result["ramp_up_start_rps"] = schedule.get("start_rps")
         result["ramp_up_end_rps"] = schedule.get("end_rps")
-    result["input_lens"] = [r.prompt_tokens for r in records]
-    result["output_lens"] = [stats.output_len(r) if r.ok else 0 for r in records]
-    result["ttfts"] = [(r.ttft or 0.0) if r.ok else 0.0 for r in records]
-    result["itls"] = [stats.itl_array(r).tolist() if r.ok else [] for r in records]
-    result["latencies"] = [r.e2e if r.ok else 0.0 for r in records]
-    result["start_times"] = [r.sent_at for r in records]
-    result["queue_times"] = [r.client_queue_s for r in records]
-    result["generated_texts"] = ["" for _ in records]
-    result["errors"] = ["" if r.ok else f"{r.error_class}: {r.error or ''}" for r in records]
+    lists: dict[str, Callable[[], list[Any]]] = {
+        "input_lens": lambda: [r.prompt_tokens for r in records],
+        "output_lens": lambda: [stats.output_len(r) if r.ok else 0 for r in records],
+        "ttfts": lambda: [(r.ttft or 0.0) if r.ok else 0.0 for r in records],
+        "itls": lambda: [stats.itl_array(r).tolist() if r.ok else [] for r in records],
+        "latencies": lambda: [r.e2e if r.ok else 0.0 for r in records],
+        "start_times": lambda: [r.sent_at for r in records],
+        "queue_times": lambda: [r.client_queue_s for r in records],
+        "generated_texts": lambda: [r.generated_text or "" for r in records],
+        "errors": lambda: ["" if r.ok else f"{r.error_class}: {r.error or ''}" for r in records],
+    }
+    for key in PER_REQUEST_KEYS:  # the detailed lists are not even built without `detailed`
+        if detailed or key not in DETAILED_KEYS:
+            result[key] = lists[key]()
     for key, value in summary.items():
         parts = key.split("_")
         if len(parts) == 3 and parts[1] in METRICS and parts[2] == "ms":

@@ -1,4 +1,5 @@
-"""`rampwatch report REC`: the headless summary of a recording."""
+"""`rampwatch report REC`: the headless summary of a recording, then its timeline (start,
+knee, holds, resumes, rate changes, marks, stop) as the HTML report's marks table has it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def main(args: argparse.Namespace) -> int:
     import json
 
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import summarise
+    from rampwatch.record.analysis import format_timeline, summarise
     from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
@@ -27,4 +28,7 @@ def main(args: argparse.Namespace) -> int:
             f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), {recording.duration_s:.1f} s recorded"
         )
         print(format_summary(summary))
+        timeline = format_timeline(recording.events)
+        if timeline:
+            print(timeline)
     return print_warnings(recording, "report")

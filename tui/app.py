@@ -9,9 +9,9 @@ stale work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -22,9 +22,10 @@ from textual.widgets import Footer, TabbedContent, TabPane
 
 from rampwatch.core.timeline import Event, ReplayControl, RunControl, Snapshot, SnapshotSource
 from rampwatch.tui.chart_data import format_duration, rate_step
+from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.event_log import EventLog
 from rampwatch.tui.header_bar import HeaderBar
-from rampwatch.tui.help_screen import HelpScreen
+from rampwatch.tui.help_screen import HelpScreen, help_settings
 from rampwatch.tui.kv_chart import KvChart
 from rampwatch.tui.latency_chart import LatencyChart
 from rampwatch.tui.mark_dialog import MarkDialog
@@ -37,6 +38,9 @@ from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.throughput_chart import ThroughputChart
 
 Mode = Literal["live", "replay"]
+# Compare mode's B-vs-A rows (``record.cli_compare.compare_rows``) and the one-line load
+# warning (or None); computed off the UI thread, since it reads both recordings whole.
+Comparison = tuple[Sequence[Mapping[str, Any]], str | None]
 MAX_REFRESH_HZ = 4.0
 # Below this the panels go into tabs; above it every chart is on screen at once.
 WIDE_MIN = Size(120, 36)
@@ -160,21 +164,21 @@ class RampwatchApp(App[int]):
         Binding("m", "mark", "mark"),
         Binding("s", "stop_run", "stop"),
         Binding("x", "end_drain", "cancel"),
-        # replay
-        Binding("space", "play_pause", "play/pause"),
-        Binding("left_square_bracket,less_than_sign", "speed_down", "slower", key_display="["),
-        Binding("right_square_bracket,greater_than_sign", "speed_up", "faster", key_display="]"),
-        Binding("left", "seek(-10)", "-10s", priority=True, key_display="←"),
-        Binding("right", "seek(10)", "+10s", priority=True, key_display="→"),
+        # replay: the footer shows each pair of keys once (the second of a pair is hidden)
+        Binding("space", "play_pause", "play/pause", priority=True),
+        Binding("left_square_bracket,less_than_sign", "speed_down", "speed", key_display="[ ]", priority=True),
+        Binding("right_square_bracket,greater_than_sign", "speed_up", "faster", show=False, priority=True),
+        Binding("left", "seek(-10)", "±10s", priority=True, key_display="← →"),
+        Binding("right", "seek(10)", "+10s", show=False, priority=True),
         Binding("shift+left,pageup", "seek(-60)", "-1m", show=False, priority=True),
         Binding("shift+right,pagedown", "seek(60)", "+1m", show=False, priority=True),
         Binding("home", "jump_start", "start", show=False, priority=True),
         Binding("end", "jump_end", "end", show=False, priority=True),
-        Binding("k", "jump_knee", "knee"),
-        Binding("n", "next_mark", "next mark", show=False),
-        Binding("p", "previous_mark", "prev mark", show=False),
+        Binding("k", "jump_knee", "knee", priority=True),
+        Binding("n", "next_mark", "marks", key_display="n p", priority=True),
+        Binding("p", "previous_mark", "prev mark", show=False, priority=True),
         # tabs on narrow terminals
-        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 8)],
+        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 9)],
     ]
 
     def __init__(
@@ -190,6 +194,7 @@ class RampwatchApp(App[int]):
         compare_label: str | None = None,
         rate_step_rps: float | None = None,
         mouse: bool = True,
+        comparison: Callable[[], Comparison] | None = None,
     ) -> None:
         """A replay when ``replay`` is given (then it is also the ``source``), else a live
         run, steered through ``control`` when there is one. ``run_failed()`` true: the run
@@ -207,6 +212,7 @@ class RampwatchApp(App[int]):
         self.recording = recording
         self.compare_label = compare_label
         self.rate_step_rps = rate_step_rps
+        self.comparison = comparison
         self.latest: Snapshot = Snapshot.empty("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
@@ -231,6 +237,8 @@ class RampwatchApp(App[int]):
                         yield chart(id=f"w-{key}", classes="chart")
                 with Vertical(id="side"):
                     yield StatsPanel(id="w-stats", classes="panel")
+                    if self.comparison is not None:
+                        yield ComparePanel(id="w-compare", classes="panel")
                     yield EventLog(id="w-events", classes="panel")
             with TabbedContent(id="narrow"):
                 for index, (key, title, chart) in enumerate(CHARTS, start=1):
@@ -240,6 +248,9 @@ class RampwatchApp(App[int]):
                     yield StatsPanel(id="n-stats", classes="panel")
                 with TabPane(f"{len(CHARTS) + 2} Events", id="tab-events"):
                     yield EventLog(id="n-events", classes="panel")
+                if self.comparison is not None:
+                    with TabPane(f"{len(CHARTS) + 3} B vs A", id="tab-compare"):
+                        yield ComparePanel(id="n-compare", classes="panel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -250,6 +261,33 @@ class RampwatchApp(App[int]):
             self.compare_snapshot = self.compare_source.snapshot()
         self.poll_source()
         self.set_interval(1.0 / self.refresh_hz, self.poll_source, name="poll-snapshot")
+        if self.comparison is not None:
+            self.run_worker(self._compare_runs, thread=True, name="compare-runs", exit_on_error=False)
+
+    def _compare_runs(self) -> None:
+        assert self.comparison is not None
+        try:
+            rows, warning = self.comparison()
+        except Exception as exc:  # a damaged recording: the replay goes on without the panel's figures
+            self._from_worker(self._show_comparison_failure, f"cannot compare the runs: {exc}")
+            return
+        self._from_worker(self._show_comparison, rows, warning)
+
+    def _from_worker(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self.call_from_thread(callback, *args)
+        except RuntimeError:  # the user quit before the comparison was done: nobody to show it to
+            pass
+
+    def _show_comparison(self, rows: Sequence[Mapping[str, Any]], warning: str | None) -> None:
+        for panel in self.main_screen.query(ComparePanel):
+            panel.set_comparison(rows, warning)
+        if warning:
+            self.notify(warning, severity="warning", timeout=10)
+
+    def _show_comparison_failure(self, message: str) -> None:
+        for panel in self.main_screen.query(ComparePanel):
+            panel.set_failure(message)
 
     def on_resize(self, event) -> None:
         if self.main_screen is not None:
@@ -404,7 +442,19 @@ class RampwatchApp(App[int]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.mode))
+            self.push_screen(HelpScreen(self.mode, self._help_settings()))
+
+    def _help_settings(self) -> dict[str, str]:
+        if self.replay is None:
+            return help_settings(self.latest, configured_step=self.rate_step_rps)
+        marks = self._replay_marks(self.replay)
+        knees = [t for t, kind in marks if kind == "knee"]
+        return help_settings(
+            self.latest,
+            speed=self.replay.speed,
+            knee_at=knees[0] if knees else None,
+            mark_count=sum(1 for _, kind in marks if kind == "mark"),
+        )
 
     def run_active(self) -> bool:
         return self.mode == "live" and self.control is not None and self.latest.state in ACTIVE_STATES
@@ -607,8 +657,10 @@ def make_replay_app(
     recording: str | None = None,
     compare_label: str | None = None,
     mouse: bool = True,
+    comparison: Callable[[], Comparison] | None = None,
 ) -> RampwatchApp:
-    """The app for a replay; ``compare`` is drawn dimmed on the same charts."""
+    """The app for a replay; ``compare`` is drawn dimmed on the same charts, and
+    ``comparison()`` (called once, in a worker thread) gives the B-vs-A panel's rows."""
     return RampwatchApp(
         replay,
         replay=replay,
@@ -617,4 +669,5 @@ def make_replay_app(
         recording=recording,
         compare_label=compare_label,
         mouse=mouse,
+        comparison=comparison,
     )

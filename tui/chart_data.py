@@ -173,6 +173,26 @@ def format_number(value: Any) -> str:
     return str(value)
 
 
+# Schedule kinds that ramp from a start rate to an end rate over a duration.
+RAMP_KINDS = ("linear", "exponential")
+
+
+def schedule_text(schedule: dict[str, Any]) -> str:
+    """A scenario's schedule in one line, e.g. ``linear 1 → 20 req/s over 120 s, poisson arrivals``."""
+
+    def g(value: Any) -> str:
+        return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+    kind = g(schedule.get("kind", "?"))
+    arrival = f", {g(schedule['arrival'])} arrivals" if schedule.get("arrival") else ""
+    if "start_rps" in schedule and "end_rps" in schedule:
+        over = f" over {g(schedule['duration_s'])} s" if "duration_s" in schedule else ""
+        return f"{kind} {g(schedule['start_rps'])} → {g(schedule['end_rps'])} req/s{over}{arrival}"
+    if "rate" in schedule:
+        return f"{kind} {g(schedule['rate'])} req/s{arrival}"
+    return f"{kind} schedule{arrival}"
+
+
 def rate_step(current_rps: float, configured: float | None = None) -> float:
     """How much `+`/`-` change the rate: the configured step, else ~10 % of the rate rounded
     down to 1, 2 or 5 × 10^n, never below 0.5 rps."""

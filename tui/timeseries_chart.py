@@ -221,9 +221,8 @@ class TimeSeriesChart(PlotextPlot):
             self.border_subtitle = ""
         self._draw_markers(markers(snapshot.events), tops.get(False, tops.get(True, 1.0)), False)
         if compare is not None:
-            self._draw_markers(
-                [m for m in markers(compare.events) if m.kind == "knee"], tops.get(False, tops.get(True, 1.0)), True
-            )
+            # the compared run's knee, holds and marks too, dimmed and labelled (B)
+            self._draw_markers(markers(compare.events), tops.get(False, tops.get(True, 1.0)), True)
 
     def _colour(self, colour: RGB) -> RGB | str:
         return "default" if self.monochrome else colour

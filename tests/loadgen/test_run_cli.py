@@ -99,6 +99,7 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
         "2.5",
         "--result-json",
         str(result_json),
+        "--save-generated-texts",
         "--record",
         str(recording),
         "--progress-interval",
@@ -144,6 +145,8 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
     assert [result["ttfts"][i] for i in order] == pytest.approx([r.ttft for r in records], abs=2e-6)  # seconds
     assert [result["latencies"][i] for i in order] == pytest.approx([r.e2e for r in records], abs=2e-6)
     assert [len(result["itls"][i]) for i in order] == [len(r.chunk_times) for r in records]
+    # --save-generated-texts: every answer's text (the simulator streams one piece per token)
+    assert len(result["generated_texts"]) == len(records) and all(result["generated_texts"])
     ttfts_ms = sorted(1000 * t for t in result["ttfts"])
     assert result["mean_ttft_ms"] == pytest.approx(sum(ttfts_ms) / len(ttfts_ms))
     assert result["median_ttft_ms"] == pytest.approx(float(__import__("numpy").median(ttfts_ms)))
@@ -224,7 +227,7 @@ def test_error_rate_above_the_limit_fails_the_run(tmp_path):
             "--set",
             "workload.output_tokens=8",
         )
-        strict = rampwatch(*args, "--result-json", str(tmp_path / "strict.json"))
+        strict = rampwatch(*args, "--result-json", str(tmp_path / "strict.json"), "--save-detailed")
         lenient = rampwatch(*args, "--max-error-rate", "0.9")
     assert strict.returncode == 1
     assert "exceeds --max-error-rate 5.0%" in strict.stderr
@@ -260,6 +263,7 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
                 "1",
                 "--result-json",
                 str(result_json),
+                "--save-detailed",
                 "--record",
                 str(recording),
                 "--set",

@@ -5,6 +5,7 @@ import pytest
 
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen.summary import (
+    DETAILED_KEYS,
     SummaryBuilder,
     format_summary,
     server_figures,
@@ -168,7 +169,7 @@ def test_format_summary_layout():
 
 def test_bench_result_fields_and_units():
     s = summarise_requests(HEADER, RECORDS, samples(), [], duration_s=4.0)
-    r = to_bench_result(s, HEADER, RECORDS)
+    r = to_bench_result(s, HEADER, RECORDS, detailed=True)
     json.dumps(r)  # serialisable
     for key in (
         "duration",
@@ -209,6 +210,21 @@ def test_bench_result_fields_and_units():
     assert r["generated_texts"] == ["", "", "", ""]
     assert r["mean_ttft_ms"] == pytest.approx(200)  # ms in the aggregates
     assert "mean_client_queue_ms" not in r
+
+
+def test_bench_result_per_request_lists_only_when_detailed_and_texts_when_kept():
+    from dataclasses import replace
+
+    s = summarise_requests(HEADER, RECORDS, samples(), [], duration_s=4.0)
+    short = to_bench_result(s, HEADER, RECORDS)
+    assert not set(DETAILED_KEYS) & set(short)
+    assert len(short["latencies"]) == len(short["queue_times"]) == len(RECORDS)  # vLLM always writes these
+    detailed = to_bench_result(s, HEADER, RECORDS, detailed=True)
+    assert set(DETAILED_KEYS) <= set(detailed)
+    assert {k: v for k, v in detailed.items() if k not in DETAILED_KEYS} == short
+    with_texts = [replace(r, generated_text=f"answer {r.id}") if r.ok else r for r in RECORDS]
+    texts = to_bench_result(s, HEADER, with_texts, detailed=True)["generated_texts"]
+    assert texts == [f"answer {r.id}" if r.ok else "" for r in RECORDS]
 
 
 def test_running_summary_agrees_with_exact():
@@ -253,6 +269,8 @@ def test_bench_result_has_every_key_of_a_real_vllm_bench_result():
     ours = to_bench_result(summarise_requests(HEADER, RECORDS, samples(), [], duration_s=4.0), HEADER, RECORDS)
     missing = sorted(set(real) - set(ours))
     assert missing == []
+    # saved without --save-detailed: neither file has the detailed lists
+    assert not set(DETAILED_KEYS) & set(real) and not set(DETAILED_KEYS) & set(ours)
     for key, value in real.items():
         if value is None or ours[key] is None or ours[key] == "inf":  # vLLM writes "inf" for an unbounded rate
             continue

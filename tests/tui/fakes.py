@@ -31,6 +31,17 @@ def fake_header(*, metrics: bool = True) -> RunHeader:
         scenario_name="chat",
         planned_duration_s=PLANNED_S,
         metrics_urls=["http://127.0.0.1:8000/metrics"] if metrics else [],
+        scenario={
+            "schedule": {
+                "kind": "linear",
+                "start_rps": 1,
+                "end_rps": 20,
+                "duration_s": PLANNED_S,
+                "arrival": "poisson",
+            },
+            "slo": {"ttft_ms": 2000, "tpot_ms": 100},
+        },
+        options={"stop_grace": 10.0},
     )
 
 
@@ -340,3 +351,47 @@ class SteeredFake:
         if self.base.state in ("draining", "stopping") and self.base.in_flight:
             n = self.base.in_flight
             self._add("cancel", f"ending the drain now: cancelling {n} requests ({n} in flight)", {"requests": n})
+
+
+def fake_comparison(load_differs: bool = True) -> tuple[list[dict[str, Any]], str | None]:
+    """`rampwatch compare`'s rows for two invented runs: B has a lower TTFT (outside noise)
+    and the same throughput (within noise); seeded, so always the same rows."""
+    import numpy as np
+
+    from rampwatch.record.cli_compare import compare_rows, load_warning
+    from rampwatch.record.significance import Samples, statistic_of
+
+    def run(ttft_ms: float, seed: int) -> tuple[dict[str, Any], dict[str, Samples]]:
+        rng = np.random.default_rng(seed)
+        ttft = rng.lognormal(np.log(ttft_ms), 0.4, 600)
+        itl = rng.normal(17.0, 2.0, 6000)
+        per_s = rng.normal(10.0, 1.5, 120)
+        samples = {
+            "ttft_ms": Samples.of(ttft),
+            "tpot_ms": Samples.of(rng.normal(17.0, 0.5, 600)),
+            "e2el_ms": Samples.of(ttft + rng.normal(3000.0, 300.0, 600)),
+            "itl_ms": Samples.of(itl, np.repeat(np.arange(600), 10)),
+            "error_pct": Samples.of(np.where(rng.random(600) < 0.01, 100.0, 0.0)),
+            "completed_per_s": Samples.of(per_s),
+            "output_tokens_per_s": Samples.of(per_s * 180.0),
+            "total_tokens_per_s": Samples.of(per_s * 600.0),
+        }
+        summary: dict[str, Any] = {"completed": 594, "failed": 6}
+        for key, (name, statistic) in {
+            "request_throughput": ("completed_per_s", "mean"),
+            "output_throughput": ("output_tokens_per_s", "mean"),
+            "mean_ttft_ms": ("ttft_ms", "mean"),
+            "median_ttft_ms": ("ttft_ms", "p50"),
+            "p99_ttft_ms": ("ttft_ms", "p99"),
+            "median_itl_ms": ("itl_ms", "p50"),
+            "p99_itl_ms": ("itl_ms", "p99"),
+            "mean_tpot_ms": ("tpot_ms", "mean"),
+            "p99_e2el_ms": ("e2el_ms", "p99"),
+        }.items():
+            summary[key] = statistic_of(samples[name], statistic)
+        return summary, samples
+
+    (sa, xa), (sb, xb) = run(120.0, 1), run(80.0, 2)
+    schedule_b = {"kind": "linear", "end_rps": 30 if load_differs else 20}
+    warning = load_warning({"schedule": {"kind": "linear", "end_rps": 20}}, {"schedule": schedule_b})
+    return compare_rows(sa, sb, xa, xb, resamples=300), warning

@@ -18,10 +18,15 @@ from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 
 
 def only_series(name: str):
-    """The fake run at 95 s with every series but ``name`` empty, and no markers."""
+    """The fake run at 95 s with every series but ``name`` empty, and no markers. A series
+    the fake run has no positive value of (errors, the client queue: drawn only where above
+    zero) is given a constant 1 so there is something to draw."""
     snapshot = fake_snapshot(95.0)
     nan = [math.nan] * len(snapshot.times)
-    series = {key: (values if key == name else nan) for key, values in snapshot.series.items()}
+    values = snapshot.series.get(name, [])
+    if not any(v > 0 for v in values):
+        values = [1.0] * len(snapshot.times)
+    series = {key: nan for key in snapshot.series} | {name: values}
     return dataclasses.replace(snapshot, series=series, events=[])
 
 
