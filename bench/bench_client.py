@@ -19,7 +19,10 @@ attribute its per-record cost), the same on the aiohttp transport
 (``RAMPWATCH_HTTP_CLIENT=aiohttp``) instead of ``loadgen.http_stream``, and the same on
 asyncio's own event loop instead of uvloop (``RAMPWATCH_EVENT_LOOP=asyncio``), and with
 ``--baseline DIR`` the same ``rampwatch run --no-record`` from another checkout (its own
-``DIR/.venv``), to compare two versions in the same rounds. With
+``DIR/.venv``), to compare two versions in the same rounds. ``--paired N`` replaces the
+table with N rounds of two clients streaming side by side (vllm bench and rampwatch, or
+with ``--baseline`` the two checkouts), 50 streams each: they see the same engine steps
+and the same machine load, so their ITLs differ by the client only. With
 ``--repeat N`` every client runs N rounds, in an order rotated each round; the table
 gives per-round medians, and ratios to vllm bench are taken within each round (the
 machine's load drifts between rounds). Then one open-loop run with no concurrency cap at
@@ -39,6 +42,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +84,13 @@ def timed(
 
 def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
     name = f"vllm-{n}.json"
-    cmd = [
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
+    cpu, wall, _ = timed(vllm_cmd(url, n, result_dir / name), env)
+    return cpu, wall, json.loads((result_dir / name).read_text())
+
+
+def vllm_cmd(url: str, n: int, result: Path, concurrency: int = CONCURRENCY) -> list[str]:
+    return [
         str(VLLM_PYTHON),
         "bench/vllm_cli.py",
         "bench",
@@ -104,7 +115,7 @@ def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
         "--num-prompts",
         str(n),
         "--max-concurrency",
-        str(CONCURRENCY),
+        str(concurrency),
         "--request-rate",
         "inf",
         "--seed",
@@ -112,13 +123,10 @@ def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
         "--disable-tqdm",
         "--save-result",
         "--result-dir",
-        str(result_dir),
+        str(result.parent),
         "--result-filename",
-        name,
+        result.name,
     ]
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
-    cpu, wall, _ = timed(cmd, env)
-    return cpu, wall, json.loads((result_dir / name).read_text())
 
 
 def rampwatch_cmd(
@@ -207,37 +215,66 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def paired_rounds(url: str, tmp: Path, checkout: Path, n: int, rounds: int) -> None:
-    """This checkout's and ``checkout``'s ``rampwatch run --no-record`` started together against
-    the same simulator, half the concurrency each: both see the same engine steps and the
-    same load from the rest of the machine, so their ITLs differ only by the client."""
-    names = ("this checkout", f"baseline {checkout}")
-    pythons = (sys.executable, str(checkout / ".venv" / "bin" / "python"))
+# vllm bench serve prints this once its start-up (imports, a one-request test run) is over
+VLLM_MAIN_RUN = "Starting main benchmark run"
+
+
+@dataclass
+class Side:
+    """One client of a paired round."""
+
+    name: str
+    cmd: list[str]
+    result: Path
+    cwd: Path = ROOT
+    ready_line: str | None = None  # start the other side once this line is printed
+
+
+def paired_rounds(sides: Callable[[int], tuple[Side, Side]], rounds: int) -> None:
+    """Two clients streaming at the same time from the same simulator, half the
+    concurrency each: both see the same engine steps and the same load from the rest of
+    the machine, so their ITLs differ by the client only. The second starts once the
+    first is past its start-up (``Side.ready_line``)."""
     ratios = []
     for round_index in range(rounds):
-        procs, results = [], []
-        for side, (python, cwd) in enumerate(zip(pythons, (ROOT, checkout))):
-            result = tmp / f"pair-{round_index}-{side}.json"
-            cmd = rampwatch_cmd(url, n, result, record=None, series=True, concurrency=CONCURRENCY // 2, python=python)
-            procs.append(subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-            results.append(result)
-        for proc in procs:
-            _, err = proc.communicate()
+        first, second = sides(round_index)
+        env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", PYTHONUNBUFFERED="1")
+        procs = [
+            subprocess.Popen(
+                first.cmd, cwd=first.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        ]
+        seen: list[str] = []
+        if first.ready_line:
+            assert procs[0].stdout is not None
+            for line in procs[0].stdout:
+                seen.append(line)
+                if first.ready_line in line:
+                    break
+        procs.append(
+            subprocess.Popen(
+                second.cmd, cwd=second.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+        for proc, side in zip(procs, (first, second)):
+            out, err = proc.communicate()
             if proc.returncode != 0:
-                raise SystemExit(f"paired run failed ({proc.returncode}): {err[-2000:]}")
-        itls = [json.loads(r.read_text()) for r in results]
-        ratios.append(itls[0]["p99_itl_ms"] / itls[1]["p99_itl_ms"])
+                raise SystemExit(
+                    f"{side.name} failed ({proc.returncode}):\n{''.join(seen)}{out[-2000:]}\n{err[-3000:]}"
+                )
+        got = [json.loads(side.result.read_text()) for side in (first, second)]
+        ratios.append(got[1]["p99_itl_ms"] / got[0]["p99_itl_ms"])
         print(
             f"  pair {round_index + 1}: "
             + "; ".join(
-                f"{name} ITL p50 {d['median_itl_ms']:.2f} ms, p99 {d['p99_itl_ms']:.2f} ms"
-                for name, d in zip(names, itls)
+                f"{side.name} ITL p50 {d['median_itl_ms']:.2f} ms, p99 {d['p99_itl_ms']:.2f} ms"
+                for side, d in zip((first, second), got)
             )
-            + f"; p99 ratio {ratios[-1]:.3f}",
+            + f"; p99 {second.name} / {first.name} {ratios[-1]:.3f}",
             flush=True,
         )
     print(
-        f"ITL p99, this checkout / baseline, paired: median {statistics.median(ratios):.3f} "
+        f"ITL p99, {second.name} / {first.name}, paired: median {statistics.median(ratios):.3f} "
         f"({min(ratios):.3f}–{max(ratios):.3f}) over {rounds} rounds"
     )
 
@@ -284,8 +321,9 @@ def main() -> int:
         type=int,
         default=0,
         metavar="ROUNDS",
-        help="with --baseline: instead of the table, ROUNDS rounds of both checkouts' `rampwatch run --no-record` "
-        "run at the same time (--large requests and half the concurrency each)",
+        help="instead of the table, ROUNDS rounds of two clients streaming at the same time (--large requests and "
+        "half the concurrency each): vllm bench and `rampwatch run --no-record`, or with --baseline both "
+        "checkouts' `rampwatch run --no-record`",
     )
     parser.add_argument(
         "--baseline",
@@ -336,9 +374,22 @@ def main() -> int:
             flush=True,
         )
         if args.paired:
-            if not args.baseline:
-                raise SystemExit("--paired needs --baseline DIR")
-            paired_rounds(sim.url, tmp, args.baseline.resolve(), args.large, args.paired)
+            half, n = CONCURRENCY // 2, args.large
+            here = "rampwatch"
+
+            def rampwatch_side(name: str, checkout: Path, result: Path) -> Side:
+                python = sys.executable if checkout == ROOT else str(checkout / ".venv" / "bin" / "python")
+                cmd = rampwatch_cmd(sim.url, n, result, record=None, series=True, concurrency=half, python=python)
+                return Side(name, cmd, result, cwd=checkout)
+
+            def sides(i: int) -> tuple[Side, Side]:
+                ours = rampwatch_side(here, ROOT, tmp / f"pair-{i}-rw.json")
+                if args.baseline:
+                    return rampwatch_side("baseline", args.baseline.resolve(), tmp / f"pair-{i}-base.json"), ours
+                result = tmp / f"pair-{i}-vllm.json"
+                return Side("vllm bench", vllm_cmd(sim.url, n, result, half), result, ready_line=VLLM_MAIN_RUN), ours
+
+            paired_rounds(sides, args.paired)
             return 0
         for round_index in range(args.repeat):
             # Rotate the order so no client always runs right after the same one.
