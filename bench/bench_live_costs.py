@@ -16,7 +16,9 @@ knee detector's ``take_completed_seconds``), each request with ``--chunks`` toke
 4–6 ms apart. Every ``on_request`` call and every tick is timed on its own: their sum over
 the records is the builder's whole per-request cost, the largest calls are the longest
 pauses it puts on the event loop between two socket reads. ``--fold-at`` overrides how many
-queued records the builder folds in at once.
+queued records the builder folds in at once; ``--wave N`` makes requests end N at a time, as
+in a capped run whose streams started in the same engine step, and adds the time their
+``on_request`` calls take back to back.
 """
 
 from __future__ import annotations
@@ -88,15 +90,17 @@ def bench_snapshot(hours: float, snapshots: int) -> None:
     print(f"{seconds} s of ticks+scrapes fed in {build_s:.2f} s; snapshot: {per_snapshot_ms:.1f} ms")
 
 
-def paced_records(rps: float, seconds: int, chunks: int, seed: int = 0) -> list[RequestRecord]:
+def paced_records(rps: float, seconds: int, chunks: int, wave: int = 1, seed: int = 0) -> list[RequestRecord]:
     """Requests sent ``rps`` a second, each with a first token ~30 ms after the send and
-    ``chunks - 1`` later chunks 4–6 ms apart, in the order they finish."""
+    ``chunks - 1`` later chunks 4–6 ms apart, in the order they finish. ``wave`` > 1 sends
+    them in groups that share their engine steps, so each group ends at one instant."""
     rng = np.random.default_rng(seed)
     records = []
     for i in range(int(rps * seconds)):
-        sent = i / rps
-        first = sent + float(rng.uniform(0.02, 0.04))
-        times = first + np.cumsum(rng.uniform(0.004, 0.006, chunks - 1))
+        if i % wave == 0:
+            sent = i / rps
+            first = sent + float(rng.uniform(0.02, 0.04))
+            times = first + np.cumsum(rng.uniform(0.004, 0.006, chunks - 1))
         records.append(
             RequestRecord(
                 id=i,
@@ -112,8 +116,8 @@ def paced_records(rps: float, seconds: int, chunks: int, seed: int = 0) -> list[
     return sorted(records, key=lambda r: r.end_at)
 
 
-def bench_requests(rps: float, seconds: int, chunks: int) -> None:
-    records = paced_records(rps, seconds, chunks)
+def bench_requests(rps: float, seconds: int, chunks: int, wave: int) -> None:
+    records = paced_records(rps, seconds, chunks, wave)
     builder = SeriesBuilder()
     calls_us: list[float] = []
     ticks_us: list[float] = []
@@ -141,6 +145,13 @@ def bench_requests(rps: float, seconds: int, chunks: int) -> None:
         f"tick + take_completed_seconds, {len(ticks_us)} seconds: median {statistics.median(ticks_us) / 1000:.2f} ms, "
         f"max {max(ticks_us) / 1000:.2f} ms"
     )
+    if wave > 1:
+        # the requests of a wave end together: the loop runs their on_request calls back to back
+        per_wave = [sum(calls_us[i : i + wave]) / 1000 for i in range(0, len(calls_us), wave)]
+        print(
+            f"waves of {wave} requests ending together, {len(per_wave)} waves: their on_request calls take "
+            f"median {statistics.median(per_wave):.2f} ms, max {max(per_wave):.2f} ms back to back"
+        )
 
 
 def main() -> None:
@@ -151,6 +162,12 @@ def main() -> None:
     parser.add_argument("--rps", type=float, default=75.0, help="finished requests per second in the requests step")
     parser.add_argument("--seconds", type=int, default=60, help="length of the requests step's stream")
     parser.add_argument("--chunks", type=int, default=256, help="token chunks per request (first token included)")
+    parser.add_argument(
+        "--wave",
+        type=int,
+        default=1,
+        help="requests that finish at the same instant (a capped run whose streams started together)",
+    )
     parser.add_argument("--only-requests", action="store_true", help="run the requests step only")
     parser.add_argument(
         "--fold-at", type=int, help="queued records the builder folds in at once (default: series.FOLD_AT_QUEUED)"
@@ -162,7 +179,7 @@ def main() -> None:
     if not args.only_requests:
         bench_parse(args.parses)
         bench_snapshot(args.hours, args.snapshots)
-    bench_requests(args.rps, args.seconds, args.chunks)
+    bench_requests(args.rps, args.seconds, args.chunks, args.wave)
 
 
 if __name__ == "__main__":
