@@ -11,6 +11,9 @@ Timing follows ``vllm bench serve`` (``vllm/benchmarks/lib/endpoint_request_func
   counts both the same way, so TTFT here equals its TTFT.
 - Every later event with non-empty ``choices`` appends one arrival time to
   ``chunk_times``; ITLs are the gaps between successive such events (chunks, not tokens).
+  The arrival time is read once per network read, when the read is parsed, and given to
+  every event in it (vLLM reads ``perf_counter()`` per event, after its JSON decode): it is
+  when the client got to the bytes, so the event loop's other work delays it.
 - On success ``end_at`` is the arrival of the last token chunk (vLLM's ``latency``; the
   trailing usage chunk and ``[DONE]`` do not move it), so E2E and
   TPOT = (E2E - TTFT) / (completion_tokens - 1) match vLLM's numbers.

@@ -269,6 +269,8 @@ class RequestBlock:
     def from_records(cls, records: Sequence[RequestRecord]) -> RequestBlock:
         ok = [r for r in records if r.ok]
         with_first = [r for r in ok if r.first_token_at is not None]
+        first_token_at = np.array([r.first_token_at for r in with_first], dtype=np.float64)
+        chunk_times = [np.asarray(r.chunk_times, dtype=np.float64) for r in with_first]
         return cls(
             error_classes=[r.error_class for r in records],
             sent_at=np.array([r.sent_at for r in records], dtype=np.float64),
@@ -280,13 +282,8 @@ class RequestBlock:
             prompt_tokens=np.array([r.prompt_tokens for r in records], dtype=np.int64),
             completion_tokens=np.array([r.completion_tokens for r in records], dtype=np.int64),
             tokens_from_usage=np.array([r.tokens_from_usage for r in records], dtype=bool),
-            itls=_concat([stats.itl_array(r) for r in ok]),
-            token_times=_concat(
-                [
-                    np.array([r.first_token_at for r in with_first], dtype=np.float64),
-                    *(np.asarray(r.chunk_times, dtype=np.float64) for r in with_first),
-                ]
-            ),
+            itls=stats.requests_itls(first_token_at, chunk_times),
+            token_times=_concat([first_token_at, *chunk_times]),
         )
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Tick
-from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.loadgen.series import FOLD_AT_QUEUED, SeriesBuilder
 
 NAN = math.nan
 
@@ -331,3 +331,53 @@ def test_a_replica_gone_stale_drops_out_of_the_summed_gauges():
     b.on_finish(6.0)
     # b's 3 running count while its last scrape is at most 3 s old, then no longer
     assert same(b.snapshot().series["running"], [5.0, 5.0, 5.0, 5.0, 2.0, 2.0])
+
+
+def many_chunk_stream(seed=3, seconds=12):
+    """Requests of up to 300 chunks, some failed, some reaching the builder 4 s after they
+    ended (after their second's latency values were frozen)."""
+    rng = np.random.default_rng(seed)
+    items, delayed, rid = [], [], 0
+    for sec in range(seconds + 4):
+        items.append(("tick", Tick(t=float(sec), target_rps=20.0, state="holding", in_flight=20)))
+        items += [("request", r) for due, r in delayed if due == sec]
+        for _ in range(int(rng.integers(5, 40)) if sec < seconds else 0):
+            sent = max(0.0, sec - float(rng.uniform(0, 1.5)))
+            first = sent + float(rng.uniform(0.01, 0.2))
+            chunks = (first + np.cumsum(rng.uniform(0.001, 0.01, int(rng.integers(0, 300))))).tolist()
+            end = max(chunks[-1] if chunks else first, sec + float(rng.random()))
+            if rid % 11 == 0:
+                record = rec(rid, sent, sent, None, end, error="http_500")
+            else:
+                record = rec(rid, sent, sent, first, end, tokens=len(chunks) + 1, chunks=chunks)
+            if rid % 29 == 0:
+                delayed.append((sec + 4, record))
+            else:
+                items.append(("request", record))
+            rid += 1
+    return items
+
+
+def test_records_folded_in_batches_give_the_figures_of_records_folded_on_arrival():
+    items = many_chunk_stream()
+    on_arrival, batched = SeriesBuilder(slo={"ttft": 100}), SeriesBuilder(slo={"ttft": 100})
+    for kind, item in items:
+        getattr(on_arrival, f"on_{kind}")(item)
+        on_arrival.snapshot()  # a read folds the queue: one record at a time
+        getattr(batched, f"on_{kind}")(item)
+    for b in (on_arrival, batched):
+        b.on_finish(16.5)
+    a, b = on_arrival.snapshot(), batched.snapshot()
+    assert a.times == b.times
+    for name in SERIES_NAMES:
+        np.testing.assert_array_equal(np.array(a.series[name]), np.array(b.series[name]), err_msg=name)
+    assert a.summary == b.summary  # exactly, means and stds included
+    assert a.summary["completed"] + a.summary["failed"] == sum(1 for kind, _ in items if kind == "request")
+
+
+def test_the_queue_of_records_is_bounded_without_any_read():
+    b = SeriesBuilder()
+    for i in range(3 * FOLD_AT_QUEUED):
+        b.on_request(rec(i, 0.1, 0.1, 0.2, 0.5))  # all in second 0: no freeze ever folds them
+        assert len(b._queued) < FOLD_AT_QUEUED
+    assert b.snapshot(now=1.0).summary["completed"] == 3 * FOLD_AT_QUEUED
