@@ -51,6 +51,9 @@ class ForwardingControl:
     def stop(self) -> None:
         self._forward("stop")
 
+    def cancel_in_flight(self) -> None:
+        self._forward("cancel_in_flight")
+
 
 # A thread is not enough: the UI's drawing is pure Python and holds the GIL, which
 # delays a run thread's wake-ups by tens of milliseconds at p99 (bench/bench_tui_lateness.py
@@ -85,7 +88,7 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
                 task.cancel()
                 return
             method = getattr(control, name, None)
-            if method is not None:  # e.g. cancel_in_flight, which a RunControl may lack
+            if method is not None:  # a control lacking a method (a test's) ignores the call
                 method(*args)
 
         async def publisher() -> None:

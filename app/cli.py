@@ -42,12 +42,32 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     return parser, mains
 
 
+def on_a_terminal() -> bool:
+    """Both ends of the session are a terminal (the start screen reads keys and draws)."""
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser, mains = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
-        parser.print_help()
-        return 2
+        if not on_a_terminal():  # a script or a pipe: the usage, as before
+            parser.print_help()
+            return 2
+        try:
+            from rampwatch.app.start import choose_run
+
+            run_args = choose_run()
+        except UserError as exc:
+            print(f"rampwatch: error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt:
+            return 130
+        # the choice runs exactly as `rampwatch run ...` typed on the command line
+        return 0 if run_args is None else main(["run", *run_args])
     try:
         return int(mains[args.command](args) or 0)
     except UserError as exc:

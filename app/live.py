@@ -31,6 +31,7 @@ def start_live(
     refresh_hz: float = 4.0,
     ui_priority: str = "idle",
     log_path: str | None = None,
+    mouse: bool = True,
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """Fork the run into its own process and build the live app on it. The caller runs
     the app (``app.run()`` on a terminal, ``app.run_test()`` in tests) and then calls
@@ -46,12 +47,13 @@ def start_live(
         refresh_hz=refresh_hz,
         recording=recording,
         rate_step_rps=rate_step_rps,
+        mouse=mouse,
     )
     return bridge, app
 
 
 def start_live_prepared(
-    prepared: PreparedRun, *, ui_priority: str = "idle", log_path: str | None = None
+    prepared: PreparedRun, *, ui_priority: str = "idle", log_path: str | None = None, mouse: bool = True
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """``start_live`` for a ``PreparedRun``: the run process executes ``prepared.execute``
     (which closes the recording there, its only writer)."""
@@ -64,6 +66,7 @@ def start_live_prepared(
         rate_step_rps=prepared.run.options.rate_step_rps,
         ui_priority=ui_priority,
         log_path=log_path,
+        mouse=mouse,
     )
 
 
@@ -76,9 +79,11 @@ def run_live(args: argparse.Namespace) -> int:
     with tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False) as log:
         log_path = log.name
     try:
-        bridge, app = start_live_prepared(prepared, log_path=log_path)
+        mouse = not getattr(args, "no_mouse", False)
+        bridge, app = start_live_prepared(prepared, log_path=log_path, mouse=mouse)
         try:
-            app.run()
+            # Without mouse capture the terminal selects text as usual (``c`` toggles it).
+            app.run(mouse=mouse)
         finally:
             if not bridge.done:
                 print("rampwatch run: stopping — draining in-flight requests…", file=sys.stderr)

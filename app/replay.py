@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rampwatch.core.errors import UserError
 
@@ -22,6 +23,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=float, default=1.0, help="playback speed, 1 to 16 (default 1)")
     parser.add_argument("--start", type=float, default=0.0, metavar="SECONDS", help="start at this position")
     parser.add_argument("--paused", action="store_true", help="open paused (space plays)")
+    parser.add_argument(
+        "--no-mouse",
+        action="store_true",
+        help="leave the mouse to the terminal, so text can be selected (over SSH too); c toggles it",
+    )
 
 
 def _open(path: str) -> ReplayTimeline:
@@ -31,6 +37,28 @@ def _open(path: str) -> ReplayTimeline:
     if not Path(path).exists():
         raise UserError(f"{path}: no such recording")
     return ReplayTimeline(open_recording(path))
+
+
+def comparison_of(path_a: str, path_b: str) -> Callable[[], tuple[list[dict[str, Any]], str | None]]:
+    """What the compare panel shows: `rampwatch compare A B`'s rows and load warning.
+    Called in the app's worker thread, on readers of its own (the replay's stay its own)."""
+
+    def compare() -> tuple[list[dict[str, Any]], str | None]:
+        from rampwatch.record.analysis import comparison_samples, summarise
+        from rampwatch.record.cli_compare import compare_rows, load_warning
+        from rampwatch.record.reader import open_recording
+
+        recordings = [open_recording(path_a), open_recording(path_b)]
+        try:
+            summaries = [summarise(rec).to_dict() for rec in recordings]
+            samples = [comparison_samples(rec) for rec in recordings]
+            scenarios = [rec.header.scenario if rec.header is not None else None for rec in recordings]
+        finally:
+            for rec in recordings:
+                rec.close()
+        return compare_rows(summaries[0], summaries[1], samples[0], samples[1]), load_warning(*scenarios)
+
+    return compare
 
 
 class FinalSnapshot:
@@ -59,8 +87,15 @@ def main(args: argparse.Namespace) -> int:
         timeline.play()
     if not sys.stdout.isatty():
         raise UserError("replay needs a terminal (use `rampwatch report` or `rampwatch export` for text)")
-    app = make_replay_app(timeline, compare=compare, recording=args.recording, compare_label=args.compare)
-    app.run()
+    app = make_replay_app(
+        timeline,
+        compare=compare,
+        recording=args.recording,
+        compare_label=args.compare,
+        comparison=comparison_of(args.recording, args.compare) if args.compare else None,
+        mouse=not args.no_mouse,
+    )
+    app.run(mouse=not args.no_mouse)
     from rampwatch.record.reader import print_warnings
 
     recordings = [timeline.recording] + ([compare.recording] if compare is not None else [])

@@ -60,6 +60,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="NAME", help="model name to request (default: the server's first model)")
     parser.add_argument("--headless", action="store_true", help="no UI: progress lines and a final summary")
     parser.add_argument(
+        "--no-mouse",
+        action="store_true",
+        help="live screen: leave the mouse to the terminal, so text can be selected (over SSH too); c toggles it",
+    )
+    parser.add_argument(
         "--duration", type=positive_float, metavar="SECONDS", help="ramp duration (schedule.duration_s)"
     )
     parser.add_argument("--start-rps", type=non_negative_float, metavar="R", help="rate at the start of the ramp")
@@ -107,6 +112,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--result-json",
         metavar="PATH",
         help="write a vllm-bench-style result JSON here (default: beside the recording)",
+    )
+    parser.add_argument(
+        "--save-detailed",
+        action="store_true",
+        help="add the per-request lists (input_lens, output_lens, start_times, ttfts, itls, generated_texts, "
+        "errors) to the result JSON, as `vllm bench serve --save-detailed` does",
+    )
+    parser.add_argument(
+        "--save-generated-texts",
+        action="store_true",
+        help="keep each answer's text for the result JSON's generated_texts (implies --save-detailed; "
+        "costs memory for every answer until the run ends)",
     )
     parser.add_argument(
         "--max-error-rate",

@@ -32,7 +32,10 @@ from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.embedded import EmbeddedSim
 
-INTERRUPTED_EXIT = 130  # the shell's code for a SIGINT stop; the summary and files are still written
+# A run stopped before its schedule's end (Ctrl-C, the UI's stop or quit) or whose
+# in-flight requests were cancelled exits with the shell's code for a SIGINT stop; the
+# summary and files are still written.
+INTERRUPTED_EXIT = 130
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -200,6 +203,7 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
             tokenizer=tokenizer,
             cli_options=cli_options,
             gpu_price_per_hour=args.gpu_price_per_hour,
+            save_generated_texts=args.save_generated_texts,
         )
         recorder = None
         if recording_path is not None:
@@ -239,7 +243,14 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         try:
             prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
             prepared.result_json_path.write_bytes(
-                dumps_bench_result(to_bench_result(summary, result.header, result.requests))
+                dumps_bench_result(
+                    to_bench_result(
+                        summary,
+                        result.header,
+                        result.requests,
+                        detailed=args.save_detailed or args.save_generated_texts,
+                    )
+                )
             )
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
@@ -254,6 +265,11 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         print("rampwatch run: no request was sent", file=sys.stderr)
         return 1
     if result.interrupted:
+        print(
+            f"rampwatch run: stopped before the end (exit {INTERRUPTED_EXIT}): the summary covers "
+            f"{summary.completed:,} completed, {summary.failed:,} failed and {summary.cancelled:,} cancelled requests",
+            file=sys.stderr,
+        )
         return INTERRUPTED_EXIT
     if result.error_rate > args.max_error_rate:
         print(
@@ -297,10 +313,13 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
             v = latest_complete(values, complete, look_back=2)
         return "-" if v is None else f"{v * scale:.{digits}f}"
 
+    queued = fmt("client_queued", digits=0)
+    # Requests waiting for a --max-concurrency slot: the client's queue, not the server's.
+    client_queue = f" | client queue {queued}" if queued not in ("-", "0") else ""
     line = (
         f"[{snap.t:6.0f}s] {snap.state:<8} target {snap.target_rps:5.1f} rps | "
         f"sent {fmt('sent_rps')} done {fmt('completed_rps')} err {fmt('error_rps')} | "
-        f"in-flight {snap.in_flight} | out {fmt('client_output_tps', digits=0)} tok/s | "
+        f"in-flight {snap.in_flight}{client_queue} | out {fmt('client_output_tps', digits=0)} tok/s | "
         f"TTFT p50 {fmt('ttft_p50', 1000, 0)} ms p99 {fmt('ttft_p99', 1000, 0)} ms"
     )
     if snap.server_metrics_available:

@@ -17,7 +17,12 @@ Clients: ``vllm bench serve`` (from the vLLM venv), ``rampwatch run`` headless w
 recording, the same with a recording, the same without the live series builder (to
 attribute its per-record cost), the same on the aiohttp transport
 (``RAMPWATCH_HTTP_CLIENT=aiohttp``) instead of ``loadgen.http_stream``, and the same on
-asyncio's own event loop instead of uvloop (``RAMPWATCH_EVENT_LOOP=asyncio``). With
+asyncio's own event loop instead of uvloop (``RAMPWATCH_EVENT_LOOP=asyncio``), and with
+``--baseline DIR`` the same ``rampwatch run --no-record`` from another checkout (its own
+``DIR/.venv``), to compare two versions in the same rounds. ``--paired N`` replaces the
+table with N rounds of two clients streaming side by side (vllm bench and rampwatch, or
+with ``--baseline`` the two checkouts), 50 streams each: they see the same engine steps
+and the same machine load, so their ITLs differ by the client only. With
 ``--repeat N`` every client runs N rounds, in an order rotated each round; the table
 gives per-round medians, and ratios to vllm bench are taken within each round (the
 machine's load drifts between rounds). Then one open-loop run with no concurrency cap at
@@ -37,6 +42,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,9 +69,11 @@ def child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, subprocess.CompletedProcess]:
+def timed(
+    cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> tuple[float, float, subprocess.CompletedProcess]:
     c0, t0 = child_cpu(), time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     c1, t1 = child_cpu(), time.monotonic()
     if proc.returncode != 0:
         raise SystemExit(
@@ -75,7 +84,13 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, flo
 
 def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
     name = f"vllm-{n}.json"
-    cmd = [
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
+    cpu, wall, _ = timed(vllm_cmd(url, n, result_dir / name), env)
+    return cpu, wall, json.loads((result_dir / name).read_text())
+
+
+def vllm_cmd(url: str, n: int, result: Path, concurrency: int = CONCURRENCY) -> list[str]:
+    return [
         str(VLLM_PYTHON),
         "bench/vllm_cli.py",
         "bench",
@@ -100,7 +115,7 @@ def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
         "--num-prompts",
         str(n),
         "--max-concurrency",
-        str(CONCURRENCY),
+        str(concurrency),
         "--request-rate",
         "inf",
         "--seed",
@@ -108,13 +123,10 @@ def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
         "--disable-tqdm",
         "--save-result",
         "--result-dir",
-        str(result_dir),
+        str(result.parent),
         "--result-filename",
-        name,
+        result.name,
     ]
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
-    cpu, wall, _ = timed(cmd, env)
-    return cpu, wall, json.loads((result_dir / name).read_text())
 
 
 def rampwatch_cmd(
@@ -126,8 +138,9 @@ def rampwatch_cmd(
     series: bool,
     rate: float = RATE,
     concurrency: int | None = CONCURRENCY,
+    python: str = sys.executable,
 ) -> list[str]:
-    head = [sys.executable, "-m", "rampwatch.app.cli"] if series else [sys.executable, "-c", _NO_SERIES]
+    head = [python, "-m", "rampwatch.app.cli"] if series else [python, "-c", _NO_SERIES]
     cmd = [
         *head,
         "run",
@@ -165,8 +178,9 @@ def rampwatch(
     series: bool,
     transport: str | None = None,
     event_loop: str | None = None,
+    checkout: Path | None = None,
 ) -> tuple[float, float, dict]:
-    result = tmp / f"rw-{n}-{record}-{series}-{transport}-{event_loop}.json"
+    result = tmp / f"rw-{n}-{record}-{series}-{transport}-{event_loop}-{checkout is not None}.json"
     rec = tmp / f"rw-{n}.rwrec" if record else None
     env = dict(os.environ)
     env.pop("RAMPWATCH_HTTP_CLIENT", None)
@@ -175,7 +189,14 @@ def rampwatch(
         env["RAMPWATCH_HTTP_CLIENT"] = transport
     if event_loop:
         env["RAMPWATCH_EVENT_LOOP"] = event_loop
-    cpu, wall, _ = timed(rampwatch_cmd(url, n, result, record=rec, series=series), env)
+    if checkout is None:
+        cmd = rampwatch_cmd(url, n, result, record=rec, series=series)
+        cpu, wall, _ = timed(cmd, env)
+    else:
+        cmd = rampwatch_cmd(
+            url, n, result, record=rec, series=series, python=str(checkout / ".venv" / "bin" / "python")
+        )
+        cpu, wall, _ = timed(cmd, env, cwd=checkout)
     return cpu, wall, json.loads(result.read_text())
 
 
@@ -192,6 +213,70 @@ def spread(values: list[float]) -> str:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+# vllm bench serve prints this once its start-up (imports, a one-request test run) is over
+VLLM_MAIN_RUN = "Starting main benchmark run"
+
+
+@dataclass
+class Side:
+    """One client of a paired round."""
+
+    name: str
+    cmd: list[str]
+    result: Path
+    cwd: Path = ROOT
+    ready_line: str | None = None  # start the other side once this line is printed
+
+
+def paired_rounds(sides: Callable[[int], tuple[Side, Side]], rounds: int) -> None:
+    """Two clients streaming at the same time from the same simulator, half the
+    concurrency each: both see the same engine steps and the same load from the rest of
+    the machine, so their ITLs differ by the client only. The second starts once the
+    first is past its start-up (``Side.ready_line``)."""
+    ratios = []
+    for round_index in range(rounds):
+        first, second = sides(round_index)
+        env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", PYTHONUNBUFFERED="1")
+        procs = [
+            subprocess.Popen(
+                first.cmd, cwd=first.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        ]
+        seen: list[str] = []
+        if first.ready_line:
+            assert procs[0].stdout is not None
+            for line in procs[0].stdout:
+                seen.append(line)
+                if first.ready_line in line:
+                    break
+        procs.append(
+            subprocess.Popen(
+                second.cmd, cwd=second.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+        for proc, side in zip(procs, (first, second)):
+            out, err = proc.communicate()
+            if proc.returncode != 0:
+                raise SystemExit(
+                    f"{side.name} failed ({proc.returncode}):\n{''.join(seen)}{out[-2000:]}\n{err[-3000:]}"
+                )
+        got = [json.loads(side.result.read_text()) for side in (first, second)]
+        ratios.append(got[1]["p99_itl_ms"] / got[0]["p99_itl_ms"])
+        print(
+            f"  pair {round_index + 1}: "
+            + "; ".join(
+                f"{side.name} ITL p50 {d['median_itl_ms']:.2f} ms, p99 {d['p99_itl_ms']:.2f} ms"
+                for side, d in zip((first, second), got)
+            )
+            + f"; p99 {second.name} / {first.name} {ratios[-1]:.3f}",
+            flush=True,
+        )
+    print(
+        f"ITL p99, {second.name} / {first.name}, paired: median {statistics.median(ratios):.3f} "
+        f"({min(ratios):.3f}–{max(ratios):.3f}) over {rounds} rounds"
+    )
 
 
 def main() -> int:
@@ -215,6 +300,13 @@ def main() -> int:
         metavar="WORDS",
         help="run only the clients whose name contains WORDS (repeatable)",
     )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="WORDS",
+        help="leave out the clients whose name contains WORDS (repeatable; after --only)",
+    )
     parser.add_argument("--skip-lateness", action="store_true", help="do not run the open-loop lateness step")
     parser.add_argument(
         "--sim-hardware",
@@ -224,6 +316,21 @@ def main() -> int:
     )
     parser.add_argument("--sim-model", default="tiny", help="simulator model preset")
     parser.add_argument("--sim-speed", type=float, default=1.0, help="simulator speed factor")
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead of the table, ROUNDS rounds of two clients streaming at the same time (--large requests and "
+        "half the concurrency each): vllm bench and `rampwatch run --no-record`, or with --baseline both "
+        "checkouts' `rampwatch run --no-record`",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="another rampwatch checkout with its own DIR/.venv: adds its `rampwatch run --no-record` as a client",
+    )
     args = parser.parse_args()
     if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
         raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh`")
@@ -245,8 +352,14 @@ def main() -> int:
     clients["rampwatch run --no-record, asyncio loop"] = lambda url, n, tmp: rampwatch(
         url, n, tmp, record=False, series=True, event_loop="asyncio"
     )
+    if args.baseline:
+        baseline = args.baseline.resolve()
+        clients[f"rampwatch run --no-record, baseline {baseline}"] = lambda url, n, tmp: rampwatch(
+            url, n, tmp, record=False, series=True, checkout=baseline
+        )
     if args.only:
         clients = {name: run for name, run in clients.items() if any(word in name for word in args.only)}
+    clients = {name: run for name, run in clients.items() if not any(word in name for word in args.skip)}
 
     # per client: one (marginal, whole, large-run CPU, large-run wall, tokens/s, ITL p50, ITL p99) per round
     results: dict[str, list[tuple[float, ...]]] = {name: [] for name in clients}
@@ -260,6 +373,24 @@ def main() -> int:
             f"{OUTPUT_TOKENS} output tokens, concurrency {CONCURRENCY}",
             flush=True,
         )
+        if args.paired:
+            half, n = CONCURRENCY // 2, args.large
+            here = "rampwatch"
+
+            def rampwatch_side(name: str, checkout: Path, result: Path) -> Side:
+                python = sys.executable if checkout == ROOT else str(checkout / ".venv" / "bin" / "python")
+                cmd = rampwatch_cmd(sim.url, n, result, record=None, series=True, concurrency=half, python=python)
+                return Side(name, cmd, result, cwd=checkout)
+
+            def sides(i: int) -> tuple[Side, Side]:
+                ours = rampwatch_side(here, ROOT, tmp / f"pair-{i}-rw.json")
+                if args.baseline:
+                    return rampwatch_side("baseline", args.baseline.resolve(), tmp / f"pair-{i}-base.json"), ours
+                result = tmp / f"pair-{i}-vllm.json"
+                return Side("vllm bench", vllm_cmd(sim.url, n, result, half), result, ready_line=VLLM_MAIN_RUN), ours
+
+            paired_rounds(sides, args.paired)
+            return 0
         for round_index in range(args.repeat):
             # Rotate the order so no client always runs right after the same one.
             names = list(clients)
@@ -275,7 +406,8 @@ def main() -> int:
                 results[name].append((marginal, whole, large_cpu, large_wall, tokens_large / large["duration"], *itl))
                 print(
                     f"  round {round_index + 1}, {name}: {marginal:.1f} CPU-s per 1M tokens (marginal), {whole:.1f} "
-                    f"whole process; large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall",
+                    f"whole process; large run {large_cpu:.1f} CPU-s in {large_wall:.1f} s wall, "
+                    f"ITL p50 {itl[0]:.2f} ms, p99 {itl[1]:.2f} ms",
                     flush=True,
                 )
 
@@ -291,20 +423,25 @@ def main() -> int:
     rounds = f", median of {args.repeat} rounds (min–max)" if args.repeat > 1 else ""
     print(
         f"| client | CPU-s per 1M streamed tokens, marginal{rounds} | whole process, {args.large} requests | "
-        "tokens/s | vs vllm bench, same round (marginal / whole) | ITL p50 / p99 (ms), large run |"
+        "tokens/s | vs vllm bench, same round (marginal / whole) | ITL p50 / p99 (ms), large run | "
+        "ITL p99 vs vllm bench, same round |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     base = results.get("vllm bench serve")
     for name, runs in results.items():
         marginals, wholes = [r[0] for r in runs], [r[1] for r in runs]
         tps = statistics.median(r[4] for r in runs)
-        ratio = "-"
+        ratio = itl_ratio = "-"
         if base:
+            itl_ratios = [r[6] / b[6] for r, b in zip(runs, base)]
+            itl_ratio = f"{statistics.median(itl_ratios):.2f}×" + (
+                f" ({min(itl_ratios):.2f}–{max(itl_ratios):.2f})" if len(itl_ratios) > 1 else ""
+            )
             m_ratio = statistics.median(r[0] / b[0] for r, b in zip(runs, base))
             w_ratio = statistics.median(r[1] / b[1] for r, b in zip(runs, base))
             ratio = f"{m_ratio:.2f}× / {w_ratio:.2f}×"
         itl = f"{statistics.median(r[5] for r in runs):.2f} / {statistics.median(r[6] for r in runs):.2f}"
-        print(f"| {name} | {spread(marginals)} | {spread(wholes)} | {tps:,.0f} | {ratio} | {itl} |")
+        print(f"| {name} | {spread(marginals)} | {spread(wholes)} | {tps:,.0f} | {ratio} | {itl} | {itl_ratio} |")
     if args.skip_lateness:
         return 0
     print()

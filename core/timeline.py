@@ -47,6 +47,9 @@ class RequestRecord:
     error_class: str | None = None  # None on success, else e.g. "http_500", "timeout", "cancelled"
     error: str | None = None
     scenario_tag: str | None = None  # which scenario stream produced it (e.g. "doc-3")
+    # The answer's text, kept only when the run was asked to (`--save-generated-texts`);
+    # not recorded in recordings.
+    generated_text: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,6 +76,31 @@ class RequestRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The kinds of failure the screen tells apart, from the server's side: it answered with an
+# error status (http), answered too slowly (timeout), could not be reached or dropped the
+# connection (connection), or answered something that is not a valid stream (protocol).
+ERROR_GROUPS = ("http", "timeout", "connection", "protocol")
+_ERROR_GROUP_OF = {
+    "timeout": "timeout",
+    "connect": "connection",
+    "stream_aborted": "connection",  # the body broke off before [DONE]: the connection went
+    "stream_error": "protocol",
+    # The client failed on what the server sent (an unexpected exception while streaming).
+    "client_error": "protocol",
+}
+
+
+def error_group(error_class: str | None) -> str | None:
+    """Which of ``ERROR_GROUPS`` a request's ``error_class`` falls in: None for a success
+    and for ``cancelled`` (the run ended it, not the server); an unknown class (a newer
+    client's) counts as a protocol failure."""
+    if error_class is None or error_class == "cancelled":
+        return None
+    if error_class.startswith("http_"):
+        return "http"
+    return _ERROR_GROUP_OF.get(error_class, "protocol")
 
 
 @dataclass(slots=True)
@@ -124,6 +152,14 @@ class Tick:
     # a request ends, so these are what the offered and sent rates are drawn from live.
     offered_total: int | None = None
     sent_total: int | None = None
+    # Added later; ticks of older recordings lack them (None):
+    # the most requests in flight at any moment so far (exact, not sampled at ticks),
+    peak_in_flight: int | None = None
+    # when the oldest request still in flight was sent (None: none in flight),
+    oldest_sent_at: float | None = None
+    # when the schedule will end as it stands now: the planned duration moved on by the
+    # time spent holding (None: unbounded, e.g. a request count without a duration).
+    planned_end_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,8 +175,13 @@ EVENT_KINDS = (
     "knee",
     "error",
     "scrape_error",
+    "cancel",  # in-flight requests cancelled: by the user ending the drain, or after a stop's grace period
     "info",
 )
+
+# A request cancelled by the run (a stop's grace period over, the user ending the drain):
+# neither completed nor failed; counted apart everywhere.
+CANCELLED = "cancelled"
 
 
 @dataclass(slots=True)
@@ -259,7 +300,37 @@ SERIES_NAMES = (
     "itl_p90",
     "itl_p99",
     "in_flight",
+    # Failed requests per second by ERROR_GROUPS class (cancelled ones in none of them).
+    "errors_http_rps",
+    "errors_timeout_rps",
+    "errors_connection_rps",
+    "errors_protocol_rps",
+    "client_queued",  # requests waiting for a --max-concurrency slot (from ticks)
 )
+
+ERROR_SERIES = {group: f"errors_{group}_rps" for group in ERROR_GROUPS}
+
+
+@dataclass(slots=True)
+class ScrapeErrorLine:
+    """One distinct ``/metrics`` failure (URL and reason) and how often it happened."""
+
+    url: str
+    message: str  # one line, already redacted (``loadgen.scrape``)
+    count: int
+    first_t: float
+    last_t: float
+
+
+def metrics_stale_after_s(header: RunHeader | None) -> float:
+    """How long after the last good ``/metrics`` scrape the server's figures count as
+    stale: three scrape intervals (``--scrape-interval``), never under 3 s, so one slow or
+    failed scrape does not blink the screen."""
+    interval = (header.options.get("scrape_interval") if header else None) or 1.0
+    try:
+        return max(3.0, 3.0 * float(interval))
+    except (TypeError, ValueError):
+        return 3.0
 
 
 @dataclass(slots=True)
@@ -307,7 +378,12 @@ class Snapshot:
     events: list[Event]
     summary: dict[str, Any]  # run-so-far figures (same keys as the headless summary)
     server_metrics_available: bool
-    planned_duration_s: float | None = None
+    # When the newest good /metrics scrape (of any URL) ended; None before the first one.
+    last_good_scrape_t: float | None = None
+    # Every distinct /metrics failure so far, in order of their last occurrence.
+    scrape_errors: list[ScrapeErrorLine] = field(default_factory=list)
+    planned_duration_s: float | None = None  # the current plan (see Tick.planned_end_s), else the header's
+    oldest_in_flight_sent_at: float | None = None  # Tick.oldest_sent_at of the latest tick
     steps: list[StepRow] = field(default_factory=list)  # the per-step results table so far
 
     @classmethod
@@ -336,6 +412,7 @@ class RunControl(Protocol):
     def step_rate(self, delta_rps: float) -> None: ...  # +/- relative to the current rate
     def mark(self, note: str) -> None: ...  # user mark with a note
     def stop(self) -> None: ...  # graceful stop: no new requests, drain, then finish
+    def cancel_in_flight(self) -> None: ...  # end the drain now: cancel every request in flight
 
 
 class SnapshotSource(Protocol):

@@ -11,6 +11,9 @@ Timing follows ``vllm bench serve`` (``vllm/benchmarks/lib/endpoint_request_func
   counts both the same way, so TTFT here equals its TTFT.
 - Every later event with non-empty ``choices`` appends one arrival time to
   ``chunk_times``; ITLs are the gaps between successive such events (chunks, not tokens).
+  The arrival time is read once per network read, when the read is parsed, and given to
+  every event in it (vLLM reads ``perf_counter()`` per event, after its JSON decode): it is
+  when the client got to the bytes, so the event loop's other work delays it.
 - On success ``end_at`` is the arrival of the last token chunk (vLLM's ``latency``; the
   trailing usage chunk and ``[DONE]`` do not move it), so E2E and
   TPOT = (E2E - TTFT) / (completion_tokens - 1) match vLLM's numbers.
@@ -145,6 +148,7 @@ class StreamingClient:
         fallback_tokenizer: Any = None,
         connect_timeout_s: float = 10.0,
         connection: Connection | None = None,
+        keep_generated_text: bool = False,
     ) -> None:
         """``connection`` (headers, TLS) wins over ``api_key`` when given."""
         self.base_url = normalize_base_url(base_url)
@@ -154,6 +158,10 @@ class StreamingClient:
         self.connect_timeout_s = connect_timeout_s
         self.clock = clock
         self.fallback_tokenizer = fallback_tokenizer
+        # Each record then carries its answer's text (vLLM's `generated_texts`). The stream
+        # keeps its raw token events for it; the text is decoded once, when the request ends.
+        self.keep_generated_text = keep_generated_text
+        self._keep_text = fallback_tokenizer is not None or keep_generated_text
         self.connection = connection if connection is not None else Connection(api_key=api_key or None)
         self._secrets = self.connection.secrets()
         self._headers = {"Content-Type": "application/json", **self.connection.request_headers()}
@@ -271,7 +279,7 @@ class StreamingClient:
             self._headers,
             _body_bytes(self.build_body(req)),
         )
-        state = _StreamState(keep_text=self.fallback_tokenizer is not None)
+        state = _StreamState(keep_text=self._keep_text)
         conn: http_stream.HttpConnection | None = None
         exchange: _StreamExchange | None = None
         try:
@@ -344,7 +352,7 @@ class StreamingClient:
     async def _send_aiohttp(self, req: PreparedRequest, rec: RequestRecord) -> RequestRecord:
         session = self._open_session()
         clock = self.clock
-        state = _StreamState(keep_text=self.fallback_tokenizer is not None)
+        state = _StreamState(keep_text=self._keep_text)
         try:
             async with session.post(
                 self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
@@ -402,6 +410,10 @@ class StreamingClient:
         rec.error = self._scrub(message)
 
     def _finish(self, rec: RequestRecord, state: _StreamState) -> None:
+        self._settle(rec, state)
+        self._keep_generated(rec, state)
+
+    def _settle(self, rec: RequestRecord, state: _StreamState) -> None:
         now = self.clock()
         state.settle_fast_reads(rec)
         if state.error_message is not None:
@@ -430,7 +442,19 @@ class StreamingClient:
         else:
             rec.tokens_from_usage = False
             if self.fallback_tokenizer is not None and state.raw_chunks:
-                rec.completion_tokens = count_tokens(self.fallback_tokenizer, state.text())
+                rec.completion_tokens = count_tokens(self.fallback_tokenizer, self._text(rec, state))
+
+    def _text(self, rec: RequestRecord, state: _StreamState) -> str:
+        """The answer's text, decoded once per request."""
+        if rec.generated_text is None:
+            rec.generated_text = state.text()
+        return rec.generated_text
+
+    def _keep_generated(self, rec: RequestRecord, state: _StreamState) -> None:
+        if self.keep_generated_text:
+            self._text(rec, state)
+        else:  # decoded for the token count only: not kept
+            rec.generated_text = None
 
 
 def token_count(usage: dict[str, Any], key: str) -> int | None:

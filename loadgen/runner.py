@@ -24,6 +24,7 @@ from typing import Any
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import server_text
 from rampwatch.core.timeline import (
+    CANCELLED,
     Event,
     FanoutSink,
     RequestRecord,
@@ -68,6 +69,7 @@ class RunOptions:
     cli_options: dict[str, Any] = field(default_factory=dict)  # for the header; secrets removed here
     tick_interval_s: float = 1.0
     gpu_price_per_hour: float | None = None
+    save_generated_texts: bool = False  # each record keeps its answer's text (the result JSON's generated_texts)
 
 
 @dataclass
@@ -77,14 +79,14 @@ class RunResult:
     samples: list[ServerSample]
     events: list[Event]
     header: RunHeader
-    interrupted: bool = False
+    interrupted: bool = False  # stopped before the schedule ended, or requests were cancelled
     recording_error: str | None = None  # set where the recording is closed (the UI's run process)
 
     @property
     def error_rate(self) -> float:
         """Failed fraction of the requests the server had a chance to answer: requests
         cancelled by a stop (Ctrl-C, grace period over) count neither way."""
-        judged = [r for r in self.requests if r.error_class != "cancelled"]
+        judged = [r for r in self.requests if r.error_class != CANCELLED]
         if not judged:
             return 0.0
         return sum(1 for r in judged if not r.ok) / len(judged)
@@ -150,63 +152,117 @@ class Run:
         self._t0 = time.monotonic()
         self._stopping = False
         self._schedule_changed: asyncio.Event | None = None
-        self._in_flight: set[asyncio.Task] = set()
+        self._in_flight: set[asyncio.Task] = set()  # every request's task, waiting for a slot or sent
         self._none_in_flight: asyncio.Event | None = None
         self._client_queued = 0
+        # Request id -> when it was sent, for the requests sent and not ended: in send
+        # order (a dict keeps insertion order), so the first is the oldest.
+        self._sending: dict[int, float] = {}
+        self._peak_in_flight = 0
+        self._planned_end: float | None = self.schedule.planned_duration_s
+        self._finished = False
         self._offered_total = 0
         self._sent_total = 0
         self._next_id = 0
         self._interrupted = False
+        self._scrape_failing: dict[str, tuple[str, int]] = {}  # url -> (reason, failures in a row)
 
     # -- clock -------------------------------------------------------------------------
     def now(self) -> float:
         return time.monotonic() - self._t0
 
     # -- RunControl ----------------------------------------------------------------------
-    def _changed(self, event: Event | None) -> None:
-        if event is not None:
+    def _steering(self) -> bool:
+        """Whether the schedule can still be steered: not once a stop was asked for or
+        the run has finished (a call then changes nothing and records nothing)."""
+        return not self._stopping and not self._finished
+
+    def _changed(self, event: Event) -> None:
+        if event.data.get("applied", True):  # a change that changed nothing is not recorded
             self.sink.on_event(event)
         if self._schedule_changed is not None:
             self._schedule_changed.set()
 
     def hold(self) -> None:
-        self._changed(self.schedule.hold(self.now()))
+        if self._steering():
+            self._changed(self.schedule.hold(self.now()))
 
     def resume(self) -> None:
-        self._changed(self.schedule.resume(self.now()))
+        if self._steering():
+            self._changed(self.schedule.resume(self.now()))
 
     def set_rate(self, rps: float) -> None:
-        self._changed(self.schedule.set_rate(self.now(), max(0.0, rps)))
+        if self._steering():
+            self._changed(self.schedule.set_rate(self.now(), max(0.0, rps)))
 
     def step_rate(self, delta_rps: float) -> None:
-        self._changed(self.schedule.step_rate(self.now(), delta_rps))
+        if self._steering():
+            self._changed(self.schedule.step_rate(self.now(), delta_rps))
 
     def mark(self, note: str) -> None:
-        self.sink.on_event(Event(self.now(), "mark", note or "mark", {"note": note}))
+        if not self._finished:  # after the end the recording is closed
+            self.sink.on_event(Event(self.now(), "mark", note or "mark", {"note": note}))
 
     def stop(self) -> None:
-        if self._stopping:
+        """Graceful stop: no new requests; in-flight ones get ``stop_grace_s``. A stop
+        before the schedule's end makes the run interrupted (exit code 130)."""
+        if self._stopping or self._finished:
             return
         self._stopping = True
-        self.sink.on_event(Event(self.now(), "stop", "stop requested: no new requests, draining"))
+        if self.schedule.state != "done":
+            self._interrupted = True
+        grace = self.options.stop_grace_s
+        self.sink.on_event(
+            Event(
+                self.now(),
+                "stop",
+                f"stop requested: no new requests; in-flight ones get {grace:g} s",
+                {"grace_s": grace},
+            )
+        )
         if self._schedule_changed is not None:
             self._schedule_changed.set()
 
     def interrupt(self) -> None:
-        """Ctrl-C: a graceful stop, marked as interrupted in the result."""
-        self._interrupted = True
+        """Ctrl-C: the same graceful stop as the UI's."""
         self.stop()
 
     def cancel_in_flight(self) -> None:
-        """Second Ctrl-C: stop waiting for in-flight requests."""
+        """End the drain now (the UI's key, a second Ctrl-C): stop, and cancel every
+        request in flight or waiting for a slot. Recorded as a ``cancel`` event; the
+        cancelled requests are recorded as such and make the run interrupted."""
+        if self._finished:
+            return
         self.stop()
-        for task in list(self._in_flight):
+        self._cancel(list(self._in_flight), "ending the drain now")
+
+    def _cancel(self, tasks: list[asyncio.Task], why: str) -> None:
+        pending = [task for task in tasks if not task.done()]
+        if not pending:
+            return
+        self._interrupted = True
+        sent = len(self._sending)
+        self.sink.on_event(
+            Event(
+                self.now(),
+                "cancel",
+                f"{why}: cancelling {len(pending)} requests ({sent} in flight)",
+                {"requests": len(pending), "in_flight": sent},
+            )
+        )
+        for task in pending:
             task.cancel()
 
     @property
     def in_flight(self) -> int:
-        """Requests sent and not finished (those waiting for a concurrency slot excluded)."""
-        return len(self._in_flight) - self._client_queued
+        """Requests sent and not ended, whatever their outcome (those waiting for a
+        concurrency slot excluded): the one definition of "in flight", also of its peak."""
+        return len(self._sending)
+
+    @property
+    def oldest_sent_at(self) -> float | None:
+        """When the oldest request in flight was sent (None: none in flight)."""
+        return next(iter(self._sending.values()), None)
 
     @property
     def state(self) -> str:
@@ -244,6 +300,7 @@ class Run:
             clock=self.now,
             fallback_tokenizer=opts.tokenizer,
             connection=self.connection,
+            keep_generated_text=opts.save_generated_texts,
         )
         await client.start()
         try:
@@ -272,6 +329,9 @@ class Run:
                 warning = f"--model {opts.model!r} not checked: /v1/models: {models_error}"
                 log.warning(warning)
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
+            # A first tick at once: the screen shows the run's state (and takes steering
+            # keys) from its start, not from the first second's tick.
+            self.sink.on_tick(self._tick(0.0))
             poller = MetricsPoller(
                 metrics_urls,
                 interval_s=opts.scrape_interval_s,
@@ -295,6 +355,7 @@ class Run:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
             end = self.now()
+            self._finished = True
             final = self._tick(end)
             final.state, final.target_rps = "done", 0.0
             self.sink.on_tick(final)
@@ -346,20 +407,44 @@ class Run:
         if not self._in_flight and self._none_in_flight is not None:
             self._none_in_flight.set()
 
+    async def _send(self, client, request, request_id: int, scheduled_at: float) -> RequestRecord:
+        """One request sent: counted in flight from its send to its end."""
+        self._sent_total += 1
+        self._sending[request_id] = self.now()
+        self._peak_in_flight = max(self._peak_in_flight, len(self._sending))
+        try:
+            return await client.send(request, request_id, scheduled_at)
+        finally:
+            del self._sending[request_id]
+
     async def _one_request(self, client, semaphore, request, request_id: int, scheduled_at: float) -> None:
         try:
             if semaphore is None:
-                self._sent_total += 1
-                record = await client.send(request, request_id, scheduled_at)
+                record = await self._send(client, request, request_id, scheduled_at)
             else:
                 self._client_queued += 1
                 try:
                     await semaphore.acquire()
+                except asyncio.CancelledError:
+                    # Cancelled while waiting for a slot: never sent, but scheduled, so it
+                    # is recorded (cancelled, sent and ended now) rather than lost.
+                    now = self.now()
+                    self.sink.on_request(
+                        RequestRecord(
+                            id=request_id,
+                            scheduled_at=scheduled_at,
+                            sent_at=now,
+                            end_at=now,
+                            tokens_from_usage=False,
+                            error_class=CANCELLED,
+                            error="cancelled by the run while waiting for a concurrency slot",
+                        )
+                    )
+                    raise
                 finally:
                     self._client_queued -= 1
-                self._sent_total += 1
                 try:
-                    record = await client.send(request, request_id, scheduled_at)
+                    record = await self._send(client, request, request_id, scheduled_at)
                 finally:
                     semaphore.release()
         except RequestCancelled as cancelled:
@@ -400,17 +485,32 @@ class Run:
         if pending:
             done, pending = await asyncio.wait(pending, timeout=self.options.stop_grace_s)
         if pending:
-            self.sink.on_event(
-                Event(self.now(), "info", f"cancelling {len(pending)} in-flight requests after the grace period")
-            )
-            for task in pending:
-                task.cancel()
+            self._cancel(list(pending), f"the {self.options.stop_grace_s:g} s grace period is over")
             await asyncio.gather(*pending, return_exceptions=True)
 
     def _on_sample(self, sample: ServerSample) -> None:
+        """Every scrape goes to the sinks; an event only when a URL's scrapes start failing,
+        fail for another reason, or recover: a dead server's failure each second is one
+        event, not one per second (the samples, recorded too, carry every failure; the
+        events panel shows their counts from them)."""
         self.sink.on_scrape(sample)
-        if not sample.ok:
-            self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {sample.error}"))
+        failing = self._scrape_failing.get(sample.url)
+        if sample.ok:
+            if failing is not None:
+                del self._scrape_failing[sample.url]
+                self.sink.on_event(
+                    Event(
+                        sample.t,
+                        "info",
+                        f"{sample.url}: answering again after {failing[1]} failed scrapes",
+                        {"url": sample.url, "failed_scrapes": failing[1]},
+                    )
+                )
+            return
+        error = sample.error or "failed"
+        if failing is None or failing[0] != error:
+            self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {error}", {"url": sample.url}))
+        self._scrape_failing[sample.url] = (error, 1 + (failing[1] if failing else 0))
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_interval_s
@@ -423,6 +523,9 @@ class Run:
             next_t += interval
 
     def _tick(self, t: float) -> Tick:
+        if not self._stopping and self.schedule.state != "done":
+            # Once the schedule is over (or stopped) the last plan stands.
+            self._planned_end = self.schedule.planned_end_s(t)
         return Tick(
             t,
             self.schedule.current_rate(t) if not self._stopping else 0.0,
@@ -431,6 +534,9 @@ class Run:
             self._client_queued,
             offered_total=self._offered_total,
             sent_total=self._sent_total,
+            peak_in_flight=self._peak_in_flight,
+            oldest_sent_at=self.oldest_sent_at,
+            planned_end_s=self._planned_end,
         )
 
     def _check_knee(self) -> None:

@@ -471,6 +471,16 @@ class ArrivalSchedule:
         p = self._profile
         return self._anchor_t + p.time(p.end) - p.time(self._anchor_c)
 
+    def planned_end_s(self, t: float) -> float | None:
+        """When the schedule ends, as planned at run time ``t``: the planned duration moved
+        on by the time held so far, and while holding by every further second held (a
+        hold, or a rate set by hand, pauses the ramp; ``resume`` continues the rest of it).
+        None for an unbounded schedule."""
+        p = self._profile
+        if not math.isfinite(p.end):
+            return None
+        return t + max(0.0, p.time(p.end) - p.time(self._ramp_coordinate(t)))
+
     # -- the runner's loop
 
     def next_send_time(self) -> float | None:
@@ -500,9 +510,9 @@ class ArrivalSchedule:
     def hold(self, t: float) -> Event:
         before = self.current_rate(t)
         if self.state == "done":
-            return self._event(t, "hold", "schedule already finished", before, before)
+            return self._event(t, "hold", "schedule already finished", before, before, applied=False)
         if self._holding:
-            return self._event(t, "hold", f"already holding at {before:g} req/s", before, before)
+            return self._event(t, "hold", f"already holding at {before:g} req/s", before, before, applied=False)
         self._rebase(t)
         self._holding, self._held_rate = True, before
         return self._event(t, "hold", f"hold at {before:.3g} req/s", before, before)
@@ -510,9 +520,9 @@ class ArrivalSchedule:
     def resume(self, t: float) -> Event:
         before = self.current_rate(t)
         if self.state == "done":
-            return self._event(t, "resume", "schedule already finished", before, before)
+            return self._event(t, "resume", "schedule already finished", before, before, applied=False)
         if not self._holding:
-            return self._event(t, "resume", "not holding", before, before)
+            return self._event(t, "resume", "not holding", before, before, applied=False)
         self._rebase(t)
         self._holding = False
         after = self._profile.rate(self._anchor_c)
@@ -523,7 +533,7 @@ class ArrivalSchedule:
             raise UserError(f"rate: expected a number >= 0, got {describe(rps)}")
         before = self.current_rate(t)
         if self.state == "done":
-            return self._event(t, "set_rate", "schedule already finished", before, before)
+            return self._event(t, "set_rate", "schedule already finished", before, before, applied=False)
         self._rebase(t)
         self._holding, self._held_rate = True, float(rps)
         return self._event(t, "set_rate", f"hold at {rps:.3g} req/s", before, float(rps))
@@ -555,8 +565,13 @@ class ArrivalSchedule:
             w = self._anchor_w + self._profile.work(c) - self._profile.work(self._anchor_c)
         self._anchor_t, self._anchor_c, self._anchor_w = t, c, w
 
-    def _event(self, t: float, kind: str, message: str, before: float, after: float) -> Event:
-        return Event(t=t, kind=kind, message=message, data={"before_rps": before, "after_rps": after})
+    def _event(self, t: float, kind: str, message: str, before: float, after: float, applied: bool = True) -> Event:
+        """The control change as an event; one that changed nothing says so in
+        ``data["applied"]`` (False), and the runner does not record it."""
+        data: dict[str, Any] = {"before_rps": before, "after_rps": after}
+        if not applied:
+            data["applied"] = False
+        return Event(t=t, kind=kind, message=message, data=data)
 
 
 # --------------------------------------------------------------------------- building

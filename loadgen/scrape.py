@@ -257,6 +257,53 @@ class ParseProcess:
             self._process = None
 
 
+# How describe_scrape_failure's reasons for an unreachable server start (and, for
+# recordings made before it, aiohttp's own exception names).
+_CONNECTION_FAILURES = (
+    "connection refused",
+    "cannot connect",
+    "cannot resolve",
+    "server disconnected",
+    "response body broke off",
+    "connection reset",
+    "connection error",
+    "ClientConnectorError",
+    "ClientConnectorDNSError",
+    "ServerDisconnectedError",
+    "ClientOSError",
+)
+
+
+def is_connection_failure(reason: str) -> bool:
+    """A scrape failed because the server could not be reached or dropped the connection
+    (not a timeout, a status or a page that does not parse)."""
+    return reason.startswith(_CONNECTION_FAILURES)
+
+
+def describe_scrape_failure(exc: BaseException) -> str:
+    """What went wrong with a scrape, in a few words on one line: aiohttp's own messages
+    repeat the host and the socket call, and wrap into several lines on a narrow panel.
+    The URL is not in it (the sample carries it)."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"cannot resolve the host ({exc.os_error.strerror or exc.os_error})"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        os_error = exc.os_error
+        if isinstance(os_error, ConnectionRefusedError):
+            return "connection refused"
+        reason = os.strerror(os_error.errno) if os_error.errno else str(os_error)
+        return f"cannot connect ({reason})"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "server disconnected"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "response body broke off"
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return "connection reset"
+    if isinstance(exc, aiohttp.ClientOSError) and exc.errno:
+        return f"connection error ({os.strerror(exc.errno)})"
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+
+
 class MetricsPoller:
     """Scrapes every URL each ``interval_s`` on its own session, never raising.
 
@@ -310,7 +357,7 @@ class MetricsPoller:
         except TimeoutError:
             return failed(f"timeout after {self.timeout_s:g} s")
         except Exception as exc:  # aiohttp's ClientError or anything else: a scrape must never take the run down
-            return failed(f"{type(exc).__name__}: {exc}")
+            return failed(describe_scrape_failure(exc))
         t = self.clock()
         # Never on the load's loop: a page costs ~0.2 s of Python per MB.
         if len(body) > PROCESS_PARSE_BYTES:

@@ -43,13 +43,25 @@ def output_lens(completion_tokens: np.ndarray) -> np.ndarray:
 def itl_array(rec: RequestRecord) -> np.ndarray:
     """A request's ITLs (the gaps from its first token chunk to each later chunk, as vLLM
     defines them) as a float64 array, without a Python loop over the chunks."""
-    chunks = rec.chunk_times
-    if rec.first_token_at is None or not chunks:
+    if rec.first_token_at is None or not rec.chunk_times:
         return np.empty(0, dtype=np.float64)
-    times = np.empty(len(chunks) + 1, dtype=np.float64)
-    times[0] = rec.first_token_at
-    times[1:] = chunks
-    return clean_itls(times[1:] - times[:-1])
+    return requests_itls(np.array([rec.first_token_at]), [np.asarray(rec.chunk_times, dtype=np.float64)])
+
+
+def requests_itls(first_token_at: np.ndarray, chunk_times: Sequence[np.ndarray]) -> np.ndarray:
+    """The ITLs of several requests, request after request (``itl_array`` of each,
+    concatenated), in one numpy pass: ``first_token_at[i]`` and ``chunk_times[i]`` are
+    request i's first token time and later chunk times."""
+    lengths = np.fromiter((c.size for c in chunk_times), dtype=np.int64, count=len(chunk_times))
+    if not lengths.any():
+        return np.empty(0, dtype=np.float64)
+    arrivals = np.concatenate(chunk_times)
+    previous = np.empty_like(arrivals)
+    previous[1:] = arrivals[:-1]
+    starts = np.cumsum(lengths) - lengths
+    with_chunks = lengths > 0
+    previous[starts[with_chunks]] = first_token_at[with_chunks]  # each request's first gap
+    return clean_itls(arrivals - previous)
 
 
 # Times come from a nanosecond clock; a recording keeps them to the microsecond.
@@ -126,6 +138,9 @@ class LogHistogram:
     """
 
     __slots__ = ("_counts", "_pending", "_pending_arrays", "_pending_n", "total")
+    # Pending values are binned at the latest past this many: each binning is one short
+    # pause (~0.1 ms), not one long one every few seconds on a live run's event loop.
+    MAX_PENDING = 4096
     LO = 1e-5
     HI = 1e4
     RATIO = 1.01
@@ -157,7 +172,7 @@ class LogHistogram:
             n = len(self._pending) - before
         self.total += n
         self._pending_n += n
-        if self._pending_n > 65536:  # bound the buffer between reads
+        if self._pending_n > self.MAX_PENDING:
             _ = self.counts  # reading folds the pending values into the buckets
 
     @classmethod
@@ -306,9 +321,22 @@ class ExactValues:
         return describe_ms(self.values(), percentiles)
 
 
+def running_sum(start: float, values: np.ndarray) -> float:
+    """``start + values[0] + values[1] + ...``, added one at a time from the left: the same
+    float however the values are split between calls (``np.sum`` sums pairwise, so its
+    result depends on where a batch starts and ends)."""
+    terms = np.empty(values.size + 1, dtype=np.float64)
+    terms[0] = start
+    terms[1:] = values
+    return float(np.add.accumulate(terms)[-1])
+
+
 class RunningValues:
     """Bounded memory for the live run-so-far figures: exact mean and std from running
-    sums, median and percentiles from a ``LogHistogram`` (within a 1% bucket)."""
+    sums, median and percentiles from a ``LogHistogram`` (within a 1% bucket).
+
+    The sums add value after value (``running_sum``), so feeding requests one at a time
+    or in batches of any size gives the same floats: the live builder batches them."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -320,8 +348,8 @@ class RunningValues:
         if values.size == 0:
             return
         self.n += int(values.size)
-        self.total += float(values.sum())
-        self.squares += float(np.square(values).sum())
+        self.total = running_sum(self.total, values)
+        self.squares = running_sum(self.squares, np.square(values))
         self.hist.add(values)
 
     def describe_ms(self, percentiles) -> dict[str, float]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from rampwatch.core.timeline import Event, RequestRecord, StepRow
+from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, StepRow
 from rampwatch.loadgen.stats import LogHistogram, itl_array
 
 # Schedules whose target rate is piecewise constant; any other (the ramps, and kinds this
@@ -208,11 +208,15 @@ class StepTracker:
             self._open(("drain",), event.t)
 
     def on_request(self, record: RequestRecord, itls: np.ndarray | None = None) -> None:
-        """``itls``: the record's ``itl_array`` when the caller has it already."""
+        """``itls``: the record's ``itl_array`` when the caller has it already. A request
+        the run cancelled (a stop's grace ran out) counts as sent, neither completed nor
+        failed, as in the run's figures."""
         sent_row = self._row_at(record.sent_at)
         sent_row.sent += 1
         sent_row.cached = None
-        if record.ok:
+        if record.error_class == CANCELLED:
+            pass
+        elif record.ok:
             if record.ttft is not None:
                 sent_row.ttft.add((record.ttft,))
             sent_row.itl.add(itl_array(record) if itls is None else itls)

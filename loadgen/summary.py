@@ -19,14 +19,14 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
-from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.scrape import combine_samples
@@ -109,6 +109,14 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
     }
 
 
+def concurrency_cap(header: RunHeader | None) -> int | None:
+    """The run's ``--max-concurrency``, from the flag or the scenario's ``max_concurrency``."""
+    if header is None:
+        return None
+    cap = header.options.get("max_concurrency") or header.scenario.get("max_concurrency")
+    return int(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+
+
 def knee_rps(events: Sequence[Event]) -> float | None:
     for e in events:
         if e.kind == "knee" and "offered_rps" in e.data:
@@ -149,12 +157,12 @@ class Summary:
 
     duration_s: float
     completed: int
-    failed: int
+    failed: int  # ended in an error; requests cancelled by the run are not failures
     total_input_tokens: int
     total_output_tokens: int
     good_requests: int | None  # requests meeting every SLO; None without SLOs
     peak_output_chunks_per_s: float  # vLLM's "max_output_tokens_per_s" (it counts chunks); NaN when not tracked
-    peak_concurrent_requests: int
+    peak_concurrent_requests: int  # most requests sent and not ended at once, whatever their outcome
     max_concurrency: int | None  # the run's concurrency cap
     tokens_from_usage: bool  # every successful request's token counts came from the server
     ttft: LatencyMs
@@ -167,6 +175,10 @@ class Summary:
     knee_rps: float | None
     gpu_price_per_hour: float | None = None
     slo_ms: dict[str, float] | None = None
+    # Time requests waited for a --max-concurrency slot (sent_at - scheduled_at), over
+    # every request (one that waited and then failed still waited); None: no cap.
+    client_queue: LatencyMs | None = None
+    cancelled: int = 0  # cancelled by the run (a stop's grace period over, the drain ended by hand)
 
     @property
     def _divisor_s(self) -> float:
@@ -205,6 +217,7 @@ class Summary:
             "duration": self.duration_s,
             "completed": self.completed,
             "failed": self.failed,
+            "cancelled": self.cancelled,
             "total_input_tokens": self.total_input_tokens,
             "total_output_tokens": self.total_output_tokens,
             "request_throughput": self.request_throughput,
@@ -222,6 +235,10 @@ class Summary:
             for stat, value in self.latency(metric).items():
                 out[f"{stat}_{metric}_ms"] = value
         out["mean_client_queue_ms"] = self.mean_client_queue_ms
+        if self.client_queue is not None:
+            # vllm bench serve's "Client-side Queueing" keys (it reports them under a cap)
+            for stat, value in self.client_queue.items():
+                out[f"{stat}_client_queue_time_ms"] = value
         out["errors_by_class"] = dict(self.errors_by_class)
         out["server"] = self.server
         out["knee_rps"] = self.knee_rps
@@ -252,6 +269,8 @@ class RequestBlock:
     def from_records(cls, records: Sequence[RequestRecord]) -> RequestBlock:
         ok = [r for r in records if r.ok]
         with_first = [r for r in ok if r.first_token_at is not None]
+        first_token_at = np.array([r.first_token_at for r in with_first], dtype=np.float64)
+        chunk_times = [np.asarray(r.chunk_times, dtype=np.float64) for r in with_first]
         return cls(
             error_classes=[r.error_class for r in records],
             sent_at=np.array([r.sent_at for r in records], dtype=np.float64),
@@ -263,13 +282,8 @@ class RequestBlock:
             prompt_tokens=np.array([r.prompt_tokens for r in records], dtype=np.int64),
             completion_tokens=np.array([r.completion_tokens for r in records], dtype=np.int64),
             tokens_from_usage=np.array([r.tokens_from_usage for r in records], dtype=bool),
-            itls=_concat([stats.itl_array(r) for r in ok]),
-            token_times=_concat(
-                [
-                    np.array([r.first_token_at for r in with_first], dtype=np.float64),
-                    *(np.asarray(r.chunk_times, dtype=np.float64) for r in with_first),
-                ]
-            ),
+            itls=stats.requests_itls(first_token_at, chunk_times),
+            token_times=_concat([first_token_at, *chunk_times]),
         )
 
 
@@ -289,10 +303,15 @@ def first_token_send(records: Sequence[RequestRecord]) -> float | None:
 class SummaryBuilder:
     """Builds a ``Summary`` from ``RequestBlock``s fed in request order, in any number.
 
-    ``token_bins_from`` (see ``first_token_send``) turns on the two peaks, which need every
-    successful request's interval and the per-second token bins; without it (the live
-    run-so-far figures) the peak token rate is NaN and the peak concurrency is
-    ``peak_in_flight``, which the caller keeps from ticks.
+    ``token_bins_from`` (see ``first_token_send``) turns on the peak token rate (per-second
+    token bins; NaN without). The peak concurrency needs every request's interval; a
+    ``bounded`` builder (the live run-so-far figures) keeps none and reports
+    ``peak_in_flight``, which the caller keeps from ticks (the run's exact count of the
+    same thing).
+
+    Peak concurrency counts every request from its send to its end, whatever its outcome:
+    vLLM counts only the successful ones, which drops the requests a stop cancelled or
+    an overloaded server failed, and so disagreed with the in-flight count on screen.
 
     Latencies are kept exactly (``stats.ExactValues``) unless ``bounded`` (the live view:
     ``stats.RunningValues``, percentiles within 1%); ``itl_values`` overrides the ITL
@@ -318,6 +337,7 @@ class SummaryBuilder:
         self.client_queue = values()
         self.requests = 0
         self.completed = 0
+        self.cancelled = 0
         self.good = 0
         self.total_input = 0
         self.total_output = 0
@@ -329,11 +349,12 @@ class SummaryBuilder:
         self.token_bins_from = token_bins_from
         self._token_bins = np.zeros(0, dtype=np.int64)
         self._last_token_end = -math.inf  # last completion of a request with a token: where the bins end
-        self._ok_intervals: list[tuple[np.ndarray, np.ndarray]] = []
+        # [sent, end) of every request, whatever its outcome: the peak concurrency
+        self._intervals: list[tuple[np.ndarray, np.ndarray]] = []
 
     @property
     def failed(self) -> int:
-        return self.requests - self.completed
+        return self.requests - self.completed - self.cancelled
 
     def add(self, record: RequestRecord) -> None:
         self.add_block(RequestBlock.from_records([record]))
@@ -345,7 +366,10 @@ class SummaryBuilder:
         ok = np.fromiter((e is None for e in block.error_classes), dtype=bool, count=n)
         self.requests += n
         self.client_queue.add(block.client_queue_s)
-        self.errors.update(e for e in block.error_classes if e is not None)
+        self.cancelled += sum(1 for e in block.error_classes if e == CANCELLED)
+        self.errors.update(e for e in block.error_classes if e is not None and e != CANCELLED)
+        if not self.bounded:
+            self._intervals.append((block.sent_at, block.end_at))
         self.first_send_at = min(self.first_send_at, float(block.sent_at.min()))
         self.last_end_at = max(self.last_end_at, float(block.end_at.max()))
         if not ok.any():
@@ -371,7 +395,6 @@ class SummaryBuilder:
             tpot_or_zero[with_tpot] = tpot
             self.good += int(stats.meets_slo(ttft, tpot_or_zero, e2el, self.slo).sum())
         if self.token_bins_from is not None:
-            self._ok_intervals.append((sent, end))
             if has_first.any():
                 self._last_token_end = max(self._last_token_end, float(end[has_first].max()))
             counts = stats.per_second_counts(block.token_times, self.token_bins_from)
@@ -386,11 +409,13 @@ class SummaryBuilder:
         return self.last_end_at - self.first_send_at if self.requests else None
 
     def _peaks(self) -> tuple[float, int]:
-        if self.token_bins_from is None:
+        if self.bounded:
             return math.nan, self.peak_in_flight
-        starts = _concat([s for s, _ in self._ok_intervals])
-        ends = _concat([e for _, e in self._ok_intervals])
+        starts = _concat([s for s, _ in self._intervals])
+        ends = _concat([e for _, e in self._intervals])
         peak_concurrent = stats.max_concurrent(starts, ends)
+        if self.token_bins_from is None:
+            return math.nan, peak_concurrent
         if self._last_token_end == -math.inf:
             return 0.0, peak_concurrent
         # vLLM's bins end at the second of the last completion
@@ -411,17 +436,19 @@ class SummaryBuilder:
             window = self.window_s()
             duration_s = idle_duration_s if window is None else window
         peak_rate, peak_concurrent = self._peaks()
+        max_concurrency = concurrency_cap(header)
         described = {m: LatencyMs.from_describe(v.describe_ms(self.percentiles)) for m, v in self.latencies.items()}
         return Summary(
             duration_s=duration_s,
             completed=self.completed,
             failed=self.failed,
+            cancelled=self.cancelled,
             total_input_tokens=self.total_input,
             total_output_tokens=self.total_output,
             good_requests=self.good if self.slo else None,
             peak_output_chunks_per_s=peak_rate,
             peak_concurrent_requests=peak_concurrent,
-            max_concurrency=header.options.get("max_concurrency") if header else None,
+            max_concurrency=max_concurrency,
             tokens_from_usage=self.tokens_from_usage,
             ttft=described["ttft"],
             tpot=described["tpot"],
@@ -433,6 +460,9 @@ class SummaryBuilder:
             knee_rps=knee,
             gpu_price_per_hour=self.gpu_price_per_hour,
             slo_ms=self.slo,
+            client_queue=None
+            if max_concurrency is None
+            else LatencyMs.from_describe(self.client_queue.describe_ms(self.percentiles)),
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
@@ -452,6 +482,7 @@ class SummaryBuilder:
             "slo": self.slo,
             "gpu_price_per_hour": self.gpu_price_per_hour,
             "completed": self.completed,
+            "cancelled": self.cancelled,
             "records": self.requests,
             "good": self.good,
             "total_input": self.total_input,
@@ -469,6 +500,7 @@ class SummaryBuilder:
     def restore_state(cls, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> SummaryBuilder:
         b = cls(state["slo"], state["gpu_price_per_hour"], bounded=True)
         b.completed = state["completed"]
+        b.cancelled = state.get("cancelled", 0)  # older checkpoints counted them as failed
         b.requests = state["records"]
         b.good = state["good"]
         b.total_input = state["total_input"]
@@ -527,6 +559,8 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
     lines.append(_row("Successful requests:", summary["completed"]))
     lines.append(_row("Failed requests:", summary["failed"]))
+    if summary.get("cancelled"):
+        lines.append(_row("Cancelled requests:", summary["cancelled"]))
     if summary.get("max_concurrency") is not None:
         lines.append(_row("Maximum request concurrency:", summary["max_concurrency"]))
     lines.append(_row("Benchmark duration (s):", float(summary["duration"])))
@@ -547,6 +581,13 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         for p in percentiles:
             word = stats.percentile_word(p)
             lines.append(_row(f"P{word} {short} (ms):", summary[f"p{word}_{metric}_ms"]))
+    if figures.client_queue is not None:
+        lines.append("{s:{c}^{n}}".format(s="Client-side Queueing", n=50, c="-"))
+        lines.append(_row("Mean Client Queue Time (ms):", summary["mean_client_queue_time_ms"]))
+        lines.append(_row("Median Client Queue Time (ms):", summary["median_client_queue_time_ms"]))
+        for p in percentiles:
+            word = stats.percentile_word(p)
+            lines.append(_row(f"P{word} Client Queue Time (ms):", summary[f"p{word}_client_queue_time_ms"]))
     server = summary.get("server") or {}
     lines.append("{s:{c}^{n}}".format(s="Server (/metrics)", n=50, c="-"))
     if server.get("available"):
@@ -584,6 +625,9 @@ def _bench_request_rate(schedule: dict[str, Any]) -> float | str:
     return "inf"
 
 
+# The per-request lists `vllm bench serve` writes only with --save-detailed (its list,
+# vllm/benchmarks/serve.py); `latencies` and `queue_times` it always writes.
+DETAILED_KEYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors")
 # The result JSON's per-request lists, in its key order.
 PER_REQUEST_KEYS = (
     "input_lens",
@@ -617,12 +661,16 @@ def dumps_bench_result(result: dict[str, Any]) -> bytes:
     return b"{" + b", ".join(parts) + b"}"
 
 
-def to_bench_result(figures: Summary, header: RunHeader | None, records: Sequence[RequestRecord]) -> dict[str, Any]:
+def to_bench_result(
+    figures: Summary, header: RunHeader | None, records: Sequence[RequestRecord], *, detailed: bool = False
+) -> dict[str, Any]:
     """A result JSON with ``vllm bench serve --save-result``'s fields and units.
 
     Per-request lists cover every request in ``records`` order (failed ones with
     0 / empty values, as vLLM fills them); times are seconds in the lists and ms in the
-    aggregate fields. ``generated_texts`` are empty strings (texts are not kept).
+    aggregate fields. As vLLM, the lists of ``DETAILED_KEYS`` are written only when
+    ``detailed`` (``--save-detailed``); ``generated_texts`` holds each record's
+    ``generated_text``, an empty string where it was not kept.
     rampwatch's own figures go under ``rampwatch_*`` keys.
     """
     summary = figures.to_dict()
@@ -664,21 +712,27 @@ def to_bench_result(figures: Summary, header: RunHeader | None, records: Sequenc
         result["ramp_up_strategy"] = schedule["kind"].removeprefix("vllm-")
         result["ramp_up_start_rps"] = schedule.get("start_rps")
         result["ramp_up_end_rps"] = schedule.get("end_rps")
-    result["input_lens"] = [r.prompt_tokens for r in records]
-    result["output_lens"] = [stats.output_len(r) if r.ok else 0 for r in records]
-    result["ttfts"] = [(r.ttft or 0.0) if r.ok else 0.0 for r in records]
-    result["itls"] = [stats.itl_array(r).tolist() if r.ok else [] for r in records]
-    result["latencies"] = [r.e2e if r.ok else 0.0 for r in records]
-    result["start_times"] = [r.sent_at for r in records]
-    result["queue_times"] = [r.client_queue_s for r in records]
-    result["generated_texts"] = ["" for _ in records]
-    result["errors"] = ["" if r.ok else f"{r.error_class}: {r.error or ''}" for r in records]
+    lists: dict[str, Callable[[], list[Any]]] = {
+        "input_lens": lambda: [r.prompt_tokens for r in records],
+        "output_lens": lambda: [stats.output_len(r) if r.ok else 0 for r in records],
+        "ttfts": lambda: [(r.ttft or 0.0) if r.ok else 0.0 for r in records],
+        "itls": lambda: [stats.itl_array(r).tolist() if r.ok else [] for r in records],
+        "latencies": lambda: [r.e2e if r.ok else 0.0 for r in records],
+        "start_times": lambda: [r.sent_at for r in records],
+        "queue_times": lambda: [r.client_queue_s for r in records],
+        "generated_texts": lambda: [r.generated_text or "" for r in records],
+        "errors": lambda: ["" if r.ok else f"{r.error_class}: {r.error or ''}" for r in records],
+    }
+    for key in PER_REQUEST_KEYS:  # the detailed lists are not even built without `detailed`
+        if detailed or key not in DETAILED_KEYS:
+            result[key] = lists[key]()
     for key, value in summary.items():
         parts = key.split("_")
         if len(parts) == 3 and parts[1] in METRICS and parts[2] == "ms":
             result[key] = value
     result["rampwatch_server"] = summary.get("server")
     result["rampwatch_errors_by_class"] = summary.get("errors_by_class")
+    result["rampwatch_cancelled"] = summary.get("cancelled", 0)
     result["rampwatch_knee_rps"] = summary.get("knee_rps")
     result["rampwatch_cost"] = {
         "gpu_price_per_hour": summary.get("gpu_price_per_hour"),

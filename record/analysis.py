@@ -8,16 +8,19 @@ objects need gigabytes.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from rampwatch.core.timeline import Snapshot
+from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, knee_rps, server_figures
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
+from rampwatch.record.significance import Samples
 
 
 def summarise(recording: Recording, **options: Any) -> Summary:
@@ -107,3 +110,112 @@ def final_snapshot(recording: Recording) -> Snapshot:
     if recording.finished:
         builder.on_finish(recording.duration_s)
     return builder.snapshot(now=recording.duration_s)
+
+
+# A comparison keeps the ITLs of at most about this many requests (a random, seeded share
+# of them, whole): an hour at 100 rps holds ~90 M chunk gaps, far more than memory wants
+# and than the bootstrap uses (``significance.MAX_VALUES``).
+MAX_ITL_REQUESTS = 5_000
+
+
+def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples]:
+    """A recording's values that ``rampwatch compare`` resamples (``record.significance``).
+
+    Per request: ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (successful requests, as the summary
+    takes them) and ``error_pct`` (100 for a failed request, 0 otherwise); ``itl_ms``, every
+    chunk gap grouped by its request. Per second of the run's window (first send to last
+    completion): ``completed_per_s``, ``output_tokens_per_s`` and ``total_tokens_per_s``
+    (completion and prompt tokens of the requests that completed in the second). The ITLs
+    are those of about ``MAX_ITL_REQUESTS`` requests at most, picked at random (``seed``)."""
+    rng = np.random.default_rng(seed)
+    keep_itls = min(1.0, MAX_ITL_REQUESTS / max(recording.request_count, 1))
+    ttft, tpot, e2el, errors, itl, itl_owner = [], [], [], [], [], []
+    sent, ends, outputs, totals = [], [], [], []
+    first_id = 0
+    for info in (f for f in recording.request_frames if f.count):
+        c = recording.request_columns(info, with_chunks=True)
+        ok = _succeeded(c)
+        has_first = c.has_first.astype(bool)
+        errors.append(np.where(ok, 0.0, 100.0))
+        sent.append(c.sent_at)
+        use = ok & has_first
+        ttft.append((c.first_token_at - c.sent_at)[use] * 1000)
+        e2el.append((c.end_at - c.sent_at)[ok] * 1000)
+        many = use & (c.completion_tokens > 1)
+        tpot.append(((c.end_at - c.first_token_at) / np.maximum(c.completion_tokens - 1, 1))[many] * 1000)
+        gaps = _block_itls(c, ok)  # the gaps of the requests in `use`, request after request
+        with_gaps = use & (c.n_chunks > 0)
+        owners = np.repeat(np.arange(c.n), c.n_chunks.astype(np.int64) * with_gaps)
+        chosen = rng.random(c.n) < keep_itls
+        itl.append(gaps[chosen[owners]] * 1000)
+        itl_owner.append(owners[chosen[owners]] + first_id)
+        ends.append(c.end_at[ok])
+        out = stats.output_lens(c.completion_tokens[ok].astype(np.int64))
+        outputs.append(out)
+        totals.append(out + c.prompt_tokens[ok].astype(np.int64))
+        first_id += c.n
+    samples = {
+        "ttft_ms": Samples.of(_join(ttft)),
+        "tpot_ms": Samples.of(_join(tpot)),
+        "e2el_ms": Samples.of(_join(e2el)),
+        "error_pct": Samples.of(_join(errors)),
+        "itl_ms": Samples.of(_join(itl), _join(itl_owner).astype(np.int64)),
+    }
+    end_at = _join(ends)
+    start = float(_join(sent).min()) if sent and any(s.size for s in sent) else 0.0
+    seconds = int(math.ceil(float(end_at.max()) - start)) if end_at.size else 0
+    for name, weights in (
+        ("completed_per_s", None),
+        ("output_tokens_per_s", _join(outputs)),
+        ("total_tokens_per_s", _join(totals)),
+    ):
+        bins = np.zeros(0)
+        if seconds > 0:
+            index = np.minimum((end_at - start).astype(np.int64), seconds - 1)
+            bins = np.bincount(index, weights=weights, minlength=seconds).astype(np.float64)
+        samples[name] = Samples.of(bins)
+    return samples
+
+
+def _join(parts: list[np.ndarray]) -> np.ndarray:
+    parts = [p for p in parts if p.size]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+# The run's timeline as the HTML report's marks table and `rampwatch report` list it.
+TABLE_MARK_KINDS = ("start", "knee", "hold", "resume", "set_rate", "mark", "stop")
+
+
+def timeline_marks(events: Sequence[Event]) -> list[Event]:
+    """Start, knee, holds, resumes, rate changes, marks and the stop, in time order."""
+    return sorted((e for e in events if e.kind in TABLE_MARK_KINDS), key=lambda e: e.t)
+
+
+def mark_note(event: Event) -> str:
+    """The table's note: a rate change, hold or resume adds the rate before and after."""
+    before, after = event.data.get("before_rps"), event.data.get("after_rps")
+    if event.kind in ("set_rate", "hold", "resume") and _is_number(before) and _is_number(after):
+        return f"{event.message} ({before:.3g} → {after:.3g} req/s)"
+    return event.message
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+MARK_KIND_NAMES = {"set_rate": "rate change"}
+
+
+def format_timeline(events: Sequence[Event]) -> str:
+    """``timeline_marks`` as text lines under a heading (empty when there are none)."""
+    from rampwatch.core.text import server_text
+
+    marks = timeline_marks(events)
+    if not marks:
+        return ""
+    lines = ["{s:{c}^{n}}".format(s=" Timeline ", n=50, c="-")]
+    for e in marks:
+        minutes, seconds = divmod(e.t, 60.0)
+        kind = MARK_KIND_NAMES.get(e.kind, e.kind)
+        lines.append(f"{int(minutes):02d}:{seconds:04.1f}  {kind:<11}  {server_text(mark_note(e))}")
+    return "\n".join(lines)

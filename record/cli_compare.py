@@ -1,34 +1,50 @@
-"""`rampwatch compare A B`: two recordings' summaries side by side, with the change and
-which one is better per metric."""
+"""`rampwatch compare A B`: two recordings' summaries side by side, the change per
+metric and, where it can be told from noise, which run is better.
+
+A metric with samples (``record.analysis.comparison_samples``: per request for the
+latencies and the error rate, per second for the throughputs) gets a bootstrap interval
+for B − A (``record.significance``); B is "better" or "worse" only when that interval
+excludes 0 (and the change is at least 1%: else "negligible"), else "within noise". Counts, peaks, the knee and costs have no samples to
+resample: their change is shown without a verdict. When the two runs ran different loads
+(schedule, workload, endpoint, concurrency cap), one warning line says so first.
+"""
 
 from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from typing import Any
 
-# (summary key, label, True when higher is better)
-COMPARED: list[tuple[str, str, bool]] = [
-    ("completed", "Successful requests", True),
-    ("failed", "Failed requests", False),
-    ("request_throughput", "Request throughput (req/s)", True),
-    ("request_goodput", "Request goodput (req/s)", True),
-    ("output_throughput", "Output token throughput (tok/s)", True),
-    ("total_token_throughput", "Total token throughput (tok/s)", True),
-    ("max_output_tokens_per_s", "Peak output throughput (tok/s)", True),
-    ("mean_ttft_ms", "Mean TTFT (ms)", False),
-    ("median_ttft_ms", "Median TTFT (ms)", False),
-    ("p99_ttft_ms", "P99 TTFT (ms)", False),
-    ("mean_tpot_ms", "Mean TPOT (ms)", False),
-    ("p99_tpot_ms", "P99 TPOT (ms)", False),
-    ("mean_itl_ms", "Mean ITL (ms)", False),
-    ("median_itl_ms", "Median ITL (ms)", False),
-    ("p99_itl_ms", "P99 ITL (ms)", False),
-    ("mean_e2el_ms", "Mean E2E latency (ms)", False),
-    ("p99_e2el_ms", "P99 E2E latency (ms)", False),
-    ("knee_rps", "Knee (req/s)", True),
-    ("cost_per_1m_output_tokens", "Cost per 1M output tokens", False),
+from rampwatch.record.significance import DEFAULT_CONFIDENCE, Samples, bootstrap_delta
+
+# (summary key, label, True when higher is better, (sample name, statistic) or None)
+COMPARED: list[tuple[str, str, bool, tuple[str, str] | None]] = [
+    ("completed", "Successful requests", True, None),
+    ("failed", "Failed requests", False, None),
+    ("error_rate_pct", "Error rate (%)", False, ("error_pct", "mean")),
+    ("request_throughput", "Request throughput (req/s)", True, ("completed_per_s", "mean")),
+    ("request_goodput", "Request goodput (req/s)", True, None),
+    ("output_throughput", "Output token throughput (tok/s)", True, ("output_tokens_per_s", "mean")),
+    ("total_token_throughput", "Total token throughput (tok/s)", True, ("total_tokens_per_s", "mean")),
+    ("max_output_tokens_per_s", "Peak output throughput (tok/s)", True, None),
+    ("mean_ttft_ms", "Mean TTFT (ms)", False, ("ttft_ms", "mean")),
+    ("median_ttft_ms", "Median TTFT (ms)", False, ("ttft_ms", "p50")),
+    ("p99_ttft_ms", "P99 TTFT (ms)", False, ("ttft_ms", "p99")),
+    ("mean_tpot_ms", "Mean TPOT (ms)", False, ("tpot_ms", "mean")),
+    ("p99_tpot_ms", "P99 TPOT (ms)", False, ("tpot_ms", "p99")),
+    ("mean_itl_ms", "Mean ITL (ms)", False, ("itl_ms", "mean")),
+    ("median_itl_ms", "Median ITL (ms)", False, ("itl_ms", "p50")),
+    ("p99_itl_ms", "P99 ITL (ms)", False, ("itl_ms", "p99")),
+    ("mean_e2el_ms", "Mean E2E latency (ms)", False, ("e2el_ms", "mean")),
+    ("p99_e2el_ms", "P99 E2E latency (ms)", False, ("e2el_ms", "p99")),
+    ("knee_rps", "Knee (req/s)", True, None),
+    ("cost_per_1m_output_tokens", "Cost per 1M output tokens", False, None),
 ]
+# The parts of a run's resolved scenario that make its load: runs that differ in them
+# are not a like-for-like comparison of the servers.
+LOAD_KEYS = ("endpoint", "max_concurrency", "schedule", "workload")
+NO_TEST = "-"
 
 
 def _number(value: Any) -> float | None:
@@ -37,23 +53,45 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(value) else float(value)
 
 
-def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per metric present in either summary (``Summary.to_dict()``): values,
-    % change B vs A, winner."""
+def _with_error_rate(summary: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(summary)
+    completed, failed = _number(summary.get("completed")), _number(summary.get("failed"))
+    if completed is not None and failed is not None and completed + failed > 0:
+        out["error_rate_pct"] = failed / (completed + failed) * 100.0
+    return out
+
+
+def compare_rows(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    samples_a: Mapping[str, Samples] | None = None,
+    samples_b: Mapping[str, Samples] | None = None,
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One row per metric present in either summary (``Summary.to_dict()``): the values,
+    % change B vs A, and, with both runs' samples, the interval of B − A and the verdict
+    ("better"/"worse" for B, "within noise", "negligible", "too few samples"; "-" untested).
+    ``better`` names the better run ("A"/"B") only when the verdict is outside noise."""
+    a, b = _with_error_rate(a), _with_error_rate(b)
     rows = []
-    for key, label, higher_better in COMPARED:
+    for key, label, higher_better, sampled in COMPARED:
         va, vb = _number(a.get(key)), _number(b.get(key))
         if va is None and vb is None:
             continue
         change = None
-        better = None
-        if va is not None and vb is not None:
-            if va != 0:
-                change = (vb - va) / abs(va) * 100.0
-            if vb != va:
-                better = "B" if (vb > va) == higher_better else "A"
-            else:
-                better = "="
+        if va is not None and vb is not None and va != 0:
+            change = (vb - va) / abs(va) * 100.0
+        low = high = None
+        verdict = NO_TEST
+        if sampled is not None and samples_a is not None and samples_b is not None:
+            name, statistic = sampled
+            delta = bootstrap_delta(samples_a[name], samples_b[name], statistic, resamples=resamples, seed=seed)
+            verdict = delta.verdict(higher_better)
+            if delta.has_interval:
+                low, high = delta.low, delta.high
+        better = {"better": "B", "worse": "A"}.get(verdict)
         rows.append(
             {
                 "key": key,
@@ -61,6 +99,11 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
                 "a": va,
                 "b": vb,
                 "change_pct": change,
+                "delta": None if va is None or vb is None else vb - va,
+                "low": low,
+                "high": high,
+                "confidence": DEFAULT_CONFIDENCE,
+                "verdict": verdict,
                 "better": better,
                 "higher_is_better": higher_better,
             }
@@ -68,40 +111,118 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    else:
+        out[prefix] = value
+    return out
+
+
+def load_differences(scenario_a: Mapping[str, Any] | None, scenario_b: Mapping[str, Any] | None) -> list[str]:
+    """``key: A vs B`` for each leaf of the load keys (``LOAD_KEYS``) that differs."""
+    flat_a = _flatten({k: (scenario_a or {}).get(k) for k in LOAD_KEYS}, "", {})
+    flat_b = _flatten({k: (scenario_b or {}).get(k) for k in LOAD_KEYS}, "", {})
+    return [
+        f"{key}: {flat_a.get(key, '-')} vs {flat_b.get(key, '-')}"
+        for key in sorted(set(flat_a) | set(flat_b))
+        if flat_a.get(key) != flat_b.get(key)
+    ]
+
+
+def load_warning(scenario_a: Mapping[str, Any] | None, scenario_b: Mapping[str, Any] | None) -> str | None:
+    """One line when the runs' loads differ (else None), naming the first few differences."""
+    differences = load_differences(scenario_a, scenario_b)
+    if not differences:
+        return None
+    shown = "; ".join(differences[:3]) + ("; …" if len(differences) > 3 else "")
+    return f"warning: A and B ran different loads ({shown}): the deltas mix the load's change with the server's"
+
+
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:,.2f}"
 
 
-def format_comparison(rows: list[dict[str, Any]], name_a: str, name_b: str) -> str:
+def format_interval(row: Mapping[str, Any]) -> str:
+    """B − A with its interval, e.g. ``+2.10 [+0.40, +3.80]``; the bare change when untested."""
+    if row["delta"] is None:
+        return "-"
+    text = f"{row['delta']:+,.2f}"
+    if row["low"] is not None:
+        text += f" [{row['low']:+,.2f}, {row['high']:+,.2f}]"
+    return text
+
+
+def verdict_text(row: Mapping[str, Any]) -> str:
+    return {"better": "B better", "worse": "B worse"}.get(row["verdict"], row["verdict"])
+
+
+def format_comparison(
+    rows: list[dict[str, Any]], name_a: str, name_b: str, warning: str | None = None, confidence: float = 0.95
+) -> str:
     w = max(len(r["label"]) for r in rows) if rows else 10
-    lines = [f"A: {name_a}", f"B: {name_b}", "", f"{'metric':<{w}}  {'A':>12}  {'B':>12}  {'change':>9}  better"]
-    lines.append("-" * len(lines[-1]))
-    for r in rows:
+    intervals = [format_interval(r) for r in rows]
+    wi = max([len(f"B − A [{confidence:.0%} interval]"), *map(len, intervals)])
+    lines = [f"A: {name_a}", f"B: {name_b}"]
+    if warning:
+        lines.append(warning)
+    lines += ["", f"{'metric':<{w}}  {'A':>12}  {'B':>12}  {'change':>9}  {'B − A [95% interval]':<{wi}}  verdict"]
+    lines.append("-" * (len(lines[-1]) + 8))
+    for r, interval in zip(rows, intervals):
         change = "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
         arrow = "↑" if r["higher_is_better"] else "↓"
         lines.append(
-            f"{r['label']:<{w}}  {_fmt(r['a']):>12}  {_fmt(r['b']):>12}  {change:>9}  "
-            f"{r['better'] or '-'} ({arrow} better)"
+            f"{r['label']:<{w}}  {_fmt(r['a']):>12}  {_fmt(r['b']):>12}  {change:>9}  {interval:<{wi}}  "
+            f"{verdict_text(r)} ({arrow} better)"
         )
+    lines.append("")
+    lines.append(
+        f"B better/worse only where the {confidence:.0%} bootstrap interval of B − A excludes 0 and the change "
+        "is at least 1% (else negligible); per-request samples for latencies and errors, per-second bins for "
+        "throughputs; - = not tested."
+    )
     return "\n".join(lines)
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return value
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="baseline recording (.rwrec)")
     parser.add_argument("b", metavar="B", help="recording compared with the baseline")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--json", action="store_true", help="print the rows (and any load warning) as JSON")
+    parser.add_argument(
+        "--resamples",
+        type=_at_least_one,
+        default=1000,
+        metavar="N",
+        help="bootstrap resamples per metric (default 1000)",
+    )
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap (default 0)")
 
 
 def main(args: argparse.Namespace) -> int:
     import json
 
-    from rampwatch.record.analysis import summarise
+    from rampwatch.record.analysis import comparison_samples, summarise
     from rampwatch.record.reader import open_recording, print_warnings
 
     recordings = [open_recording(args.a), open_recording(args.b)]
-    rows = compare_rows(*(summarise(rec).to_dict() for rec in recordings))
+    summaries = [summarise(rec).to_dict() for rec in recordings]
+    samples = [comparison_samples(rec) for rec in recordings]
+    rows = compare_rows(summaries[0], summaries[1], samples[0], samples[1], resamples=args.resamples, seed=args.seed)
+    headers = [rec.header for rec in recordings]
+    warning = load_warning(*(h.scenario if h is not None else None for h in headers))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"load_warning": warning, "rows": rows}, indent=2))
     else:
-        print(format_comparison(rows, str(recordings[0].path), str(recordings[1].path)))
+        print(format_comparison(rows, str(recordings[0].path), str(recordings[1].path), warning))
     return max(print_warnings(rec, "compare") for rec in recordings)

@@ -46,6 +46,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "-o", "--output", help="output file (csv: its stem names the two files); default: beside the recording"
     )
     parser.add_argument("--force", action="store_true", help="overwrite output files that already exist")
+    parser.add_argument(
+        "--save-detailed",
+        action="store_true",
+        help="json: add the per-request lists (input_lens, output_lens, start_times, ttfts, itls, "
+        "generated_texts, errors) as `vllm bench serve --save-detailed` does; recordings hold no "
+        "generated texts, so those are empty strings",
+    )
 
 
 def output_paths(recording: Path, fmt: str, output: str | None) -> list[Path]:
@@ -136,7 +143,7 @@ def _bench_list(recording, info, key: str, summary) -> list:
     from rampwatch.loadgen.summary import to_bench_result
 
     if key == "itls":
-        return to_bench_result(summary, None, recording.decode_requests(info))[key]
+        return to_bench_result(summary, None, recording.decode_requests(info), detailed=True)[key]
     c = recording.request_columns(info, with_chunks=False)
     ok = np.array([e is None for e in c.strings["error_class"]], dtype=bool)
     if key == "input_lens":
@@ -152,7 +159,7 @@ def _bench_list(recording, info, key: str, summary) -> list:
         return c.sent_at.tolist()
     if key == "queue_times":
         return np.maximum(0.0, c.sent_at - c.scheduled_at).tolist()
-    if key == "generated_texts":
+    if key == "generated_texts":  # recordings do not keep the answers' texts
         return [""] * c.n
     if key == "errors":
         return [
@@ -161,12 +168,12 @@ def _bench_list(recording, info, key: str, summary) -> list:
     raise KeyError(key)
 
 
-def write_bench_result(recording, summary, path: Path) -> None:
+def write_bench_result(recording, summary, path: Path, detailed: bool = False) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
     every chunk gap of the run) are never all in memory at once."""
     from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
 
-    result = to_bench_result(summary, recording.header, [])
+    result = to_bench_result(summary, recording.header, [], detailed=detailed)
     result["num_prompts"] = recording.request_count
     with open(path, "w") as f:
         f.write("{")
@@ -198,7 +205,9 @@ def main(args: argparse.Namespace) -> int:
     outputs = output_paths(src, args.format, args.output)
     check_outputs(src, outputs, args.force)
     if args.format == "json":
-        _write_atomically(outputs[0], lambda tmp: write_bench_result(recording, summarise(recording), tmp))
+        _write_atomically(
+            outputs[0], lambda tmp: write_bench_result(recording, summarise(recording), tmp, args.save_detailed)
+        )
     elif args.format == "csv":
         _write_atomically(outputs[0], lambda tmp: write_requests_csv(recording.iter_requests(), tmp))
         _write_atomically(outputs[1], lambda tmp: write_series_csv(final_snapshot(recording), tmp))
@@ -209,7 +218,7 @@ def main(args: argparse.Namespace) -> int:
             final_snapshot(recording),
             summary,
             format_summary(summary),
-            recording.marks(),
+            recording.events,
             title=f"rampwatch report: {h.scenario_name}",
             subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {recording.request_count} requests · "
             f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",

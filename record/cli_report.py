@@ -1,4 +1,6 @@
-"""`rampwatch report REC`: the headless summary of a recording and its step table."""
+"""`rampwatch report REC`: the headless summary of a recording, then its timeline (start,
+knee, holds, resumes, rate changes, marks, stop) as the HTML report's marks table has it,
+and its step table."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ def main(args: argparse.Namespace) -> int:
 
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import final_snapshot, summarise
+    from rampwatch.record.analysis import final_snapshot, format_timeline, summarise
     from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
@@ -29,6 +31,9 @@ def main(args: argparse.Namespace) -> int:
             f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), {recording.duration_s:.1f} s recorded"
         )
         print(format_summary(summary))
+        timeline = format_timeline(recording.events)
+        if timeline:
+            print(timeline)
         if steps:
             print(f"\nSteps ({STEP_TABLE_NOTE})")
             print(step_table_text(steps))

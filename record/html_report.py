@@ -1,5 +1,12 @@
 """A self-contained HTML report: inline SVG charts and the summary table, no scripts,
-no network access needed to view it."""
+no network access needed to view it.
+
+The y-axes are robust: their top follows the bulk of the values (``robust_top``), so one
+spike does not flatten the rest of a chart; a point above the top is drawn at the top
+with a ▲ marker whose tooltip gives its value. Percent charts are fixed at 0–100 %. A few
+empty bins (a second without a completion has no latency) do not break a line
+(``line_segments``); a longer stretch without data does. The marks table lists the
+run's timeline: start, knee, holds, resumes, rate changes, marks and the stop."""
 
 from __future__ import annotations
 
@@ -8,27 +15,55 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
 from rampwatch.loadgen.summary import Summary
+from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
 
 WIDTH, HEIGHT = 1240, 240
 PAD_L, PAD_R, PAD_T, PAD_B = 70, 170, 30, 34
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 
-# (title, unit, [(series name, label)], scale)
-CHARTS: list[tuple[str, str, list[tuple[str, str]], float]] = [
+# Empty bins a line is drawn across; a longer stretch without data breaks it.
+MAX_BRIDGED_GAP_S = 5.0
+BIN_S = 1.0
+# The y-axis top: this percentile of a chart's values times the margin, unless the values
+# all fit below that (then their maximum).
+ROBUST_PERCENTILE = 98.0
+ROBUST_MARGIN = 1.5
+# Lines on every chart (the marks table lists ``analysis.timeline_marks``).
+CHART_MARK_KINDS = ("knee", "hold", "resume", "mark")
+MARK_COLOURS = {"knee": "#d62728", "hold": "#17becf", "resume": "#17becf", "mark": "#555555"}
+MARK_LABELS = {"knee": "knee", "hold": "hold", "resume": "resume"}
+
+# (title, unit, [(series name, label)], scale, fixed y top or None)
+CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
     (
         "Throughput",
         "req/s",
         [("target_rps", "target"), ("sent_rps", "sent"), ("completed_rps", "completed"), ("error_rps", "errors")],
         1.0,
+        None,
     ),
-    ("Output tokens", "tok/s", [("client_output_tps", "client"), ("server_generation_tps", "server")], 1.0),
-    ("Queue depth", "requests", [("running", "running"), ("waiting", "waiting"), ("in_flight", "in flight")], 1.0),
-    ("KV cache and prefix cache", "%", [("kv_usage_pct", "KV usage"), ("prefix_hit_pct", "prefix hit rate")], 1.0),
-    ("Time to first token", "ms", [("ttft_p50", "p50"), ("ttft_p90", "p90"), ("ttft_p99", "p99")], 1000.0),
-    ("Inter-token latency", "ms", [("itl_p50", "p50"), ("itl_p90", "p90"), ("itl_p99", "p99")], 1000.0),
+    ("Output tokens", "tok/s", [("client_output_tps", "client"), ("server_generation_tps", "server")], 1.0, None),
+    (
+        "Queue depth",
+        "requests",
+        [("running", "running"), ("waiting", "waiting"), ("in_flight", "in flight")],
+        1.0,
+        None,
+    ),
+    (
+        "KV cache and prefix cache",
+        "%",
+        [("kv_usage_pct", "KV usage"), ("prefix_hit_pct", "prefix hit rate")],
+        1.0,
+        100.0,
+    ),
+    ("Time to first token", "ms", [("ttft_p50", "p50"), ("ttft_p90", "p90"), ("ttft_p99", "p99")], 1000.0, None),
+    ("Inter-token latency", "ms", [("itl_p50", "p50"), ("itl_p90", "p90"), ("itl_p99", "p99")], 1000.0, None),
 ]
 
 
@@ -46,6 +81,42 @@ def _fmt_tick(v: float) -> str:
     return f"{v:g}"
 
 
+def _finite(v: float | None) -> bool:
+    return v is not None and math.isfinite(v)
+
+
+def robust_top(values: Sequence[float | None]) -> float:
+    """The y-axis top for ``values``: their maximum, unless that lies beyond
+    ``ROBUST_MARGIN`` × their ``ROBUST_PERCENTILE``th percentile — then that, so that one
+    spike does not squash the rest of the chart (points above are drawn clipped)."""
+    finite = np.array([v for v in values if _finite(v)], dtype=np.float64)
+    if finite.size == 0:
+        return 1.0
+    peak = float(finite.max())
+    bulk = float(np.percentile(finite, ROBUST_PERCENTILE)) * ROBUST_MARGIN
+    return _nice_max(min(peak, bulk) * 1.05 if bulk > 0 else peak * 1.05)
+
+
+def line_segments(
+    times: Sequence[float], values: Sequence[float | None], max_gap_s: float = MAX_BRIDGED_GAP_S
+) -> list[list[tuple[float, float]]]:
+    """The (t, v) runs of a series of one-second bins to draw as lines: missing values
+    (None, NaN — an empty cell) are skipped, and a line breaks only where more than
+    ``max_gap_s`` seconds of bins between two points are empty."""
+    segments: list[list[tuple[float, float]]] = []
+    current: list[tuple[float, float]] = []
+    for t, v in zip(times, values):
+        if not _finite(v):
+            continue
+        if current and t - current[-1][0] - BIN_S > max_gap_s + 1e-9:
+            segments.append(current)
+            current = []
+        current.append((t, float(v)))  # type: ignore[arg-type]
+    if current:
+        segments.append(current)
+    return segments
+
+
 def svg_chart(
     title: str,
     unit: str,
@@ -53,12 +124,14 @@ def svg_chart(
     lines: Sequence[tuple[str, Sequence[float]]],
     marks: Sequence[Event],
     t_max: float,
+    y_top: float | None = None,
 ) -> str:
-    """One time-series chart; NaN breaks a line. Marks and knee are vertical lines."""
+    """One time-series chart (``y_top``: a fixed axis top, else ``robust_top``). Points
+    above the top are drawn at it with a ▲; knee, holds, resumes and marks are vertical
+    lines."""
     plot_w = WIDTH - PAD_L - PAD_R
     plot_h = HEIGHT - PAD_T - PAD_B
-    finite = [v for _, vals in lines for v in vals if v is not None and math.isfinite(v)]
-    y_max = _nice_max(max(finite, default=1.0) * 1.05)
+    y_max = y_top if y_top is not None else robust_top([v for _, vals in lines for v in vals])
     t_max = max(t_max, 1.0)
 
     def x(t: float) -> float:
@@ -88,33 +161,31 @@ def svg_chart(
     out.append(f'<rect x="{PAD_L}" y="{PAD_T}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>')
     for i, (label, values) in enumerate(lines):
         color = PALETTE[i % len(PALETTE)]
-        segment: list[str] = []
-        segments: list[list[str]] = []
-        for t, v in zip(times, values):
-            if v is None or not math.isfinite(v):
-                if segment:
-                    segments.append(segment)
-                segment = []
-                continue
-            segment.append(f"{x(t):.1f},{y(min(v, y_max)):.1f}")
-        if segment:
-            segments.append(segment)
-        for seg in segments:
-            if len(seg) == 1:
-                cx, cy = seg[0].split(",")
+        for seg in line_segments(times, values):
+            points = [f"{x(t):.1f},{y(min(max(v, 0.0), y_max)):.1f}" for t, v in seg]
+            if len(points) == 1:
+                cx, cy = points[0].split(",")
                 out.append(f'<circle cx="{cx}" cy="{cy}" r="2" fill="{color}"/>')
             else:
-                out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{" ".join(seg)}"/>')
+                out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{" ".join(points)}"/>')
+            for t, v in seg:
+                if v > y_max:  # drawn at the top; the marker's tooltip has the value
+                    xx = x(t)
+                    out.append(
+                        f'<path class="clipped" d="M{xx - 4:.1f},{PAD_T + 7} L{xx + 4:.1f},{PAD_T + 7} '
+                        f'L{xx:.1f},{PAD_T} Z" fill="{color}"><title>{html.escape(label)} '
+                        f"{_fmt_tick(round(v, 3))} {html.escape(unit)} at {t:.0f} s (above the axis)</title></path>"
+                    )
         ly = PAD_T + 14 + 18 * i
         out.append(
             f'<line x1="{WIDTH - PAD_R + 12}" x2="{WIDTH - PAD_R + 32}" y1="{ly - 4}" y2="{ly - 4}" '
             f'stroke="{color}" stroke-width="3"/>'
         )
         out.append(f'<text x="{WIDTH - PAD_R + 38}" y="{ly}" font-size="12">{html.escape(label)}</text>')
-    for e in marks:
-        color = "#d62728" if e.kind == "knee" else "#555555"
+    for e in (m for m in marks if m.kind in CHART_MARK_KINDS):
+        color = MARK_COLOURS.get(e.kind, "#555555")
         xx = x(e.t)
-        label = "knee" if e.kind == "knee" else (e.message or "mark")
+        label = MARK_LABELS.get(e.kind) or e.message or "mark"
         out.append(
             f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" stroke="{color}" '
             f'stroke-width="1.5" stroke-dasharray="5,3"><title>{html.escape(e.message)}</title></line>'
@@ -145,7 +216,7 @@ def render_html(
 ) -> str:
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
     charts = []
-    for chart_title, unit, names, scale in CHARTS:
+    for chart_title, unit, names, scale, y_top in CHARTS:
         lines = []
         for name, label in names:
             values = snapshot.series.get(name)
@@ -153,7 +224,7 @@ def render_html(
                 continue
             lines.append((label, [v * scale if v is not None else v for v in values]))
         charts.append(
-            f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, marks, t_max)}</section>'
+            f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, marks, t_max, y_top)}</section>'
         )
     rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"
@@ -161,7 +232,9 @@ def render_html(
         if not isinstance(v, (dict, list))
     )
     mark_rows = "".join(
-        f"<tr><td>{e.t:.1f} s</td><td>{html.escape(e.kind)}</td><td>{html.escape(e.message)}</td></tr>" for e in marks
+        f'<tr class="mark-{html.escape(e.kind)}"><td>{e.t:.1f} s</td><td>{html.escape(MARK_KIND_NAMES.get(e.kind, e.kind))}</td>'
+        f"<td>{html.escape(mark_note(e))}</td></tr>"
+        for e in timeline_marks(marks)
     )
     warn = "".join(f'<p class="warn">{html.escape(w)}</p>' for w in warnings)
     step_head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in STEP_COLUMNS)

@@ -5,8 +5,10 @@
 #      /metrics) after WAIT_S (20) seconds;
 #   2. resizes to 80x24 and fails if the tabbed layout shows no chart;
 #   3. holds (space) and checks the header says HOLDING, adds a mark (m, note, enter);
-#   4. quits (q), checks the run asked for confirmation, confirms (y) and fails unless
-#      rampwatch then exits 0 after printing its summary.
+#   4. presses ctrl+c and checks it asks for confirmation like q (n keeps the run);
+#   5. quits (q), checks the run asked for confirmation, confirms (y) and fails unless
+#      rampwatch then exits 130 (stopped before its schedule's end) after printing its
+#      summary.
 #
 # Exits non-zero on any failure; always removes its tmux session and the rampwatch
 # process. Nothing is recorded (--no-record). Takes ~35 s. Captures go to $OUT_DIR
@@ -98,11 +100,16 @@ tmuxc send-keys -t "$session" Enter
 wait_for_text "M1" 5 marked || fail "the mark is not drawn on the chart" "$OUT_DIR/marked.txt"
 echo "tmux_check: hold and mark ok"
 
+tmuxc send-keys -t "$session" C-c
+wait_for_text "A run is active" 3 ctrl-c-dialog || fail "ctrl+c did not ask to confirm while the run is active" "$OUT_DIR/ctrl-c-dialog.txt"
+tmuxc send-keys -t "$session" n
+sleep 1
 tmuxc send-keys -t "$session" q
 wait_for_text "A run is active" 3 quit-dialog || fail "q did not ask to confirm while the run is active" "$OUT_DIR/quit-dialog.txt"
 tmuxc send-keys -t "$session" y
 wait_for_text "EXITED" 20 after-quit || fail "rampwatch did not exit within 20 s of quitting" "$OUT_DIR/after-quit.txt"
 after="$OUT_DIR/after-quit.txt"
-grep -q "EXITED 0" "$after" || fail "rampwatch exited with an error" "$after"
+# Stopped before the end of its schedule: the summary is printed and the exit code is 130.
+grep -q "EXITED 130" "$after" || fail "rampwatch did not exit 130 after a stop mid-run" "$after"
 grep -qi "requests" "$after" || fail "no summary printed after quitting" "$after"
 echo "tmux_check: quit ok; all checks passed in $((SECONDS - start)) s; captures in $OUT_DIR"

@@ -16,7 +16,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rampwatch.tui.app import make_live_app, make_replay_app  # noqa: E402
-from tests.tui.fakes import AdvancingSource, FakeControl, FakeReplay, FrozenSource, fake_snapshot  # noqa: E402
+from tests.tui.fakes import (  # noqa: E402
+    AdvancingSource,
+    FakeControl,
+    FakeReplay,
+    FrozenSource,
+    fake_comparison,
+    fake_snapshot,
+)
 
 
 def main() -> int:
@@ -34,6 +41,7 @@ def main() -> int:
             compare=compare,
             recording="demo.rwrec",
             compare_label="other.rwrec" if compare else None,
+            comparison=fake_comparison if compare else None,
         )
     elif args.at is not None:
         app = make_live_app(

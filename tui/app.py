@@ -9,20 +9,23 @@ stale work.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Container, Grid, Horizontal, Vertical
 from textual.geometry import Size
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from rampwatch.core.timeline import ReplayControl, RunControl, Snapshot, SnapshotSource
+from rampwatch.core.timeline import Event, ReplayControl, RunControl, Snapshot, SnapshotSource
 from rampwatch.tui.chart_data import format_duration, rate_step
+from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.event_log import EventLog
 from rampwatch.tui.header_bar import HeaderBar
-from rampwatch.tui.help_screen import HelpScreen
+from rampwatch.tui.help_screen import HelpScreen, help_settings
 from rampwatch.tui.kv_chart import KvChart
 from rampwatch.tui.latency_chart import LatencyChart
 from rampwatch.tui.mark_dialog import MarkDialog
@@ -36,6 +39,9 @@ from rampwatch.tui.step_table import StepTable
 from rampwatch.tui.throughput_chart import ThroughputChart
 
 Mode = Literal["live", "replay"]
+# Compare mode's B-vs-A rows (``record.cli_compare.compare_rows``) and the one-line load
+# warning (or None); computed off the UI thread, since it reads both recordings whole.
+Comparison = tuple[Sequence[Mapping[str, Any]], str | None]
 MAX_REFRESH_HZ = 4.0
 # Below this the panels go into tabs; above it every chart is on screen at once.
 WIDE_MIN = Size(120, 36)
@@ -51,7 +57,32 @@ CHARTS = (
     ("prefix", "Prefix", PrefixChart),
     ("latency", "Latency", LatencyChart),
 )
-LIVE_ACTIONS = {"toggle_hold", "rate_up", "rate_down", "mark", "stop_run"}
+# The live keys' actions and the run states in which each acts; in any other state the
+# key is shown dimmed in the footer and, if pressed, says why (``why_unavailable``).
+STEERING_STATES = ("ramping", "holding")
+ACTION_STATES = {
+    "toggle_hold": STEERING_STATES,
+    "rate_up": STEERING_STATES,
+    "rate_down": STEERING_STATES,
+    "mark": ("ramping", "holding", "draining", "stopping"),
+    "stop_run": ("ramping", "holding", "draining"),
+    "end_drain": ("draining", "stopping"),
+}
+LIVE_ACTIONS = set(ACTION_STATES)
+# How long a steering key waits for its event to come back from the run before it says
+# the run did not take it: run seconds, counted from the first snapshot after the key
+# (a UI slowed down by a busy machine must not call a late confirmation a refusal).
+CONFIRM_TIMEOUT_S = 5.0
+CONFIRMATION_TOAST_S = 3.0
+# The events a steering action comes back as (what the recording holds).
+ACTION_EVENTS = {
+    "hold": ("hold",),
+    "resume": ("resume",),
+    "rate": ("set_rate",),
+    "mark": ("mark",),
+    "stop": ("stop",),
+    "cancel": ("cancel",),
+}
 REPLAY_ACTIONS = {
     "play_pause",
     "speed_down",
@@ -63,6 +94,45 @@ REPLAY_ACTIONS = {
     "next_mark",
     "previous_mark",
 }
+
+
+def why_unavailable(action: str, state: str) -> str | None:
+    """Why a live key cannot act in this run state (None: it can)."""
+    if state in ACTION_STATES[action]:
+        return None
+    if state == "done":
+        return "the run has finished and its recording is closed" if action == "mark" else "the run has finished"
+    if state == "starting":
+        return "the run has not started yet"
+    if action == "end_drain":
+        return "nothing to cancel: x ends the drain once the schedule is over or stopped"
+    if action == "stop_run":
+        return "already stopping: in-flight requests have the grace period (x cancels them now)"
+    if state == "draining":
+        return "the schedule is over: the run is only waiting for its in-flight requests"
+    return "the run is stopping"
+
+
+@dataclass
+class AwaitedEvent:
+    """A steering call whose event has not come back from the run yet."""
+
+    kinds: tuple[str, ...]
+    after: int  # how many events the run had when the call was made
+    what: str  # for the message when it does not come
+    since_t: float | None = None  # run time of the first snapshot after the call
+
+
+def confirmation(event: Event, events: list[Event]) -> str:
+    """The toast for a steering call the run has applied: the recorded event's own text
+    (so the toast says exactly what the recording says)."""
+    if event.kind == "mark":
+        number = sum(1 for e in events if e.kind == "mark" and e.t <= event.t)
+        note = event.data.get("note") or ""
+        return f"mark M{number} recorded at {format_duration(event.t)}" + (f": {note}" if note else "")
+    if event.kind == "set_rate" and "delta_rps" in event.data:
+        return f"rate {event.data['delta_rps']:+g} rps: {event.message}"
+    return event.message
 
 
 def is_wide(size: Size) -> bool:
@@ -84,30 +154,36 @@ class RampwatchApp(App[int]):
     BINDINGS = [
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_app", "quit"),
+        # Textual's own ctrl+q quits without asking and its ctrl+c only shows a hint: both
+        # go through the same quit flow as q; pressed again in the dialog they confirm.
+        Binding("ctrl+q,ctrl+c", "quit_app(True)", "quit", show=False, priority=True),
+        Binding("c", "toggle_mouse", "mouse", show=False),
         # live
-        Binding("space", "toggle_hold", "hold/resume"),
+        Binding("space", "toggle_hold", "hold"),
         Binding("plus,equals_sign", "rate_up", "+rate", key_display="+"),
         Binding("minus,underscore", "rate_down", "-rate", key_display="-"),
         Binding("m", "mark", "mark"),
         Binding("s", "stop_run", "stop"),
-        # replay
-        Binding("space", "play_pause", "play/pause"),
-        Binding("left_square_bracket,less_than_sign", "speed_down", "slower", key_display="["),
-        Binding("right_square_bracket,greater_than_sign", "speed_up", "faster", key_display="]"),
-        Binding("left", "seek(-10)", "-10s", priority=True, key_display="←"),
-        Binding("right", "seek(10)", "+10s", priority=True, key_display="→"),
+        Binding("x", "end_drain", "cancel"),
+        # replay: the footer shows each pair of keys once (the second of a pair is hidden)
+        Binding("space", "play_pause", "play/pause", priority=True),
+        Binding("left_square_bracket,less_than_sign", "speed_down", "speed", key_display="[ ]", priority=True),
+        Binding("right_square_bracket,greater_than_sign", "speed_up", "faster", show=False, priority=True),
+        Binding("left", "seek(-10)", "±10s", priority=True, key_display="← →"),
+        Binding("right", "seek(10)", "+10s", show=False, priority=True),
         Binding("shift+left,pageup", "seek(-60)", "-1m", show=False, priority=True),
         Binding("shift+right,pagedown", "seek(60)", "+1m", show=False, priority=True),
         Binding("home", "jump_start", "start", show=False, priority=True),
         Binding("end", "jump_end", "end", show=False, priority=True),
-        Binding("k", "jump_knee", "knee"),
-        Binding("n", "next_mark", "next mark", show=False),
-        Binding("p", "previous_mark", "prev mark", show=False),
+        Binding("k", "jump_knee", "knee", priority=True),
+        Binding("n", "next_mark", "marks", key_display="n p", priority=True),
+        Binding("p", "previous_mark", "prev mark", show=False, priority=True),
         # tabs on narrow terminals
-        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 9)],
+        *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 10)],
         # views
-        Binding("t", "toggle_steps", "steps"),
-        Binding("l", "toggle_log", "log/linear"),
+        # in the help, not the footer: an 80-column footer holds the run's own keys only
+        Binding("t", "toggle_steps", "steps", show=False),
+        Binding("l", "toggle_log", "log/linear", show=False),
         Binding("v", "latency_view", "latency view", show=False),
     ]
 
@@ -123,6 +199,8 @@ class RampwatchApp(App[int]):
         recording: str | None = None,
         compare_label: str | None = None,
         rate_step_rps: float | None = None,
+        mouse: bool = True,
+        comparison: Callable[[], Comparison] | None = None,
     ) -> None:
         """A replay when ``replay`` is given (then it is also the ``source``), else a live
         run, steered through ``control`` when there is one. ``run_failed()`` true: the run
@@ -140,6 +218,7 @@ class RampwatchApp(App[int]):
         self.recording = recording
         self.compare_label = compare_label
         self.rate_step_rps = rate_step_rps
+        self.comparison = comparison
         self.latest: Snapshot = Snapshot.empty("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
@@ -147,6 +226,9 @@ class RampwatchApp(App[int]):
         self.main_screen = None
         self._panels: list | None = None
         self._marks: list[tuple[float, str, str]] | None = None
+        self._awaited: list[AwaitedEvent] = []
+        self._claimed: set[int] = set()  # indices of events a toast has already confirmed
+        self.mouse_reporting = mouse  # as the app is started (``App.run(mouse=...)``)
 
     # ----- layout -----
 
@@ -162,6 +244,8 @@ class RampwatchApp(App[int]):
                 yield StepTable(id="w-steps", classes="panel")
                 with Vertical(id="side"):
                     yield StatsPanel(id="w-stats", classes="panel")
+                    if self.comparison is not None:
+                        yield ComparePanel(id="w-compare", classes="panel")
                     yield EventLog(id="w-events", classes="panel")
             with TabbedContent(id="narrow"):
                 for index, (key, title, chart) in enumerate(CHARTS, start=1):
@@ -173,6 +257,9 @@ class RampwatchApp(App[int]):
                     yield EventLog(id="n-events", classes="panel")
                 with TabPane(f"{len(CHARTS) + 3} Steps", id="tab-steps"):
                     yield StepTable(id="n-steps", classes="panel")
+                if self.comparison is not None:
+                    with TabPane(f"{len(CHARTS) + 4} B vs A", id="tab-compare"):
+                        yield ComparePanel(id="n-compare", classes="panel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -183,6 +270,33 @@ class RampwatchApp(App[int]):
             self.compare_snapshot = self.compare_source.snapshot()
         self.poll_source()
         self.set_interval(1.0 / self.refresh_hz, self.poll_source, name="poll-snapshot")
+        if self.comparison is not None:
+            self.run_worker(self._compare_runs, thread=True, name="compare-runs", exit_on_error=False)
+
+    def _compare_runs(self) -> None:
+        assert self.comparison is not None
+        try:
+            rows, warning = self.comparison()
+        except Exception as exc:  # a damaged recording: the replay goes on without the panel's figures
+            self._from_worker(self._show_comparison_failure, f"cannot compare the runs: {exc}")
+            return
+        self._from_worker(self._show_comparison, rows, warning)
+
+    def _from_worker(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self.call_from_thread(callback, *args)
+        except RuntimeError:  # the user quit before the comparison was done: nobody to show it to
+            pass
+
+    def _show_comparison(self, rows: Sequence[Mapping[str, Any]], warning: str | None) -> None:
+        for panel in self.main_screen.query(ComparePanel):
+            panel.set_comparison(rows, warning)
+        if warning:
+            self.notify(warning, severity="warning", timeout=10)
+
+    def _show_comparison_failure(self, message: str) -> None:
+        for panel in self.main_screen.query(ComparePanel):
+            panel.set_failure(message)
 
     def on_resize(self, event) -> None:
         if self.main_screen is not None:
@@ -215,7 +329,12 @@ class RampwatchApp(App[int]):
         snapshot = message.snapshot
         if self.mode == "live" and self.latest.state in ACTIVE_STATES and snapshot.state == "done":
             self.notify("run finished — q to quit", timeout=10)
+        state_changed = snapshot.state != self.latest.state
         self.latest = snapshot
+        if state_changed:
+            self.refresh_bindings()  # the footer dims the keys that cannot act now
+        if self._awaited:
+            self._confirm_steering(snapshot)
         if self._pending_hold is not None and (
             (snapshot.state == "holding") == self._pending_hold or snapshot.state not in ACTIVE_STATES
         ):
@@ -265,21 +384,97 @@ class RampwatchApp(App[int]):
         if (action in LIVE_ACTIONS or action in REPLAY_ACTIONS) and len(self.screen_stack) > 1:
             return False  # a dialog or the help is open: keys belong to it
         if action in LIVE_ACTIONS:
-            return self.mode == "live" and self.control is not None
+            if self.mode != "live" or self.control is None:
+                return False
+            # None: shown dimmed in the footer, and on_key says why when it is pressed
+            return None if why_unavailable(action, self.latest.state) else True
         if action in REPLAY_ACTIONS:
             return self.replay is not None
         if action == "show_tab":
             return not self.wide
         return True
 
+    def on_key(self, event: events.Key) -> None:
+        """A live key pressed in a state where it cannot act: say why (nothing is sent to
+        the run, nothing recorded)."""
+        if self.mode != "live" or self.control is None or len(self.screen_stack) > 1:
+            return
+        action = self._live_key_actions().get(event.key)
+        if action is None:
+            return
+        reason = why_unavailable(action, self.latest.state)
+        if reason:
+            event.stop()
+            self.notify(f"{event.key}: {reason}", severity="warning", timeout=3)
+
+    def _live_key_actions(self) -> dict[str, str]:
+        keys = {}
+        for binding in self.BINDINGS:
+            if isinstance(binding, Binding) and binding.action in LIVE_ACTIONS:
+                for key in binding.key.split(","):
+                    keys[key.strip()] = binding.action
+        return keys
+
+    # ----- steering confirmed by the run's own events -----
+
+    def _await_event(self, what: str) -> None:
+        self._awaited.append(AwaitedEvent(ACTION_EVENTS[what], len(self.latest.events), what))
+
+    def _confirm_steering(self, snapshot: Snapshot) -> None:
+        """Toast each steering call once its event is in the run's snapshot (with the
+        values the run applied and recorded); say so when one never comes."""
+        waiting = []
+        for awaited in self._awaited:
+            found = next(
+                (
+                    i
+                    for i in range(awaited.after, len(snapshot.events))
+                    if snapshot.events[i].kind in awaited.kinds and i not in self._claimed
+                ),
+                None,
+            )
+            if found is not None:
+                self._claimed.add(found)
+                self.notify(confirmation(snapshot.events[found], snapshot.events), timeout=CONFIRMATION_TOAST_S)
+            elif awaited.since_t is None:
+                awaited.since_t = snapshot.t
+                waiting.append(awaited)
+            elif snapshot.t - awaited.since_t > CONFIRM_TIMEOUT_S:
+                self.notify(
+                    f"{awaited.what}: the run did not take it (state {snapshot.state}); nothing was recorded",
+                    severity="warning",
+                    timeout=5,
+                )
+            else:
+                waiting.append(awaited)
+        self._awaited = waiting
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.mode))
+            self.push_screen(HelpScreen(self.mode, self._help_settings()))
+
+    def _help_settings(self) -> dict[str, str]:
+        if self.replay is None:
+            return help_settings(self.latest, configured_step=self.rate_step_rps)
+        marks = self._replay_marks(self.replay)
+        knees = [t for t, kind in marks if kind == "knee"]
+        return help_settings(
+            self.latest,
+            speed=self.replay.speed,
+            knee_at=knees[0] if knees else None,
+            mark_count=sum(1 for _, kind in marks if kind == "mark"),
+        )
 
     def run_active(self) -> bool:
         return self.mode == "live" and self.control is not None and self.latest.state in ACTIVE_STATES
 
-    def action_quit_app(self) -> None:
+    def action_quit_app(self, repeated_confirms: bool = False) -> None:
+        """q, ctrl+q, ctrl+c: quit; while the run is active ask first (a second ctrl+c or
+        ctrl+q in the dialog answers yes)."""
+        if isinstance(self.screen, QuitDialog):
+            if repeated_confirms:
+                self.screen.dismiss(True)
+            return
         if not self.run_active():
             self.exit(0)
             return
@@ -290,6 +485,26 @@ class RampwatchApp(App[int]):
                 self.exit(0)
 
         self.push_screen(QuitDialog(), answered)
+
+    def action_toggle_mouse(self) -> None:
+        """Mouse capture off lets the terminal select text (over SSH too); on again for
+        clicking the tabs. Textual has no public switch: its driver's own calls are used."""
+        driver = self._driver
+        enable = getattr(driver, "_enable_mouse_support", None)
+        disable = getattr(driver, "_disable_mouse_support", None)
+        if driver is None or enable is None or disable is None:
+            self.notify("this terminal driver cannot switch mouse capture", severity="warning", timeout=3)
+            return
+        if self.mouse_reporting:
+            disable()
+            driver._mouse = False
+            self.mouse_reporting = False
+            self.notify("mouse capture off: drag to select text (c turns it back on)", timeout=3)
+        else:
+            driver._mouse = True
+            enable()
+            self.mouse_reporting = True
+            self.notify("mouse capture on (c turns it off to select text)", timeout=3)
 
     def action_show_tab(self, index: int) -> None:
         tabs = self.main_screen.query_one("#narrow", TabbedContent)
@@ -325,11 +540,11 @@ class RampwatchApp(App[int]):
         if self.holding():
             self.control.resume()
             self._pending_hold = False
-            self.notify("resuming the ramp", timeout=2)
+            self._await_event("resume")
         else:
             self.control.hold()
             self._pending_hold = True
-            self.notify(f"holding at {self.latest.target_rps:.2f} rps", timeout=2)
+            self._await_event("hold")
 
     def _step(self) -> float:
         configured = self.rate_step_rps
@@ -338,30 +553,37 @@ class RampwatchApp(App[int]):
         return rate_step(self.latest.target_rps, configured)
 
     def action_rate_up(self) -> None:
-        step = self._step()
-        self.control.step_rate(step)
+        self.control.step_rate(self._step())
         self._pending_hold = True
-        self.notify(f"rate +{step:g} rps", timeout=2)
+        self._await_event("rate")
 
     def action_rate_down(self) -> None:
-        step = self._step()
-        self.control.step_rate(-step)
+        self.control.step_rate(-self._step())
         self._pending_hold = True
-        self.notify(f"rate −{step:g} rps", timeout=2)
+        self._await_event("rate")
 
     def action_mark(self) -> None:
         def answered(note: str | None) -> None:
-            if note is not None:
-                self.control.mark(note)
-                self.notify(f"mark added: {note}" if note else "mark added", timeout=2)
+            if note is None:
+                return
+            reason = why_unavailable("mark", self.latest.state)
+            if reason:  # the run ended while the note was typed
+                self.notify(f"mark not added: {reason}", severity="warning", timeout=5)
+                return
+            self.control.mark(note)
+            self._await_event("mark")
 
         self.push_screen(MarkDialog(format_duration(self.latest.t)), answered)
 
     def action_stop_run(self) -> None:
-        if self.latest.state in ("stopping", "done"):
-            return
         self.control.stop()
-        self.notify("stopping: no new requests, draining in-flight ones", timeout=3)
+        self._await_event("stop")
+
+    def action_end_drain(self) -> None:
+        """Cancel every request still in flight now rather than wait for it (recorded as
+        a cancel event; the requests are counted as cancelled)."""
+        self.control.cancel_in_flight()
+        self._await_event("cancel")
 
     # replay: check_action lets these run only when there is a replay
 
@@ -440,8 +662,10 @@ def make_live_app(
     refresh_hz: float = 4.0,
     recording: str | None = None,
     rate_step_rps: float | None = None,
+    mouse: bool = True,
 ) -> RampwatchApp:
-    """The app for a live run: ``control`` steers it (no control: a view only)."""
+    """The app for a live run: ``control`` steers it (no control: a view only). ``mouse``
+    says whether it is run with mouse capture (``app.run(mouse=...)``; ``c`` toggles it)."""
     return RampwatchApp(
         source,
         control=control,
@@ -449,6 +673,7 @@ def make_live_app(
         refresh_hz=refresh_hz,
         recording=recording,
         rate_step_rps=rate_step_rps,
+        mouse=mouse,
     )
 
 
@@ -459,8 +684,18 @@ def make_replay_app(
     refresh_hz: float = 4.0,
     recording: str | None = None,
     compare_label: str | None = None,
+    mouse: bool = True,
+    comparison: Callable[[], Comparison] | None = None,
 ) -> RampwatchApp:
-    """The app for a replay; ``compare`` is drawn dimmed on the same charts."""
+    """The app for a replay; ``compare`` is drawn dimmed on the same charts, and
+    ``comparison()`` (called once, in a worker thread) gives the B-vs-A panel's rows."""
     return RampwatchApp(
-        replay, replay=replay, compare=compare, refresh_hz=refresh_hz, recording=recording, compare_label=compare_label
+        replay,
+        replay=replay,
+        compare=compare,
+        refresh_hz=refresh_hz,
+        recording=recording,
+        compare_label=compare_label,
+        mouse=mouse,
+        comparison=comparison,
     )

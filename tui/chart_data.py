@@ -57,11 +57,11 @@ def last_value(values: Sequence[float | None]) -> float | None:
     return None
 
 
-def current_value(snapshot: Snapshot, name: str) -> float | None:
+def current_value(snapshot: Snapshot, name: str, look_back: int | None = None) -> float | None:
     """The series' value in the latest *complete* one-second bin, falling back to earlier
-    bins past gaps."""
+    bins past gaps (at most ``look_back`` bins back; None: as far as it takes)."""
     values = snapshot.series.get(name, [])
-    return latest_complete(values, min(len(values), complete_bins(snapshot.times, snapshot.t)))
+    return latest_complete(values, min(len(values), complete_bins(snapshot.times, snapshot.t)), look_back)
 
 
 # The stats panel's "now" rates are means over this many complete seconds: one-second
@@ -235,6 +235,26 @@ def format_number(value: Any) -> str:
     return str(value)
 
 
+# Schedule kinds that ramp from a start rate to an end rate over a duration.
+RAMP_KINDS = ("linear", "exponential")
+
+
+def schedule_text(schedule: dict[str, Any]) -> str:
+    """A scenario's schedule in one line, e.g. ``linear 1 → 20 req/s over 120 s, poisson arrivals``."""
+
+    def g(value: Any) -> str:
+        return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+    kind = g(schedule.get("kind", "?"))
+    arrival = f", {g(schedule['arrival'])} arrivals" if schedule.get("arrival") else ""
+    if "start_rps" in schedule and "end_rps" in schedule:
+        over = f" over {g(schedule['duration_s'])} s" if "duration_s" in schedule else ""
+        return f"{kind} {g(schedule['start_rps'])} → {g(schedule['end_rps'])} req/s{over}{arrival}"
+    if "rate" in schedule:
+        return f"{kind} {g(schedule['rate'])} req/s{arrival}"
+    return f"{kind} schedule{arrival}"
+
+
 def rate_step(current_rps: float, configured: float | None = None) -> float:
     """How much `+`/`-` change the rate: the configured step, else ~10 % of the rate rounded
     down to 1, 2 or 5 × 10^n, never below 0.5 rps."""
@@ -311,3 +331,86 @@ def chart_key(snapshot: Snapshot, compare: Snapshot | None, width: int, height: 
         width,
         height,
     )
+
+
+# ----- time left, ETA and the drain (the header) -----
+
+SCHEDULE_STATES = ("starting", "ramping", "holding")
+DRAIN_STATES = ("draining", "stopping")
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLeft:
+    """What is left of a run at a snapshot: the schedule (0 once it is over) and an
+    estimate of the drain after it (None: no estimate yet)."""
+
+    schedule_s: float | None
+    drain_s: float | None
+
+    @property
+    def total_s(self) -> float | None:
+        if self.schedule_s is None:
+            return None
+        return self.schedule_s + (self.drain_s or 0.0)
+
+
+def stop_request(snapshot: Snapshot) -> Event | None:
+    """The event of a stop the user (or Ctrl-C) asked for, if any (not the end of the run)."""
+    return next((e for e in snapshot.events if e.kind == "stop" and "interrupted" not in e.data), None)
+
+
+def grace_period_s(snapshot: Snapshot, stop: Event | None) -> float | None:
+    """A stop's grace period: in its event, else (older recordings) the run's options."""
+    if stop is not None and "grace_s" in stop.data:
+        return float(stop.data["grace_s"])
+    options = snapshot.header.options if snapshot.header else {}
+    grace = options.get("stop_grace")
+    return float(grace) if isinstance(grace, (int, float)) else None
+
+
+def time_left(snapshot: Snapshot) -> TimeLeft | None:
+    """The schedule's time left (its current plan less the time now) and the drain's.
+
+    A request sent just before the schedule ends needs about one end-to-end latency to
+    finish, so the drain is estimated as the run-so-far p99 E2E latency, less the time
+    already spent draining (since the schedule's end, or the stop that cut it short; 0
+    once requests outlive it: a stalled drain is overdue, not "a few more seconds");
+    after a stop it is at most the rest of the grace period, after which the run cancels
+    what is left. None once the run is done."""
+    state = snapshot.state
+    if state not in SCHEDULE_STATES and state not in DRAIN_STATES:
+        return None
+    summary = snapshot.summary or {}
+    e2e_ms = summary.get("p99_e2el_ms")
+    # Before any request has completed there is no latency to go by (the summary says 0).
+    known = isinstance(e2e_ms, (int, float)) and math.isfinite(e2e_ms) and summary.get("completed", 1) > 0
+    e2e = e2e_ms / 1000.0 if known else None
+    planned = snapshot.planned_duration_s
+    if state in SCHEDULE_STATES:
+        schedule = None if planned is None else max(0.0, planned - snapshot.t)
+        return TimeLeft(schedule, e2e)
+    # The drain began when the schedule ended, or at the stop that cut it short.
+    stop = stop_request(snapshot) if state == "stopping" else None
+    began = stop.t if stop is not None and (planned is None or stop.t < planned) else planned
+    drained = max(0.0, snapshot.t - began) if began is not None else 0.0
+    drain = None if e2e is None else max(0.0, e2e - drained)
+    grace = grace_period_s(snapshot, stop)
+    if stop is not None and grace is not None:
+        grace_left = max(0.0, stop.t + grace - snapshot.t)
+        drain = grace_left if drain is None else min(drain, grace_left)
+    return TimeLeft(0.0, drain)
+
+
+def eta_unix(snapshot: Snapshot, left: TimeLeft | None) -> float | None:
+    """The wall-clock time (Unix) the run should end, drain included (None while
+    draining without an estimate: "now" would be a guess presented as a fact)."""
+    if left is None or left.total_s is None or snapshot.header is None:
+        return None
+    if snapshot.state in DRAIN_STATES and left.drain_s is None:
+        return None
+    return snapshot.header.started_at_unix + snapshot.t + left.total_s
+
+
+def oldest_in_flight_age_s(snapshot: Snapshot) -> float | None:
+    sent_at = snapshot.oldest_in_flight_sent_at
+    return None if sent_at is None or snapshot.in_flight <= 0 else max(0.0, snapshot.t - sent_at)

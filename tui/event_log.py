@@ -1,20 +1,30 @@
 """The run's events, newest last: errors by class, knee, holds, marks, scrape failures.
 
-One row per event in three columns (time, kind, message). A message longer than the
-panel is wide wraps inside its own column, under the message, so the time and kind
-columns stay readable down the left edge (a hanging indent).
+A fixed-column log, one line per event: time, kind (at most ``KIND_WIDTH`` characters)
+and the message, cut with an ellipsis at the panel's edge, so every line starts the same
+way whatever the messages are. ``↑``/``↓`` (or the mouse) select a line and ``enter``
+opens it whole (``EventDetail``).
+
+``/metrics`` failures are one line per distinct failure (URL and reason) with how often
+and since when it happened, counted from the scrapes themselves
+(``Snapshot.scrape_errors``), not one line per failed scrape; the ``scrape_error``
+events a run records (one per failure in recordings made before, one per change of
+reason since) are then left out. A snapshot without scrape counts shows those events.
 """
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
 
-from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.core.timeline import Event, ScrapeErrorLine, Snapshot
 from rampwatch.tui.chart_data import errors_by_class, format_duration
 
 KIND_STYLES = {
@@ -26,62 +36,162 @@ KIND_STYLES = {
     "error": "red",
     "scrape_error": "magenta",
     "stop": "bold",
+    "cancel": "bold red",
     "start": "bold",
 }
+# What the kind column says; every label fits KIND_WIDTH.
+KIND_LABELS = {"scrape_error": "scrape", "set_rate": "rate"}
+KIND_WIDTH = 6
 MAX_SHOWN = 300
 
 
-def event_cells(event: Event) -> tuple[Text, Text, Text]:
-    """(time, kind, message) of one event, styled."""
-    return (
-        Text(format_duration(event.t), style="dim"),
-        Text(event.kind, style=KIND_STYLES.get(event.kind, "")),
-        Text(event.message, overflow="fold"),
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One line of the log and what its detail view shows."""
+
+    t: float
+    kind: str  # an Event kind
+    message: str  # one line
+    detail: str  # the whole text, several lines
+
+
+def kind_label(kind: str) -> str:
+    return KIND_LABELS.get(kind, kind)[:KIND_WIDTH]
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def event_row(event: Event) -> EventRow:
+    detail = [f"{format_duration(event.t)}  {event.kind}", "", event.message]
+    if event.data:
+        detail += ["", *(f"{key}: {value}" for key, value in event.data.items())]
+    return EventRow(event.t, event.kind, one_line(event.message), "\n".join(detail))
+
+
+def scrape_error_row(line: ScrapeErrorLine) -> EventRow:
+    """A distinct /metrics failure, placed at its last occurrence."""
+    repeats = f" ×{line.count} since {format_duration(line.first_t)}" if line.count > 1 else ""
+    # The reason first: on a narrow panel the URL is what the ellipsis takes.
+    message = f"{line.message}{repeats} — {line.url}"
+    detail = "\n".join(
+        [
+            f"{format_duration(line.last_t)}  scrape_error",
+            "",
+            f"url: {line.url}",
+            f"reason: {line.message}",
+            f"failed scrapes: {line.count}",
+            f"first: {format_duration(line.first_t)}  last: {format_duration(line.last_t)}",
+        ]
     )
+    return EventRow(line.last_t, "scrape_error", one_line(message), detail)
 
 
-def event_table(events: list[Event]) -> Table:
-    """The events as a grid: time and kind never wrap (the kind column is as wide as the
-    longest kind shown); the message column takes the rest and wraps its words within it.
-    """
-    table = Table.grid(padding=(0, 1, 0, 0), expand=True)
-    table.add_column("time", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("message", ratio=1, overflow="fold")
-    for event in events:
-        table.add_row(*event_cells(event))
-    return table
+def event_rows(snapshot: Snapshot) -> list[EventRow]:
+    """The log's lines in time order, the newest ``MAX_SHOWN``."""
+    events = snapshot.events
+    rows: list[EventRow]
+    if snapshot.scrape_errors:
+        rows = [event_row(e) for e in events if e.kind != "scrape_error"]
+        rows += [scrape_error_row(line) for line in snapshot.scrape_errors]
+    else:
+        rows = [event_row(e) for e in events]
+    rows.sort(key=lambda row: row.t)
+    return rows[-MAX_SHOWN:]
+
+
+def event_line(row: EventRow) -> Text:
+    """time, kind and message in fixed columns on one line; the message is cut with an
+    ellipsis where the line ends."""
+    line = Text(no_wrap=True, overflow="ellipsis", end="")
+    line.append(format_duration(row.t), style="dim")
+    line.append(" ")
+    line.append(f"{kind_label(row.kind):<{KIND_WIDTH}}", style=KIND_STYLES.get(row.kind, ""))
+    line.append(" ")
+    line.append(row.message)
+    return line
 
 
 def error_summary(errors: dict[str, int]) -> Text:
-    summary = Text("errors: ", style="bold red")
+    summary = Text("errors: ", style="bold red", no_wrap=True, overflow="ellipsis")
     summary.append(", ".join(f"{cls} ×{n}" for cls, n in sorted(errors.items())))
     return summary
 
 
-class EventLog(VerticalScroll):
+class EventDetail(ModalScreen[None]):
+    """One event's whole text; esc, enter or q closes it."""
+
+    BINDINGS = [Binding("escape,enter,q", "close", "close")]
+
+    def __init__(self, row: EventRow) -> None:
+        super().__init__()
+        self.row = row
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="event-detail-box"):
+            yield Static(f"Event at {format_duration(self.row.t)}", classes="dialog-title")
+            with VerticalScroll(id="event-detail-text"):
+                yield Static(Text(self.row.detail, overflow="fold"))
+            yield Static("esc, enter or q closes", classes="dialog-hint")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class EventList(OptionList):
+    """The log's lines: ``↑`` ``↓`` select one, ``enter`` opens it (``EventLog`` keeps the
+    newest selected unless the user has moved up)."""
+
+
+class EventLog(Vertical):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.border_title = "Events"
-        self._shown: tuple[int, float] | None = None
+        self._shown: tuple | None = None
+        self.rows: list[EventRow] = []
 
     def compose(self) -> ComposeResult:
-        yield Static("no events yet", classes="event-lines")
+        yield Static("no events yet", classes="event-errors")
+        yield EventList(classes="event-lines")
 
     def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
         errors = errors_by_class(snapshot)
-        key = (len(snapshot.events), sum(errors.values()))
+        key = (
+            len(snapshot.events),
+            sum(errors.values()),
+            tuple((line.count, line.last_t) for line in snapshot.scrape_errors),
+        )
         if key == self._shown:
             return
         self._shown = key
-        parts: list = []
-        if errors:
-            parts.append(error_summary(errors))
-        events = sorted(snapshot.events[-MAX_SHOWN:], key=lambda e: e.t)
-        if events:
-            parts.append(event_table(events))
-        self.query_one(".event-lines", Static).update(Group(*parts) if parts else "no events yet")
+        summary = self.query_one(".event-errors", Static)
+        summary.update(error_summary(errors) if errors else "")
+        summary.display = bool(errors)
+        rows = event_rows(snapshot)
+        lines = self.query_one(EventList)
+        following = lines.highlighted is None or lines.highlighted >= len(self.rows) - 1
+        highlighted = lines.highlighted
+        self.rows = rows
+        lines.clear_options()
+        if rows:
+            lines.add_options([Option(event_line(row)) for row in rows])
+        else:
+            lines.add_option(Option(Text("no events yet", style="dim"), disabled=True))
+        if rows:
+            lines.highlighted = len(rows) - 1 if following or highlighted is None else min(highlighted, len(rows) - 1)
+            if following:
+                lines.scroll_end(animate=False)
         # Repaint the whole panel, not only the lines: its empty rows and border must not
         # keep whatever was last drawn over them.
         self.refresh()
-        self.scroll_end(animate=False)
+
+    def on_show(self) -> None:
+        # The panel that comes into view (the events tab, or the wide layout after a
+        # resize hid whatever had the focus) takes the keys, so ↑ ↓ enter work at once.
+        self.query_one(EventList).focus()
+
+    def on_option_list_option_selected(self, message: OptionList.OptionSelected) -> None:
+        message.stop()
+        if 0 <= message.option_index < len(self.rows):
+            self.app.push_screen(EventDetail(self.rows[message.option_index]))

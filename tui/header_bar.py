@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
-from rampwatch.tui.chart_data import format_duration, format_rate
+from rampwatch.tui.chart_data import (
+    DRAIN_STATES,
+    eta_unix,
+    format_duration,
+    format_rate,
+    oldest_in_flight_age_s,
+    time_left,
+)
+from rampwatch.tui.health import DEGRADED, METRICS_STALE, OK, SERVER_DOWN, Health, health
 
 STATE_STYLES = {
     "ramping": "bold green",
@@ -16,6 +26,14 @@ STATE_STYLES = {
     "done": "bold",
     "replay": "bold cyan",
 }
+
+HEALTH_STYLES = {
+    OK: "bold green",
+    DEGRADED: "bold black on yellow",
+    SERVER_DOWN: "bold white on red",
+    METRICS_STALE: "bold black on magenta",
+}
+DETAIL_STYLES = {DEGRADED: "yellow", SERVER_DOWN: "bold red", METRICS_STALE: "magenta"}
 
 
 class HeaderBar(Static):
@@ -40,6 +58,57 @@ class HeaderBar(Static):
             self._shown = text
             self.update(text)
 
+    def append_elapsed(self, line: Text, snapshot: Snapshot) -> None:
+        """Elapsed / planned: the plan moves on while the ramp is held."""
+        header = snapshot.header
+        planned = snapshot.planned_duration_s or (header.planned_duration_s if header else None)
+        line.append("  ")
+        line.append(f"{format_duration(snapshot.t)} / {format_duration(planned)}")
+
+    def append_time_left(self, line: Text, snapshot: Snapshot) -> None:
+        """What is left of the schedule and of the drain, and the wall-clock ETA, drain
+        included; in a replay, as it was at that moment."""
+        left = time_left(snapshot)
+        if left is None:
+            return
+        if snapshot.state not in DRAIN_STATES and left.schedule_s is not None:
+            line.append("  left ", style="dim")
+            line.append(format_duration(left.schedule_s))
+        elif snapshot.state in DRAIN_STATES and left.drain_s is not None:
+            line.append("  drain ", style="dim")
+            line.append("overdue" if left.drain_s == 0 else f"~{format_duration(left.drain_s)}")
+        eta = eta_unix(snapshot, left)
+        if eta is not None:
+            line.append("  ETA ", style="dim")
+            line.append(time.strftime("%H:%M:%S", time.localtime(eta)))
+
+    def append_drain_estimate(self, line: Text, snapshot: Snapshot) -> None:
+        """Before the drain: how long it is expected to take (the ETA includes it)."""
+        left = time_left(snapshot)
+        if left is not None and left.drain_s is not None:
+            line.append(f"  ETA incl. ~{format_duration(left.drain_s)} drain", style="dim")
+
+    def append_in_flight(self, line: Text, snapshot: Snapshot) -> None:
+        line.append("  in flight ", style="dim")
+        line.append(str(snapshot.in_flight))
+        peak = (snapshot.summary or {}).get("max_concurrent_requests")
+        if isinstance(peak, int) and peak > 0:
+            line.append(f" (peak {peak})", style="dim")
+
+    def append_drain(self, line: Text, snapshot: Snapshot) -> None:
+        """While draining or stopping: what is still out and how long the oldest has waited."""
+        line.append("  in flight ", style="dim")
+        line.append(str(snapshot.in_flight), style="bold")
+        age = oldest_in_flight_age_s(snapshot)
+        if age is not None:
+            line.append("  oldest ", style="dim")
+            line.append(format_duration(age), style="bold")
+
+    def append_drain_key(self, line: Text, snapshot: Snapshot) -> None:
+        if snapshot.in_flight > 0 and self.mode == "live":
+            line.append("  x", style="bold reverse")
+            line.append(" cancels them now", style="dim")
+
     def render_text(self, snapshot: Snapshot) -> Text:
         """Line 1: where the run is now (most important, first). Line 2: what runs against what."""
         header = snapshot.header
@@ -51,13 +120,22 @@ class HeaderBar(Static):
         line1.append(label, style=STATE_STYLES.get(state, "bold"))
         if self.mode == "replay" and snapshot.state not in ("replay", ""):
             line1.append(f" ({snapshot.state})", style=STATE_STYLES.get(snapshot.state, ""))
-        planned = snapshot.planned_duration_s or (header.planned_duration_s if header else None)
-        line1.append("  elapsed ", style="dim")
-        line1.append(f"{format_duration(snapshot.t)} / {format_duration(planned)}")
-        line1.append("  offered ", style="dim")
-        line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
-        line1.append("  in flight ", style="dim")
-        line1.append(str(snapshot.in_flight))
+        state_health = health(snapshot) if snapshot.times else None
+        self.append_health(line1, state_health)
+        # What matters most comes first: a narrow terminal cuts the line's end.
+        self.append_elapsed(line1, snapshot)
+        if snapshot.state in DRAIN_STATES:
+            self.append_drain(line1, snapshot)
+            self.append_time_left(line1, snapshot)
+            self.append_drain_key(line1, snapshot)
+            self.append_health_detail(line1, state_health)
+        else:
+            self.append_time_left(line1, snapshot)
+            line1.append("  offered ", style="dim")
+            line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
+            self.append_in_flight(line1, snapshot)
+            self.append_health_detail(line1, state_health)
+            self.append_drain_estimate(line1, snapshot)
 
         line2 = Text(no_wrap=True, overflow="ellipsis")
         line2.append(" scenario ", style="dim")
@@ -73,3 +151,19 @@ class HeaderBar(Static):
             line2.append("  vs ", style="dim")
             line2.append(f"{self.compare_label} (B, dimmed)", style="dim")
         return Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2])
+
+    @staticmethod
+    def append_health(line: Text, state: Health | None) -> None:
+        """The health label, right after the run state so that a narrow terminal keeps it."""
+        if state is None:
+            return
+        line.append("  ")
+        line.append(f" {state.state} ", style=HEALTH_STYLES.get(state.state, "bold"))
+
+    @staticmethod
+    def append_health_detail(line: Text, state: Health | None) -> None:
+        """What the health label is based on, at the end of the line (it gives way first)."""
+        if state is None or not state.detail:
+            return
+        line.append("  ")
+        line.append(state.detail, style=DETAIL_STYLES.get(state.state, ""))

@@ -1,6 +1,6 @@
 """KV-cache usage in percent (from /metrics)."""
 
-from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import COLOURS, SeriesSpec, TimeSeriesChart
 
 
 class KvChart(TimeSeriesChart):
@@ -8,4 +8,4 @@ class KvChart(TimeSeriesChart):
     Y_LABEL = "%"
     Y_TOP = 100.0
     SERVER_ONLY = True
-    SERIES = (SeriesSpec("kv_usage_pct", "KV usage %", "yellow", server=True),)
+    SERIES = (SeriesSpec("kv_usage_pct", "KV usage %", COLOURS["yellow"], server=True),)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import COLOURS, SeriesSpec, TimeSeriesChart
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,9 @@ def _percentiles(metric: str, label: str) -> LatencyView:
         legend_left="",
         legend_right="",
         series=(
-            SeriesSpec(f"{metric}_p50", "p50", "green+", scale=1000.0, merge="max"),
-            SeriesSpec(f"{metric}_p90", "p90", "yellow", scale=1000.0, merge="max"),
-            SeriesSpec(f"{metric}_p99", "p99", "red+", scale=1000.0, merge="max"),
+            SeriesSpec(f"{metric}_p50", "p50", COLOURS["green"], scale=1000.0, merge="max"),
+            SeriesSpec(f"{metric}_p90", "p90", COLOURS["yellow"], scale=1000.0, merge="max"),
+            SeriesSpec(f"{metric}_p99", "p99", COLOURS["red"], scale=1000.0, merge="max"),
         ),
     )
 
@@ -48,10 +48,10 @@ VIEWS = (
         legend_left="TTFT",
         legend_right="ITL",
         series=(
-            SeriesSpec("ttft_p50", "p50", "green+", scale=1000.0, merge="max"),
-            SeriesSpec("ttft_p99", "p99", "red+", scale=1000.0, merge="max"),
-            SeriesSpec("itl_p50", "p50", "blue+", scale=1000.0, right_axis=True, merge="max"),
-            SeriesSpec("itl_p99", "p99", "magenta+", scale=1000.0, right_axis=True, merge="max"),
+            SeriesSpec("ttft_p50", "p50", COLOURS["green"], scale=1000.0, merge="max"),
+            SeriesSpec("ttft_p99", "p99", COLOURS["red"], scale=1000.0, merge="max"),
+            SeriesSpec("itl_p50", "p50", COLOURS["blue"], scale=1000.0, right_axis=True, merge="max"),
+            SeriesSpec("itl_p99", "p99", COLOURS["magenta"], scale=1000.0, right_axis=True, merge="max"),
         ),
     ),
     _percentiles("ttft", "TTFT"),

@@ -1,6 +1,6 @@
 """Prefix-cache hit rate in percent (from /metrics)."""
 
-from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import COLOURS, SeriesSpec, TimeSeriesChart
 
 
 class PrefixChart(TimeSeriesChart):
@@ -8,4 +8,4 @@ class PrefixChart(TimeSeriesChart):
     Y_LABEL = "hit %"
     Y_TOP = 100.0
     SERVER_ONLY = True
-    SERIES = (SeriesSpec("prefix_hit_pct", "hit rate %", "cyan+", server=True),)
+    SERIES = (SeriesSpec("prefix_hit_pct", "hit rate %", COLOURS["cyan"], server=True),)

@@ -1,13 +1,15 @@
-"""Server queue depth: running and waiting requests (from /metrics)."""
+"""Queues: the server's running and waiting requests (from /metrics) beside the requests
+waiting in the client for a ``--max-concurrency`` slot, so a client cap is not mistaken
+for server saturation."""
 
-from rampwatch.tui.timeseries_chart import SeriesSpec, TimeSeriesChart
+from rampwatch.tui.timeseries_chart import COLOURS, SeriesSpec, TimeSeriesChart
 
 
 class QueueChart(TimeSeriesChart):
     TITLE = "Queue"
     Y_LABEL = "requests"
-    SERVER_ONLY = True
     SERIES = (
-        SeriesSpec("running", "running", "green+", server=True),
-        SeriesSpec("waiting", "waiting", "red+", server=True),
+        SeriesSpec("running", "running", COLOURS["green"], server=True),
+        SeriesSpec("waiting", "waiting", COLOURS["red"], server=True),
+        SeriesSpec("client_queued", "client queued", COLOURS["yellow"], hide_zero=True),
     )

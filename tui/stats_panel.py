@@ -16,6 +16,7 @@ from rampwatch.tui.chart_data import (
     format_rate,
     recent_rate,
 )
+from rampwatch.tui.health import metrics_stale_since
 
 # (series, label, formatter) for the "now" column. Its rates are means over the last
 # NOW_WINDOW_S complete seconds (``RATE_SERIES``); latency percentiles are the newest
@@ -39,9 +40,13 @@ NOW_ROWS = (
     ("waiting", "waiting", format_number),
     ("kv_usage_pct", "KV cache %", format_number),
     ("prefix_hit_pct", "prefix hit %", format_number),
+    ("client_queued", "client queued", format_number),
 )
 SERVER_SERIES = {"server_generation_tps", "running", "waiting", "kv_usage_pct", "prefix_hit_pct"}
 RATE_SERIES = {"offered_rps", "sent_rps", "completed_rps", "error_rps", "client_output_tps", "server_generation_tps"}
+# Latencies are already over a 10 s window of completions: a gap means nothing completed
+# for that long, and the value from before it is not "now" (a dead server's last TTFT).
+LATENCY_LOOK_BACK = {"ttft_p50": 2, "ttft_p99": 2, "itl_p50": 2, "itl_p99": 2}
 
 
 # The run-so-far figures worth a glance, in the headless summary's keys and order; the
@@ -50,6 +55,7 @@ SUMMARY_ROWS = (
     ("duration", "duration s"),
     ("completed", "completed"),
     ("failed", "failed"),
+    ("cancelled", "cancelled"),
     ("request_throughput", "req/s"),
     ("output_throughput", "output tok/s"),
     ("total_token_throughput", "total tok/s"),
@@ -59,8 +65,9 @@ SUMMARY_ROWS = (
     ("p99_itl_ms", "ITL p99 ms"),
     ("mean_tpot_ms", "TPOT mean ms"),
     ("p99_e2el_ms", "E2E p99 ms"),
-    ("max_concurrent_requests", "max concurrent"),
+    ("max_concurrent_requests", "peak in flight"),
     ("mean_client_queue_ms", "client queue ms"),
+    ("p99_client_queue_time_ms", "client queue p99 ms"),
 )
 
 
@@ -112,15 +119,19 @@ class StatsPanel(Widget):
 
     def rows(self, snapshot: Snapshot) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         now_rows = []
+        stale_since = metrics_stale_since(snapshot)
         for name, label, fmt in NOW_ROWS:
             if name == "target_rps":
                 value = fmt(snapshot.target_rps)
             elif name in SERVER_SERIES and not snapshot.server_metrics_available:
                 value = "no /metrics"
+            elif name in SERVER_SERIES and stale_since is not None:
+                # The last value seen is not the server's now: say how old it is instead.
+                value = f"stale {snapshot.t - stale_since:.0f} s"
             elif name in RATE_SERIES:
                 value = fmt(recent_rate(snapshot, name))
             else:
-                value = fmt(current_value(snapshot, name))
+                value = fmt(current_value(snapshot, name, LATENCY_LOOK_BACK.get(name)))
             now_rows.append((label, value))
         now_rows.append(("in flight", str(snapshot.in_flight)))
         so_far = summary_rows(snapshot.summary or {})

@@ -28,35 +28,54 @@ from rampwatch.tui.chart_data import (
     y_upper,
 )
 
-# The plotext colours the charts use, as the terminal shows them (for the legend in the title).
-LEGEND_COLOURS = {
-    "white": "#e5e5e5",
-    "blue+": "#5c5cff",
-    "green+": "#00ff00",
-    "magenta": "#cd00cd",
-    "cyan": "#00cdcd",
-    "orange": "#ff8700",
-    "red+": "#ff0000",
-    "yellow": "#cdcd00",
-    "cyan+": "#00ffff",
-    "magenta+": "#ff00ff",
-    "gray": "#7f7f7f",
+RGB = tuple[int, int, int]
+
+# The one colour table of the charts. Each series, marker and the compared run is drawn
+# with an exact RGB colour (plotext writes it as a 24-bit escape) and its legend swatch
+# is styled from the same tuple (``hex_colour``). Named plotext colours ("blue+") are
+# palette indices that each terminal shows as it likes, so a legend written for one
+# palette lied on another.
+COLOURS: dict[str, RGB] = {
+    "white": (229, 229, 229),
+    "blue": (92, 146, 255),
+    "green": (0, 215, 95),
+    "magenta": (215, 95, 215),
+    "cyan": (0, 205, 205),
+    "orange": (255, 150, 0),
+    "red": (255, 70, 70),
+    "dark_red": (190, 30, 45),
+    "pink": (255, 135, 175),
+    "yellow": (225, 200, 0),
+    "gray": (127, 127, 127),
 }
-MARKER_COLOURS = {"knee": "red+", "hold": "cyan", "resume": "cyan", "mark": "orange"}
+MARKER_COLOURS: dict[str, RGB] = {
+    "knee": COLOURS["red"],
+    "hold": COLOURS["cyan"],
+    "resume": COLOURS["cyan"],
+    "mark": COLOURS["orange"],
+}
 # Without colour, series are told apart by the character that draws them.
-MONO_MARKERS = ("•", "x", "+", "o", "*", "#")
-COMPARE_COLOUR = "gray"
+MONO_MARKERS = ("•", "x", "+", "o", "*", "#", "%", "@", "&", "=")
+COMPARE_COLOUR: RGB = COLOURS["gray"]
+
+
+def hex_colour(rgb: RGB) -> str:
+    """``(92, 146, 255)`` → ``"#5c92ff"``: the legend's style for a plotted colour."""
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
 
 
 @dataclass(frozen=True, slots=True)
 class SeriesSpec:
     name: str  # key in Snapshot.series
     label: str
-    colour: str
+    colour: RGB
     scale: float = 1.0  # e.g. 1000 to show seconds as milliseconds
     right_axis: bool = False
     server: bool = False  # comes from /metrics
     merge: str = "mean"  # how bins merge when there are more than the chart has columns: "mean" or "max"
+    # Drawn only where above zero, and never listed as missing: a series that is mostly
+    # zero and matters when it is not (errors/s, requests queued in the client).
+    hide_zero: bool = False
 
 
 class TimeSeriesChart(PlotextPlot):
@@ -75,7 +94,7 @@ class TimeSeriesChart(PlotextPlot):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.border_title = self.TITLE
-        self._legend_key: tuple[bool, bool, int] | None = None
+        self._legend_key: tuple | None = None
         self._legend_subtitle = Content("")
         self._message: str | None = "waiting for data…"
         self._drawn_key: tuple | None = None
@@ -101,10 +120,11 @@ class TimeSeriesChart(PlotextPlot):
         if self.monochrome:
             self.theme = "clear"
 
-    def legend_parts(self, with_compare: bool) -> tuple[Content, Content]:
+    def legend_parts(self, with_compare: bool, absent: frozenset[str] = frozenset()) -> tuple[Content, Content]:
         """The chart's title with its legend, as (left-axis part, right-axis part): a
         coloured sample (or, without colour, the character that draws the series) before
-        each label; the right part starts with '│' and the right axis's name."""
+        each label; the right part starts with '│' and the right axis's name. ``absent``
+        names ``hide_zero`` series with nothing to draw, left out of the legend."""
         title = self.TITLE
         if self.LOG_DEFAULT is not None:
             title += " (log)" if self.log_scale else " (linear)"
@@ -113,24 +133,28 @@ class TimeSeriesChart(PlotextPlot):
             left.append(Content(f" {self.LEGEND_LEFT}:"))
         right: list[Content] = []
         for index, spec in enumerate(self.SERIES):
+            if spec.name in absent:
+                continue
             if spec.right_axis and not right:
                 name = self.LEGEND_RIGHT or self.Y_RIGHT_LABEL
                 right.append(Content(f" │ {name}:" if name else " │"))
             if self.monochrome:
                 sample = Content(f" {MONO_MARKERS[index % len(MONO_MARKERS)]}")
             else:
-                sample = Content.styled(" ━", LEGEND_COLOURS.get(spec.colour, "white"))
+                sample = Content.styled(" ━", hex_colour(spec.colour))
             (right if spec.right_axis else left).extend([sample, Content(f" {spec.label}")])
         if with_compare:
             sample = " ·" if self.monochrome else " ━"
-            (right or left).append(Content.styled(f"{sample} (B)", "#7f7f7f"))
+            (right or left).append(Content.styled(f"{sample} (B)", hex_colour(COMPARE_COLOUR)))
         return Content("").join(left), Content("").join(right)
 
-    def legend(self, with_compare: bool, width: int | None = None) -> tuple[Content, Content]:
+    def legend(
+        self, with_compare: bool, absent: frozenset[str] = frozenset(), width: int | None = None
+    ) -> tuple[Content, Content]:
         """(border title, legend for the bottom border): the whole legend in the title
         when it fits ``width`` (the border's corners and title padding take 6 cells),
         else the right axis's part on the bottom border, so no label is cut off."""
-        left, right = self.legend_parts(with_compare)
+        left, right = self.legend_parts(with_compare, absent)
         whole = left + right
         if width is None or whole.cell_length <= width - 6 or not right.cell_length:
             return whole, Content("")
@@ -178,6 +202,8 @@ class TimeSeriesChart(PlotextPlot):
 
     def _scaled_values(self, snapshot: Snapshot, spec: SeriesSpec) -> list[float]:
         values = snapshot.series.get(spec.name, [])
+        if spec.hide_zero:
+            values = [math.nan if v == 0 else v for v in values]
         if spec.scale == 1.0:
             return list(values)
         return [v * spec.scale for v in values]
@@ -191,10 +217,15 @@ class TimeSeriesChart(PlotextPlot):
         return downsample(snapshot.times, self._series_values(snapshot, spec), self.max_points(), spec.merge)
 
     def draw(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
-        legend_key = (self.monochrome, compare is not None, self.size.width)
+        absent = frozenset(
+            spec.name
+            for spec in self.SERIES
+            if spec.hide_zero and not any(v > 0 for v in snapshot.series.get(spec.name, []))
+        )
+        legend_key = (self.monochrome, compare is not None, absent, self.size.width)
         if legend_key != self._legend_key:
             self._legend_key = legend_key
-            self.border_title, self._legend_subtitle = self.legend(compare is not None, self.size.width or None)
+            self.border_title, self._legend_subtitle = self.legend(compare is not None, absent, self.size.width or None)
         plt = self.plt
         plt.clear_data()
         plt.title("")
@@ -236,7 +267,7 @@ class TimeSeriesChart(PlotextPlot):
             if compare is not None:
                 compare_marker = "·" if self.monochrome else marker
                 self._plot_series(*self._points(compare, spec), COMPARE_COLOUR, compare_marker, yside)
-            if not self._plot_series(*self._points(snapshot, spec), spec.colour, marker, yside):
+            if not self._plot_series(*self._points(snapshot, spec), spec.colour, marker, yside) and not spec.hide_zero:
                 group = self.LEGEND_RIGHT if spec.right_axis else self.LEGEND_LEFT
                 missing.append(f"{group} {spec.label}" if group else spec.label)
         server_missing = not snapshot.server_metrics_available and any(s.server for s in self.SERIES)
@@ -252,11 +283,10 @@ class TimeSeriesChart(PlotextPlot):
             self.border_subtitle = status
         self._draw_markers(markers(snapshot.events), tops.get(False, tops.get(True, 1.0)), False)
         if compare is not None:
-            self._draw_markers(
-                [m for m in markers(compare.events) if m.kind == "knee"], tops.get(False, tops.get(True, 1.0)), True
-            )
+            # the compared run's knee, holds and marks too, dimmed and labelled (B)
+            self._draw_markers(markers(compare.events), tops.get(False, tops.get(True, 1.0)), True)
 
-    def _colour(self, colour: str) -> str:
+    def _colour(self, colour: RGB) -> RGB | str:
         return "default" if self.monochrome else colour
 
     def _plot_series(self, times, values, colour, marker, yside) -> bool:
@@ -270,7 +300,7 @@ class TimeSeriesChart(PlotextPlot):
     def _draw_markers(self, marks: list[Marker], y_top: float, dimmed: bool) -> None:
         yside = "left" if any(not s.right_axis for s in self.SERIES) else "right"
         for mark in marks:
-            colour = self._colour(COMPARE_COLOUR if dimmed else MARKER_COLOURS.get(mark.kind, "white"))
+            colour = self._colour(COMPARE_COLOUR if dimmed else MARKER_COLOURS.get(mark.kind, COLOURS["white"]))
             self.plt.vertical_line(mark.t, color=colour)
             label = f"{mark.label}(B)" if dimmed else mark.label
             self.plt.text(label, mark.t, y_top, color=colour, yside=yside, alignment="left")

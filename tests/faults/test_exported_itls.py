@@ -47,7 +47,7 @@ def test_exported_itls_are_whole_microseconds_and_never_negative(tmp_path):
     writer.close(finish_t=1.4)
     out = tmp_path / "run.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "rampwatch.app.cli", "export", str(path), "-o", str(out)],
+        [sys.executable, "-m", "rampwatch.app.cli", "export", str(path), "-o", str(out), "--save-detailed"],
         capture_output=True,
         text=True,
         timeout=60,

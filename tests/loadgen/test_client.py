@@ -293,6 +293,18 @@ async def test_no_usage_no_tokenizer_counts_nothing(server):
     assert rec.ok and not rec.tokens_from_usage and rec.completion_tokens == 0
 
 
+@pytest.mark.parametrize("mode", ["normal", "no_usage"])
+async def test_generated_text_kept_only_when_asked(server, mode):
+    server.mode = mode
+    async with make_client(server.url, fallback_tokenizer=len) as client:
+        plain = await client.send(completions_req(), 1, 0.0)
+    async with make_client(server.url, keep_generated_text=True) as client:
+        kept = await client.send(completions_req(), 2, 0.0)
+    assert plain.ok and kept.ok
+    assert plain.generated_text is None  # decoded for the count only (no_usage), never kept
+    assert kept.generated_text == "ck23\x1f\ufffde87\ufffd#"  # the streamed texts, joined
+
+
 async def test_server_info(server):
     async with make_client(server.url) as client:
         assert await client.check_reachable() == 200

@@ -99,6 +99,7 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
         "2.5",
         "--result-json",
         str(result_json),
+        "--save-generated-texts",
         "--record",
         str(recording),
         "--progress-interval",
@@ -144,6 +145,8 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
     assert [result["ttfts"][i] for i in order] == pytest.approx([r.ttft for r in records], abs=2e-6)  # seconds
     assert [result["latencies"][i] for i in order] == pytest.approx([r.e2e for r in records], abs=2e-6)
     assert [len(result["itls"][i]) for i in order] == [len(r.chunk_times) for r in records]
+    # --save-generated-texts: every answer's text (the simulator streams one piece per token)
+    assert len(result["generated_texts"]) == len(records) and all(result["generated_texts"])
     ttfts_ms = sorted(1000 * t for t in result["ttfts"])
     assert result["mean_ttft_ms"] == pytest.approx(sum(ttfts_ms) / len(ttfts_ms))
     assert result["median_ttft_ms"] == pytest.approx(float(__import__("numpy").median(ttfts_ms)))
@@ -224,7 +227,7 @@ def test_error_rate_above_the_limit_fails_the_run(tmp_path):
             "--set",
             "workload.output_tokens=8",
         )
-        strict = rampwatch(*args, "--result-json", str(tmp_path / "strict.json"))
+        strict = rampwatch(*args, "--result-json", str(tmp_path / "strict.json"), "--save-detailed")
         lenient = rampwatch(*args, "--max-error-rate", "0.9")
     assert strict.returncode == 1
     assert "exceeds --max-error-rate 5.0%" in strict.stderr
@@ -260,6 +263,7 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
                 "1",
                 "--result-json",
                 str(result_json),
+                "--save-detailed",
                 "--record",
                 str(recording),
                 "--set",
@@ -328,6 +332,9 @@ def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_se
     assert "in-flight 7" in line and "TTFT p50 50 ms" in line
     assert "sent 8.0 " in progress_line(snap, window_s=1)
     assert "server" not in line
+    assert "client queue" not in line  # no requests waiting for a slot: not shown
+    series["client_queued"] = [0.0, 0.0, 3.0, 5.0, 12.0, 14.0]
+    assert "| client queue 12 |" in progress_line(snap, window_s=3)  # the latest complete second
 
 
 def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path, capsys):

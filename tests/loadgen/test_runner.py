@@ -11,7 +11,7 @@ import pytest
 
 from rampwatch.app.session import progress_line
 from rampwatch.core.errors import TargetUnreachable
-from rampwatch.core.timeline import NullSink
+from rampwatch.core.timeline import NullSink, ServerSample
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.sim.config import FaultConfig, SimConfig
@@ -222,8 +222,9 @@ async def test_stop_cancels_in_flight_after_the_grace_period():
     assert len(cancelled) == len(result.requests) >= 9
     assert all(r.first_token_at is not None for r in cancelled[:-2])
     assert result.error_rate == 0.0  # stopped by the user, not failed by the server
-    infos = [e.message for e in sink.of("event") if e.kind == "info"]
-    assert any("cancelling" in m for m in infos)
+    cancels = [e for e in sink.of("event") if e.kind == "cancel"]
+    assert len(cancels) == 1 and "grace period" in cancels[0].message
+    assert cancels[0].data["requests"] == len(cancelled)
     assert sink.items[-1][0] == "finish"
 
 
@@ -296,3 +297,176 @@ async def test_server_errors_count_in_the_error_rate():
     assert {r.error_class for r in failed} == {"http_500"}
     assert 0.25 <= result.error_rate <= 0.75
     assert result.error_rate == len(failed) / len(result.requests)
+
+
+def test_scrape_failures_are_an_event_when_they_start_change_or_end():
+    sink = ListSink()
+    run = make_run("http://127.0.0.1:1", scenario({"kind": "constant", "rate": 1, "duration_s": 1}), sink)
+    url = "http://127.0.0.1:1/metrics"
+    samples = [
+        ServerSample(t=1.0, url=url, ok=True),
+        *(ServerSample(t=1.0 + i, url=url, ok=False, error="connection refused") for i in range(1, 31)),
+        ServerSample(t=32.0, url=url, ok=False, error="timeout after 2 s"),
+        ServerSample(t=33.0, url=url, ok=True),
+    ]
+    for sample in samples:
+        run._on_sample(sample)
+    assert len(sink.of("scrape")) == len(samples)  # every scrape is still published (and recorded)
+    assert [(e.t, e.kind, e.message) for e in sink.of("event")] == [
+        (2.0, "scrape_error", f"{url}: connection refused"),
+        (32.0, "scrape_error", f"{url}: timeout after 2 s"),
+        (33.0, "info", f"{url}: answering again after 31 failed scrapes"),
+    ]
+
+
+async def test_ending_the_drain_now_cancels_in_flight_requests_and_records_it():
+    """The UI's end-the-drain key: every request still streaming is cancelled at once
+    (no grace period), the cancel is an event, the requests are counted as cancelled (not
+    failed) and the run is interrupted (its exit code is 130)."""
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
+    sink = ListSink()
+    async with serve(slow) as url:
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 10, "duration_s": 0.5}, output_tokens=2000),
+            sink,
+            stop_grace_s=60.0,
+        )
+
+        async def end_the_drain() -> tuple[float, int, float | None]:
+            while run.state != "draining":  # noqa: ASYNC110 - the run has no event for its state changes
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            in_flight, oldest = run.in_flight, run.oldest_sent_at
+            run.cancel_in_flight()
+            return run.now(), in_flight, oldest
+
+        ender = asyncio.create_task(end_the_drain())
+        result = await run.execute()
+        ended_at, in_flight, oldest = await ender
+
+    assert result.duration_s < ended_at + 1.0  # not the 60 s grace period
+    assert result.interrupted
+    cancelled = [r for r in result.requests if r.error_class == "cancelled"]
+    assert len(cancelled) == in_flight == len(result.requests) >= 4
+    assert oldest == pytest.approx(min(r.sent_at for r in result.requests), abs=0.01)
+    cancels = [e for e in sink.of("event") if e.kind == "cancel"]
+    assert len(cancels) == 1 and cancels[0].data == {"requests": in_flight, "in_flight": in_flight}
+    draining = [t for t in sink.of("tick") if t.state == "draining"]
+    assert draining and all(t.oldest_sent_at == pytest.approx(oldest, abs=0.01) for t in draining)
+    from rampwatch.loadgen.summary import summarise_requests
+
+    summary = summarise_requests(result.header, result.requests, [], result.events)
+    assert (summary.completed, summary.failed, summary.cancelled) == (0, 0, len(cancelled))
+    assert "cancelled" not in summary.errors_by_class
+
+
+async def test_the_peak_in_flight_on_screen_is_the_summarys_peak_concurrency():
+    """One definition: requests sent and not ended, whatever their outcome. The run's
+    exact peak (in its ticks) equals the peak overlap of the records' [sent, end)
+    intervals that the final summary reports, failed and cancelled requests included."""
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
+    sink = ListSink()
+    async with serve(slow) as url:
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 20, "duration_s": 1.0}, output_tokens=2000),
+            sink,
+            stop_grace_s=0.3,
+        )
+
+        async def stop_soon() -> None:
+            await asyncio.sleep(1.2)
+            run.stop()
+
+        stopper = asyncio.create_task(stop_soon())
+        result = await run.execute()
+        await stopper
+
+    from rampwatch.loadgen.summary import summarise_requests
+
+    summary = summarise_requests(result.header, result.requests, [], result.events)
+    assert any(r.error_class == "cancelled" for r in result.requests)
+    peak = sink.of("tick")[-1].peak_in_flight
+    assert peak == summary.peak_concurrent_requests == len(result.requests) >= 15
+    assert run.series.snapshot().summary["max_concurrent_requests"] == peak
+
+
+async def test_steering_that_changes_nothing_is_not_recorded():
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 20, "duration_s": 0.6}), sink)
+
+        async def steer() -> None:
+            await asyncio.sleep(0.2)
+            run.resume()  # not holding: nothing to resume
+            run.hold()
+            run.hold()  # already holding
+            run.resume()
+
+        steering = asyncio.create_task(steer())
+        await run.execute()
+        await steering
+        run.hold()
+        run.mark("after the end")
+        run.cancel_in_flight()
+
+    kinds = [e.kind for e in sink.of("event")]
+    assert kinds.count("hold") == 1 and kinds.count("resume") == 1
+    assert "mark" not in kinds and "cancel" not in kinds
+    assert sink.items[-1][0] == "finish"
+
+
+async def test_ticks_carry_the_plan_moved_on_by_a_hold():
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 5, "duration_s": 2.0}), sink)
+
+        async def hold_a_while() -> tuple[float, float]:
+            await asyncio.sleep(0.5)
+            run.hold()
+            held_at = run.now()
+            await asyncio.sleep(1.0)
+            run.resume()
+            return held_at, run.now()
+
+        holder = asyncio.create_task(hold_a_while())
+        result = await run.execute()
+        held_at, resumed_at = await holder
+
+    ticks = sink.of("tick")
+    assert ticks[0].planned_end_s == pytest.approx(2.0)
+    holding = [t for t in ticks if t.state == "holding"]
+    assert holding and all(t.planned_end_s == pytest.approx(2.0 + t.t - held_at, abs=0.01) for t in holding)
+    assert ticks[-1].planned_end_s == pytest.approx(2.0 + resumed_at - held_at, abs=0.01)
+    assert result.duration_s == pytest.approx(ticks[-1].planned_end_s, abs=0.3)
+
+
+async def test_requests_cancelled_while_waiting_for_a_slot_are_recorded_not_lost():
+    """With a concurrency cap, ending the drain also cancels requests still queued for a
+    slot: each is recorded as cancelled (never sent), so every offered request has a record."""
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
+    sink = ListSink()
+    async with serve(slow) as url:
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 20, "duration_s": 0.5}, output_tokens=2000, max_concurrency=2),
+            sink,
+            stop_grace_s=60.0,
+        )
+
+        async def end_the_drain() -> None:
+            while run.state != "draining":  # noqa: ASYNC110 - the run has no event for its state changes
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            run.cancel_in_flight()
+
+        ender = asyncio.create_task(end_the_drain())
+        result = await run.execute()
+        await ender
+
+    offered = sink.of("tick")[-1].offered_total
+    assert offered >= 8 and len(result.requests) == offered
+    queued = [r for r in result.requests if r.error is not None and "concurrency slot" in r.error]
+    assert len(queued) == offered - 2 and all(r.error_class == "cancelled" and r.e2e == 0 for r in queued)
+    assert sink.of("tick")[-1].peak_in_flight == 2

@@ -1,6 +1,7 @@
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
@@ -11,6 +12,8 @@ from rampwatch.loadgen.scrape import (
     MetricsPoller,
     cache_config_from_metrics,
     combine_samples,
+    describe_scrape_failure,
+    is_connection_failure,
     parse_metrics,
     sample_key,
 )
@@ -231,5 +234,36 @@ async def test_poller_samples_and_failures(vllm_captures):
     assert not mine[2].ok and "timeout" in mine[2].error
     assert mine[3].ok
     dead = [s for s in got if s.url == "http://127.0.0.1:1/metrics"]
-    assert dead and not any(s.ok for s in dead) and all(s.error for s in dead)
+    assert dead and not any(s.ok for s in dead) and all(s.error == "connection refused" for s in dead)
     assert [s.t for s in mine] == sorted(s.t for s in mine)
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (aiohttp.ServerDisconnectedError(), "server disconnected"),
+        (aiohttp.ClientPayloadError("Response payload is not completed\n  <details>"), "response body broke off"),
+        (ConnectionResetError(104, "Connection reset by peer"), "connection reset"),
+        (aiohttp.ClientOSError(113, "No route to host"), "connection error (No route to host)"),
+        (ValueError("first line\nsecond line\nthird line"), "ValueError: first line"),
+        (RuntimeError(), "RuntimeError"),
+    ],
+)
+def test_scrape_failures_are_described_in_a_few_words_on_one_line(exc, reason):
+    assert describe_scrape_failure(exc) == reason
+
+
+@pytest.mark.parametrize(
+    ("reason", "unreachable"),
+    [
+        ("connection refused", True),
+        ("cannot connect (Network is unreachable)", True),
+        ("server disconnected", True),
+        ("ClientConnectorError: Cannot connect to host 127.0.0.1:8000 ssl:default", True),  # older recordings
+        ("timeout after 2 s", False),
+        ("HTTP 503", False),
+        ("unparsable /metrics: bad line", False),
+    ],
+)
+def test_which_scrape_failures_mean_the_server_is_unreachable(reason, unreachable):
+    assert is_connection_failure(reason) is unreachable

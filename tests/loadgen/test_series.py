@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Tick
-from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.loadgen.series import FOLD_AT_QUEUED, SeriesBuilder
 
 NAN = math.nan
 
@@ -231,3 +231,153 @@ def test_an_hour_long_run_keeps_every_second():
     assert s["client_output_tps"] == [4.0 * n for n in one_every_ten]
     assert same(s["server_generation_tps"], [100.0] * 3599)
     assert snap.summary["completed"] == 360
+
+
+def test_errors_per_second_by_class_and_cancelled_in_none():
+    b = SeriesBuilder()
+    b.on_request(rec(0, 0.1, 0.1, None, 0.5, error="http_503"))
+    b.on_request(rec(1, 0.2, 0.2, None, 0.6, error="http_429"))
+    b.on_request(rec(2, 0.3, 0.3, None, 1.2, error="connect"))
+    b.on_request(rec(3, 0.4, 0.4, 0.5, 1.3, error="stream_aborted"))
+    b.on_request(rec(4, 0.5, 0.5, None, 1.4, error="timeout"))
+    b.on_request(rec(5, 0.6, 0.6, 0.7, 2.1, error="stream_error"))
+    b.on_request(rec(6, 0.7, 0.7, 0.8, 2.2, error="client_error"))
+    b.on_request(rec(7, 0.8, 0.8, 0.9, 2.3, error="cancelled"))
+    b.on_finish(3.0)
+    s = b.snapshot().series
+    assert s["errors_http_rps"] == [2.0, 0.0, 0.0]
+    assert s["errors_connection_rps"] == [0.0, 2.0, 0.0]  # refused, and a stream broken off
+    assert s["errors_timeout_rps"] == [0.0, 1.0, 0.0]
+    assert s["errors_protocol_rps"] == [0.0, 0.0, 2.0]
+    assert s["error_rps"] == [2.0, 3.0, 2.0]  # every failure; a request the run cancelled is not one
+
+
+def test_client_queued_from_ticks():
+    b = SeriesBuilder()
+    b.on_tick(Tick(t=1.0, target_rps=4.0, state="ramping", in_flight=4, client_queued=0))
+    b.on_tick(Tick(t=2.0, target_rps=4.0, state="ramping", in_flight=4, client_queued=7))
+    b.on_finish(2.5)
+    assert same(b.snapshot().series["client_queued"], [NAN, 0.0, 7.0])
+
+
+def test_scrape_failures_counted_per_distinct_reason_and_the_last_good_one_kept():
+    b = SeriesBuilder()
+    b.on_scrape(scrape(0.5, "a", 0))
+    for t in (1.5, 2.5, 3.5):
+        b.on_scrape(ServerSample(t=t, url="a", ok=False, error="connection refused"))
+    b.on_scrape(ServerSample(t=4.5, url="a", ok=False, error="timeout after 2 s"))
+    b.on_scrape(ServerSample(t=5.5, url="a", ok=False, error="connection refused"))
+    snap = b.snapshot()
+    assert snap.last_good_scrape_t == 0.5
+    lines = [(e.message, e.count, e.first_t, e.last_t) for e in snap.scrape_errors]
+    # newest last: the refused line moved after the timeout when it came back
+    assert lines == [("timeout after 2 s", 1, 4.5, 4.5), ("connection refused", 4, 1.5, 5.5)]
+    b.on_scrape(scrape(6.5, "a", 10))
+    assert b.snapshot().last_good_scrape_t == 6.5
+
+
+def test_counters_are_not_spread_over_an_outage():
+    b = SeriesBuilder()
+    b.on_scrape(scrape(0.5, "a", 0))
+    b.on_scrape(scrape(1.5, "a", 100))
+    b.on_scrape(scrape(9.5, "a", 900))  # 8 s unseen: more than 3 scrape intervals
+    b.on_scrape(scrape(10.5, "a", 1000))
+    b.on_finish(11.0)
+    s = b.snapshot().series["server_generation_tps"]
+    assert same(s[:2], [100.0, 100.0]) and all(math.isnan(v) for v in s[2:9])
+    assert same(s[9:], [100.0, 100.0])
+
+
+def test_checkpoints_from_before_the_error_classes_still_restore():
+    b = SeriesBuilder()
+    b.on_request(rec(0, 0.1, 0.1, None, 0.5, error="http_503"))
+    b.on_scrape(ServerSample(t=1.2, url="a", ok=False, error="connection refused"))
+    b.on_tick(Tick(t=2.0, target_rps=1.0, state="ramping", in_flight=0, client_queued=2))
+    meta, arrays = b.export_state()
+    # What a builder without them wrote: no per-class counts, no client queue, no scrape state.
+    meta["counts"] = [c for c in meta["counts"] if not c[0].startswith("errors_")]
+    meta["last"] = [c for c in meta["last"] if c[0] != "client_queued"]
+    del meta["last_good_scrape_t"], meta["scrape_errors"]
+    old = {k: v for k, v in arrays.items() if not k.startswith(("counts.errors_", "last.client_queued"))}
+    restored = SeriesBuilder.from_state(None, meta, old)
+    restored.on_request(rec(1, 2.1, 2.1, None, 2.5, error="http_500"))
+    restored.on_finish(3.0)
+    s = restored.snapshot().series
+    # Before the checkpoint: unknown (a gap), not zero; after it: counted.
+    assert same(s["errors_http_rps"], [NAN, NAN, 1.0])
+    assert same(s["error_rps"], [1.0, 0.0, 1.0])
+    assert all(math.isnan(v) for v in s["client_queued"])
+    assert restored.snapshot().scrape_errors == [] and restored.snapshot().last_good_scrape_t is None
+
+
+def test_checkpoints_keep_the_scrape_failures():
+    b = SeriesBuilder()
+    b.on_scrape(scrape(0.5, "a", 0))
+    b.on_scrape(ServerSample(t=1.5, url="a", ok=False, error="connection refused"))
+    restored = SeriesBuilder.from_state(None, *b.export_state())
+    restored.on_scrape(ServerSample(t=2.5, url="a", ok=False, error="connection refused"))
+    snap = restored.snapshot()
+    assert snap.last_good_scrape_t == 0.5
+    assert [(e.count, e.first_t, e.last_t) for e in snap.scrape_errors] == [(2, 1.5, 2.5)]
+
+
+def test_a_replica_gone_stale_drops_out_of_the_summed_gauges():
+    b = SeriesBuilder()
+    b.on_scrape(scrape(0.5, "a", 0, running=2.0))
+    b.on_scrape(scrape(0.5, "b", 0, running=3.0))
+    for t in (1.5, 2.5, 3.5, 4.5, 5.5):
+        b.on_scrape(scrape(t, "a", 10 * t, running=2.0))
+        b.on_scrape(ServerSample(t=t, url="b", ok=False, error="connection refused"))
+    b.on_finish(6.0)
+    # b's 3 running count while its last scrape is at most 3 s old, then no longer
+    assert same(b.snapshot().series["running"], [5.0, 5.0, 5.0, 5.0, 2.0, 2.0])
+
+
+def many_chunk_stream(seed=3, seconds=12):
+    """Requests of up to 300 chunks, some failed, some reaching the builder 4 s after they
+    ended (after their second's latency values were frozen)."""
+    rng = np.random.default_rng(seed)
+    items, delayed, rid = [], [], 0
+    for sec in range(seconds + 4):
+        items.append(("tick", Tick(t=float(sec), target_rps=20.0, state="holding", in_flight=20)))
+        items += [("request", r) for due, r in delayed if due == sec]
+        for _ in range(int(rng.integers(5, 40)) if sec < seconds else 0):
+            sent = max(0.0, sec - float(rng.uniform(0, 1.5)))
+            first = sent + float(rng.uniform(0.01, 0.2))
+            chunks = (first + np.cumsum(rng.uniform(0.001, 0.01, int(rng.integers(0, 300))))).tolist()
+            end = max(chunks[-1] if chunks else first, sec + float(rng.random()))
+            if rid % 11 == 0:
+                record = rec(rid, sent, sent, None, end, error="http_500")
+            else:
+                record = rec(rid, sent, sent, first, end, tokens=len(chunks) + 1, chunks=chunks)
+            if rid % 29 == 0:
+                delayed.append((sec + 4, record))
+            else:
+                items.append(("request", record))
+            rid += 1
+    return items
+
+
+def test_records_folded_in_batches_give_the_figures_of_records_folded_on_arrival():
+    items = many_chunk_stream()
+    on_arrival, batched = SeriesBuilder(slo={"ttft": 100}), SeriesBuilder(slo={"ttft": 100})
+    for kind, item in items:
+        getattr(on_arrival, f"on_{kind}")(item)
+        on_arrival.snapshot()  # a read folds the queue: one record at a time
+        getattr(batched, f"on_{kind}")(item)
+    for b in (on_arrival, batched):
+        b.on_finish(16.5)
+    a, b = on_arrival.snapshot(), batched.snapshot()
+    assert a.times == b.times
+    for name in SERIES_NAMES:
+        np.testing.assert_array_equal(np.array(a.series[name]), np.array(b.series[name]), err_msg=name)
+    assert a.summary == b.summary  # exactly, means and stds included
+    assert a.summary["completed"] + a.summary["failed"] == sum(1 for kind, _ in items if kind == "request")
+
+
+def test_the_queue_of_records_is_bounded_without_any_read():
+    b = SeriesBuilder()
+    for i in range(3 * FOLD_AT_QUEUED):
+        b.on_request(rec(i, 0.1, 0.1, 0.2, 0.5))  # all in second 0: no freeze ever folds them
+        assert len(b._queued) < FOLD_AT_QUEUED
+    assert b.snapshot(now=1.0).summary["completed"] == 3 * FOLD_AT_QUEUED

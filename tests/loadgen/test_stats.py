@@ -188,3 +188,37 @@ def test_log_histogram_bins_arrays_and_scalars_alike():
     np.testing.assert_array_equal(mixed.counts, plain.counts)
     expected = np.bincount(stats.LogHistogram.bucket_index(values), minlength=stats.LogHistogram.N)
     np.testing.assert_array_equal(plain.counts, expected)
+
+
+@pytest.mark.parametrize("cuts", [[], [1], [5, 6, 7], [100, 2500], list(range(0, 3000, 37))])
+def test_running_sum_is_the_left_fold_wherever_the_values_are_cut(cuts):
+    values = np.random.default_rng(11).lognormal(-5, 2, 3000)
+    left_fold = 0.25
+    for v in values.tolist():
+        left_fold += v
+    total = 0.25
+    for part in np.split(values, cuts):
+        total = stats.running_sum(total, part)
+    assert total == left_fold  # exactly: the same float however the batches fall
+
+
+def test_requests_itls_equal_each_requests_itl_array_in_turn():
+    records = [r for r in _random_records() if r.ok and r.first_token_at is not None]
+    records.append(rec(1.0, 1.1, [], 1))  # a request with a first token and no later chunk
+    firsts = np.array([r.first_token_at for r in records])
+    chunks = [np.asarray(r.chunk_times, dtype=np.float64) for r in records]
+    together = stats.requests_itls(firsts, chunks)
+    one_by_one = np.concatenate([stats.itl_array(r) for r in records])
+    assert together.tolist() == one_by_one.tolist()
+    assert stats.requests_itls(np.array([1.0]), [np.empty(0)]).size == 0
+
+
+def test_running_values_are_the_same_whether_fed_one_request_or_many_at_a_time():
+    parts = [np.random.default_rng(i).lognormal(-4, 1, int(n)) for i, n in enumerate([300, 0, 1, 255, 40, 1000])]
+    one, batched = stats.RunningValues(), stats.RunningValues()
+    for part in parts:
+        one.add(part)
+    batched.add(np.concatenate(parts[:3]))
+    batched.add(np.concatenate(parts[3:]))
+    assert (one.n, one.total, one.squares) == (batched.n, batched.total, batched.squares)
+    assert one.describe_ms([50, 99]) == batched.describe_ms([50, 99])

@@ -5,6 +5,7 @@ import pytest
 
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen.summary import (
+    DETAILED_KEYS,
     SummaryBuilder,
     format_summary,
     server_figures,
@@ -168,7 +169,7 @@ def test_format_summary_layout():
 
 def test_bench_result_fields_and_units():
     s = summarise_requests(HEADER, RECORDS, samples(), [], duration_s=4.0)
-    r = to_bench_result(s, HEADER, RECORDS)
+    r = to_bench_result(s, HEADER, RECORDS, detailed=True)
     json.dumps(r)  # serialisable
     for key in (
         "duration",
@@ -209,6 +210,21 @@ def test_bench_result_fields_and_units():
     assert r["generated_texts"] == ["", "", "", ""]
     assert r["mean_ttft_ms"] == pytest.approx(200)  # ms in the aggregates
     assert "mean_client_queue_ms" not in r
+
+
+def test_bench_result_per_request_lists_only_when_detailed_and_texts_when_kept():
+    from dataclasses import replace
+
+    s = summarise_requests(HEADER, RECORDS, samples(), [], duration_s=4.0)
+    short = to_bench_result(s, HEADER, RECORDS)
+    assert not set(DETAILED_KEYS) & set(short)
+    assert len(short["latencies"]) == len(short["queue_times"]) == len(RECORDS)  # vLLM always writes these
+    detailed = to_bench_result(s, HEADER, RECORDS, detailed=True)
+    assert set(DETAILED_KEYS) <= set(detailed)
+    assert {k: v for k, v in detailed.items() if k not in DETAILED_KEYS} == short
+    with_texts = [replace(r, generated_text=f"answer {r.id}") if r.ok else r for r in RECORDS]
+    texts = to_bench_result(s, HEADER, with_texts, detailed=True)["generated_texts"]
+    assert texts == [f"answer {r.id}" if r.ok else "" for r in RECORDS]
 
 
 def test_running_summary_agrees_with_exact():
@@ -253,6 +269,8 @@ def test_bench_result_has_every_key_of_a_real_vllm_bench_result():
     ours = to_bench_result(summarise_requests(HEADER, RECORDS, samples(), [], duration_s=4.0), HEADER, RECORDS)
     missing = sorted(set(real) - set(ours))
     assert missing == []
+    # saved without --save-detailed: neither file has the detailed lists
+    assert not set(DETAILED_KEYS) & set(real) and not set(DETAILED_KEYS) & set(ours)
     for key, value in real.items():
         if value is None or ours[key] is None or ours[key] == "inf":  # vLLM writes "inf" for an unbounded rate
             continue
@@ -284,3 +302,39 @@ def test_result_json_bytes_read_back_as_json_dumps_writes_them():
     assert math.isnan(back.pop("max_output_tokens_per_s")) and math.isnan(expected.pop("max_output_tokens_per_s"))
     assert back == expected
     assert list(json.loads(text)) == list(result)  # key order kept
+
+
+def queued(i, scheduled, sent):
+    r = rec(i, sent, sent + 0.1, [sent + 0.2], 2, 10)
+    r.scheduled_at = scheduled
+    return r
+
+
+QUEUED = [queued(0, 0.0, 0.0), queued(1, 0.0, 0.5), queued(2, 0.1, 1.1), queued(3, 0.2, 0.2)]
+
+
+def test_client_queue_figures_under_a_concurrency_cap():
+    summary = summarise_requests(HEADER, QUEUED, [], [], percentiles=(50, 99))
+    figures = summary.to_dict()
+    assert figures["mean_client_queue_time_ms"] == pytest.approx(375.0)  # (0 + 500 + 1000 + 0) / 4
+    assert figures["median_client_queue_time_ms"] == pytest.approx(250.0)
+    assert figures["p99_client_queue_time_ms"] == pytest.approx(np.percentile([0, 500, 1000, 0], 99))
+    text = format_summary(summary, percentiles=(50, 99))
+    block = text.split("Client-side Queueing")[1].splitlines()[1:4]
+    assert [line.split(":")[0] for line in block] == [
+        "Mean Client Queue Time (ms)",
+        "Median Client Queue Time (ms)",
+        "P50 Client Queue Time (ms)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "scenario", "cap"),
+    [({"max_concurrency": 8}, {}, 8), ({}, {"max_concurrency": 4}, 4), ({"max_concurrency": None}, {}, None)],
+)
+def test_the_cap_comes_from_the_flag_or_the_scenario(options, scenario, cap):
+    header = RunHeader("0", 1.7e9, "http://x", "tiny", "s", scenario=scenario, options=options)
+    summary = summarise_requests(header, QUEUED, [], [])
+    assert summary.max_concurrency == cap
+    assert ("mean_client_queue_time_ms" in summary.to_dict()) is (cap is not None)
+    assert ("Client-side Queueing" in format_summary(summary)) is (cap is not None)

@@ -208,7 +208,8 @@ def test_itl_order_statistics_match_numpy_with_long_gaps():
     assert stats.MicrosecondCounts().describe_ms((50,)) == stats.describe_ms([], (50,))
 
 
-def test_streamed_json_export_equals_the_in_memory_result(tmp_path):
+@pytest.mark.parametrize("detailed", [False, True])
+def test_streamed_json_export_equals_the_in_memory_result(tmp_path, detailed):
     import json
 
     from rampwatch.loadgen.summary import to_bench_result
@@ -219,7 +220,7 @@ def test_streamed_json_export_equals_the_in_memory_result(tmp_path):
     _write(path, duration=20.0, error_rate=0.1)
     rec = open_recording(path)
     summary = summarise(rec)
-    write_bench_result(rec, summary, tmp_path / "out.json")
+    write_bench_result(rec, summary, tmp_path / "out.json", detailed)
     got = json.loads((tmp_path / "out.json").read_text())
-    want = json.loads(json.dumps(to_bench_result(summary, rec.header, rec.requests), default=str))
+    want = json.loads(json.dumps(to_bench_result(summary, rec.header, rec.requests, detailed=detailed), default=str))
     assert got == want

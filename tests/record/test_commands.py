@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rampwatch.core.timeline import SERIES_NAMES
@@ -45,6 +46,33 @@ def test_report_prints_the_summary():
     assert out.returncode == 0, out.stderr
     assert "Successful requests:" in out.stdout
     assert "fixture-ramp" in out.stdout
+    timeline = out.stdout.split(" Timeline ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]  # the step table follows
+    assert timeline == [
+        "00:00.0  start        run started",
+        "00:30.0  mark         steady before the knee",
+        "00:48.0  knee         knee at 16.2 rps",
+        "01:06.0  stop         run finished",
+    ]
+
+
+def test_timeline_lists_holds_and_rate_changes_on_one_line_each():
+    from rampwatch.core.timeline import Event
+    from rampwatch.record.analysis import format_timeline
+
+    text = format_timeline(
+        [
+            Event(65.0, "set_rate", "hold at 9 req/s", {"before_rps": 7.25, "after_rps": 9.0}),
+            Event(33.0, "scrape_error", "timeout"),
+            Event(40.0, "hold", "hold at 7.25 req/s", {"before_rps": 7.25, "after_rps": 7.25}),
+            Event(70.0, "mark", "two\nlines\x1b[31m"),
+        ]
+    )
+    assert text.splitlines()[1:] == [
+        "00:40.0  hold         hold at 7.25 req/s (7.25 → 7.25 req/s)",
+        "01:05.0  rate change  hold at 9 req/s (7.25 → 9 req/s)",
+        "01:10.0  mark         two\\x0alines\\x1b[31m",  # control characters escaped: one line
+    ]
+    assert format_timeline([Event(1.0, "info", "x")]) == ""
 
 
 def test_report_prints_the_step_table_as_the_replay_shows_it():
@@ -77,14 +105,22 @@ def test_bad_input_is_one_line_exit_2(tmp_path, command, bad):
 
 
 def test_export_json_follows_the_vllm_schema(tmp_path):
-    out = rampwatch("export", str(FIXTURE), "--format", "json", "-o", str(tmp_path / "r.json"))
+    out = rampwatch("export", str(FIXTURE), "--format", "json", "-o", str(tmp_path / "r.json"), "--save-detailed")
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "r.json").read_text())
     rec = open_recording(FIXTURE)
     for key in ("duration", "completed", "request_throughput", "mean_ttft_ms", "p99_itl_ms", "ttfts", "itls"):
         assert key in result
     assert result["completed"] == sum(1 for r in rec.requests if r.ok)
-    assert len(result["ttfts"]) == len(rec.requests)
+    assert len(result["ttfts"]) == len(result["generated_texts"]) == len(rec.requests)
+    assert set(result["generated_texts"]) == {""}  # recordings keep no texts
+    # without --save-detailed, as `vllm bench serve` without it: no per-request lists but two
+    plain = rampwatch("export", str(FIXTURE), "--format", "json", "-o", str(tmp_path / "p.json"))
+    assert plain.returncode == 0, plain.stderr
+    short = json.loads((tmp_path / "p.json").read_text())
+    assert not {"ttfts", "itls", "input_lens", "output_lens", "start_times", "generated_texts", "errors"} & set(short)
+    assert len(short["latencies"]) == len(short["queue_times"]) == len(rec.requests)
+    assert {k: v for k, v in result.items() if k in short} == short
 
 
 def test_export_csv_writes_requests_and_series(tmp_path):
@@ -180,32 +216,92 @@ def _png_colours(data: bytes) -> set[tuple[int, ...]]:
     return colours
 
 
-def test_compare_rows_pick_the_better_side():
-    a = {"request_throughput": 10.0, "mean_ttft_ms": 100.0, "p99_itl_ms": 20.0, "failed": 0}
-    b = {"request_throughput": 12.0, "mean_ttft_ms": 150.0, "p99_itl_ms": 20.0, "failed": 2}
+def test_compare_rows_without_samples_show_the_change_but_no_verdict():
+    a = {"request_throughput": 10.0, "mean_ttft_ms": 100.0, "p99_itl_ms": 20.0, "failed": 0, "completed": 100}
+    b = {"request_throughput": 12.0, "mean_ttft_ms": 150.0, "p99_itl_ms": 20.0, "failed": 2, "completed": 98}
     rows = {r["key"]: r for r in compare_rows(a, b)}
-    assert rows["request_throughput"]["better"] == "B" and rows["request_throughput"]["change_pct"] == pytest.approx(20)
-    assert rows["mean_ttft_ms"]["better"] == "A" and rows["mean_ttft_ms"]["change_pct"] == pytest.approx(50)
-    assert rows["p99_itl_ms"]["better"] == "="
-    assert rows["failed"]["better"] == "A" and rows["failed"]["change_pct"] is None
+    assert rows["request_throughput"]["change_pct"] == pytest.approx(20)
+    assert rows["mean_ttft_ms"]["change_pct"] == pytest.approx(50) and rows["mean_ttft_ms"]["delta"] == 50.0
+    assert rows["failed"]["change_pct"] is None
+    assert rows["error_rate_pct"]["a"] == 0.0 and rows["error_rate_pct"]["b"] == pytest.approx(2.0)
+    assert all(r["verdict"] == "-" and r["better"] is None for r in rows.values())
 
 
-def test_compare_command(tmp_path):
-    other = tmp_path / "other.rwrec"
+def _samples(mean: float, n: int, seed: int):
+    from rampwatch.record.significance import Samples
+
+    rng = np.random.default_rng(seed)
+    values = {name: Samples.of(rng.normal(mean, mean / 10, n)) for name in ("ttft_ms", "tpot_ms", "e2el_ms", "itl_ms")}
+    values["error_pct"] = Samples.of(np.zeros(n))
+    for name in ("completed_per_s", "output_tokens_per_s", "total_tokens_per_s"):
+        values[name] = Samples.of(rng.normal(10.0, 1.0, 60))
+    return values
+
+
+def test_compare_rows_say_better_only_outside_noise():
+    a = {"mean_ttft_ms": 100.0, "p99_ttft_ms": 130.0, "request_throughput": 10.0, "knee_rps": 8.0}
+    b = {"mean_ttft_ms": 80.0, "p99_ttft_ms": 104.0, "request_throughput": 10.1, "knee_rps": 9.0}
+    rows = {r["key"]: r for r in compare_rows(a, b, _samples(100.0, 400, 1), _samples(80.0, 400, 2))}
+    assert rows["mean_ttft_ms"]["verdict"] == "better" and rows["mean_ttft_ms"]["better"] == "B"
+    assert rows["mean_ttft_ms"]["high"] < 0
+    # same per-second throughput distribution: a 1% change is noise
+    assert rows["request_throughput"]["verdict"] == "within noise" and rows["request_throughput"]["better"] is None
+    assert rows["request_throughput"]["low"] < 0 < rows["request_throughput"]["high"]
+    assert rows["knee_rps"]["verdict"] == "-" and rows["knee_rps"]["better"] is None  # nothing to resample
+
+
+def test_load_warning_names_the_differences():
+    from rampwatch.record.cli_compare import load_differences, load_warning
+
+    a = {"seed": 1, "schedule": {"kind": "linear", "end_rps": 20}, "workload": {"output_tokens": {"max": 800}}}
+    b = {"seed": 2, "schedule": {"kind": "linear", "end_rps": 30}, "workload": {"output_tokens": {"max": 800}}}
+    assert load_differences(a, b) == ["schedule.end_rps: 20 vs 30"]  # a different seed is the same load
+    assert load_warning(a, a) is None
+    line = load_warning(a, b)
+    assert line is not None and "\n" not in line and "schedule.end_rps: 20 vs 30" in line
+    many = {"endpoint": "chat", "max_concurrency": 8, "schedule": {"kind": "constant", "rate": 3}, "workload": {}}
+    assert load_warning(a, many).endswith("with the server's") and "…" in load_warning(a, many)
+
+
+def _synthetic(path: Path, **run) -> Path:
     from rampwatch.record.synthetic import SyntheticRun, play_synthetic
     from rampwatch.record.writer import RecordingWriter
 
-    w = RecordingWriter(other, flush_interval_s=None)
-    play_synthetic(
-        SyntheticRun(duration_s=30, end_rps=10, capacity_rps=30, mean_chunks=30, seed=2),
-        w,
-        on_flush=lambda _t: w.flush(),
-    )
+    w = RecordingWriter(path, flush_interval_s=None)
+    play_synthetic(SyntheticRun(**run), w, on_flush=lambda _t: w.flush())
+    return path
+
+
+def test_compare_command(tmp_path):
+    other = _synthetic(tmp_path / "other.rwrec", duration_s=30, end_rps=10, capacity_rps=30, mean_chunks=30, seed=2)
     out = rampwatch("compare", str(FIXTURE), str(other))
     assert out.returncode == 0, out.stderr
     assert "Mean TTFT (ms)" in out.stdout and "%" in out.stdout
     ttft_line = next(line for line in out.stdout.splitlines() if line.startswith("Mean TTFT (ms)"))
-    assert " B (" in ttft_line  # the run without overload has the lower TTFT
+    assert "B better" in ttft_line  # the run without overload has the lower TTFT, far outside noise
+    # the fixture ramps to 20 rps over 60 s, the other run to 10 over 30: one warning line
+    warnings = [line for line in out.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "schedule.duration_s: 60.0 vs 30" in warnings[0]
+    data = json.loads(rampwatch("compare", str(FIXTURE), str(other), "--json", "--resamples", "200").stdout)
+    assert data["load_warning"] == warnings[0]
+    rows = {r["key"]: r for r in data["rows"]}
+    assert rows["mean_ttft_ms"]["verdict"] == "better" and rows["mean_ttft_ms"]["high"] < 0
+
+
+def test_compare_of_a_run_with_itself_is_within_noise(tmp_path):
+    out = rampwatch("compare", str(FIXTURE), str(FIXTURE), "--json", "--resamples", "200")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["load_warning"] is None
+    tested = [r for r in data["rows"] if r["verdict"] != "-"]
+    assert len(tested) >= 10 and all(r["verdict"] == "within noise" for r in tested)
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "many"])
+def test_compare_bad_resamples_is_one_line(bad):
+    out = rampwatch("compare", str(FIXTURE), str(FIXTURE), "--resamples", bad)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--resamples" in out.stderr.strip().splitlines()[-1]
 
 
 # ---- replay timeline ----------------------------------------------------------------

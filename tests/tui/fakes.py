@@ -8,11 +8,12 @@ latency climb.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, Snapshot, StepRow
+from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ScrapeErrorLine, Snapshot, StepRow
 from rampwatch.loadgen.steps import StepTracker
 
 PLANNED_S = 120.0
@@ -29,9 +30,19 @@ def fake_header(*, metrics: bool = True) -> RunHeader:
         target="http://127.0.0.1:8000",
         model="Qwen/Qwen3-0.6B",
         scenario_name="chat",
-        scenario={"schedule": {"kind": "linear", "start_rps": 1, "end_rps": 20, "duration_s": PLANNED_S - 10}},
         planned_duration_s=PLANNED_S,
         metrics_urls=["http://127.0.0.1:8000/metrics"] if metrics else [],
+        scenario={
+            "schedule": {
+                "kind": "linear",
+                "start_rps": 1,
+                "end_rps": 20,
+                "duration_s": PLANNED_S,
+                "arrival": "poisson",
+            },
+            "slo": {"ttft_ms": 2000, "tpot_ms": 100},
+        },
+        options={"stop_grace": 10.0},
     )
 
 
@@ -42,7 +53,7 @@ def target_rate(t: float) -> float:
     return 1.0 + 19.0 * ramp_t / (PLANNED_S - (HOLD[1] - HOLD[0]))
 
 
-def _row(t: float, metrics: bool) -> dict[str, float]:
+def _row(t: float, metrics: bool, down_at: float | None = None, stale_at: float | None = None) -> dict[str, float]:
     nan = float("nan")
     offered = target_rate(t)
     completed = min(offered, CAPACITY_RPS) * (0.98 + 0.02 * math.sin(t / 3.0))
@@ -59,6 +70,11 @@ def _row(t: float, metrics: bool) -> dict[str, float]:
         sent_rps=offered * 0.995,
         completed_rps=completed,
         error_rps=0.4 if t > 100 else 0.0,
+        errors_http_rps=0.4 if t > 100 else 0.0,
+        errors_timeout_rps=0.0,
+        errors_connection_rps=0.0,
+        errors_protocol_rps=0.0,
+        client_queued=0.0,
         client_output_tps=completed * 180.0,
         ttft_p50=ttft,
         ttft_p90=ttft * 1.6,
@@ -77,6 +93,22 @@ def _row(t: float, metrics: bool) -> dict[str, float]:
             kv_usage_pct=kv,
             prefix_hit_pct=62.0 + 10.0 * math.sin(t / 20.0),
             preemptions=1.0 if kv > 95 else 0.0,
+        )
+    if (stale_at is not None and t >= stale_at) or (down_at is not None and t >= down_at):
+        for name in ("server_prompt_tps", "server_generation_tps", "running", "waiting", "kv_usage_pct"):
+            row[name] = nan  # no good scrape since
+        row["prefix_hit_pct"] = nan
+        row["preemptions"] = nan
+    if down_at is not None and t >= down_at:
+        # Every request is refused at once: nothing completes, nothing waits.
+        row.update(
+            completed_rps=0.0,
+            client_output_tps=0.0,
+            error_rps=row["sent_rps"],
+            errors_http_rps=0.0,
+            errors_connection_rps=row["sent_rps"],
+            in_flight=0.0,
+            **{name: nan for name in ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")},
         )
     return row
 
@@ -113,10 +145,13 @@ def fake_steps(t: float, rows: list[dict[str, float]], metrics: bool) -> list[St
         tracker.on_tick(second + 0.01, state, row["target_rps"])
         if metrics:
             tracker.on_gauges(second + 0.02, row["waiting"], row["kv_usage_pct"])
-        for k in range(round(row["completed_rps"])):
+        done = round(row["completed_rps"]) if math.isfinite(row["completed_rps"]) else 0
+        for k in range(done):
             p99 = k % 20 == 19
             ttft, itl = (row["ttft_p99"], row["itl_p99"]) if p99 else (row["ttft_p50"], row["itl_p50"])
-            sent = second + 0.02 + 0.9 * k / max(1, round(row["completed_rps"]))
+            if not (math.isfinite(ttft) and math.isfinite(itl)):
+                continue
+            sent = second + 0.02 + 0.9 * k / max(1, done)
             first = sent + ttft
             tracker.on_request(
                 RequestRecord(
@@ -140,10 +175,19 @@ def fake_steps(t: float, rows: list[dict[str, float]], metrics: bool) -> list[St
     return tracker.rows(t)
 
 
-def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -> Snapshot:
-    """The run as it looks ``t`` seconds in (1-second bins up to t)."""
+def fake_snapshot(
+    t: float,
+    *,
+    metrics: bool = True,
+    state: str | None = None,
+    down_at: float | None = None,
+    stale_at: float | None = None,
+) -> Snapshot:
+    """The run as it looks ``t`` seconds in (1-second bins up to t). ``down_at``: the
+    server dies then (connections refused, /metrics too); ``stale_at``: only its
+    /metrics stops answering (scrapes time out) while requests go on."""
     times = [float(i) for i in range(int(t))]
-    rows = [_row(x, metrics) for x in times]
+    rows = [_row(x, metrics, down_at, stale_at) for x in times]
     series = {name: [r[name] for r in rows] for name in SERIES_NAMES}
     completed = sum(series["completed_rps"])
     if state is None:
@@ -161,6 +205,26 @@ def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -
         "p99_itl_ms": 41.0,
         "server": {"backend": "vllm"},
     }
+    events = fake_events(t)
+    scrape_errors: list[ScrapeErrorLine] = []
+    last_good: float | None = (t - 0.4) if metrics else None
+    url = "http://127.0.0.1:8000/metrics"
+    if t >= 33.0:
+        scrape_errors.append(ScrapeErrorLine(url, "timeout after 2 s", 1, 33.0, 33.0))
+    for lost_at, reason in ((down_at, "connection refused"), (stale_at, "timeout after 2 s")):
+        if lost_at is not None and t >= lost_at and metrics:
+            last_good = lost_at - 0.6
+            failures = int(t - lost_at) + 1
+            scrape_errors = [line for line in scrape_errors if line.message != reason]
+            previous = 1 if reason == "timeout after 2 s" and t >= 33.0 else 0
+            first = 33.0 if previous else lost_at + 0.4
+            scrape_errors.append(ScrapeErrorLine(url, reason, failures + previous, first, lost_at + failures - 0.6))
+            events.append(Event(lost_at + 0.4, "scrape_error", f"{url}: {reason}", {"url": url}))
+    if down_at is not None and t >= down_at:
+        refused = int(sum(series["errors_connection_rps"]))
+        summary["failed"] = summary.get("failed", 0) + refused
+        summary["errors_by_class"] = {"connect": refused, **({"http_503": 4} if t > 101 else {})}
+        events.sort(key=lambda e: e.t)
     return Snapshot(
         t=t,
         header=fake_header(metrics=metrics),
@@ -169,11 +233,13 @@ def fake_snapshot(t: float, *, metrics: bool = True, state: str | None = None) -
         times=times,
         series=series,
         in_flight=int(rows[-1]["in_flight"]) if rows else 0,
-        events=fake_events(t),
+        events=events,
         summary=summary,
         server_metrics_available=metrics,
         planned_duration_s=PLANNED_S,
         steps=fake_steps(t, rows, metrics),
+        last_good_scrape_t=last_good,
+        scrape_errors=scrape_errors,
     )
 
 
@@ -226,6 +292,9 @@ class FakeControl:
     def stop(self) -> None:
         self.calls.append(("stop", None))
 
+    def cancel_in_flight(self) -> None:
+        self.calls.append(("cancel_in_flight", None))
+
 
 class FakeReplay:
     """A replay of the fake run with the ReplayTimeline controls; time moves only by the
@@ -265,3 +334,111 @@ class FakeReplay:
 
     def marks(self) -> list[Event]:
         return [e for e in fake_events(self.duration) if e.kind in ("mark", "knee", "hold", "resume")]
+
+
+class SteeredFake:
+    """A frozen run that takes steering as the runner does: each call that changes
+    something adds the event the run would record (its snapshot then carries it), and a
+    call the run would refuse in its state adds nothing. Source and control at once."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.base = snapshot
+        self.events = list(snapshot.events)
+        self.calls: list[tuple[str, Any]] = []
+        self.held = snapshot.state == "holding"
+
+    def snapshot(self) -> Snapshot:
+        return dataclasses.replace(self.base, events=list(self.events))
+
+    def _add(self, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
+        self.events.append(Event(self.base.t, kind, message, data or {}))
+
+    def _steerable(self) -> bool:
+        return self.base.state in ("ramping", "holding")
+
+    def hold(self) -> None:
+        self.calls.append(("hold", None))
+        if self._steerable() and not self.held:
+            self.held = True
+            rate = self.base.target_rps + 0.3  # the schedule's rate now, not the last tick's (up to 1 s old)
+            self._add("hold", f"hold at {rate:.3g} req/s", {"before_rps": rate, "after_rps": rate})
+
+    def resume(self) -> None:
+        self.calls.append(("resume", None))
+        if self._steerable() and self.held:
+            self.held = False
+            self._add("resume", "resume ramp at 7.3 req/s", {"before_rps": 7.3, "after_rps": 7.3})
+
+    def set_rate(self, rps: float) -> None:
+        self.calls.append(("set_rate", rps))
+
+    def step_rate(self, delta_rps: float) -> None:
+        self.calls.append(("step_rate", delta_rps))
+        if self._steerable():
+            after = self.base.target_rps + delta_rps
+            self.held = True
+            self._add(
+                "set_rate",
+                f"hold at {after:.3g} req/s",
+                {"before_rps": self.base.target_rps, "after_rps": after, "delta_rps": delta_rps},
+            )
+
+    def mark(self, note: str) -> None:
+        self.calls.append(("mark", note))
+        if self.base.state != "done":
+            self._add("mark", note or "mark", {"note": note})
+
+    def stop(self) -> None:
+        self.calls.append(("stop", None))
+        if self.base.state not in ("stopping", "done"):
+            self._add("stop", "stop requested: no new requests; in-flight ones get 10 s", {"grace_s": 10.0})
+
+    def cancel_in_flight(self) -> None:
+        self.calls.append(("cancel_in_flight", None))
+        if self.base.state in ("draining", "stopping") and self.base.in_flight:
+            n = self.base.in_flight
+            self._add("cancel", f"ending the drain now: cancelling {n} requests ({n} in flight)", {"requests": n})
+
+
+def fake_comparison(load_differs: bool = True) -> tuple[list[dict[str, Any]], str | None]:
+    """`rampwatch compare`'s rows for two invented runs: B has a lower TTFT (outside noise)
+    and the same throughput (within noise); seeded, so always the same rows."""
+    import numpy as np
+
+    from rampwatch.record.cli_compare import compare_rows, load_warning
+    from rampwatch.record.significance import Samples, statistic_of
+
+    def run(ttft_ms: float, seed: int) -> tuple[dict[str, Any], dict[str, Samples]]:
+        rng = np.random.default_rng(seed)
+        ttft = rng.lognormal(np.log(ttft_ms), 0.4, 600)
+        itl = rng.normal(17.0, 2.0, 6000)
+        per_s = rng.normal(10.0, 1.5, 120)
+        samples = {
+            "ttft_ms": Samples.of(ttft),
+            "tpot_ms": Samples.of(rng.normal(17.0, 0.5, 600)),
+            "e2el_ms": Samples.of(ttft + rng.normal(3000.0, 300.0, 600)),
+            "itl_ms": Samples.of(itl, np.repeat(np.arange(600), 10)),
+            "error_pct": Samples.of(np.where(rng.random(600) < 0.01, 100.0, 0.0)),
+            "completed_per_s": Samples.of(per_s),
+            "output_tokens_per_s": Samples.of(per_s * 180.0),
+            "total_tokens_per_s": Samples.of(per_s * 600.0),
+        }
+        summary: dict[str, Any] = {"completed": 594, "failed": 6}
+        for key, (name, statistic) in {
+            "request_throughput": ("completed_per_s", "mean"),
+            "output_throughput": ("output_tokens_per_s", "mean"),
+            "mean_ttft_ms": ("ttft_ms", "mean"),
+            "median_ttft_ms": ("ttft_ms", "p50"),
+            "p99_ttft_ms": ("ttft_ms", "p99"),
+            "median_itl_ms": ("itl_ms", "p50"),
+            "p99_itl_ms": ("itl_ms", "p99"),
+            "mean_tpot_ms": ("tpot_ms", "mean"),
+            "p99_e2el_ms": ("e2el_ms", "p99"),
+        }.items():
+            summary[key] = statistic_of(samples[name], statistic)
+        return summary, samples
+
+    (sa, xa), (sb, xb) = run(120.0, 1), run(80.0, 2)
+    schedule_b = {"kind": "linear", "end_rps": 30 if load_differs else 20}
+    warning = load_warning({"schedule": {"kind": "linear", "end_rps": 20}}, {"schedule": schedule_b})
+    return compare_rows(sa, sb, xa, xb, resamples=300), warning

@@ -20,3 +20,19 @@ async def charts_settled(pilot) -> None:
             await pilot.pause()
             return
     raise AssertionError("the charts did not settle")
+
+
+async def compared_and_settled(pilot) -> None:
+    """``charts_settled``, and the B-vs-A panels filled by the app's worker."""
+    from rampwatch.tui.compare_panel import ComparePanel
+
+    for _ in range(200):
+        await pilot.pause()
+        if all(panel.rows is not None for panel in pilot.app.main_screen.query(ComparePanel)):
+            break
+    else:
+        raise AssertionError("the comparison never arrived")
+    await charts_settled(pilot)
+    # the panel's growth resizes the events panel below it, which then scrolls to its end
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()

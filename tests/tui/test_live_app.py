@@ -3,6 +3,7 @@ terminal size, and server panels say when /metrics is missing."""
 
 import pytest
 
+from rampwatch.core.timeline import Snapshot
 from rampwatch.tui.app import is_wide, make_live_app
 from rampwatch.tui.help_screen import HelpScreen
 from rampwatch.tui.kv_chart import KvChart
@@ -10,7 +11,7 @@ from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.quit_dialog import QuitDialog
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.throughput_chart import ThroughputChart
-from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
+from tests.tui.fakes import FakeControl, FrozenSource, SteeredFake, fake_snapshot
 
 NARROW = (80, 24)
 WIDE = (160, 48)
@@ -271,15 +272,17 @@ async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
     panels under it (the events panel can stay unchanged for minutes) never redraw."""
     from textual.widgets._toast import Toast
 
-    from rampwatch.tui.app import TOAST_REPAINT_DELAY_S
+    from rampwatch.tui.app import CONFIRMATION_TOAST_S, TOAST_REPAINT_DELAY_S
     from rampwatch.tui.event_log import EventLog
     from tests.tui.test_event_log import screen_lines
 
-    app, control, _ = live_app(95.0)
+    control = SteeredFake(fake_snapshot(95.0))
+    app = make_live_app(control, control)
     async with app.run_test(size=WIDE, notifications=True) as pilot:
         await pilot.press("m", *"steady before the knee", "enter")
+        app.poll_source()  # the mark comes back in the run's next snapshot
         await pilot.pause(0.2)
-        assert any("mark added: steady before the knee" in line for line in screen_lines(app))
+        assert any("M2 recorded at 01:35: steady before the knee" in line for line in screen_lines(app))
         updates = []
         display = app._display
 
@@ -288,14 +291,56 @@ async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
             return display(screen, update)
 
         app._display = spy
-        await pilot.pause(2.0 + TOAST_REPAINT_DELAY_S + 0.3)
+        await pilot.pause(CONFIRMATION_TOAST_S + TOAST_REPAINT_DELAY_S + 0.3)
         assert not app.screen.query(Toast)
         full = [u for u in updates if getattr(u, "region", None) == app.screen.region]
         assert full, "no full-screen repaint after the toast timed out"
         lines = screen_lines(app)
-        assert not any("steady before" in line for line in lines)
+        assert not any("recorded at 01:35" in line for line in lines)  # the toast (the events panel has the mark)
         events = app.query_one("#w-events", EventLog).region
         assert lines[events.bottom - 1][events.x] == "╰" and lines[events.bottom - 1][events.right - 1] == "╯"
         for y in range(events.y + 1, events.bottom - 1):
             assert lines[y][events.x] == "│" and lines[y][events.right - 1] == "│"
     assert control.calls == [("mark", "steady before the knee")]
+
+
+def test_help_settings_show_the_values_in_use_and_their_flags():
+    from dataclasses import replace
+
+    from rampwatch.tui.help_screen import help_settings
+    from tests.tui.fakes import fake_snapshot
+
+    snap = fake_snapshot(95.0)  # ~15 rps: the default step is 1 rps
+    live = help_settings(snap)
+    assert live["ramp"] == "ramp: linear 1 → 20 req/s over 120 s, poisson arrivals"
+    assert live["step"] == "step now 1 req/s (default: ~10% of the rate; --rate-step)"
+    assert live["grace"] == "10 s for in-flight requests (--stop-grace, default 10 s)"
+    assert live["scenario"] == "scenario chat · no concurrency cap · SLO TTFT 2000 ms, TPOT 100 ms"
+    assert help_settings(snap, configured_step=2.5)["step"] == "step 2.5 req/s (--rate-step)"
+    header = replace(snap.header, options={"rate_step": 3, "stop_grace": 4}, scenario={"max_concurrency": 8})
+    from_header = help_settings(replace(snap, header=header))
+    assert from_header["step"] == "step 3 req/s (--rate-step)" and from_header["grace"].startswith("4 s ")
+    assert "ramp" not in from_header and from_header["scenario"] == "scenario chat · max concurrency 8"
+    replay = help_settings(snap, speed=4.0, knee_at=78.0, mark_count=2)
+    assert replay["speed"] == "now 4× (--speed, default 1×)" and replay["knee"] == "knee at 01:18"
+    assert replay["marks"] == "2 marks in this recording"
+    assert "linear 1 → 20 req/s" in replay["scenario"]  # a replay has no ramp key to put it beside
+    assert help_settings(snap, speed=1.0)["knee"] == "no knee in this recording"
+    empty = help_settings(Snapshot.empty())
+    assert "scenario" not in empty and "ramp" not in empty and empty["grace"].startswith("--stop-grace")
+
+
+async def test_help_shows_the_settings_of_the_run():
+    from rich.console import Console
+
+    from rampwatch.tui.help_screen import keys_table
+
+    app = make_live_app(FrozenSource(fake_snapshot(95.0)), FakeControl(), rate_step_rps=2.0)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        console = Console(width=74, record=True)
+        console.print(keys_table("live", app.screen.settings))
+        text = console.export_text()
+    assert "step 2 req/s (--rate-step)" in text
+    assert "ramp: linear 1 → 20 req/s over 120 s" in text

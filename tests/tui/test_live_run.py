@@ -111,11 +111,18 @@ async def test_keys_steer_a_run_on_the_apps_loop_and_are_recorded(sim, tmp_path)
             assert isinstance(app.screen, MarkDialog)
             await pilot.press(*NOTE, "enter")
             await wait_for(pilot, lambda: any(e.kind == "mark" for e in run.collector.events), "the mark")
+            # the toast confirms what the run recorded, once its event is in a snapshot
+            await wait_for(pilot, lambda: any("M1 recorded at" in t and NOTE in t for t in toasts(app)), "toast")
 
             await pilot.press("s")
             await wait_for(pilot, execution.done, "the run to drain and finish")
+            await wait_for(pilot, lambda: app.latest.state == "done", "the done snapshot")
+            recorded = len(run.collector.events)
+            await pilot.press("space", "plus", "m", "s", "x")  # after the end: disabled, each says why
             await pilot.pause(0.3)
-            assert app.latest.state == "done"
+            assert not isinstance(app.screen, MarkDialog)
+            assert sum(": the run has finished" in t for t in toasts(app)) == 5
+            assert len(run.collector.events) == recorded  # nothing more was recorded
             await pilot.press("q")  # a finished run quits without asking
         result = await execution
     finally:
@@ -124,6 +131,10 @@ async def test_keys_steer_a_run_on_the_apps_loop_and_are_recorded(sim, tmp_path)
             await asyncio.wait_for(execution, 10.0)
     assert result.requests and all(r.ok for r in result.requests)
     check_recorded_steering(recorded_events(path), held)
+
+
+def toasts(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
 
 
 def run_args(tmp_path, *extra: str) -> argparse.Namespace:
@@ -187,7 +198,58 @@ async def test_keys_steer_the_run_process_of_rampwatch_run(tmp_path):
         prepared.close()
     assert app.return_code == 0
     assert result.requests and all(r.ok for r in result.requests)
+    assert result.interrupted  # quit before the schedule's end
     out = io.StringIO()
-    assert session.finish_run(prepared, result, out=out) == 0
+    assert session.finish_run(prepared, result, out=out) == session.INTERRUPTED_EXIT
     assert f"recording: {prepared.recording_path}" in out.getvalue()
     check_recorded_steering(recorded_events(prepared.recording_path))
+
+
+async def test_x_ends_the_drain_of_the_run_process_and_it_is_recorded(tmp_path, capsys):
+    """A schedule that ends while slow requests are still streaming: the screen shows the
+    drain (in flight, oldest age), x cancels them through the pipe, the recording holds
+    the cancel event and the cancelled requests, and the summary counts them as
+    cancelled, not failed."""
+    args = run_args(
+        tmp_path,
+        "--duration",
+        "2",
+        "--stop-grace",
+        "60",
+        "--sim-hardware",
+        "l4",
+        "--sim-model",
+        "llama-3.1-8b-fp8",
+        "--set",
+        "workload.output_tokens=3000",
+    )
+    prepared = session.prepare_run(args)
+    try:
+        bridge, app = start_live_prepared(prepared, ui_priority="normal")
+        try:
+            async with app.run_test(size=(160, 48), notifications=True) as pilot:
+                await wait_for(pilot, lambda: app.latest.state == "draining", "the drain", timeout=30.0)
+                await wait_for(pilot, lambda: app.latest.oldest_in_flight_sent_at is not None, "a drain tick")
+                header = app.query_one("#header").render_text(app.latest).plain
+                assert f"in flight {app.latest.in_flight}  oldest " in header and "x cancels them now" in header
+                await pilot.press("x")
+                await wait_for(pilot, lambda: any("ending the drain now" in t for t in toasts(app)), "the toast")
+                await wait_for(pilot, lambda: app.latest.state == "done", "the end", timeout=30.0)
+                await pilot.press("q")
+            result = bridge.finish(drain_timeout=15.0)
+        finally:
+            bridge.finish(drain_timeout=15.0)
+    finally:
+        prepared.close()
+    cancelled = [r for r in result.requests if r.error_class == "cancelled"]
+    assert cancelled and result.interrupted
+    out = io.StringIO()
+    assert session.finish_run(prepared, result, out=out) == session.INTERRUPTED_EXIT
+    assert f"Cancelled requests:                      {len(cancelled):<10}" in out.getvalue()
+    assert "Failed requests:                         0 " in out.getvalue()
+    assert "cancelled requests" in capsys.readouterr().err
+    events = recorded_events(prepared.recording_path)
+    cancels = [e for e in events if e.kind == "cancel"]
+    assert len(cancels) == 1 and cancels[0].data["requests"] == len(cancelled)
+    with open_recording(prepared.recording_path) as recording:
+        assert sum(r.error_class == "cancelled" for r in recording.requests) == len(cancelled)

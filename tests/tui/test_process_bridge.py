@@ -43,6 +43,9 @@ class SteeredRun:
         self.calls.append("stop")
         self.stopped.set()
 
+    def cancel_in_flight(self) -> None:
+        self.calls.append("cancel_in_flight")
+
 
 def test_process_bridge_runs_the_load_in_a_child_process():
     run = SteeredRun()
@@ -55,9 +58,10 @@ def test_process_bridge_runs_the_load_in_a_child_process():
     bridge.control.hold()
     bridge.control.step_rate(1.5)
     bridge.control.mark("n1")
+    bridge.control.cancel_in_flight()  # the end-the-drain key goes through the same pipe
     result = bridge.finish(drain_timeout=10.0)
     assert result["pid"] != os.getpid()
-    assert result["calls"] == ["hold", "step_rate:1.5", "mark:n1", "stop"]
+    assert result["calls"] == ["hold", "step_rate:1.5", "mark:n1", "cancel_in_flight", "stop"]
     assert run.calls == []  # nothing ran in this process
     assert bridge.snapshot().state == "done"  # the final state is published
     bridge.control.hold()  # after the end: dropped, no error

@@ -1,5 +1,7 @@
 """Pilot tests of the replay screen: the keys drive the ReplayTimeline controls."""
 
+from pathlib import Path
+
 import pytest
 
 from rampwatch.tui.app import make_replay_app, next_speed
@@ -9,6 +11,7 @@ from rampwatch.tui.position_bar import PositionBar
 from tests.tui.fakes import KNEE_AT, MARK_AT, FakeReplay, FrozenSource, fake_snapshot
 
 SIZE = (100, 30)
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
 
 
 async def test_space_toggles_play():
@@ -118,3 +121,74 @@ def segments_of(snapshot):
 )
 def test_next_speed(speed, up, expected):
     assert next_speed(speed, up) == expected
+
+
+async def test_footer_shows_the_replay_keys_and_no_live_ones():
+    from textual.widgets import Footer
+
+    app = make_replay_app(FakeReplay(position=30.0))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        shown = {key.description for key in app.screen.query_one(Footer).query("FooterKey")}
+        assert {"play/pause", "speed", "±10s", "knee", "marks", "help", "quit"} <= shown
+        assert not shown & {"hold/resume", "+rate", "-rate", "mark", "stop"}
+        # and all of them fit on an 80-column footer
+        last = sorted(app.screen.query_one(Footer).query("FooterKey"), key=lambda k: k.region.x)[-1]
+        assert last.region.right <= 80
+
+
+async def test_compare_shows_b_marks_holds_and_resumes_dimmed():
+    from rampwatch.tui.chart_data import markers
+
+    app = make_replay_app(FakeReplay(position=30.0), compare=FrozenSource(fake_snapshot(120.0)))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.3)
+        chart = app.main_screen.query_one("#w-latency", LatencyChart)
+        drawn = []
+        chart._draw_markers = lambda marks, top, dimmed, _draw=chart._draw_markers: (  # type: ignore[method-assign]
+            drawn.append((dimmed, [m.label for m in marks])),
+            _draw(marks, top, dimmed),
+        )
+        chart.draw(app.latest, app.compare_snapshot)
+        assert (True, [m.label for m in markers(fake_snapshot(120.0).events)]) in drawn
+        assert {"K", "H", "R", "M1"} <= set(next(labels for dimmed, labels in drawn if dimmed))
+
+
+async def test_compare_panel_of_a_recording_with_itself_is_within_noise():
+    from rampwatch.app.replay import comparison_of
+    from rampwatch.record.reader import open_recording
+    from rampwatch.record.replay import ReplayTimeline
+    from rampwatch.tui.compare_panel import ComparePanel
+    from tests.tui.settle import compared_and_settled
+
+    fixture = str(FIXTURE)
+    timeline = ReplayTimeline(open_recording(fixture), warm_up=False)
+    app = make_replay_app(timeline, comparison=comparison_of(fixture, fixture))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await compared_and_settled(pilot)
+        panel = app.main_screen.query_one("#w-compare", ComparePanel)
+        assert panel.warning is None
+        tested = [r for r in panel.rows if r["verdict"] != "-"]
+        assert len(tested) >= 10 and {r["verdict"] for r in tested} == {"within noise"}
+
+
+@pytest.fixture
+def not_a_recording(tmp_path):
+    bad = tmp_path / "b.rwrec"
+    bad.write_bytes(b"not a recording")
+    return bad
+
+
+async def test_compare_panel_says_when_the_runs_cannot_be_compared(not_a_recording):
+    from rampwatch.app.replay import comparison_of
+    from rampwatch.tui.compare_panel import ComparePanel
+
+    bad = not_a_recording
+    app = make_replay_app(FakeReplay(position=30.0), comparison=comparison_of(str(bad), str(bad)))
+    async with app.run_test(size=(160, 48)) as pilot:
+        panel = app.main_screen.query_one("#w-compare", ComparePanel)
+        await app.workers.wait_for_complete()
+        await pilot.pause()  # the worker hands its answer over through the message queue
+        assert panel.failure is not None and panel.failure.startswith("cannot compare the runs:")
+        assert str(bad) in panel.failure and "\n" not in panel.failure
+        assert app.is_running  # the replay goes on

@@ -5,8 +5,8 @@ Every screen is fed a fixed snapshot (no clock anywhere on screen) at a fixed si
 """
 
 from rampwatch.tui.app import make_live_app, make_replay_app
-from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_snapshot
-from tests.tui.settle import charts_settled
+from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_comparison, fake_snapshot
+from tests.tui.settle import charts_settled, compared_and_settled
 
 
 def live(t: float, metrics: bool = True):
@@ -39,8 +39,55 @@ def test_replay_compare_160x48(snap_compare):
     assert snap_compare(app, terminal_size=(160, 48), run_before=charts_settled)
 
 
+def compare_app(load_differs: bool = True):
+    return make_replay_app(
+        FakeReplay(position=70.0),
+        compare=FrozenSource(fake_snapshot(120.0)),
+        recording="runs/a.rwrec",
+        compare_label="runs/b.rwrec",
+        comparison=lambda: fake_comparison(load_differs),
+    )
+
+
+def test_replay_compare_deltas_160x56(snap_compare):
+    """The B-vs-A panel beside the stats: B's lower TTFT is better, its throughput within noise.
+    56 rows: the events below the panel fit whether the comparison arrives before or after
+    they are first drawn (at 48 rows the event log's scroll position would depend on it)."""
+    assert snap_compare(compare_app(load_differs=False), terminal_size=(160, 56), run_before=compared_and_settled)
+
+
+def test_replay_compare_deltas_tab_80x24(snap_compare):
+    """The B-vs-A tab on a small terminal, with the warning that the runs' loads differ."""
+    assert snap_compare(compare_app(), terminal_size=(80, 24), press=["9"], run_before=compared_and_settled)
+
+
 def test_help_80x24(snap_compare):
     assert snap_compare(live(30.0), terminal_size=(80, 24), press=["question_mark"], run_before=charts_settled)
+
+
+def failing(t: float, **lost_at: float):
+    snapshot = fake_snapshot(t, **lost_at)
+    return make_live_app(FrozenSource(snapshot), FakeControl(), recording="runs/chat.rwrec")
+
+
+# The server dies at 1:20 (every request refused, /metrics too); 15 s later the header says
+# SERVER DOWN, the Rate chart draws the connection errors, the server series stop.
+def test_server_down_mid_run_80x24(snap_compare):
+    assert snap_compare(failing(95.0, down_at=80.0), terminal_size=(80, 24), run_before=charts_settled)
+
+
+def test_server_down_mid_run_160x48(snap_compare):
+    assert snap_compare(failing(95.0, down_at=80.0), terminal_size=(160, 48), run_before=charts_settled)
+
+
+# Only /metrics stops answering at 1:20 (scrapes time out); requests go on. The header
+# says METRICS STALE, the server series are gaps, the stats say how stale.
+def test_metrics_stale_80x24(snap_compare):
+    assert snap_compare(failing(100.0, stale_at=80.0), terminal_size=(80, 24), press=["6"], run_before=charts_settled)
+
+
+def test_metrics_stale_160x48(snap_compare):
+    assert snap_compare(failing(100.0, stale_at=80.0), terminal_size=(160, 48), run_before=charts_settled)
 
 
 # The latency chart on its log axis (the default) is in every screen above; these show it

@@ -1,0 +1,68 @@
+"""`rampwatch` with no arguments on a terminal: the start screen, then the run it chose.
+
+The shipped scenarios (``rampwatch.scenarios``, read through ``loadgen.scenario``) are
+handed to ``tui.start_screen.StartApp`` as ``StartScenario``s; its ``StartChoice`` becomes
+`rampwatch run`'s arguments, so the run is exactly the one the command line would start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rampwatch.app.run import DEFAULT_SIM_HARDWARE, DEFAULT_SIM_MODEL
+from rampwatch.loadgen.scenario import list_scenarios, load_scenario
+from rampwatch.tui.chart_data import RAMP_KINDS, schedule_text
+from rampwatch.tui.start_screen import StartApp, StartScenario
+
+
+def length_text(spec: Any) -> str:
+    """A token length spec in a few characters: ``128``, ``20–200``, ``normal``."""
+    if isinstance(spec, (int, float)):
+        return f"{spec:g}"
+    if isinstance(spec, dict):
+        if "min" in spec and "max" in spec:
+            return f"{spec['min']:g}–{spec['max']:g}"
+        if "value" in spec:
+            return f"{spec['value']:g}"
+        return str(spec.get("dist", "?"))
+    return "?"
+
+
+def details_text(raw: dict[str, Any]) -> str:
+    """One line on a scenario's schedule and workload."""
+    workload = raw.get("workload") or {}
+    parts = [schedule_text(raw.get("schedule") or {}), f"{raw.get('endpoint', 'completions')} endpoint"]
+    if "input_tokens" in workload:
+        shared = (workload.get("system_prompt") or {}).get("tokens")
+        prefix = f"{shared:g} shared + " if isinstance(shared, (int, float)) and shared else ""
+        parts.append(f"{prefix}{length_text(workload['input_tokens'])} tokens in")
+    if "output_tokens" in workload:
+        parts.append(f"{length_text(workload['output_tokens'])} tokens out")
+    return " · ".join(parts)
+
+
+def shipped_scenarios() -> list[StartScenario]:
+    out = []
+    for name in list_scenarios():
+        scenario = load_scenario(name)
+        schedule = scenario.raw.get("schedule") or {}
+        ramp = schedule.get("kind") in RAMP_KINDS
+        out.append(
+            StartScenario(
+                name=scenario.name,
+                description=scenario.description,
+                details=details_text(scenario.raw),
+                start_rps=float(schedule["start_rps"]) if ramp else None,
+                end_rps=float(schedule["end_rps"]) if ramp else None,
+                duration_s=float(schedule["duration_s"]) if ramp and "duration_s" in schedule else None,
+            )
+        )
+    return out
+
+
+def choose_run() -> list[str] | None:
+    """Show the start screen; `rampwatch run`'s arguments for the choice, or None when
+    the user left without starting."""
+    simulator = f"the embedded simulator ({DEFAULT_SIM_HARDWARE}, {DEFAULT_SIM_MODEL})"
+    choice = StartApp(shipped_scenarios(), simulator).run()
+    return None if choice is None else choice.run_args()

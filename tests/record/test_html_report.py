@@ -1,0 +1,120 @@
+"""The HTML report's charts and marks table, checked on the generated SVG/HTML text."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from rampwatch.core.timeline import SERIES_NAMES, Event
+from rampwatch.loadgen.summary import summarise_requests
+from rampwatch.record.html_report import line_segments, render_html, robust_top, svg_chart
+from tests.tui.fakes import fake_snapshot
+
+NAN = math.nan
+
+
+@pytest.mark.parametrize(
+    ("values", "top"),
+    [
+        ([1.0] * 99 + [1000.0], 2.0),  # one spike: the axis follows the rest (1.5 × 1.0 → 2)
+        (list(range(1, 101)), 200.0),  # a ramp: its maximum (×1.05 → 105 → nice 200)
+        ([10.0, 20.0, 30.0, NAN, None], 50.0),
+        ([], 1.0),
+        ([NAN, None], 1.0),
+        ([0.0, 0.0], 1.0),
+    ],
+)
+def test_robust_top(values, top):
+    assert robust_top(values) == top
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([1, 2, NAN, 4], [[(0, 1), (1, 2), (3, 4)]]),  # an empty cell is bridged
+        ([1, None, None, None, None, None, 7], [[(0, 1), (6, 7)]]),  # 5 empty seconds: bridged
+        ([1, None, None, None, None, None, None, 8], [[(0, 1)], [(7, 8)]]),  # 6: a real gap
+        ([NAN, NAN], []),
+        ([NAN, 3, NAN], [[(1, 3)]]),
+    ],
+)
+def test_line_segments(values, expected):
+    times = [float(i) for i in range(len(values))]
+    assert line_segments(times, values) == [[(float(t), float(v)) for t, v in seg] for seg in expected]
+
+
+def test_a_spike_is_clipped_with_a_marker_and_the_axis_is_not_stretched():
+    times = [float(i) for i in range(60)]
+    values = [50.0 + (i % 5) for i in range(60)]
+    values[30] = 5000.0
+    svg = svg_chart("TTFT", "ms", times, [("p99", values)], [], 60.0)
+    ticks = [float(t) for t in re.findall(r'text-anchor="end">([0-9.e+]+)</text>', svg)]
+    assert max(ticks) == 100.0  # 1.5 × ~54, not 5000
+    clipped = re.findall(r'<path class="clipped"[^>]*><title>([^<]*)</title>', svg)
+    assert clipped == ["p99 5000 ms at 30 s (above the axis)"]
+    assert svg.count("<polyline") == 1  # one unbroken line through the spike
+
+
+def test_without_a_spike_nothing_is_clipped():
+    times = [float(i) for i in range(60)]
+    svg = svg_chart("Rate", "req/s", times, [("sent", [i / 3 for i in range(60)])], [], 60.0)
+    assert 'class="clipped"' not in svg
+
+
+def report(events):
+    snap = fake_snapshot(120.0)
+    snap.series["kv_usage_pct"] = [min(v, 30.0) for v in snap.series["kv_usage_pct"]]
+    snap.series["prefix_hit_pct"] = [20.0] * len(snap.times)
+    for i in range(40, 43):  # empty cells, as a CSV of a second without completions has
+        snap.series["ttft_p99"][i] = NAN
+    summary = summarise_requests(None, [], [], [], idle_duration_s=120.0)
+    return render_html(snap, summary, "summary", events, "t", "s")
+
+
+def _chart(page: str, title: str) -> str:
+    return next(svg for svg in page.split("<svg")[1:] if f'aria-label="{title}"' in svg)
+
+
+def test_percent_axes_are_fixed_at_100_and_gaps_of_empty_cells_are_bridged():
+    page = report([])
+    kv = _chart(page, "KV cache and prefix cache")
+    assert max(float(t) for t in re.findall(r'text-anchor="end">([0-9.]+)</text>', kv)) == 100.0
+    ttft = _chart(page, "Time to first token")
+    assert ttft.count("<polyline") == 3  # p50, p90, p99: one line each, the empty cells bridged
+
+
+def test_marks_table_lists_knee_holds_resumes_rate_changes_marks():
+    events = [
+        Event(0.0, "start", "run started"),
+        Event(40.0, "hold", "hold at 7.3 req/s", {"before_rps": 7.3, "after_rps": 7.3}),
+        Event(45.0, "set_rate", "hold at 9 req/s", {"before_rps": 7.3, "after_rps": 9.0}),
+        Event(50.0, "resume", "resume ramp at 9 req/s", {"before_rps": 9.0, "after_rps": 9.0}),
+        Event(33.0, "scrape_error", "timeout"),
+        Event(78.0, "knee", "knee at 14 rps"),
+        Event(90.0, "mark", "raised max-num-seqs"),
+        Event(120.0, "stop", "run finished"),
+    ]
+    page = report(events)
+    table = page[page.index("<h2>Marks</h2>") : page.index("<h2>Summary</h2>")]
+    rows = re.findall(r'<tr class="mark-([a-z_]+)"><td>([0-9.]+) s</td><td>([^<]*)</td><td>([^<]*)</td>', table)
+    assert [(kind, float(t), shown) for kind, t, shown, _ in rows] == [
+        ("start", 0.0, "start"),
+        ("hold", 40.0, "hold"),
+        ("set_rate", 45.0, "rate change"),
+        ("resume", 50.0, "resume"),
+        ("knee", 78.0, "knee"),
+        ("mark", 90.0, "mark"),
+        ("stop", 120.0, "stop"),
+    ]
+    assert "hold at 9 req/s (7.3 → 9 req/s)" in table
+    # the charts draw the knee, holds, resumes and marks, not the rate changes
+    rate = _chart(page, "Throughput")
+    assert rate.count('stroke-dasharray="5,3"') == 4
+
+
+def test_series_names_the_report_draws_exist():
+    from rampwatch.record.html_report import CHARTS
+
+    assert {name for chart in CHARTS for name, _label in chart[2]} <= set(SERIES_NAMES)
