@@ -255,6 +255,13 @@ def schedule_text(schedule: dict[str, Any]) -> str:
     return f"{kind} schedule{arrival}"
 
 
+def format_count(value: float | None) -> str:
+    """A number of requests (running, waiting, queued): whole, whatever its float type."""
+    if is_missing(value):
+        return "–"
+    return f"{round(float(value)):,}"
+
+
 def rate_step(current_rps: float, configured: float | None = None) -> float:
     """How much `+`/`-` change the rate: the configured step, else ~10 % of the rate rounded
     down to 1, 2 or 5 × 10^n, never below 0.5 rps."""

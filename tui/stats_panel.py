@@ -11,6 +11,7 @@ from rampwatch.tui.chart_data import (
     NOW_WINDOW_S,
     current_value,
     errors_by_class,
+    format_count,
     format_ms,
     format_number,
     format_rate,
@@ -36,11 +37,11 @@ NOW_ROWS = (
     ("ttft_p99", "TTFT p99", format_ms),
     ("itl_p50", "ITL p50", format_ms),
     ("itl_p99", "ITL p99", format_ms),
-    ("running", "running", format_number),
-    ("waiting", "waiting", format_number),
+    ("running", "running", format_count),
+    ("waiting", "waiting", format_count),
     ("kv_usage_pct", "KV cache %", format_number),
     ("prefix_hit_pct", "prefix hit %", format_number),
-    ("client_queued", "client queued", format_number),
+    ("client_queued", "client queued", format_count),
 )
 SERVER_SERIES = {"server_generation_tps", "running", "waiting", "kv_usage_pct", "prefix_hit_pct"}
 RATE_SERIES = {"offered_rps", "sent_rps", "completed_rps", "error_rps", "client_output_tps", "server_generation_tps"}

@@ -7,6 +7,7 @@ from rampwatch.tui.chart_data import (
     chart_key,
     downsample,
     errors_by_class,
+    format_count,
     format_duration,
     format_ms,
     last_value,
@@ -320,3 +321,11 @@ async def test_stats_now_rates_are_five_second_means():
     assert ("completed rps", "30.0") in now  # bins 4…8
     assert ("TTFT p50", "200 ms") in now  # percentiles: the newest complete second's (a 10 s window)
     assert NOW_TITLE == "last 5 s"
+
+
+@pytest.mark.parametrize(
+    "value,shown",
+    [(76.0, "76"), (1.0, "1"), (0.0, "0"), (1234.0, "1,234"), (2.6, "3"), (None, "–"), (math.nan, "–")],
+)
+def test_request_counts_are_shown_whole(value, shown):
+    assert format_count(value) == shown
