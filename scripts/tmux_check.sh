@@ -26,46 +26,18 @@ command -v tmux >/dev/null || { echo "tmux_check: tmux is not installed" >&2; ex
 
 session="rampwatch-check-$$"
 pidfile="$OUT_DIR/rampwatch.pid"
-# A private tmux server: nothing here touches the user's own sessions.
-tmuxc() { tmux -L "$session" "$@"; }
+CHECK_NAME=tmux_check
+POLL_S=0.5
+. "$REPO/scripts/tmux_lib.sh"
 
 cleanup() {
-  local pid=""
-  [ -s "$pidfile" ] && pid="$(cat "$pidfile")"
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  tmuxc kill-server 2>/dev/null || true
-  rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/$session"
+  [ -s "$pidfile" ] && stop_pid "$(cat "$pidfile")"
+  remove_tmux_server
 }
 trap cleanup EXIT
 
-fail() {
-  echo "tmux_check: FAIL: $1" >&2
-  [ -n "${2:-}" ] && [ -f "$2" ] && cat "$2" >&2
-  exit 1
-}
-
-capture() {  # capture NAME -> path of the pane's text
-  local path="$OUT_DIR/$1.txt"
-  tmuxc capture-pane -p -t "$session" > "$path"
-  echo "$path"
-}
-
 braille_cells() {  # plotext draws lines with braille cells: a chart with data has some
   "$PY" -c "import sys; print(sum(0x2801 <= ord(c) <= 0x28ff for c in open(sys.argv[1], encoding='utf-8').read()))" "$1"
-}
-
-wait_for_text() {  # wait_for_text TEXT SECONDS NAME -> 0 when the pane shows TEXT
-  local deadline=$((SECONDS + $2)) path
-  while [ $SECONDS -le $deadline ]; do
-    path="$(capture "$3")"
-    grep -qF "$1" "$path" && return 0
-    sleep 0.5
-  done
-  return 1
 }
 
 start=$SECONDS

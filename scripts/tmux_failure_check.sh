@@ -27,45 +27,15 @@ command -v tmux >/dev/null || { echo "tmux_failure_check: tmux is not installed"
 session="rampwatch-fail-check-$$"
 pidfile="$OUT_DIR/rampwatch.pid"
 sim_pid=""
-tmuxc() { tmux -L "$session" "$@"; }  # a private tmux server: the user's sessions are untouched
-
-stop_pid() {  # stop_pid PID: TERM, up to 5 s, then KILL
-  local pid="$1"
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
-  kill -KILL "$pid" 2>/dev/null || true
-}
+CHECK_NAME=tmux_failure_check
+. "$REPO/scripts/tmux_lib.sh"
 
 cleanup() {
   [ -s "$pidfile" ] && stop_pid "$(cat "$pidfile")"
   stop_pid "$sim_pid"
-  tmuxc kill-server 2>/dev/null || true
-  rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/$session"
+  remove_tmux_server
 }
 trap cleanup EXIT
-
-fail() {
-  echo "tmux_failure_check: FAIL: $1" >&2
-  [ -n "${2:-}" ] && [ -f "$2" ] && cat "$2" >&2
-  exit 1
-}
-
-capture() {  # capture NAME -> path of the pane's text
-  local path="$OUT_DIR/$1.txt"
-  tmuxc capture-pane -p -t "$session" > "$path"
-  echo "$path"
-}
-
-wait_for_text() {  # wait_for_text TEXT SECONDS NAME -> 0 when the pane shows TEXT
-  local deadline=$((SECONDS + $2)) path
-  while [ $SECONDS -le $deadline ]; do
-    path="$(capture "$3")"
-    grep -qF -- "$1" "$path" && return 0
-    sleep 0.2
-  done
-  return 1
-}
 
 start=$SECONDS
 port="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
