@@ -62,10 +62,14 @@ def _scrapes_unreachable(snapshot: Snapshot) -> bool:
     return bool(failing) and all(is_connection_failure(line.message) for line in failing)
 
 
-def _down_since(snapshot: Snapshot) -> float | None:
+def _outcomes(snapshot: Snapshot) -> tuple[list[float], dict[str, list[float]]]:
+    """Completed requests and failures per ``ERROR_GROUPS`` class, second by second (a
+    missing value as 0): read once per health check, every rule works on them."""
+    return _values(snapshot, "completed_rps"), {group: _values(snapshot, ERROR_SERIES[group]) for group in ERROR_GROUPS}
+
+
+def _down_since(snapshot: Snapshot, completed: list[float], errors: dict[str, list[float]]) -> float | None:
     """When the server went away, if it has (see the module docstring); else None."""
-    completed = _values(snapshot, "completed_rps")
-    errors = {group: _values(snapshot, ERROR_SERIES[group]) for group in ERROR_GROUPS}
     n = len(completed)
     # The last second in which any request ended, and whether connections failed in it.
     last_outcome = next(
@@ -89,24 +93,26 @@ def _down_since(snapshot: Snapshot) -> float | None:
     return float(next(i for i in range(start, n) if errors["connection"][i] > 0))
 
 
-def recent_errors(snapshot: Snapshot, window: int = RECENT_S) -> tuple[float, dict[str, float]]:
+def recent_errors(
+    completed: list[float], errors: dict[str, list[float]], window: int = RECENT_S
+) -> tuple[float, dict[str, float]]:
     """(requests that ended, failures per ``ERROR_GROUPS`` class) over the last ``window``
-    seconds of the snapshot."""
-    completed = sum(_values(snapshot, "completed_rps")[-window:])
-    errors = {group: sum(_values(snapshot, ERROR_SERIES[group])[-window:]) for group in ERROR_GROUPS}
-    return completed + sum(errors.values()), errors
+    seconds (``_outcomes``)."""
+    recent = {group: sum(values[-window:]) for group, values in errors.items()}
+    return sum(completed[-window:]) + sum(recent.values()), recent
 
 
 def health(snapshot: Snapshot) -> Health:
     """The health state and its detail; see the module docstring for the rules."""
     stale_since = metrics_stale_since(snapshot)
     stale_note = f"metrics stale since {format_duration(stale_since)}" if stale_since is not None else ""
-    down_since = _down_since(snapshot)
+    completed, errors_by_second = _outcomes(snapshot)
+    down_since = _down_since(snapshot, completed, errors_by_second)
     if down_since is not None:
-        connection = sum(_values(snapshot, ERROR_SERIES["connection"])[int(down_since) :])
+        connection = sum(errors_by_second["connection"][int(down_since) :])
         detail = f"since {format_duration(down_since)}: {connection:.0f} connection errors"
         return Health(SERVER_DOWN, "; ".join(filter(None, [detail, stale_note])), stale_since)
-    ended, errors = recent_errors(snapshot)
+    ended, errors = recent_errors(completed, errors_by_second)
     failed = sum(errors.values())
     if ended > 0 and failed > 0 and 100.0 * failed / ended >= DEGRADED_ERROR_PCT:
         by_class = ", ".join(f"{group} {count:.0f}" for group, count in errors.items() if count > 0)
