@@ -4,6 +4,11 @@ exits mid-run. Snapshots use a fixed log, pid and clock."""
 
 from __future__ import annotations
 
+import os
+import signal
+
+import pytest
+
 from rampwatch.tui.app import make_live_app
 from rampwatch.tui.server_log import ServerLogPanel, ServerStartApp, StartOutcome
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
@@ -146,3 +151,21 @@ async def test_a_server_that_exits_mid_run_is_said_once_and_its_log_shown():
         seen = len(calls)
         await pilot.pause(0.6)
         assert len(calls) == seen  # told once: no more checks
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_sigterm_and_sighup_leave_the_screen_as_q_does(sig):
+    """`rampwatch run` then drains the run, stops the server and prints the summary."""
+    from rampwatch.app.live import exit_app_on_signals
+
+    app = live_with_server()
+    before = signal.getsignal(sig)
+    with exit_app_on_signals(app):
+        async with app.run_test(size=(100, 30)) as pilot:
+            os.kill(os.getpid(), sig)
+            for _ in range(200):
+                if app.return_code is not None:
+                    break
+                await pilot.pause(0.01)
+            assert app.return_code == 0
+    assert signal.getsignal(sig) == before  # put back
