@@ -182,7 +182,10 @@ class ServeCommand:
         return secret_values(list(self.argv)) | secret_values(dict(self.env))
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, **dict(self.env)}
+        """The server's environment: rampwatch's, unbuffered Python output (a Python server
+        writing to a pipe would otherwise hold its log back in blocks), then the command's
+        own NAME=VALUE words."""
+        return {"PYTHONUNBUFFERED": "1", **os.environ, **dict(self.env)}
 
 
 def _shown(text: str) -> str:
@@ -481,10 +484,10 @@ class ManagedServer:
 
     def clean_line(self, raw: str) -> str:
         """A log line as kept, shown and written: progress-bar redraws reduced to the last,
-        colours dropped, secrets masked, control characters escaped."""
+        colours dropped, tabs expanded, secrets masked, other control characters escaped."""
         line = raw.rstrip("\r\n").split("\r")
         text = next((part for part in reversed(line) if part.strip()), "")
-        return server_text(_ANSI.sub("", text), self._secrets)
+        return server_text(_ANSI.sub("", text).expandtabs(4), self._secrets)
 
     def _read_log(self) -> None:
         process = self._process

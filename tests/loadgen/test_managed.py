@@ -113,6 +113,29 @@ def test_rampwatch_resolves_to_this_interpreter_and_env_words_become_environment
     assert "hf_secret_value" in command.secrets()
 
 
+def test_the_servers_python_output_is_unbuffered_unless_the_command_says_otherwise(monkeypatch):
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    assert ServeCommand.parse("rampwatch sim").environment()["PYTHONUNBUFFERED"] == "1"
+    assert ServeCommand.parse("PYTHONUNBUFFERED= rampwatch sim").environment()["PYTHONUNBUFFERED"] == ""
+
+
+@pytest.mark.parametrize(
+    "raw, line",
+    [
+        ("plain\n", "plain"),
+        ("\x1b[32mINFO\x1b[0m ready\n", "INFO ready"),  # colours dropped
+        ("Loading  10%\rLoading  50%\rLoading 100%\r\n", "Loading 100%"),  # a progress bar's last redraw
+        ("\tlocal_rank=0\n", "    local_rank=0"),  # tabs expanded
+        ("bell\x07 and \x1b]0;title\x07\n", "bell\\x07 and \\x1b]0;title\\x07"),  # other controls escaped
+        ("Authorization: Bearer abc.def\n", "Authorization: Bearer <redacted>"),
+        ("args: {'api_key': 'sk-in-the-command'}\n", "args: {'api_key': '<redacted>'}"),
+    ],
+)
+def test_log_lines_are_cleaned_before_they_are_kept_shown_or_written(raw, line):
+    server = ManagedServer(ServeCommand.parse(f"{PY} -m x --api-key sk-in-the-command"))
+    assert server.clean_line(raw) == line
+
+
 def test_vllm_is_looked_up_on_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError, match=r"^--serve: program 'vllm' not found on PATH$"):
