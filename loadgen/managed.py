@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.errors import ServerExited, TargetUnreachable, UserError
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_value, secret_values
 from rampwatch.core.text import server_text
 from rampwatch.loadgen.connection import Connection
@@ -350,8 +350,8 @@ class ManagedServer:
     ) -> float:
         """Start the server and wait until ``/health`` answers 200 and ``/v1/models`` lists
         a model; returns the startup duration in seconds. Raises ``ServerExited`` when it
-        exits first, ``UserError`` when its port is taken or it is not ready within
-        ``timeout_s`` (it is stopped first). Blocking: call it from a worker thread when
+        exits first, ``TargetUnreachable`` when it is not ready within ``timeout_s``,
+        ``UserError`` when its port is taken or it wants an API key (it is stopped first). Blocking: call it from a worker thread when
         an event loop runs in this one."""
         if self._process is not None:
             raise RuntimeError("ManagedServer.start called twice")
@@ -414,7 +414,7 @@ class ManagedServer:
                     raise ServerExited(code, self.tail, "during startup")
                 if time.monotonic() >= deadline:
                     last = self.tail[-1] if self.tail else "no output"
-                    raise UserError(
+                    raise TargetUnreachable(
                         f"--serve: the server was not ready within {timeout_s:g} s (--serve-timeout); "
                         f"stopped it; last log line: {last}"
                     )
