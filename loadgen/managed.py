@@ -40,7 +40,7 @@ from rampwatch.core.errors import ServerExited, TargetUnreachable, UserError
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_value, secret_values
 from rampwatch.core.text import server_text
 from rampwatch.loadgen.connection import Connection
-from rampwatch.loadgen.serve_guard import DEFAULT_GRACE_S, PID_LINE_PREFIX, exit_code_of
+from rampwatch.loadgen.serve_guard import DEFAULT_GRACE_S, PID_LINE_PREFIX, exit_code_of, group_alive, signal_group
 
 __all__ = ["ManagedServer", "ServeCommand", "ServerExited", "diff_engine_args", "server_log_path"]
 
@@ -459,11 +459,11 @@ class ManagedServer:
             except subprocess.TimeoutExpired:  # the guard failed: do its work
                 for pgid in (self._server_pid, process.pid):
                     if pgid is not None:
-                        try:
-                            os.killpg(pgid, signal.SIGKILL)
-                        except (ProcessLookupError, PermissionError):
-                            pass
+                        signal_group(pgid, signal.SIGKILL)
                 process.wait()
+        if self._server_pid is not None and group_alive(self._server_pid):
+            # The guard itself was killed and left the server behind: stop it from here.
+            self._stop_orphaned_group(self._server_pid, grace_s)
         _LIVE.discard(self)
         self._join_reader()
         for stream in (process.stdin, process.stdout):
@@ -473,6 +473,14 @@ class ManagedServer:
             except OSError:
                 pass
         return exit_code_of(process.returncode)
+
+    @staticmethod
+    def _stop_orphaned_group(pgid: int, grace_s: float) -> None:
+        signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # not our child: nothing to wait on but the group's end
+        signal_group(pgid, signal.SIGKILL)
 
     def __enter__(self) -> ManagedServer:
         return self

@@ -318,6 +318,20 @@ def test_a_port_in_use_fails_before_anything_starts(fake_server):
         assert server.guard_pid is None
 
 
+def test_stop_still_ends_the_server_when_its_guard_was_killed(fake_server):
+    server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()}"))
+    try:
+        server.start(timeout_s=30)
+        pgid = server.pid
+        guard = server.guard_pid
+        os.kill(guard, signal.SIGKILL)
+        assert group_members(pgid)  # the server outlives its guard here
+        server.stop(grace_s=5)
+        assert wait_group_gone(pgid)
+    finally:
+        kill_group(server.pid)
+
+
 def test_a_server_that_exits_mid_run_is_seen_by_poll(fake_server):
     server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()}"))
     try:
