@@ -11,6 +11,7 @@ import shlex
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -182,7 +183,7 @@ def start_server(server: ManagedServer, timeout_s: float, out: TextIO = sys.stdo
         raise KeyboardInterrupt
 
     previous = {}
-    if threading_main():
+    if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
         previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         startup = server.start(timeout_s, on_phase=on_phase)
@@ -194,12 +195,6 @@ def start_server(server: ManagedServer, timeout_s: float, out: TextIO = sys.stdo
             signal.signal(sig, handler)
     print(f"server: ready in {startup:.1f} s", file=out, flush=True)
     return startup
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 SERVER_TAIL_SHOWN = 10
@@ -232,7 +227,7 @@ class RunPlan:
     target: str
 
 
-def plan_run(args: argparse.Namespace, on_log: Callable[[str], None] | None = None) -> RunPlan:
+def plan_run(args: argparse.Namespace) -> RunPlan:
     scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     headers = list(getattr(args, "header", None) or [])
@@ -258,7 +253,7 @@ def plan_run(args: argparse.Namespace, on_log: Callable[[str], None] | None = No
         log_path = Path(explicit_log) if explicit_log else None
         if log_path is None and recording_path is not None:
             log_path = server_log_path(recording_path)
-        server = ManagedServer(command, log_path=log_path, on_log=on_log, connection=connection)
+        server = ManagedServer(command, log_path=log_path, connection=connection)
     return RunPlan(
         args=args,
         scenario=scenario,

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from rampwatch.core.errors import ServerExited, TargetUnreachable, UserError
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_value, secret_values
@@ -565,8 +565,3 @@ class ManagedServer:
             if stream is not None:
                 stream.close()  # raw pipes (bufsize=0): no lock a vanished thread could hold
         self._forked_copy = True
-
-
-def describe(command: ServeCommand) -> dict[str, Any]:
-    """What a recording keeps of a managed server's command (secrets masked)."""
-    return {"command": command.shown, "engine_args": command.engine_args(), "base_url": command.base_url}
