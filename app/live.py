@@ -99,16 +99,18 @@ def start_live_prepared(
 
 
 @contextmanager
-def exit_app_on_signals(app: App) -> Iterator[None]:
-    """SIGTERM and SIGHUP leave the screen as ``q`` does (the caller then drains the run,
-    stops the server and prints the summary); outside the app's loop they interrupt."""
+def exit_app_on_signals(app: App, leave: Callable[[], object] | None = None) -> Iterator[None]:
+    """SIGTERM and SIGHUP leave the screen as ``q`` does (``leave``, default ``app.exit``;
+    the caller then drains the run, stops the server and prints the summary); outside the
+    app's loop they interrupt."""
+    leave = leave if leave is not None else app.exit
 
     def handler(signum: int, _frame: object) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise KeyboardInterrupt from None
-        loop.call_soon_threadsafe(app.exit)
+        loop.call_soon_threadsafe(leave)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -128,12 +130,12 @@ def start_server_on_screen(server: ManagedServer, timeout_s: float, mouse: bool 
         pid=lambda: server.pid,
         log_lines=lambda: server.tail,
         start=lambda: server.start(timeout_s),
+        cancel=server.stop,
     )
-    with exit_app_on_signals(app):
+    with exit_app_on_signals(app, app.action_cancel):
         outcome = app.run(mouse=mouse)
     if outcome is None or outcome.cancelled:
-        print("rampwatch run: stopping the server …", file=sys.stderr, flush=True)
-        server.stop()
+        server.stop()  # stopped already, unless the app ended some other way
         return False
     if outcome.error is not None:
         server.stop()

@@ -78,8 +78,9 @@ class StartOutcome:
 
 class ServerStartApp(App[StartOutcome]):
     """``STARTING SERVER`` with elapsed seconds and the server's log, until ``start()``
-    returns (the run's screen follows) or raises, or the user quits (the caller then stops
-    the server; ``start()`` sees it go and returns in its thread)."""
+    returns (the run's screen follows) or raises, or the user quits: then ``cancel()``
+    (which must stop the server) runs in a thread, ``start()`` sees the server go, and the
+    app leaves once both have returned (it cannot leave a thread behind)."""
 
     CSS = """
     #start-header { height: 2; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
@@ -100,6 +101,7 @@ class ServerStartApp(App[StartOutcome]):
         pid: Callable[[], int | None],
         log_lines: Callable[[], list[str]],
         start: Callable[[], object] | None,
+        cancel: Callable[[], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
@@ -108,6 +110,7 @@ class ServerStartApp(App[StartOutcome]):
         self.pid = pid
         self.log_lines = log_lines
         self.start_server = start
+        self.cancel_start = cancel
         self.clock = clock
         self.started_at = clock()
         self._cancelled = False
@@ -146,6 +149,8 @@ class ServerStartApp(App[StartOutcome]):
         return Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2])
 
     def update_header(self) -> None:
+        if self._cancelled:
+            return
         self.query_one("#start-header", Static).update(self.header_text())
 
     def _start(self) -> None:
@@ -164,7 +169,16 @@ class ServerStartApp(App[StartOutcome]):
             pass
 
     def action_cancel(self) -> None:
+        """``q``, ``ctrl+c``, SIGTERM, SIGHUP: stop the server and leave."""
         if self._cancelled:
             return
         self._cancelled = True
-        self.exit(StartOutcome(cancelled=True))
+        if self.start_server is None or self.cancel_start is None:
+            self.exit(StartOutcome(cancelled=True))
+            return
+        stopping = Text(no_wrap=True)
+        stopping.append(" rampwatch ", style="bold reverse")
+        stopping.append("  STOPPING SERVER", style="bold red")
+        self.query_one("#start-header", Static).update(stopping)
+        # The start worker returns once the server is gone, and then ends the app.
+        self.run_worker(self.cancel_start, thread=True, name="server-stop", exit_on_error=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -39,13 +40,14 @@ class StoppedClock:
         return 1000.0 if self.readings == 1 else 1012.4
 
 
-def start_app(start=None) -> ServerStartApp:
+def start_app(start=None, cancel=None) -> ServerStartApp:
     return ServerStartApp(
         command=COMMAND,
         target="http://127.0.0.1:8000",
         pid=lambda: 4242,
         log_lines=lambda: LOG,
         start=start,
+        cancel=cancel,
         clock=StoppedClock(),
     )
 
@@ -91,6 +93,24 @@ async def test_startup_phase_ends_when_the_server_is_ready_or_fails_or_is_quit()
     async with start_app().run_test() as pilot:
         await pilot.press("q")
     assert pilot.app.return_value == StartOutcome(cancelled=True)
+
+
+async def test_q_while_the_server_starts_stops_it_and_leaves_once_the_start_has_returned():
+    """The start runs in a thread the app cannot abandon: ``q`` stops the server (in a
+    thread of its own), the start then fails, and only then does the screen close."""
+    stopped = threading.Event()
+
+    def start() -> float:
+        assert stopped.wait(10), "never stopped"
+        raise RuntimeError("server exited with code 143 during startup")
+
+    app = start_app(start=start, cancel=stopped.set)
+    async with app.run_test() as pilot:
+        await pilot.press("q")
+        await until_exited(pilot)
+        assert "STOPPING SERVER" in str(app.query_one("#start-header").render())
+    assert stopped.is_set()
+    assert app.return_value == StartOutcome(cancelled=True)
 
 
 def live_with_server(server_exit=None):
