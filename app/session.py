@@ -51,6 +51,8 @@ INTERRUPTED_EXIT = 130
 SERVER_EXITED_EXIT = ServerExited.run_exit_code
 # Between checks of whether the run's server is still there.
 SERVER_WATCH_INTERVAL_S = 0.5
+# Headless, between the lines that say a server is still starting.
+SERVER_PROGRESS_INTERVAL_S = 30.0
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -171,13 +173,29 @@ def serve_command(args: argparse.Namespace, seed: int | None = None) -> ServeCom
         raise UserError(str(exc).replace("--hardware", "--sim-hardware").replace("--model", "--sim-model")) from None
 
 
-def start_server(server: ManagedServer, timeout_s: float, out: TextIO = sys.stdout) -> float:
-    """``server.start`` with progress lines (headless). SIGTERM and SIGHUP during the
-    start interrupt it like Ctrl-C: the server is stopped, the run exits 130."""
+def start_server(
+    server: ManagedServer,
+    timeout_s: float,
+    out: TextIO = sys.stdout,
+    progress_interval_s: float = SERVER_PROGRESS_INTERVAL_S,
+) -> float:
+    """``server.start`` with progress lines (headless): its pid, then every
+    ``progress_interval_s`` the time so far and its last log line (a model can take
+    minutes to load), then the startup time. SIGTERM and SIGHUP during the start
+    interrupt it like Ctrl-C: the server is stopped, the run exits 130."""
+    started = time.monotonic()
+    done = threading.Event()
+
+    def report_progress() -> None:
+        while not done.wait(progress_interval_s):
+            tail = server.tail
+            last = f"; last log line: {tail[-1]}" if tail else "; no output yet"
+            print(f"server: still starting ({time.monotonic() - started:.0f} s){last}", file=out, flush=True)
 
     def on_phase(phase: str) -> None:
         if phase == PHASE_STARTING:
             print(f"server: starting (pid {server.pid}) …", file=out, flush=True)
+            threading.Thread(target=report_progress, name="server-start-progress", daemon=True).start()
 
     def interrupt(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
@@ -188,9 +206,11 @@ def start_server(server: ManagedServer, timeout_s: float, out: TextIO = sys.stdo
     try:
         startup = server.start(timeout_s, on_phase=on_phase)
     except ServerExited as exc:
+        done.set()
         print_server_tail(exc.tail)
         raise
     finally:
+        done.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(f"server: ready in {startup:.1f} s", file=out, flush=True)
