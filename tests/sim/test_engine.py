@@ -191,8 +191,10 @@ def test_roofline_single_decode_is_memory_bound():
     engine = make_engine(hardware="h100")
     d = engine.step_duration(1, 100.0, 100)
     hw, m = engine.hardware, engine.model
-    expected = (m.weight_bytes + 100 * m.kv_bytes_per_token) / (hw.hbm_bandwidth * hw.memory_efficiency)
-    assert d == pytest.approx(expected + hw.step_overhead_s)
+    expected = m.weight_bytes / (hw.hbm_bandwidth * hw.memory_efficiency) + 100 * m.kv_bytes_per_token / (
+        hw.hbm_bandwidth * hw.attention_efficiency
+    )
+    assert d == pytest.approx(expected + hw.step_overhead_s + hw.per_request_overhead_s)
 
 
 def test_instant_hardware_takes_no_time():
