@@ -199,13 +199,17 @@ class BlockPool:
         ref, free, block_hash = self.ref_count, self.free_queue, self.block_hash
         # Reverse order: a request's tail blocks are evicted before its head blocks,
         # which are the ones most likely shared as a prefix. Blocks without a hash can
-        # never be hit, so they go to the head of the queue and are reused first.
+        # never be hit, so they go, in that same order, to the head of the queue and are
+        # reused first (vLLM's prepend_n / append_n).
+        unhashed = []
         for b in reversed(blocks):
             ref[b] -= 1
             if ref[b] == 0:
                 free[b] = None
                 if block_hash[b] is None:
-                    free.move_to_end(b, last=False)
+                    unhashed.append(b)
+        for b in reversed(unhashed):
+            free.move_to_end(b, last=False)
 
     def register(self, block: int, h: int) -> None:
         if h not in self.cached and self.block_hash[block] is None:
