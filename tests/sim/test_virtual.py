@@ -22,7 +22,7 @@ def config(**kwargs) -> SimConfig:
 def test_matches_a_hand_driven_engine_loop():
     reqs = [(prompt(300 + 50 * i, i), 40 + i) for i in range(6)]
     cluster = VirtualCluster(config())
-    for i, (p, n) in enumerate(reqs):
+    for p, n in reqs:
         cluster.submit(Submission(p, n), at=0.0)
     cluster.run(until=1e9)
 
