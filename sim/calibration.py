@@ -330,6 +330,7 @@ class Relation:
     denominator: str
     published: float
     numerator_scale: float = 1.0
+    reason: str = ""  # why the simulated ratio is outside the band, when it is
 
     def simulated(self, results: dict[str, dict[str, float]]) -> float:
         return self.numerator_scale * total_tps(results[self.numerator]) / total_tps(results[self.denominator])
@@ -344,7 +345,13 @@ def load_relations(path: Path) -> list[Relation]:
 
 
 def render_relations(relations: list[Relation], results: dict[str, dict[str, float]]) -> str:
-    lines = ["| relation | published | simulator |", "|---|---|---|"]
+    lines = ["| relation | published | simulator | ratio | cause when outside [0.67, 1.5] |", "|---|---|---|---|---|"]
     for rel in relations:
-        lines.append(f"| {rel.label} | {rel.published:.2f}× | {rel.simulated(results):.2f}× |")
+        simulated = rel.simulated(results)
+        ratio = simulated / rel.published
+        inside = BAND[0] <= ratio <= BAND[1]
+        cause = "" if inside else rel.reason
+        lines.append(
+            f"| {rel.label} | {rel.published:.2f}× | {simulated:.2f}× | {ratio:.2f}{' ✓' if inside else ' ✗'} | {cause} |"
+        )
     return "\n".join(lines)

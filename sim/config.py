@@ -166,9 +166,9 @@ HARDWARE_PRESETS: dict[str, HardwarePreset] = {
             allreduce_hop_latency_s=5e-6,
             step_overhead_s=0.0005,
             per_request_overhead_s=40e-6,
-            memory_efficiency=0.9,
-            compute_efficiency=0.42,
-            attention_efficiency=0.2,
+            memory_efficiency=0.8,
+            compute_efficiency=0.6,
+            attention_efficiency=0.8,
             description="NVIDIA L4 24GB",
         ),
         HardwarePreset(
