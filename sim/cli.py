@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from rampwatch.sim.config import HARDWARE_PRESETS, KV_CACHE_DTYPES, MODEL_PRESETS, ROUTING_CHOICES
+from rampwatch.sim.config import HARDWARE_PRESETS, KV_CACHE_DTYPES, MODEL_ALIASES, MODEL_PRESETS, ROUTING_CHOICES
 
 # `vllm serve` flags a tuning sweep commonly passes that change nothing the simulator
 # models (logging, loading, tokenizer, API and compilation details). They are accepted
@@ -56,10 +56,17 @@ IGNORED_VLLM_SWITCHES = (
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "model_tag",
+        nargs="?",
+        metavar="MODEL",
+        help="as `vllm serve MODEL`: a model preset or a Hugging Face id the simulator knows "
+        f"({', '.join(MODEL_ALIASES)}); served under that name",
+    )
+    parser.add_argument(
         "--hardware", default="h100", help=f"hardware preset: {', '.join(HARDWARE_PRESETS)} (default h100)"
     )
     parser.add_argument(
-        "--model", default="llama-3.1-8b", help=f"model preset: {', '.join(MODEL_PRESETS)} (default llama-3.1-8b)"
+        "--model", default=None, help=f"model preset: {', '.join(MODEL_PRESETS)} (default llama-3.1-8b)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
@@ -169,8 +176,19 @@ def _ignored_dest(flag: str) -> str:
 def config_from_args(args: argparse.Namespace):
     """The ``SimConfig`` the flags describe (validated; raises ``UserError``)."""
     from rampwatch.core.errors import UserError
-    from rampwatch.sim.config import FaultConfig, SimConfig
+    from rampwatch.sim.config import FaultConfig, SimConfig, model_preset_for
 
+    model, served_name = args.model or "llama-3.1-8b", args.served_model_name
+    if args.model_tag is not None:
+        preset = model_preset_for(args.model_tag)
+        if preset is None:
+            raise UserError(
+                f"model {args.model_tag!r}: the simulator has no preset for it; use --model with one of "
+                f"{', '.join(MODEL_PRESETS)}, or one of the Hugging Face ids listed in --help"
+            )
+        if args.model is not None and args.model != preset:
+            raise UserError(f"model {args.model_tag!r} and --model {args.model}: give one of them")
+        model, served_name = preset, served_name or args.model_tag
     if args.pipeline_parallel_size != 1:
         raise UserError(
             f"--pipeline-parallel-size {args.pipeline_parallel_size}: the simulator models tensor and data "
@@ -178,7 +196,7 @@ def config_from_args(args: argparse.Namespace):
         )
     config = SimConfig(
         hardware=args.hardware,
-        model=args.model,
+        model=model,
         seed=args.seed,
         speed=args.speed,
         block_size=args.block_size,
@@ -187,7 +205,7 @@ def config_from_args(args: argparse.Namespace):
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,
-        served_model_name=args.served_model_name,
+        served_model_name=served_name,
         enable_prefix_caching=args.enable_prefix_caching,
         eos_probability=args.eos_probability,
         engines=args.engines,

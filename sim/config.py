@@ -246,6 +246,28 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
 }
 
 
+# Hugging Face ids that `vllm serve MODEL` takes, mapped to the preset with the same
+# architecture and weight dtype, so `rampwatch sim MODEL …` takes the same first argument.
+MODEL_ALIASES: dict[str, str] = {
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
+    "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b-fp8",
+    "neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b-fp8",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b-fp8",
+    "mistralai/Mistral-7B-Instruct-v0.3": "mistral-7b",
+    "mistralai/Mistral-7B-v0.3": "mistral-7b",
+}
+
+
+def model_preset_for(tag: str) -> str | None:
+    """The preset a model tag names (a preset name or a known Hugging Face id, any case)."""
+    if tag in MODEL_PRESETS:
+        return tag
+    folded = {k.lower(): v for k, v in MODEL_ALIASES.items()}
+    return folded.get(tag.lower())
+
+
 def _pick(kind: str, flag: str, name: str, table: dict):
     try:
         return table[name]

@@ -93,3 +93,31 @@ def test_embedded_argv_reproduces_the_new_settings():
     ).resolved()
     again = parse(shlex.join(config_to_argv(cfg)))
     assert again == cfg
+
+
+@pytest.mark.parametrize(
+    "tag, preset",
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b-fp8"),
+        ("mistralai/mistral-7b-instruct-v0.3", "mistral-7b"),  # Hugging Face ids are case-insensitive
+        ("tiny", "tiny"),
+    ],
+)
+def test_the_model_comes_first_as_in_vllm_serve(tag, preset):
+    cfg = parse(f"{tag} --max-num-seqs 8 --hardware h100")
+    assert cfg.model == preset and cfg.served_model_name == tag
+    assert parse(f"{tag} --served-model-name demo").served_model_name == "demo"
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["Qwen/Qwen3-8B"], "model 'Qwen/Qwen3-8B': the simulator has no preset for it"),
+        (["meta-llama/Llama-3.1-8B-Instruct", "--model", "tiny"], "give one of them"),
+    ],
+)
+def test_a_model_it_cannot_simulate_is_one_line(capsys, args, expected):
+    assert rampwatch_main(["sim", *args, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rampwatch sim: error: ") and expected in err and err.count("\n") == 1
