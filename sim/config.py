@@ -1,7 +1,8 @@
 """Simulator presets and configuration.
 
-Every preset number comes from a public spec sheet or a model's published config;
-``docs/sim-presets.md`` lists the source of each. ``SimConfig.resolved()`` derives the
+Peak figures come from public spec sheets and models' published configs; the achieved
+fractions of peak and the host costs are calibrated against published vLLM results
+(``sim/calibration.py``). ``docs/sim-presets.md`` gives the source of each number. ``SimConfig.resolved()`` derives the
 KV-cache size the way vLLM does: (HBM × gpu_memory_utilization − weights − a fixed
 activation/runtime reserve) ÷ bytes per KV block.
 """
@@ -18,8 +19,9 @@ GIB = 1024**3
 
 @dataclass(frozen=True, slots=True)
 class HardwarePreset:
-    """One accelerator. Peak figures are the vendor's dense (no sparsity) numbers;
-    the efficiency factors say what fraction of peak a real inference step reaches."""
+    """One accelerator and the vLLM host that drives it. Peak figures are the vendor's dense
+    (no sparsity) numbers; the efficiency factors say what fraction of peak a real inference
+    step reaches, per kind of work."""
 
     name: str
     hbm_gib: float  # memory capacity the device exposes

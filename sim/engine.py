@@ -259,7 +259,6 @@ class Engine:
         if self._instant:
             return
         tp = cfg.tensor_parallel_size
-        self._tp = tp
         self._linear_flops = hw.flops_for(m.fp8_weights) * hw.compute_efficiency
         self._attn_flops = hw.bf16_flops * hw.compute_efficiency  # attention runs in bf16
         self._bandwidth = hw.hbm_bandwidth * hw.memory_efficiency
