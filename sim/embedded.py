@@ -47,8 +47,6 @@ def config_to_argv(config: SimConfig) -> list[str]:
         repr(config.gpu_memory_utilization),
         "--max-num-seqs",
         str(config.max_num_seqs),
-        "--max-num-batched-tokens",
-        str(config.max_num_batched_tokens),
         "--eos-probability",
         repr(config.eos_probability),
         "--engines",
@@ -64,6 +62,18 @@ def config_to_argv(config: SimConfig) -> list[str]:
         "--stall-for",
         repr(config.faults.stall_for),
     ]
+    if config.max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
+    if config.tensor_parallel_size != 1:
+        argv += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if not config.enable_chunked_prefill:
+        argv.append("--no-enable-chunked-prefill")
+    if config.step_overhead_s is not None:
+        argv += ["--step-overhead-ms", repr(config.step_overhead_s * 1e3)]
+    if config.per_request_overhead_s is not None:
+        argv += ["--per-request-overhead-us", repr(config.per_request_overhead_s * 1e6)]
+    if config.kv_cache_dtype != "auto":
+        argv += ["--kv-cache-dtype", config.kv_cache_dtype]
     if config.num_gpu_blocks is not None:
         argv += ["--num-gpu-blocks", str(config.num_gpu_blocks)]
     if config.max_model_len is not None:

@@ -28,6 +28,7 @@ from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_templa
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
 from rampwatch.sim.metrics import make_registry, render
+from rampwatch.sim.router import Router
 
 VLLM_VERSION = "0.32.0"
 SERVER_VERSION = VLLM_VERSION + "+sim"
@@ -208,7 +209,7 @@ class SimServer:
         self.created_unix = int(created)
         self._wake = [asyncio.Event() for _ in self.engines]
         self._tasks: list[asyncio.Task] = []
-        self._next_engine = 0
+        self.router = Router(self.engines, cfg.routing)
         self._counter = 0
         self._t0_wall = 0.0
         _word_tables()
@@ -258,17 +259,6 @@ class SimServer:
                 stream = req.client
                 if stream is not None:
                     stream.push()
-
-    # -- routing
-
-    def _pick_engine(self) -> int:
-        if len(self.engines) == 1:
-            return 0
-        if self.config.routing == "round-robin":
-            i = self._next_engine
-            self._next_engine = (i + 1) % len(self.engines)
-            return i
-        return min(range(len(self.engines)), key=lambda i: (self.engines[i].load(), i))
 
     def _new_id(self) -> str:
         self._counter += 1
@@ -453,7 +443,7 @@ class SimServer:
 
         request_id = ("chatcmpl-" if chat else "cmpl-") + self._new_id()
         created = int(time.time())
-        index = self._pick_engine()
+        index = self.router.pick()
         engine = self.engines[index]
         req = SimRequest(
             request_id,
