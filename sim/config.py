@@ -29,6 +29,12 @@ class HardwarePreset:
     memory_efficiency: float = 0.8
     compute_efficiency: float = 0.6
     description: str = ""
+    # GPU telemetry (`rampwatch sim --gpu-telemetry`): board power idle and at full load
+    # (the datasheet's max TDP) in W, SM clock idle and at boost in MHz.
+    idle_w: float = 70.0
+    tdp_w: float = 700.0
+    idle_sm_clock_mhz: float = 345.0
+    max_sm_clock_mhz: float = 1980.0
 
     @property
     def instant(self) -> bool:
@@ -70,10 +76,43 @@ HARDWARE_PRESETS: dict[str, HardwarePreset] = {
     p.name: p
     for p in (
         HardwarePreset("h100", 80, 3.35e12, 989e12, 0.0015, description="NVIDIA H100 SXM5 80GB"),
-        HardwarePreset("h200", 141, 4.8e12, 989e12, 0.0015, description="NVIDIA H200 SXM 141GB"),
-        HardwarePreset("a100-80g", 80, 2.039e12, 312e12, 0.002, description="NVIDIA A100 SXM4 80GB"),
-        HardwarePreset("a100-40g", 40, 1.555e12, 312e12, 0.002, description="NVIDIA A100 SXM4 40GB"),
-        HardwarePreset("l4", 24, 300e9, 121e12, 0.002, description="NVIDIA L4 24GB"),
+        HardwarePreset("h200", 141, 4.8e12, 989e12, 0.0015, description="NVIDIA H200 SXM 141GB", idle_w=75.0),
+        HardwarePreset(
+            "a100-80g",
+            80,
+            2.039e12,
+            312e12,
+            0.002,
+            description="NVIDIA A100 SXM4 80GB",
+            idle_w=55.0,
+            tdp_w=400.0,
+            idle_sm_clock_mhz=210.0,
+            max_sm_clock_mhz=1410.0,
+        ),
+        HardwarePreset(
+            "a100-40g",
+            40,
+            1.555e12,
+            312e12,
+            0.002,
+            description="NVIDIA A100 SXM4 40GB",
+            idle_w=50.0,
+            tdp_w=400.0,
+            idle_sm_clock_mhz=210.0,
+            max_sm_clock_mhz=1410.0,
+        ),
+        HardwarePreset(
+            "l4",
+            24,
+            300e9,
+            121e12,
+            0.002,
+            description="NVIDIA L4 24GB",
+            idle_w=16.0,
+            tdp_w=72.0,
+            idle_sm_clock_mhz=210.0,
+            max_sm_clock_mhz=2040.0,
+        ),
         HardwarePreset("instant", 80, INF, INF, 0.0, description="zero-cost steps: measures the simulator itself"),
     )
 }
@@ -184,6 +223,9 @@ class SimConfig:
     engines: int = 1
     routing: str = "least-loaded"
     faults: FaultConfig = field(default_factory=FaultConfig)
+    # Serve DCGM-exporter-style GPU gauges on /dcgm/metrics (sim.gpu_telemetry); vLLM's own
+    # /metrics has none, so it stays as vLLM's.
+    gpu_telemetry: bool = False
 
     @property
     def hardware_preset(self) -> HardwarePreset:
