@@ -34,31 +34,22 @@ def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
 
 
 def per_gpu_lines(snapshot: Snapshot) -> list[tuple[str, str]]:
-    """("GPU 0", "93% 312 W 21.6 GiB 2040 MHz") for each GPU's latest sample."""
-    rows = []
-    for gpu, g in snapshot.gpus.items():
-        mem = g.get("mem_used_mib")
-        parts = [
-            _fmt(g.get("util_pct"), "%"),
-            _fmt(g.get("power_w"), " W"),
-            _fmt(None if mem is None else mem / 1024, " GiB", 1),
-            _fmt(g.get("sm_clock_mhz"), " MHz"),
-        ]
-        rows.append((f"GPU {gpu}", " ".join(parts)))
-    return rows
+    """("GPU 0", "93% 312 W") for each GPU's latest sample: short, so that the Stats
+    panel's labels keep their width (memory and clock are on the GPU chart)."""
+    return [
+        (f"GPU {gpu}", f"{_fmt(g.get('util_pct'), '%')} {_fmt(g.get('power_w'), ' W')}")
+        for gpu, g in snapshot.gpus.items()
+    ]
 
 
 def gpu_legend_note(snapshot: Snapshot) -> str:
-    """The GPU panel's bottom line: memory and clock now, how many GPUs, or how stale."""
+    """The GPU panel's bottom line: memory used (all GPUs) and SM clock (their mean) now,
+    or how stale the figures are. Short: it fits a 40-column chart."""
     stale = gpu_stale_since(snapshot)
     if stale is not None:
         return f"GPU telemetry stale {snapshot.t - stale:.0f} s"
     mem, clock = gpu_now(snapshot, "gpu_mem_used_gib"), gpu_now(snapshot, "gpu_sm_clock_mhz")
-    count = len(snapshot.gpus)
-    return (
-        f"mem {_fmt(mem, ' GiB', 1)} · SM {_fmt(clock, ' MHz')} · "
-        f"{count} GPU{'s' if count != 1 else ''} (power summed, util and clock averaged)"
-    )
+    return f"mem {_fmt(mem, ' GiB', 1)} · SM {_fmt(clock, ' MHz')}"
 
 
 def power_text(snapshot: Snapshot) -> str | None:

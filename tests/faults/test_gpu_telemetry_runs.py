@@ -138,3 +138,76 @@ def test_no_gpu_on_this_host_hides_the_panel_with_one_info_line(gpu_sim, tmp_pat
         infos = [e.message for e in rec.events if e.kind == "info"]
         assert not any(s.is_gpu for s in rec.samples) and rec.header.gpu_sources == []
     assert "no NVIDIA GPU: NVML did not start (Driver Not Loaded): GPU panel hidden" in infos
+
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("http://127.0.0.1:8000", True),
+        ("http://localhost:8000", True),
+        ("http://[::1]:8000", True),
+        ("http://127.0.1.1", True),
+        ("http://10.0.0.7:8000", False),
+        ("https://gpu-box.example.com", False),
+    ],
+)
+def test_is_local_host(url, local):
+    from rampwatch.app.session import is_local_host
+
+    assert is_local_host(url) is local
+
+
+def test_this_hosts_own_name_is_local():
+    import socket
+
+    from rampwatch.app.session import is_local_host
+
+    assert is_local_host(f"http://{socket.gethostname()}:8000")
+
+
+@pytest.mark.parametrize(
+    ("mode", "urls", "target", "nvml", "dcgm", "note"),
+    [
+        ("auto", [], "http://127.0.0.1:8000", True, [], None),
+        ("auto", [], "http://10.0.0.7:8000", False, [], "the target is not on this host"),
+        (
+            "auto",
+            ["http://10.0.0.7:9400/metrics"],
+            "http://10.0.0.7:8000",
+            False,
+            ["http://10.0.0.7:9400/metrics"],
+            None,
+        ),
+        ("auto", [], None, False, [], "the embedded simulator has none (--gpu sim simulates one)"),
+        ("nvml", [], "http://10.0.0.7:8000", True, [], None),
+        ("nvml", [], None, True, [], None),
+        ("off", [], "http://127.0.0.1:8000", False, [], None),
+        ("off", ["http://h:9400/metrics"], "http://127.0.0.1:8000", False, ["http://h:9400/metrics"], None),
+        ("sim", [], None, False, [], None),  # the embedded simulator's page is added once it has a URL
+    ],
+)
+def test_where_gpu_telemetry_comes_from(mode, urls, target, nvml, dcgm, note):
+    from rampwatch.app.session import gpu_telemetry
+
+    plan = gpu_telemetry(mode, urls, target)
+    assert plan.nvml is nvml and plan.dcgm_urls == dcgm and plan.simulated is (mode == "sim")
+    if note is None:
+        assert plan.note is None
+    else:
+        assert note in plan.note and plan.note.endswith("GPU panel hidden")
+
+
+def test_bad_gpu_flags_are_one_line(gpu_sim):
+    proc = rampwatch("run", *RUN, "--target", gpu_sim, "--gpu", "sim", "--no-record")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "--gpu sim: only with the embedded simulator (no --target); a `rampwatch sim --gpu-telemetry` "
+            "elsewhere is read with --gpu-metrics-url URL/dcgm/metrics"
+        )
+    )
+    proc = rampwatch("run", *RUN, "--target", gpu_sim, "--gpu-metrics-url", "gpu-node:9400/metrics", "--no-record")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--gpu-metrics-url 'gpu-node:9400/metrics': expected an http:// or https:// URL" in proc.stderr
