@@ -335,3 +335,38 @@ def test_nvml_gpu_answering_nothing_fails_the_sample(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([lost]))
     sample = NvmlReader.open().read(1.0)
     assert not sample.ok and sample.is_gpu and sample.error == "NVML: GPU 0 util_pct: GPU is lost"
+
+
+async def test_nvml_is_polled_off_the_loop_and_closed_when_the_poll_ends(monkeypatch):
+    import asyncio
+    import threading
+
+    from rampwatch.loadgen.gpu import poll_nvml
+
+    nvml = fake_pynvml([H100])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    reader = NvmlReader.open()
+    loop_thread = threading.get_ident()
+    read_threads = []
+    original = reader.read
+
+    def read(t):
+        read_threads.append(threading.get_ident())
+        return original(t)
+
+    reader.read = read
+    samples: list[ServerSample] = []
+    got_three = asyncio.Event()
+
+    def on_sample(sample):
+        samples.append(sample)
+        if len(samples) == 3:
+            got_three.set()
+
+    task = asyncio.create_task(poll_nvml(reader, 0.01, lambda: asyncio.get_running_loop().time(), on_sample))
+    await asyncio.wait_for(got_three.wait(), 10)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert all(s.ok and s.gpus["0"]["power_w"] == 612.345 for s in samples)
+    assert read_threads and loop_thread not in read_threads  # NVML blocks: never on the loop
+    assert nvml.calls[-1] == "shutdown"
