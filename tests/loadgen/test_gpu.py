@@ -370,3 +370,16 @@ async def test_nvml_is_polled_off_the_loop_and_closed_when_the_poll_ends(monkeyp
     assert all(s.ok and s.gpus["0"]["power_w"] == 612.345 for s in samples)
     assert read_threads and loop_thread not in read_threads  # NVML blocks: never on the loop
     assert nvml.calls[-1] == "shutdown"
+
+
+async def test_a_gpu_url_is_scraped_by_the_metrics_poller_redacted_and_marked_as_gpu():
+    import aiohttp
+
+    from rampwatch.loadgen.scrape import MetricsPoller
+
+    url = "http://admin:hunter2@127.0.0.1:1/metrics"  # nothing listens on port 1
+    poller = MetricsPoller([], dcgm_urls=[url], timeout_s=2.0)
+    async with aiohttp.ClientSession() as session:
+        sample = await poller.scrape_once(session, url)
+    assert not sample.ok and sample.is_gpu and sample.error == "connection refused"
+    assert sample.url == "http://<redacted>@127.0.0.1:1/metrics" and "hunter2" not in repr(sample)
