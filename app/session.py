@@ -109,7 +109,7 @@ class GpuTelemetryPlan:
 def gpu_telemetry(mode: str, dcgm_urls: list[str], target: str | None) -> GpuTelemetryPlan:
     """``--gpu MODE`` with the checked ``--gpu-metrics-url``s against ``target`` (None: the
     embedded simulator, whose own page the run appends when ``simulated``)."""
-    embedded = target is None
+    embedded = not target
     if mode == "sim" and not embedded:
         raise UserError(
             "--gpu sim: only with the embedded simulator (no --target); a `rampwatch sim --gpu-telemetry` "

@@ -6,7 +6,8 @@ a live run share one axis. A run publishes, in order of occurrence:
 
 - one ``RunHeader`` (``on_start``),
 - ``RequestRecord`` for each request when it ends (success, error or cancel),
-- ``ServerSample`` for each ``/metrics`` scrape (one per URL per poll),
+- ``ServerSample`` for each ``/metrics`` scrape (one per URL per poll), and for each
+  GPU telemetry read (NVML, a DCGM exporter's page: ``ServerSample.is_gpu``),
 - ``Tick`` once per second (the schedule's target rate and the run state),
 - ``Event`` for schedule changes, holds, marks, knee, errors,
 - and finally ``on_finish``.

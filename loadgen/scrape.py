@@ -156,8 +156,10 @@ def parse_dcgm(text: str, url: str, t: float) -> ServerSample:
     return ServerSample(t=t, url=url, ok=True, backend="dcgm", scrape_s=time.perf_counter() - started, gpus=ordered)
 
 
-# How each kind of page a poller reads is parsed: the server's /metrics, a DCGM exporter's.
-PAGE_PARSERS: dict[str, Callable[[str, str, float], ServerSample]] = {"server": parse_metrics, "dcgm": parse_dcgm}
+def page_parser(kind: str) -> Callable[[str, str, float], ServerSample]:
+    """How a kind of page a poller reads is parsed: the server's /metrics ("server") or a
+    DCGM exporter's ("dcgm")."""
+    return parse_dcgm if kind == "dcgm" else parse_metrics
 
 
 def cache_config_from_metrics(text: str) -> dict[str, str]:
@@ -255,7 +257,7 @@ def _parse_serve(conn: Any) -> None:
             body, url, t, kind = conn.recv()
         except (EOFError, OSError):
             return
-        conn.send(PAGE_PARSERS[kind](body.decode("utf-8", errors="replace"), url, t))
+        conn.send(page_parser(kind)(body.decode("utf-8", errors="replace"), url, t))
 
 
 class ParseProcess:
@@ -274,7 +276,7 @@ class ParseProcess:
 
     def parse(self, body: bytes, url: str, t: float, kind: str = "server") -> ServerSample:
         """Blocking (call it from a worker thread): the page parsed in the other process
-        (``kind``: a key of ``PAGE_PARSERS``)."""
+        (``kind``: see ``page_parser``)."""
         with self._lock:
             if self._process is None or not self._process.is_alive():
                 self._start()
@@ -429,7 +431,7 @@ class MetricsPoller:
         # Never on the load's loop: a page costs ~0.2 s of Python per MB.
         if len(body) > PROCESS_PARSE_BYTES:
             return await asyncio.to_thread(self.parse_process.parse, body, shown, t, kind)
-        return await asyncio.to_thread(PAGE_PARSERS[kind], body.decode("utf-8", errors="replace"), shown, t)
+        return await asyncio.to_thread(page_parser(kind), body.decode("utf-8", errors="replace"), shown, t)
 
     async def poll(self, session: aiohttp.ClientSession) -> list[ServerSample]:
         samples = await asyncio.gather(*(self.scrape_once(session, url) for url in self.urls))

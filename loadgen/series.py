@@ -17,6 +17,10 @@ wall time or on when ``snapshot`` is called). It keeps per-second bins, not reco
   successive good scrapes (reset-safe, ``counters``) is spread uniformly over the
   interval between them and divided by the covered time of each second, then summed
   over URLs; ``prefix_hit_pct`` is Δhits/Δqueries over the last ``window_s`` seconds;
+- GPU series (``GPU_SERIES``) from GPU samples (``ServerSample.is_gpu``: NVML, a DCGM
+  exporter), the last in the second: utilisation and SM clock averaged over the GPUs,
+  power and memory summed, over the sources not stale; they never touch the server's
+  figures or its staleness, and a failed one is counted as a scrape failure of its URL;
 - TTFT / ITL p50/p90/p99: over the requests that ended OK in the last ``window_s``
   seconds (10 by default), from log histograms (values within ~1% of exact). A second's
   value is frozen ``grace_s`` after the second ends; a record arriving later still
