@@ -114,7 +114,11 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
 
 # A DCGM exporter's gauges rampwatch reads (dcgm-exporter's default counters,
 # etc/default-counters.csv), per `gpu` label, with their units: GPU_UTIL in %, FB_USED and
-# FB_FREE in MiB, POWER_USAGE in W, SM_CLOCK in MHz.
+# FB_FREE in MiB, POWER_USAGE in W, SM_CLOCK in MHz. The default set has no total memory
+# (used + free stands for it) and none of the profiling (DCP) gauges such as
+# DCGM_FI_PROF_GR_ENGINE_ACTIVE, so utilisation is GPU_UTIL's coarse "a kernel was
+# running" share. Its energy counter (TOTAL_ENERGY_CONSUMPTION, mJ) is not read: energy
+# is integrated from the power samples, the same way for NVML and DCGM.
 DCGM_GAUGES = {
     "DCGM_FI_DEV_GPU_UTIL": "util_pct",
     "DCGM_FI_DEV_FB_USED": "mem_used_mib",
