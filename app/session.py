@@ -117,11 +117,9 @@ def gpu_telemetry(mode: str, dcgm_urls: list[str], target: str | None) -> GpuTel
         )
     local = not embedded and is_local_host(target or "")
     nvml = mode == "nvml" or (mode == "auto" and local)
-    note = None
-    if not nvml and not dcgm_urls and mode != "sim":
-        if mode == "off":
-            note = None
-        elif embedded:
+    note = None  # --gpu off asks for none: nothing to explain
+    if not nvml and not dcgm_urls and mode == "auto":
+        if embedded:
             note = "no GPU: the embedded simulator has none (--gpu sim simulates one): GPU panel hidden"
         else:
             note = "no GPU telemetry: the target is not on this host (--gpu-metrics-url reads its DCGM exporter): GPU panel hidden"

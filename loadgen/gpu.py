@@ -117,21 +117,19 @@ async def poll_nvml(
     on_sample: Callable[[ServerSample], None],
 ) -> None:
     """Read every ``interval_s`` until cancelled, on the same slots as the ``/metrics``
-    poller (``start + k * interval_s``, a late read skips slots); closes the reader."""
-    try:
-        start = clock()
-        slot = 0
-        while True:
-            sample = await asyncio.to_thread(reader.read, clock())
-            try:
-                on_sample(sample)
-            except Exception:  # a sink's bug must not stop the polling
-                log.exception("on_sample failed for an NVML sample")
-            now = clock()
-            slot = max(slot + 1, int((now - start) / interval_s) + 1)
-            await asyncio.sleep(max(0.0, start + slot * interval_s - now))
-    finally:
-        await asyncio.to_thread(reader.close)
+    poller (``start + k * interval_s``, a late read skips slots). The reader stays open:
+    whoever opened it closes it (the run, once this task is over)."""
+    start = clock()
+    slot = 0
+    while True:
+        sample = await asyncio.to_thread(reader.read, clock())
+        try:
+            on_sample(sample)
+        except Exception:  # a sink's bug must not stop the polling
+            log.exception("on_sample failed for an NVML sample")
+        now = clock()
+        slot = max(slot + 1, int((now - start) / interval_s) + 1)
+        await asyncio.sleep(max(0.0, start + slot * interval_s - now))
 
 
 def combine_gpus(samples: Sequence[ServerSample]) -> dict[str, dict[str, float]]:

@@ -309,6 +309,7 @@ class Run:
             keep_generated_text=opts.save_generated_texts,
         )
         await client.start()
+        nvml: NvmlReader | None = None
         try:
             # One /v1/models probe: is the server there, does it serve the model, and
             # what the recording's header keeps about it.
@@ -388,6 +389,8 @@ class Run:
             )
         finally:
             await client.close()
+            if nvml is not None:  # after its poll task ended (or if it never started)
+                await asyncio.to_thread(nvml.close)
 
     async def _dispatch(self, client: StreamingClient, semaphore: asyncio.Semaphore | None) -> None:
         assert self._schedule_changed is not None and self._none_in_flight is not None

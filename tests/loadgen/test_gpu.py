@@ -337,7 +337,7 @@ def test_nvml_gpu_answering_nothing_fails_the_sample(monkeypatch):
     assert not sample.ok and sample.is_gpu and sample.error == "NVML: GPU 0 util_pct: GPU is lost"
 
 
-async def test_nvml_is_polled_off_the_loop_and_closed_when_the_poll_ends(monkeypatch):
+async def test_nvml_is_polled_off_the_loop(monkeypatch):
     import asyncio
     import threading
 
@@ -369,7 +369,7 @@ async def test_nvml_is_polled_off_the_loop_and_closed_when_the_poll_ends(monkeyp
     await asyncio.gather(task, return_exceptions=True)
     assert all(s.ok and s.gpus["0"]["power_w"] == 612.345 for s in samples)
     assert read_threads and loop_thread not in read_threads  # NVML blocks: never on the loop
-    assert nvml.calls[-1] == "shutdown"
+    assert nvml.calls == ["init"]  # still open: the run closes it once the poll is over
 
 
 async def test_a_gpu_url_is_scraped_by_the_metrics_poller_redacted_and_marked_as_gpu():
@@ -383,3 +383,38 @@ async def test_a_gpu_url_is_scraped_by_the_metrics_poller_redacted_and_marked_as
         sample = await poller.scrape_once(session, url)
     assert not sample.ok and sample.is_gpu and sample.error == "connection refused"
     assert sample.url == "http://<redacted>@127.0.0.1:1/metrics" and "hunter2" not in repr(sample)
+
+
+async def test_a_run_reads_nvml_beside_the_load_and_shuts_it_down_after(monkeypatch):
+    from rampwatch.sim.server import serve
+    from tests.loadgen.test_runner import INSTANT, ListSink, make_run, scenario
+
+    nvml = fake_pynvml([H100, {**H100, "power_mw": 100_000}])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 4, "duration_s": 1.0}), sink, gpu_nvml=True)
+        result = await run.execute()
+    header = sink.of("start")[0]
+    gpu = [s for s in sink.of("scrape") if s.is_gpu]
+    assert header.gpu_sources == [NVML_URL]
+    assert len(gpu) >= 3 and all(s.ok and s.url == NVML_URL and len(s.gpus) == 2 for s in gpu)
+    assert gpu == [s for s in result.samples if s.is_gpu]  # recorded with the rest
+    assert not [e for e in sink.of("event") if e.kind in ("info", "scrape_error")]
+    assert nvml.calls == ["init", "shutdown"]  # closed once, when the run is over
+    assert run.series.snapshot().series["gpu_power_w"][0] == pytest.approx(712.345)
+
+
+async def test_a_run_without_nvml_says_why_once_and_goes_on(monkeypatch):
+    from rampwatch.sim.server import serve
+    from tests.loadgen.test_runner import INSTANT, ListSink, make_run, scenario
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([], init_error="Driver Not Loaded"))
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 4, "duration_s": 0.5}), sink, gpu_nvml=True)
+        result = await run.execute()
+    infos = [e.message for e in sink.of("event") if e.kind == "info"]
+    assert infos == ["no NVIDIA GPU: NVML did not start (Driver Not Loaded): GPU panel hidden"]
+    assert sink.of("start")[0].gpu_sources == [] and not any(s.is_gpu for s in result.samples)
+    assert all(r.ok for r in result.requests) and result.requests
