@@ -418,3 +418,12 @@ async def test_a_run_without_nvml_says_why_once_and_goes_on(monkeypatch):
     assert infos == ["no NVIDIA GPU: NVML did not start (Driver Not Loaded): GPU panel hidden"]
     assert sink.of("start")[0].gpu_sources == [] and not any(s.is_gpu for s in result.samples)
     assert all(r.ok for r in result.requests) and result.requests
+
+
+def test_compare_shows_tokens_per_joule_only_when_a_run_has_it():
+    from rampwatch.record.cli_compare import compare_rows
+
+    rows = compare_rows({"tokens_per_joule": 2.0}, {"tokens_per_joule": 2.5})
+    [row] = [r for r in rows if r["key"] == "tokens_per_joule"]
+    assert row["change_pct"] == pytest.approx(25.0) and row["higher_is_better"]
+    assert not [r for r in compare_rows({"tokens_per_joule": None}, {}) if r["key"] == "tokens_per_joule"]
