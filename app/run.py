@@ -97,8 +97,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         choices=GPU_MODES,
         default="auto",
         help="GPU telemetry on this host: auto = NVML when the target is on this host (not the embedded "
-        "simulator); nvml = NVML always; sim = the embedded simulator serves simulated GPU gauges; off = none "
-        "(default auto; --gpu-metrics-url is read in every mode)",
+        "simulator) and no --gpu-metrics-url is given; nvml = NVML always; sim = the embedded simulator serves "
+        "simulated GPU gauges; off = none (default auto; --gpu-metrics-url is read in every mode)",
     )
     parser.add_argument("--scrape-interval", type=positive_float, default=1.0, metavar="SECONDS")
     parser.add_argument(

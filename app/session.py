@@ -116,7 +116,9 @@ def gpu_telemetry(mode: str, dcgm_urls: list[str], target: str | None) -> GpuTel
             "elsewhere is read with --gpu-metrics-url URL/dcgm/metrics"
         )
     local = not embedded and is_local_host(target or "")
-    nvml = mode == "nvml" or (mode == "auto" and local)
+    # auto: NVML for a server on this host, unless a DCGM exporter was named (likely the
+    # same GPUs: read twice, their power would be summed twice); --gpu nvml reads both.
+    nvml = mode == "nvml" or (mode == "auto" and local and not dcgm_urls)
     note = None  # --gpu off asks for none: nothing to explain
     if not nvml and not dcgm_urls and mode == "auto":
         if embedded:

@@ -169,6 +169,16 @@ def test_this_hosts_own_name_is_local():
     ("mode", "urls", "target", "nvml", "dcgm", "note"),
     [
         ("auto", [], "http://127.0.0.1:8000", True, [], None),
+        # a named exporter is the source: NVML of the same GPUs would count their power twice
+        (
+            "auto",
+            ["http://127.0.0.1:9400/metrics"],
+            "http://127.0.0.1:8000",
+            False,
+            ["http://127.0.0.1:9400/metrics"],
+            None,
+        ),
+        ("nvml", ["http://h:9400/metrics"], "http://127.0.0.1:8000", True, ["http://h:9400/metrics"], None),
         ("auto", [], "http://10.0.0.7:8000", False, [], "the target is not on this host"),
         (
             "auto",
