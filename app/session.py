@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from rampwatch.loadgen.tokenizers import load_tokenizer
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.embedded import EmbeddedSim
+from rampwatch.sim.gpu_telemetry import DCGM_PATH
 
 # A run stopped before its schedule's end (Ctrl-C, the UI's stop or quit) or whose
 # in-flight requests were cancelled exits with the shell's code for a SIGINT stop; the
@@ -82,6 +84,48 @@ def _check_url(flag: str, url: str) -> str:
     except ValueError as exc:
         raise UserError(f"{flag} {redact_text(url)!r}: {exc}") from None
     return url.rstrip("/")
+
+
+def is_local_host(url: str) -> bool:
+    """The URL's host is this machine: a loopback name or address, or this host's name."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127."):
+        return True
+    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return host in names
+
+
+@dataclass(frozen=True)
+class GpuTelemetryPlan:
+    """Where a run reads GPU telemetry (``--gpu``, ``--gpu-metrics-url``), and why not when
+    it reads none (an info event: the GPU panel is hidden, the run goes on)."""
+
+    dcgm_urls: list[str]
+    nvml: bool
+    note: str | None
+    simulated: bool  # the embedded simulator serves its DCGM page (--gpu sim)
+
+
+def gpu_telemetry(mode: str, dcgm_urls: list[str], target: str | None) -> GpuTelemetryPlan:
+    """``--gpu MODE`` with the checked ``--gpu-metrics-url``s against ``target`` (None: the
+    embedded simulator, whose own page the run appends when ``simulated``)."""
+    embedded = not target
+    if mode == "sim" and not embedded:
+        raise UserError(
+            "--gpu sim: only with the embedded simulator (no --target); a `rampwatch sim --gpu-telemetry` "
+            "elsewhere is read with --gpu-metrics-url URL/dcgm/metrics"
+        )
+    local = not embedded and is_local_host(target or "")
+    # auto: NVML for a server on this host, unless a DCGM exporter was named (likely the
+    # same GPUs: read twice, their power would be summed twice); --gpu nvml reads both.
+    nvml = mode == "nvml" or (mode == "auto" and local and not dcgm_urls)
+    note = None  # --gpu off asks for none: nothing to explain
+    if not nvml and not dcgm_urls and mode == "auto":
+        if embedded:
+            note = "no GPU: the embedded simulator has none (--gpu sim simulates one): GPU panel hidden"
+        else:
+            note = "no GPU telemetry: the target is not on this host (--gpu-metrics-url reads its DCGM exporter): GPU panel hidden"
+    return GpuTelemetryPlan(list(dcgm_urls), nvml, note, simulated=mode == "sim")
 
 
 def check_outputs(recording: Path | None, result_json: Path | None, inputs: list[Path]) -> None:
@@ -164,6 +208,8 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
     if ca_cert:
         ca_context(ca_cert)  # a missing or bad file: one line now, not after the set-up
     metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
+    gpu_urls = [_check_url("--gpu-metrics-url", u) for u in getattr(args, "gpu_metrics_url", None) or []]
+    gpu_plan = gpu_telemetry(getattr(args, "gpu", "auto"), gpu_urls, args.target)
     recording_path = None
     if not args.no_record:
         recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
@@ -176,9 +222,15 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
         target = normalize_base_url(_check_url("--target", args.target))
     else:
-        embedded = EmbeddedSim(SimConfig(hardware=args.sim_hardware, model=args.sim_model, seed=scenario.seed))
+        embedded = EmbeddedSim(
+            SimConfig(
+                hardware=args.sim_hardware, model=args.sim_model, seed=scenario.seed, gpu_telemetry=gpu_plan.simulated
+            )
+        )
         embedded.start()
         target = embedded.url
+        if gpu_plan.simulated:
+            gpu_plan.dcgm_urls.append(target + DCGM_PATH)
     try:
         model, models_answer = args.model or scenario.model, None
         if not model:
@@ -204,6 +256,9 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
             cli_options=cli_options,
             gpu_price_per_hour=args.gpu_price_per_hour,
             save_generated_texts=args.save_generated_texts,
+            gpu_metrics_urls=gpu_plan.dcgm_urls,
+            gpu_nvml=gpu_plan.nvml,
+            gpu_note=gpu_plan.note,
         )
         recorder = None
         if recording_path is not None:
@@ -327,6 +382,8 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
             f" | server run {fmt('running', digits=0)} wait {fmt('waiting', digits=0)} "
             f"KV {fmt('kv_usage_pct')}% hit {fmt('prefix_hit_pct')}%"
         )
+    if getattr(snap, "last_good_gpu_t", None) is not None:
+        line += f" | GPU {fmt('gpu_util_pct', digits=0)}% {fmt('gpu_power_w', digits=0)} W"
     return line
 
 
@@ -370,6 +427,9 @@ def run_headless(args: argparse.Namespace) -> int:
             f"rampwatch run: {prepared.run.scenario.name} against {options.target} (model {options.model}); "
             f"server metrics from {', '.join(options.metrics_urls)}"
         )
+        gpu_sources = (["NVML"] if options.gpu_nvml else []) + [redact_text(u) for u in options.gpu_metrics_urls]
+        if gpu_sources:
+            banner += f"; GPU telemetry from {', '.join(gpu_sources)}"
         print(server_text(banner), flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)

@@ -146,6 +146,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--routing", default="least-loaded", help=f"data-parallel routing: {', '.join(ROUTING_CHOICES)}"
     )
+    parser.add_argument(
+        "--gpu-telemetry",
+        action="store_true",
+        help="also serve simulated DCGM-exporter GPU gauges (utilisation, memory, power, SM clock) "
+        "on /dcgm/metrics, for rampwatch run --gpu-metrics-url",
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -215,6 +221,7 @@ def config_from_args(args: argparse.Namespace):
         enable_chunked_prefill=args.enable_chunked_prefill,
         kv_cache_dtype=args.kv_cache_dtype,
         routing=args.routing,
+        gpu_telemetry=args.gpu_telemetry,
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -234,6 +241,7 @@ def main(args: argparse.Namespace) -> int:
     import threading
 
     from rampwatch.core.errors import UserError
+    from rampwatch.sim.gpu_telemetry import DCGM_PATH
     from rampwatch.sim.server import serve_forever
 
     config = config_from_args(args)
@@ -247,6 +255,8 @@ def main(args: argparse.Namespace) -> int:
             f"(hardware {config.hardware}, {blocks} KV blocks)",
             flush=True,
         )
+        if config.gpu_telemetry:
+            print(f"rampwatch sim: simulated DCGM GPU gauges on {url}{DCGM_PATH}", flush=True)
 
     if args.parent_pid:
         die_with_parent(args.parent_pid)

@@ -44,6 +44,12 @@ class HardwarePreset:
     # architecture (FlashAttention 3 on Hopper, 2 on Ampere), so its own fraction of peak.
     attention_efficiency: float = 0.8
     description: str = ""
+    # GPU telemetry (`rampwatch sim --gpu-telemetry`): board power idle and at full load
+    # (the datasheet's max TDP) in W, SM clock idle and at boost in MHz.
+    idle_w: float = 70.0
+    tdp_w: float = 700.0
+    idle_sm_clock_mhz: float = 345.0
+    max_sm_clock_mhz: float = 1980.0
 
     def flops_for(self, fp8_weights: bool) -> float:
         """Peak FLOP/s of the weight GEMMs: FP8 where the tensor cores have it."""
@@ -127,6 +133,7 @@ HARDWARE_PRESETS: dict[str, HardwarePreset] = {
             compute_efficiency=0.42,
             attention_efficiency=0.5,
             description="NVIDIA H200 SXM 141GB",
+            idle_w=75.0,
         ),
         HardwarePreset(
             "a100-80g",
@@ -142,6 +149,10 @@ HARDWARE_PRESETS: dict[str, HardwarePreset] = {
             compute_efficiency=0.42,
             attention_efficiency=0.2,
             description="NVIDIA A100 SXM4 80GB",
+            idle_w=55.0,
+            tdp_w=400.0,
+            idle_sm_clock_mhz=210.0,
+            max_sm_clock_mhz=1410.0,
         ),
         HardwarePreset(
             "a100-40g",
@@ -157,6 +168,10 @@ HARDWARE_PRESETS: dict[str, HardwarePreset] = {
             compute_efficiency=0.42,
             attention_efficiency=0.2,
             description="NVIDIA A100 SXM4 40GB",
+            idle_w=50.0,
+            tdp_w=400.0,
+            idle_sm_clock_mhz=210.0,
+            max_sm_clock_mhz=1410.0,
         ),
         HardwarePreset(
             "l4",
@@ -172,6 +187,10 @@ HARDWARE_PRESETS: dict[str, HardwarePreset] = {
             compute_efficiency=0.6,
             attention_efficiency=0.8,
             description="NVIDIA L4 24GB",
+            idle_w=16.0,
+            tdp_w=72.0,
+            idle_sm_clock_mhz=210.0,
+            max_sm_clock_mhz=2040.0,
         ),
         HardwarePreset(
             "instant",
@@ -337,6 +356,9 @@ class SimConfig:
     kv_cache_dtype: str = "auto"
     routing: str = "least-loaded"
     faults: FaultConfig = field(default_factory=FaultConfig)
+    # Serve DCGM-exporter-style GPU gauges on /dcgm/metrics (sim.gpu_telemetry); vLLM's own
+    # /metrics has none, so it stays as vLLM's.
+    gpu_telemetry: bool = False
 
     @property
     def kv_bytes_per_element(self) -> float:

@@ -84,6 +84,8 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv += ["--stall-at", repr(config.faults.stall_at)]
     if not config.enable_prefix_caching:
         argv.append("--no-enable-prefix-caching")
+    if config.gpu_telemetry:
+        argv.append("--gpu-telemetry")
     return argv
 
 

@@ -27,6 +27,7 @@ from aiohttp import web
 from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
+from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
 from rampwatch.sim.metrics import make_registry, render
 from rampwatch.sim.router import Router
 
@@ -212,6 +213,7 @@ class SimServer:
         self.router = Router(self.engines, cfg.routing)
         self._counter = 0
         self._t0_wall = 0.0
+        self.gpu_telemetry = GpuTelemetry(cfg, len(self.engines)) if cfg.gpu_telemetry else None
         _word_tables()
 
     # -- clock
@@ -248,6 +250,8 @@ class SimServer:
                 await asyncio.sleep((stall_end - now) / speed)
                 continue
             result = engine.step(now)
+            if self.gpu_telemetry is not None:
+                self.gpu_telemetry.on_step(index, now, result.cost.gpu)
             if result.duration > 0:
                 delay = self._t0_wall + (now + result.duration) / speed - time.monotonic()
                 await asyncio.sleep(delay if delay > 0 else 0)
@@ -272,6 +276,8 @@ class SimServer:
         app.router.add_get("/version", self.version)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
+        if self.gpu_telemetry is not None:
+            app.router.add_get(DCGM_PATH, self.dcgm_metrics)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         return app
@@ -312,6 +318,11 @@ class SimServer:
             charset="utf-8",
             headers={"X-Content-Type-Options": "nosniff"},
         )
+
+    async def dcgm_metrics(self, request: web.Request) -> web.Response:
+        """The simulated DCGM exporter's page (``sim.gpu_telemetry``)."""
+        assert self.gpu_telemetry is not None  # routed only with --gpu-telemetry
+        return web.Response(body=self.gpu_telemetry.render(self.sim_now()), content_type="text/plain", charset="utf-8")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
