@@ -16,7 +16,7 @@ import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
-from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, knee_rps, server_figures
+from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, gpu_figures, knee_rps, server_figures
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
@@ -46,7 +46,11 @@ def summarise(recording: Recording, **options: Any) -> Summary:
     for info in frames:
         builder.add_block(request_block(recording.request_columns(info, with_chunks=True)))
     return builder.build(
-        header, server_figures(recording.samples), knee_rps(recording.events), idle_duration_s=recording.duration_s
+        header,
+        server_figures(recording.samples),
+        knee_rps(recording.events),
+        idle_duration_s=recording.duration_s,
+        gpu=gpu_figures(recording.samples),
     )
 
 

@@ -24,6 +24,8 @@ from rampwatch.core.timeline import Event, ReplayControl, RunControl, Snapshot, 
 from rampwatch.tui.chart_data import format_duration, rate_step
 from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.event_log import EventLog
+from rampwatch.tui.gpu_chart import GpuChart
+from rampwatch.tui.gpu_view import has_gpu
 from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.help_screen import HelpScreen, help_settings
 from rampwatch.tui.kv_chart import KvChart
@@ -238,6 +240,7 @@ class RampwatchApp(App[int]):
         self.server_log = server_log
         self.server_exit = server_exit
         self.server_exit_shown = False
+        self.gpu_shown: bool | None = None
 
     # ----- layout -----
 
@@ -250,6 +253,8 @@ class RampwatchApp(App[int]):
                 with Grid(id="chart-grid"):
                     for key, _, chart in CHARTS:
                         yield chart(id=f"w-{key}", classes="chart")
+                        if key == "throughput":  # beside it, once the run has GPU telemetry
+                            yield GpuChart(id="w-gpu", classes="chart")
                 yield StepTable(id="w-steps", classes="panel")
                 with Vertical(id="side"):
                     yield StatsPanel(id="w-stats", classes="panel")
@@ -269,6 +274,10 @@ class RampwatchApp(App[int]):
                 if self.comparison is not None:
                     with TabPane(f"{len(CHARTS) + 4} B vs A", id="tab-compare"):
                         yield ComparePanel(id="n-compare", classes="panel")
+                # Last, so the other tabs keep their numbers; hidden until GPU data comes.
+                gpu_tab = len(CHARTS) + (5 if self.comparison is not None else 4)
+                with TabPane(f"{gpu_tab} GPU", id="tab-gpu"):
+                    yield GpuChart(id="n-gpu", classes="chart")
         if self.server_log is not None:
             yield ServerLogPanel(self.server_log, id="server-log", classes="panel")
         yield Footer()
@@ -277,6 +286,7 @@ class RampwatchApp(App[int]):
         # Dialogs and the help are pushed on top; the panels always live on this screen.
         self.main_screen = self.screen
         self.apply_layout(self.size)
+        self.show_gpu(False)
         if self.compare_source is not None:
             self.compare_snapshot = self.compare_source.snapshot()
         self.poll_source()
@@ -348,10 +358,23 @@ class RampwatchApp(App[int]):
         if self.server_log is not None:
             self.set_server_log_shown(True)
 
+    def show_gpu(self, shown: bool) -> None:
+        """The GPU panel (and its tab) on screen only when the run has GPU telemetry."""
+        if shown == self.gpu_shown:
+            return
+        self.gpu_shown = shown
+        self.main_screen.query_one("#chart-grid").set_class(shown, "with-gpu")
+        tabs = self.main_screen.query_one("#narrow", TabbedContent)
+        if shown:
+            tabs.show_tab("tab-gpu")
+        else:
+            tabs.hide_tab("tab-gpu")
+
     def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
         if self.main_screen is None:
             return
         snapshot = message.snapshot
+        self.show_gpu(has_gpu(snapshot))
         if self.mode == "live" and self.latest.state in ACTIVE_STATES and snapshot.state == "done":
             self.notify("run finished — q to quit", timeout=10)
         state_changed = snapshot.state != self.latest.state

@@ -16,6 +16,7 @@ from rampwatch.tui.chart_data import (
     oldest_in_flight_age_s,
     time_left,
 )
+from rampwatch.tui.gpu_view import power_text
 from rampwatch.tui.health import DEGRADED, METRICS_STALE, OK, SERVER_DOWN, Health, health
 
 STATE_STYLES = {
@@ -142,6 +143,7 @@ class HeaderBar(Static):
             line1.append("  offered ", style="dim")
             line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
             self.append_in_flight(line1, snapshot)
+            self.append_power(line1, snapshot)
             self.append_health_detail(line1, state_health)
             self.append_drain_estimate(line1, snapshot)
 
@@ -163,6 +165,14 @@ class HeaderBar(Static):
             line2.append("  vs ", style="dim")
             line2.append(f"{self.compare_label} (B, dimmed)", style="dim")
         return Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2])
+
+    @staticmethod
+    def append_power(line: Text, snapshot: Snapshot) -> None:
+        """The GPUs' power now, in a run with GPU telemetry."""
+        power = power_text(snapshot)
+        if power is not None:
+            line.append("  GPU ", style="dim")
+            line.append(power, style="bold")
 
     @staticmethod
     def append_health(line: Text, state: Health | None) -> None:
