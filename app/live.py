@@ -103,14 +103,13 @@ def exit_app_on_signals(app: App, leave: Callable[[], object] | None = None) -> 
     """SIGTERM and SIGHUP leave the screen as ``q`` does (``leave``, default ``app.exit``;
     the caller then drains the run, stops the server and prints the summary); outside the
     app's loop they interrupt."""
-    leave = leave if leave is not None else app.exit
 
     def handler(signum: int, _frame: object) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise KeyboardInterrupt from None
-        loop.call_soon_threadsafe(leave)
+        loop.call_soon_threadsafe(leave if leave is not None else app.exit)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
