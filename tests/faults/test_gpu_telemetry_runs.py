@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rampwatch.app.session import serving_sim
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.embedded import EmbeddedSim
 from rampwatch.sim.gpu_telemetry import DCGM_PATH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ def rampwatch(*args: str, env: dict | None = None) -> subprocess.CompletedProces
 @pytest.fixture(scope="module")
 def gpu_sim():
     # a real model preset, so steps take simulated time and the GPU is busy part of it
-    with EmbeddedSim(SimConfig(hardware="l4", model="llama-3.1-8b-fp8", gpu_telemetry=True)) as sim:
+    with serving_sim(SimConfig(hardware="l4", model="llama-3.1-8b-fp8", gpu_telemetry=True)) as sim:
         yield sim.url
 
 

@@ -7,9 +7,14 @@ import shlex
 import pytest
 
 from rampwatch.app.cli import main as rampwatch_main
-from rampwatch.sim.cli import IGNORED_VLLM_FLAGS_WITH_VALUE, IGNORED_VLLM_SWITCHES, config_from_args, configure
+from rampwatch.sim.cli import (
+    IGNORED_VLLM_FLAGS_WITH_VALUE,
+    IGNORED_VLLM_SWITCHES,
+    config_from_args,
+    config_to_argv,
+    configure,
+)
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.embedded import config_to_argv
 
 
 def parse(line: str) -> SimConfig:

@@ -4,8 +4,8 @@ import aiohttp
 import pytest
 
 from rampwatch.loadgen.scrape import parse_dcgm
+from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import GIB, HARDWARE_PRESETS, SimConfig
-from rampwatch.sim.embedded import config_to_argv
 from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
 from rampwatch.sim.server import serve
 
