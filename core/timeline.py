@@ -177,6 +177,11 @@ EVENT_KINDS = (
     "scrape_error",
     "cancel",  # in-flight requests cancelled: by the user ending the drain, or after a stop's grace period
     "info",
+    # The server was restarted with other arguments (``data``: ``command``, the new serve
+    # command redacted; ``diff``, [[name, old, new], …] against the previous one; ``resume``,
+    # "start" or "current"; ``restart_started_at``, when the load stopped for it). The
+    # requests sent from here on belong to the new configuration (``loadgen.segments``).
+    "config",
 )
 
 # A request cancelled by the run (a stop's grace period over, the user ending the drain):
