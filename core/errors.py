@@ -17,3 +17,18 @@ class ModelNotServed(UserError):
     """The server lists its models and ``--model`` is not among them: nothing is sent."""
 
     exit_code = 4
+
+
+class ServerExited(UserError):
+    """A server rampwatch started (``--serve``) exited on its own. ``exit_code`` is the
+    server's (128+N for signal N); ``tail`` its last log lines. The run's own exit code is
+    ``run_exit_code``."""
+
+    run_exit_code = 5
+
+    def __init__(self, exit_code: int | None, tail: list[str], when: str = "during startup") -> None:
+        last = next((line for line in reversed(tail) if line.strip()), "no output")
+        code = "an unknown code" if exit_code is None else f"code {exit_code}"
+        super().__init__(f"server exited with {code} {when}: {last}")
+        self.exit_code = exit_code  # type: ignore[assignment]
+        self.tail = list(tail)
