@@ -12,8 +12,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
+from rampwatch.app.restart import ServerRestarter
 from rampwatch.app.session import PreparedRun, finish_run, prepare_run
+from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import RunControl, Snapshot
+from rampwatch.loadgen.managed import ManagedServer
 from rampwatch.tui.app import RampwatchApp, make_live_app
 
 # After a stop, in-flight requests get the run's grace period; past it (and this margin)
@@ -32,12 +35,21 @@ def start_live(
     ui_priority: str = "idle",
     log_path: str | None = None,
     mouse: bool = True,
+    server: ManagedServer | None = None,
+    on_server: Callable[[ManagedServer | None], None] = lambda server: None,
+    on_restart_failure: Callable[[UserError], None] = lambda error: None,
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """Fork the run into its own process and build the live app on it. The caller runs
     the app (``app.run()`` on a terminal, ``app.run_test()`` in tests) and then calls
     ``bridge.finish()``. Build the run's objects before calling: the run process
-    inherits them by fork and is the only one that executes them."""
+    inherits them by fork and is the only one that executes them. ``server``: the
+    started server the run loads, which the screen's ``R`` restarts (``app.restart``;
+    ``on_server`` is told of the server in service, ``on_restart_failure`` of a new one
+    that did not start)."""
     bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log_path).start()
+    restarter = None
+    if server is not None:
+        restarter = ServerRestarter(server, bridge.control, bridge, on_server=on_server, on_failure=on_restart_failure)
     if ui_priority != "normal":
         lower_ui_priority(ui_priority)  # drawing yields the CPU to the load process
     app = make_live_app(
@@ -48,6 +60,7 @@ def start_live(
         recording=recording,
         rate_step_rps=rate_step_rps,
         mouse=mouse,
+        server=restarter,
     )
     return bridge, app
 

@@ -390,6 +390,9 @@ class Snapshot:
     planned_duration_s: float | None = None  # the current plan (see Tick.planned_end_s), else the header's
     oldest_in_flight_sent_at: float | None = None  # Tick.oldest_sent_at of the latest tick
     steps: list[StepRow] = field(default_factory=list)  # the per-step results table so far
+    # After a server restart: the configurations side by side so far
+    # (``loadgen.segments.SegmentTable``); None while the run has one configuration.
+    configurations: Any = None
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:
@@ -420,6 +423,16 @@ class RunControl(Protocol):
     def cancel_in_flight(self) -> None: ...  # end the drain now: cancel every request in flight
 
 
+class ServerControl(Protocol):
+    """The server a live run started (``--serve``), restarted from the live screen with
+    other arguments. The UI knows it only through this (``app.restart`` implements it)."""
+
+    @property
+    def command(self) -> str: ...  # the serve command now, as shown (secrets masked)
+    def preview(self, text: str) -> str: ...  # the argument diff on one line; UserError: refused
+    def restart(self, text: str, resume: str) -> None: ...  # begins the restart, returns at once
+
+
 class SnapshotSource(Protocol):
     """What the UI polls (at most ~4 Hz). Live runs and replays both implement it."""
 
@@ -442,4 +455,4 @@ class ReplayControl(SnapshotSource, Protocol):
     def toggle(self) -> None: ...  # play <-> pause
     def seek(self, t: float) -> None: ...  # to a position, clamped to [0, duration]
     def seek_relative(self, dt: float) -> None: ...
-    def marks(self) -> list[Event]: ...  # knee, user marks and holds, in time order
+    def marks(self) -> list[Event]: ...  # knee, user marks, holds and restarts, in time order

@@ -20,9 +20,10 @@ from textual.containers import Container, Grid, Horizontal, Vertical
 from textual.geometry import Size
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from rampwatch.core.timeline import Event, ReplayControl, RunControl, Snapshot, SnapshotSource
+from rampwatch.core.timeline import Event, ReplayControl, RunControl, ServerControl, Snapshot, SnapshotSource
 from rampwatch.tui.chart_data import format_duration, rate_step
 from rampwatch.tui.compare_panel import ComparePanel
+from rampwatch.tui.configurations_screen import ConfigurationsScreen
 from rampwatch.tui.event_log import EventLog
 from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.help_screen import HelpScreen, help_settings
@@ -34,6 +35,7 @@ from rampwatch.tui.position_bar import PositionBar
 from rampwatch.tui.prefix_chart import PrefixChart
 from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.quit_dialog import QuitDialog
+from rampwatch.tui.restart_dialog import RestartDialog
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.step_table import StepTable
 from rampwatch.tui.throughput_chart import ThroughputChart
@@ -48,7 +50,7 @@ WIDE_MIN = Size(120, 36)
 SPEEDS = (1.0, 2.0, 4.0, 8.0, 16.0)
 # A toast is removed at its timeout; the repaint comes just after.
 TOAST_REPAINT_DELAY_S = 0.25
-ACTIVE_STATES = ("starting", "ramping", "holding", "draining", "stopping")
+ACTIVE_STATES = ("starting", "ramping", "holding", "restarting", "draining", "stopping")
 
 CHARTS = (
     ("throughput", "Rate", ThroughputChart),
@@ -64,9 +66,10 @@ ACTION_STATES = {
     "toggle_hold": STEERING_STATES,
     "rate_up": STEERING_STATES,
     "rate_down": STEERING_STATES,
-    "mark": ("ramping", "holding", "draining", "stopping"),
-    "stop_run": ("ramping", "holding", "draining"),
+    "mark": ("ramping", "holding", "restarting", "draining", "stopping"),
+    "stop_run": ("ramping", "holding", "restarting", "draining"),
     "end_drain": ("draining", "stopping"),
+    "restart_server": STEERING_STATES,
 }
 LIVE_ACTIONS = set(ACTION_STATES)
 # How long a steering key waits for its event to come back from the run before it says
@@ -82,7 +85,9 @@ ACTION_EVENTS = {
     "mark": ("mark",),
     "stop": ("stop",),
     "cancel": ("cancel",),
+    "restart": ("set_rate",),  # the load paused at 0 req/s for the restart
 }
+NO_SERVER = "rampwatch did not start this server (--serve): it cannot restart it"
 REPLAY_ACTIONS = {
     "play_pause",
     "speed_down",
@@ -104,6 +109,8 @@ def why_unavailable(action: str, state: str) -> str | None:
         return "the run has finished and its recording is closed" if action == "mark" else "the run has finished"
     if state == "starting":
         return "the run has not started yet"
+    if state == "restarting":
+        return "the server is restarting: the load resumes once the new one serves"
     if action == "end_drain":
         return "nothing to cancel: x ends the drain once the schedule is over or stopped"
     if action == "stop_run":
@@ -165,6 +172,7 @@ class RampwatchApp(App[int]):
         Binding("m", "mark", "mark"),
         Binding("s", "stop_run", "stop"),
         Binding("x", "end_drain", "cancel"),
+        Binding("R", "restart_server", "restart", key_display="R"),
         # replay: the footer shows each pair of keys once (the second of a pair is hidden)
         Binding("space", "play_pause", "play/pause", priority=True),
         Binding("left_square_bracket,less_than_sign", "speed_down", "speed", key_display="[ ]", priority=True),
@@ -185,6 +193,7 @@ class RampwatchApp(App[int]):
         Binding("t", "toggle_steps", "steps", show=False),
         Binding("l", "toggle_log", "log/linear", show=False),
         Binding("v", "latency_view", "latency view", show=False),
+        Binding("g", "configurations", "configurations", show=False),
     ]
 
     def __init__(
@@ -201,6 +210,7 @@ class RampwatchApp(App[int]):
         rate_step_rps: float | None = None,
         mouse: bool = True,
         comparison: Callable[[], Comparison] | None = None,
+        server: ServerControl | None = None,
     ) -> None:
         """A replay when ``replay`` is given (then it is also the ``source``), else a live
         run, steered through ``control`` when there is one. ``run_failed()`` true: the run
@@ -219,6 +229,7 @@ class RampwatchApp(App[int]):
         self.compare_label = compare_label
         self.rate_step_rps = rate_step_rps
         self.comparison = comparison
+        self.server = server  # the run's own server (--serve), which R restarts
         self.latest: Snapshot = Snapshot.empty("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
@@ -345,12 +356,14 @@ class RampwatchApp(App[int]):
             self._panels = list(self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog, StepTable"))
         for widget in self._panels:
             widget.show_snapshot(snapshot, message.compare)
+        if isinstance(self.screen, ConfigurationsScreen) and snapshot.configurations is not None:
+            self.screen.update_table(snapshot.configurations)
 
     def _update_replay_status(self, replay: ReplayControl) -> None:
         playing, speed = replay.playing, replay.speed
         for header in self.main_screen.query(HeaderBar):
             header.replay_status = f"{'▶' if playing else '⏸'} {speed:g}×"
-        letters = {"knee": "K", "mark": "M", "hold": "H"}
+        letters = {"knee": "K", "mark": "M", "hold": "H", "config": "C"}
         bar_marks = [(t, letters[kind]) for t, kind in self._replay_marks(replay) if kind in letters]
         for bar in self.main_screen.query(PositionBar):
             bar.set_state(
@@ -386,6 +399,8 @@ class RampwatchApp(App[int]):
         if action in LIVE_ACTIONS:
             if self.mode != "live" or self.control is None:
                 return False
+            if action == "restart_server" and self.server is None:
+                return None
             # None: shown dimmed in the footer, and on_key says why when it is pressed
             return None if why_unavailable(action, self.latest.state) else True
         if action in REPLAY_ACTIONS:
@@ -403,6 +418,8 @@ class RampwatchApp(App[int]):
         if action is None:
             return
         reason = why_unavailable(action, self.latest.state)
+        if action == "restart_server" and self.server is None:
+            reason = NO_SERVER
         if reason:
             event.stop()
             self.notify(f"{event.key}: {reason}", severity="warning", timeout=3)
@@ -579,6 +596,33 @@ class RampwatchApp(App[int]):
         self.control.stop()
         self._await_event("stop")
 
+    def action_restart_server(self) -> None:
+        """R: edit the server's arguments; applying pauses the load, restarts the server
+        and resumes as chosen (``ServerControl.restart``, the run records the change)."""
+        assert self.server is not None
+
+        def answered(choice: tuple[str, str] | None) -> None:
+            if choice is None:
+                return
+            reason = why_unavailable("restart_server", self.latest.state)
+            if reason:  # the run moved on while the command was edited
+                self.notify(f"restart not started: {reason}", severity="warning", timeout=5)
+                return
+            self.server.restart(*choice)
+            self._await_event("restart")
+
+        self.push_screen(RestartDialog(self.server), answered)
+
+    def action_configurations(self) -> None:
+        """g: the configurations side by side (after a restart)."""
+        if isinstance(self.screen, ConfigurationsScreen):
+            return
+        table = self.latest.configurations
+        if table is None:
+            self.notify("one configuration so far: the table compares them after a server restart", timeout=3)
+            return
+        self.push_screen(ConfigurationsScreen(table))
+
     def action_end_drain(self) -> None:
         """Cancel every request still in flight now rather than wait for it (recorded as
         a cancel event; the requests are counted as cancelled)."""
@@ -663,12 +707,15 @@ def make_live_app(
     recording: str | None = None,
     rate_step_rps: float | None = None,
     mouse: bool = True,
+    server: ServerControl | None = None,
 ) -> RampwatchApp:
     """The app for a live run: ``control`` steers it (no control: a view only). ``mouse``
-    says whether it is run with mouse capture (``app.run(mouse=...)``; ``c`` toggles it)."""
+    says whether it is run with mouse capture (``app.run(mouse=...)``; ``c`` toggles it).
+    ``server``: the server the run started, which ``R`` restarts with other arguments."""
     return RampwatchApp(
         source,
         control=control,
+        server=server,
         run_failed=run_failed,
         refresh_hz=refresh_hz,
         recording=recording,
