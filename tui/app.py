@@ -356,8 +356,9 @@ class RampwatchApp(App[int]):
             self._panels = list(self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog, StepTable"))
         for widget in self._panels:
             widget.show_snapshot(snapshot, message.compare)
-        if isinstance(self.screen, ConfigurationsScreen) and snapshot.configurations is not None:
-            self.screen.update_table(snapshot.configurations)
+        on_top = self.screen_stack[-1] if self.screen_stack else None
+        if isinstance(on_top, ConfigurationsScreen) and snapshot.configurations is not None:
+            on_top.update_table(snapshot.configurations)
 
     def _update_replay_status(self, replay: ReplayControl) -> None:
         playing, speed = replay.playing, replay.speed

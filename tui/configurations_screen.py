@@ -17,9 +17,9 @@ from rampwatch.loadgen.segments import SEGMENT_NOTE, SegmentTable
 
 def configurations_renderable(table: SegmentTable) -> Table:
     grid = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    grid.add_column("")
+    grid.add_column("", no_wrap=True)
     for column in table.columns:
-        grid.add_column(column, justify="right")
+        grid.add_column(column, justify="right", no_wrap=True)
     for i, (label, cells) in enumerate(table.rows):
         style = "bold green" if i < table.argument_count else ""
         grid.add_row(
