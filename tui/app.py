@@ -419,7 +419,7 @@ class RampwatchApp(App[int]):
         if action is None:
             return
         reason = why_unavailable(action, self.latest.state)
-        if action == "restart_server" and self.server is None:
+        if not reason and action == "restart_server" and self.server is None:
             reason = NO_SERVER
         if reason:
             event.stop()
