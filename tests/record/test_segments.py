@@ -250,3 +250,48 @@ def test_one_configuration_shows_nothing_new(tmp_path):
     rampwatch("export", str(path), "--format", "html", "-o", str(tmp_path / "r.html"))
     page = (tmp_path / "r.html").read_text()
     assert "Configurations" not in page and "mark-config" not in page
+
+
+def test_the_screens_table_is_the_reports_within_the_live_histograms(recorded):
+    from rampwatch.loadgen.series import SeriesBuilder
+
+    path, capture = recorded
+    builder = SeriesBuilder()
+    play_synthetic(synthetic(), builder)
+    live = builder.snapshot().configurations
+    with open_recording(path) as recording:
+        exact = segment_table(*configuration_segments(recording))
+    assert live.columns == exact.columns and live.commands == exact.commands
+    rows, exact_rows = dict(live.rows), dict(exact.rows)
+    for label in ("--max-num-seqs", "--enforce-eager", "time", "requests sent", "failed", "knee req/s"):
+        assert rows[label] == exact_rows[label], label
+    for label in ("TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "completed req/s"):
+        for a, b in zip(rows[label], exact_rows[label], strict=True):
+            assert float(a) == pytest.approx(float(b), rel=0.02), label
+
+
+def test_checkpoints_keep_each_configurations_summary_and_older_ones_have_none():
+    from rampwatch.loadgen.series import SeriesBuilder
+
+    first, whole = SeriesBuilder(), SeriesBuilder()
+    capture = CaptureSink()
+    play_synthetic(synthetic(), capture)
+    for builder, until in ((first, 45.0), (whole, float("inf"))):
+        builder.on_start(capture.header)
+        items = sorted(
+            [(e.t, 0, e) for e in capture.events]
+            + [(r.end_at, 1, r) for r in capture.requests]
+            + [(s.t, 2, s) for s in capture.samples]
+            + [(k.t, 3, k) for k in capture.ticks],
+            key=lambda x: (x[0], x[1]),
+        )
+        for t, kind, item in items:
+            if t > until:
+                break
+            (builder.on_event, builder.on_request, builder.on_scrape, builder.on_tick)[kind](item)
+    meta, arrays = first.export_state()
+    assert len(meta["config_segments"]["starts"]) == 3
+    restored = SeriesBuilder.from_state(capture.header, meta, arrays)
+    assert restored.snapshot(45.0).configurations == first.snapshot(45.0).configurations
+    del meta["config_segments"]  # a checkpoint from before restarts existed
+    assert SeriesBuilder.from_state(capture.header, meta, arrays).snapshot(45.0).configurations is None
