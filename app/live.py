@@ -69,7 +69,8 @@ def start_live_prepared(
     prepared: PreparedRun, *, ui_priority: str = "idle", log_path: str | None = None, mouse: bool = True
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """``start_live`` for a ``PreparedRun``: the run process executes ``prepared.execute``
-    (which closes the recording there, its only writer)."""
+    (which closes the recording there, its only writer). ``R`` restarts the run's server
+    (``prepared.server`` follows the one in service, so ``close`` stops the right one)."""
     recording = str(prepared.recording_path) if prepared.recording_path else None
     return start_live(
         prepared.execute,
@@ -80,6 +81,9 @@ def start_live_prepared(
         ui_priority=ui_priority,
         log_path=log_path,
         mouse=mouse,
+        server=prepared.server,
+        on_server=lambda server: setattr(prepared, "server", server),
+        on_restart_failure=lambda error: setattr(prepared, "restart_error", error),
     )
 
 

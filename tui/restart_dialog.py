@@ -36,7 +36,9 @@ class RestartDialog(ModalScreen[tuple[str, str] | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="restart-box"):
             yield Static("Restart the server with these arguments", classes="dialog-title")
-            yield Input(self.server.command, id="restart-command")
+            # The cursor at the end, nothing selected: a key typed edits the command rather
+            # than replacing all of it.
+            yield Input(self.server.command, id="restart-command", select_on_focus=False)
             yield Static("", id="restart-diff")
             yield Static("Then resume the load:", classes="dialog-label")
             yield Static(self.choices_text(), id="restart-resume")
@@ -47,7 +49,9 @@ class RestartDialog(ModalScreen[tuple[str, str] | None]):
             )
 
     def on_mount(self) -> None:
-        self.query_one(Input).focus()
+        field = self.query_one(Input)
+        field.focus()
+        field.cursor_position = len(field.value)
         self.show_diff(self.server.command)
 
     def show_diff(self, text: str) -> None:
