@@ -196,8 +196,10 @@ def svg_chart(
             f'<line class="mark-{e.kind}" x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" '
             f'stroke="{color}" stroke-width="1.5"{dash}><title>{html.escape(e.message)}</title></line>'
         )
+        # A restart's label goes a line lower: the schedule's resume is drawn at the same time.
+        label_y = PAD_T + (23 if e.kind == CONFIG_EVENT else 11)
         out.append(
-            f'<text x="{xx + 3:.1f}" y="{PAD_T + 11}" font-size="10" fill="{color}">{html.escape(label[:24])}</text>'
+            f'<text x="{xx + 3:.1f}" y="{label_y}" font-size="10" fill="{color}">{html.escape(label[:24])}</text>'
         )
     out.append("</svg>")
     return "\n".join(out)

@@ -218,3 +218,46 @@ async def test_without_a_started_server_r_says_why(tmp_path):
         await pilot.pause(0.1)
         assert not isinstance(app.screen, RestartDialog)
         assert any(NO_SERVER in t for t in toasts(app))
+
+
+async def test_rampwatch_runs_failed_restart_exits_5_naming_the_log(tmp_path, capsys):
+    """`rampwatch run --serve …`'s own wiring (prepare_run, the forked run process,
+    finish_run): the summary and recording are kept, one line, exit 5."""
+    import io
+
+    from rampwatch.app import session
+    from rampwatch.app.live import start_live_prepared
+    from tests.tui.test_live_run import run_args
+
+    port = free_port()
+    prepared = session.prepare_run(run_args(tmp_path, "--serve", sim_command(port, 8)), out=io.StringIO())
+    first = prepared.server
+    try:
+        bridge, app = start_live_prepared(prepared, ui_priority="normal")
+        try:
+            async with app.run_test(size=(140, 40)) as pilot:
+                await wait_for(pilot, lambda: app.latest.state == "ramping" and app.latest.t > 1, "the run to start")
+                await pilot.press("R")
+                app.screen.query_one(Input).value = sim_command(port, 8).replace("--max-num-seqs 8", "--max-num-seqs x")
+                await pilot.pause(0.05)
+                await pilot.press("enter")
+                await wait_for(pilot, lambda: app.latest.state == "done", "the failed run to end", timeout=60)
+                await pilot.press("q")
+            result = bridge.finish(drain_timeout=15.0)
+        finally:
+            bridge.finish(drain_timeout=15.0)
+    finally:
+        prepared.close()
+    assert first is not None and first.poll() is not None  # the first server was stopped
+    summary = io.StringIO()
+    assert session.finish_run(prepared, result, out=summary) == 5
+    assert (
+        "Successful requests:" in summary.getvalue() and f"recording: {prepared.recording_path}" in summary.getvalue()
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    log = session.server_log_path(prepared.recording_path)
+    assert err[-1] == (
+        "rampwatch run: the server restart failed: server exited with code 2 during startup: rampwatch sim: "
+        f"error: argument --max-num-seqs: invalid int value: 'x' (exit 5; server log: {log})"
+    )
+    assert "invalid int value: 'x'" in log.read_text()
