@@ -6,8 +6,6 @@ diff and every request before and after."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from textual.widgets import Input, Static
 
@@ -21,15 +19,10 @@ from rampwatch.record.writer import RecordingWriter
 from rampwatch.tui.app import NO_SERVER
 from rampwatch.tui.configurations_screen import ConfigurationsScreen
 from rampwatch.tui.restart_dialog import RestartDialog
+from tests.processes import free_port, wait_group_gone
 from tests.tui.test_live_run import SHORT_ANSWERS, toasts, wait_for
 
 RAMP = {"duration": 60.0, "start_rps": 4.0, "end_rps": 10.0, "seed": 1}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sim_command(port: int, max_num_seqs: int) -> str:
@@ -109,6 +102,8 @@ async def test_restart_with_other_arguments_from_the_live_screen(tmp_path, resum
                 each.stop()
     new_server = in_service[-1]
     assert in_service[0] is None and new_server is not None  # the old one was let go first
+    for each in (server, new_server):  # no server left behind
+        assert each.pid is not None and wait_group_gone(each.pid)
     assert new_server.command.engine_args()["max_num_seqs"] == "64"
     assert server.poll() is not None  # the old server was stopped
     with open_recording(path) as recording:
