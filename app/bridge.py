@@ -54,6 +54,9 @@ class ForwardingControl:
     def cancel_in_flight(self) -> None:
         self._forward("cancel_in_flight")
 
+    def server_exited(self, message: str, exit_code: int | None, log_tail: list[str]) -> None:
+        self._forward("server_exited", message, exit_code, log_tail)
+
     # a server restart (``app.restart``): the run's side of it
     def pause_for_restart(self) -> None:
         self._forward("pause_for_restart")

@@ -72,10 +72,16 @@ class ServerRestarter:
         self.on_failure = on_failure
         self.thread: threading.Thread | None = None
         self.failure: UserError | None = None
+        self.starting: ManagedServer | None = None  # the new server while it starts
 
     @property
     def command(self) -> str:
         return self.server.command.shown
+
+    def log_tail(self) -> list[str]:
+        """The last log lines of the server starting, else of the one serving (the
+        screen's server log follows the restart)."""
+        return (self.starting or self.server).tail
 
     @property
     def busy(self) -> bool:
@@ -126,6 +132,7 @@ class ServerRestarter:
         self.on_server(None)  # a stopped server is not a server that exited on its own
         old.stop()
         server = ManagedServer(new, log_path=old.log_path, on_log=old.on_log, connection=old.connection)
+        self.starting = server
         try:
             server.start(self.timeout_s)
         except UserError as exc:  # ServerExited, a taken port, a timeout: one line each
@@ -135,6 +142,6 @@ class ServerRestarter:
             tail = exc.tail if isinstance(exc, ServerExited) else server.tail
             self.control.restart_failed(f"restart: {exc}", code, tail[-10:])
             return
-        self.server = server
+        self.server, self.starting = server, None
         self.on_server(server)
         self.control.resume_after_restart(new.shown, [list(row) for row in diff], resume)

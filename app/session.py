@@ -307,16 +307,18 @@ class PreparedRun:
         self.recorder.close()
         return None if self.recorder.error is None else str(self.recorder.error)
 
-    def check_server(self) -> ServerExited | None:
+    def check_server(self, control: Any = None) -> ServerExited | None:
         """Whether the run's server has exited on its own; the first time it is seen, the
-        run is told (an ``error`` event with the code and last log lines, then a stop)."""
+        run is told through ``control`` (default: the run itself; the live UI's forwards
+        to its run process): an ``error`` event with the code and last log lines, then a stop."""
         if self.server is None or self.server_exit is not None:
             return self.server_exit
         code = self.server.poll()
         if code is None:
             return None
         self.server_exit = ServerExited(code, self.server.tail, "during the run")
-        self.run.server_exited(str(self.server_exit), code, self.server_exit.tail[-SERVER_TAIL_SHOWN:])
+        tell = control if control is not None else self.run
+        tell.server_exited(str(self.server_exit), code, self.server_exit.tail[-SERVER_TAIL_SHOWN:])
         return self.server_exit
 
     def close(self) -> None:

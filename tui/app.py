@@ -36,6 +36,7 @@ from rampwatch.tui.prefix_chart import PrefixChart
 from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.quit_dialog import QuitDialog
 from rampwatch.tui.restart_dialog import RestartDialog
+from rampwatch.tui.server_log import ServerLogPanel
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.step_table import StepTable
 from rampwatch.tui.throughput_chart import ThroughputChart
@@ -194,6 +195,7 @@ class RampwatchApp(App[int]):
         Binding("l", "toggle_log", "log/linear", show=False),
         Binding("v", "latency_view", "latency view", show=False),
         Binding("g", "configurations", "configurations", show=False),
+        Binding("o", "toggle_server_log", "server log", show=False),
     ]
 
     def __init__(
@@ -210,11 +212,15 @@ class RampwatchApp(App[int]):
         rate_step_rps: float | None = None,
         mouse: bool = True,
         comparison: Callable[[], Comparison] | None = None,
+        server_log: Callable[[], list[str]] | None = None,
+        server_exit: Callable[[], str | None] | None = None,
         server: ServerControl | None = None,
     ) -> None:
         """A replay when ``replay`` is given (then it is also the ``source``), else a live
         run, steered through ``control`` when there is one. ``run_failed()`` true: the run
-        ended in an error, and the app leaves so the command line can print it."""
+        ended in an error, and the app leaves so the command line can print it.
+        ``server_log()``: the last log lines of the server the run started (``o`` shows
+        them); ``server_exit()``: why that server exited on its own, once it has."""
         super().__init__()
         if control is not None and replay is not None:
             raise ValueError("a live run's control or a replay's, not both")
@@ -240,6 +246,9 @@ class RampwatchApp(App[int]):
         self._awaited: list[AwaitedEvent] = []
         self._claimed: set[int] = set()  # indices of events a toast has already confirmed
         self.mouse_reporting = mouse  # as the app is started (``App.run(mouse=...)``)
+        self.server_log = server_log
+        self.server_exit = server_exit
+        self.server_exit_shown = False
 
     # ----- layout -----
 
@@ -271,6 +280,8 @@ class RampwatchApp(App[int]):
                 if self.comparison is not None:
                     with TabPane(f"{len(CHARTS) + 4} B vs A", id="tab-compare"):
                         yield ComparePanel(id="n-compare", classes="panel")
+        if self.server_log is not None:
+            yield ServerLogPanel(self.server_log, id="server-log", classes="panel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -329,10 +340,24 @@ class RampwatchApp(App[int]):
             # print the error as one line.
             self.exit(1, return_code=1)
             return
+        if self.server_exit is not None and not self.server_exit_shown:
+            self._check_server()
         snapshot = self.source.snapshot()
         if snapshot is None:
             return
         self.post_message(SnapshotUpdated(snapshot, self.compare_snapshot))
+
+    def _check_server(self) -> None:
+        """The run's server exited on its own: say so, and show its last log lines (the
+        run records the exit as an error event and stops)."""
+        assert self.server_exit is not None
+        reason = self.server_exit()
+        if reason is None:
+            return
+        self.server_exit_shown = True
+        self.notify(f"{reason} — the run is stopping (o: server log, q: quit)", severity="error", timeout=30)
+        if self.server_log is not None:
+            self.set_server_log_shown(True)
 
     def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
         if self.main_screen is None:
@@ -408,6 +433,8 @@ class RampwatchApp(App[int]):
             return self.replay is not None
         if action == "show_tab":
             return not self.wide
+        if action == "toggle_server_log":
+            return self.server_log is not None
         return True
 
     def on_key(self, event: events.Key) -> None:
@@ -544,6 +571,16 @@ class RampwatchApp(App[int]):
             chart.toggle_log()
         self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
 
+    def action_toggle_server_log(self) -> None:
+        panel = self.main_screen.query_one("#server-log", ServerLogPanel)
+        self.set_server_log_shown(not panel.display)
+
+    def set_server_log_shown(self, shown: bool) -> None:
+        panel = self.main_screen.query_one("#server-log", ServerLogPanel)
+        panel.display = shown
+        if shown:
+            panel.refresh_lines()
+
     def action_latency_view(self) -> None:
         for chart in self.main_screen.query(LatencyChart):
             chart.next_view()
@@ -611,6 +648,8 @@ class RampwatchApp(App[int]):
                 return
             self.server.restart(*choice)
             self._await_event("restart")
+            if self.server_log is not None:  # the new server's start, as its log comes
+                self.set_server_log_shown(True)
 
         self.push_screen(RestartDialog(self.server), answered)
 
@@ -708,11 +747,14 @@ def make_live_app(
     recording: str | None = None,
     rate_step_rps: float | None = None,
     mouse: bool = True,
+    server_log: Callable[[], list[str]] | None = None,
+    server_exit: Callable[[], str | None] | None = None,
     server: ServerControl | None = None,
 ) -> RampwatchApp:
     """The app for a live run: ``control`` steers it (no control: a view only). ``mouse``
     says whether it is run with mouse capture (``app.run(mouse=...)``; ``c`` toggles it).
-    ``server``: the server the run started, which ``R`` restarts with other arguments."""
+    ``server_log``/``server_exit``: the server the run started (``--serve``), if any;
+    ``server``: that server's control, which ``R`` restarts with other arguments."""
     return RampwatchApp(
         source,
         control=control,
@@ -722,6 +764,8 @@ def make_live_app(
         recording=recording,
         rate_step_rps=rate_step_rps,
         mouse=mouse,
+        server_log=server_log,
+        server_exit=server_exit,
     )
 
 

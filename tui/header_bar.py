@@ -37,6 +37,14 @@ HEALTH_STYLES = {
 DETAIL_STYLES = {DEGRADED: "yellow", SERVER_DOWN: "bold red", METRICS_STALE: "magenta"}
 
 
+def managed_startup_s(snapshot: Snapshot) -> float | None:
+    """How long the server the run started (``--serve``) took to serve, from the header."""
+    header = snapshot.header
+    managed = header.server_info.get("managed_server") if header is not None else None
+    value = managed.get("startup_s") if isinstance(managed, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 class HeaderBar(Static):
     def __init__(
         self,
@@ -145,6 +153,10 @@ class HeaderBar(Static):
         line2.append(header.model if header else "–")
         line2.append("  target ", style="dim")
         line2.append(header.target if header else "–")
+        startup_s = managed_startup_s(snapshot)
+        if startup_s is not None:
+            line2.append("  server ready in ", style="dim")
+            line2.append(f"{startup_s:.1f} s")
         recording = self.recording or (header.options.get("record") if header else None)
         line2.append("  rec ", style="dim")
         line2.append(str(recording) if recording else "off")

@@ -24,6 +24,7 @@ LIVE_KEYS = (
     ("s", "stop gracefully (no new requests, drain, finish)", "grace"),
     ("x", "while draining or stopping: cancel the in-flight requests now", None),
     ("R", "restart the server with other arguments (a server rampwatch started)", "serve"),
+    ("o", "server log: show / hide (a run that started its server: --serve, the simulator)", None),
     ("q  ctrl+c  ctrl+q", "quit (asks while a run is active; ctrl+c again: yes)", None),
 )
 REPLAY_KEYS = (

@@ -33,7 +33,8 @@ PY = sys.executable
 # A stand-in server: answers /health and /v1/models (unless told not to), starts a
 # grandchild in its own process group (as vLLM starts its engine cores), prints a few log
 # lines, then serves until stopped. Flags: --port P, --exit-after S (exit with code 3),
-# --never-ready (no HTTP at all), --ignore-term (only SIGKILL ends it).
+# --never-ready (no HTTP at all), --ignore-term (only SIGKILL ends it), --auth (/v1/models
+# answers 401, as vLLM started with --api-key does without the key).
 FAKE_SERVER = textwrap.dedent(
     """
     import http.server, json, os, signal, subprocess, sys, threading, time
@@ -51,7 +52,7 @@ FAKE_SERVER = textwrap.dedent(
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = json.dumps({"data": [{"id": "fake"}]}).encode() if self.path == "/v1/models" else b"ok"
-            self.send_response(200)
+            self.send_response(401 if "--auth" in args and self.path == "/v1/models" else 200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -267,6 +268,18 @@ def test_not_ready_in_time_stops_the_server_and_says_so(fake_server):
     assert message.startswith("--serve: the server was not ready within 1.5 s (--serve-timeout); stopped it")
     assert not isinstance(err.value, ServerExited)
     assert server.poll() is not None and wait_group_gone(server.pid)
+
+
+def test_a_server_that_wants_an_api_key_is_one_line_saying_so(fake_server):
+    port = free_port()
+    server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {port} --auth"))
+    with pytest.raises(UserError) as err:
+        server.start(timeout_s=30)
+    assert str(err.value) == (
+        f"--serve: http://127.0.0.1:{port}/v1/models answered HTTP 401; "
+        "pass the server's --api-key to rampwatch as --api-key"
+    )
+    assert wait_group_gone(server.pid)
 
 
 def test_a_port_in_use_fails_before_anything_starts(fake_server):
