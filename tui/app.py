@@ -245,6 +245,7 @@ class RampwatchApp(App[int]):
         self._marks: list[tuple[float, str, str]] | None = None
         self._awaited: list[AwaitedEvent] = []
         self._claimed: set[int] = set()  # indices of events a toast has already confirmed
+        self._events_announced = 0  # events already looked at for a restart's outcome
         self.mouse_reporting = mouse  # as the app is started (``App.run(mouse=...)``)
         self.server_log = server_log
         self.server_exit = server_exit
@@ -371,6 +372,8 @@ class RampwatchApp(App[int]):
             self.refresh_bindings()  # the footer dims the keys that cannot act now
         if self._awaited:
             self._confirm_steering(snapshot)
+        if self.mode == "live":
+            self._announce_restarts(snapshot)
         if self._pending_hold is not None and (
             (snapshot.state == "holding") == self._pending_hold or snapshot.state not in ACTIVE_STATES
         ):
@@ -493,6 +496,16 @@ class RampwatchApp(App[int]):
             else:
                 waiting.append(awaited)
         self._awaited = waiting
+
+    def _announce_restarts(self, snapshot: Snapshot) -> None:
+        """A restart's outcome, when the run records it: the new configuration is serving
+        (the recorded diff), or the new server did not start (the run stops)."""
+        for event in snapshot.events[self._events_announced :]:
+            if event.kind == "config":
+                self.notify(event.message, timeout=CONFIRMATION_TOAST_S * 2)
+            elif event.kind == "error" and event.data.get("restart") == "failed":
+                self.notify(event.message, severity="error", timeout=10)
+        self._events_announced = len(snapshot.events)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -84,6 +84,9 @@ async def test_restart_with_other_arguments_from_the_live_screen(tmp_path, resum
                     pilot, lambda: any(e.kind == "config" for e in app.latest.events), "the restart", timeout=60
                 )
                 config_t = next(e.t for e in app.latest.events if e.kind == "config")
+                await wait_for(
+                    pilot, lambda: any("server restarted: --max-num-seqs 8 → 64" in t for t in toasts(app)), "toast"
+                )
                 await wait_for(pilot, lambda: app.latest.state == "ramping" and app.latest.t > config_t + 2, "load")
                 await wait_for(pilot, lambda: app.latest.configurations is not None, "the live table")
                 await pilot.press("g")
@@ -187,6 +190,7 @@ async def test_a_new_server_that_fails_to_start_fails_the_run_with_its_reason(tm
                 await pilot.pause(0.05)
                 await pilot.press("enter")
                 await wait_for(pilot, lambda: app.latest.state == "done", "the failed run to end", timeout=60)
+                await wait_for(pilot, lambda: any(t.startswith("restart: server exited") for t in toasts(app)), "toast")
                 await pilot.press("q")
             result = bridge.finish(drain_timeout=15.0)
         finally:
