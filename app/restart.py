@@ -22,6 +22,7 @@ elsewhere (the run keeps sending to the same URL).
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,29 @@ class RestartControl(Protocol):
 def drained_after(snapshot_events: list, since: int) -> bool:
     """Whether the run has said, after its ``since``-th event, that nothing is in flight."""
     return any(e.kind == "info" and e.data.get("restart") == "drained" for e in snapshot_events[since:])
+
+
+def unmask(text: str, command: ServeCommand) -> str:
+    """``text`` edited from ``command.shown``: each word still showing a masked secret
+    (``--api-key=<redacted>``, ``HF_TOKEN=<redacted>``, the value after ``--api-key``)
+    gets the command's own word back, so a secret never has to be typed on screen. A
+    masked word that cannot be traced back is refused."""
+    if REDACTED not in text:
+        return text
+    try:
+        shown, real, words = shlex.split(command.shown), shlex.split(command.text), shlex.split(text)
+    except ValueError as exc:
+        raise UserError(f"--serve {text!r}: {exc}") from None
+    # The same masked word may stand for several secrets: they come back in their order.
+    secrets: dict[str, list[str]] = {}
+    if len(shown) == len(real):
+        for masked, word in zip(shown, real, strict=True):
+            if REDACTED in masked:
+                secrets.setdefault(masked, []).append(word)
+    restored = [secrets[word].pop(0) if secrets.get(word) else word for word in words]
+    if any(REDACTED in word for word in restored):
+        raise UserError(f"a masked value ({REDACTED}) that is not the running command's: type the value again")
+    return shlex.join(restored)
 
 
 class ServerRestarter:
@@ -90,11 +114,7 @@ class ServerRestarter:
     def parse(self, text: str) -> ServeCommand:
         """The new command, or ``UserError`` with the one line that says why not."""
         old = self.server.command
-        if REDACTED in text:
-            raise UserError(
-                f"the command holds a masked value ({REDACTED}): type the value again, or pass it in the environment"
-            )
-        new = old.with_text(text)
+        new = old.with_text(unmask(text, old))
         if tuple(new.argv[: _entry_length(list(new.argv))]) != tuple(old.argv[: _entry_length(list(old.argv))]):
             raise UserError(
                 f"{new.argv[0]!r} is another program: R restarts the same server with other arguments "
