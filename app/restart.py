@@ -162,6 +162,12 @@ class ServerRestarter:
             tail = exc.tail if isinstance(exc, ServerExited) else server.tail
             self.control.restart_failed(f"restart: {exc}", code, tail[-10:])
             return
+        except Exception as exc:  # e.g. the program cannot be run: the run must not stay paused
+            error = UserError(f"{type(exc).__name__}: {exc}")
+            self.failure = error
+            self.on_failure(error)
+            self.control.restart_failed(f"restart: {error}", None, server.tail[-10:])
+            return
         self.server, self.starting = server, None
         self.on_server(server)
         self.control.resume_after_restart(new.shown, [list(row) for row in diff], resume)
