@@ -26,9 +26,9 @@ def live_app(state: str = "ramping"):
     return make_live_app(FrozenSource(snapshot), FakeControl(), recording="runs/chat.rwrec", server=FakeServer(FIRST))
 
 
-def test_restart_dialog_with_the_diff_as_typed_120x36(snap_compare):
+def test_restart_dialog_with_the_diff_as_typed_110x30(snap_compare):
     keys = ["R", "end", "backspace", *"64 --enforce-eager", "tab"]
-    assert snap_compare(live_app(), terminal_size=(120, 36), press=keys, run_before=charts_settled)
+    assert snap_compare(live_app(), terminal_size=(110, 30), press=keys, run_before=charts_settled)
 
 
 def test_restart_dialog_refuses_unbalanced_quotes_80x24(snap_compare):
