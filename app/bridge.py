@@ -57,6 +57,16 @@ class ForwardingControl:
     def server_exited(self, message: str, exit_code: int | None, log_tail: list[str]) -> None:
         self._forward("server_exited", message, exit_code, log_tail)
 
+    # a server restart (``app.restart``): the run's side of it
+    def pause_for_restart(self) -> None:
+        self._forward("pause_for_restart")
+
+    def resume_after_restart(self, command: str, diff: list, resume: str) -> None:
+        self._forward("resume_after_restart", command, diff, resume)
+
+    def restart_failed(self, message: str, exit_code: int | None = None, log_tail: list[str] | None = None) -> None:
+        self._forward("restart_failed", message, exit_code, log_tail)
+
 
 # A thread is not enough: the UI's drawing is pure Python and holds the GIL, which
 # delays a run thread's wake-ups by tens of milliseconds at p99 (bench/bench_tui_lateness.py

@@ -16,6 +16,7 @@ from typing import Any
 from textual.app import App
 
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
+from rampwatch.app.restart import ServerRestarter
 from rampwatch.app.session import (
     INTERRUPTED_EXIT,
     PreparedRun,
@@ -25,7 +26,7 @@ from rampwatch.app.session import (
     plan_run,
     print_server_tail,
 )
-from rampwatch.core.errors import ServerExited
+from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.timeline import RunControl, Snapshot
 from rampwatch.loadgen.managed import DEFAULT_STARTUP_TIMEOUT_S, ManagedServer
 from rampwatch.tui.app import RampwatchApp, make_live_app
@@ -49,12 +50,22 @@ def start_live(
     mouse: bool = True,
     server_log: Callable[[], list[str]] | None = None,
     server_exit: Callable[[ProcessBridge], str | None] | None = None,
+    server: ManagedServer | None = None,
+    on_server: Callable[[ManagedServer | None], None] = lambda server: None,
+    on_restart_failure: Callable[[UserError], None] = lambda error: None,
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """Fork the run into its own process and build the live app on it. The caller runs
     the app (``app.run()`` on a terminal, ``app.run_test()`` in tests) and then calls
     ``bridge.finish()``. Build the run's objects before calling: the run process
-    inherits them by fork and is the only one that executes them."""
+    inherits them by fork and is the only one that executes them. ``server``: the
+    started server the run loads, which the screen's ``R`` restarts (``app.restart``;
+    ``on_server`` is told of the server in service, ``on_restart_failure`` of a new one
+    that did not start)."""
     bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log_path).start()
+    restarter = None
+    if server is not None:
+        restarter = ServerRestarter(server, bridge.control, bridge, on_server=on_server, on_failure=on_restart_failure)
+        server_log = restarter.log_tail  # after a restart, the new server's log
     if ui_priority != "normal":
         lower_ui_priority(ui_priority)  # drawing yields the CPU to the load process
     app = make_live_app(
@@ -67,6 +78,7 @@ def start_live(
         mouse=mouse,
         server_log=server_log,
         server_exit=None if server_exit is None else (lambda: server_exit(bridge)),
+        server=restarter,
     )
     return bridge, app
 
@@ -76,7 +88,9 @@ def start_live_prepared(
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """``start_live`` for a ``PreparedRun``: the run process executes ``prepared.execute``
     (which closes the recording there, its only writer). A server the run started is
-    watched from here, its owner: an exit is passed on to the run process."""
+    watched from here, its owner: an exit is passed on to the run process. ``R`` restarts
+    it (``prepared.server`` follows the one in service, so the watch and ``close`` act on
+    the right one)."""
     recording = str(prepared.recording_path) if prepared.recording_path else None
     server = prepared.server
 
@@ -95,6 +109,9 @@ def start_live_prepared(
         mouse=mouse,
         server_log=None if server is None else (lambda: server.tail),
         server_exit=None if server is None else server_exit,
+        server=server,
+        on_server=lambda serving: setattr(prepared, "server", serving),
+        on_restart_failure=lambda error: setattr(prepared, "restart_error", error),
     )
 
 

@@ -367,6 +367,8 @@ class PreparedRun:
     recording_path: Path | None = None
     result_json_path: Path | None = None
     server_exit: ServerExited | None = None  # the server exited on its own during the run
+    # The server restarted from the live screen (`R`, ``app.restart``) did not start.
+    restart_error: UserError | None = None
 
     async def execute(self) -> RunResult:
         try:
@@ -517,6 +519,18 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         print(
             f"rampwatch run: {prepared.server_exit} (exit {SERVER_EXITED_EXIT}; "
             f"server log: {prepared.server.log_path if prepared.server is not None else '-'})",
+            file=sys.stderr,
+        )
+        return SERVER_EXITED_EXIT
+    if prepared.restart_error is not None:
+        if isinstance(prepared.restart_error, ServerExited):
+            print_server_tail(prepared.restart_error.tail)
+        log = getattr(args, "server_log", None)  # where plan_run put the log, also of the restarted server
+        if log is None and prepared.recording_path is not None:
+            log = server_log_path(prepared.recording_path)
+        print(
+            f"rampwatch run: the server restart failed: {prepared.restart_error} "
+            f"(exit {SERVER_EXITED_EXIT}; server log: {log or '-'})",
             file=sys.stderr,
         )
         return SERVER_EXITED_EXIT

@@ -196,6 +196,11 @@ EVENT_KINDS = (
     "scrape_error",
     "cancel",  # in-flight requests cancelled: by the user ending the drain, or after a stop's grace period
     "info",
+    # The server was restarted with other arguments (``data``: ``command``, the new serve
+    # command redacted; ``diff``, [[name, old, new], …] against the previous one; ``resume``,
+    # "start" or "current"; ``restart_started_at``, when the load stopped for it). The
+    # requests sent from here on belong to the new configuration (``loadgen.segments``).
+    "config",
 )
 
 # A request cancelled by the run (a stop's grace period over, the user ending the drain):
@@ -419,6 +424,9 @@ class Snapshot:
     # sources); empty when the run has no GPU telemetry: the GPU panel is then hidden.
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
     last_good_gpu_t: float | None = None  # when the newest good GPU sample was taken
+    # After a server restart: the configurations side by side so far
+    # (``loadgen.segments.SegmentTable``); None while the run has one configuration.
+    configurations: Any = None
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:
@@ -449,6 +457,16 @@ class RunControl(Protocol):
     def cancel_in_flight(self) -> None: ...  # end the drain now: cancel every request in flight
 
 
+class ServerControl(Protocol):
+    """The server a live run started (``--serve``), restarted from the live screen with
+    other arguments. The UI knows it only through this (``app.restart`` implements it)."""
+
+    @property
+    def command(self) -> str: ...  # the serve command now, as shown (secrets masked)
+    def preview(self, text: str) -> str: ...  # the argument diff on one line; UserError: refused
+    def restart(self, text: str, resume: str) -> None: ...  # begins the restart, returns at once
+
+
 class SnapshotSource(Protocol):
     """What the UI polls (at most ~4 Hz). Live runs and replays both implement it."""
 
@@ -471,4 +489,4 @@ class ReplayControl(SnapshotSource, Protocol):
     def toggle(self) -> None: ...  # play <-> pause
     def seek(self, t: float) -> None: ...  # to a position, clamped to [0, duration]
     def seek_relative(self, dt: float) -> None: ...
-    def marks(self) -> list[Event]: ...  # knee, user marks and holds, in time order
+    def marks(self) -> list[Event]: ...  # knee, user marks, holds and restarts, in time order

@@ -43,6 +43,7 @@ from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
+from rampwatch.loadgen.segments import RESUME_CHOICES, config_event
 from rampwatch.loadgen.series import SeriesBuilder
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,9 @@ class Run:
         self._next_id = 0
         self._interrupted = False
         self._scrape_failing: dict[str, tuple[str, int]] = {}  # url -> (reason, failures in a row)
+        # While the server restarts: (when the load paused, held before?, rate before).
+        self._restart: tuple[float, bool, float] | None = None
+        self._restart_drain: asyncio.Task | None = None
 
     # -- clock -------------------------------------------------------------------------
     def now(self) -> float:
@@ -254,11 +258,72 @@ class Run:
         self.stop()
         self._cancel(list(self._in_flight), "ending the drain now")
 
-    def _cancel(self, tasks: list[asyncio.Task], why: str) -> None:
+    # -- a server restart (the app stops and starts the server between these calls) -------
+    def pause_for_restart(self) -> None:
+        """Stop the load for a server restart: no new sends (the schedule holds at 0, so
+        its plan moves on while the server restarts); the requests in flight get the stop
+        grace, then are cancelled (counted, not lost). An ``info`` event with
+        ``data["restart"] == "drained"`` says when none is left in flight."""
+        if not self._steering() or self._restart is not None:
+            return
+        t = self.now()
+        self._restart = (t, self.schedule.state == "holding", self.schedule.current_rate(t))
+        event = self.schedule.set_rate(t, 0.0)
+        event.message = "load paused for a server restart"
+        event.data["restart"] = True
+        self._changed(event)
+        self._restart_drain = asyncio.ensure_future(self._drain_for_restart())
+
+    async def _drain_for_restart(self) -> None:
+        grace = self.options.stop_grace_s
+        pending = set(self._in_flight)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=grace)
+        if pending:
+            self._cancel(list(pending), f"the server restarts: the {grace:g} s grace period is over", interrupts=False)
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._restart is not None and not self._finished:
+            self.sink.on_event(
+                Event(self.now(), "info", "no request in flight: restarting the server", {"restart": "drained"})
+            )
+
+    def resume_after_restart(self, command: str, diff: list, resume: str) -> None:
+        """The new server serves: record the configuration mark (command, argument diff)
+        and continue the schedule from its start or as it was (the ramp where it paused,
+        or the rate it held)."""
+        if self._restart is None or not self._steering():
+            return
+        paused_at, was_holding, rate = self._restart
+        self._restart = None
+        t = self.now()
+        if resume == "start":
+            event = self.schedule.restart(t)
+        elif was_holding:
+            event = self.schedule.set_rate(t, rate)
+        else:
+            event = self.schedule.resume(t)
+        self._changed(event)
+        diff_rows = [(str(name), old, new) for name, old, new in diff]
+        self.sink.on_event(
+            config_event(t, command, diff_rows, resume if resume in RESUME_CHOICES else "current", paused_at)
+        )
+
+    def restart_failed(self, message: str, exit_code: int | None = None, log_tail: list[str] | None = None) -> None:
+        """The new server did not start: an ``error`` event with the reason (and the
+        server's exit code and last log lines), then the usual stop; the run is failed."""
+        self._restart = None
+        if self._finished:
+            return
+        data = {"server_exit_code": exit_code, "server_log_tail": list(log_tail or []), "restart": "failed"}
+        self.sink.on_event(Event(self.now(), "error", message, data))
+        self.stop()
+
+    def _cancel(self, tasks: list[asyncio.Task], why: str, interrupts: bool = True) -> None:
         pending = [task for task in tasks if not task.done()]
         if not pending:
             return
-        self._interrupted = True
+        # A restart's cancellations are part of the plan; any other makes the run interrupted.
+        self._interrupted = self._interrupted or interrupts
         sent = len(self._sending)
         self.sink.on_event(
             Event(
@@ -286,6 +351,8 @@ class Run:
     def state(self) -> str:
         if self._stopping:
             return "stopping"
+        if self._restart is not None:
+            return "restarting"
         state = self.schedule.state
         if state == "done" and self._in_flight:
             return "draining"
@@ -383,6 +450,8 @@ class Run:
                 await self._dispatch(client, semaphore)
                 await self._drain()
             finally:
+                if self._restart_drain is not None:
+                    background.append(self._restart_drain)
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)

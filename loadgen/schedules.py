@@ -545,6 +545,17 @@ class ArrivalSchedule:
         event.data["delta_rps"] = float(delta)
         return event
 
+    def restart(self, t: float) -> Event:
+        """Continue from the schedule's start (a restarted server ramped again): the rest
+        of the run is the whole plan again, from ``t``."""
+        before = self.current_rate(t)
+        if self.state == "done":
+            return self._event(t, "resume", "schedule already finished", before, before, applied=False)
+        self._rebase(t)
+        self._holding, self._anchor_c = False, 0.0
+        after = self._profile.rate(0.0)
+        return self._event(t, "resume", f"ramp restarted from its start at {after:.3g} req/s", before, after)
+
     # -- internals
 
     def _ramp_coordinate(self, t: float) -> float:

@@ -41,6 +41,7 @@ after ``on_finish`` the last partial second is included.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 from typing import Any
@@ -65,6 +66,7 @@ from rampwatch.core.timeline import (
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.gpu import combine_gpus, gpu_aggregates
 from rampwatch.loadgen.scrape import combine_samples
+from rampwatch.loadgen.segments import CONFIG_EVENT, SegmentTable, config_segments, segment_index, segment_table
 from rampwatch.loadgen.stats import LogHistogram
 from rampwatch.loadgen.steps import StepTracker
 from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_rps
@@ -176,6 +178,11 @@ class SeriesBuilder:
         self._newly_final: list[int] = []
         self._queued: list[RequestRecord] = []  # finished requests not folded in yet
         self.summary = SummaryBuilder(slo, gpu_price_per_hour, bounded=True)
+        # After a server restart (``config`` event), one run-so-far summary per
+        # configuration, of the requests sent while it served (``loadgen.segments``);
+        # empty while the run has one configuration.
+        self._segment_starts: list[float] = []
+        self._segment_summaries: list[SummaryBuilder] = []
         self.steps = StepTracker()
         # False when restored from a checkpoint written before the step table existed:
         # its rows would miss the run before the checkpoint (replays then start over).
@@ -243,6 +250,11 @@ class SeriesBuilder:
             "summary": self.summary.export_state(arrays),
             "steps": self.steps.export_state(arrays),
         }
+        if self._segment_starts:
+            meta["config_segments"] = {
+                "starts": list(self._segment_starts),
+                "summaries": [b.export_state(arrays, f"segment{i}") for i, b in enumerate(self._segment_summaries)],
+            }
         return meta, arrays
 
     @classmethod
@@ -318,6 +330,12 @@ class SeriesBuilder:
         b._final_upto = meta["final_upto"]
         b._newly_final = list(meta["newly_final"])
         b.summary = SummaryBuilder.restore_state(sm, arrays)
+        # Checkpoints of runs without a restart (and from before restarts) have none.
+        segments = meta.get("config_segments") or {"starts": [], "summaries": []}
+        b._segment_starts = [float(t) for t in segments["starts"]]
+        b._segment_summaries = [
+            SummaryBuilder.restore_state(state, arrays, f"segment{i}") for i, state in enumerate(segments["summaries"])
+        ]
         if "steps" in meta:
             b.steps = StepTracker.restore_state(meta["steps"], arrays)
         else:  # a checkpoint from before the step table
@@ -377,6 +395,30 @@ class SeriesBuilder:
             hists[0].add(ttft[~np.isnan(first)])
             hists[1].add(block.itls)
         self.summary.add_block(block)
+        if self._segment_starts:
+            self._fold_into_segments(records, block)
+
+    def _fold_into_segments(self, records: list[RequestRecord], block: RequestBlock) -> None:
+        groups: dict[int, list[RequestRecord]] = {}
+        for record in records:
+            groups.setdefault(segment_index(self._segment_starts, record.sent_at), []).append(record)
+        for index, group in groups.items():
+            whole = len(group) == len(records)
+            self._segment_summaries[index].add_block(block if whole else RequestBlock.from_records(group))
+
+    def configurations(self, now: float, arrays: dict[str, np.ndarray]) -> SegmentTable | None:
+        """The side-by-side table of the configurations so far (None: one so far)."""
+        if not self._segment_starts:
+            return None
+        segments = config_segments(self.header, self.events, now)
+        summaries = []
+        for segment, builder in zip(segments, self._segment_summaries, strict=False):
+            last = segment.index == len(segments)
+            lo, hi = int(segment.start_s), int(math.ceil(segment.end_s))
+            inside = {name: values[lo:hi] for name, values in arrays.items()}
+            knee = knee_rps([e for e in self.events if segment.start_s <= e.t and (e.t < segment.end_s or last)])
+            summaries.append(builder.build(self.header, server=self.server_summary(inside), knee=knee))
+        return segment_table(segments[: len(summaries)], summaries)
 
     def on_scrape(self, sample: ServerSample) -> None:
         if sample.is_gpu:
@@ -461,9 +503,21 @@ class SeriesBuilder:
                     self._tick_counts[name].add(b, delta * overlap / span)
 
     def on_event(self, event: Event) -> None:
+        if event.kind == CONFIG_EVENT:
+            self._start_segment(event.t)
         self.events.append(event)
         self.steps.on_event(event)
         self._advance(event.t)
+
+    def _start_segment(self, t: float) -> None:
+        """A restart: the requests sent from ``t`` on count for a new configuration. At the
+        first one, every request folded so far was sent before it: the first
+        configuration's summary starts as the run's."""
+        if not self._segment_starts:
+            self._segment_starts.append(0.0)
+            self._segment_summaries.append(copy.deepcopy(self.summary))
+        self._segment_starts.append(t)
+        self._segment_summaries.append(SummaryBuilder(self.summary.slo, self.summary.gpu_price_per_hour, bounded=True))
 
     def on_finish(self, t: float) -> None:
         self.finished_at = t
@@ -651,4 +705,5 @@ class SeriesBuilder:
             steps=self.steps.rows(now),
             gpus=combine_gpus(list(self._gpu_latest.values())) if self._gpu_latest else {},
             last_good_gpu_t=self.last_good_gpu_t,
+            configurations=self.configurations(now, arrays),
         )

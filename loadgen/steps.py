@@ -60,7 +60,7 @@ def step_key(
     "rate" (a manual rate), what a holding state is."""
     if state in DRAIN_STATES:
         return ("drain",)
-    if state == "holding":
+    if state in ("holding", "restarting"):  # a server restart holds the schedule at 0
         return (held_kind, target_rps)
     if schedule_kind not in CONSTANT_RATE_KINDS and planned_s:
         return ("ramp", min(RAMP_SLICES - 1, max(0, int(RAMP_SLICES * ramp_t / planned_s))))
@@ -174,7 +174,7 @@ class StepTracker:
         return self._rows[i]
 
     def on_tick(self, t: float, state: str, target_rps: float) -> None:
-        if self._last_tick is not None and self._last_tick[1] == "holding":
+        if self._last_tick is not None and self._last_tick[1] in ("holding", "restarting"):
             self._held_s += max(0.0, t - self._last_tick[0])
         self._last_tick = (t, state)
         key = step_key(state, float(target_rps), t - self._held_s, self.schedule_kind, self.planned_s, self._held_kind)
@@ -204,6 +204,9 @@ class StepTracker:
         elif kind == "resume":
             if last_kind in ("hold", "rate"):
                 self._open(None, event.t)  # the next tick says which row the ramp is in
+        elif kind == "config" and event.data.get("resume") == "start":
+            # The ramp begins again after a restart, its tenths too: ramp time counts from here.
+            self._held_s, self._last_tick = event.t, (event.t, "ramping")
         elif kind == "stop":
             self._open(("drain",), event.t)
 

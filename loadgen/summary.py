@@ -607,12 +607,12 @@ class SummaryBuilder:
         assert self.bounded and len(running) == len(stores), "only the live (bounded) builder is checkpointed"
         return running
 
-    def export_state(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    def export_state(self, arrays: dict[str, np.ndarray], prefix: str = "summary") -> dict[str, Any]:
         """A bounded builder's state as JSON-able values, its histograms put in ``arrays``
-        (``summary.<name>``); ``restore_state`` reads it back."""
+        (``<prefix>.<name>``); ``restore_state`` reads it back."""
         stores = self._running_stores()
         for name, store in stores.items():
-            arrays[f"summary.{name}"] = store.hist.counts
+            arrays[f"{prefix}.{name}"] = store.hist.counts
         return {
             "slo": self.slo,
             "gpu_price_per_hour": self.gpu_price_per_hour,
@@ -632,7 +632,9 @@ class SummaryBuilder:
         }
 
     @classmethod
-    def restore_state(cls, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> SummaryBuilder:
+    def restore_state(
+        cls, state: dict[str, Any], arrays: dict[str, np.ndarray], prefix: str = "summary"
+    ) -> SummaryBuilder:
         b = cls(state["slo"], state["gpu_price_per_hour"], bounded=True)
         b.completed = state["completed"]
         b.cancelled = state.get("cancelled", 0)  # older checkpoints counted them as failed
@@ -648,7 +650,7 @@ class SummaryBuilder:
                 store.n, store.total = state["records"], state["queue_sum"]
                 continue
             store.n, store.total, store.squares = state["sums"][name]
-            store.hist._counts = np.array(arrays[f"summary.{name}"], dtype=np.int64)
+            store.hist._counts = np.array(arrays[f"{prefix}.{name}"], dtype=np.int64)
             store.hist.total = state["hist_totals"][name]
         if state.get("first_send_at") is not None:
             b.first_send_at, b.last_end_at = state["first_send_at"], state["last_end_at"]

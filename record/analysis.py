@@ -16,6 +16,14 @@ import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
+from rampwatch.loadgen.segments import (
+    ConfigSegment,
+    SegmentSummaries,
+    SegmentTable,
+    config_segments,
+    restarted,
+    segment_table,
+)
 from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, gpu_figures, knee_rps, server_figures
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
@@ -187,7 +195,7 @@ def _join(parts: list[np.ndarray]) -> np.ndarray:
 
 
 # The run's timeline as the HTML report's marks table and `rampwatch report` list it.
-TABLE_MARK_KINDS = ("start", "knee", "hold", "resume", "set_rate", "mark", "stop")
+TABLE_MARK_KINDS = ("start", "knee", "hold", "resume", "set_rate", "mark", "config", "stop")
 
 
 def timeline_marks(events: Sequence[Event]) -> list[Event]:
@@ -207,7 +215,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-MARK_KIND_NAMES = {"set_rate": "rate change"}
+MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart"}
 
 
 def format_timeline(events: Sequence[Event]) -> str:
@@ -223,3 +231,25 @@ def format_timeline(events: Sequence[Event]) -> str:
         kind = MARK_KIND_NAMES.get(e.kind, e.kind)
         lines.append(f"{int(minutes):02d}:{seconds:04.1f}  {kind:<11}  {server_text(mark_note(e))}")
     return "\n".join(lines)
+
+
+def configuration_segments(recording: Recording) -> tuple[list[ConfigSegment], list[Summary]]:
+    """The recording's configurations and each one's summary (``loadgen.segments``: the
+    requests sent within it), fed block by block; ITLs kept as ``summarise`` keeps them."""
+    header = recording.header
+    segments = config_segments(header, recording.events, recording.duration_s)
+    options: dict[str, Any] = {}
+    if header is not None:
+        options["slo"] = (header.scenario or {}).get("slo") or None
+        options["gpu_price_per_hour"] = (header.options or {}).get("gpu_price_per_hour")
+    accumulator = SegmentSummaries(segments, itl_values=stats.MicrosecondCounts, **options)
+    for info in (f for f in recording.request_frames if f.count):
+        accumulator.add_records(recording.decode_requests(info))
+    return segments, accumulator.build(header, recording.samples, recording.events)
+
+
+def configuration_table(recording: Recording) -> SegmentTable | None:
+    """The side-by-side table of a restarted run; None for a run with one configuration."""
+    if not restarted(config_segments(recording.header, recording.events, recording.duration_s)):
+        return None
+    return segment_table(*configuration_segments(recording))

@@ -196,7 +196,7 @@ def write_bench_result(recording, summary, path: Path, detailed: bool = False) -
 
 def main(args: argparse.Namespace) -> int:
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import final_snapshot, summarise
+    from rampwatch.record.analysis import configuration_table, final_snapshot, summarise
     from rampwatch.record.html_report import render_html
     from rampwatch.record.reader import open_recording, print_warnings
 
@@ -223,6 +223,7 @@ def main(args: argparse.Namespace) -> int:
             subtitle=f"{h.model} at {h.target} · {recording.duration_s:.0f} s · {recording.request_count} requests · "
             f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
             warnings=recording.warnings,
+            configurations=configuration_table(recording),
         )
         _write_atomically(outputs[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
     for path in outputs:

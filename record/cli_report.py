@@ -1,6 +1,7 @@
 """`rampwatch report REC`: the headless summary of a recording, then its timeline (start,
-knee, holds, resumes, rate changes, marks, stop) as the HTML report's marks table has it,
-and its step table."""
+knee, holds, resumes, rate changes, marks, restarts, stop) as the HTML report's marks
+table has it, the configurations side by side when the server was restarted, and its
+step table."""
 
 from __future__ import annotations
 
@@ -15,16 +16,38 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import json
 
+    from rampwatch.loadgen.segments import SEGMENT_NOTE
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import final_snapshot, format_timeline, summarise
+    from rampwatch.record.analysis import (
+        configuration_segments,
+        configuration_table,
+        final_snapshot,
+        format_timeline,
+        summarise,
+    )
     from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
     summary = summarise(recording)
     steps = final_snapshot(recording).steps
     if args.json:
-        print(json.dumps({**summary.to_dict(), "steps": [step_json(row) for row in steps]}, indent=2, default=str))
+        out = {**summary.to_dict(), "steps": [step_json(row) for row in steps]}
+        segments, summaries = configuration_segments(recording)
+        if len(segments) > 1:
+            out["configurations"] = [
+                {
+                    "label": seg.label,
+                    "start_s": seg.start_s,
+                    "end_s": seg.end_s,
+                    "command": seg.command,
+                    "diff": [list(row) for row in seg.diff],
+                    "resume": seg.resume,
+                    **figures.to_dict(),
+                }
+                for seg, figures in zip(segments, summaries, strict=True)
+            ]
+        print(json.dumps(out, indent=2, default=str))
     else:
         h = recording.header
         print(
@@ -34,6 +57,10 @@ def main(args: argparse.Namespace) -> int:
         timeline = format_timeline(recording.events)
         if timeline:
             print(timeline)
+        configurations = configuration_table(recording)
+        if configurations is not None:
+            print(f"\nConfigurations ({SEGMENT_NOTE})")
+            print(configurations.text())
         if steps:
             print(f"\nSteps ({STEP_TABLE_NOTE})")
             print(step_table_text(steps))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
 from rampwatch.loadgen.summary import Summary
 from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
@@ -34,8 +35,8 @@ BIN_S = 1.0
 ROBUST_PERCENTILE = 98.0
 ROBUST_MARGIN = 1.5
 # Lines on every chart (the marks table lists ``analysis.timeline_marks``).
-CHART_MARK_KINDS = ("knee", "hold", "resume", "mark")
-MARK_COLOURS = {"knee": "#d62728", "hold": "#17becf", "resume": "#17becf", "mark": "#555555"}
+CHART_MARK_KINDS = ("knee", "hold", "resume", "mark", "config")
+MARK_COLOURS = {"knee": "#d62728", "hold": "#17becf", "resume": "#17becf", "mark": "#555555", "config": "#2ca02c"}
 MARK_LABELS = {"knee": "knee", "hold": "hold", "resume": "resume"}
 
 # (title, unit, [(series name, label)], scale, fixed y top or None)
@@ -134,7 +135,7 @@ def svg_chart(
 ) -> str:
     """One time-series chart (``y_top``: a fixed axis top, else ``robust_top``). Points
     above the top are drawn at it with a ▲; knee, holds, resumes and marks are vertical
-    lines."""
+    lines; a restart (``config``) is a solid line labelled with its configuration, C2, C3, …"""
     plot_w = WIDTH - PAD_L - PAD_R
     plot_h = HEIGHT - PAD_T - PAD_B
     y_max = y_top if y_top is not None else robust_top([v for _, vals in lines for v in vals])
@@ -188,16 +189,23 @@ def svg_chart(
             f'stroke="{color}" stroke-width="3"/>'
         )
         out.append(f'<text x="{WIDTH - PAD_R + 38}" y="{ly}" font-size="12">{html.escape(label)}</text>')
+    configs = 1
     for e in (m for m in marks if m.kind in CHART_MARK_KINDS):
         color = MARK_COLOURS.get(e.kind, "#555555")
         xx = x(e.t)
         label = MARK_LABELS.get(e.kind) or e.message or "mark"
+        dash = ' stroke-dasharray="5,3"'
+        if e.kind == CONFIG_EVENT:
+            configs += 1
+            label, dash = f"C{configs}", ""
         out.append(
-            f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" stroke="{color}" '
-            f'stroke-width="1.5" stroke-dasharray="5,3"><title>{html.escape(e.message)}</title></line>'
+            f'<line class="mark-{e.kind}" x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" '
+            f'stroke="{color}" stroke-width="1.5"{dash}><title>{html.escape(e.message)}</title></line>'
         )
+        # A restart's label goes a line lower: the schedule's resume is drawn at the same time.
+        label_y = PAD_T + (23 if e.kind == CONFIG_EVENT else 11)
         out.append(
-            f'<text x="{xx + 3:.1f}" y="{PAD_T + 11}" font-size="10" fill="{color}">{html.escape(label[:24])}</text>'
+            f'<text x="{xx + 3:.1f}" y="{label_y}" font-size="10" fill="{color}">{html.escape(label[:24])}</text>'
         )
     out.append("</svg>")
     return "\n".join(out)
@@ -211,6 +219,27 @@ def _cell(v: Any) -> str:
     return html.escape(str(v))
 
 
+def configurations_section(table: SegmentTable) -> str:
+    """ "Configurations": one column per configuration, the differing engine arguments
+    first, then each one's figures; its serve command under the table."""
+    head = "".join(f"<th>{html.escape(col)}</th>" for col in table.columns)
+    body = "".join(
+        f'<tr class="{"argument" if i < table.argument_count else "figure"}"><th>{html.escape(label)}</th>'
+        + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells)
+        + "</tr>"
+        for i, (label, cells) in enumerate(table.rows)
+    )
+    commands = "".join(
+        f"<li><b>{html.escape(col)}</b> <code>{html.escape(cmd)}</code></li>"
+        for col, cmd in zip(table.columns, table.commands, strict=True)
+        if cmd
+    )
+    return (
+        f'<h2 id="configurations">Configurations</h2><p class="sub">{html.escape(SEGMENT_NOTE)}</p>'
+        f"<table><tr><th></th>{head}</tr>{body}</table><ul>{commands}</ul>"
+    )
+
+
 def render_html(
     snapshot: Snapshot,
     summary: Summary,
@@ -219,7 +248,10 @@ def render_html(
     title: str,
     subtitle: str,
     warnings: Sequence[str] = (),
+    configurations: SegmentTable | None = None,
 ) -> str:
+    """The page; ``configurations``: the side-by-side table of a run restarted with other
+    engine arguments (``loadgen.segments``), None for a run with one configuration."""
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
     charts = []
     with_gpu = snapshot.last_good_gpu_t is not None
@@ -272,6 +304,7 @@ pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; 
 <p class="sub">{html.escape(subtitle)}</p>
 {warn}
 {"".join(charts)}
+{configurations_section(configurations) if configurations is not None else ""}
 {steps}
 <h2>Marks</h2>
 <table><tr><th>time</th><th>kind</th><th>note</th></tr>{mark_rows}</table>

@@ -229,9 +229,10 @@ class ReplayTimeline:
             self._set_position(pos + dt)
 
     def marks(self) -> list[Event]:
-        """Knee, user marks and holds, in time order: the position bar's letters and the
-        jump keys' targets."""
-        return sorted((e for e in self.recording.events if e.kind in ("knee", "mark", "hold")), key=lambda e: e.t)
+        """Knee, user marks, holds and server restarts, in time order: the position bar's
+        letters and the jump keys' targets."""
+        kinds = ("knee", "mark", "hold", "config")
+        return sorted((e for e in self.recording.events if e.kind in kinds), key=lambda e: e.t)
 
     # ---- snapshots ---------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick, TimelineSink
+from rampwatch.loadgen.segments import config_event
 
 
 @dataclass
@@ -34,6 +35,10 @@ class SyntheticRun:
     error_rate: float = 0.003
     seed: int = 0
     marks: list[tuple[float, str]] = field(default_factory=list)
+    # Server restarts with other engine arguments: (t, serve command, [(name, old, new)]),
+    # published as ``config`` events (the run resumed at the current rate).
+    configs: list[tuple[float, str, list[tuple[str, object, object]]]] = field(default_factory=list)
+    serve: str | None = None  # the first serve command, kept in the header's options
     scenario_name: str = "synthetic-ramp"
     target: str = "http://127.0.0.1:8000"
     model: str = "tiny"
@@ -64,7 +69,7 @@ class SyntheticRun:
                     "max_tokens": int(self.mean_chunks * 3),
                 },
             },
-            options={"target": self.target, "record": True},
+            options={"target": self.target, "record": True, **({"serve": self.serve} if self.serve else {})},
             planned_duration_s=self.duration_s,
             server_info={
                 "models": [self.model],
@@ -121,6 +126,7 @@ def play_synthetic(
     sink.on_start(run.header())
     sink.on_event(Event(0.0, "start", "run started"))
     marks = sorted(run.marks)
+    configs = sorted(run.configs, key=lambda c: c[0])
     pending: list[_Pending] = []
     next_id = 0
     backlog = 0.0
@@ -142,7 +148,12 @@ def play_synthetic(
         if not knee_sent and not done_sending and backlog > run.capacity_rps * 0.5:
             knee_sent = True
             sink.on_event(
-                Event(t0 + 0.05, "knee", f"knee at {rate:.1f} rps", {"rps": rate, "reason": "waiting queue growing"})
+                Event(
+                    t0 + 0.05,
+                    "knee",
+                    f"knee at {rate:.1f} rps",
+                    {"rps": rate, "offered_rps": rate, "reason": "waiting queue growing"},
+                )
             )
         # Arrivals in [t0, t0+1).
         if not done_sending:
@@ -168,6 +179,9 @@ def play_synthetic(
             while marks and marks[0][0] < h1:
                 mt, note = marks.pop(0)
                 sink.on_event(Event(mt, "mark", note, {"note": note}))
+            while configs and configs[0][0] < h1:
+                ct, command, diff = configs.pop(0)
+                sink.on_event(config_event(ct, command, diff, "current", ct))
             while pending and pending[0].end_at < h1:
                 if not emitted_scrape and pending[0].end_at >= scrape_t:
                     _scrape(run, sink, scrape_t, len(pending), backlog, counters, rng)

@@ -20,9 +20,10 @@ from textual.containers import Container, Grid, Horizontal, Vertical
 from textual.geometry import Size
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from rampwatch.core.timeline import Event, ReplayControl, RunControl, Snapshot, SnapshotSource
+from rampwatch.core.timeline import Event, ReplayControl, RunControl, ServerControl, Snapshot, SnapshotSource
 from rampwatch.tui.chart_data import format_duration, rate_step
 from rampwatch.tui.compare_panel import ComparePanel
+from rampwatch.tui.configurations_screen import ConfigurationsScreen
 from rampwatch.tui.event_log import EventLog
 from rampwatch.tui.gpu_chart import GpuChart
 from rampwatch.tui.gpu_view import has_gpu
@@ -36,6 +37,7 @@ from rampwatch.tui.position_bar import PositionBar
 from rampwatch.tui.prefix_chart import PrefixChart
 from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.quit_dialog import QuitDialog
+from rampwatch.tui.restart_dialog import RestartDialog
 from rampwatch.tui.server_log import ServerLogPanel
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.step_table import StepTable
@@ -51,7 +53,7 @@ WIDE_MIN = Size(120, 36)
 SPEEDS = (1.0, 2.0, 4.0, 8.0, 16.0)
 # A toast is removed at its timeout; the repaint comes just after.
 TOAST_REPAINT_DELAY_S = 0.25
-ACTIVE_STATES = ("starting", "ramping", "holding", "draining", "stopping")
+ACTIVE_STATES = ("starting", "ramping", "holding", "restarting", "draining", "stopping")
 
 CHARTS = (
     ("throughput", "Rate", ThroughputChart),
@@ -67,9 +69,10 @@ ACTION_STATES = {
     "toggle_hold": STEERING_STATES,
     "rate_up": STEERING_STATES,
     "rate_down": STEERING_STATES,
-    "mark": ("ramping", "holding", "draining", "stopping"),
-    "stop_run": ("ramping", "holding", "draining"),
+    "mark": ("ramping", "holding", "restarting", "draining", "stopping"),
+    "stop_run": ("ramping", "holding", "restarting", "draining"),
     "end_drain": ("draining", "stopping"),
+    "restart_server": STEERING_STATES,
 }
 LIVE_ACTIONS = set(ACTION_STATES)
 # How long a steering key waits for its event to come back from the run before it says
@@ -85,7 +88,9 @@ ACTION_EVENTS = {
     "mark": ("mark",),
     "stop": ("stop",),
     "cancel": ("cancel",),
+    "restart": ("set_rate",),  # the load paused at 0 req/s for the restart
 }
+NO_SERVER = "rampwatch did not start this server (--serve): it cannot restart it"
 REPLAY_ACTIONS = {
     "play_pause",
     "speed_down",
@@ -107,6 +112,8 @@ def why_unavailable(action: str, state: str) -> str | None:
         return "the run has finished and its recording is closed" if action == "mark" else "the run has finished"
     if state == "starting":
         return "the run has not started yet"
+    if state == "restarting":
+        return "the server is restarting: the load resumes once the new one serves"
     if action == "end_drain":
         return "nothing to cancel: x ends the drain once the schedule is over or stopped"
     if action == "stop_run":
@@ -168,6 +175,7 @@ class RampwatchApp(App[int]):
         Binding("m", "mark", "mark"),
         Binding("s", "stop_run", "stop"),
         Binding("x", "end_drain", "cancel"),
+        Binding("R", "restart_server", "restart", key_display="R"),
         # replay: the footer shows each pair of keys once (the second of a pair is hidden)
         Binding("space", "play_pause", "play/pause", priority=True),
         Binding("left_square_bracket,less_than_sign", "speed_down", "speed", key_display="[ ]", priority=True),
@@ -188,6 +196,7 @@ class RampwatchApp(App[int]):
         Binding("t", "toggle_steps", "steps", show=False),
         Binding("l", "toggle_log", "log/linear", show=False),
         Binding("v", "latency_view", "latency view", show=False),
+        Binding("g", "configurations", "configurations", show=False),
         Binding("o", "toggle_server_log", "server log", show=False),
     ]
 
@@ -207,6 +216,7 @@ class RampwatchApp(App[int]):
         comparison: Callable[[], Comparison] | None = None,
         server_log: Callable[[], list[str]] | None = None,
         server_exit: Callable[[], str | None] | None = None,
+        server: ServerControl | None = None,
     ) -> None:
         """A replay when ``replay`` is given (then it is also the ``source``), else a live
         run, steered through ``control`` when there is one. ``run_failed()`` true: the run
@@ -227,6 +237,7 @@ class RampwatchApp(App[int]):
         self.compare_label = compare_label
         self.rate_step_rps = rate_step_rps
         self.comparison = comparison
+        self.server = server  # the run's own server (--serve), which R restarts
         self.latest: Snapshot = Snapshot.empty("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
@@ -236,6 +247,7 @@ class RampwatchApp(App[int]):
         self._marks: list[tuple[float, str, str]] | None = None
         self._awaited: list[AwaitedEvent] = []
         self._claimed: set[int] = set()  # indices of events a toast has already confirmed
+        self._events_announced = 0  # events already looked at for a restart's outcome
         self.mouse_reporting = mouse  # as the app is started (``App.run(mouse=...)``)
         self.server_log = server_log
         self.server_exit = server_exit
@@ -383,6 +395,8 @@ class RampwatchApp(App[int]):
             self.refresh_bindings()  # the footer dims the keys that cannot act now
         if self._awaited:
             self._confirm_steering(snapshot)
+        if self.mode == "live":
+            self._announce_restarts(snapshot)
         if self._pending_hold is not None and (
             (snapshot.state == "holding") == self._pending_hold or snapshot.state not in ACTIVE_STATES
         ):
@@ -393,12 +407,15 @@ class RampwatchApp(App[int]):
             self._panels = list(self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog, StepTable"))
         for widget in self._panels:
             widget.show_snapshot(snapshot, message.compare)
+        on_top = self.screen_stack[-1] if self.screen_stack else None
+        if isinstance(on_top, ConfigurationsScreen) and snapshot.configurations is not None:
+            on_top.update_table(snapshot.configurations)
 
     def _update_replay_status(self, replay: ReplayControl) -> None:
         playing, speed = replay.playing, replay.speed
         for header in self.main_screen.query(HeaderBar):
             header.replay_status = f"{'▶' if playing else '⏸'} {speed:g}×"
-        letters = {"knee": "K", "mark": "M", "hold": "H"}
+        letters = {"knee": "K", "mark": "M", "hold": "H", "config": "C"}
         bar_marks = [(t, letters[kind]) for t, kind in self._replay_marks(replay) if kind in letters]
         for bar in self.main_screen.query(PositionBar):
             bar.set_state(
@@ -434,6 +451,8 @@ class RampwatchApp(App[int]):
         if action in LIVE_ACTIONS:
             if self.mode != "live" or self.control is None:
                 return False
+            if action == "restart_server" and self.server is None:
+                return None
             # None: shown dimmed in the footer, and on_key says why when it is pressed
             return None if why_unavailable(action, self.latest.state) else True
         if action in REPLAY_ACTIONS:
@@ -453,6 +472,8 @@ class RampwatchApp(App[int]):
         if action is None:
             return
         reason = why_unavailable(action, self.latest.state)
+        if not reason and action == "restart_server" and self.server is None:
+            reason = NO_SERVER
         if reason:
             event.stop()
             self.notify(f"{event.key}: {reason}", severity="warning", timeout=3)
@@ -498,6 +519,16 @@ class RampwatchApp(App[int]):
             else:
                 waiting.append(awaited)
         self._awaited = waiting
+
+    def _announce_restarts(self, snapshot: Snapshot) -> None:
+        """A restart's outcome, when the run records it: the new configuration is serving
+        (the recorded diff), or the new server did not start (the run stops)."""
+        for event in snapshot.events[self._events_announced :]:
+            if event.kind == "config":
+                self.notify(event.message, timeout=CONFIRMATION_TOAST_S * 2)
+            elif event.kind == "error" and event.data.get("restart") == "failed":
+                self.notify(event.message, severity="error", timeout=10)
+        self._events_announced = len(snapshot.events)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -639,6 +670,35 @@ class RampwatchApp(App[int]):
         self.control.stop()
         self._await_event("stop")
 
+    def action_restart_server(self) -> None:
+        """R: edit the server's arguments; applying pauses the load, restarts the server
+        and resumes as chosen (``ServerControl.restart``, the run records the change)."""
+        assert self.server is not None
+
+        def answered(choice: tuple[str, str] | None) -> None:
+            if choice is None:
+                return
+            reason = why_unavailable("restart_server", self.latest.state)
+            if reason:  # the run moved on while the command was edited
+                self.notify(f"restart not started: {reason}", severity="warning", timeout=5)
+                return
+            self.server.restart(*choice)
+            self._await_event("restart")
+            if self.server_log is not None:  # the new server's start, as its log comes
+                self.set_server_log_shown(True)
+
+        self.push_screen(RestartDialog(self.server), answered)
+
+    def action_configurations(self) -> None:
+        """g: the configurations side by side (after a restart)."""
+        if isinstance(self.screen, ConfigurationsScreen):
+            return
+        table = self.latest.configurations
+        if table is None:
+            self.notify("one configuration so far: the table compares them after a server restart", timeout=3)
+            return
+        self.push_screen(ConfigurationsScreen(table))
+
     def action_end_drain(self) -> None:
         """Cancel every request still in flight now rather than wait for it (recorded as
         a cancel event; the requests are counted as cancelled)."""
@@ -725,13 +785,16 @@ def make_live_app(
     mouse: bool = True,
     server_log: Callable[[], list[str]] | None = None,
     server_exit: Callable[[], str | None] | None = None,
+    server: ServerControl | None = None,
 ) -> RampwatchApp:
     """The app for a live run: ``control`` steers it (no control: a view only). ``mouse``
     says whether it is run with mouse capture (``app.run(mouse=...)``; ``c`` toggles it).
-    ``server_log``/``server_exit``: the server the run started (``--serve``), if any."""
+    ``server_log``/``server_exit``: the server the run started (``--serve``), if any;
+    ``server``: that server's control, which ``R`` restarts with other arguments."""
     return RampwatchApp(
         source,
         control=control,
+        server=server,
         run_failed=run_failed,
         refresh_hz=refresh_hz,
         recording=recording,

@@ -174,9 +174,11 @@ def log10_or_missing(values: Sequence[float | None]) -> list[float]:
 
 
 def markers(events: Iterable[Event]) -> list[Marker]:
-    """Knee, hold/resume and user marks as vertical markers, numbered marks as M1, M2, …"""
+    """Knee, hold/resume and user marks as vertical markers, numbered marks as M1, M2, …;
+    a server restart as the configuration it starts, C2, C3, … (C1 is the run's first)."""
     out: list[Marker] = []
     mark_no = 0
+    config_no = 1
     for event in events:
         if event.kind == "knee":
             out.append(Marker(event.t, "knee", "K"))
@@ -187,6 +189,9 @@ def markers(events: Iterable[Event]) -> list[Marker]:
         elif event.kind == "mark":
             mark_no += 1
             out.append(Marker(event.t, "mark", f"M{mark_no}"))
+        elif event.kind == "config":
+            config_no += 1
+            out.append(Marker(event.t, "config", f"C{config_no}"))
     return out
 
 
@@ -342,7 +347,7 @@ def chart_key(snapshot: Snapshot, compare: Snapshot | None, width: int, height: 
 
 # ----- time left, ETA and the drain (the header) -----
 
-SCHEDULE_STATES = ("starting", "ramping", "holding")
+SCHEDULE_STATES = ("starting", "ramping", "holding", "restarting")
 DRAIN_STATES = ("draining", "stopping")
 
 

@@ -22,6 +22,7 @@ from rampwatch.tui.health import DEGRADED, METRICS_STALE, OK, SERVER_DOWN, Healt
 STATE_STYLES = {
     "ramping": "bold green",
     "holding": "bold yellow",
+    "restarting": "bold black on cyan",
     "draining": "bold magenta",
     "stopping": "bold red",
     "done": "bold",

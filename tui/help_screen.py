@@ -23,6 +23,7 @@ LIVE_KEYS = (
     ("m", "add a mark with a note", None),
     ("s", "stop gracefully (no new requests, drain, finish)", "grace"),
     ("x", "while draining or stopping: cancel the in-flight requests now", None),
+    ("R", "restart the server with other arguments (a server rampwatch started)", "serve"),
     ("o", "server log: show / hide (a run that started its server: --serve, the simulator)", None),
     ("q  ctrl+c  ctrl+q", "quit (asks while a run is active; ctrl+c again: yes)", None),
 )
@@ -38,6 +39,7 @@ REPLAY_KEYS = (
 )
 COMMON_KEYS = (
     ("t", "step table: in place of the charts (narrow: its tab)", None),
+    ("g", "configurations side by side (after a server restart)", None),
     ("l", "latency chart: log / linear axes", None),
     ("v", "latency chart: p50/p99 · TTFT p50/p90/p99 · ITL p50/p90/p99", None),
     ("1 … 8", "switch tab (narrow terminals; 9: B vs A when comparing)", None),
@@ -46,7 +48,8 @@ COMMON_KEYS = (
     ("?", "this help", None),
 )
 CHART_KEY = (
-    "Markers on every chart: K knee, H hold, R resume, M1 M2 … marks; (B) = compared run, dimmed. "
+    "Markers on every chart: K knee, H hold, R resume, M1 M2 … marks, C2 C3 … server restarts; "
+    "(B) = compared run, dimmed. "
     "Dimmed keys in the footer cannot act now; pressed, they say why."
 )
 
@@ -95,6 +98,11 @@ def help_settings(
     out["grace"] = (f"{grace:g} s" if grace is not None else "--stop-grace") + (
         " for in-flight requests (--stop-grace, default 10 s)"
     )
+    serve = options.get("serve")
+    if isinstance(serve, str) and serve:
+        out["serve"] = f"started with: {serve}"
+    else:
+        out["serve"] = "not available: the run connects to a server it did not start (--target)"
     if speed is not None:
         out["speed"] = f"now {speed:g}× (--speed, default 1×)"
     if knee_at is not None:

@@ -1,4 +1,5 @@
-"""Replay position: play state, speed, time, and a bar with the knee (K) and marks (M)."""
+"""Replay position: play state, speed, time, and a bar with the knee (K), marks (M),
+holds (H) and server restarts (C)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from rampwatch.tui.chart_data import format_duration
 
 
 def bar_cells(position: float, duration: float, width: int, marks: list[tuple[float, str]]) -> str:
-    """A ``width``-cell bar: '━' played, '─' to come, K/M/H where the knee, marks, holds fall."""
+    """A ``width``-cell bar: '━' played, '─' to come, K/M/H/C where the knee, marks, holds
+    and restarts fall."""
     if width <= 0:
         return ""
     fraction = 0.0 if duration <= 0 else min(max(position / duration, 0.0), 1.0)
@@ -58,7 +60,9 @@ class PositionBar(Widget):
         text.append(left, style="bold")
         bar = bar_cells(self.position, self.duration, width, self.marks)
         for ch in bar:
-            style = {"━": "bold", "●": "bold", "K": "bold red", "M": "bold yellow", "H": "cyan"}.get(ch, "dim")
+            style = {"━": "bold", "●": "bold", "K": "bold red", "M": "bold yellow", "H": "cyan", "C": "bold green"}.get(
+                ch, "dim"
+            )
             text.append(ch, style=style)
         text.append(right)
         return text

@@ -53,6 +53,7 @@ MARKER_COLOURS: dict[str, RGB] = {
     "hold": COLOURS["cyan"],
     "resume": COLOURS["cyan"],
     "mark": COLOURS["orange"],
+    "config": COLOURS["green"],
 }
 # Without colour, series are told apart by the character that draws them.
 MONO_MARKERS = ("•", "x", "+", "o", "*", "#", "%", "@", "&", "=")

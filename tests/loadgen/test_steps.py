@@ -189,3 +189,32 @@ def test_a_row_younger_than_a_second_has_no_achieved_rate_yet():
     first, second = t.rows(5.5)
     assert first.achieved_rps == 0.0 and math.isnan(second.achieved_rps) and second.completed == 1
     assert t.rows(6.0)[1].achieved_rps == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("resume", ["current", "start"])
+def test_a_server_restart_is_a_row_at_zero_and_the_ramp_goes_on_as_resumed(resume):
+    from rampwatch.loadgen.segments import config_event
+
+    b = SeriesBuilder()
+    b.on_start(header("linear", 100.0, start_rps=1, end_rps=11))
+    for s in range(25):
+        b.on_tick(Tick(t=float(s), target_rps=1 + s / 10, state="ramping"))
+    b.on_event(Event(t=25.0, kind="set_rate", data={"before_rps": 3.5, "after_rps": 0.0, "restart": True}))
+    for s in range(25, 30):  # the server restarting: 5 s held at 0
+        b.on_tick(Tick(t=float(s), target_rps=0.0, state="restarting"))
+    b.on_event(Event(t=30.0, kind="resume", data={"before_rps": 0.0, "after_rps": 3.5}))
+    b.on_event(config_event(30.0, "vllm serve m --max-num-seqs 64", [("max_num_seqs", "8", "64")], resume, 25.0))
+    for s in range(30, 41):
+        b.on_tick(Tick(t=float(s), target_rps=2.0, state="ramping"))
+    rows = b.snapshot(now=41.0).steps
+    # ramp time after the restart: "current" goes on from 25 s (the 5 s restart excluded),
+    # "start" from 0 again
+    after = [("ramp", 30.0), ("ramp", 35.0)] if resume == "current" else [("ramp", 30.0), ("ramp", 40.0)]
+    assert [(r.kind, r.start_s) for r in rows] == [
+        ("ramp", 0.0),
+        ("ramp", 10.0),
+        ("ramp", 20.0),
+        ("rate", 25.0),
+        *after,
+    ]
+    assert rows[3].target_lo_rps == 0.0

@@ -442,3 +442,41 @@ def fake_comparison(load_differs: bool = True) -> tuple[list[dict[str, Any]], st
     schedule_b = {"kind": "linear", "end_rps": 30 if load_differs else 20}
     warning = load_warning({"schedule": {"kind": "linear", "end_rps": 20}}, {"schedule": schedule_b})
     return compare_rows(sa, sb, xa, xb, resamples=300), warning
+
+
+class FakeServer:
+    """A ``ServerControl`` for screens: a fixed command; the diff from a plain reading of
+    ``--flag value`` pairs (no program is looked up)."""
+
+    def __init__(self, command: str = "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 8") -> None:
+        self.command = command
+        self.restarts: list[tuple[str, str]] = []
+
+    @staticmethod
+    def _args(text: str) -> dict[str, str | bool]:
+        import shlex
+
+        from rampwatch.core.errors import UserError
+
+        try:
+            words = shlex.split(text)
+        except ValueError as exc:
+            raise UserError(f"--serve {text!r}: {exc}") from None
+        if not words:
+            raise UserError("--serve: empty command")
+        args: dict[str, str | bool] = {}
+        flags = [w for w in words if w.startswith("--")]
+        for flag in flags:
+            i = words.index(flag)
+            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else True
+            args[flag[2:].replace("-", "_")] = value
+        return args
+
+    def preview(self, text: str) -> str:
+        from rampwatch.loadgen.segments import diff_text
+
+        old, new = self._args(self.command), self._args(text)
+        return diff_text([(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)])
+
+    def restart(self, text: str, resume: str) -> None:
+        self.restarts.append((text, resume))

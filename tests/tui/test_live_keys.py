@@ -20,6 +20,7 @@ LIVE_KEYS = {
     "m": "mark",
     "s": "stop_run",
     "x": "end_drain",
+    "R": "restart_server",
 }
 
 
