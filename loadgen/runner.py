@@ -41,6 +41,7 @@ from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
+from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.series import SeriesBuilder
@@ -76,6 +77,10 @@ class RunOptions:
     gpu_metrics_urls: list[str] = field(default_factory=list)
     gpu_nvml: bool = False
     gpu_note: str | None = None
+    # The server's batch and KV limits when rampwatch knows its engine arguments (a
+    # managed `vllm serve`: ServerLimits.from_engine_args); the knee's explanation adds the
+    # server's cache config and the run's --max-concurrency to them.
+    server_limits: ServerLimits | None = None
 
 
 @dataclass
@@ -331,6 +336,7 @@ class Run:
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
             )
+            self.knee.limits = ServerLimits.of_run(header, opts.server_limits)
             self.sink.on_start(header)
             self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {header.target}"))
             models_error = server_info["errors"].get("/v1/models")
