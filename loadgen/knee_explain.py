@@ -624,20 +624,24 @@ def first_knee(events: Sequence[Event]) -> Event | None:
 
 
 def knee_explanation_of(snapshot: Snapshot) -> tuple[Event, KneeExplanation] | None:
-    """The first knee of a run or recording and why: as its event recorded it, or — for a
-    knee recorded before explanations — worked out now from the snapshot's series of the
-    ``WINDOW_S`` seconds before it, with the limits its header tells (the cache config,
-    the concurrency cap; the batch cap is then inferred). None without a knee."""
+    """The first knee of a run or recording and why (``explain_recorded_knee``); None
+    without a knee."""
     knee = first_knee(snapshot.events)
-    if knee is None:
-        return None
+    return None if knee is None else (knee, explain_recorded_knee(knee, snapshot))
+
+
+def explain_recorded_knee(knee: Event, snapshot: Snapshot) -> KneeExplanation:
+    """Why ``knee`` happened: as its event recorded it, or — for a knee recorded before
+    explanations — worked out now from the snapshot's series of the ``WINDOW_S`` seconds
+    before it, with the limits its header tells (the cache config, the concurrency cap;
+    the batch cap is then inferred)."""
     recorded = KneeExplanation.from_dict(knee.data.get("explanation"))
     if recorded is not None:
-        return knee, recorded
+        return recorded
     picked = [i for i, t in enumerate(snapshot.times) if knee.t - WINDOW_S <= t and t + 1 <= knee.t]
     window = {
         name: [values[i] for i in picked]
         for name, values in snapshot.series.items()
         if len(values) == len(snapshot.times)
     }
-    return knee, explain_knee(window, ServerLimits.of_run(snapshot.header))
+    return explain_knee(window, ServerLimits.of_run(snapshot.header))

@@ -25,6 +25,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from rampwatch.core.timeline import Event, ScrapeErrorLine, Snapshot
+from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.tui.chart_data import errors_by_class, format_duration
 
 KIND_STYLES = {
@@ -65,8 +66,21 @@ def one_line(text: str) -> str:
 
 def event_row(event: Event) -> EventRow:
     detail = [f"{format_duration(event.t)}  {event.kind}", "", event.message]
-    if event.data:
-        detail += ["", *(f"{key}: {value}" for key, value in event.data.items())]
+    data = dict(event.data)
+    why = KneeExplanation.from_dict(data.pop("explanation", None)) if event.kind == "knee" else None
+    if why is not None:  # the knee's why, a line per item rather than a dict
+        detail += ["", *why.lines()]
+        limits = data.pop("limits", None)
+        if isinstance(limits, dict):
+            sources = limits.get("sources") or {}
+            known = [
+                f"{key} {value}" + (f" ({sources[key]})" if key in sources else "")
+                for key, value in limits.items()
+                if key != "sources"
+            ]
+            detail.append("limits known: " + ", ".join(known))
+    if data:
+        detail += ["", *(f"{key}: {value}" for key, value in data.items())]
     return EventRow(event.t, event.kind, one_line(event.message), "\n".join(detail))
 
 
