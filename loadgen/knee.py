@@ -26,8 +26,8 @@ recovered and the detector re-arms (a later knee is reported again).
 
 The knee event also says *why* (``knee_explain.explain_knee`` over the last
 ``knee_explain.WINDOW_S`` seconds and the run's ``ServerLimits``): its data's
-``explanation`` is the limit hit, the evidence and what to try next, and its message ends
-with the limit's title and that suggestion.
+``explanation`` is the limit hit, the evidence and what to try next, and its message
+starts with the limit's title and ends with that suggestion.
 """
 
 from __future__ import annotations
@@ -165,9 +165,13 @@ class KneeDetector:
                 self._quiet_since = None
                 evidence = [f"{name}: {active[name]}" for name in SIGNALS if name in active]
                 why = self.explain()
-                message = f"server stopped keeping up at ~{rate:.1f} req/s offered: {why.title}"
-                if why.try_next:
-                    message += f" → try {why.try_next}"
+                # The limit first: the events panel's line is cut at its edge.
+                if why.limit == "undetermined":
+                    message = f"server stopped keeping up at ~{rate:.1f} req/s offered (limit undetermined)"
+                else:
+                    message = f"{why.title} at ~{rate:.1f} req/s offered"
+                    if why.try_next:
+                        message += f" → try {why.try_next}"
                 return Event(
                     t=t,
                     kind="knee",

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rampwatch.core.timeline import RunHeader
+from rampwatch.core.timeline import Event, RunHeader, Snapshot
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee_explain import (
     PRIORITY,
@@ -391,5 +391,49 @@ def test_the_detector_puts_the_explanation_in_the_knee_event():
     why = KneeExplanation.from_dict(knees[0].data["explanation"])
     assert why is not None and why.limit == "batch_cap"
     assert knees[0].data["limits"] == {"max_num_seqs": 32, "engines": 1, "tensor_parallel_size": 1, "sources": {}}
-    assert "batch-size cap → try --max-num-seqs 48" in knees[0].message
+    assert knees[0].message.startswith("batch-size cap at ~")
+    assert knees[0].message.endswith(" req/s offered → try --max-num-seqs 48")
     assert np.isfinite(knees[0].data["offered_rps"])
+
+
+# -- the summary, the result JSON and a recording's report --------------------------------
+
+
+def test_the_summary_carries_the_knee_explanation_and_prints_it_under_the_knee():
+    from rampwatch.loadgen.summary import format_summary, summarise_requests, to_bench_result
+
+    why = explain_knee(window(**BATCH_CAP), ServerLimits(max_num_seqs=64))
+    knee = Event(3.0, "knee", "k", {"offered_rps": 12.5, "explanation": why.to_dict()})
+    summary = summarise_requests(None, [], [], [knee], duration_s=4.0)
+    assert summary.to_dict()["knee_explanation"] == why.to_dict()
+    lines = format_summary(summary).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Knee at offered rate"))
+    assert lines[at + 1] == f"  why: batch-size cap ({why.evidence}) → try --max-num-seqs 128"
+    assert to_bench_result(summary, None, [])["rampwatch_knee_explanation"] == why.to_dict()
+    # a knee recorded before explanations: none, and no line
+    old = summarise_requests(None, [], [], [Event(3.0, "knee", "k", {"offered_rps": 12.5})], duration_s=4.0)
+    assert old.knee_explanation is None
+    assert "  why:" not in format_summary(old)
+
+
+def test_an_older_recordings_knee_is_explained_from_its_series():
+    """A knee event without an explanation: the report works it out from the series of
+    the seconds before it, with the limits the header tells (here the concurrency cap)."""
+    from rampwatch.loadgen.summary import summarise_requests
+    from rampwatch.record.analysis import with_knee_explanation
+    from rampwatch.record.html_report import knee_section
+
+    series = window(**CLIENT_CAP)
+    header = RunHeader("x", 0.0, "http://t", "m", "s", options={"max_concurrency": 32})
+    knee = Event(float(N), "knee", "k", {"offered_rps": 9.0})
+    snapshot = Snapshot(float(N), header, "done", 0.0, [float(i) for i in range(N)], series, 0, [knee], {}, True)
+    summary = with_knee_explanation(summarise_requests(header, [], [], [knee], duration_s=40.0), snapshot)
+    assert summary.knee_explanation is not None
+    assert summary.knee_explanation["limit"] == "client_cap"
+    assert summary.knee_explanation["try"] == "--max-concurrency 64"
+    html = knee_section(summary)
+    assert "at 9.0 req/s offered: <b>client concurrency cap</b>" in html
+    assert "<li>try next: --max-concurrency 64 (a rampwatch flag, not an engine argument)</li>" in html
+    # no knee: nothing to explain, no section
+    plain = summarise_requests(header, [], [], [], duration_s=40.0)
+    assert with_knee_explanation(plain, snapshot) is plain and knee_section(plain) == ""

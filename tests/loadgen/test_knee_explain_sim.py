@@ -21,6 +21,12 @@ from rampwatch.sim.embedded import EmbeddedSim
 REPO = Path(__file__).resolve().parents[2]
 
 
+def rampwatch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
 def headless_ramp(url: str, tmp_path: Path) -> tuple[str, dict]:
     result_json = tmp_path / "result.json"
     proc = subprocess.run(
@@ -33,7 +39,8 @@ def headless_ramp(url: str, tmp_path: Path) -> tuple[str, dict]:
             "--headless",
             "--target",
             url,
-            "--no-record",
+            "--record",
+            str(tmp_path / "run.rwrec"),
             "--result-json",
             str(result_json),
             "--duration",
@@ -89,3 +96,13 @@ def test_a_headless_run_names_the_limit_behind_its_knee(tmp_path, config, limit,
     knee = next(i for i, line in enumerate(lines) if line.startswith("Knee at offered rate"))
     assert lines[knee + 1].startswith(f"  why: {why['title']} (")
     assert lines[knee + 1].endswith(f"→ try {try_next}")
+
+    # the recording carries it: the report, the HTML and JSON exports say the same
+    report = rampwatch("report", str(tmp_path / "run.rwrec"))
+    assert report.returncode == 0, report.stderr
+    assert lines[knee + 1] in report.stdout.splitlines()
+    exported = rampwatch("export", str(tmp_path / "run.rwrec"), "--format", "html", "-o", str(tmp_path / "r.html"))
+    assert exported.returncode == 0, exported.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Knee</h2>" in page and f"<b>{why['title']}</b>" in page
+    assert f"<li>try next: {try_next}</li>" in page

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rampwatch.core.timeline import Event
+from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.loadgen.knee_explain import ServerLimits, explain_knee
 from rampwatch.tui.app import make_live_app
 from rampwatch.tui.event_log import event_row
@@ -23,8 +23,17 @@ def explained_knee() -> Event:
     return Event(
         KNEE_AT,
         "knee",
-        f"server stopped keeping up at ~14.0 req/s offered: {WHY.title} → try {WHY.try_next}",
-        {"offered_rps": 14.0, "onset_t": 73.0, "explanation": WHY.to_dict(), "limits": LIMITS.to_dict()},
+        f"{WHY.title} at ~14.0 req/s offered → try {WHY.try_next}",
+        {
+            "offered_rps": 14.0,
+            "onset_t": 73.0,
+            "evidence": [
+                "throughput_lag: completed 13.5 req/s vs offered 15.0 req/s",
+                "queue_growth: waiting queue 21",
+            ],
+            "explanation": WHY.to_dict(),
+            "limits": LIMITS.to_dict(),
+        },
     )
 
 
@@ -66,9 +75,37 @@ def test_the_knee_detail_lists_the_explanation_not_a_dict():
     detail = event_row(explained_knee()).detail.splitlines()
     assert "limit: batch-size cap [batch_cap]" in detail
     assert "try next: --max-num-seqs 40" in detail
-    assert "limits known: max_num_seqs 32 (serve command), engines 1, tensor_parallel_size 1" in detail
+    assert "limits known: max_num_seqs 32 (serve command)" in detail
     assert not any(line.startswith("explanation:") for line in detail)
     assert "offered_rps: 14.0" in detail
+    at = detail.index("signals that marked it:")
+    assert detail[at : at + 3] == [
+        "signals that marked it:",
+        "  throughput_lag: completed 13.5 req/s vs offered 15.0 req/s",
+        "  queue_growth: waiting queue 21",
+    ]
+
+
+def test_limits_text_groups_by_source():
+    from rampwatch.tui.event_log import limits_text
+
+    limits = ServerLimits.of_run(
+        RunHeader(
+            "x",
+            0.0,
+            "t",
+            "m",
+            "s",
+            options={"max_concurrency": 8},
+            server_info={"cache_config": {"num_gpu_blocks": "4096", "block_size": "16"}},
+        ),
+        ServerLimits.from_engine_args({"max_num_seqs": "64", "data_parallel_size": "2"}),
+    )
+    assert limits_text(limits.to_dict()) == (
+        "max_num_seqs 64 (serve command); max_concurrency 8 (run options); "
+        "num_gpu_blocks 4096, block_size 16 (/metrics cache_config_info); engines 2"
+    )
+    assert limits_text({"engines": 1, "tensor_parallel_size": 1, "sources": {}}) == "none"
 
 
 async def test_a_live_knee_without_an_explanation_shows_no_banner():
