@@ -16,13 +16,17 @@ The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds)
   preempted or kept waiting;
 - ``batch_cap``: running requests sat at the cap (``CAP_FRACTION`` x ``max_num_seqs`` x
   engines) for at least ``PLATEAU_S`` seconds while requests waited (recent mean at least
-  ``WAITING_MIN``). Without a known ``max_num_seqs``, a running count flat to within one
-  request for ``PLATEAU_S`` seconds with requests waiting in each of them, the KV cache
-  not full, is taken as the cap, and said to be inferred;
+  ``WAITING_MIN``). Without a known ``max_num_seqs``, a running count within one request
+  of its top for ``PLATEAU_S`` seconds, at exactly the top in ``EXACT_SHARE`` of them,
+  with requests waiting in each and the KV cache not full, is taken as the cap, and said
+  to be inferred;
 - ``token_budget``: requests waited, the tokens each step computed filled at least
   ``BUDGET_FILL`` of ``max_num_batched_tokens`` (tokens per step ~ (computed prompt tok/s
   + generation tok/s) x the step time, which is the client's ITL p50), and TTFT p50 rose
-  ``TTFT_RISE``-fold while ITL p50 held (rose less than ``ITL_HOLD``-fold);
+  ``TTFT_RISE``-fold while ITL p50 held (rose less than ``ITL_HOLD``-fold). Without a
+  known budget, the same with the computed prompt tok/s grown ``PROMPT_GREW``-fold and
+  then flat (spread under ``FLAT_SPREAD``, at least ``PROMPT_TOP_SHARE`` of the window's
+  90th percentile), neither the KV cache full nor running at a cap: said to be inferred;
 - ``client_cap``: rampwatch's own queue (``client_queued``) reached ``CLIENT_QUEUE_MIN``
   and grew, while the server had room (recent waiting mean under ``WAITING_MIN``, running
   under the cap when the cap is known);
@@ -51,9 +55,13 @@ KV_FULL_PCT = 95.0  # KV usage at or above which the cache counts as full (the k
 KV_ROOM_TARGET_PCT = 90.0  # a larger batch is sized so KV usage would stay under this
 CAP_FRACTION = 0.95  # running at or above this share of the batch cap counts as "at the cap"
 PLATEAU_S = 5  # seconds at the cap (or flat, when inferred) before it counts
+EXACT_SHARE = 0.8  # an inferred cap: the share of the plateau's seconds at exactly its top
 WAITING_MIN = 1.0  # mean requests waiting in the recent seconds that count as "requests wait"
 CLIENT_QUEUE_MIN = 3.0  # requests in rampwatch's own queue that count as a client-side queue
 BUDGET_FILL = 0.8  # share of max_num_batched_tokens per step that counts as a full budget
+FLAT_SPREAD = 0.15  # an unknown budget: prompt tok/s varying less than this (std / mean) counts as flat
+PROMPT_TOP_SHARE = 0.85  # … and at least this share of the window's 90th percentile (it stopped growing)
+PROMPT_GREW = 1.3  # … having grown this many times over from the window's start (the ramp reached the budget)
 TTFT_RISE = 2.0  # TTFT p50 rising this many times over counts as rising
 ITL_HOLD = 1.5  # ITL p50 rising less than this many times counts as holding
 ITL_GROWTH = 1.5  # ITL p50 growing this many times over counts as the step time growing
@@ -370,10 +378,17 @@ def _from_to(w: _Window, name: str, unit: str = "") -> str | None:
 
 
 def _longest_run(mask: np.ndarray) -> int:
-    best = run = 0
-    for held in mask:
+    return _longest_stretch(mask)[1]
+
+
+def _longest_stretch(mask: np.ndarray) -> tuple[int, int]:
+    """(start, length) of the longest stretch of True."""
+    best = (0, 0)
+    run = 0
+    for i, held in enumerate(mask):
         run = run + 1 if held else 0
-        best = max(best, run)
+        if run > best[1]:
+            best = (i - run + 1, run)
     return best
 
 
@@ -439,9 +454,16 @@ def _at_cap(w: _Window, limits: ServerLimits) -> tuple[int, int, bool] | None:
     top = float(np.nanmax(running[-RECENT_S:])) if np.isfinite(running[-RECENT_S:]).any() else math.nan
     if not math.isfinite(top) or top < 1:
         return None
-    flat = finite & (np.abs(np.nan_to_num(running, nan=-1e9) - top) <= 1.0) & (waiting >= 1.0)
-    seconds = _longest_run(flat)
-    return (int(round(top)), seconds, True) if seconds >= PLATEAU_S else None
+    values = np.nan_to_num(running, nan=-1e9)
+    flat = finite & (np.abs(values - top) <= 1.0) & (waiting >= 1.0)
+    start, seconds = _longest_stretch(flat)
+    if seconds < PLATEAU_S:
+        return None
+    # A cap holds running at one value (a request leaving is replaced in the same step);
+    # a running count that wobbles by one (10, 11, 10…) is held by something else, such
+    # as the token budget, and is no cap.
+    exact = float(np.mean(values[start : start + seconds] == top))
+    return (int(round(top)), seconds, True) if exact >= EXACT_SHARE else None
 
 
 def _larger_batch(cap: int, kv_pct: float | None, engines: int) -> int:
@@ -479,40 +501,81 @@ def _batch_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
     return KneeExplanation("batch_cap", TITLES["batch_cap"], ", ".join(parts), try_next, alternatives=alternatives)
 
 
-def _step_fill(w: _Window, limits: ServerLimits) -> tuple[float, float] | None:
-    """(tokens per step, share of max_num_batched_tokens) over the recent seconds."""
-    budget = limits.max_num_batched_tokens
-    prompt = w.mean(w.recent("server_prompt_tps"))
+def _computed_prompt_tps(w: _Window) -> np.ndarray:
+    """Prompt tokens the server computed per second: prefix-cache hits take no budget."""
+    hit = np.nan_to_num(w.get("prefix_hit_pct"), nan=0.0).clip(0.0, 100.0)
+    return w.get("server_prompt_tps") * (1 - hit / 100)
+
+
+def _tokens_per_step(w: _Window) -> float | None:
+    """Tokens each step computed over the recent seconds: (computed prompt tok/s +
+    generation tok/s) x the step time, which is the client's ITL p50."""
+    prompt = w.mean(_computed_prompt_tps(w)[-RECENT_S:])
     generation = w.mean(w.recent("server_generation_tps")) or 0.0
     step = w.mean(w.recent("itl_p50"))
-    if budget is None or prompt is None or step is None or step <= 0:
+    if prompt is None or step is None or step <= 0:
         return None
-    hit = w.mean(w.recent("prefix_hit_pct")) or 0.0  # prefix-cache hits are not computed: no budget
-    tokens = (prompt * (1 - min(hit, 100.0) / 100) + generation) * step
-    return tokens, tokens / budget
+    return (prompt + generation) * step
+
+
+def _prompt_flat(w: _Window) -> tuple[float, float] | None:
+    """(recent mean, relative spread) of the computed prompt tok/s when it stopped
+    growing: flat to ``FLAT_SPREAD`` over the recent seconds and near the window's top."""
+    prompt = _computed_prompt_tps(w)
+    recent = prompt[-RECENT_S:]
+    recent = recent[np.isfinite(recent)]
+    whole = prompt[np.isfinite(prompt)]
+    if recent.size < PLATEAU_S or recent.mean() <= 0:
+        return None
+    mean = float(recent.mean())
+    spread = float(recent.std() / mean)
+    if spread > FLAT_SPREAD or mean < PROMPT_TOP_SHARE * float(np.percentile(whole, 90)):
+        return None
+    return mean, spread
+
+
+def _doubled_budget(tokens_per_step: float) -> int:
+    """Twice the budget the steps suggest: vLLM's budgets are powers of two (2,048,
+    8,192, 16,384), so the nearest one to the tokens per step, doubled."""
+    return 2 << max(0, round(math.log2(max(tokens_per_step, 1.0))))
 
 
 def _token_budget(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
     waiting = w.mean(w.recent("waiting"))
-    fill = _step_fill(w, limits)
     ttft = w.growth("ttft_p50")
     itl = w.growth("itl_p50")
-    if waiting is None or waiting < WAITING_MIN or fill is None or fill[1] < BUDGET_FILL:
+    tokens = _tokens_per_step(w)
+    if waiting is None or waiting < WAITING_MIN or tokens is None:
         return None
     if ttft is None or ttft[1] < TTFT_RISE * ttft[0] or itl is None or itl[1] >= ITL_HOLD * itl[0]:
         return None
-    budget = limits.max_num_batched_tokens or 0
-    parts = [
-        f"~{_n(fill[0])} tokens per step of max_num_batched_tokens {budget:,} ({fill[1] * 100:.0f} %)",
-        f"TTFT p50 {_ms(ttft[0])}→{_ms(ttft[1])}",
-        f"ITL p50 {_ms(itl[0])}→{_ms(itl[1])}",
-        _waiting_text(w),
-    ]
+    budget = limits.max_num_batched_tokens
+    if budget is not None:
+        if tokens < BUDGET_FILL * budget:
+            return None
+        parts = [f"~{_n(tokens)} tokens per step of max_num_batched_tokens {budget:,} ({tokens / budget * 100:.0f} %)"]
+        try_next = f"--max-num-batched-tokens {budget * 2}"
+    else:
+        # The budget unknown: prompt throughput that stopped growing while requests queue,
+        # with the KV cache and the batch not at their limits, is the budget at work.
+        kv = w.peak(w.recent("kv_usage_pct"))
+        flat = _prompt_flat(w)
+        grew = w.growth("server_prompt_tps")
+        if flat is None or grew is None or grew[1] < PROMPT_GREW * grew[0]:
+            return None
+        if (kv is not None and kv >= KV_FULL_PCT) or _at_cap(w, limits) is not None:
+            return None  # the cache or the batch cap holds the prompt rate flat
+        parts = [
+            f"prompt {_n(flat[0])} tok/s flat (±{flat[1] * 100:.0f} %)",
+            f"~{_n(tokens)} tokens per step (the budget, inferred)",
+        ]
+        try_next = f"--max-num-batched-tokens {_doubled_budget(tokens)}"
+    parts += [f"TTFT p50 {_ms(ttft[0])}→{_ms(ttft[1])}", f"ITL p50 {_ms(itl[0])}→{_ms(itl[1])}", _waiting_text(w)]
     return KneeExplanation(
         "token_budget",
         TITLES["token_budget"],
         ", ".join(parts),
-        f"--max-num-batched-tokens {budget * 2}",
+        try_next,
         alternatives=("a larger budget puts more prefill in each step: ITL rises",),
     )
 

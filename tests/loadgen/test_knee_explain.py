@@ -148,6 +148,22 @@ COMPUTE = dict(
             ["tokens per step of max_num_batched_tokens 2,048", "TTFT p50 100 ms→", "ITL p50 20 ms→22 ms"],
             "--max-num-batched-tokens 4096",
         ),
+        # the budget unknown: the prompt rate grew, then stopped while requests queue
+        (
+            TOKEN_BUDGET,
+            ServerLimits(max_num_seqs=256),
+            "token_budget",
+            ["prompt 95,000 tok/s flat (±0 %)", "tokens per step (the budget, inferred)", "ITL p50 20 ms→22 ms"],
+            "--max-num-batched-tokens 4096",
+        ),
+        # a running count wobbling by one while the prompt rate is flat is the budget, not a cap
+        (
+            {**TOKEN_BUDGET, "running": [10.0 + i % 2 for i in range(N)]},
+            ServerLimits(),
+            "token_budget",
+            ["(the budget, inferred)"],
+            "--max-num-batched-tokens 4096",
+        ),
         (
             CLIENT_CAP,
             ServerLimits(max_num_seqs=256, max_concurrency=32),
@@ -171,6 +187,8 @@ COMPUTE = dict(
         "kv-full",
         "kv-full-memory-maxed",
         "token-budget",
+        "token-budget-inferred",
+        "budget-not-an-inferred-cap",
         "client-cap",
         "compute",
     ],
@@ -248,8 +266,12 @@ def test_kv_full_and_batch_cap_tells_not_to_raise_the_cap():
             ServerLimits(),
             ["running ", "waiting 0→30"],
         ),
-        # the token budget unknown: a full step cannot be told
-        ({k: v for k, v in TOKEN_BUDGET.items()}, ServerLimits(max_num_seqs=256), ["waiting 0→25", "TTFT p50"]),
+        # the token budget unknown and the prompt rate flat from the start: nothing shows a limit reached
+        (
+            {**TOKEN_BUDGET, "server_prompt_tps": flat(95_000.0)},
+            ServerLimits(max_num_seqs=256),
+            ["waiting 0→25", "TTFT p50"],
+        ),
         # client queue growing while the server queues too: not the client's cap
         (
             {**CLIENT_CAP, "running": WANDERING, "waiting": ramp(0, 20, 15, N)},
@@ -264,7 +286,7 @@ def test_kv_full_and_batch_cap_tells_not_to_raise_the_cap():
             ["TTFT p50 80 ms→"],
         ),
     ],
-    ids=["ttft-only", "wandering-running", "budget-unknown", "client-and-server-queue", "no-metrics"],
+    ids=["ttft-only", "wandering-running", "prompt-never-grew", "client-and-server-queue", "no-metrics"],
 )
 def test_undetermined_shows_the_evidence_and_suggests_nothing(series, limits, shown):
     why = explain_knee(window(**series), limits)
