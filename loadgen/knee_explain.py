@@ -16,10 +16,10 @@ The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds)
   preempted or kept waiting;
 - ``batch_cap``: running requests sat at the cap (``CAP_FRACTION`` x ``max_num_seqs`` x
   engines) for at least ``PLATEAU_S`` seconds while requests waited (recent mean at least
-  ``WAITING_MIN``). Without a known ``max_num_seqs``, a running count within one request
-  of its top for ``PLATEAU_S`` seconds, at exactly the top in ``EXACT_SHARE`` of them,
-  with requests waiting in each and the KV cache not full, is taken as the cap, and said
-  to be inferred;
+  ``WAITING_MIN``). Without a known ``max_num_seqs``, a running count of at least
+  ``MIN_INFERRED_CAP`` within one request of its top for the last ``PLATEAU_S`` seconds
+  or more, at exactly the top in ``EXACT_SHARE`` of them, with requests waiting and the
+  KV cache not full, is taken as the cap, and said to be inferred;
 - ``token_budget``: requests waited, the tokens each step computed filled at least
   ``BUDGET_FILL`` of ``max_num_batched_tokens`` (tokens per step ~ (computed prompt tok/s
   + generation tok/s) x the step time, which is the client's ITL p50), and TTFT p50 rose
@@ -56,6 +56,7 @@ KV_ROOM_TARGET_PCT = 90.0  # a larger batch is sized so KV usage would stay unde
 CAP_FRACTION = 0.95  # running at or above this share of the batch cap counts as "at the cap"
 PLATEAU_S = 5  # seconds at the cap (or flat, when inferred) before it counts
 EXACT_SHARE = 0.8  # an inferred cap: the share of the plateau's seconds at exactly its top
+MIN_INFERRED_CAP = 4  # a lower plateau (one long prefill at a time…) is not taken for a cap
 WAITING_MIN = 1.0  # mean requests waiting in the recent seconds that count as "requests wait"
 CLIENT_QUEUE_MIN = 3.0  # requests in rampwatch's own queue that count as a client-side queue
 BUDGET_FILL = 0.8  # share of max_num_batched_tokens per step that counts as a full budget
@@ -452,11 +453,14 @@ def _at_cap(w: _Window, limits: ServerLimits) -> tuple[int, int, bool] | None:
     if not finite.any() or (kv is not None and kv >= KV_FULL_PCT):
         return None
     top = float(np.nanmax(running[-RECENT_S:])) if np.isfinite(running[-RECENT_S:]).any() else math.nan
-    if not math.isfinite(top) or top < 1:
+    if not math.isfinite(top) or top < MIN_INFERRED_CAP or waiting[-1] < 1.0:
         return None
     values = np.nan_to_num(running, nan=-1e9)
-    flat = finite & (np.abs(values - top) <= 1.0) & (waiting >= 1.0)
+    # The plateau may begin a little before the queue does: the cap is reached first.
+    flat = finite & (np.abs(values - top) <= 1.0)
     start, seconds = _longest_stretch(flat)
+    if start + seconds < len(values):  # the plateau must last to the knee
+        return None
     if seconds < PLATEAU_S:
         return None
     # A cap holds running at one value (a request leaving is replaced in the same step);

@@ -266,6 +266,14 @@ def test_kv_full_and_batch_cap_tells_not_to_raise_the_cap():
             ServerLimits(),
             ["running ", "waiting 0→30"],
         ),
+        # one request at a time while others queue (long prefills): too low to be taken for a cap
+        ({"running": ramp(0, 2, 0, 10), "waiting": ramp(0, 30, 15, N)}, ServerLimits(), ["running 0→2"]),
+        # a plateau that ended before the knee is not what held it
+        (
+            {"running": [32.0] * 20 + [20.0 + (i % 5) for i in range(20)], "waiting": ramp(0, 30, 15, N)},
+            ServerLimits(),
+            ["waiting 0→30"],
+        ),
         # the token budget unknown and the prompt rate flat from the start: nothing shows a limit reached
         (
             {**TOKEN_BUDGET, "server_prompt_tps": flat(95_000.0)},
@@ -286,7 +294,15 @@ def test_kv_full_and_batch_cap_tells_not_to_raise_the_cap():
             ["TTFT p50 80 ms→"],
         ),
     ],
-    ids=["ttft-only", "wandering-running", "prompt-never-grew", "client-and-server-queue", "no-metrics"],
+    ids=[
+        "ttft-only",
+        "wandering-running",
+        "low-plateau",
+        "plateau-over",
+        "prompt-never-grew",
+        "client-and-server-queue",
+        "no-metrics",
+    ],
 )
 def test_undetermined_shows_the_evidence_and_suggests_nothing(series, limits, shown):
     why = explain_knee(window(**series), limits)
