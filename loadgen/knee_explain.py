@@ -19,7 +19,9 @@ The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds)
   ``WAITING_MIN``). Without a known ``max_num_seqs``, a running count of at least
   ``MIN_INFERRED_CAP`` within one request of its top for the last ``PLATEAU_S`` seconds
   or more, at exactly the top in ``EXACT_SHARE`` of them, with requests waiting and the
-  KV cache not full, is taken as the cap, and said to be inferred;
+  KV cache not full, is taken as the cap, and said to be inferred (with steps of
+  ``BIG_STEP_TOKENS`` tokens or more, and the budget unknown, the explanation adds that a
+  budget set that low would hold running as flat);
 - ``token_budget``: requests waited, the tokens each step computed filled at least
   ``BUDGET_FILL`` of ``max_num_batched_tokens`` (tokens per step ~ (computed prompt tok/s
   + generation tok/s) x the step time, which is the client's ITL p50), and TTFT p50 rose
@@ -57,6 +59,7 @@ CAP_FRACTION = 0.95  # running at or above this share of the batch cap counts as
 PLATEAU_S = 5  # seconds at the cap (or flat, when inferred) before it counts
 EXACT_SHARE = 0.8  # an inferred cap: the share of the plateau's seconds at exactly its top
 MIN_INFERRED_CAP = 4  # a lower plateau (one long prefill at a time…) is not taken for a cap
+BIG_STEP_TOKENS = 256  # an inferred cap with steps this large: a token budget set this low would hold it too
 WAITING_MIN = 1.0  # mean requests waiting in the recent seconds that count as "requests wait"
 CLIENT_QUEUE_MIN = 3.0  # requests in rampwatch's own queue that count as a client-side queue
 BUDGET_FILL = 0.8  # share of max_num_batched_tokens per step that counts as a full budget
@@ -502,6 +505,13 @@ def _batch_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
     else:
         try_next = f"--max-num-seqs {_larger_batch(cap, kv, limits.engines)}"
         alternatives = ("a larger batch lengthens each step: ITL rises",)
+    tokens = _tokens_per_step(w)
+    if inferred and limits.max_num_batched_tokens is None and tokens is not None and tokens >= BIG_STEP_TOKENS:
+        # A small token budget holds running as flat: the cap is inferred, the budget unknown.
+        parts.append(f"~{_n(tokens)} tokens per step")
+        alternatives += (
+            f"if --max-num-batched-tokens is about {_n(tokens)}, the token budget holds running flat too: raise it",
+        )
     return KneeExplanation("batch_cap", TITLES["batch_cap"], ", ".join(parts), try_next, alternatives=alternatives)
 
 

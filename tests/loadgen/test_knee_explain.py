@@ -475,3 +475,24 @@ def test_an_older_recordings_knee_is_explained_from_its_series():
     # no knee: nothing to explain, no section
     plain = summarise_requests(header, [], [], [], duration_s=40.0)
     assert with_knee_explanation(plain, snapshot) is plain and knee_section(plain) == ""
+
+
+def test_an_inferred_cap_with_big_steps_says_a_small_budget_would_look_the_same():
+    """As the simulator with --max-num-batched-tokens 512 and 1,500-token prompts shows:
+    running held at exactly 11, ~450 tokens a step. With the budget unknown, both read
+    alike; the explanation says so."""
+    series = window(
+        running=ramp(0, 11, 0, 8),
+        waiting=ramp(0, 36, 8, N),
+        server_prompt_tps=flat(15_000.0),
+        server_generation_tps=flat(300.0),
+        itl_p50=flat(0.03),
+    )
+    why = explain_knee(series, ServerLimits())
+    assert why.limit == "batch_cap" and "~459 tokens per step" in why.evidence
+    assert (
+        "if --max-num-batched-tokens is about 459, the token budget holds running flat too: raise it"
+        in why.alternatives
+    )
+    known = explain_knee(series, ServerLimits(max_num_batched_tokens=8192))
+    assert "tokens per step" not in known.evidence
