@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.timeline import Event, RunHeader, Snapshot
+from rampwatch.loadgen.summary import concurrency_cap
 
 KV_FULL_PCT = 95.0  # KV usage at or above which the cache counts as full (the knee detector's kv_pressure level)
 KV_ROOM_TARGET_PCT = 90.0  # a larger batch is sized so KV usage would stay under this
@@ -232,11 +233,10 @@ class ServerLimits:
             cache = header.server_info.get("cache_config") if isinstance(header.server_info, dict) else None
             if isinstance(cache, dict):
                 limits = limits.merged(cls.from_cache_config(cache))
-            if limits.max_concurrency is None:
-                cap = header.options.get("max_concurrency") or (header.scenario or {}).get("max_concurrency")
-                if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
-                    sources = {**limits.sources, "max_concurrency": "run options"}
-                    limits = cls(**{**limits._fields(), "max_concurrency": int(cap), "sources": sources})
+            cap = concurrency_cap(header)
+            if limits.max_concurrency is None and cap is not None:
+                sources = {**limits.sources, "max_concurrency": "run options"}
+                limits = cls(**{**limits._fields(), "max_concurrency": cap, "sources": sources})
         return limits
 
     def _fields(self) -> dict[str, Any]:
