@@ -57,7 +57,7 @@ from rampwatch.loadgen.summary import concurrency_cap
 KV_FULL_PCT = 95.0  # KV usage at or above which the cache counts as full (the knee detector's kv_pressure level)
 KV_ROOM_TARGET_PCT = 90.0  # a larger batch is sized so KV usage would stay under this
 CAP_FRACTION = 0.95  # running at or above this share of the batch cap counts as "at the cap"
-PLATEAU_S = 5  # seconds at the cap (or flat, when inferred) before it counts
+PLATEAU_S = 3  # seconds at the cap (or flat, when inferred) before it counts: the knee is often declared ~5 s after the cap is reached
 EXACT_SHARE = 0.8  # an inferred cap: the share of the plateau's seconds at exactly its top
 MIN_INFERRED_CAP = 4  # a lower plateau (one long prefill at a time…) is not taken for a cap
 BIG_STEP_TOKENS = 256  # an inferred cap with steps this large: a token budget set this low would hold it too
@@ -458,18 +458,20 @@ def _at_cap(w: _Window, limits: ServerLimits) -> tuple[int, int, bool] | None:
     top = float(np.nanmax(running[-RECENT_S:])) if np.isfinite(running[-RECENT_S:]).any() else math.nan
     if not math.isfinite(top) or top < MIN_INFERRED_CAP or waiting[-1] < 1.0:
         return None
-    values = np.nan_to_num(running, nan=-1e9)
-    # The plateau may begin a little before the queue does: the cap is reached first.
-    flat = finite & (np.abs(values - top) <= 1.0)
+    # Up to the last second with a scrape; a second without one (NaN) neither makes nor
+    # breaks the plateau. The plateau may begin a little before the queue does: the cap
+    # is reached first.
+    last = int(np.flatnonzero(finite)[-1]) + 1
+    values, known = running[:last], finite[:last]
+    flat = ~known | (np.abs(np.nan_to_num(values, nan=top) - top) <= 1.0)
     start, seconds = _longest_stretch(flat)
-    if start + seconds < len(values):  # the plateau must last to the knee
-        return None
-    if seconds < PLATEAU_S:
+    if start + seconds < last or seconds < PLATEAU_S:  # the plateau must last to the knee
         return None
     # A cap holds running at one value (a request leaving is replaced in the same step);
     # a running count that wobbles by one (10, 11, 10…) is held by something else, such
     # as the token budget, and is no cap.
-    exact = float(np.mean(values[start : start + seconds] == top))
+    stretch = values[start:last][known[start:last]]
+    exact = float(np.mean(stretch == top)) if stretch.size else 0.0
     return (int(round(top)), seconds, True) if exact >= EXACT_SHARE else None
 
 

@@ -111,6 +111,14 @@ COMPUTE = dict(
             ["running plateaued at 64 (the cap, inferred)", "waiting 0→41"],
             "--max-num-seqs 128",
         ),
+        # seconds without a scrape (NaN), in the plateau and at its end, change nothing
+        (
+            {**BATCH_CAP, "running": ramp(10, 64, 0, 15)[:30] + [math.nan] + ramp(10, 64, 0, 15)[31:-1] + [math.nan]},
+            ServerLimits(),
+            "batch_cap",
+            ["running plateaued at 64 (the cap, inferred)"],
+            "--max-num-seqs 128",
+        ),
         # KV at 60 %: twice the batch would not fit; 64 x 90 / 60 = 96
         (
             {**BATCH_CAP, "kv_usage_pct": flat(60.0)},
@@ -182,6 +190,7 @@ COMPUTE = dict(
     ids=[
         "batch-cap",
         "batch-cap-inferred",
+        "batch-cap-inferred-gaps",
         "batch-cap-kv-sized",
         "batch-cap-dp",
         "kv-full",
