@@ -28,6 +28,7 @@ from rampwatch.core.text import server_text
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
+from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.managed import (
     DEFAULT_STARTUP_TIMEOUT_S,
     PHASE_STARTING,
@@ -447,6 +448,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         gpu_metrics_urls=plan.gpu.dcgm_urls,
         gpu_nvml=plan.gpu.nvml,
         gpu_note=plan.gpu.note,
+        server_limits=ServerLimits.from_engine_args(plan.server.command.engine_args()) if plan.server else None,
     )
     recorder = None
     if plan.recording_path is not None:

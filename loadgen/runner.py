@@ -41,6 +41,7 @@ from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
+from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.segments import RESUME_CHOICES, config_event
@@ -80,6 +81,10 @@ class RunOptions:
     gpu_metrics_urls: list[str] = field(default_factory=list)
     gpu_nvml: bool = False
     gpu_note: str | None = None
+    # The server's batch and KV limits when rampwatch knows its engine arguments (a
+    # managed `vllm serve`: ServerLimits.from_engine_args); the knee's explanation adds the
+    # server's cache config and the run's --max-concurrency to them.
+    server_limits: ServerLimits | None = None
 
 
 @dataclass
@@ -159,6 +164,10 @@ class Run:
         self.collector = _Collector()
         self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
         self.knee = KneeDetector()
+        self._header: RunHeader | None = None
+        # The managed server's engine arguments as they stand (a restart's diff applies to
+        # them): the knee's explanation judges against the configuration that is serving.
+        self._engine_args: dict[str, Any] = dict((options.managed_server or {}).get("engine_args") or {})
         self._t0 = time.monotonic()
         self._stopping = False
         self._schedule_changed: asyncio.Event | None = None
@@ -304,6 +313,12 @@ class Run:
             event = self.schedule.resume(t)
         self._changed(event)
         diff_rows = [(str(name), old, new) for name, old, new in diff]
+        for name, _old, new in diff_rows:
+            if new is None:
+                self._engine_args.pop(name, None)
+            else:
+                self._engine_args[name] = new
+        self.knee.limits = ServerLimits.of_run(self._header, ServerLimits.from_engine_args(self._engine_args))
         self.sink.on_event(
             config_event(t, command, diff_rows, resume if resume in RESUME_CHOICES else "current", paused_at)
         )
@@ -412,6 +427,8 @@ class Run:
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
             )
+            self._header = header
+            self.knee.limits = ServerLimits.of_run(header, opts.server_limits)
             self.sink.on_start(header)
             self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {header.target}"))
             models_error = server_info["errors"].get("/v1/models")

@@ -69,7 +69,7 @@ from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.segments import CONFIG_EVENT, SegmentTable, config_segments, segment_index, segment_table
 from rampwatch.loadgen.stats import LogHistogram
 from rampwatch.loadgen.steps import StepTracker
-from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_rps
+from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_explanation, knee_rps
 
 _QS = (0.5, 0.9, 0.99)
 _LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")
@@ -684,6 +684,7 @@ class SeriesBuilder:
             knee=knee_rps(self.events),
             duration_s=now,
             gpu=self.gpu_totals.figures(),
+            knee_why=knee_explanation(self.events),
         ).to_dict()
         return Snapshot(
             t=now,

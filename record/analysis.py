@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
+from rampwatch.loadgen.knee_explain import knee_explanation_of
 from rampwatch.loadgen.segments import (
     ConfigSegment,
     SegmentSummaries,
@@ -24,7 +26,15 @@ from rampwatch.loadgen.segments import (
     restarted,
     segment_table,
 )
-from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, gpu_figures, knee_rps, server_figures
+from rampwatch.loadgen.summary import (
+    RequestBlock,
+    Summary,
+    SummaryBuilder,
+    gpu_figures,
+    knee_explanation,
+    knee_rps,
+    server_figures,
+)
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
@@ -59,7 +69,17 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         knee_rps(recording.events),
         idle_duration_s=recording.duration_s,
         gpu=gpu_figures(recording.samples),
+        knee_why=knee_explanation(recording.events),
     )
+
+
+def with_knee_explanation(summary: Summary, snapshot: Snapshot) -> Summary:
+    """The summary with its knee explained: a knee recorded before explanations is
+    explained from the recording's series (``knee_explain.knee_explanation_of``)."""
+    if summary.knee_explanation is not None or summary.knee_rps is None:
+        return summary
+    found = knee_explanation_of(snapshot)
+    return summary if found is None else replace(summary, knee_explanation=found[1].to_dict())
 
 
 def _succeeded(c: fmt.RequestColumns) -> np.ndarray:

@@ -25,12 +25,14 @@ def main(args: argparse.Namespace) -> int:
         final_snapshot,
         format_timeline,
         summarise,
+        with_knee_explanation,
     )
     from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
-    summary = summarise(recording)
-    steps = final_snapshot(recording).steps
+    snapshot = final_snapshot(recording)
+    summary = with_knee_explanation(summarise(recording), snapshot)
+    steps = snapshot.steps
     if args.json:
         out = {**summary.to_dict(), "steps": [step_json(row) for row in steps]}
         segments, summaries = configuration_segments(recording)

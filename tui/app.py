@@ -29,6 +29,7 @@ from rampwatch.tui.gpu_chart import GpuChart
 from rampwatch.tui.gpu_view import has_gpu
 from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.help_screen import HelpScreen, help_settings
+from rampwatch.tui.knee_banner import KneeBanner
 from rampwatch.tui.kv_chart import KvChart
 from rampwatch.tui.latency_chart import LatencyChart
 from rampwatch.tui.mark_dialog import MarkDialog
@@ -260,6 +261,7 @@ class RampwatchApp(App[int]):
         yield HeaderBar(mode=self.mode, recording=self.recording, compare_label=self.compare_label, id="header")
         if self.mode == "replay":
             yield PositionBar(id="position")
+        yield KneeBanner(explain_missing=self.mode == "replay", id="knee-banner")
         with Container(id="body"):
             with Horizontal(id="wide"):
                 with Grid(id="chart-grid"):
@@ -404,7 +406,9 @@ class RampwatchApp(App[int]):
         if self.replay is not None:
             self._update_replay_status(self.replay)
         if self._panels is None:  # a query per refresh is a measurable part of its cost
-            self._panels = list(self.main_screen.query("HeaderBar, TimeSeriesChart, StatsPanel, EventLog, StepTable"))
+            self._panels = list(
+                self.main_screen.query("HeaderBar, KneeBanner, TimeSeriesChart, StatsPanel, EventLog, StepTable")
+            )
         for widget in self._panels:
             widget.show_snapshot(snapshot, message.compare)
         on_top = self.screen_stack[-1] if self.screen_stack else None

@@ -25,6 +25,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from rampwatch.core.timeline import Event, ScrapeErrorLine, Snapshot
+from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.tui.chart_data import errors_by_class, format_duration
 
 KIND_STYLES = {
@@ -63,10 +64,34 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def limits_text(limits: dict) -> str:
+    """``max_num_seqs 64 (serve command); num_gpu_blocks 4096, block_size 16 (/metrics
+    cache_config_info)``: the limits a knee was explained with, grouped by source; a
+    single engine and no tensor parallelism go unsaid."""
+    sources = limits.get("sources") or {}
+    groups: dict[str, list[str]] = {}
+    for key, value in limits.items():
+        if key == "sources" or (key in ("engines", "tensor_parallel_size") and value == 1):
+            continue
+        groups.setdefault(sources.get(key, ""), []).append(f"{key} {value}")
+    parts = [", ".join(items) + (f" ({source})" if source else "") for source, items in groups.items()]
+    return "; ".join(parts) or "none"
+
+
 def event_row(event: Event) -> EventRow:
     detail = [f"{format_duration(event.t)}  {event.kind}", "", event.message]
-    if event.data:
-        detail += ["", *(f"{key}: {value}" for key, value in event.data.items())]
+    data = dict(event.data)
+    why = KneeExplanation.from_dict(data.pop("explanation", None)) if event.kind == "knee" else None
+    if why is not None:  # the knee's why, a line per item rather than a dict
+        detail += ["", *why.lines()]
+        limits = data.pop("limits", None)
+        if isinstance(limits, dict):
+            detail.append("limits known: " + limits_text(limits))
+        signals = data.pop("evidence", None)  # the detector's signals (the explanation has its own evidence)
+        if isinstance(signals, list):
+            detail += ["signals that marked it:", *(f"  {signal}" for signal in signals)]
+    if data:
+        detail += ["", *(f"{key}: {value}" for key, value in data.items())]
     return EventRow(event.t, event.kind, one_line(event.message), "\n".join(detail))
 
 

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve
 from tests.loadgen.test_runner import INSTANT, ListSink, make_run, scenario, sends_between
@@ -156,3 +157,34 @@ async def test_steering_during_a_restart_waits_for_it():
 
     assert [e.kind for e in sink.of("event")].count("config") == 1
     assert [e.data.get("restart") for e in sink.of("event")].count(True) == 1
+
+
+async def test_the_knee_is_judged_against_the_configuration_that_serves():
+    """The knee's limits start from the managed server's engine arguments and follow a
+    restart's diff (an argument the new command drops goes back to unknown)."""
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 20, "duration_s": 3}),
+            sink,
+            managed_server={"engine_args": {"model": "tiny", "max_num_seqs": "8", "max_num_batched_tokens": "512"}},
+            server_limits=ServerLimits.from_engine_args({"max_num_seqs": "8", "max_num_batched_tokens": "512"}),
+        )
+        seen = {}
+
+        async def restart() -> None:
+            await wait_for_event(sink, lambda e: e.kind == "start")
+            seen["before"] = (run.knee.limits.max_num_seqs, run.knee.limits.max_num_batched_tokens)
+            run.pause_for_restart()
+            await wait_for_event(sink, lambda e: e.data.get("restart") == "drained")
+            run.resume_after_restart(
+                "vllm serve tiny --max-num-seqs 64", [("max_num_batched_tokens", "512", None), *DIFF], "current"
+            )
+            seen["after"] = (run.knee.limits.max_num_seqs, run.knee.limits.max_num_batched_tokens)
+
+        task = asyncio.create_task(restart())
+        await run.execute()
+        await task
+
+    assert seen == {"before": (8, 512), "after": (64, None)}

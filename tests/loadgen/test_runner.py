@@ -470,3 +470,31 @@ async def test_requests_cancelled_while_waiting_for_a_slot_are_recorded_not_lost
     queued = [r for r in result.requests if r.error is not None and "concurrency slot" in r.error]
     assert len(queued) == offered - 2 and all(r.error_class == "cancelled" and r.e2e == 0 for r in queued)
     assert sink.of("tick")[-1].peak_in_flight == 2
+
+
+async def test_the_serve_commands_limits_reach_the_knee_detector_with_the_servers_and_the_runs():
+    """RunOptions.server_limits (a managed `vllm serve`'s) joined at the start with the
+    server's cache config and the run's concurrency cap: what a knee is explained with."""
+    from rampwatch.loadgen.knee_explain import ServerLimits
+
+    given = ServerLimits.from_engine_args({"max_num_seqs": "64", "max_num_batched_tokens": "8192"})
+    sim = dataclasses.replace(INSTANT, num_gpu_blocks=512)
+    async with serve(sim) as url:
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 10, "duration_s": 0.3}, max_concurrency=4),
+            ListSink(),
+            server_limits=given,
+        )
+        await run.execute()
+    limits = run.knee.limits
+    assert (limits.max_num_seqs, limits.max_num_batched_tokens) == (64, 8192)
+    assert (limits.num_gpu_blocks, limits.block_size, limits.max_concurrency) == (512, 16, 4)
+    assert limits.sources == {
+        "max_num_seqs": "serve command",
+        "max_num_batched_tokens": "serve command",
+        "num_gpu_blocks": "/metrics cache_config_info",
+        "block_size": "/metrics cache_config_info",
+        "gpu_memory_utilization": "/metrics cache_config_info",
+        "max_concurrency": "run options",
+    }

@@ -1,0 +1,108 @@
+"""The knee's explanation end to end: `rampwatch run --headless` against a simulator set
+up to hit one limit, the summary's line under the knee and the result JSON naming it.
+
+The simulator runs 6x faster than real time so that a few seconds of ramp go well past
+its capacity; rampwatch is not told the simulator's engine arguments, as against a server
+it did not start: the batch cap is inferred from the running plateau, the KV cache's size
+and memory share are read from its `vllm:cache_config_info`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rampwatch.app.session import serving_sim
+from rampwatch.sim.config import SimConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def rampwatch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+def headless_ramp(url: str, tmp_path: Path) -> tuple[str, dict]:
+    result_json = tmp_path / "result.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rampwatch.app.cli",
+            "run",
+            "random",
+            "--headless",
+            "--target",
+            url,
+            "--record",
+            str(tmp_path / "run.rwrec"),
+            "--result-json",
+            str(result_json),
+            "--duration",
+            "12",
+            "--start-rps",
+            "4",
+            "--end-rps",
+            "30",
+            "--set",
+            "workload.input_tokens=100",
+            "--set",
+            "workload.output_tokens=60",
+            "--set",
+            "schedule.arrival=constant",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, json.loads(result_json.read_text())["rampwatch_knee_explanation"]
+
+
+@pytest.mark.parametrize(
+    ("config", "limit", "evidence", "try_next"),
+    [
+        # 8 running at most, plenty of KV: requests queue with the cache nearly empty
+        (
+            {"max_num_seqs": 8},
+            "batch_cap",
+            "running plateaued at 8 (the cap, inferred)",
+            "--max-num-seqs 16",
+        ),
+        # 96 blocks of 16 tokens: ~9 requests of 160 tokens fill the cache
+        (
+            {"num_gpu_blocks": 96},
+            "kv_full",
+            "preemptions",
+            "--gpu-memory-utilization 0.95",
+        ),
+    ],
+    ids=["batch-cap", "kv-full"],
+)
+def test_a_headless_run_names_the_limit_behind_its_knee(tmp_path, config, limit, evidence, try_next):
+    with serving_sim(SimConfig(hardware="l4", model="llama-3.1-8b", speed=6.0, **config)) as sim:
+        out, why = headless_ramp(sim.url, tmp_path)
+    assert why is not None, out
+    assert why["limit"] == limit, why
+    assert evidence in why["evidence"]
+    assert why["try"] == try_next
+    lines = out.splitlines()
+    knee = next(i for i, line in enumerate(lines) if line.startswith("Knee at offered rate"))
+    assert lines[knee + 1].startswith(f"  why: {why['title']} (")
+    assert lines[knee + 1].endswith(f"→ try {try_next}")
+
+    # the recording carries it: the report, the HTML and JSON exports say the same
+    report = rampwatch("report", str(tmp_path / "run.rwrec"))
+    assert report.returncode == 0, report.stderr
+    assert lines[knee + 1] in report.stdout.splitlines()
+    exported = rampwatch("export", str(tmp_path / "run.rwrec"), "--format", "html", "-o", str(tmp_path / "r.html"))
+    assert exported.returncode == 0, exported.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Knee</h2>" in page and f"<b>{why['title']}</b>" in page
+    assert f"<li>try next: {try_next}</li>" in page

@@ -1,0 +1,61 @@
+"""One line under the header once the run has a knee: when, at what offered rate, which
+limit it hit and what to try next (``loadgen.knee_explain``). Hidden until then; the
+Events panel's knee line opens the whole explanation."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.knee_explain import KneeExplanation, explain_recorded_knee
+from rampwatch.tui.chart_data import format_duration
+
+
+def latest_knee(snapshot: Snapshot) -> Event | None:
+    return next((e for e in reversed(snapshot.events) if e.kind == "knee"), None)
+
+
+def knee_banner_text(knee: Event, why: KneeExplanation) -> Text:
+    """``K 01:23 knee at ~42.0 req/s: batch-size cap (running = …) → try --max-num-seqs 128``."""
+    text = Text(no_wrap=True, overflow="ellipsis", end="")
+    text.append(" K ", style="bold white on red")
+    text.append(f" {format_duration(knee.t)} ", style="dim")
+    rate = knee.data.get("offered_rps")
+    text.append("knee" + (f" at ~{rate:.1f} req/s" if isinstance(rate, (int, float)) else "") + ": ")
+    text.append(why.title, style="bold")
+    text.append(f" ({why.evidence})", style="")
+    if why.try_next:
+        text.append(" → try ", style="dim")
+        text.append(why.try_next, style="bold green")
+        if why.try_is == "rampwatch flag":
+            text.append(" (a rampwatch flag)", style="dim")
+    return text
+
+
+class KneeBanner(Static):
+    """Hidden until a knee; its explanation is worked out once per knee. A knee without
+    a recorded explanation (a recording made before them) is explained from the series
+    when ``explain_missing`` (replay); live, every knee carries its own, and one without
+    is left unexplained rather than guessed from a series the run may have tailed."""
+
+    def __init__(self, *, explain_missing: bool = False, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.display = False
+        self.explain_missing = explain_missing
+        self._knee_t: float | None = None
+
+    def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
+        knee = latest_knee(snapshot)
+        if knee is None:
+            if self._knee_t is not None:  # a replay sought back before the knee
+                self._knee_t = None
+                self.display = False
+            return
+        if knee.t == self._knee_t:
+            return
+        if "explanation" not in knee.data and not self.explain_missing:
+            return
+        self._knee_t = knee.t
+        self.update(knee_banner_text(knee, explain_recorded_knee(knee, snapshot)))
+        self.display = True
