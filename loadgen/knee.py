@@ -23,6 +23,11 @@ server without ``/metrics`` is judged on the two client signals. The reported
 ``offered_rps`` is the windowed offered rate at the *onset*: the second from which
 enough signals have held together without a break. After ``recover_s`` seconds with no signal, one ``info`` event says the server
 recovered and the detector re-arms (a later knee is reported again).
+
+The knee event also says *why* (``knee_explain.explain_knee`` over the last
+``knee_explain.WINDOW_S`` seconds and the run's ``ServerLimits``): its data's
+``explanation`` is the limit hit, the evidence and what to try next, and its message ends
+with the limit's title and that suggestion.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.timeline import Event
+from rampwatch.loadgen.knee_explain import WINDOW_S, KneeExplanation, ServerLimits, explain_knee
 
 SIGNALS = ("throughput_lag", "ttft_rise", "queue_growth", "kv_pressure")
 
@@ -56,6 +62,7 @@ class KneeDetector:
         min_waiting: float = 5.0,
         kv_full_pct: float = 95.0,
         recover_s: int = 15,
+        limits: ServerLimits | None = None,
     ) -> None:
         self.window_s = window_s
         self.persist_s = persist_s
@@ -69,6 +76,9 @@ class KneeDetector:
         self.kv_full_pct = kv_full_pct
         self.recover_s = recover_s
         self._hist: deque[dict[str, float]] = deque(maxlen=window_s)
+        # The longer past the explanation reads (the baseline before the trouble began).
+        self._explain_hist: deque[dict[str, float]] = deque(maxlen=max(WINDOW_S, window_s))
+        self.limits = limits or ServerLimits()
         self._offered_at: dict[float, float] = {}
         self._since: dict[str, float | None] = dict.fromkeys(SIGNALS)
         self._streak_start: float | None = None
@@ -114,9 +124,16 @@ class KneeDetector:
             out["kv_pressure"] = f"KV cache {max(kv[-3:]):.0f}% with {preempt:.0f} preemptions"
         return out
 
+    def explain(self) -> KneeExplanation:
+        """Why the server stopped keeping up, from the seconds seen so far."""
+        names = {name for values in self._explain_hist for name in values}
+        window = {name: [values.get(name, math.nan) for values in self._explain_hist] for name in names}
+        return explain_knee(window, self.limits)
+
     def update(self, t: float, values: dict[str, float]) -> Event | None:
         """Feed one completed second; returns the knee (or recovery) event, if any."""
         self._hist.append(values)
+        self._explain_hist.append(values)
         offered = self._offered()
         if offered is not None:
             self._offered_at[t] = offered
@@ -147,11 +164,22 @@ class KneeDetector:
                 self.knees += 1
                 self._quiet_since = None
                 evidence = [f"{name}: {active[name]}" for name in SIGNALS if name in active]
+                why = self.explain()
+                message = f"server stopped keeping up at ~{rate:.1f} req/s offered: {why.title}"
+                if why.try_next:
+                    message += f" → try {why.try_next}"
                 return Event(
                     t=t,
                     kind="knee",
-                    message=f"server stopped keeping up at ~{rate:.1f} req/s offered",
-                    data={"offered_rps": rate, "onset_t": onset, "evidence": evidence, "occurrence": self.knees},
+                    message=message,
+                    data={
+                        "offered_rps": rate,
+                        "onset_t": onset,
+                        "evidence": evidence,
+                        "occurrence": self.knees,
+                        "explanation": why.to_dict(),
+                        "limits": self.limits.to_dict(),
+                    },
                 )
             return None
         if active:

@@ -40,6 +40,7 @@ from rampwatch.loadgen.client import ModelsAnswer, RequestCancelled, StreamingCl
 from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
+from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.series import SeriesBuilder
@@ -70,6 +71,10 @@ class RunOptions:
     tick_interval_s: float = 1.0
     gpu_price_per_hour: float | None = None
     save_generated_texts: bool = False  # each record keeps its answer's text (the result JSON's generated_texts)
+    # The server's batch and KV limits when rampwatch knows its engine arguments (a
+    # managed `vllm serve`: ServerLimits.from_engine_args); the knee's explanation adds the
+    # server's cache config and the run's --max-concurrency to them.
+    server_limits: ServerLimits | None = None
 
 
 @dataclass
@@ -322,6 +327,7 @@ class Run:
                 host_info=host_info(),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
             )
+            self.knee.limits = ServerLimits.of_run(header, opts.server_limits)
             self.sink.on_start(header)
             self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {header.target}"))
             models_error = server_info["errors"].get("/v1/models")

@@ -1,0 +1,619 @@
+"""Why the knee: which limit the server (or the client) hit, from the series around it.
+
+``explain_knee(window, limits)`` is a pure function of the 1-second series of the seconds
+before the knee was declared (``window``: ``SERIES_NAMES`` -> values, oldest first, NaN
+where a second has no figure) and of the limits the run knows (``ServerLimits``: from the
+``vllm serve`` command line, the server's ``vllm:cache_config_info`` and the run's own
+``--max-concurrency``). It checks each limit's rule (below) and names the first that holds,
+in ``PRIORITY`` order, with the evidence as numbers and the argument to try next; any other
+rule that holds too is mentioned under ``also``. When no rule holds, the limit is
+``undetermined`` and the evidence is the figures that were looked at: never a guess
+presented as a finding.
+
+The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds):
+
+- ``kv_full``: KV usage reached ``KV_FULL_PCT`` in the recent seconds, and requests were
+  preempted or kept waiting;
+- ``batch_cap``: running requests sat at the cap (``CAP_FRACTION`` x ``max_num_seqs`` x
+  engines) for at least ``PLATEAU_S`` seconds while requests waited (recent mean at least
+  ``WAITING_MIN``). Without a known ``max_num_seqs``, a running count flat to within one
+  request for ``PLATEAU_S`` seconds with requests waiting in each of them, the KV cache
+  not full, is taken as the cap, and said to be inferred;
+- ``token_budget``: requests waited, the tokens each step computed filled at least
+  ``BUDGET_FILL`` of ``max_num_batched_tokens`` (tokens per step ~ (computed prompt tok/s
+  + generation tok/s) x the step time, which is the client's ITL p50), and TTFT p50 rose
+  ``TTFT_RISE``-fold while ITL p50 held (rose less than ``ITL_HOLD``-fold);
+- ``client_cap``: rampwatch's own queue (``client_queued``) reached ``CLIENT_QUEUE_MIN``
+  and grew, while the server had room (recent waiting mean under ``WAITING_MIN``, running
+  under the cap when the cap is known);
+- ``compute_bound``: running below the cap, and the step time (ITL p50) grew at least
+  ``ITL_GROWTH``-fold as the batch (running) grew at least ``RUNNING_GROWTH``-fold: the
+  GPU's compute or memory bandwidth is the limit.
+
+"Rose" and "grew" compare the mean of the recent seconds with the mean of the window's
+first ``RECENT_S`` seconds. ``PRIORITY`` puts the hard limits the server reached first —
+the KV cache (raising the batch cap would not help while it is full), then the batch cap,
+then the token budget — then the client's cap, then the soft compute bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rampwatch.core.timeline import RunHeader
+
+KV_FULL_PCT = 95.0  # KV usage at or above which the cache counts as full (the knee detector's kv_pressure level)
+KV_ROOM_TARGET_PCT = 90.0  # a larger batch is sized so KV usage would stay under this
+CAP_FRACTION = 0.95  # running at or above this share of the batch cap counts as "at the cap"
+PLATEAU_S = 5  # seconds at the cap (or flat, when inferred) before it counts
+WAITING_MIN = 1.0  # mean requests waiting in the recent seconds that count as "requests wait"
+CLIENT_QUEUE_MIN = 3.0  # requests in rampwatch's own queue that count as a client-side queue
+BUDGET_FILL = 0.8  # share of max_num_batched_tokens per step that counts as a full budget
+TTFT_RISE = 2.0  # TTFT p50 rising this many times over counts as rising
+ITL_HOLD = 1.5  # ITL p50 rising less than this many times counts as holding
+ITL_GROWTH = 1.5  # ITL p50 growing this many times over counts as the step time growing
+RUNNING_GROWTH = 1.3  # running growing this many times over counts as the batch growing
+RECENT_S = 10  # seconds at the end of the window that describe the knee; as many at its start are the baseline
+WINDOW_S = 45  # seconds of series the knee detector keeps for the explanation
+
+PRIORITY = ("kv_full", "batch_cap", "token_budget", "client_cap", "compute_bound")
+TITLES = {
+    "kv_full": "KV cache full",
+    "batch_cap": "batch-size cap",
+    "token_budget": "token budget",
+    "client_cap": "client concurrency cap",
+    "compute_bound": "compute/bandwidth bound",
+    "undetermined": "undetermined",
+}
+
+
+# vLLM's defaults for the OpenAI server when --max-num-batched-tokens / --max-num-seqs
+# are absent: vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults and
+# _set_default_max_num_seqs_and_batched_tokens_args, vLLM 0.32.0 (read from the installed
+# package). They depend on the device, which a command line does not say.
+def vllm_batch_defaults(
+    device_memory_gib: float | None, device_name: str = "", cpu: bool = False, world_size: int = 1
+) -> tuple[int, int] | None:
+    """(max_num_batched_tokens, max_num_seqs) vLLM 0.32 picks for ``vllm serve`` on this
+    device; None when the device is unknown (the defaults differ 4-fold between GPUs)."""
+    if cpu:
+        return 2048 * world_size, 128 * world_size
+    if device_memory_gib is None:
+        return None
+    if device_memory_gib >= 160:  # B200/B300
+        return 16384, 1024
+    if device_memory_gib >= 70 and "a100" not in device_name.lower():  # H100/H200
+        return 8192, 1024
+    return 2048, 256  # every other GPU, the A100 80GB among them
+
+
+def _int_arg(value: Any) -> int | None:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
+
+
+def _float_arg(value: Any) -> float | None:
+    try:
+        number = float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """The limits a knee can be explained by; None where unknown. ``max_num_seqs`` and
+    ``max_num_batched_tokens`` are per engine; ``engines`` is the data-parallel size (the
+    ``running`` series sums the engines). ``sources`` says where each came from."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_concurrency: int | None = None  # rampwatch's --max-concurrency, a client-side cap
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    engines: int = 1
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def running_cap(self) -> int | None:
+        return None if self.max_num_seqs is None else self.max_num_seqs * self.engines
+
+    @property
+    def kv_tokens(self) -> int | None:
+        if self.num_gpu_blocks is None or self.block_size is None:
+            return None
+        return self.num_gpu_blocks * self.block_size
+
+    @classmethod
+    def from_engine_args(
+        cls,
+        args: Mapping[str, Any],
+        device_memory_gib: float | None = None,
+        device_name: str = "",
+        cpu: bool = False,
+    ) -> ServerLimits:
+        """From ``vllm serve``'s arguments (``{"max_num_seqs": "64", ...}``, dashes or
+        underscores). An absent batch argument takes vLLM 0.32's default when the device
+        is given (``vllm_batch_defaults``), else stays unknown (the explanation then infers
+        the batch cap from a plateau). A value that is not a positive number is ignored."""
+        a = {str(k).lstrip("-").replace("-", "_"): v for k, v in args.items()}
+        sources: dict[str, str] = {}
+
+        def given(name: str, parse: Callable[[Any], Any]) -> Any:
+            value = parse(a.get(name)) if name in a else None
+            if value is not None:
+                sources[name] = "serve command"
+            return value
+
+        seqs = given("max_num_seqs", _int_arg)
+        budget = given("max_num_batched_tokens", _int_arg)
+        tp = _int_arg(a.get("tensor_parallel_size", a.get("tp"))) or 1
+        pp = _int_arg(a.get("pipeline_parallel_size", a.get("pp"))) or 1
+        defaults = vllm_batch_defaults(device_memory_gib, device_name, cpu, world_size=tp * pp)
+        if defaults is not None:
+            double = str(a.get("performance_mode", "")).strip() == "throughput"  # vLLM doubles both then
+            if budget is None:
+                budget = defaults[0] * (2 if double else 1)
+                no_chunking = (
+                    str(a.get("enable_chunked_prefill", "")).lower() == "false" or "no_enable_chunked_prefill" in a
+                )
+                max_len = _int_arg(a.get("max_model_len"))
+                if no_chunking and max_len is not None:  # a whole prompt must fit one step
+                    budget = max(budget, max_len)
+                sources["max_num_batched_tokens"] = "vLLM default"
+            if seqs is None:
+                seqs = defaults[1] * (2 if double else 1)
+                sources["max_num_seqs"] = "vLLM default"
+        blocks = given("num_gpu_blocks_override", _int_arg)
+        block_size = given("block_size", _int_arg)
+        memory = given("gpu_memory_utilization", _float_arg)
+        dtype = a.get("kv_cache_dtype")
+        return cls(
+            max_num_seqs=seqs,
+            max_num_batched_tokens=budget,
+            num_gpu_blocks=blocks,
+            block_size=block_size,
+            engines=_int_arg(a.get("data_parallel_size", a.get("dp"))) or 1,
+            tensor_parallel_size=tp,
+            gpu_memory_utilization=memory,
+            kv_cache_dtype=str(dtype) if dtype else None,
+            sources=sources,
+        )
+
+    @classmethod
+    def from_cache_config(cls, labels: Mapping[str, Any]) -> ServerLimits:
+        """From the labels of vLLM's ``vllm:cache_config_info`` (the run header's
+        ``server_info["cache_config"]``): the KV cache's size, never the batch limits."""
+        sources: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        for name, label, parse in (
+            ("num_gpu_blocks", "num_gpu_blocks", _int_arg),
+            ("block_size", "block_size", _int_arg),
+            ("gpu_memory_utilization", "gpu_memory_utilization", _float_arg),
+        ):
+            value = parse(labels.get(label))
+            if value is not None:
+                values[name] = value
+                sources[name] = "/metrics cache_config_info"
+        dtype = labels.get("cache_dtype")
+        if isinstance(dtype, str) and dtype and dtype != "auto":
+            values["kv_cache_dtype"] = dtype
+        return cls(sources=sources, **values)
+
+    @classmethod
+    def of_run(cls, header: RunHeader | None, given: ServerLimits | None = None) -> ServerLimits:
+        """What a run knows: ``given`` (the serve command's), then the server's cache
+        config from the run header, then the run's --max-concurrency."""
+        limits = given or cls()
+        if header is not None:
+            cache = header.server_info.get("cache_config") if isinstance(header.server_info, dict) else None
+            if isinstance(cache, dict):
+                limits = limits.merged(cls.from_cache_config(cache))
+            if limits.max_concurrency is None:
+                cap = header.options.get("max_concurrency") or (header.scenario or {}).get("max_concurrency")
+                if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+                    sources = {**limits.sources, "max_concurrency": "run options"}
+                    limits = cls(**{**limits._fields(), "max_concurrency": int(cap), "sources": sources})
+        return limits
+
+    def _fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    def merged(self, other: ServerLimits) -> ServerLimits:
+        """These limits, with ``other``'s filling what these do not know."""
+        out = self._fields()
+        sources = dict(self.sources)
+        for name, value in other._fields().items():
+            if name in ("sources", "engines", "tensor_parallel_size"):
+                continue
+            if out[name] is None and value is not None:
+                out[name] = value
+                if name in other.sources:
+                    sources[name] = other.sources[name]
+        out["sources"] = sources
+        return ServerLimits(**out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self._fields().items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServerLimits:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class KneeExplanation:
+    """Which limit, the evidence as numbers, and what to try next (``try_next``, with
+    ``try_is`` saying whose argument it is: ``vllm serve``'s or rampwatch's)."""
+
+    limit: str  # one of PRIORITY, or "undetermined"
+    title: str
+    evidence: str
+    try_next: str | None = None
+    try_is: str = "engine argument"  # or "rampwatch flag"
+    alternatives: tuple[str, ...] = ()
+    also: tuple[dict[str, str], ...] = ()  # other limits that held: {"limit", "title", "evidence"}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable form kept in the knee event's data (``explanation``), the result
+        JSON and the sweep table (docs/recording-format.md)."""
+        return {
+            "limit": self.limit,
+            "title": self.title,
+            "evidence": self.evidence,
+            "try": self.try_next,
+            "try_is": self.try_is,
+            "alternatives": list(self.alternatives),
+            "also": [dict(a) for a in self.also],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> KneeExplanation | None:
+        """From a knee event's data; None when it holds no explanation (older recordings)."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("limit"), str):
+            return None
+        alternatives = data.get("alternatives")
+        also = data.get("also")
+        return cls(
+            limit=data["limit"],
+            title=str(data.get("title") or TITLES.get(data["limit"], data["limit"])),
+            evidence=str(data.get("evidence") or ""),
+            try_next=str(data["try"]) if data.get("try") else None,
+            try_is=str(data.get("try_is") or "engine argument"),
+            alternatives=tuple(str(a) for a in alternatives) if isinstance(alternatives, list) else (),
+            also=tuple({k: str(v) for k, v in a.items()} for a in also if isinstance(a, Mapping))
+            if isinstance(also, list)
+            else (),
+        )
+
+    def line(self) -> str:
+        """One line: ``batch-size cap (running = max_num_seqs 64 …) → try --max-num-seqs 128``."""
+        text = f"{self.title} ({self.evidence})"
+        if self.try_next:
+            text += f" → try {self.try_next}"
+        return text
+
+    def lines(self) -> list[str]:
+        """The whole explanation, a line per item (the event's detail view, the report)."""
+        out = [f"limit: {self.title} [{self.limit}]", f"evidence: {self.evidence}"]
+        if self.try_next:
+            whose = " (a rampwatch flag, not an engine argument)" if self.try_is == "rampwatch flag" else ""
+            out.append(f"try next: {self.try_next}{whose}")
+        out.extend(f"or: {a}" for a in self.alternatives)
+        out.extend(f"also: {a.get('title', a.get('limit', ''))} ({a.get('evidence', '')})" for a in self.also)
+        return out
+
+
+# -- the figures the rules read --------------------------------------------------------
+
+
+class _Window:
+    def __init__(self, window: Mapping[str, Sequence[float]]) -> None:
+        self.arrays = {name: np.asarray(values, dtype=float) for name, values in window.items()}
+        self.n = max((a.size for a in self.arrays.values()), default=0)
+
+    def get(self, name: str) -> np.ndarray:
+        return self.arrays.get(name, np.full(self.n, math.nan))
+
+    def recent(self, name: str) -> np.ndarray:
+        return self.get(name)[-RECENT_S:]
+
+    def early(self, name: str) -> np.ndarray:
+        return self.get(name)[:RECENT_S]
+
+    @staticmethod
+    def mean(a: np.ndarray) -> float | None:
+        finite = a[np.isfinite(a)]
+        return float(finite.mean()) if finite.size else None
+
+    @staticmethod
+    def peak(a: np.ndarray) -> float | None:
+        finite = a[np.isfinite(a)]
+        return float(finite.max()) if finite.size else None
+
+    @staticmethod
+    def ends(a: np.ndarray) -> tuple[float, float] | None:
+        finite = a[np.isfinite(a)]
+        return (float(finite[0]), float(finite[-1])) if finite.size else None
+
+    def growth(self, name: str) -> tuple[float, float] | None:
+        """(baseline mean, recent mean) of a series, when both are known and positive."""
+        before, after = self.mean(self.early(name)), self.mean(self.recent(name))
+        if before is None or after is None or before <= 0:
+            return None
+        return before, after
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 10 else f"{x:.1f}".rstrip("0").rstrip(".")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f} ms"
+
+
+def _from_to(w: _Window, name: str, unit: str = "") -> str | None:
+    ends = w.ends(w.get(name))
+    return None if ends is None else f"{_n(ends[0])}→{_n(ends[1])}{unit}"
+
+
+def _longest_run(mask: np.ndarray) -> int:
+    best = run = 0
+    for held in mask:
+        run = run + 1 if held else 0
+        best = max(best, run)
+    return best
+
+
+def _kv_text(w: _Window) -> str | None:
+    kv = w.peak(w.recent("kv_usage_pct"))
+    return None if kv is None else f"KV {kv:.0f} %"
+
+
+def _waiting_text(w: _Window) -> str:
+    span = _from_to(w, "waiting")
+    return f"waiting {span}" if span else "waiting unknown"
+
+
+# -- the rules: each returns its explanation when it holds, else None -------------------
+
+Rule = Callable[[_Window, ServerLimits], KneeExplanation | None]
+
+
+def _kv_full(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
+    kv = w.peak(w.recent("kv_usage_pct"))
+    if kv is None or kv < KV_FULL_PCT:
+        return None
+    preempted = float(np.nansum(w.get("preemptions"))) if w.n else 0.0
+    waiting = w.mean(w.recent("waiting")) or 0.0
+    if preempted <= 0 and waiting < WAITING_MIN:
+        return None
+    seconds_full = _longest_run(np.nan_to_num(w.get("kv_usage_pct"), nan=0.0) >= KV_FULL_PCT)
+    parts = [f"KV {kv:.0f} % for {seconds_full} s", f"{preempted:.0f} preemptions", _waiting_text(w)]
+    if limits.kv_tokens is not None:
+        parts.append(f"cache {limits.kv_tokens:,} tokens")
+    memory = limits.gpu_memory_utilization
+    alternatives = []
+    if memory is not None and memory >= 0.95:
+        first = "--kv-cache-dtype fp8 (twice the tokens in the same memory)"
+    else:
+        step = f"{min(0.95, memory + 0.05):.2f}" if memory is not None else "up"
+        first = f"--gpu-memory-utilization {step}"
+        if limits.kv_cache_dtype is None or "fp8" not in limits.kv_cache_dtype:
+            alternatives.append("--kv-cache-dtype fp8 (twice the tokens in the same memory)")
+    cap = limits.max_num_seqs
+    alternatives.append(
+        f"--max-num-seqs {max(1, cap // 2)} (fewer sequences share the cache)" if cap else "--max-num-seqs down"
+    )
+    alternatives.append(f"--tensor-parallel-size {limits.tensor_parallel_size * 2} (the cache split across GPUs)")
+    alternatives.append("--max-model-len shorter (when long contexts are rare)")
+    return KneeExplanation("kv_full", TITLES["kv_full"], ", ".join(parts), first, alternatives=tuple(alternatives))
+
+
+def _at_cap(w: _Window, limits: ServerLimits) -> tuple[int, int, bool] | None:
+    """(the cap, seconds at it, whether it is inferred) when running sat at a batch cap."""
+    running = w.get("running")
+    waiting = np.nan_to_num(w.get("waiting"), nan=0.0)
+    cap = limits.running_cap
+    if cap is not None:
+        seconds = _longest_run(np.nan_to_num(running, nan=0.0) >= CAP_FRACTION * cap)
+        return (cap, seconds, False) if seconds >= PLATEAU_S else None
+    # Unknown cap: a hard cap holds running exactly flat while requests wait (a full KV
+    # cache does too: then the plateau says nothing of a cap).
+    finite = np.isfinite(running)
+    kv = w.peak(w.recent("kv_usage_pct"))
+    if not finite.any() or (kv is not None and kv >= KV_FULL_PCT):
+        return None
+    top = float(np.nanmax(running[-RECENT_S:])) if np.isfinite(running[-RECENT_S:]).any() else math.nan
+    if not math.isfinite(top) or top < 1:
+        return None
+    flat = finite & (np.abs(np.nan_to_num(running, nan=-1e9) - top) <= 1.0) & (waiting >= 1.0)
+    seconds = _longest_run(flat)
+    return (int(round(top)), seconds, True) if seconds >= PLATEAU_S else None
+
+
+def _larger_batch(cap: int, kv_pct: float | None, engines: int) -> int:
+    """The next --max-num-seqs to try: twice the cap, or less when the KV cache would
+    not hold it (running scales KV about linearly), a multiple of 8 above the cap."""
+    per_engine = cap // max(1, engines)
+    target = 2 * per_engine
+    if kv_pct is not None and kv_pct > 0:
+        target = min(target, int(per_engine * KV_ROOM_TARGET_PCT / kv_pct))
+    target = (target // 8) * 8
+    return max(target, per_engine + 8)
+
+
+def _batch_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
+    found = _at_cap(w, limits)
+    waiting = w.mean(w.recent("waiting"))
+    if found is None or waiting is None or waiting < WAITING_MIN:
+        return None
+    cap, seconds, inferred = found
+    kv = w.peak(w.recent("kv_usage_pct"))
+    if inferred:
+        parts = [f"running plateaued at {cap} (the cap, inferred) for {seconds} s"]
+    else:
+        per = f"max_num_seqs {limits.max_num_seqs}" + (f" x {limits.engines} engines" if limits.engines > 1 else "")
+        parts = [f"running {cap} = {per} for {seconds} s"]
+    parts.append(_waiting_text(w))
+    if kv is not None:
+        parts.append(f"KV {kv:.0f} %")
+    if kv is not None and kv >= KV_ROOM_TARGET_PCT:
+        try_next = None  # no room for a larger batch: kv_full's advice applies
+        alternatives: tuple[str, ...] = ("the KV cache has no room for a larger batch",)
+    else:
+        try_next = f"--max-num-seqs {_larger_batch(cap, kv, limits.engines)}"
+        alternatives = ("a larger batch lengthens each step: ITL rises",)
+    return KneeExplanation("batch_cap", TITLES["batch_cap"], ", ".join(parts), try_next, alternatives=alternatives)
+
+
+def _step_fill(w: _Window, limits: ServerLimits) -> tuple[float, float] | None:
+    """(tokens per step, share of max_num_batched_tokens) over the recent seconds."""
+    budget = limits.max_num_batched_tokens
+    prompt = w.mean(w.recent("server_prompt_tps"))
+    generation = w.mean(w.recent("server_generation_tps")) or 0.0
+    step = w.mean(w.recent("itl_p50"))
+    if budget is None or prompt is None or step is None or step <= 0:
+        return None
+    hit = w.mean(w.recent("prefix_hit_pct")) or 0.0  # prefix-cache hits are not computed: no budget
+    tokens = (prompt * (1 - min(hit, 100.0) / 100) + generation) * step
+    return tokens, tokens / budget
+
+
+def _token_budget(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
+    waiting = w.mean(w.recent("waiting"))
+    fill = _step_fill(w, limits)
+    ttft = w.growth("ttft_p50")
+    itl = w.growth("itl_p50")
+    if waiting is None or waiting < WAITING_MIN or fill is None or fill[1] < BUDGET_FILL:
+        return None
+    if ttft is None or ttft[1] < TTFT_RISE * ttft[0] or itl is None or itl[1] >= ITL_HOLD * itl[0]:
+        return None
+    budget = limits.max_num_batched_tokens or 0
+    parts = [
+        f"~{_n(fill[0])} tokens per step of max_num_batched_tokens {budget:,} ({fill[1] * 100:.0f} %)",
+        f"TTFT p50 {_ms(ttft[0])}→{_ms(ttft[1])}",
+        f"ITL p50 {_ms(itl[0])}→{_ms(itl[1])}",
+        _waiting_text(w),
+    ]
+    return KneeExplanation(
+        "token_budget",
+        TITLES["token_budget"],
+        ", ".join(parts),
+        f"--max-num-batched-tokens {budget * 2}",
+        alternatives=("a larger budget puts more prefill in each step: ITL rises",),
+    )
+
+
+def _client_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
+    queued = w.get("client_queued")
+    ends = w.ends(queued)
+    if ends is None or ends[1] < CLIENT_QUEUE_MIN or ends[1] <= ends[0]:
+        return None
+    waiting = w.mean(w.recent("waiting"))
+    if waiting is not None and waiting >= WAITING_MIN:
+        return None
+    running = w.peak(w.recent("running"))
+    cap = limits.running_cap
+    if cap is not None and running is not None and running >= CAP_FRACTION * cap:
+        return None
+    conc = limits.max_concurrency
+    parts = [f"client queue {_n(ends[0])}→{_n(ends[1])}" + (f" at --max-concurrency {conc}" if conc else "")]
+    if waiting is not None:
+        parts.append(f"server waiting {_n(waiting)}")
+    if running is not None:
+        parts.append(f"running {_n(running)}" + (f" of max_num_seqs {cap}" if cap else ""))
+    kv = _kv_text(w)
+    if kv:
+        parts.append(kv)
+    return KneeExplanation(
+        "client_cap",
+        TITLES["client_cap"],
+        ", ".join(parts),
+        f"--max-concurrency {conc * 2}" if conc else "--max-concurrency up",
+        try_is="rampwatch flag",
+    )
+
+
+def _compute_bound(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
+    running = w.growth("running")
+    itl = w.growth("itl_p50")
+    if running is None or itl is None:
+        return None
+    if running[1] < RUNNING_GROWTH * running[0] or itl[1] < ITL_GROWTH * itl[0]:
+        return None
+    cap = limits.running_cap
+    if cap is not None and (w.peak(w.recent("running")) or 0.0) >= CAP_FRACTION * cap:
+        return None
+    parts = [
+        f"running {_n(running[0])}→{_n(running[1])}" + (f" (below max_num_seqs {cap})" if cap else ""),
+        f"ITL p50 {_ms(itl[0])}→{_ms(itl[1])}: the step time grows with the batch",
+    ]
+    kv = _kv_text(w)
+    if kv:
+        parts.append(kv)
+    return KneeExplanation(
+        "compute_bound",
+        TITLES["compute_bound"],
+        ", ".join(parts),
+        "more GPUs: --data-parallel-size 2 (a model that fits one GPU) or --tensor-parallel-size "
+        f"{limits.tensor_parallel_size * 2}",
+        alternatives=(
+            "FP8 weights (--quantization fp8)",
+            "a smaller model",
+            f"--max-num-seqs {max(1, int(running[1] / 2))} trades throughput for latency",
+        ),
+    )
+
+
+RULES: dict[str, Rule] = {
+    "kv_full": _kv_full,
+    "batch_cap": _batch_cap,
+    "token_budget": _token_budget,
+    "client_cap": _client_cap,
+    "compute_bound": _compute_bound,
+}
+
+
+def _undetermined(w: _Window) -> KneeExplanation:
+    parts = []
+    for name, label in (("running", "running"), ("waiting", "waiting"), ("client_queued", "client queue")):
+        span = _from_to(w, name)
+        if span and (name != "client_queued" or (w.peak(w.get(name)) or 0) > 0):  # no queue: no cap to speak of
+            parts.append(f"{label} {span}")
+    kv = _kv_text(w)
+    if kv:
+        parts.append(kv)
+    for name, label in (("ttft_p50", "TTFT p50"), ("itl_p50", "ITL p50")):
+        grown = w.growth(name)
+        if grown:
+            parts.append(f"{label} {_ms(grown[0])}→{_ms(grown[1])}")
+    evidence = ", ".join(parts) if parts else "no server or latency figures around the knee"
+    return KneeExplanation("undetermined", TITLES["undetermined"], evidence)
+
+
+def explain_knee(window: Mapping[str, Sequence[float]], limits: ServerLimits | None = None) -> KneeExplanation:
+    """The limit behind a knee, from the seconds before it was declared (see the module
+    docstring for the rules and their order)."""
+    w = _Window(window)
+    limits = limits or ServerLimits()
+    held = [(name, found) for name in PRIORITY if (found := RULES[name](w, limits)) is not None]
+    if not held:
+        return _undetermined(w)
+    first = held[0][1]
+    also = tuple({"limit": e.limit, "title": e.title, "evidence": e.evidence} for _, e in held[1:])
+    return KneeExplanation(
+        first.limit, first.title, first.evidence, first.try_next, first.try_is, first.alternatives, also
+    )

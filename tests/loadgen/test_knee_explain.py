@@ -1,0 +1,395 @@
+"""explain_knee on synthetic windows: one per limit, the ambiguous cases (two limits at
+once: the priority picks, the other is mentioned) and the undetermined ones."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rampwatch.core.timeline import RunHeader
+from rampwatch.loadgen.knee import KneeDetector
+from rampwatch.loadgen.knee_explain import (
+    PRIORITY,
+    KneeExplanation,
+    ServerLimits,
+    explain_knee,
+    vllm_batch_defaults,
+)
+from rampwatch.loadgen.scrape import cache_config_from_metrics
+
+N = 40  # seconds in a window: 10 of baseline, 10 recent
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def ramp(a: float, b: float, start: int = 0, end: int = N) -> list[float]:
+    """a until ``start``, a→b linearly to the second before ``end``, b from there."""
+    out = []
+    for i in range(N):
+        if i < start:
+            out.append(a)
+        elif i >= end:
+            out.append(b)
+        else:
+            out.append(a + (b - a) * (i - start) / max(1, end - 1 - start))
+    return out
+
+
+def flat(v: float) -> list[float]:
+    return [v] * N
+
+
+def window(**series: list[float]) -> dict[str, list[float]]:
+    """A window where nothing is wrong, with ``series`` replacing the defaults."""
+    base = {
+        "running": flat(20.0),
+        "waiting": flat(0.0),
+        "kv_usage_pct": flat(30.0),
+        "preemptions": flat(0.0),
+        "client_queued": flat(0.0),
+        "ttft_p50": flat(0.08),
+        "itl_p50": flat(0.02),
+        "server_prompt_tps": flat(2000.0),
+        "server_generation_tps": flat(1000.0),
+        "prefix_hit_pct": flat(0.0),
+    }
+    base.update(series)
+    return base
+
+
+BATCH_CAP = dict(
+    running=ramp(10, 64, 0, 15),
+    waiting=ramp(0, 41, 15, N),
+    kv_usage_pct=flat(38.0),
+    ttft_p50=ramp(0.08, 1.5, 15, N),
+)
+KV_FULL = dict(
+    running=ramp(40, 120, 0, 25),
+    waiting=ramp(0, 30, 25, N),
+    kv_usage_pct=ramp(50, 99, 0, 28),
+    preemptions=[0.0] * 30 + [3.0] * 10,
+    ttft_p50=ramp(0.08, 2.0, 25, N),
+)
+TOKEN_BUDGET = dict(
+    running=flat(30.0),
+    waiting=ramp(0, 25, 20, N),
+    server_prompt_tps=ramp(40_000, 95_000, 0, 20),
+    server_generation_tps=flat(1500.0),
+    ttft_p50=ramp(0.1, 0.8, 20, N),
+    itl_p50=ramp(0.020, 0.022, 0, N),
+)
+CLIENT_CAP = dict(
+    running=ramp(10, 32, 0, 15),
+    client_queued=ramp(0, 35, 15, N),
+    ttft_p50=flat(0.08),
+)
+WANDERING = [60.0 + (i % 7) * 3 for i in range(N)]
+COMPUTE = dict(
+    running=ramp(20, 120, 0, N),
+    itl_p50=ramp(0.02, 0.05, 0, N),
+    kv_usage_pct=ramp(20, 60, 0, N),
+    ttft_p50=ramp(0.08, 0.3, 0, N),
+)
+
+
+@pytest.mark.parametrize(
+    ("series", "limits", "limit", "evidence", "try_next"),
+    [
+        (
+            BATCH_CAP,
+            ServerLimits(max_num_seqs=64),
+            "batch_cap",
+            ["running 64 = max_num_seqs 64 for 26 s", "waiting 0→41", "KV 38 %"],
+            "--max-num-seqs 128",
+        ),
+        (
+            BATCH_CAP,
+            ServerLimits(),
+            "batch_cap",
+            ["running plateaued at 64 (the cap, inferred)", "waiting 0→41"],
+            "--max-num-seqs 128",
+        ),
+        # KV at 60 %: twice the batch would not fit; 64 x 90 / 60 = 96
+        (
+            {**BATCH_CAP, "kv_usage_pct": flat(60.0)},
+            ServerLimits(max_num_seqs=64),
+            "batch_cap",
+            ["KV 60 %"],
+            "--max-num-seqs 96",
+        ),
+        # two engines of 32: the running series sums them
+        (
+            BATCH_CAP,
+            ServerLimits(max_num_seqs=32, engines=2),
+            "batch_cap",
+            ["max_num_seqs 32 x 2 engines"],
+            "--max-num-seqs 64",
+        ),
+        (
+            KV_FULL,
+            ServerLimits(max_num_seqs=256, gpu_memory_utilization=0.9),
+            "kv_full",
+            ["KV 99 %", "30 preemptions", "waiting 0→30"],
+            "--gpu-memory-utilization 0.95",
+        ),
+        (
+            KV_FULL,
+            ServerLimits(gpu_memory_utilization=0.95),
+            "kv_full",
+            ["KV 99 %"],
+            "--kv-cache-dtype fp8 (twice the tokens in the same memory)",
+        ),
+        (
+            TOKEN_BUDGET,
+            ServerLimits(max_num_seqs=256, max_num_batched_tokens=2048),
+            "token_budget",
+            ["tokens per step of max_num_batched_tokens 2,048", "TTFT p50 100 ms→", "ITL p50 20 ms→22 ms"],
+            "--max-num-batched-tokens 4096",
+        ),
+        (
+            CLIENT_CAP,
+            ServerLimits(max_num_seqs=256, max_concurrency=32),
+            "client_cap",
+            ["client queue 0→35 at --max-concurrency 32", "server waiting 0", "running 32 of max_num_seqs 256"],
+            "--max-concurrency 64",
+        ),
+        (
+            COMPUTE,
+            ServerLimits(max_num_seqs=256),
+            "compute_bound",
+            ["below max_num_seqs 256", "ITL p50", "the step time grows with the batch"],
+            "more GPUs: --data-parallel-size 2 (a model that fits one GPU) or --tensor-parallel-size 2",
+        ),
+    ],
+    ids=[
+        "batch-cap",
+        "batch-cap-inferred",
+        "batch-cap-kv-sized",
+        "batch-cap-dp",
+        "kv-full",
+        "kv-full-memory-maxed",
+        "token-budget",
+        "client-cap",
+        "compute",
+    ],
+)
+def test_each_limit_is_named_with_its_numbers_and_next_step(series, limits, limit, evidence, try_next):
+    why = explain_knee(window(**series), limits)
+    assert why.limit == limit
+    for part in evidence:
+        assert part in why.evidence
+    assert why.try_next == try_next
+    assert why.also == ()
+
+
+def test_the_client_cap_is_a_rampwatch_flag():
+    why = explain_knee(window(**CLIENT_CAP), ServerLimits(max_concurrency=32))
+    assert why.try_is == "rampwatch flag"
+    assert "a rampwatch flag, not an engine argument" in "\n".join(why.lines())
+    assert explain_knee(window(**BATCH_CAP), ServerLimits(max_num_seqs=64)).try_is == "engine argument"
+
+
+@pytest.mark.parametrize(
+    ("series", "limits", "first", "second"),
+    [
+        # running at the cap and the KV cache full: more sequences would not fit
+        (
+            {**BATCH_CAP, "kv_usage_pct": flat(97.0), "preemptions": flat(1.0)},
+            ServerLimits(max_num_seqs=64),
+            "kv_full",
+            "batch_cap",
+        ),
+        # at the cap, and the steps full of prefill
+        (
+            {**TOKEN_BUDGET, "running": ramp(10, 64, 0, 15)},
+            ServerLimits(max_num_seqs=64, max_num_batched_tokens=2048),
+            "batch_cap",
+            "token_budget",
+        ),
+        # the client's queue growing, and the batch slowing as it grows
+        (
+            {**COMPUTE, "client_queued": ramp(0, 20, 20, N)},
+            ServerLimits(max_num_seqs=256),
+            "client_cap",
+            "compute_bound",
+        ),
+    ],
+    ids=["kv-over-batch-cap", "batch-cap-over-budget", "client-over-compute"],
+)
+def test_two_limits_at_once_pick_by_priority_and_mention_the_other(series, limits, first, second):
+    why = explain_knee(window(**series), limits)
+    assert why.limit == first
+    assert [a["limit"] for a in why.also] == [second]
+    assert PRIORITY.index(first) < PRIORITY.index(second)
+    assert any(line.startswith("also: ") for line in why.lines())
+
+
+def test_kv_full_and_batch_cap_tells_not_to_raise_the_cap():
+    series = {**BATCH_CAP, "kv_usage_pct": flat(97.0), "preemptions": flat(1.0)}
+    why = explain_knee(window(**series), ServerLimits(max_num_seqs=64, gpu_memory_utilization=0.9))
+    assert why.try_next == "--gpu-memory-utilization 0.95"
+    assert "--max-num-seqs 32 (fewer sequences share the cache)" in why.alternatives
+
+
+@pytest.mark.parametrize(
+    ("series", "limits", "shown"),
+    [
+        # TTFT rising, nothing else moving: no rule holds
+        (
+            {"ttft_p50": ramp(0.08, 0.9, 20, N), "waiting": [0.0, 2.0] * (N // 2)},
+            ServerLimits(max_num_seqs=256),
+            ["TTFT p50 80 ms→"],
+        ),
+        # a running count that wanders while requests wait is no inferred cap
+        (
+            {"running": WANDERING, "waiting": ramp(0, 30, 15, N)},
+            ServerLimits(),
+            ["running ", "waiting 0→30"],
+        ),
+        # the token budget unknown: a full step cannot be told
+        ({k: v for k, v in TOKEN_BUDGET.items()}, ServerLimits(max_num_seqs=256), ["waiting 0→25", "TTFT p50"]),
+        # client queue growing while the server queues too: not the client's cap
+        (
+            {**CLIENT_CAP, "running": WANDERING, "waiting": ramp(0, 20, 15, N)},
+            ServerLimits(),
+            ["client queue 0→35", "waiting 0→20"],
+        ),
+        # no /metrics at all: the client's figures only
+        (
+            {name: flat(math.nan) for name in ("running", "waiting", "kv_usage_pct", "preemptions")}
+            | {"ttft_p50": ramp(0.08, 2.0, 10, N)},
+            ServerLimits(),
+            ["TTFT p50 80 ms→"],
+        ),
+    ],
+    ids=["ttft-only", "wandering-running", "budget-unknown", "client-and-server-queue", "no-metrics"],
+)
+def test_undetermined_shows_the_evidence_and_suggests_nothing(series, limits, shown):
+    why = explain_knee(window(**series), limits)
+    assert why.limit == "undetermined"
+    assert why.try_next is None
+    for part in shown:
+        assert part in why.evidence
+
+
+def test_an_empty_window_is_undetermined():
+    why = explain_knee({}, None)
+    assert (why.limit, why.evidence) == ("undetermined", "no server or latency figures around the knee")
+
+
+def test_prefix_cache_hits_do_not_fill_the_token_budget():
+    # the same prompt tok/s, 80 % of it served from the prefix cache: the steps are not full
+    why = explain_knee(
+        window(**TOKEN_BUDGET, prefix_hit_pct=flat(80.0)), ServerLimits(max_num_seqs=256, max_num_batched_tokens=2048)
+    )
+    assert why.limit == "undetermined"
+
+
+# -- ServerLimits ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("memory_gib", "name", "cpu", "expected"),
+    [
+        (None, "", False, None),  # unknown device: unknown defaults
+        (80, "NVIDIA H100 80GB HBM3", False, (8192, 1024)),
+        (141, "NVIDIA H200", False, (8192, 1024)),
+        (80, "NVIDIA A100-SXM4-80GB", False, (2048, 256)),
+        (24, "NVIDIA L4", False, (2048, 256)),
+        (192, "NVIDIA B200", False, (16384, 1024)),
+        (None, "", True, (2048, 128)),
+    ],
+)
+def test_vllm_batch_defaults(memory_gib, name, cpu, expected):
+    assert vllm_batch_defaults(memory_gib, name, cpu) == expected
+
+
+def test_limits_from_engine_args():
+    limits = ServerLimits.from_engine_args(
+        {
+            "max_num_seqs": "64",
+            "max-num-batched-tokens": "8192",
+            "data_parallel_size": "2",
+            "gpu_memory_utilization": "0.85",
+        }
+    )
+    assert (limits.max_num_seqs, limits.max_num_batched_tokens, limits.running_cap) == (64, 8192, 128)
+    assert limits.gpu_memory_utilization == 0.85
+    assert limits.sources["max_num_seqs"] == "serve command"
+
+
+@pytest.mark.parametrize(
+    ("args", "kw", "expected"),
+    [
+        ({}, {}, (None, None)),
+        ({}, {"device_memory_gib": 80, "device_name": "H100"}, (1024, 8192)),
+        ({"max_num_seqs": "8"}, {"device_memory_gib": 24}, (8, 2048)),
+        ({"performance_mode": "throughput"}, {"device_memory_gib": 24}, (512, 4096)),
+        ({"no_enable_chunked_prefill": True, "max_model_len": "32768"}, {"device_memory_gib": 24}, (256, 32768)),
+        ({"tensor_parallel_size": "2"}, {"cpu": True}, (256, 4096)),
+        ({"max_num_seqs": "lots", "max_num_batched_tokens": "-5"}, {}, (None, None)),
+    ],
+    ids=["unknown", "h100-defaults", "given-seqs", "throughput-mode", "no-chunked-prefill", "cpu-tp2", "bad-values"],
+)
+def test_absent_engine_args_take_vllms_defaults_for_the_device(args, kw, expected):
+    limits = ServerLimits.from_engine_args(args, **kw)
+    assert (limits.max_num_seqs, limits.max_num_batched_tokens) == expected
+
+
+def test_limits_of_a_run_from_its_header():
+    cache = cache_config_from_metrics((DATA / "vllm-0.32.0-cpu" / "metrics.txt").read_text())
+    header = RunHeader(
+        "x", 0.0, "http://t", "m", "s", scenario={"max_concurrency": 16}, server_info={"cache_config": cache}
+    )
+    limits = ServerLimits.of_run(header, ServerLimits.from_engine_args({"max_num_seqs": "8", "block_size": "16"}))
+    assert (limits.max_num_seqs, limits.num_gpu_blocks, limits.max_concurrency) == (8, 4096, 16)
+    assert limits.block_size == 16  # the serve command's wins
+    assert limits.gpu_memory_utilization == 0.92
+    assert limits.sources["num_gpu_blocks"] == "/metrics cache_config_info"
+    assert ServerLimits.from_dict(limits.to_dict()) == limits
+
+
+def test_explanation_dict_round_trip_and_old_data():
+    why = explain_knee(window(**{**KV_FULL, "running": ramp(10, 64, 0, 15)}), ServerLimits(max_num_seqs=64))
+    assert why.also  # a whole explanation: alternatives and a second limit
+    data = why.to_dict()
+    assert set(data) == {"limit", "title", "evidence", "try", "try_is", "alternatives", "also"}
+    assert KneeExplanation.from_dict(data) == why
+    assert KneeExplanation.from_dict(None) is None
+    assert KneeExplanation.from_dict({"offered_rps": 3.0}) is None
+
+
+def test_the_detector_puts_the_explanation_in_the_knee_event():
+    """A ramp against a server capped at 32 running requests: the knee event says so
+    (KV at 52 % with 32 running: 32 x 90 / 52 -> 48 would still fit)."""
+    det = KneeDetector(limits=ServerLimits(max_num_seqs=32))
+    knees = []
+    waiting = 0.0
+    for i in range(200):
+        offered = 1 + 29 * i / 199
+        running = min(32.0, offered * 2)
+        waiting = max(0.0, waiting + (offered * 2 - 32) / 2) if offered * 2 > 32 else 0.0
+        served = min(offered, 16.0)
+        values = {
+            "target_rps": offered,
+            "offered_rps": offered,
+            "completed_rps": served,
+            "error_rps": 0.0,
+            "ttft_p50": 0.08 + waiting / 16,
+            "itl_p50": 0.02,
+            "running": running,
+            "waiting": waiting,
+            "kv_usage_pct": 20 + running,
+            "preemptions": 0.0,
+            "client_queued": 0.0,
+        }
+        if (event := det.update(float(i), values)) is not None and event.kind == "knee":
+            knees.append(event)
+    assert len(knees) == 1
+    why = KneeExplanation.from_dict(knees[0].data["explanation"])
+    assert why is not None and why.limit == "batch_cap"
+    assert knees[0].data["limits"] == {"max_num_seqs": 32, "engines": 1, "tensor_parallel_size": 1, "sources": {}}
+    assert "batch-size cap → try --max-num-seqs 48" in knees[0].message
+    assert np.isfinite(knees[0].data["offered_rps"])
