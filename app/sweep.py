@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -41,20 +40,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help='the SLO the best configuration must meet and the early stop judges, e.g. "ttft_p99<500ms,itl_p99<50ms" '
         "(default: the file's slo:)",
     )
-    parser.add_argument("--output-dir", metavar="DIR", help="where the recordings and sweep.json go (default: the file's output_dir:)")
+    parser.add_argument(
+        "--output-dir", metavar="DIR", help="where the recordings and sweep.json go (default: the file's output_dir:)"
+    )
     parser.add_argument(
         "--resume",
         action="store_true",
         help="continue the sweep in the output dir: completed configurations are kept, the others run",
     )
-    parser.add_argument("--headless", action="store_true", help="no UI: one line per configuration, the table at the end")
+    parser.add_argument(
+        "--headless", action="store_true", help="no UI: one line per configuration, the table at the end"
+    )
     parser.add_argument("--api-key", metavar="KEY", help="bearer token of the servers (default: $OPENAI_API_KEY)")
     parser.add_argument(
         "--stop-grace",
         type=non_negative_float,
-        default=5.0,
         metavar="SECONDS",
-        help="after a configuration's load stops, how long in-flight requests may finish (default 5)",
+        help="after a configuration's load stops, how long in-flight requests may finish "
+        "(default: the file's stop_grace_s:, else 5)",
     )
     parser.add_argument(
         "--startup-timeout",
@@ -103,8 +106,7 @@ def read_state(path: Path) -> dict[str, Any] | None:
 
 
 def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
-    from rampwatch.loadgen.managed import ServeCommand
-    from rampwatch.loadgen.sweep import apply_args, command_line, config_label, config_slug, gpu_count, vllm_serve_argv
+    from rampwatch.loadgen.sweep import apply_args, config_label, config_slug, gpu_count, shown_command, vllm_serve_argv
 
     rows = []
     for i, args in enumerate(spec.configs):
@@ -114,10 +116,10 @@ def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
                 "index": i,
                 "args": args,
                 "config": config_label(args),
-                "command": ServeCommand.parse(command_line(argv)).shown,
-                "vllm_command": ServeCommand.parse(command_line(vllm_serve_argv(argv, spec.vllm_model))).shown
-                if argv[:2] != ["vllm", "serve"]
-                else None,
+                "command": shown_command(argv),
+                "vllm_command": None
+                if argv[:2] == ["vllm", "serve"]
+                else shown_command(vllm_serve_argv(argv, spec.vllm_model)),
                 "gpus": gpu_count(argv),
                 "slug": config_slug(i, args),
                 "status": "pending",
@@ -127,7 +129,7 @@ def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
         "sweep": spec.name,
         "file": spec.path,
         "scenario": spec.scenario,
-        "serve": ServeCommand.parse(spec.serve).shown,
+        "serve": shown_command(base_argv),
         "slo": spec.slo.text,
         "schedule": spec.schedule,
         "started_at": time.time(),
@@ -192,7 +194,7 @@ class ConfigRun:
             try:
                 row["startup_s"] = server.start(sweep.startup_timeout_s)
             except ServerExited as exc:
-                self._failed(f"server exited with code {exc.exit_code} during startup; {_last_line(server)}", exc.exit_code)
+                self._failed(str(exc), exc.exit_code)
                 return
             except UserError as exc:
                 code = server.poll()
@@ -201,10 +203,12 @@ class ConfigRun:
             row["status"] = "running"
             sweep.save(line=f"server ready in {row['startup_s']:.1f} s; ramping")
             try:
-                self._run_load(command.base_url, server)
+                self._run_load(command, server)
             except UserError as exc:  # e.g. the server went away before the first request
                 code = server.poll()
-                self._failed(str(exc) if code is None else f"server exited with code {code}; {_last_line(server)}", code)
+                self._failed(
+                    str(exc) if code is None else f"server exited with code {code}; {_last_line(server)}", code
+                )
                 return
         finally:
             exit_code = server.stop()
@@ -217,17 +221,20 @@ class ConfigRun:
         if code is not None:
             self.row["server_exit_code"] = code
 
-    def _run_load(self, base_url: str, server: Any) -> None:
+    def _run_load(self, command: Any, server: Any) -> None:
         from rampwatch.app.session import prepare_run
         from rampwatch.loadgen import eventloop
+        from rampwatch.loadgen.knee_explain import ServerLimits
         from rampwatch.loadgen.sweep import EarlyStopRule, config_row
 
         sweep, row = self.sweep, self.row
         recording = sweep.out_dir / f"{row['slug']}.rwrec"
-        args = sweep.run_args(base_url, recording)
+        args = sweep.run_args(command.base_url, recording)
         prepared = prepare_run(args)
         self.prepared = prepared
         run = prepared.run
+        # The knee's explanation compares the server's series with its own caps.
+        run.options.server_limits = ServerLimits.from_engine_args(command.engine_args())
         # What the recording's header keeps of the sweep (redacted there like every option).
         run.options.cli_options.update(
             serve=row["command"], sweep={"file": sweep.spec.path, "index": row["index"], "args": row["args"]}
@@ -247,15 +254,15 @@ class ConfigRun:
             prepared.close()
         load_end = run.schedule.planned_duration_s
         row.update(
-            _finite(
-                config_row(result.requests, result.samples, result.events, sweep.spec.slo, load_end_s=load_end)
-            )
+            _finite(config_row(result.requests, result.samples, result.events, sweep.spec.slo, load_end_s=load_end))
         )
         row["early_stop"] = self.stop_reason
         if result.recording_error:
             self._failed(f"recording {recording.name} failed: {result.recording_error}", None)
         elif self.server_exit is not None:
-            self._failed(f"server exited with code {self.server_exit} during the load; {_last_line(server)}", self.server_exit)
+            self._failed(
+                f"server exited with code {self.server_exit} during the load; {_last_line(server)}", self.server_exit
+            )
         elif sweep.interrupted:
             row.update(status="interrupted", reason="the sweep was stopped during this configuration")
         else:
@@ -371,7 +378,8 @@ class Sweep:
         parser = argparse.ArgumentParser(add_help=False)
         run_cli.configure(parser)
         words = [self.spec.scenario, "--headless", "--target", base_url, "--record", str(recording)]
-        words += ["--stop-grace", repr(self.args.stop_grace)]
+        grace = self.spec.stop_grace_s if self.args.stop_grace is None else self.args.stop_grace
+        words += ["--stop-grace", repr(grace)]
         for key, value in self.spec.sets:
             words += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
         words += ["--set", "schedule=" + json.dumps(self.spec.schedule)]
@@ -382,12 +390,15 @@ class Sweep:
     def say(self, text: str) -> None:
         from rampwatch.core.text import server_text
 
-        print(server_text(text), file=self.out, flush=True)
+        for line in text.split("\n"):
+            print(server_text(line), file=self.out, flush=True)
 
     def execute(self) -> int:
         rows = self.state["rows"]
         total = len(rows)
-        self.say(f"rampwatch sweep: {self.spec.name}: {total} configurations of {self.spec.serve!s}; SLO {self.spec.slo.text}")
+        self.say(
+            f"rampwatch sweep: {self.spec.name}: {total} configurations of {self.spec.serve!s}; SLO {self.spec.slo.text}"
+        )
         self.say(f"output: {self.out_dir}")
         for row in rows:
             if self.interrupted:
@@ -445,6 +456,8 @@ def end_summary(row: dict[str, Any]) -> str:
     knee = "none" if row.get("knee_rps") is None else f"{row['knee_rps']:.1f} rps"
     goodput = row.get("max_goodput_rps") or 0.0
     text = f"knee {knee}, good-put {goodput:.1f} req/s, limit {row.get('limit') or '—'}"
+    if row.get("try_next"):
+        text += f" (try {row['try_next']})"
     if row.get("early_stop"):
         text += f" (early stop: {row['early_stop']})"
     return text
@@ -459,7 +472,8 @@ def best_text(state: dict[str, Any]) -> str:
     row = state["rows"][best]
     lines = [
         f"best under {slo} (highest max good-put): #{best + 1} {row['config']} — "
-        f"{row['max_goodput_rps']:.1f} good req/s, knee {_or_dash(row.get('knee_rps'), ' rps')}",
+        f"{row['max_goodput_rps']:.1f} good req/s, "
+        + ("no knee within the load" if row.get("knee_rps") is None else f"knee {row['knee_rps']:.1f} rps"),
     ]
     if row.get("vllm_command"):
         lines.append(f"  {row['vllm_command']}")
@@ -469,23 +483,26 @@ def best_text(state: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _or_dash(value: float | None, unit: str = "") -> str:
-    return "—" if value is None else f"{value:.1f}{unit}"
-
-
 def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     sweep = Sweep(args, out)
     sweep.prepare()
     return sweep.execute()
 
 
-def spawn_headless(args: argparse.Namespace, log_path: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+def spawn_headless(
+    args: argparse.Namespace, log_path: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """The same sweep run headless in a child process (the live screen's load side)."""
     words = [sys.executable, "-m", "rampwatch.app.cli", "sweep", args.sweep, "--headless"]
-    for flag, value in (("--slo", args.slo), ("--output-dir", args.output_dir), ("--startup-timeout", args.startup_timeout)):
+    named = (
+        ("--slo", args.slo),
+        ("--output-dir", args.output_dir),
+        ("--startup-timeout", args.startup_timeout),
+        ("--stop-grace", args.stop_grace),
+    )
+    for flag, value in named:
         if value is not None:
             words += [flag, str(value)]
-    words += ["--stop-grace", repr(args.stop_grace)]
     if args.resume:
         words.append("--resume")
     env = dict(os.environ, **(extra_env or {}))
@@ -496,6 +513,3 @@ def spawn_headless(args: argparse.Namespace, log_path: Path, extra_env: dict[str
         return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     finally:
         log.close()
-
-
-Callback = Callable[[], None]

@@ -26,7 +26,8 @@ from __future__ import annotations
 import itertools
 import math
 import shlex
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,11 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.errors import UserError
-from collections import deque
-from collections.abc import Callable
-
+from rampwatch.core.redact import redact_value
 from rampwatch.core.timeline import CANCELLED, Event, NullSink, RequestRecord, ServerSample, Tick
 from rampwatch.loadgen import stats
-from rampwatch.loadgen.scenario import Path_, _read_yaml, dotted, resolve_scenario_path
+from rampwatch.loadgen.knee_explain import KneeExplanation
+from rampwatch.loadgen.scenario import BUILTIN_SCENARIOS, SWEEP_PREFIX, Path_, _read_yaml, dotted, resolve_scenario_path
 from rampwatch.loadgen.schedules import describe, is_number, unknown_key_message
 from rampwatch.loadgen.slo import Slo, parse_slo
 from rampwatch.loadgen.summary import server_figures
@@ -59,6 +59,7 @@ TOP_KEYS = (
     "early_stop",
     "output_dir",
     "startup_timeout_s",
+    "stop_grace_s",
 )
 MATRIX_KEYS = ("product", "sets")
 LOAD_KEYS = ("ramp", "rates", "hold_s", "arrival")
@@ -96,6 +97,7 @@ class SweepSpec:
     early_stop: EarlyStop
     output_dir: str
     startup_timeout_s: float = 600.0
+    stop_grace_s: float = 5.0
     vllm_model: str | None = None
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
@@ -174,7 +176,9 @@ def _schedule(p: _Problems, load: Any) -> dict[str, Any]:
     if arrival not in ARRIVALS:
         raise p.fail(("load", "arrival"), f"expected one of {', '.join(ARRIVALS)}, got {describe(arrival)}")
     if ("ramp" in load) == ("rates" in load):
-        raise p.fail(("load",), "give exactly one of ramp: {start_rps, end_rps, duration_s} or rates: [..] with hold_s:")
+        raise p.fail(
+            ("load",), "give exactly one of ramp: {start_rps, end_rps, duration_s} or rates: [..] with hold_s:"
+        )
     if "ramp" in load:
         ramp = p.mapping(("load", "ramp"), load["ramp"], "start_rps, end_rps, duration_s")
         p.keys(("load", "ramp"), ramp, RAMP_KEYS)
@@ -224,7 +228,11 @@ def load_sweep(path: str | Path, slo_text: str | None = None, output_dir: str | 
     the file, line and key (or the flag)."""
     file_path = Path(path)
     if not file_path.is_file():
-        raise UserError(f"{path}: no such sweep file")
+        shipped = BUILTIN_SCENARIOS / f"{path}.yaml"
+        if "/" in str(path) or not str(path).startswith(SWEEP_PREFIX) or not shipped.is_file():
+            raise UserError(f"{path}: no such sweep file")
+        file_path = Path(str(shipped))
+        path = f"scenarios/{path}.yaml"
     data, lines = _read_yaml(file_path)
     file = str(path)
     p = _Problems(file, lines)
@@ -288,6 +296,7 @@ def load_sweep(path: str | Path, slo_text: str | None = None, output_dir: str | 
     if not isinstance(out, str) or not out.strip():
         raise p.fail(("output_dir",), f"expected a directory path, got {describe(out)}")
     timeout = p.number(("startup_timeout_s",), data.get("startup_timeout_s", 600.0))
+    grace = p.number(("stop_grace_s",), data.get("stop_grace_s", 5.0), strict=False)
     vllm_model = data.get("vllm_model")
     if vllm_model is not None and not (isinstance(vllm_model, str) and vllm_model.strip()):
         raise p.fail(("vllm_model",), f"expected a model name, got {describe(vllm_model)}")
@@ -304,6 +313,7 @@ def load_sweep(path: str | Path, slo_text: str | None = None, output_dir: str | 
         early_stop=EarlyStop(bool(enabled), window, int(min_requests)),
         output_dir=out,
         startup_timeout_s=timeout,
+        stop_grace_s=grace,
         vllm_model=vllm_model,
         description=str(data.get("description", "") or ""),
         raw=data,
@@ -413,13 +423,16 @@ SIM_ONLY_FLAGS = (
     "--speed",
     "--eos-probability",
     "--routing",
-    "--num-gpu-blocks",
     "--error-rate",
     "--abort-rate",
     "--metrics-error-rate",
     "--stall-at",
     "--stall-for",
 )
+
+
+# The simulator's spelling of a vLLM argument -> vLLM's.
+SIM_RENAMED = {"--engines": "--data-parallel-size", "--num-gpu-blocks": "--num-gpu-blocks-override"}
 
 
 def is_sim_command(argv: Sequence[str]) -> bool:
@@ -429,7 +442,7 @@ def is_sim_command(argv: Sequence[str]) -> bool:
 def vllm_serve_argv(argv: Sequence[str], model: str | None) -> list[str]:
     """The ``vllm serve`` words of a serve command: itself when it is one; for a
     ``rampwatch sim`` command, ``vllm serve MODEL`` with the simulator's vLLM arguments
-    (its own knobs dropped, ``--engines`` as ``--data-parallel-size``)."""
+    (its own knobs dropped, ``SIM_RENAMED`` in vLLM's spelling)."""
     if not is_sim_command(argv):
         return list(argv)
     out = ["vllm", "serve", model or "MODEL"]
@@ -443,8 +456,9 @@ def vllm_serve_argv(argv: Sequence[str], model: str | None) -> list[str]:
         i += len(words)
         if flag in SIM_ONLY_FLAGS:
             continue
-        if flag == "--engines":
-            words = ["--data-parallel-size", *words[1:]] if "=" not in token else [f"--data-parallel-size={words[0].split('=', 1)[1]}"]
+        if flag in SIM_RENAMED:
+            renamed = SIM_RENAMED[flag]
+            words = [renamed, *words[1:]] if "=" not in token else [f"{renamed}={token.split('=', 1)[1]}"]
         out += words
     return out
 
@@ -452,6 +466,11 @@ def vllm_serve_argv(argv: Sequence[str], model: str | None) -> list[str]:
 def command_line(argv: Sequence[str]) -> str:
     """Words as one line a shell reads back to the same words."""
     return shlex.join(list(argv))
+
+
+def shown_command(argv: Sequence[str]) -> str:
+    """``command_line`` with secrets masked (``--api-key X``): what is printed and kept."""
+    return command_line(redact_value(list(argv)))
 
 
 # --------------------------------------------------------------------------- figures
@@ -490,17 +509,10 @@ def knee_event(events: Sequence[Event]) -> Event | None:
     return next((e for e in events if e.kind == "knee"), None)
 
 
-def knee_limit(event: Event | None) -> str | None:
-    """The limit a knee event names (the knee's explanation, when the detector gives one)."""
-    if event is None:
-        return None
-    for key in ("limit", "explanation"):
-        value = event.data.get(key)
-        if isinstance(value, dict):
-            value = value.get("limit") or value.get("name")
-        if isinstance(value, str) and value:
-            return value
-    return None
+def knee_explanation(event: Event | None) -> KneeExplanation | None:
+    """The limit behind a knee, as the knee event gives it (``knee_explain``); None for a
+    knee without one (recordings made before knees were explained)."""
+    return None if event is None else KneeExplanation.from_dict(event.data.get("explanation"))
 
 
 def window_figures(requests: Sequence[RequestRecord], t_from: float, t_to: float) -> dict[str, float | None]:
@@ -538,13 +550,16 @@ def config_row(
 ) -> dict[str, Any]:
     """The table's figures for one configuration's run (see the module's definitions)."""
     knee = knee_event(events)
+    why = knee_explanation(knee)
     sends = [r.sent_at for r in requests if r.error_class != CANCELLED]
     last_send = max(sends, default=0.0)
     if knee is not None:
         at = float(knee.data.get("onset_t", knee.t))
     else:
         at = min(load_end_s, last_send) if load_end_s is not None else last_send
-    figures = window_figures(requests, at - KNEE_WINDOW_S, at + (0 if knee is not None else 1e-9))
+    # The window starts no earlier than the load (a knee 6 s into a run has 6 s before it).
+    first_send = min(sends, default=0.0)
+    figures = window_figures(requests, max(first_send, at - KNEE_WINDOW_S), at + (0 if knee is not None else 1e-9))
     server = server_figures(samples)
     judged = [r for r in requests if r.error_class != CANCELLED]
     failed = sum(1 for r in judged if not r.ok)
@@ -555,7 +570,9 @@ def config_row(
         **figures,
         "peak_kv_pct": server.get("max_kv_usage_pct"),
         "preemptions": server.get("preemptions"),
-        "limit": knee_limit(knee),
+        "limit": None if why is None else why.title,
+        "limit_key": None if why is None else why.limit,
+        "try_next": None if why is None else why.try_next,
         "requests": len(judged),
         "failed": failed,
         "error_rate": failed / len(judged) if judged else 0.0,
@@ -686,7 +703,7 @@ TABLE_COLUMNS = (
 def _cell(key: str, row: dict[str, Any]) -> str:
     value = row.get(key)
     if key == "index":
-        return f"{value + 1}{'*' if row.get('pareto') else ''}"
+        return f"{int(row['index']) + 1}{'*' if row.get('pareto') else ''}"
     if key == "config":
         return str(value)
     if key == "limit":
@@ -719,7 +736,10 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     lines = []
     for r in cells:
-        line = "  ".join(c.ljust(w) if i in (0, 1, len(r) - 1) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        line = "  ".join(
+            c.ljust(w) if i in (0, 1, len(r) - 1) else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
         lines.append(line.rstrip())
     for row in rows:
         if row.get("status") not in ("done", None) and row.get("reason"):
@@ -750,5 +770,8 @@ def format_pareto(rows: Sequence[dict[str, Any]], width: int = 50, height: int =
     lines = [f"tok/s per GPU (top {ymax:.0f})"]
     lines += ["│" + "".join(r).rstrip() for r in grid]
     lines.append("└" + "─" * width)
-    lines.append(f" tok/s per user → (right edge {xmax:.1f});  * on the Pareto front: " + ", ".join(f"#{p[0] + 1}" for p in pts if p[3]))
+    lines.append(
+        f" tok/s per user → (right edge {xmax:.1f});  * on the Pareto front: "
+        + ", ".join(f"#{p[0] + 1}" for p in pts if p[3])
+    )
     return "\n".join(lines)
