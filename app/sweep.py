@@ -163,6 +163,20 @@ def resume_state(old: dict[str, Any], fresh: dict[str, Any], out_dir: Path) -> d
     return fresh
 
 
+def check_output_dir(out_dir: Path, resume: bool) -> None:
+    """A new sweep needs an output dir without one; ``--resume`` needs one to continue."""
+    from rampwatch.core.errors import UserError
+
+    state = out_dir / SWEEP_STATE
+    if resume and read_state(state) is None:
+        raise UserError(f"--resume: no sweep to resume in {out_dir} (no readable {SWEEP_STATE})")
+    if not resume and state.exists():
+        raise UserError(
+            f"--output-dir {out_dir}: holds a sweep already ({SWEEP_STATE}); "
+            "pass --resume to continue it or another --output-dir"
+        )
+
+
 # --------------------------------------------------------------------------- one configuration
 
 
@@ -340,19 +354,10 @@ class Sweep:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"--output-dir {self.out_dir}: {exc.strerror or exc}") from None
+        check_output_dir(self.out_dir, self.args.resume)
         fresh = new_state(self.spec, self.base_argv)
-        old = read_state(self.state_path) if self.state_path.exists() else None
-        if self.args.resume:
-            if old is None:
-                raise UserError(f"--resume: no sweep to resume in {self.out_dir} (no readable {SWEEP_STATE})")
-            self.state = resume_state(old, fresh, self.out_dir)
-        else:
-            if self.state_path.exists():
-                raise UserError(
-                    f"--output-dir {self.out_dir}: holds a sweep already ({SWEEP_STATE}); "
-                    "pass --resume to continue it or another --output-dir"
-                )
-            self.state = fresh
+        old = read_state(self.state_path)
+        self.state = fresh if old is None else resume_state(old, fresh, self.out_dir)
         self.save()
 
     def save(self, current: int | None | str = "keep", line: str | None = None) -> None:
