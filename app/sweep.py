@@ -417,6 +417,7 @@ class Sweep:
             self.save(current=None, line="")
             self.say(f"{n} {row['status']} in {row.get('duration_s', 0):.0f} s: {row['config']}; {end_summary(row)}")
         self.state["finished"] = not self.interrupted
+        self.state["ended_at"] = time.time()
         self.save(current=None, line=None)
         return self.finish()
 

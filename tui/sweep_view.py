@@ -40,6 +40,7 @@ def sweep_progress(state: dict[str, Any], now: float) -> dict[str, Any]:
         if current is not None and rows[current].get("started_at"):  # the running one is partly done
             eta = max(0.0, eta - min(now - rows[current]["started_at"], sum(measured) / len(measured)))
     started = state.get("started_at")
+    now = state.get("ended_at") or now  # a finished sweep's clock stops
     return {
         "finished": len(finished),
         "total": len(rows),
