@@ -106,7 +106,15 @@ def read_state(path: Path) -> dict[str, Any] | None:
 
 
 def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
-    from rampwatch.loadgen.sweep import apply_args, config_label, config_slug, gpu_count, shown_command, vllm_serve_argv
+    from rampwatch.loadgen.sweep import (
+        apply_args,
+        config_label,
+        config_slug,
+        gpu_count,
+        is_sim_command,
+        shown_command,
+        vllm_serve_argv,
+    )
 
     rows = []
     for i, args in enumerate(spec.configs):
@@ -117,9 +125,8 @@ def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
                 "args": args,
                 "config": config_label(args),
                 "command": shown_command(argv),
-                "vllm_command": None
-                if argv[:2] == ["vllm", "serve"]
-                else shown_command(vllm_serve_argv(argv, spec.vllm_model)),
+                # a simulator sweep also prints what to run on the real server
+                "vllm_command": shown_command(vllm_serve_argv(argv, spec.vllm_model)) if is_sim_command(argv) else None,
                 "gpus": gpu_count(argv),
                 "slug": config_slug(i, args),
                 "status": "pending",
