@@ -8,6 +8,8 @@ import argparse
 import sys
 from typing import TextIO
 
+from rampwatch.loadgen.managed import DEFAULT_STARTUP_TIMEOUT_S
+
 DEFAULT_PROGRESS_INTERVAL_S = 5.0
 DEFAULT_METRICS_MAX_BYTES = (
     8 * 1024 * 1024
@@ -55,7 +57,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         metavar="URL",
-        help="server base URL, e.g. http://127.0.0.1:8000 (default: start the embedded simulator)",
+        help="server base URL, e.g. http://127.0.0.1:8000 (default: the --serve command's --host/--port, "
+        "else start the embedded simulator)",
+    )
+    parser.add_argument(
+        "--serve",
+        metavar="COMMAND",
+        help='start this server, wait until it serves, run, stop it: e.g. --serve "vllm serve MODEL '
+        '--max-num-seqs 64" (rampwatch connects to its --host/--port unless --target is given)',
+    )
+    parser.add_argument(
+        "--serve-timeout",
+        type=positive_float,
+        default=DEFAULT_STARTUP_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long the --serve server may take to serve (default {DEFAULT_STARTUP_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--server-log",
+        metavar="PATH",
+        help="the started server's log (default: RECORDING.server.log beside the recording)",
     )
     parser.add_argument("--model", metavar="NAME", help="model name to request (default: the server's first model)")
     parser.add_argument("--headless", action="store_true", help="no UI: progress lines and a final summary")

@@ -1,41 +1,55 @@
-"""A run's wiring, whichever way it is shown: scenario → runner → recorder, the embedded
-simulator, the final summary, result JSON and exit code, and the headless path (progress
-lines)."""
+"""A run's wiring, whichever way it is shown: scenario → runner → recorder, the server the
+run starts (``--serve``, or the embedded simulator, which is ``--serve "rampwatch sim …"``),
+the final summary, result JSON and exit code, and the headless path (progress lines)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import shlex
 import signal
+import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from rampwatch.core.bins import latest_complete, recent_mean
-from rampwatch.core.errors import UserError
+from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import server_text
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
+from rampwatch.loadgen.managed import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    PHASE_STARTING,
+    ManagedServer,
+    ServeCommand,
+    server_log_path,
+)
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
 from rampwatch.record.writer import RecordingWriter, default_recording_path
+from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.embedded import EmbeddedSim
 
 # A run stopped before its schedule's end (Ctrl-C, the UI's stop or quit) or whose
 # in-flight requests were cancelled exits with the shell's code for a SIGINT stop; the
 # summary and files are still written.
 INTERRUPTED_EXIT = 130
+# The server the run started (--serve, or the embedded simulator) exited on its own.
+SERVER_EXITED_EXIT = ServerExited.run_exit_code
+# Between checks of whether the run's server is still there.
+SERVER_WATCH_INTERVAL_S = 0.5
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,11 +130,153 @@ def result_json_path(explicit: str | None, recording: Path | None) -> Path | Non
     return beside if beside != recording else recording.with_suffix(".result.json")
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the embedded simulator's)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def sim_serve_text(config: SimConfig, host: str = "127.0.0.1", port: int | None = None) -> str:
+    """The ``--serve`` command of the embedded simulator for ``config``: `rampwatch run`
+    without ``--target`` and ``--serve`` is exactly a run with this ``--serve``."""
+    config.resolved()  # a bad preset is one line here, before anything starts
+    port = free_port(host) if port is None else port
+    return shlex.join(["rampwatch", "sim", *config_to_argv(config), "--host", host, "--port", str(port)])
+
+
+@contextmanager
+def serving_sim(config: SimConfig, host: str = "127.0.0.1", timeout_s: float = 30.0) -> Iterator[ManagedServer]:
+    """The simulator for ``config``, started as `rampwatch run` starts it, until the block
+    ends (tests and benchmarks run their loads against ``.url``)."""
+    with ManagedServer(ServeCommand.parse(sim_serve_text(config, host))) as server:
+        server.start(timeout_s)
+        yield server
+
+
+def serve_command(args: argparse.Namespace, seed: int | None = None) -> ServeCommand | None:
+    """What `rampwatch run` starts: ``--serve``, else (no ``--target``) the embedded
+    simulator; None when it only connects to ``--target``."""
+    target = normalize_base_url(_check_url("--target", args.target)) if args.target else None
+    serve = getattr(args, "serve", None)
+    if serve is not None:
+        return ServeCommand.parse(serve, target=target)
+    if target is not None:
+        return None
+    config = SimConfig(hardware=args.sim_hardware, model=args.sim_model, seed=seed if seed is not None else 0)
+    try:
+        return ServeCommand.parse(sim_serve_text(config))
+    except UserError as exc:  # the simulator's own flags are `rampwatch run`'s --sim-*
+        raise UserError(str(exc).replace("--hardware", "--sim-hardware").replace("--model", "--sim-model")) from None
+
+
+def start_server(server: ManagedServer, timeout_s: float, out: TextIO = sys.stdout) -> float:
+    """``server.start`` with progress lines (headless). SIGTERM and SIGHUP during the
+    start interrupt it like Ctrl-C: the server is stopped, the run exits 130."""
+
+    def on_phase(phase: str) -> None:
+        if phase == PHASE_STARTING:
+            print(f"server: starting (pid {server.pid}) …", file=out, flush=True)
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {}
+    if threading_main():
+        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        startup = server.start(timeout_s, on_phase=on_phase)
+    except ServerExited as exc:
+        print_server_tail(exc.tail)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"server: ready in {startup:.1f} s", file=out, flush=True)
+    return startup
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+SERVER_TAIL_SHOWN = 10
+
+
+def print_server_tail(tail: list[str], err: TextIO | None = None) -> None:
+    """The last lines of a server's log, before the one line that says it exited."""
+    err = err if err is not None else sys.stderr
+    lines = tail[-SERVER_TAIL_SHOWN:]
+    if lines:
+        print(f"server log (last {len(lines)} lines):", file=err)
+        for line in lines:
+            print(f"  {line}", file=err)
+    err.flush()
+
+
+@dataclass
+class RunPlan:
+    """A run's inputs, checked, before anything starts: a long server start never ends on
+    a bad flag."""
+
+    args: argparse.Namespace
+    scenario: Any
+    connection: Connection
+    metrics_urls: list[str]
+    recording_path: Path | None
+    result_json_path: Path | None
+    tokenizer: Any
+    server: ManagedServer | None  # not started yet
+    target: str
+
+
+def plan_run(args: argparse.Namespace, on_log: Callable[[str], None] | None = None) -> RunPlan:
+    scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
+    headers = list(getattr(args, "header", None) or [])
+    insecure, ca_cert = bool(getattr(args, "insecure", False)), getattr(args, "ca_cert", None)
+    connection = Connection(api_key=api_key, headers=tuple(headers), insecure=insecure, ca_cert=ca_cert)
+    if ca_cert:
+        ca_context(ca_cert)  # a missing or bad file: one line now, not after the set-up
+    metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
+    recording_path = None
+    if not args.no_record:
+        recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
+    result_json = result_json_path(args.result_json, recording_path)
+    check_outputs(recording_path, result_json, [Path(scenario.path)] if scenario.path else [])
+    tokenizer = load_tokenizer(args.tokenizer)
+    command = serve_command(args, seed=scenario.seed)
+    server = None
+    if command is None:
+        # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
+        target = normalize_base_url(_check_url("--target", args.target))
+    else:
+        target = command.base_url
+        explicit_log = getattr(args, "server_log", None)
+        log_path = Path(explicit_log) if explicit_log else None
+        if log_path is None and recording_path is not None:
+            log_path = server_log_path(recording_path)
+        server = ManagedServer(command, log_path=log_path, on_log=on_log, connection=connection)
+    return RunPlan(
+        args=args,
+        scenario=scenario,
+        connection=connection,
+        metrics_urls=metrics_urls,
+        recording_path=recording_path,
+        result_json_path=result_json,
+        tokenizer=tokenizer,
+        server=server,
+        target=target,
+    )
+
+
 @dataclass
 class PreparedRun:
     """Everything `rampwatch run` sets up before the load starts, in the process the user
     started: the run (built, not started), its recorder (opened by the run's first event,
-    so only in the process that executes it) and the embedded simulator this process owns.
+    so only in the process that executes it) and the server this process started.
 
     ``execute()`` is the one way a run is executed, here (headless) or in the live UI's
     forked run process: it closes the recording there and reports its failure in the
@@ -128,10 +284,11 @@ class PreparedRun:
 
     run: Run
     args: argparse.Namespace
-    embedded: EmbeddedSim | None = None
+    server: ManagedServer | None = None
     recorder: RecordingWriter | None = None
     recording_path: Path | None = None
     result_json_path: Path | None = None
+    server_exit: ServerExited | None = None  # the server exited on its own during the run
 
     async def execute(self) -> RunResult:
         try:
@@ -148,78 +305,89 @@ class PreparedRun:
         self.recorder.close()
         return None if self.recorder.error is None else str(self.recorder.error)
 
+    def check_server(self) -> ServerExited | None:
+        """Whether the run's server has exited on its own; the first time it is seen, the
+        run is told (an ``error`` event with the code and last log lines, then a stop)."""
+        if self.server is None or self.server_exit is not None:
+            return self.server_exit
+        code = self.server.poll()
+        if code is None:
+            return None
+        self.server_exit = ServerExited(code, self.server.tail, "during the run")
+        self.run.server_exited(str(self.server_exit), code, self.server_exit.tail[-SERVER_TAIL_SHOWN:])
+        return self.server_exit
+
     def close(self) -> None:
-        """Stop the embedded simulator (the recording is closed by ``execute``)."""
-        if self.embedded is not None:
-            self.embedded.stop()
-            self.embedded = None
+        """Stop the server (the recording is closed by ``execute``)."""
+        if self.server is not None:
+            self.server.stop()
 
 
-def prepare_run(args: argparse.Namespace) -> PreparedRun:
-    scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
-    headers = list(getattr(args, "header", None) or [])
-    insecure, ca_cert = bool(getattr(args, "insecure", False)), getattr(args, "ca_cert", None)
-    connection = Connection(api_key=api_key, headers=tuple(headers), insecure=insecure, ca_cert=ca_cert)
-    if ca_cert:
-        ca_context(ca_cert)  # a missing or bad file: one line now, not after the set-up
-    metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
-    recording_path = None
-    if not args.no_record:
-        recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
-    result_json = result_json_path(args.result_json, recording_path)
-    check_outputs(recording_path, result_json, [Path(scenario.path)] if scenario.path else [])
-    tokenizer = load_tokenizer(args.tokenizer)
+def build_run(plan: RunPlan) -> PreparedRun:
+    """The run over a plan whose server (if any) is ready."""
+    args, connection, target = plan.args, plan.connection, plan.target
+    scenario = plan.scenario
+    model, models_answer = args.model or scenario.model, None
+    if not model:
+        model, models_answer = discover_model(target, connection)
+    cli_options = {k: v for k, v in vars(args).items() if k not in ("func",)}
+    cli_options["target"] = target
+    cli_options["header"] = connection.header_names()  # header values are secrets
+    managed = None
+    if plan.server is not None:
+        command = plan.server.command
+        cli_options["serve"] = command.shown  # a --api-key inside it is masked
+        managed = {
+            "command": command.shown,
+            "engine_args": command.engine_args(),
+            "startup_s": plan.server.startup_s,
+            "log": None if plan.server.log_path is None else str(plan.server.log_path),
+        }
+    options = RunOptions(
+        target=target,
+        model=model,
+        api_key=connection.api_key,
+        headers=list(connection.headers),
+        insecure=connection.insecure,
+        ca_cert=connection.ca_cert,
+        models_answer=models_answer,
+        metrics_urls=plan.metrics_urls or [target + "/metrics"],
+        scrape_interval_s=args.scrape_interval,
+        metrics_max_bytes=args.metrics_max_bytes,
+        request_timeout_s=args.request_timeout,
+        stop_grace_s=args.stop_grace,
+        rate_step_rps=args.rate_step,
+        tokenizer=plan.tokenizer,
+        cli_options=cli_options,
+        gpu_price_per_hour=args.gpu_price_per_hour,
+        save_generated_texts=args.save_generated_texts,
+        managed_server=managed,
+    )
+    recorder = None
+    if plan.recording_path is not None:
+        secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
+        recorder = RecordingWriter(plan.recording_path, secrets=secrets or None)
+    run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
+    return PreparedRun(
+        run=run,
+        args=args,
+        server=plan.server,
+        recorder=recorder,
+        recording_path=plan.recording_path,
+        result_json_path=plan.result_json_path,
+    )
 
-    embedded = None
-    if args.target:
-        # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
-        target = normalize_base_url(_check_url("--target", args.target))
-    else:
-        embedded = EmbeddedSim(SimConfig(hardware=args.sim_hardware, model=args.sim_model, seed=scenario.seed))
-        embedded.start()
-        target = embedded.url
+
+def prepare_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> PreparedRun:
+    """Plan the run, start its server (progress lines on ``out``) and build the run."""
+    plan = plan_run(args)
     try:
-        model, models_answer = args.model or scenario.model, None
-        if not model:
-            model, models_answer = discover_model(target, connection)
-        cli_options = {k: v for k, v in vars(args).items() if k not in ("func",)}
-        cli_options["target"] = target
-        cli_options["header"] = connection.header_names()  # header values are secrets
-        options = RunOptions(
-            target=target,
-            model=model,
-            api_key=api_key,
-            headers=headers,
-            insecure=insecure,
-            ca_cert=ca_cert,
-            models_answer=models_answer,
-            metrics_urls=metrics_urls or [target + "/metrics"],
-            scrape_interval_s=args.scrape_interval,
-            metrics_max_bytes=args.metrics_max_bytes,
-            request_timeout_s=args.request_timeout,
-            stop_grace_s=args.stop_grace,
-            rate_step_rps=args.rate_step,
-            tokenizer=tokenizer,
-            cli_options=cli_options,
-            gpu_price_per_hour=args.gpu_price_per_hour,
-            save_generated_texts=args.save_generated_texts,
-        )
-        recorder = None
-        if recording_path is not None:
-            recorder = RecordingWriter(recording_path, secrets=connection.secrets() or None)
-        run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
-        return PreparedRun(
-            run=run,
-            args=args,
-            embedded=embedded,
-            recorder=recorder,
-            recording_path=recording_path,
-            result_json_path=result_json,
-        )
+        if plan.server is not None:
+            start_server(plan.server, getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S), out)
+        return build_run(plan)
     except BaseException:
-        if embedded is not None:
-            embedded.stop()
+        if plan.server is not None:
+            plan.server.stop()
         raise
 
 
@@ -261,6 +429,14 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
     if result.recording_error is not None:
         print(f"rampwatch run: recording {prepared.recording_path} failed: {result.recording_error}", file=sys.stderr)
         code = 1
+    if prepared.server_exit is not None:
+        print_server_tail(prepared.server_exit.tail)
+        print(
+            f"rampwatch run: {prepared.server_exit} (exit {SERVER_EXITED_EXIT}; "
+            f"server log: {prepared.server.log_path if prepared.server is not None else '-'})",
+            file=sys.stderr,
+        )
+        return SERVER_EXITED_EXIT
     if not result.requests:
         print("rampwatch run: no request was sent", file=sys.stderr)
         return 1
@@ -349,16 +525,32 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
             run.options.stop_grace_s = 0.0
             run.cancel_in_flight()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGTERM and SIGHUP (the SSH session closed) stop the run as Ctrl-C does: the load
+    # drains, then the server is stopped and the summary written.
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for sig in stop_signals:
         loop.add_signal_handler(sig, on_sigint)
     interval = prepared.args.progress_interval
-    progress = asyncio.create_task(ProgressPrinter(run.snapshot, interval_s=interval).run())
+    background = [asyncio.create_task(ProgressPrinter(run.snapshot, interval_s=interval).run())]
+    if prepared.server is not None:
+        background.append(asyncio.create_task(watch_server(prepared)))
     try:
         return await prepared.execute()
     finally:
-        progress.cancel()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for task in background:
+            task.cancel()
+        for sig in stop_signals:
             loop.remove_signal_handler(sig)
+
+
+async def watch_server(prepared: PreparedRun) -> None:
+    """Until the run ends: a server that exits on its own fails the run at once."""
+    # Polled: a thread blocked in the guard's wait() would outlive the loop (the server is
+    # stopped only after the loop has ended).
+    while prepared.check_server() is None:  # noqa: ASYNC110
+        await asyncio.sleep(SERVER_WATCH_INTERVAL_S)
+    exited = prepared.server_exit
+    print(f"\nrampwatch run: {exited}; stopping the run", file=sys.stderr, flush=True)
 
 
 def run_headless(args: argparse.Namespace) -> int:
@@ -373,6 +565,8 @@ def run_headless(args: argparse.Namespace) -> int:
         print(server_text(banner), flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)
+        if prepared.server is not None and prepared.server.log_path is not None:
+            print(f"server log to {prepared.server.log_path}", flush=True)
         result = eventloop.run(_run_headless(prepared))
     finally:
         prepared.close()

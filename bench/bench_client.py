@@ -335,8 +335,8 @@ def main() -> int:
     if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
         raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh`")
 
+    from rampwatch.app.session import serving_sim
     from rampwatch.sim.config import SimConfig
-    from rampwatch.sim.embedded import EmbeddedSim
 
     clients = {}
     if not args.skip_vllm:
@@ -366,7 +366,7 @@ def main() -> int:
     sim_config = SimConfig(
         hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed, served_model_name="tiny"
     )
-    with tempfile.TemporaryDirectory() as tmpdir, EmbeddedSim(sim_config) as sim:
+    with tempfile.TemporaryDirectory() as tmpdir, serving_sim(sim_config) as sim:
         tmp = Path(tmpdir)
         print(
             f"simulator ({args.sim_hardware}, {args.sim_model}, speed {args.sim_speed:g}) at {sim.url}, pid {sim.pid}; {INPUT_TOKENS}-token prompts, "

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rampwatch.app.session import serving_sim
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.embedded import EmbeddedSim
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL_PAGE = (ROOT / "tests" / "data" / "vllm-0.32.0-cpu" / "metrics-under-load.txt").read_bytes()
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| /metrics page | send lateness p50 (ms) | p99 (ms) | max (ms) | peak RSS of the run (MB) |")
     print("|---|---|---|---|---|")
     try:
-        with EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim, tempfile.TemporaryDirectory() as d:
+        with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim, tempfile.TemporaryDirectory() as d:
             for name, server in cases:
                 late, peak_mb = lateness_run(sim.url, server.url, args.rps, args.seconds, Path(d))
                 print(

@@ -163,8 +163,8 @@ def main() -> int:
     parser.add_argument("--sim-speed", type=float, default=1.0)
     args = parser.parse_args()
 
+    from rampwatch.app.session import serving_sim
     from rampwatch.sim.config import SimConfig
-    from rampwatch.sim.embedded import EmbeddedSim
 
     cases = [
         (
@@ -185,7 +185,7 @@ def main() -> int:
     print()
     print("| reader | events/s | events per read | user | system | total |")
     print("|---|---|---|---|---|---|")
-    with EmbeddedSim(config) as sim:
+    with serving_sim(config) as sim:
         for name, loop_kind, make in cases:
             r = run_on(loop_kind, make(sim.url))
             per_read = f"{r['events/read']:.2f}" if "events/read" in r else "-"

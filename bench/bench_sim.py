@@ -85,7 +85,6 @@ def main() -> int:
             "0",
             "--max-num-seqs",
             str(max(256, args.concurrency)),
-            "--exit-on-stdin-eof",
         ],
         cwd=ROOT,
         stdin=subprocess.PIPE,

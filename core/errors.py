@@ -1,5 +1,7 @@
 """Errors that mean "the user's input is wrong": the CLI prints them as one line, exit 2."""
 
+import signal
+
 
 class UserError(Exception):
     """Bad input (file, key, URL, flag). The message must name what is at fault."""
@@ -29,6 +31,11 @@ class ServerExited(UserError):
     def __init__(self, exit_code: int | None, tail: list[str], when: str = "during startup") -> None:
         last = next((line for line in reversed(tail) if line.strip()), "no output")
         code = "an unknown code" if exit_code is None else f"code {exit_code}"
+        if exit_code is not None and exit_code > 128:
+            try:
+                code += f" ({signal.Signals(exit_code - 128).name})"
+            except ValueError:
+                pass
         super().__init__(f"server exited with {code} {when}: {last}")
         self.exit_code = exit_code  # type: ignore[assignment]
         self.tail = list(tail)

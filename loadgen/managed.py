@@ -45,6 +45,7 @@ from rampwatch.loadgen.serve_guard import DEFAULT_GRACE_S, PID_LINE_PREFIX, exit
 __all__ = ["ManagedServer", "ServeCommand", "ServerExited", "diff_engine_args", "server_log_path"]
 
 DEFAULT_PORT = 8000  # vLLM's and `rampwatch sim`'s
+DEFAULT_STARTUP_TIMEOUT_S = 600.0  # a real model loads slowly
 # Phases ``ManagedServer.start`` reports through ``on_phase``.
 PHASE_STARTING = "starting"  # spawned; /health does not answer 200 yet
 PHASE_HEALTHY = "healthy"  # /health answers 200; /v1/models lists no model yet
@@ -185,18 +186,16 @@ class ServeCommand:
 
 
 def _shown(text: str) -> str:
-    join: Callable[[list[str]], str] = shlex.join
+    quote: Callable[[str], str] = shlex.quote
     try:
         words = shlex.split(text)
     except ValueError:  # unbalanced quotes: mask word by word all the same
-        words, join = text.split(), " ".join
-    masked = [
-        f"{word.partition('=')[0]}={REDACTED}"
-        if _ENV_ASSIGNMENT.match(word) and is_secret_key(word.partition("=")[0])
-        else word
-        for word in words
-    ]
-    return server_text(join(redact_value(masked)))
+        words, quote = text.split(), str
+    env: list[str] = []
+    while words and _ENV_ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env.append(f"{name}={quote(REDACTED if is_secret_key(name) else value)}")
+    return server_text(" ".join([*env, *(quote(word) for word in redact_value(words))]))
 
 
 def _resolve_program(words: list[str]) -> list[str]:
@@ -312,6 +311,11 @@ class ManagedServer:
         return self._server_pid
 
     @property
+    def url(self) -> str:
+        """Where rampwatch connects (``command.base_url``)."""
+        return self.command.base_url
+
+    @property
     def guard_pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
@@ -338,7 +342,9 @@ class ManagedServer:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 600.0, on_phase: Callable[[str], None] | None = None) -> float:
+    def start(
+        self, timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S, on_phase: Callable[[str], None] | None = None
+    ) -> float:
         """Start the server and wait until ``/health`` answers 200 and ``/v1/models`` lists
         a model; returns the startup duration in seconds. Raises ``ServerExited`` when it
         exits first, ``UserError`` when its port is taken or it is not ready within
@@ -374,12 +380,15 @@ class ManagedServer:
         self._pid_known.wait(timeout_s)  # the guard's first line, or its exit
         if on_phase is not None:
             on_phase(PHASE_STARTING)
+        # On a loop of its own in a worker thread: the caller may be inside an event loop.
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="server-ready")
         try:
-            with ThreadPoolExecutor(max_workers=1) as pool:  # the caller may be inside an event loop
-                pool.submit(asyncio.run, self._wait_ready(started + timeout_s, timeout_s, on_phase)).result()
-        except BaseException:
+            pool.submit(lambda: asyncio.run(self._wait_ready(started + timeout_s, timeout_s, on_phase))).result()
+        except BaseException:  # a Ctrl-C too: the server goes first, then the wait sees it gone
             self.stop()
             raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         self._startup_s = time.monotonic() - started
         if on_phase is not None:
             on_phase(PHASE_READY)

@@ -75,6 +75,9 @@ class RunOptions:
     # managed `vllm serve`: ServerLimits.from_engine_args); the knee's explanation adds the
     # server's cache config and the run's --max-concurrency to them.
     server_limits: ServerLimits | None = None
+    # The server the run started (--serve): its command and engine arguments (secrets
+    # masked), startup seconds and log file; the header's server_info["managed_server"].
+    managed_server: dict[str, Any] | None = None
 
 
 @dataclass
@@ -232,6 +235,15 @@ class Run:
         """Ctrl-C: the same graceful stop as the UI's."""
         self.stop()
 
+    def server_exited(self, message: str, exit_code: int | None, log_tail: list[str]) -> None:
+        """The server this run started exited on its own: an ``error`` event saying so (with
+        its exit code and last log lines), then the usual stop."""
+        if self._finished:
+            return
+        data = {"server_exit_code": exit_code, "server_log_tail": list(log_tail)}
+        self.sink.on_event(Event(self.now(), "error", message, data))
+        self.stop()
+
     def cancel_in_flight(self) -> None:
         """End the drain now (the UI's key, a second Ctrl-C): stop, and cancel every
         request in flight or waiting for a slot. Recorded as a ``cancel`` event; the
@@ -312,6 +324,8 @@ class Run:
             # One /v1/models probe: is the server there, does it serve the model, and
             # what the recording's header keeps about it.
             server_info = await client.fetch_server_info(require_model=True, answer=opts.models_answer)
+            if opts.managed_server is not None:
+                server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
             self._t0 = time.monotonic()
             header = RunHeader(

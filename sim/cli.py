@@ -1,16 +1,20 @@
 """``rampwatch sim``: serve the simulated vLLM server until Ctrl-C / SIGTERM.
 
-Also runnable as ``python -m sim.cli`` (what ``EmbeddedSim`` starts).
+Also runnable as ``python -m rampwatch.sim.cli``. `rampwatch run` starts it as any other
+``--serve`` command (``loadgen.managed``), which also stops it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from rampwatch.sim.config import HARDWARE_PRESETS, MODEL_PRESETS, ROUTING_CHOICES
+
+if TYPE_CHECKING:
+    from rampwatch.sim.config import SimConfig
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +58,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--metrics-error-rate", type=float, default=0.0, help="fraction of /metrics scrapes failing")
     faults.add_argument("--stall-at", type=float, default=None, help="simulated second at which the engines stall")
     faults.add_argument("--stall-for", type=float, default=0.0, help="stall length in simulated seconds")
-    parser.add_argument("--exit-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -91,10 +93,6 @@ def config_from_args(args: argparse.Namespace):
 
 def main(args: argparse.Namespace) -> int:
     import asyncio
-    import contextlib
-    import os
-    import signal
-    import threading
 
     from rampwatch.core.errors import UserError
     from rampwatch.sim.server import serve_forever
@@ -111,29 +109,11 @@ def main(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    if args.parent_pid:
-        die_with_parent(args.parent_pid)
-
     async def run() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        if args.exit_on_stdin_eof:
-            # The parent holds our stdin open; EOF means it is gone, so we go too.
-            # os.read, not sys.stdin: a daemon thread parked in a buffered read holds
-            # the buffer's lock and aborts the interpreter at shutdown.
-            def watch() -> None:
-                fd = sys.stdin.fileno()
-                try:
-                    while os.read(fd, 4096):
-                        pass
-                except OSError:
-                    pass
-                with contextlib.suppress(RuntimeError):  # the loop may already be closed
-                    loop.call_soon_threadsafe(stop.set)
-
-            threading.Thread(target=watch, name="stdin-eof-watch", daemon=True).start()
         try:
             await serve_forever(config, args.host, args.port, stop, on_ready=ready)
         except OSError as exc:
@@ -143,24 +123,51 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Have the kernel send SIGTERM when the parent (``parent_pid``, which spawned us from its
-    main thread) exits, even by ``kill -9``. The stdin watch alone is not enough: a process
-    the parent forked (the live UI's run process) inherits our stdin pipe and keeps it open.
-    Linux only; elsewhere the stdin watch is what is left."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-            return
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # it died before the prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+def config_to_argv(config: SimConfig) -> list[str]:
+    """The ``rampwatch sim`` flags that reproduce ``config``."""
+    argv = [
+        "--hardware",
+        config.hardware,
+        "--model",
+        config.model,
+        "--seed",
+        str(config.seed),
+        "--speed",
+        repr(config.speed),
+        "--block-size",
+        str(config.block_size),
+        "--gpu-memory-utilization",
+        repr(config.gpu_memory_utilization),
+        "--max-num-seqs",
+        str(config.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(config.max_num_batched_tokens),
+        "--eos-probability",
+        repr(config.eos_probability),
+        "--engines",
+        str(config.engines),
+        "--routing",
+        config.routing,
+        "--error-rate",
+        repr(config.faults.error_rate),
+        "--abort-rate",
+        repr(config.faults.abort_rate),
+        "--metrics-error-rate",
+        repr(config.faults.metrics_error_rate),
+        "--stall-for",
+        repr(config.faults.stall_for),
+    ]
+    if config.num_gpu_blocks is not None:
+        argv += ["--num-gpu-blocks", str(config.num_gpu_blocks)]
+    if config.max_model_len is not None:
+        argv += ["--max-model-len", str(config.max_model_len)]
+    if config.served_model_name is not None:
+        argv += ["--served-model-name", config.served_model_name]
+    if config.faults.stall_at is not None:
+        argv += ["--stall-at", repr(config.faults.stall_at)]
+    if not config.enable_prefix_caching:
+        argv.append("--no-enable-prefix-caching")
+    return argv
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
+from rampwatch.app.session import serving_sim
 from rampwatch.core.timeline import RequestRecord, RunHeader
 from rampwatch.record.reader import open_recording
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.embedded import EmbeddedSim
 
 
 class FillingDisk:
@@ -88,7 +88,7 @@ def test_the_recording_stops_once_with_when_and_why_and_keeps_what_it_holds(tmp_
 
 @pytest.fixture(scope="module")
 def sim_url():
-    with EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim:
+    with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim:
         yield sim.url
 
 

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from rampwatch.app.session import serving_sim
 from rampwatch.record.reader import open_recording
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.embedded import EmbeddedSim
 
 SHORT_RUN = ("--duration", "2", "--start-rps", "4", "--end-rps", "4", "--set", "workload.output_tokens=8")
 
@@ -35,7 +35,7 @@ def closed_port_url() -> str:
 
 @pytest.fixture(scope="module")
 def sim_url():
-    with EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim:
+    with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim:
         yield sim.url
 
 
@@ -115,7 +115,7 @@ def test_a_target_port_that_is_not_a_number_is_one_line():
 
 
 def test_an_ipv6_target_runs(tmp_path):
-    with EmbeddedSim(SimConfig(hardware="instant", model="tiny"), host="::1") as sim:
+    with serving_sim(SimConfig(hardware="instant", model="tiny"), host="::1") as sim:
         assert sim.url.startswith("http://[::1]:")
         proc = rampwatch_run("--target", sim.url, *SHORT_RUN, "--no-record")
     assert proc.returncode == 0, proc.stderr

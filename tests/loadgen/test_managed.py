@@ -26,6 +26,7 @@ from rampwatch.loadgen.managed import (
     server_log_path,
 )
 from rampwatch.loadgen.serve_guard import exit_code_of
+from tests.processes import free_port, group_members, wait_group_gone
 
 PY = sys.executable
 
@@ -73,38 +74,6 @@ def fake_server(tmp_path: Path) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``, from /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def wait_group_gone(pgid: int, timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not group_members(pgid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def kill_group(pgid: int | None) -> None:
     if pgid is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -136,7 +105,10 @@ def test_rampwatch_resolves_to_this_interpreter_and_env_words_become_environment
     assert command.argv == (PY, "-m", "rampwatch.app.cli", "sim", "--model", "tiny")
     assert command.env == (("CUDA_VISIBLE_DEVICES", "1"), ("HF_TOKEN", "hf_secret_value"))
     assert command.environment()["CUDA_VISIBLE_DEVICES"] == "1"
-    assert "hf_secret_value" not in command.shown and "HF_TOKEN=<redacted>" in command.shown
+    assert (
+        "hf_secret_value" not in command.shown
+        and command.shown == "CUDA_VISIBLE_DEVICES=1 HF_TOKEN='<redacted>' rampwatch sim --model tiny"
+    )
     assert "hf_secret_value" in command.secrets()
 
 

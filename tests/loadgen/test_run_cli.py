@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rampwatch.app.session import serving_sim
 from rampwatch.sim.config import FaultConfig, SimConfig
-from rampwatch.sim.embedded import EmbeddedSim
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-test-0f9e8d7c6b5a"
@@ -52,7 +52,7 @@ METRIC_KEYS = {
 
 @pytest.fixture(scope="module")
 def sim_url():
-    with EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim:
+    with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim:
         yield sim.url
 
 
@@ -209,7 +209,7 @@ def test_unreachable_target_is_one_line_naming_the_url(tmp_path):
 
 def test_error_rate_above_the_limit_fails_the_run(tmp_path):
     faulty = SimConfig(hardware="instant", model="tiny", faults=FaultConfig(error_rate=0.3), seed=1)
-    with EmbeddedSim(faulty) as sim:
+    with serving_sim(faulty) as sim:
         args = (
             "random",
             "--headless",
@@ -242,7 +242,7 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
     # ~30 ms per decode step and 4000-token answers: nothing finishes before the stop
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8")
     result_json, recording = tmp_path / "stopped.json", tmp_path / "stopped.rwrec"
-    with EmbeddedSim(slow) as sim:
+    with serving_sim(slow) as sim:
         proc = subprocess.Popen(
             [
                 sys.executable,

@@ -1,21 +1,20 @@
-"""`rampwatch sim` as a process, and EmbeddedSim."""
+"""`rampwatch sim` as a process, alone and as `rampwatch run`'s embedded simulator."""
 
-import contextlib
+import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from rampwatch.app.cli import main as rampwatch_main
+from rampwatch.app.session import serving_sim, sim_serve_text
 from rampwatch.core.errors import UserError
-from rampwatch.sim.config import SimConfig
-from rampwatch.sim.embedded import EmbeddedSim
+from rampwatch.sim.cli import config_from_args, config_to_argv, configure
+from rampwatch.sim.config import FaultConfig, SimConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,87 +75,32 @@ def test_bad_flags_are_user_errors(capsys, args, expected):
     assert err.startswith("rampwatch sim: error: ") and expected in err
 
 
-def test_embedded_sim_starts_serves_and_stops():
-    with EmbeddedSim(SimConfig(hardware="instant", model="tiny")) as sim:
+def test_the_embedded_simulator_is_a_managed_server_that_stops_cleanly():
+    """`rampwatch run`'s default server: `rampwatch sim` under the same guard as any
+    --serve command (tests/loadgen/test_managed.py covers the guard's stop paths)."""
+    with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim:
         assert sim.url.startswith("http://127.0.0.1:") and sim.pid > 0
+        assert sim.command.argv[:4] == (sys.executable, "-m", "rampwatch.app.cli", "sim")
         with urllib.request.urlopen(sim.url + "/v1/models", timeout=5) as r:
             assert json.loads(r.read())["data"][0]["id"] == "tiny"
-        proc = sim.process
-    assert proc.poll() == 0
+    assert sim.poll() == 0  # SIGTERM: a clean exit
 
 
-def test_embedded_sim_rejects_bad_preset_in_parent():
+def test_embedded_sim_rejects_bad_preset_before_starting():
     with pytest.raises(UserError, match="--hardware"):
-        EmbeddedSim(SimConfig(hardware="nope"))
+        sim_serve_text(SimConfig(hardware="nope"))
 
 
-def test_embedded_child_exits_when_parent_dies():
-    code = (
-        "import time\n"
-        "from rampwatch.sim.embedded import EmbeddedSim\n"
-        "from rampwatch.sim.config import SimConfig\n"
-        "sim = EmbeddedSim(SimConfig(hardware='instant', model='tiny')).start()\n"
-        "print(sim.pid, flush=True)\n"
-        "time.sleep(60)\n"
+def test_config_to_argv_round_trips_through_the_cli_flags():
+    config = SimConfig(
+        hardware="l4",
+        model="tiny",
+        seed=7,
+        max_num_seqs=12,
+        enable_prefix_caching=False,
+        served_model_name="demo",
+        faults=FaultConfig(error_rate=0.1, stall_at=3.0, stall_for=1.0),
     )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    child_pid = int(parent.stdout.readline())
-    parent.kill()  # no cleanup runs in the parent
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(child_pid, 0)
-        except ProcessLookupError:
-            return
-        # a zombie of an already-reaped parent is adopted by init; check its state
-        try:
-            if Path(f"/proc/{child_pid}/stat").read_text().split()[2] == "Z":
-                return
-        except FileNotFoundError:
-            return
-        time.sleep(0.1)
-    os.kill(child_pid, signal.SIGKILL)
-    pytest.fail("embedded simulator outlived its parent")
-
-
-def test_embedded_sim_dies_with_its_parent_even_while_a_forked_child_holds_its_stdin():
-    """`rampwatch run` forks its run process after starting the simulator, so the run
-    process inherits the simulator's stdin pipe: `kill -9` of rampwatch must still end the
-    simulator at once, not when the run process finally lets go of the pipe."""
-    code = (
-        "import os, sys, time\n"
-        "from rampwatch.sim.embedded import EmbeddedSim\n"
-        "from rampwatch.sim.config import SimConfig\n"
-        "sim = EmbeddedSim(SimConfig(hardware='instant', model='tiny')).start()\n"
-        "holder = os.fork()\n"
-        "if holder == 0:\n"
-        "    time.sleep(60)\n"
-        "    os._exit(0)\n"
-        "print(sim.pid, holder, flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    sim_pid, holder_pid = map(int, parent.stdout.readline().split())
-    try:
-        parent.kill()
-        parent.wait()
-        assert wait_until_gone(sim_pid, timeout=5.0), "embedded simulator outlived its parent"
-        os.kill(holder_pid, 0)  # the pipe's other holder is still alive: it was not the EOF
-    finally:
-        for pid in (sim_pid, holder_pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def wait_until_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-        except FileNotFoundError:
-            return True
-        if state == "Z":  # exited; its reaper is init now
-            return True
-        time.sleep(0.05)
-    return False
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert config_from_args(parser.parse_args(config_to_argv(config))) == config.resolved()

@@ -18,13 +18,13 @@ import pytest
 from rampwatch.app import run as run_command
 from rampwatch.app import session
 from rampwatch.app.live import start_live_prepared
+from rampwatch.app.session import serving_sim
 from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.record.reader import open_recording
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.embedded import EmbeddedSim
 from rampwatch.tui.app import make_live_app
 from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.quit_dialog import QuitDialog
@@ -40,7 +40,7 @@ WAIT_S = 15.0
 
 @pytest.fixture(scope="module")
 def sim():
-    with EmbeddedSim(SimConfig(hardware="instant", model="tiny", seed=1)) as server:
+    with serving_sim(SimConfig(hardware="instant", model="tiny", seed=1)) as server:
         yield server
 
 
