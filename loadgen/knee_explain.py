@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from rampwatch.core.timeline import RunHeader
+from rampwatch.core.timeline import Event, RunHeader, Snapshot
 
 KV_FULL_PCT = 95.0  # KV usage at or above which the cache counts as full (the knee detector's kv_pressure level)
 KV_ROOM_TARGET_PCT = 90.0  # a larger batch is sized so KV usage would stay under this
@@ -617,3 +617,27 @@ def explain_knee(window: Mapping[str, Sequence[float]], limits: ServerLimits | N
     return KneeExplanation(
         first.limit, first.title, first.evidence, first.try_next, first.try_is, first.alternatives, also
     )
+
+
+def first_knee(events: Sequence[Event]) -> Event | None:
+    return next((e for e in events if e.kind == "knee"), None)
+
+
+def knee_explanation_of(snapshot: Snapshot) -> tuple[Event, KneeExplanation] | None:
+    """The first knee of a run or recording and why: as its event recorded it, or — for a
+    knee recorded before explanations — worked out now from the snapshot's series of the
+    ``WINDOW_S`` seconds before it, with the limits its header tells (the cache config,
+    the concurrency cap; the batch cap is then inferred). None without a knee."""
+    knee = first_knee(snapshot.events)
+    if knee is None:
+        return None
+    recorded = KneeExplanation.from_dict(knee.data.get("explanation"))
+    if recorded is not None:
+        return knee, recorded
+    picked = [i for i, t in enumerate(snapshot.times) if knee.t - WINDOW_S <= t and t + 1 <= knee.t]
+    window = {
+        name: [values[i] for i in picked]
+        for name, values in snapshot.series.items()
+        if len(values) == len(snapshot.times)
+    }
+    return knee, explain_knee(window, ServerLimits.of_run(snapshot.header))

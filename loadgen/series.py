@@ -61,7 +61,7 @@ from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.stats import LogHistogram
 from rampwatch.loadgen.steps import StepTracker
-from rampwatch.loadgen.summary import RequestBlock, SummaryBuilder, knee_rps
+from rampwatch.loadgen.summary import RequestBlock, SummaryBuilder, knee_explanation, knee_rps
 
 _QS = (0.5, 0.9, 0.99)
 _LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")
@@ -582,7 +582,11 @@ class SeriesBuilder:
         now = self.now if now is None else now
         times, arrays = self._arrays(now)
         summary = self.summary.build(
-            self.header, server=self.server_summary(arrays), knee=knee_rps(self.events), duration_s=now
+            self.header,
+            server=self.server_summary(arrays),
+            knee=knee_rps(self.events),
+            duration_s=now,
+            knee_why=knee_explanation(self.events),
         ).to_dict()
         return Snapshot(
             t=now,

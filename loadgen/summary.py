@@ -124,6 +124,16 @@ def knee_rps(events: Sequence[Event]) -> float | None:
     return None
 
 
+def knee_explanation(events: Sequence[Event]) -> dict[str, Any] | None:
+    """Why the first knee happened (``knee_explain.KneeExplanation.to_dict``), as its
+    event recorded it; None without a knee or for a knee recorded before explanations."""
+    for e in events:
+        if e.kind == "knee":
+            why = e.data.get("explanation")
+            return dict(why) if isinstance(why, dict) else None
+    return None
+
+
 @dataclass(frozen=True)
 class LatencyMs:
     """One latency metric over the run, in milliseconds, as ``stats.describe_ms`` gives it."""
@@ -179,6 +189,8 @@ class Summary:
     # every request (one that waited and then failed still waited); None: no cap.
     client_queue: LatencyMs | None = None
     cancelled: int = 0  # cancelled by the run (a stop's grace period over, the drain ended by hand)
+    # Why the knee happened: the limit, evidence and what to try (knee_explain's dict form).
+    knee_explanation: dict[str, Any] | None = None
 
     @property
     def _divisor_s(self) -> float:
@@ -242,6 +254,7 @@ class Summary:
         out["errors_by_class"] = dict(self.errors_by_class)
         out["server"] = self.server
         out["knee_rps"] = self.knee_rps
+        out["knee_explanation"] = self.knee_explanation
         out["gpu_price_per_hour"] = self.gpu_price_per_hour
         out["cost_per_1m_output_tokens"] = self.cost_per_1m_output_tokens
         out["cost_per_1m_total_tokens"] = self.cost_per_1m_total_tokens
@@ -429,6 +442,7 @@ class SummaryBuilder:
         knee: float | None = None,
         duration_s: float | None = None,
         idle_duration_s: float = 0.0,
+        knee_why: dict[str, Any] | None = None,
     ) -> Summary:
         """The summary so far. ``duration_s`` overrides the run's window (``window_s``);
         ``idle_duration_s`` is reported when no request has finished."""
@@ -458,6 +472,7 @@ class SummaryBuilder:
             errors_by_class=dict(sorted(self.errors.items())),
             server=server or {},
             knee_rps=knee,
+            knee_explanation=knee_why,
             gpu_price_per_hour=self.gpu_price_per_hour,
             slo_ms=self.slo,
             client_queue=None
@@ -539,7 +554,19 @@ def summarise_requests(
     """
     builder = SummaryBuilder(slo, gpu_price_per_hour, percentiles, token_bins_from=first_token_send(records))
     builder.add_block(RequestBlock.from_records(records))
-    return builder.build(header, server_figures(samples), knee_rps(events), duration_s, idle_duration_s)
+    return builder.build(
+        header, server_figures(samples), knee_rps(events), duration_s, idle_duration_s, knee_explanation(events)
+    )
+
+
+def knee_why_line(why: dict[str, Any]) -> str:
+    """The line under the summary's knee: ``  why: batch-size cap (…) → try --max-num-seqs 128``."""
+    text = f"  why: {why.get('title', why.get('limit'))} ({why.get('evidence', '')})"
+    if why.get("try"):
+        text += f" → try {why['try']}"
+        if why.get("try_is") == "rampwatch flag":
+            text += " (a rampwatch flag)"
+    return text
 
 
 def _row(label: str, value: Any, fmt: str = ".2f") -> str:
@@ -605,6 +632,9 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         lines.append("no server metrics")
     if summary.get("knee_rps") is not None:
         lines.append(_row("Knee at offered rate (req/s):", summary["knee_rps"]))
+        why = summary.get("knee_explanation")
+        if why:
+            lines.append(knee_why_line(why))
     if summary.get("cost_per_1m_output_tokens") is not None:
         lines.append(_row("Cost per 1M output tokens:", summary["cost_per_1m_output_tokens"]))
         lines.append(_row("Cost per 1M total tokens:", summary["cost_per_1m_total_tokens"]))
@@ -734,6 +764,7 @@ def to_bench_result(
     result["rampwatch_errors_by_class"] = summary.get("errors_by_class")
     result["rampwatch_cancelled"] = summary.get("cancelled", 0)
     result["rampwatch_knee_rps"] = summary.get("knee_rps")
+    result["rampwatch_knee_explanation"] = summary.get("knee_explanation")
     result["rampwatch_cost"] = {
         "gpu_price_per_hour": summary.get("gpu_price_per_hour"),
         "per_1m_output_tokens": summary.get("cost_per_1m_output_tokens"),

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
-from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, knee_rps, server_figures
+from rampwatch.loadgen.knee_explain import knee_explanation_of
+from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, knee_explanation, knee_rps, server_figures
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
@@ -46,8 +48,21 @@ def summarise(recording: Recording, **options: Any) -> Summary:
     for info in frames:
         builder.add_block(request_block(recording.request_columns(info, with_chunks=True)))
     return builder.build(
-        header, server_figures(recording.samples), knee_rps(recording.events), idle_duration_s=recording.duration_s
+        header,
+        server_figures(recording.samples),
+        knee_rps(recording.events),
+        idle_duration_s=recording.duration_s,
+        knee_why=knee_explanation(recording.events),
     )
+
+
+def with_knee_explanation(summary: Summary, snapshot: Snapshot) -> Summary:
+    """The summary with its knee explained: a knee recorded before explanations is
+    explained from the recording's series (``knee_explain.knee_explanation_of``)."""
+    if summary.knee_explanation is not None or summary.knee_rps is None:
+        return summary
+    found = knee_explanation_of(snapshot)
+    return summary if found is None else replace(summary, knee_explanation=found[1].to_dict())
 
 
 def _succeeded(c: fmt.RequestColumns) -> np.ndarray:

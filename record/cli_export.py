@@ -196,7 +196,7 @@ def write_bench_result(recording, summary, path: Path, detailed: bool = False) -
 
 def main(args: argparse.Namespace) -> int:
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import final_snapshot, summarise
+    from rampwatch.record.analysis import final_snapshot, summarise, with_knee_explanation
     from rampwatch.record.html_report import render_html
     from rampwatch.record.reader import open_recording, print_warnings
 
@@ -205,17 +205,19 @@ def main(args: argparse.Namespace) -> int:
     outputs = output_paths(src, args.format, args.output)
     check_outputs(src, outputs, args.force)
     if args.format == "json":
-        _write_atomically(
-            outputs[0], lambda tmp: write_bench_result(recording, summarise(recording), tmp, args.save_detailed)
-        )
+        summary = summarise(recording)
+        if summary.knee_rps is not None and summary.knee_explanation is None:  # an older recording's knee
+            summary = with_knee_explanation(summary, final_snapshot(recording))
+        _write_atomically(outputs[0], lambda tmp: write_bench_result(recording, summary, tmp, args.save_detailed))
     elif args.format == "csv":
         _write_atomically(outputs[0], lambda tmp: write_requests_csv(recording.iter_requests(), tmp))
         _write_atomically(outputs[1], lambda tmp: write_series_csv(final_snapshot(recording), tmp))
     else:
-        summary = summarise(recording)
+        snapshot = final_snapshot(recording)
+        summary = with_knee_explanation(summarise(recording), snapshot)
         h = recording.header
         page = render_html(
-            final_snapshot(recording),
+            snapshot,
             summary,
             format_summary(summary),
             recording.events,

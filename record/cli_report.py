@@ -17,12 +17,13 @@ def main(args: argparse.Namespace) -> int:
 
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import final_snapshot, format_timeline, summarise
+    from rampwatch.record.analysis import final_snapshot, format_timeline, summarise, with_knee_explanation
     from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
-    summary = summarise(recording)
-    steps = final_snapshot(recording).steps
+    snapshot = final_snapshot(recording)
+    summary = with_knee_explanation(summarise(recording), snapshot)
+    steps = snapshot.steps
     if args.json:
         print(json.dumps({**summary.to_dict(), "steps": [step_json(row) for row in steps]}, indent=2, default=str))
     else:

@@ -5,8 +5,9 @@ The y-axes are robust: their top follows the bulk of the values (``robust_top``)
 spike does not flatten the rest of a chart; a point above the top is drawn at the top
 with a ▲ marker whose tooltip gives its value. Percent charts are fixed at 0–100 %. A few
 empty bins (a second without a completion has no latency) do not break a line
-(``line_segments``); a longer stretch without data does. The marks table lists the
-run's timeline: start, knee, holds, resumes, rate changes, marks and the stop."""
+(``line_segments``); a longer stretch without data does. The knee section says which
+limit the knee hit and what to try next; the marks table lists the run's timeline: start,
+knee, holds, resumes, rate changes, marks and the stop."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
 from rampwatch.loadgen.summary import Summary
 from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
@@ -205,6 +207,18 @@ def _cell(v: Any) -> str:
     return html.escape(str(v))
 
 
+def knee_section(summary: Summary) -> str:
+    """Why the knee: the limit, its evidence and what to try next (empty without a knee)."""
+    why = KneeExplanation.from_dict(summary.knee_explanation)
+    if summary.knee_rps is None or why is None:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in why.lines())
+    return (
+        f'<h2>Knee</h2><p class="knee">at {summary.knee_rps:.1f} req/s offered: '
+        f"<b>{html.escape(why.title)}</b></p><ul>{items}</ul>"
+    )
+
+
 def render_html(
     snapshot: Snapshot,
     summary: Summary,
@@ -237,6 +251,7 @@ def render_html(
         for e in timeline_marks(marks)
     )
     warn = "".join(f'<p class="warn">{html.escape(w)}</p>' for w in warnings)
+    knee = knee_section(summary)
     step_head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in STEP_COLUMNS)
     step_rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(cells[name])}</td>" for name, _ in STEP_COLUMNS) + "</tr>"
@@ -266,6 +281,7 @@ pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; 
 {warn}
 {"".join(charts)}
 {steps}
+{knee}
 <h2>Marks</h2>
 <table><tr><th>time</th><th>kind</th><th>note</th></tr>{mark_rows}</table>
 <h2>Summary</h2>
