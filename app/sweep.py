@@ -164,7 +164,7 @@ def resume_state(old: dict[str, Any], fresh: dict[str, Any], out_dir: Path) -> d
         if row.get("status") == "done" and row.get("recording") and recording.is_file():
             fresh["rows"][i] = row
         else:
-            for suffix in (".rwrec", ".server.log"):
+            for suffix in (".rwrec", ".rwrec.server.log"):
                 (out_dir / f"{fresh['rows'][i]['slug']}{suffix}").unlink(missing_ok=True)
     fresh["started_at"] = old.get("started_at", fresh["started_at"])
     return fresh
@@ -188,108 +188,100 @@ def check_output_dir(out_dir: Path, resume: bool) -> None:
 
 
 class ConfigRun:
-    """One configuration: its server, its run (``app.session``'s, recorded), the early
-    stop, and its row."""
+    """One configuration on `rampwatch run --serve`'s path (``app.session``: plan, start
+    the server, build the run, execute it, watch the server), with the early stop added
+    and the outcome written to its row rather than ending the sweep."""
 
     def __init__(self, sweep: Sweep, row: dict[str, Any]) -> None:
         self.sweep = sweep
         self.row = row
         self.stop_reason: str | None = None
-        self.server_exit: int | None = None
-        self.prepared: Any = None
 
     def execute(self) -> None:
+        from rampwatch.app.session import plan_run
         from rampwatch.core.errors import ServerExited, UserError
-        from rampwatch.loadgen.managed import ManagedServer, ServeCommand
         from rampwatch.loadgen.sweep import apply_args, command_line
 
         sweep, row = self.sweep, self.row
-        out_dir = sweep.out_dir
+        recording = sweep.out_dir / f"{row['slug']}.rwrec"
         argv = apply_args(sweep.base_argv, row["args"])
-        command = ServeCommand.parse(command_line(argv))
         started = time.monotonic()
-        row.update(status="starting", started_at=time.time(), reason=None)
+        row.update(status="starting", started_at=time.time(), reason=None, recording=None)
         sweep.save(current=row["index"], line="starting the server")
-        server = ManagedServer(command, log_path=out_dir / f"{row['slug']}.server.log")
+        plan = plan_run(sweep.run_args(command_line(argv), recording))
+        server = plan.server
+        assert server is not None  # --serve always names one
         try:
             try:
                 row["startup_s"] = server.start(sweep.startup_timeout_s)
-            except ServerExited as exc:
+            except ServerExited as exc:  # its code and last log line
                 self._failed(str(exc), exc.exit_code)
                 return
-            except UserError as exc:
-                code = server.poll()
-                self._failed(str(exc), code)
+            except UserError as exc:  # not ready in time, port taken: stopped already
+                self._failed(str(exc), server.poll())
                 return
             row["status"] = "running"
             sweep.save(line=f"server ready in {row['startup_s']:.1f} s; ramping")
             try:
-                self._run_load(command, server)
+                self._run_load(plan, recording)
             except UserError as exc:  # e.g. the server went away before the first request
                 code = server.poll()
                 self._failed(
                     str(exc) if code is None else f"server exited with code {code}; {_last_line(server)}", code
                 )
-                return
         finally:
-            exit_code = server.stop()
+            server.stop()
             row["duration_s"] = time.monotonic() - started
-            if row["status"] in ("running", "starting") and exit_code not in (None, 0, 143, -15):
-                row["server_exit_code"] = exit_code
 
     def _failed(self, reason: str, code: int | None) -> None:
         self.row.update(status="failed", reason=reason)
         if code is not None:
             self.row["server_exit_code"] = code
 
-    def _run_load(self, command: Any, server: Any) -> None:
-        from rampwatch.app.session import prepare_run
+    def _run_load(self, plan: Any, recording: Path) -> None:
+        from rampwatch.app.session import build_run
         from rampwatch.loadgen import eventloop
         from rampwatch.loadgen.knee_explain import ServerLimits
         from rampwatch.loadgen.sweep import EarlyStopRule, config_row
 
         sweep, row = self.sweep, self.row
-        recording = sweep.out_dir / f"{row['slug']}.rwrec"
-        args = sweep.run_args(command.base_url, recording)
-        prepared = prepare_run(args)
-        self.prepared = prepared
+        prepared = build_run(plan)
         run = prepared.run
         # The knee's explanation compares the server's series with its own caps.
-        run.options.server_limits = ServerLimits.from_engine_args(command.engine_args())
+        run.options.server_limits = ServerLimits.from_engine_args(plan.server.command.engine_args())
         # What the recording's header keeps of the sweep (redacted there like every option).
-        run.options.cli_options.update(
-            serve=row["command"], sweep={"file": sweep.spec.path, "index": row["index"], "args": row["args"]}
-        )
+        run.options.cli_options["sweep"] = {"file": sweep.spec.path, "index": row["index"], "args": row["args"]}
         loop_holder: dict[str, asyncio.AbstractEventLoop] = {}
 
         def stop_early(reason: str) -> None:
             self.stop_reason = reason
             loop_holder["loop"].call_soon(run.stop)
 
-        rule = EarlyStopRule(sweep.spec.slo, sweep.spec.early_stop, stop_early)
-        run.sink.sinks.append(rule)
+        run.sink.sinks.append(EarlyStopRule(sweep.spec.slo, sweep.spec.early_stop, stop_early))
         row["recording"] = recording.name
-        try:
-            result = eventloop.run(self._execute(prepared, server, loop_holder))
-        finally:
-            prepared.close()
-        load_end = run.schedule.planned_duration_s
+        result = eventloop.run(self._execute(prepared, loop_holder))
         row.update(
-            _finite(config_row(result.requests, result.samples, result.events, sweep.spec.slo, load_end_s=load_end))
+            _finite(
+                config_row(
+                    result.requests,
+                    result.samples,
+                    result.events,
+                    sweep.spec.slo,
+                    load_end_s=run.schedule.planned_duration_s,
+                )
+            )
         )
         row["early_stop"] = self.stop_reason
         if result.recording_error:
             self._failed(f"recording {recording.name} failed: {result.recording_error}", None)
-        elif self.server_exit is not None:
-            self._failed(
-                f"server exited with code {self.server_exit} during the load; {_last_line(server)}", self.server_exit
-            )
+        elif prepared.server_exit is not None:
+            self._failed(str(prepared.server_exit), prepared.server_exit.exit_code)
         elif sweep.interrupted:
             row.update(status="interrupted", reason="the sweep was stopped during this configuration")
         else:
             row["status"] = "done"
 
-    async def _execute(self, prepared: Any, server: Any, loop_holder: dict[str, Any]) -> Any:
+    async def _execute(self, prepared: Any, loop_holder: dict[str, Any]) -> Any:
         from rampwatch.app.session import progress_line
 
         loop = asyncio.get_running_loop()
@@ -310,12 +302,8 @@ class ConfigRun:
 
         async def watch() -> None:
             while True:
-                await asyncio.sleep(STATUS_INTERVAL_S if self.server_exit is None else 3600)
-                if self.server_exit is None:
-                    code = server.poll()
-                    if code is not None:  # died mid-run: stop the load, the row says why
-                        self.server_exit = code
-                        run.stop()
+                await asyncio.sleep(STATUS_INTERVAL_S)
+                prepared.check_server()  # died mid-run: the run records why and stops
                 line = progress_line(run.snapshot(), STATUS_INTERVAL_S)
                 if self.stop_reason and run.state in ("stopping", "draining"):
                     line += " | early stop"
@@ -382,14 +370,14 @@ class Sweep:
         except OSError as exc:  # the disk filled: the sweep goes on, the end says so
             self.state["state_error"] = str(exc.strerror or exc)
 
-    def run_args(self, base_url: str, recording: Path) -> argparse.Namespace:
-        """`rampwatch run`'s flags for one configuration: the same parser, so every default
-        is the run's own."""
+    def run_args(self, serve: str, recording: Path) -> argparse.Namespace:
+        """`rampwatch run --serve`'s flags for one configuration: the same parser, so every
+        default is the run's own."""
         from rampwatch.app import run as run_cli
 
         parser = argparse.ArgumentParser(add_help=False)
         run_cli.configure(parser)
-        words = [self.spec.scenario, "--headless", "--target", base_url, "--record", str(recording)]
+        words = [self.spec.scenario, "--headless", "--serve", serve, "--record", str(recording)]
         grace = self.spec.stop_grace_s if self.args.stop_grace is None else self.args.stop_grace
         words += ["--stop-grace", repr(grace)]
         for key, value in self.spec.sets:
