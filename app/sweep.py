@@ -408,7 +408,16 @@ class Sweep:
                 self.say(f"{n} kept from the earlier run: {row['config']}")
                 continue
             self.say(f"{n} start: {row['config']}")
-            ConfigRun(self, row).execute()
+            # Outside the run's event loop (the server's start, between configurations)
+            # SIGTERM and SIGHUP stop the sweep as Ctrl-C does; the loop's own handlers
+            # reset them when it ends, so they are set again for each configuration.
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, _raise_interrupt)
+            try:
+                ConfigRun(self, row).execute()
+            except KeyboardInterrupt:
+                self.interrupted = True
+                row.update(status="interrupted", reason="the sweep was stopped during this configuration")
             self.save(current=None, line="")
             self.say(f"{n} {row['status']} in {row.get('duration_s', 0):.0f} s: {row['config']}; {end_summary(row)}")
         self.state["finished"] = not self.interrupted
@@ -449,6 +458,10 @@ class Sweep:
             )
             return 1
         return 0
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def end_summary(row: dict[str, Any]) -> str:

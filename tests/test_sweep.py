@@ -144,3 +144,36 @@ def test_resume_after_a_kill_between_configurations_keeps_the_finished_ones(tmp_
     assert final["rows"][0] == {**kept, "pareto": final["rows"][0]["pareto"], "tps_per_gpu": kept["tps_per_gpu"]}
     assert final["rows"][1]["status"] == "done"
     assert os.path.getsize(tmp_path / "out" / final["rows"][1]["recording"]) > 0
+
+
+@pytest.mark.parametrize("when", ["[1/2] start", "[1/2] done"])
+def test_sigterm_stops_the_sweep_with_its_table_and_no_server_left(tmp_path, when):
+    """What `q` in the live view sends: during a configuration (its server starting or
+    its load running) or between two."""
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]", duration_s=30.0)
+    port = int(path.read_text().split("--port ")[1].split()[0])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rampwatch.app.cli", "sweep", str(path), "--headless"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(when):
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    assert proc.wait(60) == 130
+    out = "".join(lines)
+    assert "Traceback" not in out
+    assert "rampwatch sweep: stopped; continue with --resume (exit 130)" in out
+    assert "knee rps" in out  # the table so far
+    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    first, second = (r["status"] for r in state["rows"])
+    if when == "[1/2] start":
+        assert (first, second) == ("interrupted", "pending")
+    else:  # the signal lands as the second configuration starts, or just before
+        assert first == "done" and second in ("interrupted", "pending")
+    assert port_free(port)

@@ -99,7 +99,7 @@ def test_sweep_two_configurations_of_real_vllm(tmp_path):
             assert rec.header.options["serve"].endswith(row["config"])
             assert rec.header.server_info  # the real server answered /v1/models
             assert any(r.ok for r in rec.requests)
-        log = (tmp_path / "out" / f"{row['slug']}.server.log").read_text()
+        log = (tmp_path / "out" / f"{row['recording']}.server.log").read_text()
         assert "--max-num-seqs" in log  # the server's own log, kept beside the recording
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("#") and "knee rps" in line)
