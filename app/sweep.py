@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -290,15 +291,11 @@ class ConfigRun:
         sweep = self.sweep
 
         def on_signal() -> None:
-            sweep.interrupted = True
-            if run.state == "stopping":
+            if run.state == "stopping":  # the second time: end the drain now
                 run.options.stop_grace_s = 0.0
                 run.cancel_in_flight()
             else:
                 run.interrupt()
-
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(sig, on_signal)
 
         async def watch() -> None:
             while True:
@@ -310,12 +307,12 @@ class ConfigRun:
                 sweep.save(line=line)
 
         watcher = asyncio.create_task(watch())
+        sweep.on_signal = lambda: loop.call_soon_threadsafe(on_signal)
         try:
             return await prepared.execute()
         finally:
+            sweep.on_signal = None
             watcher.cancel()
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
 
 
 def _last_line(server: Any) -> str:
@@ -339,6 +336,7 @@ class Sweep:
         self.out_dir = Path(self.spec.output_dir)
         self.startup_timeout_s = args.startup_timeout or self.spec.startup_timeout_s
         self.interrupted = False
+        self.on_signal: Callable[[], None] | None = None  # set while a configuration's load runs
         self.state: dict[str, Any] = {}
         self.state_path = self.out_dir / SWEEP_STATE
 
@@ -393,37 +391,51 @@ class Sweep:
         for line in text.split("\n"):
             print(server_text(line), file=self.out, flush=True)
 
+    def _signalled(self, signum: int, frame: Any) -> None:
+        """Ctrl-C, SIGTERM, SIGHUP: during a load, its graceful stop (a second one cancels
+        the in-flight requests); elsewhere (a server starting, between configurations)
+        ``KeyboardInterrupt``, which stops the server and ends the loop over them."""
+        self.interrupted = True
+        if self.on_signal is not None:
+            self.on_signal()
+        else:
+            raise KeyboardInterrupt
+
     def execute(self) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._signalled)
         rows = self.state["rows"]
         total = len(rows)
         self.say(
             f"rampwatch sweep: {self.spec.name}: {total} configurations of {self.spec.serve!s}; SLO {self.spec.slo.text}"
         )
         self.say(f"output: {self.out_dir}")
-        for row in rows:
-            if self.interrupted:
-                break
-            n = f"[{row['index'] + 1}/{total}]"
-            if row.get("status") == "done":
-                self.say(f"{n} kept from the earlier run: {row['config']}")
-                continue
-            self.say(f"{n} start: {row['config']}")
-            # Outside the run's event loop (the server's start, between configurations)
-            # SIGTERM and SIGHUP stop the sweep as Ctrl-C does; the loop's own handlers
-            # reset them when it ends, so they are set again for each configuration.
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                signal.signal(sig, _raise_interrupt)
-            try:
-                ConfigRun(self, row).execute()
-            except KeyboardInterrupt:
-                self.interrupted = True
-                row.update(status="interrupted", reason="the sweep was stopped during this configuration")
-            self.save(current=None, line="")
-            self.say(f"{n} {row['status']} in {row.get('duration_s', 0):.0f} s: {row['config']}; {end_summary(row)}")
+        try:
+            for row in rows:
+                if self.interrupted:
+                    break
+                self._one(row, f"[{row['index'] + 1}/{total}]")
+        except KeyboardInterrupt:  # between two configurations
+            self.interrupted = True
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the end is written whatever comes
+            signal.signal(sig, signal.SIG_IGN)
         self.state["finished"] = not self.interrupted
         self.state["ended_at"] = time.time()
         self.save(current=None, line=None)
         return self.finish()
+
+    def _one(self, row: dict[str, Any], n: str) -> None:
+        if row.get("status") == "done":
+            self.say(f"{n} kept from the earlier run: {row['config']}")
+            return
+        self.say(f"{n} start: {row['config']}")
+        try:
+            ConfigRun(self, row).execute()
+        except KeyboardInterrupt:
+            self.interrupted = True
+            row.update(status="interrupted", reason="the sweep was stopped during this configuration")
+        self.save(current=None, line="")
+        self.say(f"{n} {row['status']} in {row.get('duration_s', 0):.0f} s: {row['config']}; {end_summary(row)}")
 
     def finish(self) -> int:
         from rampwatch.loadgen.sweep import format_pareto, format_table
@@ -458,10 +470,6 @@ class Sweep:
             )
             return 1
         return 0
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def end_summary(row: dict[str, Any]) -> str:
