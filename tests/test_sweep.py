@@ -177,3 +177,23 @@ def test_sigterm_stops_the_sweep_with_its_table_and_no_server_left(tmp_path, whe
     else:  # the signal lands as the second configuration starts, or just before
         assert first == "done" and second in ("interrupted", "pending")
     assert port_free(port)
+
+
+def test_the_shipped_example_names_each_knees_limit_and_the_best_command(tmp_path):
+    """scenarios/sweep-sim.yaml as shipped (by name), into a temporary output dir."""
+    done = rampwatch("sweep", "sweep-sim", "--headless", "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert [r["config"] for r in state["rows"]] == [
+        "--max-num-seqs 4",
+        "--max-num-seqs 16",
+        "--max-num-seqs 64",
+        "--max-num-seqs 64 --gpu-memory-utilization 0.22",
+    ]
+    assert all(r["status"] == "done" for r in state["rows"])
+    small_batch, _, large_batch, small_kv = state["rows"]
+    assert small_batch["limit"] == "batch-size cap" and small_kv["limit"] == "KV cache full"
+    assert small_kv["peak_kv_pct"] > 90 and small_kv["preemptions"] > 0
+    assert large_batch["max_goodput_rps"] > small_batch["max_goodput_rps"]
+    best = state["rows"][state["best"]]
+    assert f"  vllm serve meta-llama/Llama-3.1-8B-Instruct {best['config']}\n" in done.stdout
