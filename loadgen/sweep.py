@@ -15,6 +15,8 @@ Definitions (docs/tuning.md says the same):
   run, per second;
 - *at the knee*: the requests sent in the ``KNEE_WINDOW_S`` seconds before the knee's
   onset (without a knee: before the load's end), the load the server last kept up with;
+  its output tok/s counts the requests that *ended* in those seconds (what the server
+  delivered, not what was offered);
 - *tok/s per user*: at the knee, output tokens over the summed request latencies, which
   is the output throughput divided by the mean number of requests in flight (Little's
   law) — what ``vllm bench sweep plot_pareto`` plots as tokens/s/user;
@@ -516,9 +518,11 @@ def knee_explanation(event: Event | None) -> KneeExplanation | None:
 
 
 def window_figures(requests: Sequence[RequestRecord], t_from: float, t_to: float) -> dict[str, float | None]:
-    """Figures of the requests sent in ``[t_from, t_to)`` that ended OK: TTFT and ITL
-    p50/p99 in ms, output tok/s (their tokens over the window) and tok/s per user (their
-    tokens over their summed latencies)."""
+    """Figures of the load in ``[t_from, t_to)``: of the requests *sent* in it that ended
+    OK, TTFT and ITL p50/p99 in ms and tok/s per user (their tokens over their summed
+    latencies); output tok/s is what the server delivered: the tokens of the requests
+    that *ended* OK in it, over its length (the tokens of the requests sent in it would be
+    the offered load, whatever the server did with it)."""
     ok = [r for r in requests if r.ok and t_from <= r.sent_at < t_to and r.first_token_at is not None]
     span = max(t_to - t_from, 1e-9)
     if not ok:
@@ -527,6 +531,7 @@ def window_figures(requests: Sequence[RequestRecord], t_from: float, t_to: float
     itls = np.concatenate([stats.itl_array(r) for r in ok])
     tokens = float(sum(stats.output_len(r) for r in ok))
     latency = float(sum(r.e2e for r in ok))
+    delivered = float(sum(stats.output_len(r) for r in requests if r.ok and t_from <= r.end_at < t_to))
 
     def pct(values: np.ndarray, q: float) -> float | None:
         return float(np.percentile(values, q)) * 1000 if len(values) else None
@@ -536,7 +541,7 @@ def window_figures(requests: Sequence[RequestRecord], t_from: float, t_to: float
         "ttft_p99_ms": pct(ttft, 99),
         "itl_p50_ms": pct(itls, 50),
         "itl_p99_ms": pct(itls, 99),
-        "output_tps": tokens / span,
+        "output_tps": delivered / span,
         "tps_per_user": tokens / latency if latency > 0 else None,
     }
 

@@ -23,6 +23,37 @@ from rampwatch.loadgen.sweep import TABLE_COLUMNS, format_pareto, table_cells
 from rampwatch.tui.chart_data import format_duration
 
 FINISHED = ("done", "failed", "interrupted")
+# On a narrow panel these columns go first, in this order (the knee, good-put, the p99s,
+# KV and the limit stay: they answer "which configuration, and why").
+NARROW_DROP = ("ITL p50", "TTFT p50", "preempt", "tok/s/user", "out tok/s")
+
+
+def _needed(cells: list[list[str]], columns: list[int]) -> int:
+    return sum(max(len(row[i]) for row in cells) for i in columns) + len(columns) - 1
+
+
+def columns_for(width: int, cells: list[list[str]]) -> list[int]:
+    """Indexes of the table's columns that fit ``width`` cells (one space between
+    columns), dropping ``NARROW_DROP`` in turn; the config column is then cut to fit
+    (``config_width``)."""
+    keep = list(range(len(cells[0])))
+    for header in NARROW_DROP:
+        if _needed(cells, keep) <= width:
+            break
+        keep = [i for i in keep if cells[0][i] != header]
+    return keep
+
+
+def cut_left(text: str, width: int) -> str:
+    """``text`` in ``width`` cells, cut at its start: a configuration's values are at
+    its end, its flags' common prefix at its start."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
+
+
+def config_width(width: int, cells: list[list[str]], shown: list[int]) -> int:
+    """Room left for the config column (index 1) beside the others shown, at least 12."""
+    others = [i for i in shown if i != 1]
+    return max(12, min(max(len(row[1]) for row in cells), width - _needed(cells, others) - 1))
 
 
 def sweep_progress(state: dict[str, Any], now: float) -> dict[str, Any]:
@@ -92,14 +123,23 @@ class SweepPanel(Widget):
         else:
             now_text.append(self.log_tail or "between configurations", style="italic")
         cells = table_cells(rows)
+        width = max(20, (self.size.width or 160) - 2)
+        shown = columns_for(width, cells)
         table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, header_style="bold")
-        for i, (header, _) in enumerate(TABLE_COLUMNS):
-            table.add_column(header, justify="left" if i in (0, 1, len(TABLE_COLUMNS) - 1) else "right", no_wrap=True)
+        for i in shown:
+            header = TABLE_COLUMNS[i][0]
+            table.add_column(
+                header,
+                justify="left" if i in (0, 1, len(TABLE_COLUMNS) - 1) else "right",
+                no_wrap=True,
+            )
+        room = config_width(width, cells, shown)
         for row, row_cells in zip(rows, cells[1:], strict=True):
             style = "bold" if row["index"] == current else ("green" if row["index"] == state.get("best") else "")
             if row.get("status") == "pending":
                 style = "dim"
-            table.add_row(*row_cells, style=style)
+            texts = [row_cells[i] if i != 1 else cut_left(row_cells[i], room) for i in shown]
+            table.add_row(*texts, style=style)
         best = state.get("best")
         best_text = Text()
         if best is not None:

@@ -114,3 +114,37 @@ async def test_q_stops_the_sweep_and_leaves():
         await pilot.press("q")
         await pilot.pause()
     assert stopped == [True] and app.return_value == 0
+
+
+@pytest.mark.parametrize(
+    ("width", "dropped"),
+    [
+        (200, set()),
+        (140, {"ITL p50", "TTFT p50"}),
+        (120, {"ITL p50", "TTFT p50", "preempt", "tok/s/user"}),
+        (60, {"ITL p50", "TTFT p50", "preempt", "tok/s/user", "out tok/s"}),  # then the config is cut
+    ],
+)
+def test_narrow_panels_drop_the_least_useful_columns_first(width, dropped):
+    from rampwatch.loadgen.sweep import table_cells
+    from rampwatch.tui.sweep_view import columns_for
+
+    cells = table_cells(state_mid_sweep()["rows"])
+    kept = [cells[0][i] for i in columns_for(width, cells)]
+    assert {h for h in cells[0] if h not in kept} == dropped
+    assert {"#", "config", "knee rps", "good-put", "TTFT p99", "ITL p99", "KV peak", "limit"} <= set(kept)
+
+
+def test_sweep_progress_view_80x24(snap_compare):
+    app = SweepApp(lambda: state_mid_sweep(), clock=lambda: T0 + 43)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=screen_settled)
+
+
+@pytest.mark.parametrize(
+    ("text", "width", "shown"),
+    [("--max-num-seqs 64", 20, "--max-num-seqs 64"), ("--max-num-seqs 64", 10, "…m-seqs 64"), ("abc", 3, "abc")],
+)
+def test_cut_left_keeps_the_values(text, width, shown):
+    from rampwatch.tui.sweep_view import cut_left
+
+    assert cut_left(text, width) == shown
