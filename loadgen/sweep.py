@@ -15,8 +15,9 @@ Definitions (docs/tuning.md says the same):
   run, per second;
 - *at the knee*: the requests sent in the ``KNEE_WINDOW_S`` seconds before the knee's
   onset (without a knee: before the load's end), the load the server last kept up with;
-  its output tok/s counts the requests that *ended* in those seconds (what the server
-  delivered, not what was offered);
+- *output tok/s*: what the server delivered (the tokens of the requests that ended OK)
+  in the ``KNEE_WINDOW_S`` seconds from the knee's onset — saturated, the server's
+  capacity — or, without a knee, in the load's last ``KNEE_WINDOW_S`` seconds;
 - *tok/s per user*: at the knee, output tokens over the summed request latencies, which
   is the output throughput divided by the mean number of requests in flight (Little's
   law) — what ``vllm bench sweep plot_pareto`` plots as tokens/s/user;
@@ -517,21 +518,24 @@ def knee_explanation(event: Event | None) -> KneeExplanation | None:
     return None if event is None else KneeExplanation.from_dict(event.data.get("explanation"))
 
 
+def delivered_tps(requests: Sequence[RequestRecord], t_from: float, t_to: float) -> float | None:
+    """Output tokens per second the server delivered in ``[t_from, t_to]``: the tokens of
+    the requests that ended OK in it, over its length (None for an empty span)."""
+    if t_to <= t_from:
+        return None
+    return float(sum(stats.output_len(r) for r in requests if r.ok and t_from <= r.end_at <= t_to)) / (t_to - t_from)
+
+
 def window_figures(requests: Sequence[RequestRecord], t_from: float, t_to: float) -> dict[str, float | None]:
-    """Figures of the load in ``[t_from, t_to)``: of the requests *sent* in it that ended
-    OK, TTFT and ITL p50/p99 in ms and tok/s per user (their tokens over their summed
-    latencies); output tok/s is what the server delivered: the tokens of the requests
-    that *ended* OK in it, over its length (the tokens of the requests sent in it would be
-    the offered load, whatever the server did with it)."""
+    """Of the requests *sent* in ``[t_from, t_to)`` that ended OK: TTFT and ITL p50/p99 in
+    ms and tok/s per user (their tokens over their summed latencies)."""
     ok = [r for r in requests if r.ok and t_from <= r.sent_at < t_to and r.first_token_at is not None]
-    span = max(t_to - t_from, 1e-9)
     if not ok:
-        return dict.fromkeys(("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "output_tps", "tps_per_user"))
+        return dict.fromkeys(("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "tps_per_user"))
     ttft = np.array([r.ttft for r in ok], dtype=float)
     itls = np.concatenate([stats.itl_array(r) for r in ok])
     tokens = float(sum(stats.output_len(r) for r in ok))
     latency = float(sum(r.e2e for r in ok))
-    delivered = float(sum(stats.output_len(r) for r in requests if r.ok and t_from <= r.end_at < t_to))
 
     def pct(values: np.ndarray, q: float) -> float | None:
         return float(np.percentile(values, q)) * 1000 if len(values) else None
@@ -541,7 +545,6 @@ def window_figures(requests: Sequence[RequestRecord], t_from: float, t_to: float
         "ttft_p99_ms": pct(ttft, 99),
         "itl_p50_ms": pct(itls, 50),
         "itl_p99_ms": pct(itls, 99),
-        "output_tps": delivered / span,
         "tps_per_user": tokens / latency if latency > 0 else None,
     }
 
@@ -565,6 +568,13 @@ def config_row(
     # The window starts no earlier than the load (a knee 6 s into a run has 6 s before it).
     first_send = min(sends, default=0.0)
     figures = window_figures(requests, max(first_send, at - KNEE_WINDOW_S), at + (0 if knee is not None else 1e-9))
+    # The server's output once saturated: from the knee's onset on (to the last answer at
+    # most); without a knee, over the load's last seconds.
+    last_end = max((r.end_at for r in requests if r.ok), default=at)
+    if knee is not None:
+        figures["output_tps"] = delivered_tps(requests, at, min(at + KNEE_WINDOW_S, last_end))
+    else:
+        figures["output_tps"] = delivered_tps(requests, max(first_send, at - KNEE_WINDOW_S), at)
     server = server_figures(samples)
     judged = [r for r in requests if r.error_class != CANCELLED]
     failed = sum(1 for r in judged if not r.ok)

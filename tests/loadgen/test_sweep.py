@@ -267,11 +267,14 @@ def test_config_row_reads_the_knee_window_and_its_explanation():
     assert row["limit"] == "batch-size cap" and row["try_next"] == "--max-num-seqs 16"
     assert row["ttft_p50_ms"] == pytest.approx(125.0)
     assert row["itl_p50_ms"] == pytest.approx(25.0)
-    assert row["output_tps"] == pytest.approx(20 * 11 / 10)  # 20 requests sent in [0, 10), 11 tokens each
+    # delivered from the onset (10 s) to the last answer (19.875 s): 20 requests of 11 tokens
+    assert row["output_tps"] == pytest.approx(20 * 11 / 9.875)
     assert row["tps_per_user"] == pytest.approx(11 / 0.375)
     assert row["max_goodput_rps"] == pytest.approx(2.0)
     no_knee = config_row(records, [], [], slo, load_end_s=20.0)
     assert no_knee["knee_rps"] is None and no_knee["limit"] is None
+    # the load's last 10 s: sends up to 19.5 s, answers ending in [9.5, 19.5]: 20 of them (i = 19..38)
+    assert no_knee["output_tps"] == pytest.approx(20 * 11 / 10)
 
 
 def test_early_stop_waits_for_the_knee_then_judges_the_last_window():
