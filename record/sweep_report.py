@@ -102,6 +102,7 @@ h1 {{ font-size: 20px; margin-bottom: 2px; }}
 .chart {{ background: #fff; border: 1px solid #ddd; margin: 10px 0; width: {WIDTH}px; }}
 table {{ border-collapse: collapse; background: #fff; margin: 10px 0; }}
 td, th {{ border: 1px solid #ddd; padding: 3px 8px; font-size: 13px; text-align: right; }}
+td:nth-child(2), th:nth-child(2), td:last-child {{ text-align: left; white-space: nowrap; }}
 pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; white-space: pre-wrap; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
