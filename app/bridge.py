@@ -54,6 +54,9 @@ class ForwardingControl:
     def cancel_in_flight(self) -> None:
         self._forward("cancel_in_flight")
 
+    def server_exited(self, message: str, exit_code: int | None, log_tail: list[str]) -> None:
+        self._forward("server_exited", message, exit_code, log_tail)
+
 
 # A thread is not enough: the UI's drawing is pure Python and holds the GIL, which
 # delays a run thread's wake-ups by tens of milliseconds at p99 (bench/bench_tui_lateness.py

@@ -6,15 +6,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from textual.app import App
+
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
-from rampwatch.app.session import PreparedRun, finish_run, prepare_run
+from rampwatch.app.session import (
+    INTERRUPTED_EXIT,
+    PreparedRun,
+    RunPlan,
+    build_run,
+    finish_run,
+    plan_run,
+    print_server_tail,
+)
+from rampwatch.core.errors import ServerExited
 from rampwatch.core.timeline import RunControl, Snapshot
+from rampwatch.loadgen.managed import DEFAULT_STARTUP_TIMEOUT_S, ManagedServer
 from rampwatch.tui.app import RampwatchApp, make_live_app
+from rampwatch.tui.server_log import ServerStartApp
 
 # After a stop, in-flight requests get the run's grace period; past it (and this margin)
 # the UI has the run cancel them, so that it still ends with its summary.
@@ -32,6 +47,8 @@ def start_live(
     ui_priority: str = "idle",
     log_path: str | None = None,
     mouse: bool = True,
+    server_log: Callable[[], list[str]] | None = None,
+    server_exit: Callable[[ProcessBridge], str | None] | None = None,
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """Fork the run into its own process and build the live app on it. The caller runs
     the app (``app.run()`` on a terminal, ``app.run_test()`` in tests) and then calls
@@ -48,6 +65,8 @@ def start_live(
         recording=recording,
         rate_step_rps=rate_step_rps,
         mouse=mouse,
+        server_log=server_log,
+        server_exit=None if server_exit is None else (lambda: server_exit(bridge)),
     )
     return bridge, app
 
@@ -56,8 +75,15 @@ def start_live_prepared(
     prepared: PreparedRun, *, ui_priority: str = "idle", log_path: str | None = None, mouse: bool = True
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """``start_live`` for a ``PreparedRun``: the run process executes ``prepared.execute``
-    (which closes the recording there, its only writer)."""
+    (which closes the recording there, its only writer). A server the run started is
+    watched from here, its owner: an exit is passed on to the run process."""
     recording = str(prepared.recording_path) if prepared.recording_path else None
+    server = prepared.server
+
+    def server_exit(bridge: ProcessBridge) -> str | None:
+        exited = prepared.check_server(bridge.control)
+        return None if exited is None else str(exited)
+
     return start_live(
         prepared.execute,
         prepared.run.snapshot,
@@ -67,23 +93,79 @@ def start_live_prepared(
         ui_priority=ui_priority,
         log_path=log_path,
         mouse=mouse,
+        server_log=None if server is None else (lambda: server.tail),
+        server_exit=None if server is None else server_exit,
     )
+
+
+@contextmanager
+def exit_app_on_signals(app: App, leave: Callable[[], object] | None = None) -> Iterator[None]:
+    """SIGTERM and SIGHUP leave the screen as ``q`` does (``leave``, default ``app.exit``;
+    the caller then drains the run, stops the server and prints the summary); outside the
+    app's loop they interrupt."""
+    leave = leave if leave is not None else app.exit
+
+    def handler(signum: int, _frame: object) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise KeyboardInterrupt from None
+        loop.call_soon_threadsafe(leave)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def start_server_on_screen(server: ManagedServer, timeout_s: float, mouse: bool = True) -> bool:
+    """The startup phase on screen: ``STARTING SERVER`` and the server's log until it
+    serves (True), or the user quits (False: the server is stopped). A failure to start is
+    raised once the screen is gone, after the server's last log lines."""
+    app = ServerStartApp(
+        command=server.command.shown,
+        target=server.url,
+        pid=lambda: server.pid,
+        log_lines=lambda: server.tail,
+        start=lambda: server.start(timeout_s),
+        cancel=server.stop,
+    )
+    with exit_app_on_signals(app, app.action_cancel):
+        outcome = app.run(mouse=mouse)
+    if outcome is None or outcome.cancelled:
+        server.stop()  # stopped already, unless the app ended some other way
+        return False
+    if outcome.error is not None:
+        server.stop()
+        if isinstance(outcome.error, ServerExited):
+            print_server_tail(outcome.error.tail)
+        raise outcome.error
+    return True
 
 
 def run_live(args: argparse.Namespace) -> int:
     """Show the live screen over the run until the user quits, then stop the run
     gracefully (if still going) and print its summary. Whatever the run process prints
     while the screen is up goes to a log that is printed after."""
-    prepared = prepare_run(args)
+    mouse = not getattr(args, "no_mouse", False)
+    plan = plan_run(args)
+    if plan.server is not None:
+        timeout_s = getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S)
+        if not start_server_on_screen(plan.server, timeout_s, mouse):
+            print("rampwatch run: stopped before the server was ready; nothing was run", file=sys.stderr)
+            return INTERRUPTED_EXIT
+    prepared = _build(plan)
     drain_timeout = prepared.run.options.stop_grace_s + DRAIN_MARGIN_S
     with tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False) as log:
         log_path = log.name
     try:
-        mouse = not getattr(args, "no_mouse", False)
         bridge, app = start_live_prepared(prepared, log_path=log_path, mouse=mouse)
         try:
             # Without mouse capture the terminal selects text as usual (``c`` toggles it).
-            app.run(mouse=mouse)
+            with exit_app_on_signals(app):
+                app.run(mouse=mouse)
         finally:
             if not bridge.done:
                 print("rampwatch run: stopping — draining in-flight requests…", file=sys.stderr)
@@ -101,6 +183,15 @@ def run_live(args: argparse.Namespace) -> int:
     finally:
         prepared.close()
     return finish_run(prepared, result)
+
+
+def _build(plan: RunPlan) -> PreparedRun:
+    try:
+        return build_run(plan)
+    except BaseException:
+        if plan.server is not None:
+            plan.server.stop()
+        raise
 
 
 def _print_log(path: str) -> None:

@@ -16,6 +16,7 @@ DEFAULT_METRICS_MAX_BYTES = (
 )  # loadgen.scrape.DEFAULT_MAX_BODY_BYTES (not imported: keeps the parser cheap)
 DEFAULT_SIM_HARDWARE = "l4"
 DEFAULT_SIM_MODEL = "llama-3.1-8b-fp8"
+GPU_MODES = ("auto", "nvml", "sim", "off")  # --gpu (app.session.gpu_telemetry)
 
 
 def _number(kind: type, test, wanted: str):
@@ -103,6 +104,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         default=[],
         help="server /metrics URL to poll (repeatable; default: TARGET/metrics)",
+    )
+    parser.add_argument(
+        "--gpu-metrics-url",
+        action="append",
+        metavar="URL",
+        default=[],
+        help="a DCGM exporter's /metrics to read GPU utilisation, memory, power and SM clock from "
+        "(repeatable; polled with the server's /metrics)",
+    )
+    parser.add_argument(
+        "--gpu",
+        choices=GPU_MODES,
+        default="auto",
+        help="GPU telemetry on this host: auto = NVML when the target is on this host (not the embedded "
+        "simulator) and no --gpu-metrics-url is given; nvml = NVML always; sim = the embedded simulator serves "
+        "simulated GPU gauges; off = none (default auto; --gpu-metrics-url is read in every mode)",
     )
     parser.add_argument("--scrape-interval", type=positive_float, default=1.0, metavar="SECONDS")
     parser.add_argument(

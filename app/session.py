@@ -11,6 +11,7 @@ import shlex
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ from rampwatch.loadgen.tokenizers import load_tokenizer
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
+from rampwatch.sim.gpu_telemetry import DCGM_PATH
 
 # A run stopped before its schedule's end (Ctrl-C, the UI's stop or quit) or whose
 # in-flight requests were cancelled exits with the shell's code for a SIGINT stop; the
@@ -50,6 +52,8 @@ INTERRUPTED_EXIT = 130
 SERVER_EXITED_EXIT = ServerExited.run_exit_code
 # Between checks of whether the run's server is still there.
 SERVER_WATCH_INTERVAL_S = 0.5
+# Headless, between the lines that say a server is still starting.
+SERVER_PROGRESS_INTERVAL_S = 30.0
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,6 +100,48 @@ def _check_url(flag: str, url: str) -> str:
     except ValueError as exc:
         raise UserError(f"{flag} {redact_text(url)!r}: {exc}") from None
     return url.rstrip("/")
+
+
+def is_local_host(url: str) -> bool:
+    """The URL's host is this machine: a loopback name or address, or this host's name."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127."):
+        return True
+    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return host in names
+
+
+@dataclass(frozen=True)
+class GpuTelemetryPlan:
+    """Where a run reads GPU telemetry (``--gpu``, ``--gpu-metrics-url``), and why not when
+    it reads none (an info event: the GPU panel is hidden, the run goes on)."""
+
+    dcgm_urls: list[str]
+    nvml: bool
+    note: str | None
+    simulated: bool  # the embedded simulator serves its DCGM page (--gpu sim)
+
+
+def gpu_telemetry(mode: str, dcgm_urls: list[str], target: str | None) -> GpuTelemetryPlan:
+    """``--gpu MODE`` with the checked ``--gpu-metrics-url``s against ``target`` (None: the
+    embedded simulator, whose own page the run appends when ``simulated``)."""
+    embedded = not target
+    if mode == "sim" and not embedded:
+        raise UserError(
+            "--gpu sim: only with the embedded simulator (no --target); a `rampwatch sim --gpu-telemetry` "
+            "elsewhere is read with --gpu-metrics-url URL/dcgm/metrics"
+        )
+    local = not embedded and is_local_host(target or "")
+    # auto: NVML for a server on this host, unless a DCGM exporter was named (likely the
+    # same GPUs: read twice, their power would be summed twice); --gpu nvml reads both.
+    nvml = mode == "nvml" or (mode == "auto" and local and not dcgm_urls)
+    note = None  # --gpu off asks for none: nothing to explain
+    if not nvml and not dcgm_urls and mode == "auto":
+        if embedded:
+            note = "no GPU: the embedded simulator has none (--gpu sim simulates one): GPU panel hidden"
+        else:
+            note = "no GPU telemetry: the target is not on this host (--gpu-metrics-url reads its DCGM exporter): GPU panel hidden"
+    return GpuTelemetryPlan(list(dcgm_urls), nvml, note, simulated=mode == "sim")
 
 
 def check_outputs(recording: Path | None, result_json: Path | None, inputs: list[Path]) -> None:
@@ -154,52 +200,72 @@ def serving_sim(config: SimConfig, host: str = "127.0.0.1", timeout_s: float = 3
         yield server
 
 
-def serve_command(args: argparse.Namespace, seed: int | None = None) -> ServeCommand | None:
+def serve_command(
+    args: argparse.Namespace, seed: int | None = None, gpu_telemetry: bool = False
+) -> ServeCommand | None:
     """What `rampwatch run` starts: ``--serve``, else (no ``--target``) the embedded
-    simulator; None when it only connects to ``--target``."""
+    simulator (serving its DCGM page with ``gpu_telemetry``); None when it only connects
+    to ``--target``."""
     target = normalize_base_url(_check_url("--target", args.target)) if args.target else None
     serve = getattr(args, "serve", None)
     if serve is not None:
         return ServeCommand.parse(serve, target=target)
     if target is not None:
         return None
-    config = SimConfig(hardware=args.sim_hardware, model=args.sim_model, seed=seed if seed is not None else 0)
+    config = SimConfig(
+        hardware=args.sim_hardware,
+        model=args.sim_model,
+        seed=seed if seed is not None else 0,
+        gpu_telemetry=gpu_telemetry,
+    )
     try:
         return ServeCommand.parse(sim_serve_text(config))
     except UserError as exc:  # the simulator's own flags are `rampwatch run`'s --sim-*
         raise UserError(str(exc).replace("--hardware", "--sim-hardware").replace("--model", "--sim-model")) from None
 
 
-def start_server(server: ManagedServer, timeout_s: float, out: TextIO = sys.stdout) -> float:
-    """``server.start`` with progress lines (headless). SIGTERM and SIGHUP during the
-    start interrupt it like Ctrl-C: the server is stopped, the run exits 130."""
+def start_server(
+    server: ManagedServer,
+    timeout_s: float,
+    out: TextIO = sys.stdout,
+    progress_interval_s: float = SERVER_PROGRESS_INTERVAL_S,
+) -> float:
+    """``server.start`` with progress lines (headless): its pid, then every
+    ``progress_interval_s`` the time so far and its last log line (a model can take
+    minutes to load), then the startup time. SIGTERM and SIGHUP during the start
+    interrupt it like Ctrl-C: the server is stopped, the run exits 130."""
+    started = time.monotonic()
+    done = threading.Event()
+
+    def report_progress() -> None:
+        while not done.wait(progress_interval_s):
+            tail = server.tail
+            last = f"; last log line: {tail[-1]}" if tail else "; no output yet"
+            print(f"server: still starting ({time.monotonic() - started:.0f} s){last}", file=out, flush=True)
 
     def on_phase(phase: str) -> None:
         if phase == PHASE_STARTING:
             print(f"server: starting (pid {server.pid}) …", file=out, flush=True)
+            threading.Thread(target=report_progress, name="server-start-progress", daemon=True).start()
 
     def interrupt(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
     previous = {}
-    if threading_main():
+    if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
         previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         startup = server.start(timeout_s, on_phase=on_phase)
     except ServerExited as exc:
+        done.set()
         print_server_tail(exc.tail)
         raise
     finally:
+        done.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(f"server: ready in {startup:.1f} s", file=out, flush=True)
     return startup
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 SERVER_TAIL_SHOWN = 10
@@ -230,9 +296,10 @@ class RunPlan:
     tokenizer: Any
     server: ManagedServer | None  # not started yet
     target: str
+    gpu: GpuTelemetryPlan
 
 
-def plan_run(args: argparse.Namespace, on_log: Callable[[str], None] | None = None) -> RunPlan:
+def plan_run(args: argparse.Namespace) -> RunPlan:
     scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     headers = list(getattr(args, "header", None) or [])
@@ -247,18 +314,28 @@ def plan_run(args: argparse.Namespace, on_log: Callable[[str], None] | None = No
     result_json = result_json_path(args.result_json, recording_path)
     check_outputs(recording_path, result_json, [Path(scenario.path)] if scenario.path else [])
     tokenizer = load_tokenizer(args.tokenizer)
-    command = serve_command(args, seed=scenario.seed)
+    gpu_urls = [_check_url("--gpu-metrics-url", u) for u in getattr(args, "gpu_metrics_url", None) or []]
+    gpu_mode = getattr(args, "gpu", "auto")
+    embedded_sim = getattr(args, "serve", None) is None and not args.target
+    # The embedded simulator: no target yet (GPU telemetry is simulated or absent).
+    gpu_plan = gpu_telemetry(gpu_mode, gpu_urls, None) if embedded_sim else None
+    command = serve_command(args, seed=scenario.seed, gpu_telemetry=gpu_plan is not None and gpu_plan.simulated)
     server = None
     if command is None:
         # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
         target = normalize_base_url(_check_url("--target", args.target))
     else:
         target = command.base_url
+    if gpu_plan is None:  # a server of the user's (started here or not): where it runs decides
+        gpu_plan = gpu_telemetry(gpu_mode, gpu_urls, target)
+    if gpu_plan.simulated:
+        gpu_plan.dcgm_urls.append(target + DCGM_PATH)
+    if command is not None:
         explicit_log = getattr(args, "server_log", None)
         log_path = Path(explicit_log) if explicit_log else None
         if log_path is None and recording_path is not None:
             log_path = server_log_path(recording_path)
-        server = ManagedServer(command, log_path=log_path, on_log=on_log, connection=connection)
+        server = ManagedServer(command, log_path=log_path, connection=connection)
     return RunPlan(
         args=args,
         scenario=scenario,
@@ -269,6 +346,7 @@ def plan_run(args: argparse.Namespace, on_log: Callable[[str], None] | None = No
         tokenizer=tokenizer,
         server=server,
         target=target,
+        gpu=gpu_plan,
     )
 
 
@@ -305,16 +383,18 @@ class PreparedRun:
         self.recorder.close()
         return None if self.recorder.error is None else str(self.recorder.error)
 
-    def check_server(self) -> ServerExited | None:
+    def check_server(self, control: Any = None) -> ServerExited | None:
         """Whether the run's server has exited on its own; the first time it is seen, the
-        run is told (an ``error`` event with the code and last log lines, then a stop)."""
+        run is told through ``control`` (default: the run itself; the live UI's forwards
+        to its run process): an ``error`` event with the code and last log lines, then a stop."""
         if self.server is None or self.server_exit is not None:
             return self.server_exit
         code = self.server.poll()
         if code is None:
             return None
         self.server_exit = ServerExited(code, self.server.tail, "during the run")
-        self.run.server_exited(str(self.server_exit), code, self.server_exit.tail[-SERVER_TAIL_SHOWN:])
+        tell = control if control is not None else self.run
+        tell.server_exited(str(self.server_exit), code, self.server_exit.tail[-SERVER_TAIL_SHOWN:])
         return self.server_exit
 
     def close(self) -> None:
@@ -362,6 +442,9 @@ def build_run(plan: RunPlan) -> PreparedRun:
         gpu_price_per_hour=args.gpu_price_per_hour,
         save_generated_texts=args.save_generated_texts,
         managed_server=managed,
+        gpu_metrics_urls=plan.gpu.dcgm_urls,
+        gpu_nvml=plan.gpu.nvml,
+        gpu_note=plan.gpu.note,
     )
     recorder = None
     if plan.recording_path is not None:
@@ -503,6 +586,8 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
             f" | server run {fmt('running', digits=0)} wait {fmt('waiting', digits=0)} "
             f"KV {fmt('kv_usage_pct')}% hit {fmt('prefix_hit_pct')}%"
         )
+    if getattr(snap, "last_good_gpu_t", None) is not None:
+        line += f" | GPU {fmt('gpu_util_pct', digits=0)}% {fmt('gpu_power_w', digits=0)} W"
     return line
 
 
@@ -562,6 +647,9 @@ def run_headless(args: argparse.Namespace) -> int:
             f"rampwatch run: {prepared.run.scenario.name} against {options.target} (model {options.model}); "
             f"server metrics from {', '.join(options.metrics_urls)}"
         )
+        gpu_sources = (["NVML"] if options.gpu_nvml else []) + [redact_text(u) for u in options.gpu_metrics_urls]
+        if gpu_sources:
+            banner += f"; GPU telemetry from {', '.join(gpu_sources)}"
         print(server_text(banner), flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)

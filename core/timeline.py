@@ -6,7 +6,8 @@ a live run share one axis. A run publishes, in order of occurrence:
 
 - one ``RunHeader`` (``on_start``),
 - ``RequestRecord`` for each request when it ends (success, error or cancel),
-- ``ServerSample`` for each ``/metrics`` scrape (one per URL per poll),
+- ``ServerSample`` for each ``/metrics`` scrape (one per URL per poll), and for each
+  GPU telemetry read (NVML, a DCGM exporter's page: ``ServerSample.is_gpu``),
 - ``Tick`` once per second (the schedule's target rate and the run state),
 - ``Event`` for schedule changes, holds, marks, knee, errors,
 - and finally ``on_finish``.
@@ -134,9 +135,27 @@ class ServerSample:
     created: float | None = None
     # The raw vLLM families read, as {metric_name_with_labels: value}; kept for the recording.
     raw: dict[str, float] = field(default_factory=dict)
+    # A GPU sample's (``backend`` in GPU_BACKENDS) gauges per GPU: {"0": {"power_w": 312.0, ...}},
+    # keys from GPU_FIELDS. Added later: samples of older recordings lack it ({}).
+    gpus: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def is_gpu(self) -> bool:
+        """A GPU telemetry sample (NVML, a DCGM exporter), not the server's own /metrics."""
+        return self.backend in GPU_BACKENDS
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Where GPU samples come from: NVML on this host, or a DCGM exporter's /metrics page. A GPU
+# sample is a ServerSample with one of these backends (failed ones too), so it is scraped,
+# recorded, replayed and reported failing the way a server's /metrics is.
+GPU_BACKENDS = ("nvml", "dcgm")
+# One GPU's gauges (ServerSample.gpus) and their units: utilisation % (0..100, the share of
+# the sample period a kernel ran), framebuffer memory used and free in MiB, power in W, SM
+# clock in MHz. A source may lack some (then absent from the dict).
+GPU_FIELDS = ("util_pct", "mem_used_mib", "mem_free_mib", "power_w", "sm_clock_mhz")
 
 
 @dataclass(slots=True)
@@ -210,6 +229,9 @@ class RunHeader:
     server_info: dict[str, Any] = field(default_factory=dict)  # /v1/models, /version, cache_config
     host_info: dict[str, Any] = field(default_factory=dict)
     metrics_urls: list[str] = field(default_factory=list)
+    # Where GPU telemetry is read: "nvml" and/or DCGM exporter URLs (redacted). Added
+    # later: headers of older recordings lack it ([]).
+    gpu_sources: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -306,7 +328,14 @@ SERIES_NAMES = (
     "errors_connection_rps",
     "errors_protocol_rps",
     "client_queued",  # requests waiting for a --max-concurrency slot (from ticks)
+    # GPU telemetry (NVML or DCGM), the last good GPU sample in the second; NaN without one.
+    "gpu_util_pct",  # mean over the GPUs, 0..100
+    "gpu_power_w",  # sum over the GPUs
+    "gpu_mem_used_gib",  # sum over the GPUs
+    "gpu_sm_clock_mhz",  # mean over the GPUs
 )
+
+GPU_SERIES = ("gpu_util_pct", "gpu_power_w", "gpu_mem_used_gib", "gpu_sm_clock_mhz")
 
 ERROR_SERIES = {group: f"errors_{group}_rps" for group in ERROR_GROUPS}
 
@@ -320,6 +349,7 @@ class ScrapeErrorLine:
     count: int
     first_t: float
     last_t: float
+    gpu: bool = False  # a GPU telemetry source's failure (NVML, a DCGM exporter), not the server's
 
 
 def metrics_stale_after_s(header: RunHeader | None) -> float:
@@ -385,6 +415,10 @@ class Snapshot:
     planned_duration_s: float | None = None  # the current plan (see Tick.planned_end_s), else the header's
     oldest_in_flight_sent_at: float | None = None  # Tick.oldest_sent_at of the latest tick
     steps: list[StepRow] = field(default_factory=list)  # the per-step results table so far
+    # Each GPU's latest gauges ({"0": {"power_w": ...}}, keys "<source>:<gpu>" with several
+    # sources); empty when the run has no GPU telemetry: the GPU panel is then hidden.
+    gpus: dict[str, dict[str, float]] = field(default_factory=dict)
+    last_good_gpu_t: float | None = None  # when the newest good GPU sample was taken
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:

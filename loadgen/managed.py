@@ -34,13 +34,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.errors import ServerExited, TargetUnreachable, UserError
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_value, secret_values
 from rampwatch.core.text import server_text
 from rampwatch.loadgen.connection import Connection
-from rampwatch.loadgen.serve_guard import DEFAULT_GRACE_S, PID_LINE_PREFIX, exit_code_of
+from rampwatch.loadgen.serve_guard import DEFAULT_GRACE_S, PID_LINE_PREFIX, exit_code_of, group_alive, signal_group
 
 __all__ = ["ManagedServer", "ServeCommand", "ServerExited", "diff_engine_args", "server_log_path"]
 
@@ -182,7 +182,10 @@ class ServeCommand:
         return secret_values(list(self.argv)) | secret_values(dict(self.env))
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, **dict(self.env)}
+        """The server's environment: rampwatch's, unbuffered Python output (a Python server
+        writing to a pipe would otherwise hold its log back in blocks), then the command's
+        own NAME=VALUE words."""
+        return {"PYTHONUNBUFFERED": "1", **os.environ, **dict(self.env)}
 
 
 def _shown(text: str) -> str:
@@ -347,8 +350,8 @@ class ManagedServer:
     ) -> float:
         """Start the server and wait until ``/health`` answers 200 and ``/v1/models`` lists
         a model; returns the startup duration in seconds. Raises ``ServerExited`` when it
-        exits first, ``UserError`` when its port is taken or it is not ready within
-        ``timeout_s`` (it is stopped first). Blocking: call it from a worker thread when
+        exits first, ``TargetUnreachable`` when it is not ready within ``timeout_s``,
+        ``UserError`` when its port is taken or it wants an API key (it is stopped first). Blocking: call it from a worker thread when
         an event loop runs in this one."""
         if self._process is not None:
             raise RuntimeError("ManagedServer.start called twice")
@@ -411,7 +414,7 @@ class ManagedServer:
                     raise ServerExited(code, self.tail, "during startup")
                 if time.monotonic() >= deadline:
                     last = self.tail[-1] if self.tail else "no output"
-                    raise UserError(
+                    raise TargetUnreachable(
                         f"--serve: the server was not ready within {timeout_s:g} s (--serve-timeout); "
                         f"stopped it; last log line: {last}"
                     )
@@ -456,11 +459,11 @@ class ManagedServer:
             except subprocess.TimeoutExpired:  # the guard failed: do its work
                 for pgid in (self._server_pid, process.pid):
                     if pgid is not None:
-                        try:
-                            os.killpg(pgid, signal.SIGKILL)
-                        except (ProcessLookupError, PermissionError):
-                            pass
+                        signal_group(pgid, signal.SIGKILL)
                 process.wait()
+        if self._server_pid is not None and group_alive(self._server_pid):
+            # The guard itself was killed and left the server behind: stop it from here.
+            self._stop_orphaned_group(self._server_pid, grace_s)
         _LIVE.discard(self)
         self._join_reader()
         for stream in (process.stdin, process.stdout):
@@ -470,6 +473,14 @@ class ManagedServer:
             except OSError:
                 pass
         return exit_code_of(process.returncode)
+
+    @staticmethod
+    def _stop_orphaned_group(pgid: int, grace_s: float) -> None:
+        signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # not our child: nothing to wait on but the group's end
+        signal_group(pgid, signal.SIGKILL)
 
     def __enter__(self) -> ManagedServer:
         return self
@@ -481,10 +492,10 @@ class ManagedServer:
 
     def clean_line(self, raw: str) -> str:
         """A log line as kept, shown and written: progress-bar redraws reduced to the last,
-        colours dropped, secrets masked, control characters escaped."""
+        colours dropped, tabs expanded, secrets masked, other control characters escaped."""
         line = raw.rstrip("\r\n").split("\r")
         text = next((part for part in reversed(line) if part.strip()), "")
-        return server_text(_ANSI.sub("", text), self._secrets)
+        return server_text(_ANSI.sub("", text).expandtabs(4), self._secrets)
 
     def _read_log(self) -> None:
         process = self._process
@@ -554,8 +565,3 @@ class ManagedServer:
             if stream is not None:
                 stream.close()  # raw pipes (bufsize=0): no lock a vanished thread could hold
         self._forked_copy = True
-
-
-def describe(command: ServeCommand) -> dict[str, Any]:
-    """What a recording keeps of a managed server's command (secrets masked)."""
-    return {"command": command.shown, "engine_args": command.engine_args(), "base_url": command.base_url}

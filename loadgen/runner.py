@@ -38,6 +38,7 @@ from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import ModelsAnswer, RequestCancelled, StreamingClient
 from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.knee_explain import ServerLimits
@@ -78,6 +79,11 @@ class RunOptions:
     # The server the run started (--serve): its command and engine arguments (secrets
     # masked), startup seconds and log file; the header's server_info["managed_server"].
     managed_server: dict[str, Any] | None = None
+    # GPU telemetry: DCGM exporters' /metrics pages (polled with the server's), NVML on this
+    # host, and why there is none when neither is used (an info event at the start).
+    gpu_metrics_urls: list[str] = field(default_factory=list)
+    gpu_nvml: bool = False
+    gpu_note: str | None = None
 
 
 @dataclass
@@ -320,6 +326,7 @@ class Run:
             keep_generated_text=opts.save_generated_texts,
         )
         await client.start()
+        nvml: NvmlReader | None = None
         try:
             # One /v1/models probe: is the server there, does it serve the model, and
             # what the recording's header keeps about it.
@@ -327,6 +334,7 @@ class Run:
             if opts.managed_server is not None:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
+            nvml, gpu_note = await self._open_nvml()
             self._t0 = time.monotonic()
             header = RunHeader(
                 rampwatch_version=rampwatch_version(),
@@ -340,6 +348,7 @@ class Run:
                 server_info=server_info,
                 host_info=host_info(),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
+                gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
             )
             self.knee.limits = ServerLimits.of_run(header, opts.server_limits)
             self.sink.on_start(header)
@@ -349,6 +358,8 @@ class Run:
                 warning = f"--model {opts.model!r} not checked: /v1/models: {models_error}"
                 log.warning(warning)
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
+            if gpu_note is not None:
+                self.sink.on_event(Event(0.0, "info", gpu_note, {"gpu": "hidden"}))
             # A first tick at once: the screen shows the run's state (and takes steering
             # keys) from its start, not from the first second's tick.
             self.sink.on_tick(self._tick(0.0))
@@ -361,11 +372,18 @@ class Run:
                 on_sample=self._on_sample,
                 headers=self.connection.extra_headers(),
                 ssl=self.connection.ssl(),
+                dcgm_urls=opts.gpu_metrics_urls,
             )
             background = [
                 asyncio.create_task(poller.run(), name="rampwatch-scrape"),
                 asyncio.create_task(self._tick_loop(), name="rampwatch-tick"),
             ]
+            if nvml is not None:
+                background.append(
+                    asyncio.create_task(
+                        poll_nvml(nvml, opts.scrape_interval_s, self.now, self._on_sample), name="rampwatch-nvml"
+                    )
+                )
             semaphore = asyncio.Semaphore(concurrency) if concurrency else None
             try:
                 await self._dispatch(client, semaphore)
@@ -391,6 +409,8 @@ class Run:
             )
         finally:
             await client.close()
+            if nvml is not None:  # after its poll task ended (or if it never started)
+                await asyncio.to_thread(nvml.close)
 
     async def _dispatch(self, client: StreamingClient, semaphore: asyncio.Semaphore | None) -> None:
         assert self._schedule_changed is not None and self._none_in_flight is not None
@@ -507,6 +527,22 @@ class Run:
         if pending:
             self._cancel(list(pending), f"the {self.options.stop_grace_s:g} s grace period is over")
             await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _open_nvml(self) -> tuple[NvmlReader | None, str | None]:
+        """NVML when the run asked for it (``gpu_nvml``) and it opens; else why there is no
+        GPU telemetry, if no DCGM exporter gives it either (the run goes on without)."""
+        opts = self.options
+        if opts.gpu_nvml:
+            try:
+                return await asyncio.to_thread(NvmlReader.open), None
+            except NvmlUnavailable as exc:
+                if not opts.gpu_metrics_urls:
+                    return None, f"{exc}: GPU panel hidden"
+                log.info("NVML not read: %s", exc)
+                return None, None
+        if not opts.gpu_metrics_urls and opts.gpu_note:
+            return None, opts.gpu_note
+        return None, None
 
     def _on_sample(self, sample: ServerSample) -> None:
         """Every scrape goes to the sinks; an event only when a URL's scrapes start failing,

@@ -112,6 +112,60 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
     )
 
 
+# A DCGM exporter's gauges rampwatch reads (dcgm-exporter's default counters,
+# etc/default-counters.csv), per `gpu` label, with their units: GPU_UTIL in %, FB_USED and
+# FB_FREE in MiB, POWER_USAGE in W, SM_CLOCK in MHz. The default set has no total memory
+# (used + free stands for it) and none of the profiling (DCP) gauges such as
+# DCGM_FI_PROF_GR_ENGINE_ACTIVE, so utilisation is GPU_UTIL's coarse "a kernel was
+# running" share. Its energy counter (TOTAL_ENERGY_CONSUMPTION, mJ) is not read: energy
+# is integrated from the power samples, the same way for NVML and DCGM.
+DCGM_GAUGES = {
+    "DCGM_FI_DEV_GPU_UTIL": "util_pct",
+    "DCGM_FI_DEV_FB_USED": "mem_used_mib",
+    "DCGM_FI_DEV_FB_FREE": "mem_free_mib",
+    "DCGM_FI_DEV_POWER_USAGE": "power_w",
+    "DCGM_FI_DEV_SM_CLOCK": "sm_clock_mhz",
+}
+
+
+def parse_dcgm(text: str, url: str, t: float) -> ServerSample:
+    """One DCGM exporter page -> a GPU sample (``backend="dcgm"``, gauges in ``gpus`` by
+    the ``gpu`` label); ``ok=False`` if it does not parse or holds none of ``DCGM_GAUGES``."""
+    started = time.perf_counter()
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("DCGM_FI_DEV_"):
+            brace = line.find("{")
+            name = line[:brace] if brace >= 0 else line.split(" ", 1)[0]
+            if name in DCGM_GAUGES:
+                lines.append(line)
+    gpus: dict[str, dict[str, float]] = {}
+    try:
+        for family in text_string_to_metric_families("\n".join(lines) + "\n"):
+            for s in family.samples:
+                # the label is shown on screen: made safe like any text from a server
+                gpu = server_text(s.labels.get("gpu") or s.labels.get("UUID") or "0")[:40]
+                gpus.setdefault(gpu, {})[DCGM_GAUGES[s.name]] = float(s.value)
+    except ValueError as exc:
+        return ServerSample(t=t, url=url, ok=False, backend="dcgm", error=f"unparsable DCGM page: {exc}"[:300])
+    if not gpus:
+        return ServerSample(
+            t=t,
+            url=url,
+            ok=False,
+            backend="dcgm",
+            error="no DCGM_FI_DEV_* GPU gauges on the page (not a DCGM exporter?)",
+        )
+    ordered = {gpu: gpus[gpu] for gpu in sorted(gpus, key=lambda g: (len(g), g))}  # "2" before "10"
+    return ServerSample(t=t, url=url, ok=True, backend="dcgm", scrape_s=time.perf_counter() - started, gpus=ordered)
+
+
+def page_parser(kind: str) -> Callable[[str, str, float], ServerSample]:
+    """How a kind of page a poller reads is parsed: the server's /metrics ("server") or a
+    DCGM exporter's ("dcgm")."""
+    return parse_dcgm if kind == "dcgm" else parse_metrics
+
+
 def cache_config_from_metrics(text: str) -> dict[str, str]:
     """Labels of ``vllm:cache_config_info`` (block size, GPU blocks...); ``{}`` if absent."""
     for line in text.splitlines():
@@ -204,10 +258,10 @@ def _parse_serve(conn: Any) -> None:
         os.nice(10)  # on a busy machine the load's sends come first; a scrape can wait
     while True:
         try:
-            body, url, t = conn.recv()
+            body, url, t, kind = conn.recv()
         except (EOFError, OSError):
             return
-        conn.send(parse_metrics(body.decode("utf-8", errors="replace"), url, t))
+        conn.send(page_parser(kind)(body.decode("utf-8", errors="replace"), url, t))
 
 
 class ParseProcess:
@@ -224,17 +278,20 @@ class ParseProcess:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    def parse(self, body: bytes, url: str, t: float) -> ServerSample:
-        """Blocking (call it from a worker thread): the page parsed in the other process."""
+    def parse(self, body: bytes, url: str, t: float, kind: str = "server") -> ServerSample:
+        """Blocking (call it from a worker thread): the page parsed in the other process
+        (``kind``: see ``page_parser``)."""
         with self._lock:
             if self._process is None or not self._process.is_alive():
                 self._start()
             try:
-                self._conn.send((body, url, t))
+                self._conn.send((body, url, t, kind))
                 sample: ServerSample = self._conn.recv()
             except (EOFError, OSError) as exc:
                 self._process = None  # started afresh on the next large page
-                return ServerSample(t=t, url=url, ok=False, error=f"metrics parse process failed: {exc}")
+                return ServerSample(
+                    t=t, url=url, ok=False, backend=_FAILED_BACKEND[kind], error=f"metrics parse process failed: {exc}"
+                )
             return sample
 
     def _start(self) -> None:
@@ -304,10 +361,17 @@ def describe_scrape_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
 
 
+# The backend a failed scrape of each kind of page carries: a failing DCGM URL must still
+# read as GPU telemetry (ServerSample.is_gpu), not as the server's /metrics.
+_FAILED_BACKEND = {"server": "unknown", "dcgm": "dcgm"}
+
+
 class MetricsPoller:
     """Scrapes every URL each ``interval_s`` on its own session, never raising.
 
-    Each scrape calls ``on_sample(ServerSample)``; a failed scrape (connection error,
+    ``urls`` are the server's ``/metrics`` pages, ``dcgm_urls`` DCGM exporters' (GPU
+    telemetry, ``parse_dcgm``): both polled together, with the same timeout, size cap,
+    headers, TLS and failure handling. Each scrape calls ``on_sample(ServerSample)``; a failed scrape (connection error,
     non-200, timeout after ``timeout_s``, unparsable text) gives ``ok=False`` with the
     reason in ``error``. Polls are aligned on ``start + k * interval_s``; a poll still
     running at the next slot makes the poller skip that slot instead of piling up.
@@ -324,11 +388,13 @@ class MetricsPoller:
         headers: dict[str, str] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         ssl: SSLContext | bool = True,
+        dcgm_urls: Sequence[str] = (),
     ) -> None:
         """``headers`` go with every scrape; ``ssl`` is aiohttp's (``Connection.ssl()``)."""
-        if not urls:
+        if not urls and not dcgm_urls:
             raise ValueError("MetricsPoller needs at least one URL")
-        self.urls = list(urls)
+        self.urls = list(urls) + [url for url in dcgm_urls if url not in urls]
+        self._kind = {url: "dcgm" for url in dcgm_urls if url not in urls}
         # Samples name their URL as it may be shown and recorded: credentials masked.
         self._shown = {url: redact_text(url) for url in self.urls}
         self.interval_s = interval_s
@@ -343,9 +409,16 @@ class MetricsPoller:
 
     async def scrape_once(self, session: aiohttp.ClientSession, url: str) -> ServerSample:
         shown = self._shown.get(url) or redact_text(url)
+        kind = self._kind.get(url, "server")
 
         def failed(error: str) -> ServerSample:
-            return ServerSample(t=self.clock(), url=shown, ok=False, error=server_text(error, self._secrets)[:300])
+            return ServerSample(
+                t=self.clock(),
+                url=shown,
+                ok=False,
+                backend=_FAILED_BACKEND[kind],
+                error=server_text(error, self._secrets)[:300],
+            )
 
         try:
             async with session.get(url, headers=self._headers) as resp:
@@ -361,8 +434,8 @@ class MetricsPoller:
         t = self.clock()
         # Never on the load's loop: a page costs ~0.2 s of Python per MB.
         if len(body) > PROCESS_PARSE_BYTES:
-            return await asyncio.to_thread(self.parse_process.parse, body, shown, t)
-        return await asyncio.to_thread(parse_metrics, body.decode("utf-8", errors="replace"), shown, t)
+            return await asyncio.to_thread(self.parse_process.parse, body, shown, t, kind)
+        return await asyncio.to_thread(page_parser(kind), body.decode("utf-8", errors="replace"), shown, t)
 
     async def poll(self, session: aiohttp.ClientSession) -> list[ServerSample]:
         samples = await asyncio.gather(*(self.scrape_once(session, url) for url in self.urls))

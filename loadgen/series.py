@@ -17,6 +17,10 @@ wall time or on when ``snapshot`` is called). It keeps per-second bins, not reco
   successive good scrapes (reset-safe, ``counters``) is spread uniformly over the
   interval between them and divided by the covered time of each second, then summed
   over URLs; ``prefix_hit_pct`` is Δhits/Δqueries over the last ``window_s`` seconds;
+- GPU series (``GPU_SERIES``) from GPU samples (``ServerSample.is_gpu``: NVML, a DCGM
+  exporter), the last in the second: utilisation and SM clock averaged over the GPUs,
+  power and memory summed, over the sources not stale; they never touch the server's
+  figures or its staleness, and a failed one is counted as a scrape failure of its URL;
 - TTFT / ITL p50/p90/p99: over the requests that ended OK in the last ``window_s``
   seconds (10 by default), from log histograms (values within ~1% of exact). A second's
   value is frozen ``grace_s`` after the second ends; a record arriving later still
@@ -46,6 +50,7 @@ import numpy as np
 from rampwatch.core.timeline import (
     CANCELLED,
     ERROR_SERIES,
+    GPU_SERIES,
     SERIES_NAMES,
     Event,
     RequestRecord,
@@ -58,10 +63,11 @@ from rampwatch.core.timeline import (
     metrics_stale_after_s,
 )
 from rampwatch.loadgen.counters import CounterTracker
+from rampwatch.loadgen.gpu import combine_gpus, gpu_aggregates
 from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.stats import LogHistogram
 from rampwatch.loadgen.steps import StepTracker
-from rampwatch.loadgen.summary import RequestBlock, SummaryBuilder, knee_explanation, knee_rps
+from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_explanation, knee_rps
 
 _QS = (0.5, 0.9, 0.99)
 _LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")
@@ -150,9 +156,13 @@ class SeriesBuilder:
         }
         self._last = {
             name: _Growable(math.nan)
-            for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct", "client_queued")
+            for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct", "client_queued", *GPU_SERIES)
         }
         self.last_good_scrape_t: float | None = None
+        # GPU telemetry: each source's latest good sample, when the newest was, run totals
+        self._gpu_latest: dict[str, ServerSample] = {}
+        self.last_good_gpu_t: float | None = None
+        self.gpu_totals = GpuTotals()
         # (url, reason) -> the line the events panel shows for it
         self._scrape_errors: dict[tuple[str, str], ScrapeErrorLine] = {}
         self._tick_counts = {name: _Growable(0.0) for name in ("offered_rps", "sent_rps")}
@@ -223,7 +233,12 @@ class SeriesBuilder:
             "hist_totals": [[self._hists[b][0].total, self._hists[b][1].total] for b in seconds],
             "final_upto": self._final_upto,
             "last_good_scrape_t": self.last_good_scrape_t,
-            "scrape_errors": [[e.url, e.message, e.count, e.first_t, e.last_t] for e in self._scrape_errors.values()],
+            "scrape_errors": [
+                [e.url, e.message, e.count, e.first_t, e.last_t, e.gpu] for e in self._scrape_errors.values()
+            ],
+            "gpu_latest": [s.to_dict() for s in self._gpu_latest.values()],
+            "last_good_gpu_t": self.last_good_gpu_t,
+            "gpu_totals": self.gpu_totals.export_state(),
             "newly_final": list(self._newly_final),
             "summary": self.summary.export_state(arrays),
             "steps": self.steps.export_state(arrays),
@@ -270,11 +285,20 @@ class SeriesBuilder:
                 g = b._counts[name] = _Growable(0.0)
                 g._ensure(known)
                 g.data[:known] = math.nan
-        if "client_queued" not in b._last:
-            b._last["client_queued"] = _Growable(math.nan)
+        for name in ("client_queued", *GPU_SERIES):
+            if name not in b._last:
+                b._last[name] = _Growable(math.nan)
         b.last_good_scrape_t = meta.get("last_good_scrape_t")
-        for url, message, count, first_t, last_t in meta.get("scrape_errors", []):
-            b._scrape_errors[(url, message)] = ScrapeErrorLine(url, message, count, first_t, last_t)
+        for url, message, count, first_t, last_t, *gpu in meta.get("scrape_errors", []):
+            b._scrape_errors[(url, message)] = ScrapeErrorLine(
+                url, message, count, first_t, last_t, bool(gpu and gpu[0])
+            )
+        # Checkpoints from before GPU telemetry lack these: no GPU data so far.
+        for d in meta.get("gpu_latest", []):
+            sample = ServerSample(**d)
+            b._gpu_latest[sample.url] = sample
+        b.last_good_gpu_t = meta.get("last_good_gpu_t")
+        b.gpu_totals = GpuTotals.restore_state(meta.get("gpu_totals"))
         b._tick_counts = growables("tick_counts", meta["tick_counts"])
         b._final = growables("final", meta["final"])
         b._tick_totals = tuple(meta["tick_totals"]) if meta["tick_totals"] is not None else None
@@ -355,7 +379,9 @@ class SeriesBuilder:
         self.summary.add_block(block)
 
     def on_scrape(self, sample: ServerSample) -> None:
-        if sample.ok:
+        if sample.is_gpu:
+            self._on_gpu_sample(sample)
+        elif sample.ok:
             self.server_metrics_available = True
             self.last_good_scrape_t = sample.t
             step = self._tracker.update(sample)
@@ -368,11 +394,28 @@ class SeriesBuilder:
             self._count_scrape_error(sample)
         self._advance(sample.t)
 
+    def _on_gpu_sample(self, sample: ServerSample) -> None:
+        if not sample.ok:
+            self._count_scrape_error(sample)
+            return
+        self._gpu_latest[sample.url] = sample
+        self.last_good_gpu_t = sample.t
+        self.gpu_totals.add(sample)
+        s = _sec(sample.t)
+        for name, value in gpu_aggregates(combine_gpus(self._fresh_gpu_samples(sample.t))).items():
+            self._last[name].set(s, value)
+
+    def _fresh_gpu_samples(self, t: float) -> list[ServerSample]:
+        """The latest sample of each GPU source not stale at ``t``: a source that stopped
+        answering no longer counts in the sums (its last power is not its current one)."""
+        stale_after = metrics_stale_after_s(self.header)
+        return [s for s in self._gpu_latest.values() if t - s.t <= stale_after]
+
     def _count_scrape_error(self, sample: ServerSample) -> None:
         message = sample.error or "failed"
         line = self._scrape_errors.pop((sample.url, message), None)
         if line is None:
-            line = ScrapeErrorLine(sample.url, message, 0, sample.t, sample.t)
+            line = ScrapeErrorLine(sample.url, message, 0, sample.t, sample.t, gpu=sample.is_gpu)
         line.count += 1
         line.last_t = max(line.last_t, sample.t)
         self._scrape_errors[(sample.url, message)] = line  # re-inserted: newest last
@@ -587,6 +630,7 @@ class SeriesBuilder:
             knee=knee_rps(self.events),
             duration_s=now,
             knee_why=knee_explanation(self.events),
+            gpu=self.gpu_totals.figures(),
         ).to_dict()
         return Snapshot(
             t=now,
@@ -606,4 +650,6 @@ class SeriesBuilder:
             else (self.header.planned_duration_s if self.header else None),
             oldest_in_flight_sent_at=self.oldest_sent_at if self.state != "done" else None,
             steps=self.steps.rows(now),
+            gpus=combine_gpus(list(self._gpu_latest.values())) if self._gpu_latest else {},
+            last_good_gpu_t=self.last_good_gpu_t,
         )

@@ -11,7 +11,9 @@ the keys of vLLM's result JSON where vLLM has the figure (``completed``,
 ``request_throughput``, ``mean_ttft_ms``, ``p99_itl_ms``...), plus ``p50``/``p90`` for every
 latency metric, ``server`` (figures from ``/metrics``), ``errors_by_class``, ``knee_rps``
 and, with a GPU price, ``cost_per_1m_output_tokens`` / ``cost_per_1m_total_tokens``
-(hourly price / measured tokens per second * 1e6 / 3600).
+(hourly price / measured tokens per second * 1e6 / 3600). With GPU telemetry (NVML, a
+DCGM exporter) ``gpu`` holds the GPU figures (``GpuTotals``) and, when power is known,
+``energy_wh`` and ``tokens_per_joule`` (output tokens ÷ the energy the GPUs drew).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
     latest: dict[str, ServerSample] = {}
     max_running = max_waiting = max_kv = None
     ok = 0
+    samples = [s for s in samples if not s.is_gpu]  # GPU telemetry: gpu_figures
     for s in sorted(samples, key=lambda x: x.t):
         if not s.ok:
             continue
@@ -107,6 +110,121 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         "prefix_hit_pct": (totals.get("prefix_hits_total", 0.0) / queries * 100) if queries else None,
         "preemptions": totals.get("preemptions_total"),
     }
+
+
+class GpuTotals:
+    """Run-wide GPU figures from GPU samples (``ServerSample.is_gpu``) fed in time order.
+
+    Energy is the integral of power over time by the trapezoid rule over each source's
+    good samples (its GPUs' power summed at each sample), summed over sources; a stretch
+    where a source failed is bridged by the straight line between the samples around it.
+    Mean power is that energy over the longest time one source's samples cover.
+    """
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.gpu_count = 0  # most GPUs one poll reported, summed over sources
+        self.energy_j = 0.0
+        self.max_power_w: float | None = None
+        self.max_util_pct: float | None = None
+        self.max_mem_used_mib: float | None = None
+        self._util_sum = 0.0
+        self._util_n = 0
+        # source -> (t of its last good sample, its power then or None, its GPU count)
+        self._last: dict[str, tuple[float, float | None, int]] = {}
+        self._first_t: dict[str, float] = {}
+
+    def add(self, sample: ServerSample) -> None:
+        if not (sample.ok and sample.is_gpu and sample.gpus):
+            return
+        self.samples += 1
+        gpus = sample.gpus.values()
+        powers = [g["power_w"] for g in gpus if "power_w" in g]
+        power = sum(powers) if powers else None
+        prev = self._last.get(sample.url)
+        if prev is not None and prev[1] is not None and power is not None and sample.t > prev[0]:
+            self.energy_j += (prev[1] + power) / 2.0 * (sample.t - prev[0])
+        if power is not None:
+            self._first_t.setdefault(sample.url, sample.t)
+        self._last[sample.url] = (sample.t, power, len(sample.gpus))
+        self.gpu_count = max(self.gpu_count, sum(n for _, _, n in self._last.values()))
+        current = [p for _, p, _ in self._last.values() if p is not None]
+        if current:
+            total = sum(current)
+            self.max_power_w = total if self.max_power_w is None else max(self.max_power_w, total)
+        for g in gpus:
+            if "util_pct" in g:
+                self._util_sum += g["util_pct"]
+                self._util_n += 1
+                self.max_util_pct = max(self.max_util_pct or 0.0, g["util_pct"])
+        mem = [g["mem_used_mib"] for g in gpus if "mem_used_mib" in g]
+        if mem:
+            self.max_mem_used_mib = max(self.max_mem_used_mib or 0.0, sum(mem))
+
+    @property
+    def power_span_s(self) -> float:
+        spans = [self._last[url][0] - first for url, first in self._first_t.items()]
+        return max(spans, default=0.0)
+
+    def figures(self) -> dict[str, Any]:
+        """``{}`` without GPU samples; else the GPU figures, energy ``None`` without power."""
+        if not self.samples:
+            return {}
+        span = self.power_span_s
+        has_energy = span > 0
+        return {
+            "gpus": self.gpu_count,
+            "samples": self.samples,
+            "mean_util_pct": self._util_sum / self._util_n if self._util_n else None,
+            "max_util_pct": self.max_util_pct,
+            "max_mem_used_gib": None if self.max_mem_used_mib is None else self.max_mem_used_mib / 1024.0,
+            "max_power_w": self.max_power_w,
+            "mean_power_w": self.energy_j / span if has_energy else None,
+            "energy_j": self.energy_j if has_energy else None,
+            "energy_span_s": span if has_energy else None,
+        }
+
+    def export_state(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "gpu_count": self.gpu_count,
+            "energy_j": self.energy_j,
+            "max_power_w": self.max_power_w,
+            "max_util_pct": self.max_util_pct,
+            "max_mem_used_mib": self.max_mem_used_mib,
+            "util": [self._util_sum, self._util_n],
+            "last": {url: list(v) for url, v in self._last.items()},
+            "first_t": dict(self._first_t),
+        }
+
+    @classmethod
+    def restore_state(cls, state: dict[str, Any] | None) -> GpuTotals:
+        """From ``export_state``; ``None`` (a checkpoint from before GPU telemetry): empty."""
+        b = cls()
+        if not state:
+            return b
+        b.samples, b.gpu_count, b.energy_j = state["samples"], state["gpu_count"], state["energy_j"]
+        b.max_power_w, b.max_util_pct = state["max_power_w"], state["max_util_pct"]
+        b.max_mem_used_mib = state["max_mem_used_mib"]
+        b._util_sum, b._util_n = state["util"]
+        b._last = {url: (v[0], v[1], v[2]) for url, v in state["last"].items()}
+        b._first_t = dict(state["first_t"])
+        return b
+
+
+def gpu_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
+    """Run-wide GPU figures (``GpuTotals``) from a run's samples; ``{}`` without GPU samples."""
+    totals = GpuTotals()
+    for s in sorted(samples, key=lambda x: x.t):
+        totals.add(s)
+    return totals.figures()
+
+
+def tokens_per_joule(output_tokens: int, energy_j: float | None) -> float | None:
+    """Output tokens per joule of GPU energy; None without a positive energy."""
+    if energy_j is None or energy_j <= 0:
+        return None
+    return output_tokens / energy_j
 
 
 def concurrency_cap(header: RunHeader | None) -> int | None:
@@ -191,6 +309,7 @@ class Summary:
     cancelled: int = 0  # cancelled by the run (a stop's grace period over, the drain ended by hand)
     # Why the knee happened: the limit, evidence and what to try (knee_explain's dict form).
     knee_explanation: dict[str, Any] | None = None
+    gpu: dict[str, Any] | None = None  # GpuTotals.figures(); None or {}: no GPU telemetry
 
     @property
     def _divisor_s(self) -> float:
@@ -219,6 +338,15 @@ class Summary:
     @property
     def cost_per_1m_total_tokens(self) -> float | None:
         return cost_per_million_tokens(self.gpu_price_per_hour, self.total_token_throughput)
+
+    @property
+    def energy_j(self) -> float | None:
+        """The GPUs' energy over the run (GpuTotals: ∫ power dt); None without power."""
+        return (self.gpu or {}).get("energy_j")
+
+    @property
+    def tokens_per_joule(self) -> float | None:
+        return tokens_per_joule(self.total_output_tokens, self.energy_j)
 
     def latency(self, metric: str) -> LatencyMs:
         return getattr(self, metric)
@@ -258,6 +386,10 @@ class Summary:
         out["gpu_price_per_hour"] = self.gpu_price_per_hour
         out["cost_per_1m_output_tokens"] = self.cost_per_1m_output_tokens
         out["cost_per_1m_total_tokens"] = self.cost_per_1m_total_tokens
+        out["gpu"] = dict(self.gpu or {})
+        energy = self.energy_j
+        out["energy_wh"] = None if energy is None else energy / 3600.0
+        out["tokens_per_joule"] = self.tokens_per_joule
         return out
 
 
@@ -443,9 +575,11 @@ class SummaryBuilder:
         duration_s: float | None = None,
         idle_duration_s: float = 0.0,
         knee_why: dict[str, Any] | None = None,
+        gpu: dict[str, Any] | None = None,
     ) -> Summary:
         """The summary so far. ``duration_s`` overrides the run's window (``window_s``);
-        ``idle_duration_s`` is reported when no request has finished."""
+        ``idle_duration_s`` is reported when no request has finished; ``gpu`` is
+        ``GpuTotals.figures()``."""
         if duration_s is None:
             window = self.window_s()
             duration_s = idle_duration_s if window is None else window
@@ -478,6 +612,7 @@ class SummaryBuilder:
             client_queue=None
             if max_concurrency is None
             else LatencyMs.from_describe(self.client_queue.describe_ms(self.percentiles)),
+            gpu=gpu or None,
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
@@ -555,7 +690,13 @@ def summarise_requests(
     builder = SummaryBuilder(slo, gpu_price_per_hour, percentiles, token_bins_from=first_token_send(records))
     builder.add_block(RequestBlock.from_records(records))
     return builder.build(
-        header, server_figures(samples), knee_rps(events), duration_s, idle_duration_s, knee_explanation(events)
+        header,
+        server_figures(samples),
+        knee_rps(events),
+        duration_s,
+        idle_duration_s,
+        knee_explanation(events),
+        gpu=gpu_figures(samples),
     )
 
 
@@ -638,6 +779,7 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     if summary.get("cost_per_1m_output_tokens") is not None:
         lines.append(_row("Cost per 1M output tokens:", summary["cost_per_1m_output_tokens"]))
         lines.append(_row("Cost per 1M total tokens:", summary["cost_per_1m_total_tokens"]))
+    lines.extend(_gpu_lines(summary))
     errors = summary.get("errors_by_class") or {}
     if errors:
         lines.append("{s:{c}^{n}}".format(s="Errors", n=50, c="-"))
@@ -645,6 +787,23 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
             lines.append(_row(f"{name}:", count))
     lines.append("=" * 50)
     return "\n".join(lines)
+
+
+def _gpu_lines(summary: dict[str, Any]) -> list[str]:
+    """The GPU section: none without GPU telemetry, no energy lines without power."""
+    gpu = summary.get("gpu") or {}
+    if not gpu:
+        return []
+    lines = ["{s:{c}^{n}}".format(s="GPU (NVML / DCGM)", n=50, c="-")]
+    lines.append(_row("GPUs:", gpu.get("gpus")))
+    lines.append(_row("Mean GPU utilization (%):", gpu.get("mean_util_pct"), ".1f"))
+    lines.append(_row("Max GPU memory used (GiB):", gpu.get("max_mem_used_gib"), ".1f"))
+    lines.append(_row("Max GPU power, all GPUs (W):", gpu.get("max_power_w"), ".0f"))
+    if summary.get("tokens_per_joule") is not None:
+        lines.append(_row("Mean GPU power, all GPUs (W):", gpu.get("mean_power_w"), ".0f"))
+        lines.append(_row("GPU energy (Wh):", summary.get("energy_wh"), ".3f"))
+        lines.append(_row("Output tokens per joule:", summary["tokens_per_joule"], ".3f"))
+    return lines
 
 
 def _bench_request_rate(schedule: dict[str, Any]) -> float | str:
@@ -770,4 +929,7 @@ def to_bench_result(
         "per_1m_output_tokens": summary.get("cost_per_1m_output_tokens"),
         "per_1m_total_tokens": summary.get("cost_per_1m_total_tokens"),
     }
+    result["rampwatch_gpu"] = summary.get("gpu") or None
+    result["rampwatch_energy_wh"] = summary.get("energy_wh")
+    result["rampwatch_tokens_per_joule"] = summary.get("tokens_per_joule")
     return result

@@ -18,7 +18,15 @@ import numpy as np
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.knee_explain import knee_explanation_of
-from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, knee_explanation, knee_rps, server_figures
+from rampwatch.loadgen.summary import (
+    RequestBlock,
+    Summary,
+    SummaryBuilder,
+    gpu_figures,
+    knee_explanation,
+    knee_rps,
+    server_figures,
+)
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
@@ -53,6 +61,7 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         knee_rps(recording.events),
         idle_duration_s=recording.duration_s,
         knee_why=knee_explanation(recording.events),
+        gpu=gpu_figures(recording.samples),
     )
 
 

@@ -40,6 +40,7 @@ COMPARED: list[tuple[str, str, bool, tuple[str, str] | None]] = [
     ("p99_e2el_ms", "P99 E2E latency (ms)", False, ("e2el_ms", "p99")),
     ("knee_rps", "Knee (req/s)", True, None),
     ("cost_per_1m_output_tokens", "Cost per 1M output tokens", False, None),
+    ("tokens_per_joule", "Output tokens per joule", True, None),  # runs with GPU power only
 ]
 # The parts of a run's resolved scenario that make its load: runs that differ in them
 # are not a like-for-like comparison of the servers.

@@ -67,6 +67,12 @@ CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
     ("Time to first token", "ms", [("ttft_p50", "p50"), ("ttft_p90", "p90"), ("ttft_p99", "p99")], 1000.0, None),
     ("Inter-token latency", "ms", [("itl_p50", "p50"), ("itl_p90", "p90"), ("itl_p99", "p99")], 1000.0, None),
 ]
+# Only for a run with GPU telemetry (NVML, a DCGM exporter): the GPUs' utilisation (mean
+# over them) and power (summed); memory, clock and tokens per joule are in the summary.
+GPU_CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
+    ("GPU utilisation", "%", [("gpu_util_pct", "mean over GPUs")], 1.0, 100.0),
+    ("GPU power", "W", [("gpu_power_w", "all GPUs")], 1.0, None),
+]
 
 
 def _nice_max(v: float) -> float:
@@ -230,7 +236,8 @@ def render_html(
 ) -> str:
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
     charts = []
-    for chart_title, unit, names, scale, y_top in CHARTS:
+    with_gpu = snapshot.last_good_gpu_t is not None
+    for chart_title, unit, names, scale, y_top in CHARTS + (GPU_CHARTS if with_gpu else []):
         lines = []
         for name, label in names:
             values = snapshot.series.get(name)

@@ -11,7 +11,48 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from rampwatch.sim.config import HARDWARE_PRESETS, MODEL_PRESETS, ROUTING_CHOICES
+from rampwatch.sim.config import HARDWARE_PRESETS, KV_CACHE_DTYPES, MODEL_ALIASES, MODEL_PRESETS, ROUTING_CHOICES
+
+# `vllm serve` flags a tuning sweep commonly passes that change nothing the simulator
+# models (logging, loading, tokenizer, API and compilation details). They are accepted
+# and ignored so one serve line runs against vLLM or the simulator.
+IGNORED_VLLM_FLAGS_WITH_VALUE = (
+    "--dtype",
+    "--quantization",
+    "--load-format",
+    "--download-dir",
+    "--revision",
+    "--tokenizer",
+    "--tokenizer-mode",
+    "--tokenizer-revision",
+    "--chat-template",
+    "--generation-config",
+    "--override-generation-config",
+    "--tool-call-parser",
+    "--reasoning-parser",
+    "--uvicorn-log-level",
+    "--max-log-len",
+    "--api-key",
+    "--swap-space",
+    "--cpu-offload-gb",
+    "--distributed-executor-backend",
+    "--compilation-config",
+    "--max-seq-len-to-capture",
+    "--scheduling-policy",
+    "--max-logprobs",
+    "--limit-mm-per-prompt",
+)
+IGNORED_VLLM_SWITCHES = (
+    "--trust-remote-code",
+    "--disable-log-requests",
+    "--enable-log-requests",
+    "--disable-log-stats",
+    "--enforce-eager",
+    "--async-scheduling",
+    "--enable-auto-tool-choice",
+    "--disable-frontend-multiprocessing",
+    "--disable-fastapi-docs",
+)
 
 if TYPE_CHECKING:
     from rampwatch.sim.config import SimConfig
@@ -19,10 +60,17 @@ if TYPE_CHECKING:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "model_tag",
+        nargs="?",
+        metavar="MODEL",
+        help="as `vllm serve MODEL`: a model preset or a Hugging Face id the simulator knows "
+        f"({', '.join(MODEL_ALIASES)}); served under that name",
+    )
+    parser.add_argument(
         "--hardware", default="h100", help=f"hardware preset: {', '.join(HARDWARE_PRESETS)} (default h100)"
     )
     parser.add_argument(
-        "--model", default="llama-3.1-8b", help=f"model preset: {', '.join(MODEL_PRESETS)} (default llama-3.1-8b)"
+        "--model", default=None, help=f"model preset: {', '.join(MODEL_PRESETS)} (default llama-3.1-8b)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
@@ -35,12 +83,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--gpu-memory-utilization", type=float, default=0.9, help="fraction of HBM vLLM may use (default 0.9)"
     )
     parser.add_argument("--max-num-seqs", type=int, default=256, help="max running requests per engine (default 256)")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=8192, help="token budget per step (default 8192)")
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="token budget per step (default 8192; without chunked prefill max(8192, --max-model-len))",
+    )
     parser.add_argument(
         "--max-model-len", type=int, default=None, help="context length (default: model's, capped by KV size)"
     )
     parser.add_argument(
-        "--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", help="disable prefix caching"
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse cached prompt blocks across requests (default on)",
+    )
+    parser.add_argument(
+        "--enable-chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="split prefills across steps under the token budget (default on, as in vLLM v1); "
+        "--no-enable-chunked-prefill admits a prompt only when its whole prefill fits one step",
+    )
+    parser.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=KV_CACHE_DTYPES,
+        help="KV cache element type: auto (the model's) or fp8 (1 byte: twice the tokens per GB, half the KV reads)",
+    )
+    parser.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        metavar="N",
+        default=1,
+        help="GPUs per engine: weights and KV split across them, 2 all-reduces per layer per step (default 1)",
     )
     parser.add_argument(
         "--eos-probability",
@@ -48,9 +125,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=0.002,
         help="per-token early-stop chance when a request does not set ignore_eos (default 0.002)",
     )
-    parser.add_argument("--engines", type=int, default=1, help="data-parallel engines behind the port (default 1)")
+    parser.add_argument(
+        "--step-overhead-ms",
+        type=float,
+        default=None,
+        help="host time per engine step (default: the hardware preset's)",
+    )
+    parser.add_argument(
+        "--per-request-overhead-us",
+        type=float,
+        default=None,
+        help="host time per request in a step: sampling, output processing, streaming (default: the preset's)",
+    )
+    parser.add_argument(
+        "--data-parallel-size",
+        "-dp",
+        "--engines",
+        dest="engines",
+        type=int,
+        metavar="N",
+        default=1,
+        help="data-parallel engines behind the port, each on its own GPUs (default 1)",
+    )
     parser.add_argument(
         "--routing", default="least-loaded", help=f"data-parallel routing: {', '.join(ROUTING_CHOICES)}"
+    )
+    parser.add_argument(
+        "--gpu-telemetry",
+        action="store_true",
+        help="also serve simulated DCGM-exporter GPU gauges (utilisation, memory, power, SM clock) "
+        "on /dcgm/metrics, for rampwatch run --gpu-metrics-url",
     )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
@@ -58,15 +162,49 @@ def configure(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--metrics-error-rate", type=float, default=0.0, help="fraction of /metrics scrapes failing")
     faults.add_argument("--stall-at", type=float, default=None, help="simulated second at which the engines stall")
     faults.add_argument("--stall-for", type=float, default=0.0, help="stall length in simulated seconds")
+    ignored = parser.add_argument_group(
+        "vLLM flags accepted and ignored",
+        "Taken so that a `vllm serve` line runs unchanged; they change nothing the simulator models: "
+        + ", ".join(IGNORED_VLLM_FLAGS_WITH_VALUE)
+        + " (each with a value); "
+        + ", ".join(IGNORED_VLLM_SWITCHES)
+        + ". --pipeline-parallel-size is accepted at 1 only. Any other unknown flag is an error.",
+    )
+    for flag in IGNORED_VLLM_FLAGS_WITH_VALUE:
+        ignored.add_argument(flag, dest=_ignored_dest(flag), metavar="VALUE", help=argparse.SUPPRESS)
+    for flag in IGNORED_VLLM_SWITCHES:
+        ignored.add_argument(flag, dest=_ignored_dest(flag), action="store_true", help=argparse.SUPPRESS)
+    ignored.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1, help=argparse.SUPPRESS)
+
+
+def _ignored_dest(flag: str) -> str:
+    return "ignored_" + flag.lstrip("-").replace("-", "_")
 
 
 def config_from_args(args: argparse.Namespace):
     """The ``SimConfig`` the flags describe (validated; raises ``UserError``)."""
-    from rampwatch.sim.config import FaultConfig, SimConfig
+    from rampwatch.core.errors import UserError
+    from rampwatch.sim.config import FaultConfig, SimConfig, model_preset_for
 
+    model, served_name = args.model or "llama-3.1-8b", args.served_model_name
+    if args.model_tag is not None:
+        preset = model_preset_for(args.model_tag)
+        if preset is None:
+            raise UserError(
+                f"model {args.model_tag!r}: the simulator has no preset for it; use --model with one of "
+                f"{', '.join(MODEL_PRESETS)}, or one of the Hugging Face ids listed in --help"
+            )
+        if args.model is not None and args.model != preset:
+            raise UserError(f"model {args.model_tag!r} and --model {args.model}: give one of them")
+        model, served_name = preset, served_name or args.model_tag
+    if args.pipeline_parallel_size != 1:
+        raise UserError(
+            f"--pipeline-parallel-size {args.pipeline_parallel_size}: the simulator models tensor and data "
+            "parallelism only; use --tensor-parallel-size or --data-parallel-size"
+        )
     config = SimConfig(
         hardware=args.hardware,
-        model=args.model,
+        model=model,
         seed=args.seed,
         speed=args.speed,
         block_size=args.block_size,
@@ -75,11 +213,17 @@ def config_from_args(args: argparse.Namespace):
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,
-        served_model_name=args.served_model_name,
+        served_model_name=served_name,
         enable_prefix_caching=args.enable_prefix_caching,
         eos_probability=args.eos_probability,
         engines=args.engines,
+        tensor_parallel_size=args.tensor_parallel_size,
+        step_overhead_s=None if args.step_overhead_ms is None else args.step_overhead_ms / 1e3,
+        per_request_overhead_s=None if args.per_request_overhead_us is None else args.per_request_overhead_us / 1e6,
+        enable_chunked_prefill=args.enable_chunked_prefill,
+        kv_cache_dtype=args.kv_cache_dtype,
         routing=args.routing,
+        gpu_telemetry=args.gpu_telemetry,
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -95,6 +239,7 @@ def main(args: argparse.Namespace) -> int:
     import asyncio
 
     from rampwatch.core.errors import UserError
+    from rampwatch.sim.gpu_telemetry import DCGM_PATH
     from rampwatch.sim.server import serve_forever
 
     config = config_from_args(args)
@@ -108,6 +253,8 @@ def main(args: argparse.Namespace) -> int:
             f"(hardware {config.hardware}, {blocks} KV blocks)",
             flush=True,
         )
+        if config.gpu_telemetry:
+            print(f"rampwatch sim: simulated DCGM GPU gauges on {url}{DCGM_PATH}", flush=True)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -140,8 +287,6 @@ def config_to_argv(config: SimConfig) -> list[str]:
         repr(config.gpu_memory_utilization),
         "--max-num-seqs",
         str(config.max_num_seqs),
-        "--max-num-batched-tokens",
-        str(config.max_num_batched_tokens),
         "--eos-probability",
         repr(config.eos_probability),
         "--engines",
@@ -157,6 +302,18 @@ def config_to_argv(config: SimConfig) -> list[str]:
         "--stall-for",
         repr(config.faults.stall_for),
     ]
+    if config.max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
+    if config.tensor_parallel_size != 1:
+        argv += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if not config.enable_chunked_prefill:
+        argv.append("--no-enable-chunked-prefill")
+    if config.step_overhead_s is not None:
+        argv += ["--step-overhead-ms", repr(config.step_overhead_s * 1e3)]
+    if config.per_request_overhead_s is not None:
+        argv += ["--per-request-overhead-us", repr(config.per_request_overhead_s * 1e6)]
+    if config.kv_cache_dtype != "auto":
+        argv += ["--kv-cache-dtype", config.kv_cache_dtype]
     if config.num_gpu_blocks is not None:
         argv += ["--num-gpu-blocks", str(config.num_gpu_blocks)]
     if config.max_model_len is not None:
@@ -167,6 +324,8 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv += ["--stall-at", repr(config.faults.stall_at)]
     if not config.enable_prefix_caching:
         argv.append("--no-enable-prefix-caching")
+    if config.gpu_telemetry:
+        argv.append("--gpu-telemetry")
     return argv
 
 

@@ -24,9 +24,14 @@ Semantics follow vLLM v1 (``vllm/v1/core/sched/scheduler.py``,
   preempted (recompute): its blocks are freed and it goes back to the head of the queue.
 - Prefix caching: full prompt blocks are identified by a hash chained over their token
   ids. Admission reuses the longest run of cached blocks (at most ``prompt - 1`` tokens, the
-  last token is always recomputed). Freed blocks keep their hash and sit in an LRU free
-  queue until allocation evicts them. Queries and hits are counted in tokens, once per
-  request, when it is first scheduled.
+  last token is always recomputed). Freed blocks keep their hash and join the tail of the
+  free queue (a request's tail blocks ahead of its head blocks); freed blocks without a hash
+  (partial blocks, generated tokens) join its head, so they are reused first and cached
+  blocks are evicted in the order they were freed (``BlockPool.free_blocks``). Queries and
+  hits are counted in tokens, once per request, when it is admitted (vLLM 0.32; earlier
+  versions counted every lookup, see ``Engine.lookups``).
+- Without chunked prefill a waiting request is admitted only if its whole prefill fits
+  the step's remaining token budget.
 - KV usage counts cached-but-unreferenced blocks as free, like ``vllm:kv_cache_usage_perc``.
 """
 
@@ -85,6 +90,25 @@ class SimRequest:
 
 
 @dataclass(slots=True)
+class StepCost:
+    """Where one step's time goes, in seconds. The GPU is busy for ``gpu``; the host part
+    (scheduling, sampling, output processing) is not overlapped with it."""
+
+    compute: float = 0.0  # FLOPs / achievable FLOP/s (per GPU of the TP group)
+    memory: float = 0.0  # bytes read / achievable bandwidth (per GPU)
+    allreduce: float = 0.0  # tensor-parallel all-reduces, 2 per layer
+    host: float = 0.0  # fixed per-step + per-request host overhead
+
+    @property
+    def gpu(self) -> float:
+        return max(self.compute, self.memory) + self.allreduce
+
+    @property
+    def total(self) -> float:
+        return self.gpu + self.host
+
+
+@dataclass(slots=True)
 class StepResult:
     """What one engine step did. Emitted tokens appear at ``now + duration``."""
 
@@ -93,6 +117,17 @@ class StepResult:
     emitted: list[SimRequest]  # each got exactly one new token: ``req.output_token_ids[-1]``
     finished: list[SimRequest]
     preempted: list[SimRequest]
+    cost: StepCost = field(default_factory=StepCost)
+
+
+@dataclass(slots=True)
+class LookupCounts:
+    """Prefix-cache lookups counted the way vLLM up to 0.10 logged its hit rate: every
+    admission attempt, including attempts that found no room and recomputations after a
+    preemption (vLLM issues #25780 and #43736). Diagnostic only; ``/metrics`` follows 0.32."""
+
+    queries: int = 0
+    hits: int = 0
 
 
 class BlockPool:
@@ -161,13 +196,20 @@ class BlockPool:
         return out
 
     def free(self, blocks: list[int]) -> None:
-        ref, free = self.ref_count, self.free_queue
+        ref, free, block_hash = self.ref_count, self.free_queue, self.block_hash
         # Reverse order: a request's tail blocks are evicted before its head blocks,
-        # which are the ones most likely shared as a prefix.
+        # which are the ones most likely shared as a prefix. Blocks without a hash can
+        # never be hit, so they go, in that same order, to the head of the queue and are
+        # reused first (vLLM's prepend_n / append_n).
+        unhashed = []
         for b in reversed(blocks):
             ref[b] -= 1
             if ref[b] == 0:
                 free[b] = None
+                if block_hash[b] is None:
+                    unhashed.append(b)
+        for b in reversed(unhashed):
+            free.move_to_end(b, last=False)
 
     def register(self, block: int, h: int) -> None:
         if h not in self.cached and self.block_hash[block] is None:
@@ -193,7 +235,7 @@ class Engine:
     """One simulated engine (one data-parallel rank)."""
 
     def __init__(self, config: SimConfig, index: int = 0, created: float = 0.0) -> None:
-        if config.num_gpu_blocks is None or config.max_model_len is None:
+        if config.num_gpu_blocks is None or config.max_model_len is None or config.max_num_batched_tokens is None:
             config = config.resolved()
         self.config = config
         self.index = index
@@ -206,21 +248,36 @@ class Engine:
         self.requests: dict[str, SimRequest] = {}
         self.stats = EngineStats(max_model_len=config.max_model_len, created=created)
         self.eos_threshold = int(config.eos_probability * _EOS_SCALE)
+        self.lookups = LookupCounts()
         self._roofline_constants()
 
     def _roofline_constants(self) -> None:
-        hw, m = self.hardware, self.model
+        """Per-GPU rates of one tensor-parallel group: every GPU holds 1/tp of the weights
+        and of the attention heads, so per-GPU work is the model's work divided by tp."""
+        hw, m, cfg = self.hardware, self.model, self.config
         self._instant = hw.instant
         if self._instant:
             return
-        self._flops = hw.bf16_flops * hw.compute_efficiency
+        tp = cfg.tensor_parallel_size
+        self._linear_flops = hw.flops_for(m.fp8_weights) * hw.compute_efficiency
+        self._attn_flops = hw.bf16_flops * hw.compute_efficiency  # attention runs in bf16
         self._bandwidth = hw.hbm_bandwidth * hw.memory_efficiency
-        self._flops_per_token = 2.0 * m.params
+        self._kv_bandwidth = hw.hbm_bandwidth * hw.attention_efficiency
+        self._flops_per_token = 2.0 * m.params / tp
         # QK^T and PV: 2 matmuls x 2 FLOP per multiply-add, per query token per context token.
-        self._attn_flops_per_pair = 4.0 * m.num_layers * m.num_attention_heads * m.head_dim
-        self._kv_bytes_per_token = m.kv_bytes_per_token
-        self._weight_bytes = m.weight_bytes
-        self._overhead = hw.step_overhead_s
+        self._attn_flops_per_pair = 4.0 * m.num_layers * m.num_attention_heads * m.head_dim / tp
+        self._kv_bytes_per_token = cfg.kv_bytes_per_token_per_gpu
+        self._weight_bytes = m.weight_bytes / tp
+        # Ring all-reduce of the bf16 hidden state after attention and after the MLP of every
+        # layer: each GPU sends and receives 2(tp-1)/tp of the message over its link.
+        self._allreduces = 0 if tp == 1 else 2 * m.num_layers
+        self._allreduce_bytes_per_token = 2.0 * (tp - 1) / tp * m.hidden_size * 2
+        self._link_bandwidth = hw.link_bandwidth
+        self._allreduce_latency = 2 * (tp - 1) * hw.allreduce_hop_latency_s
+        self._overhead = hw.step_overhead_s if cfg.step_overhead_s is None else cfg.step_overhead_s
+        self._per_request_overhead = (
+            hw.per_request_overhead_s if cfg.per_request_overhead_s is None else cfg.per_request_overhead_s
+        )
 
     # ------------------------------------------------------------------ requests
 
@@ -319,6 +376,8 @@ class Engine:
         pool, waiting, running = self.pool, self.waiting, self.running
         max_seqs = self.config.max_num_seqs
         caching = self.config.enable_prefix_caching
+        chunked = self.config.enable_chunked_prefill
+        lookups = self.lookups
         bs = self.block_size
         while waiting and budget > 0 and len(running) < max_seqs:
             req = waiting[0]
@@ -327,7 +386,11 @@ class Engine:
                 if req.block_hashes is None:
                     req.block_hashes = prompt_block_hashes(req.prompt_token_ids, bs)
                 hit_blocks = pool.lookup(req.block_hashes, (req.num_tokens - 1) // bs)
+                lookups.queries += req.num_tokens
+                lookups.hits += len(hit_blocks) * bs
             num_cached = len(hit_blocks) * bs
+            if not chunked and req.num_tokens - num_cached > budget:
+                break  # the whole prefill must fit this step; FCFS keeps the rest behind it
             n = min(req.num_tokens - num_cached, budget)
             new_blocks = -(-(num_cached + n) // bs) - len(hit_blocks)
             evictable_hits = sum(1 for b in hit_blocks if pool.ref_count[b] == 0)
@@ -357,7 +420,8 @@ class Engine:
             ctx = req.num_computed_tokens
             attn_pairs += n * (ctx + (n + 1) * 0.5)
             kv_tokens += ctx + n
-        duration = self.step_duration(total, attn_pairs, kv_tokens)
+        cost = self.step_cost(total, attn_pairs, kv_tokens, len(scheduled))
+        duration = cost.total
         end = now + duration
         emitted: list[SimRequest] = []
         finished: list[SimRequest] = []
@@ -403,7 +467,7 @@ class Engine:
                 self._finish(req, req.finish_reason or "length", end, record_latency=True)
         if total:
             stats.iteration_tokens.observe(total)
-        return StepResult(duration, total, emitted, finished, preempted)
+        return StepResult(duration, total, emitted, finished, preempted, cost)
 
     def _finish(self, req: SimRequest, reason: str, now: float, record_latency: bool) -> None:
         self.pool.free(req.blocks)
@@ -434,14 +498,31 @@ class Engine:
 
     # ------------------------------------------------------------------ roofline
 
-    def step_duration(self, num_tokens: int, attn_pairs: float, kv_tokens_read: int) -> float:
-        """max(compute, memory) + overhead, in seconds; 0 for an empty step.
+    def step_duration(self, num_tokens: int, attn_pairs: float, kv_tokens_read: int, num_requests: int = 1) -> float:
+        """The step's length in seconds; 0 for an empty step (see ``step_cost``)."""
+        return self.step_cost(num_tokens, attn_pairs, kv_tokens_read, num_requests).total
 
-        compute = 2·params·tokens + 4·layers·heads·head_dim·Σ(query × context) FLOP
-        memory  = weight bytes + KV bytes read (context of every scheduled request)
+    def step_cost(self, num_tokens: int, attn_pairs: float, kv_tokens_read: int, num_requests: int) -> StepCost:
+        """max(compute, memory) + all-reduce + host overhead, per GPU of the TP group.
+
+        compute   = 2·params·tokens / linear FLOP/s + 4·layers·heads·head_dim·Σ(query × context) / bf16 FLOP/s
+        memory    = weight bytes / weight-read bandwidth + KV bytes read (context of every scheduled
+                    request) / attention bandwidth
+        all-reduce = 2·layers · (2(tp−1) · hop latency + 2(tp−1)/tp · tokens · hidden · 2 bytes / link bandwidth)
+        host      = step overhead + per-request overhead · requests in the step
+        (every work term divided by the tensor-parallel size)
         """
         if num_tokens == 0 or self._instant:
-            return 0.0
-        compute = (self._flops_per_token * num_tokens + self._attn_flops_per_pair * attn_pairs) / self._flops
-        memory = (self._weight_bytes + self._kv_bytes_per_token * kv_tokens_read) / self._bandwidth
-        return (compute if compute > memory else memory) + self._overhead
+            return StepCost()
+        compute = (
+            self._flops_per_token * num_tokens / self._linear_flops
+            + self._attn_flops_per_pair * attn_pairs / self._attn_flops
+        )
+        memory = self._weight_bytes / self._bandwidth + self._kv_bytes_per_token * kv_tokens_read / self._kv_bandwidth
+        allreduce = 0.0
+        if self._allreduces:
+            allreduce = self._allreduces * (
+                self._allreduce_latency + self._allreduce_bytes_per_token * num_tokens / self._link_bandwidth
+            )
+        host = self._overhead + self._per_request_overhead * num_requests
+        return StepCost(compute, memory, allreduce, host)

@@ -53,13 +53,12 @@ _HISTOGRAMS = (
 def cache_config_labels(engine: Engine) -> dict[str, str]:
     """Same label names as vLLM 0.32's ``vllm:cache_config_info``, with the simulator's values."""
     cfg = engine.config
-    model = engine.model
     blocks = cfg.num_gpu_blocks
     size_tokens = blocks * cfg.block_size
     return {
         "_block_size_resolved": "True",
         "block_size": str(cfg.block_size),
-        "cache_dtype": "auto",
+        "cache_dtype": cfg.kv_cache_dtype,
         "cache_hit_alignment_tokens": "None",
         "effective_attention_block_size": str(cfg.block_size),
         "enable_mamba_shared_prefix_checkpoint": "False",
@@ -71,7 +70,7 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
         "kv_cache_dtype_skip_layers": "[]",
         "kv_cache_layout": "None",
         "kv_cache_max_concurrency": str(round(size_tokens / cfg.max_model_len, 2)),
-        "kv_cache_memory_bytes": str(int(size_tokens * model.kv_bytes_per_token)),
+        "kv_cache_memory_bytes": str(int(size_tokens * cfg.kv_bytes_per_token_per_gpu)),
         "kv_cache_size_tokens": str(size_tokens),
         "kv_offloading_backend": "native",
         "kv_offloading_size": "None",

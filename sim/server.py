@@ -27,7 +27,9 @@ from aiohttp import web
 from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
+from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
 from rampwatch.sim.metrics import make_registry, render
+from rampwatch.sim.router import Router
 
 VLLM_VERSION = "0.32.0"
 SERVER_VERSION = VLLM_VERSION + "+sim"
@@ -208,9 +210,10 @@ class SimServer:
         self.created_unix = int(created)
         self._wake = [asyncio.Event() for _ in self.engines]
         self._tasks: list[asyncio.Task] = []
-        self._next_engine = 0
+        self.router = Router(self.engines, cfg.routing)
         self._counter = 0
         self._t0_wall = 0.0
+        self.gpu_telemetry = GpuTelemetry(cfg, len(self.engines)) if cfg.gpu_telemetry else None
         _word_tables()
 
     # -- clock
@@ -247,6 +250,8 @@ class SimServer:
                 await asyncio.sleep((stall_end - now) / speed)
                 continue
             result = engine.step(now)
+            if self.gpu_telemetry is not None:
+                self.gpu_telemetry.on_step(index, now, result.cost.gpu)
             if result.duration > 0:
                 delay = self._t0_wall + (now + result.duration) / speed - time.monotonic()
                 await asyncio.sleep(delay if delay > 0 else 0)
@@ -258,17 +263,6 @@ class SimServer:
                 stream = req.client
                 if stream is not None:
                     stream.push()
-
-    # -- routing
-
-    def _pick_engine(self) -> int:
-        if len(self.engines) == 1:
-            return 0
-        if self.config.routing == "round-robin":
-            i = self._next_engine
-            self._next_engine = (i + 1) % len(self.engines)
-            return i
-        return min(range(len(self.engines)), key=lambda i: (self.engines[i].load(), i))
 
     def _new_id(self) -> str:
         self._counter += 1
@@ -282,6 +276,8 @@ class SimServer:
         app.router.add_get("/version", self.version)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
+        if self.gpu_telemetry is not None:
+            app.router.add_get(DCGM_PATH, self.dcgm_metrics)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         return app
@@ -322,6 +318,11 @@ class SimServer:
             charset="utf-8",
             headers={"X-Content-Type-Options": "nosniff"},
         )
+
+    async def dcgm_metrics(self, request: web.Request) -> web.Response:
+        """The simulated DCGM exporter's page (``sim.gpu_telemetry``)."""
+        assert self.gpu_telemetry is not None  # routed only with --gpu-telemetry
+        return web.Response(body=self.gpu_telemetry.render(self.sim_now()), content_type="text/plain", charset="utf-8")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
@@ -453,7 +454,7 @@ class SimServer:
 
         request_id = ("chatcmpl-" if chat else "cmpl-") + self._new_id()
         created = int(time.time())
-        index = self._pick_engine()
+        index = self.router.pick()
         engine = self.engines[index]
         req = SimRequest(
             request_id,

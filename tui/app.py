@@ -24,6 +24,8 @@ from rampwatch.core.timeline import Event, ReplayControl, RunControl, Snapshot, 
 from rampwatch.tui.chart_data import format_duration, rate_step
 from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.event_log import EventLog
+from rampwatch.tui.gpu_chart import GpuChart
+from rampwatch.tui.gpu_view import has_gpu
 from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.help_screen import HelpScreen, help_settings
 from rampwatch.tui.kv_chart import KvChart
@@ -34,6 +36,7 @@ from rampwatch.tui.position_bar import PositionBar
 from rampwatch.tui.prefix_chart import PrefixChart
 from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.quit_dialog import QuitDialog
+from rampwatch.tui.server_log import ServerLogPanel
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.step_table import StepTable
 from rampwatch.tui.throughput_chart import ThroughputChart
@@ -185,6 +188,7 @@ class RampwatchApp(App[int]):
         Binding("t", "toggle_steps", "steps", show=False),
         Binding("l", "toggle_log", "log/linear", show=False),
         Binding("v", "latency_view", "latency view", show=False),
+        Binding("o", "toggle_server_log", "server log", show=False),
     ]
 
     def __init__(
@@ -201,10 +205,14 @@ class RampwatchApp(App[int]):
         rate_step_rps: float | None = None,
         mouse: bool = True,
         comparison: Callable[[], Comparison] | None = None,
+        server_log: Callable[[], list[str]] | None = None,
+        server_exit: Callable[[], str | None] | None = None,
     ) -> None:
         """A replay when ``replay`` is given (then it is also the ``source``), else a live
         run, steered through ``control`` when there is one. ``run_failed()`` true: the run
-        ended in an error, and the app leaves so the command line can print it."""
+        ended in an error, and the app leaves so the command line can print it.
+        ``server_log()``: the last log lines of the server the run started (``o`` shows
+        them); ``server_exit()``: why that server exited on its own, once it has."""
         super().__init__()
         if control is not None and replay is not None:
             raise ValueError("a live run's control or a replay's, not both")
@@ -229,6 +237,10 @@ class RampwatchApp(App[int]):
         self._awaited: list[AwaitedEvent] = []
         self._claimed: set[int] = set()  # indices of events a toast has already confirmed
         self.mouse_reporting = mouse  # as the app is started (``App.run(mouse=...)``)
+        self.server_log = server_log
+        self.server_exit = server_exit
+        self.server_exit_shown = False
+        self.gpu_shown: bool | None = None
 
     # ----- layout -----
 
@@ -241,6 +253,8 @@ class RampwatchApp(App[int]):
                 with Grid(id="chart-grid"):
                     for key, _, chart in CHARTS:
                         yield chart(id=f"w-{key}", classes="chart")
+                        if key == "throughput":  # beside it, once the run has GPU telemetry
+                            yield GpuChart(id="w-gpu", classes="chart")
                 yield StepTable(id="w-steps", classes="panel")
                 with Vertical(id="side"):
                     yield StatsPanel(id="w-stats", classes="panel")
@@ -260,12 +274,19 @@ class RampwatchApp(App[int]):
                 if self.comparison is not None:
                     with TabPane(f"{len(CHARTS) + 4} B vs A", id="tab-compare"):
                         yield ComparePanel(id="n-compare", classes="panel")
+                # Last, so the other tabs keep their numbers; hidden until GPU data comes.
+                gpu_tab = len(CHARTS) + (5 if self.comparison is not None else 4)
+                with TabPane(f"{gpu_tab} GPU", id="tab-gpu"):
+                    yield GpuChart(id="n-gpu", classes="chart")
+        if self.server_log is not None:
+            yield ServerLogPanel(self.server_log, id="server-log", classes="panel")
         yield Footer()
 
     def on_mount(self) -> None:
         # Dialogs and the help are pushed on top; the panels always live on this screen.
         self.main_screen = self.screen
         self.apply_layout(self.size)
+        self.show_gpu(False)
         if self.compare_source is not None:
             self.compare_snapshot = self.compare_source.snapshot()
         self.poll_source()
@@ -318,15 +339,42 @@ class RampwatchApp(App[int]):
             # print the error as one line.
             self.exit(1, return_code=1)
             return
+        if self.server_exit is not None and not self.server_exit_shown:
+            self._check_server()
         snapshot = self.source.snapshot()
         if snapshot is None:
             return
         self.post_message(SnapshotUpdated(snapshot, self.compare_snapshot))
 
+    def _check_server(self) -> None:
+        """The run's server exited on its own: say so, and show its last log lines (the
+        run records the exit as an error event and stops)."""
+        assert self.server_exit is not None
+        reason = self.server_exit()
+        if reason is None:
+            return
+        self.server_exit_shown = True
+        self.notify(f"{reason} — the run is stopping (o: server log, q: quit)", severity="error", timeout=30)
+        if self.server_log is not None:
+            self.set_server_log_shown(True)
+
+    def show_gpu(self, shown: bool) -> None:
+        """The GPU panel (and its tab) on screen only when the run has GPU telemetry."""
+        if shown == self.gpu_shown:
+            return
+        self.gpu_shown = shown
+        self.main_screen.query_one("#chart-grid").set_class(shown, "with-gpu")
+        tabs = self.main_screen.query_one("#narrow", TabbedContent)
+        if shown:
+            tabs.show_tab("tab-gpu")
+        else:
+            tabs.hide_tab("tab-gpu")
+
     def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
         if self.main_screen is None:
             return
         snapshot = message.snapshot
+        self.show_gpu(has_gpu(snapshot))
         if self.mode == "live" and self.latest.state in ACTIVE_STATES and snapshot.state == "done":
             self.notify("run finished — q to quit", timeout=10)
         state_changed = snapshot.state != self.latest.state
@@ -392,6 +440,8 @@ class RampwatchApp(App[int]):
             return self.replay is not None
         if action == "show_tab":
             return not self.wide
+        if action == "toggle_server_log":
+            return self.server_log is not None
         return True
 
     def on_key(self, event: events.Key) -> None:
@@ -525,6 +575,16 @@ class RampwatchApp(App[int]):
         for chart in self.main_screen.query(LatencyChart):
             chart.toggle_log()
         self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
+
+    def action_toggle_server_log(self) -> None:
+        panel = self.main_screen.query_one("#server-log", ServerLogPanel)
+        self.set_server_log_shown(not panel.display)
+
+    def set_server_log_shown(self, shown: bool) -> None:
+        panel = self.main_screen.query_one("#server-log", ServerLogPanel)
+        panel.display = shown
+        if shown:
+            panel.refresh_lines()
 
     def action_latency_view(self) -> None:
         for chart in self.main_screen.query(LatencyChart):
@@ -663,9 +723,12 @@ def make_live_app(
     recording: str | None = None,
     rate_step_rps: float | None = None,
     mouse: bool = True,
+    server_log: Callable[[], list[str]] | None = None,
+    server_exit: Callable[[], str | None] | None = None,
 ) -> RampwatchApp:
     """The app for a live run: ``control`` steers it (no control: a view only). ``mouse``
-    says whether it is run with mouse capture (``app.run(mouse=...)``; ``c`` toggles it)."""
+    says whether it is run with mouse capture (``app.run(mouse=...)``; ``c`` toggles it).
+    ``server_log``/``server_exit``: the server the run started (``--serve``), if any."""
     return RampwatchApp(
         source,
         control=control,
@@ -674,6 +737,8 @@ def make_live_app(
         recording=recording,
         rate_step_rps=rate_step_rps,
         mouse=mouse,
+        server_log=server_log,
+        server_exit=server_exit,
     )
 
 

@@ -16,6 +16,7 @@ from rampwatch.tui.chart_data import (
     oldest_in_flight_age_s,
     time_left,
 )
+from rampwatch.tui.gpu_view import power_text
 from rampwatch.tui.health import DEGRADED, METRICS_STALE, OK, SERVER_DOWN, Health, health
 
 STATE_STYLES = {
@@ -34,6 +35,14 @@ HEALTH_STYLES = {
     METRICS_STALE: "bold black on magenta",
 }
 DETAIL_STYLES = {DEGRADED: "yellow", SERVER_DOWN: "bold red", METRICS_STALE: "magenta"}
+
+
+def managed_startup_s(snapshot: Snapshot) -> float | None:
+    """How long the server the run started (``--serve``) took to serve, from the header."""
+    header = snapshot.header
+    managed = header.server_info.get("managed_server") if header is not None else None
+    value = managed.get("startup_s") if isinstance(managed, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class HeaderBar(Static):
@@ -134,6 +143,7 @@ class HeaderBar(Static):
             line1.append("  offered ", style="dim")
             line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
             self.append_in_flight(line1, snapshot)
+            self.append_power(line1, snapshot)
             self.append_health_detail(line1, state_health)
             self.append_drain_estimate(line1, snapshot)
 
@@ -144,6 +154,10 @@ class HeaderBar(Static):
         line2.append(header.model if header else "–")
         line2.append("  target ", style="dim")
         line2.append(header.target if header else "–")
+        startup_s = managed_startup_s(snapshot)
+        if startup_s is not None:
+            line2.append("  server ready in ", style="dim")
+            line2.append(f"{startup_s:.1f} s")
         recording = self.recording or (header.options.get("record") if header else None)
         line2.append("  rec ", style="dim")
         line2.append(str(recording) if recording else "off")
@@ -151,6 +165,14 @@ class HeaderBar(Static):
             line2.append("  vs ", style="dim")
             line2.append(f"{self.compare_label} (B, dimmed)", style="dim")
         return Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2])
+
+    @staticmethod
+    def append_power(line: Text, snapshot: Snapshot) -> None:
+        """The GPUs' power now, in a run with GPU telemetry."""
+        power = power_text(snapshot)
+        if power is not None:
+            line.append("  GPU ", style="dim")
+            line.append(power, style="bold")
 
     @staticmethod
     def append_health(line: Text, state: Health | None) -> None:

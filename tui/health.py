@@ -58,7 +58,8 @@ def metrics_stale_since(snapshot: Snapshot) -> float | None:
 def _scrapes_unreachable(snapshot: Snapshot) -> bool:
     """Every /metrics scrape since the last good one failed to reach the server."""
     last_good = snapshot.last_good_scrape_t if snapshot.last_good_scrape_t is not None else -math.inf
-    failing = [line for line in snapshot.scrape_errors if line.last_t > last_good]
+    # A GPU telemetry source failing says nothing about the server.
+    failing = [line for line in snapshot.scrape_errors if line.last_t > last_good and not line.gpu]
     return bool(failing) and all(is_connection_failure(line.message) for line in failing)
 
 

@@ -23,6 +23,7 @@ LIVE_KEYS = (
     ("m", "add a mark with a note", None),
     ("s", "stop gracefully (no new requests, drain, finish)", "grace"),
     ("x", "while draining or stopping: cancel the in-flight requests now", None),
+    ("o", "server log: show / hide (a run that started its server: --serve, the simulator)", None),
     ("q  ctrl+c  ctrl+q", "quit (asks while a run is active; ctrl+c again: yes)", None),
 )
 REPLAY_KEYS = (

@@ -17,6 +17,7 @@ from rampwatch.tui.chart_data import (
     format_rate,
     recent_rate,
 )
+from rampwatch.tui.gpu_view import gpu_now, gpu_stale_since, has_gpu, per_gpu_lines
 from rampwatch.tui.health import metrics_stale_since
 
 # (series, label, formatter) for the "now" column. Its rates are means over the last
@@ -70,6 +71,28 @@ SUMMARY_ROWS = (
     ("mean_client_queue_ms", "client queue ms"),
     ("p99_client_queue_time_ms", "client queue p99 ms"),
 )
+
+
+# GPU telemetry's rows, only in a run that has it (``gpu_view.has_gpu``): the GPUs
+# together (util averaged, power summed), then each GPU when several. Memory and SM clock
+# are on the GPU chart's bottom line: the panel has no room for more rows at 120x40.
+GPU_NOW_ROWS = (
+    ("gpu_util_pct", "GPU util %"),
+    ("gpu_power_w", "GPU power W"),
+)
+GPU_SUMMARY_ROWS = (("energy_wh", "GPU energy Wh"), ("tokens_per_joule", "output tok/J"))
+
+
+def gpu_now_rows(snapshot: Snapshot) -> list[tuple[str, str]]:
+    if not has_gpu(snapshot):
+        return []
+    stale = gpu_stale_since(snapshot)
+    if stale is not None:
+        return [(label, f"stale {snapshot.t - stale:.0f} s") for _, label in GPU_NOW_ROWS]
+    rows = [(label, format_number(gpu_now(snapshot, name))) for name, label in GPU_NOW_ROWS]
+    if len(snapshot.gpus) > 1:
+        rows += per_gpu_lines(snapshot)
+    return rows
 
 
 def summary_label(key: str) -> str:
@@ -135,7 +158,13 @@ class StatsPanel(Widget):
                 value = fmt(current_value(snapshot, name, LATENCY_LOOK_BACK.get(name)))
             now_rows.append((label, value))
         now_rows.append(("in flight", str(snapshot.in_flight)))
+        now_rows += gpu_now_rows(snapshot)
         so_far = summary_rows(snapshot.summary or {})
+        so_far += [
+            (label, format_number(v))
+            for key, label in GPU_SUMMARY_ROWS
+            if (v := (snapshot.summary or {}).get(key)) is not None
+        ]
         for cls, count in sorted(errors_by_class(snapshot).items()):
             so_far.append((f"errors {cls}", f"{count:,}"))
         return now_rows, so_far

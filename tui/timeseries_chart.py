@@ -85,7 +85,8 @@ class TimeSeriesChart(PlotextPlot):
     SERIES: tuple[SeriesSpec, ...] = ()
     Y_LABEL = ""
     Y_RIGHT_LABEL = ""
-    Y_TOP: float | None = None  # fixed axis top (percentages), else scaled to the data
+    Y_TOP: float | None = None  # fixed left axis top (percentages), else scaled to the data
+    Y_RIGHT_TOP: float | None = None  # the same for the right axis
     SERVER_ONLY = False  # every series comes from /metrics
     LOG_DEFAULT: bool | None = None  # None: linear only; else the chart toggles log/linear, starting so
     LEGEND_LEFT = ""  # names the left axis's series in the legend (e.g. "TTFT")
@@ -250,7 +251,8 @@ class TimeSeriesChart(PlotextPlot):
                 plt.yticks([math.log10(t) for t in axis.ticks], axis.labels, yside=yside)
                 tops[side] = float(axis.hi_exp)
             else:
-                tops[side] = self.Y_TOP if self.Y_TOP is not None else y_upper(values)
+                fixed = self.Y_RIGHT_TOP if side else self.Y_TOP
+                tops[side] = fixed if fixed is not None else y_upper(values)
                 plt.ylim(0, tops[side], yside=yside)
                 if self.LOG_DEFAULT is not None:  # plotext keeps the log axis's ticks otherwise
                     plt.yticks(*linear_ticks(tops[side]), yside=yside)

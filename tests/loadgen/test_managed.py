@@ -33,7 +33,8 @@ PY = sys.executable
 # A stand-in server: answers /health and /v1/models (unless told not to), starts a
 # grandchild in its own process group (as vLLM starts its engine cores), prints a few log
 # lines, then serves until stopped. Flags: --port P, --exit-after S (exit with code 3),
-# --never-ready (no HTTP at all), --ignore-term (only SIGKILL ends it).
+# --never-ready (no HTTP at all), --ignore-term (only SIGKILL ends it), --auth (/v1/models
+# answers 401, as vLLM started with --api-key does without the key).
 FAKE_SERVER = textwrap.dedent(
     """
     import http.server, json, os, signal, subprocess, sys, threading, time
@@ -51,7 +52,7 @@ FAKE_SERVER = textwrap.dedent(
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = json.dumps({"data": [{"id": "fake"}]}).encode() if self.path == "/v1/models" else b"ok"
-            self.send_response(200)
+            self.send_response(401 if "--auth" in args and self.path == "/v1/models" else 200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -110,6 +111,29 @@ def test_rampwatch_resolves_to_this_interpreter_and_env_words_become_environment
         and command.shown == "CUDA_VISIBLE_DEVICES=1 HF_TOKEN='<redacted>' rampwatch sim --model tiny"
     )
     assert "hf_secret_value" in command.secrets()
+
+
+def test_the_servers_python_output_is_unbuffered_unless_the_command_says_otherwise(monkeypatch):
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    assert ServeCommand.parse("rampwatch sim").environment()["PYTHONUNBUFFERED"] == "1"
+    assert ServeCommand.parse("PYTHONUNBUFFERED= rampwatch sim").environment()["PYTHONUNBUFFERED"] == ""
+
+
+@pytest.mark.parametrize(
+    "raw, line",
+    [
+        ("plain\n", "plain"),
+        ("\x1b[32mINFO\x1b[0m ready\n", "INFO ready"),  # colours dropped
+        ("Loading  10%\rLoading  50%\rLoading 100%\r\n", "Loading 100%"),  # a progress bar's last redraw
+        ("\tlocal_rank=0\n", "    local_rank=0"),  # tabs expanded
+        ("bell\x07 and \x1b]0;title\x07\n", "bell\\x07 and \\x1b]0;title\\x07"),  # other controls escaped
+        ("Authorization: Bearer abc.def\n", "Authorization: Bearer <redacted>"),
+        ("args: {'api_key': 'sk-in-the-command'}\n", "args: {'api_key': '<redacted>'}"),
+    ],
+)
+def test_log_lines_are_cleaned_before_they_are_kept_shown_or_written(raw, line):
+    server = ManagedServer(ServeCommand.parse(f"{PY} -m x --api-key sk-in-the-command"))
+    assert server.clean_line(raw) == line
 
 
 def test_vllm_is_looked_up_on_path(tmp_path, monkeypatch):
@@ -265,8 +289,20 @@ def test_not_ready_in_time_stops_the_server_and_says_so(fake_server):
         server.start(timeout_s=1.5)
     message = str(err.value)
     assert message.startswith("--serve: the server was not ready within 1.5 s (--serve-timeout); stopped it")
-    assert not isinstance(err.value, ServerExited)
+    assert err.value.exit_code == 3  # as a target that does not answer
     assert server.poll() is not None and wait_group_gone(server.pid)
+
+
+def test_a_server_that_wants_an_api_key_is_one_line_saying_so(fake_server):
+    port = free_port()
+    server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {port} --auth"))
+    with pytest.raises(UserError) as err:
+        server.start(timeout_s=30)
+    assert str(err.value) == (
+        f"--serve: http://127.0.0.1:{port}/v1/models answered HTTP 401; "
+        "pass the server's --api-key to rampwatch as --api-key"
+    )
+    assert wait_group_gone(server.pid)
 
 
 def test_a_port_in_use_fails_before_anything_starts(fake_server):
@@ -280,6 +316,20 @@ def test_a_port_in_use_fails_before_anything_starts(fake_server):
         ):
             server.start(timeout_s=5)
         assert server.guard_pid is None
+
+
+def test_stop_still_ends_the_server_when_its_guard_was_killed(fake_server):
+    server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()}"))
+    try:
+        server.start(timeout_s=30)
+        pgid = server.pid
+        guard = server.guard_pid
+        os.kill(guard, signal.SIGKILL)
+        assert group_members(pgid)  # the server outlives its guard here
+        server.stop(grace_s=5)
+        assert wait_group_gone(pgid)
+    finally:
+        kill_group(server.pid)
 
 
 def test_a_server_that_exits_mid_run_is_seen_by_poll(fake_server):

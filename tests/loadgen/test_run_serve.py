@@ -197,3 +197,23 @@ def test_secrets_in_the_serve_command_stay_out_of_the_recording_and_log(tmp_path
     assert header.server_info["managed_server"]["command"].startswith("HF_TOKEN='<redacted>' rampwatch sim")
     log = (tmp_path / "run.rwrec.server.log").read_text()
     assert log.startswith("$ HF_TOKEN='<redacted>' rampwatch sim") and secret not in log
+
+
+def test_a_slow_start_says_every_interval_how_long_so_far_and_the_last_log_line(tmp_path):
+    import io
+
+    from rampwatch.app.session import start_server
+    from rampwatch.core.errors import TargetUnreachable
+    from rampwatch.loadgen.managed import ManagedServer, ServeCommand
+
+    script = tmp_path / "silent.py"
+    script.write_text("import time\nprint('loading weights', flush=True)\ntime.sleep(600)\n")
+    server = ManagedServer(ServeCommand.parse(f"{sys.executable} {script} --port {free_port()}"))
+    out = io.StringIO()
+    with pytest.raises(TargetUnreachable):
+        start_server(server, timeout_s=2.0, out=out, progress_interval_s=0.5)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"server: starting (pid {server.pid}) …"
+    progress = [line for line in lines[1:] if line.startswith("server: still starting (")]
+    assert progress and progress[-1].endswith(" s); last log line: loading weights")
+    assert wait_group_gone(server.pid)

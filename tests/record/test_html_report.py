@@ -118,3 +118,16 @@ def test_series_names_the_report_draws_exist():
     from rampwatch.record.html_report import CHARTS
 
     assert {name for chart in CHARTS for name, _label in chart[2]} <= set(SERIES_NAMES)
+
+
+def test_gpu_charts_only_in_a_run_with_gpu_telemetry():
+    from rampwatch.record.html_report import GPU_CHARTS
+    from tests.tui.gpu_fakes import with_gpus
+
+    assert {name for chart in GPU_CHARTS for name, _label in chart[2]} <= set(SERIES_NAMES)
+    summary = summarise_requests(None, [], [], [], idle_duration_s=120.0)
+    without = render_html(fake_snapshot(120.0), summary, "summary", [], "t", "s")
+    assert 'aria-label="GPU power"' not in without and 'aria-label="GPU utilisation"' not in without
+    page = render_html(with_gpus(fake_snapshot(120.0)), summary, "summary", [], "t", "s")
+    power = _chart(page, "GPU power")
+    assert "<polyline" in power and "<polyline" in _chart(page, "GPU utilisation")

@@ -137,6 +137,50 @@ def test_lru_eviction_of_freed_cached_blocks():
     assert 222 not in pool.cached
 
 
+def test_free_queue_reuses_unhashed_blocks_before_evicting_cached_ones():
+    # vLLM v1 block_pool.free_blocks: blocks without a hash go to the head of the free
+    # queue, hashed ones to the tail in the order freed (a request's tail block first).
+    pool = BlockPool(6)
+    older = pool.allocate(2)
+    pool.register(older[0], 1)
+    pool.register(older[1], 2)
+    pool.free(older)
+    newer = pool.allocate(4)  # the 4 never-used blocks
+    pool.register(newer[0], 3)
+    pool.free(newer)  # newer[1:] carry no hash: they go to the head
+    assert list(pool.free_queue) == [newer[3], newer[2], newer[1], older[1], older[0], newer[0]]
+    taken = pool.allocate(3)
+    assert set(taken) == set(newer[1:])  # no cached block evicted yet
+    assert pool.lookup([1, 2], 2) == older and pool.lookup([3], 1) == [newer[0]]
+    pool.allocate(1)  # now the least recently freed cached block goes: older's tail block
+    assert 2 not in pool.cached and pool.lookup([1], 1) == [older[0]] and 3 in pool.cached
+
+
+def test_cyclic_reuse_larger_than_the_cache_thrashes():
+    # Freed-order eviction is LRU: cycling over more documents than the cache holds
+    # evicts each one just before it is needed again, so nothing hits.
+    engine = make_engine(num_gpu_blocks=40, block_size=16, max_model_len=600)
+    docs = [prompt(160, salt) for salt in range(5)]  # 5 x 10 blocks > 40 blocks
+    t = 0.0
+    for round_ in range(3):
+        for i, doc in enumerate(docs):
+            engine.add_request(SimRequest(f"r{round_}-{i}", doc + [1, 2], max_tokens=1), now=t)
+            t = run_to_completion(engine, t=t)
+    assert engine.stats.prefix_hits == 0
+
+
+def test_lookup_counts_every_admission_attempt():
+    # One request holds the cache; the next cannot be admitted and is looked up on every step.
+    engine = make_engine(num_gpu_blocks=20, block_size=16, max_model_len=320)
+    engine.add_request(SimRequest("a", prompt(200, 1), max_tokens=40), now=0.0)
+    engine.add_request(SimRequest("b", prompt(200, 2), max_tokens=40), now=0.0)
+    engine.step(0.0)
+    engine.step(0.1)
+    engine.step(0.2)
+    assert engine.stats.prefix_queries == 200  # vLLM 0.32: at admission only
+    assert engine.lookups.queries == 200 + 3 * 200  # a once, b at each of 3 failed attempts
+
+
 def test_overload_grows_queue_and_preempts_with_small_kv():
     engine = make_engine(num_gpu_blocks=40, block_size=16, max_model_len=600, max_num_seqs=32)
     waiting = []
@@ -191,8 +235,10 @@ def test_roofline_single_decode_is_memory_bound():
     engine = make_engine(hardware="h100")
     d = engine.step_duration(1, 100.0, 100)
     hw, m = engine.hardware, engine.model
-    expected = (m.weight_bytes + 100 * m.kv_bytes_per_token) / (hw.hbm_bandwidth * hw.memory_efficiency)
-    assert d == pytest.approx(expected + hw.step_overhead_s)
+    expected = m.weight_bytes / (hw.hbm_bandwidth * hw.memory_efficiency) + 100 * m.kv_bytes_per_token / (
+        hw.hbm_bandwidth * hw.attention_efficiency
+    )
+    assert d == pytest.approx(expected + hw.step_overhead_s + hw.per_request_overhead_s)
 
 
 def test_instant_hardware_takes_no_time():

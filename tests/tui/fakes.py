@@ -54,7 +54,7 @@ def target_rate(t: float) -> float:
 
 
 def _row(t: float, metrics: bool, down_at: float | None = None, stale_at: float | None = None) -> dict[str, float]:
-    nan = float("nan")
+    nan = math.nan  # one object: snapshots built twice compare equal (a list compares NaN by identity)
     offered = target_rate(t)
     completed = min(offered, CAPACITY_RPS) * (0.98 + 0.02 * math.sin(t / 3.0))
     overload = max(0.0, offered - CAPACITY_RPS)

@@ -253,3 +253,35 @@ async def test_x_ends_the_drain_of_the_run_process_and_it_is_recorded(tmp_path, 
     assert len(cancels) == 1 and cancels[0].data["requests"] == len(cancelled)
     with open_recording(prepared.recording_path) as recording:
         assert sum(r.error_class == "cancelled" for r in recording.requests) == len(cancelled)
+
+
+async def test_a_server_killed_under_the_run_process_fails_the_run_on_screen_and_in_the_recording(tmp_path, capsys):
+    """The UI process owns the server; the run is in its forked process: the exit is seen
+    here, said on screen, passed down the pipe (the run records it and stops), and the
+    run's exit code says the server exited."""
+    import os
+    import signal
+
+    prepared = session.prepare_run(run_args(tmp_path))
+    server = prepared.server
+    assert server is not None
+    try:
+        bridge, app = start_live_prepared(prepared, ui_priority="normal")
+        try:
+            async with app.run_test(size=(160, 48), notifications=True) as pilot:
+                await wait_for(pilot, lambda: app.latest.state == "ramping" and app.latest.t > 1.0, "the run to start")
+                os.kill(server.pid, signal.SIGKILL)
+                await wait_for(pilot, lambda: app.server_exit_shown, "the exit to be seen")
+                assert any("server exited with code 137 (SIGKILL) during the run" in t for t in toasts(app))
+                assert app.query_one("#server-log").display
+                await wait_for(pilot, lambda: app.latest.state == "done", "the run to stop")
+                await pilot.press("q")
+            result = bridge.finish(drain_timeout=15.0)
+        finally:
+            bridge.finish(drain_timeout=15.0)
+    finally:
+        prepared.close()
+    assert session.finish_run(prepared, result, out=io.StringIO()) == session.SERVER_EXITED_EXIT
+    assert "server exited with code 137 (SIGKILL) during the run" in capsys.readouterr().err
+    (error,) = [e for e in recorded_events(prepared.recording_path) if e.kind == "error"]
+    assert error.data["server_exit_code"] == 137

@@ -111,3 +111,27 @@ def test_step_table_80x24(snap_compare):
 
 def test_step_table_160x48(snap_compare):
     assert snap_compare(live(95.0), terminal_size=(160, 48), press=["t"], run_before=charts_settled)
+
+
+# GPU telemetry: the GPU panel beside the rate chart (util % and power W, memory and clock
+# on its bottom line), power in the header, the GPUs in Stats; hidden in every run without.
+def gpu_live(t: float, **kwargs):
+    from tests.tui.gpu_fakes import with_gpus
+
+    return make_live_app(
+        FrozenSource(with_gpus(fake_snapshot(t), **kwargs)), FakeControl(), recording="runs/chat.rwrec"
+    )
+
+
+def test_gpu_panel_120x40(snap_compare):
+    assert snap_compare(gpu_live(95.0), terminal_size=(120, 40), run_before=charts_settled)
+
+
+def test_gpu_panel_stale_160x48(snap_compare):
+    """The GPU exporter stopped answering at 1:20: the series stop, the panel and Stats say stale."""
+    assert snap_compare(gpu_live(95.0, stale_at=80.0), terminal_size=(160, 48), run_before=charts_settled)
+
+
+def test_gpu_tab_80x24(snap_compare):
+    """On a small terminal the GPU chart is the last tab (9: after Rate … Steps)."""
+    assert snap_compare(gpu_live(95.0, count=1), terminal_size=(80, 24), press=["9"], run_before=charts_settled)
