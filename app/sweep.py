@@ -17,6 +17,7 @@ import asyncio
 import json
 import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -325,6 +326,9 @@ class Sweep:
         """`rampwatch run --serve`'s flags for one configuration: the same parser, so every
         default is the run's own."""
         from rampwatch.app import run as run_cli
+        from rampwatch.loadgen.managed import ServeCommand
+        from rampwatch.loadgen.sweep import is_sim_command
+        from rampwatch.sim.gpu_telemetry import DCGM_PATH
 
         parser = argparse.ArgumentParser(add_help=False)
         run_cli.configure(parser)
@@ -336,6 +340,10 @@ class Sweep:
         words += ["--set", "schedule=" + json.dumps(self.spec.schedule)]
         if self.args.api_key:
             words += ["--api-key", self.args.api_key]
+        argv = shlex.split(serve)
+        if is_sim_command(argv) and "--gpu-telemetry" in argv:
+            # a simulator serving GPU gauges: read them, as --gpu-metrics-url would
+            words += ["--gpu-metrics-url", ServeCommand.parse(serve).base_url + DCGM_PATH]
         return parser.parse_args(words)
 
     def say(self, text: str) -> None:

@@ -45,7 +45,7 @@ from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.loadgen.scenario import BUILTIN_SCENARIOS, SWEEP_PREFIX, Path_, _read_yaml, dotted, resolve_scenario_path
 from rampwatch.loadgen.schedules import describe, is_number, unknown_key_message
 from rampwatch.loadgen.slo import Slo, parse_slo
-from rampwatch.loadgen.summary import server_figures
+from rampwatch.loadgen.summary import gpu_figures, server_figures, tokens_per_joule
 
 GOODPUT_WINDOW_S = 10.0
 KNEE_WINDOW_S = 10.0
@@ -425,7 +425,10 @@ SIM_ONLY_FLAGS = (
     "--seed",
     "--speed",
     "--eos-probability",
+    "--step-overhead-ms",
+    "--per-request-overhead-us",
     "--routing",
+    "--gpu-telemetry",
     "--error-rate",
     "--abort-rate",
     "--metrics-error-rate",
@@ -584,6 +587,10 @@ def config_row(
         "max_goodput_rps": max_goodput_rps(requests, slo),
         **figures,
         "peak_kv_pct": server.get("max_kv_usage_pct"),
+        # over the whole run, as the run's summary gives it; None without GPU power
+        "tokens_per_joule": tokens_per_joule(
+            sum(stats.output_len(r) for r in requests if r.ok), gpu_figures(samples).get("energy_j")
+        ),
         "preemptions": server.get("preemptions"),
         "limit": None if why is None else why.title,
         "limit_key": None if why is None else why.limit,
@@ -711,8 +718,11 @@ TABLE_COLUMNS = (
     ("ITL p99", "itl_p99_ms"),
     ("KV peak", "peak_kv_pct"),
     ("preempt", "preemptions"),
+    ("tok/J", "tokens_per_joule"),
     ("limit", "limit"),
 )
+# Shown only when some configuration has it (GPU power known).
+OPTIONAL_COLUMNS = ("tokens_per_joule",)
 
 
 def _cell(key: str, row: dict[str, Any]) -> str:
@@ -731,6 +741,8 @@ def _cell(key: str, row: dict[str, Any]) -> str:
         return f"{value:.0f}%"
     if key == "preemptions":
         return f"{value:.0f}"
+    if key == "tokens_per_joule":
+        return f"{value:.2f}"
     if key.endswith("_ms"):
         return f"{value:.0f}"
     return f"{value:.1f}"
@@ -740,10 +752,20 @@ def table_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     """The sweep table's text: a header row then one row per configuration (``*`` after
     the number marks the Pareto front). A configuration that failed shows its status in
     the last column and its reason under the table."""
-    out = [[header for header, _ in TABLE_COLUMNS]]
+    columns = table_columns(rows)
+    out = [[header for header, _ in columns]]
     for row in rows:
-        out.append([_cell(key, row) for _, key in TABLE_COLUMNS])
+        out.append([_cell(key, row) for _, key in columns])
     return out
+
+
+def table_columns(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``TABLE_COLUMNS`` less the optional ones no row has a figure for."""
+    return [
+        (header, key)
+        for header, key in TABLE_COLUMNS
+        if key not in OPTIONAL_COLUMNS or any(row.get(key) is not None for row in rows)
+    ]
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:

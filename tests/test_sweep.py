@@ -35,7 +35,7 @@ def sweep_file(tmp_path: Path, sets: str, duration_s: float = 6.0) -> Path:
             scenario: chat
             set:
               workload.output_tokens: {{dist: uniform, min: 10, max: 30}}
-            serve: rampwatch sim --hardware h100 --model llama-3.1-8b --port {free_port()}
+            serve: rampwatch sim --hardware h100 --model llama-3.1-8b --port {free_port()} --gpu-telemetry
             vllm_model: meta-llama/Llama-3.1-8B-Instruct
             matrix:
               sets: {sets}
@@ -76,6 +76,8 @@ def test_headless_sweep_records_each_configuration_and_prints_the_table(tmp_path
     assert "best under ttft_p99<500ms,itl_p99<50ms (highest max good-put)" in out
     assert "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs" in out
     assert (tmp_path / "out" / "sweep.html").read_text().count("<circle") == 2
+    # the simulator's GPU gauges are read (--gpu-telemetry): tokens per joule in the table
+    assert all(r["tokens_per_joule"] > 0 for r in state["rows"]) and "tok/J" in lines[header]
 
 
 def test_a_configuration_whose_server_fails_is_a_row_and_the_sweep_goes_on(tmp_path):

@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
-from rampwatch.loadgen.sweep import TABLE_COLUMNS, format_pareto, table_cells
+from rampwatch.loadgen.sweep import format_pareto, table_cells
 from rampwatch.tui.chart_data import format_duration
 
 FINISHED = ("done", "failed", "interrupted")
@@ -126,11 +126,11 @@ class SweepPanel(Widget):
         width = max(20, (self.size.width or 160) - 2)
         shown = columns_for(width, cells)
         table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, header_style="bold")
+        last = len(cells[0]) - 1
         for i in shown:
-            header = TABLE_COLUMNS[i][0]
             table.add_column(
-                header,
-                justify="left" if i in (0, 1, len(TABLE_COLUMNS) - 1) else "right",
+                cells[0][i],
+                justify="left" if i in (0, 1, last) else "right",
                 no_wrap=True,
             )
         room = config_width(width, cells, shown)

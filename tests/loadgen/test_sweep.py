@@ -138,7 +138,7 @@ def test_apply_args(base, args, expected):
     ("command", "model", "expected"),
     [
         (
-            "rampwatch sim --hardware h100 --model llama-3.1-8b --port 8311 --speed 2 --max-num-seqs 64 --engines 2",
+            "rampwatch sim --hardware h100 --model llama-3.1-8b --port 8311 --speed 2 --gpu-telemetry --max-num-seqs 64 --engines 2",
             "meta-llama/Llama-3.1-8B-Instruct",
             "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 64 --data-parallel-size 2",
         ),
@@ -331,3 +331,11 @@ def test_format_table_marks_the_front_and_says_why_a_row_failed():
     assert lines[1].startswith("1*") and lines[1].endswith("batch-size cap")
     assert lines[2].startswith("2 ") and lines[2].endswith("failed")
     assert lines[3] == "#2 failed: server exited with code 1 during startup: OOM"
+
+
+def test_the_tokens_per_joule_column_shows_only_with_gpu_power():
+    rows = [{"index": 0, "config": "--max-num-seqs 8", "status": "done", "tokens_per_joule": None}]
+    assert "tok/J" not in format_table(rows)
+    rows.append({"index": 1, "config": "--max-num-seqs 64", "status": "done", "tokens_per_joule": 1.234})
+    header, first, second = format_table(rows).splitlines()
+    assert "tok/J" in header and first.split()[-2] == "—" and second.split()[-2] == "1.23"
