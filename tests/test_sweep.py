@@ -188,7 +188,7 @@ def test_the_shipped_example_names_each_knees_limit_and_the_best_command(tmp_pat
     state = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert [r["config"] for r in state["rows"]] == [
         "--max-num-seqs 4",
-        "--max-num-seqs 16",
+        "--max-num-seqs 8",
         "--max-num-seqs 64",
         "--max-num-seqs 64 --gpu-memory-utilization 0.22",
     ]
