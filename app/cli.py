@@ -17,6 +17,10 @@ from rampwatch.core.version import rampwatch_version
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("rampwatch.app.run", "ramp load against a server (or the embedded simulator) and watch it live"),
+    "sweep": (
+        "rampwatch.app.sweep_cli",
+        "start a server with each set of engine arguments of a matrix, ramp each to its knee, pick the best",
+    ),
     "sim": ("rampwatch.sim.cli", "serve the simulated vLLM server"),
     "replay": ("rampwatch.app.replay", "replay a recording in the live UI (optionally compared with another)"),
     "report": ("rampwatch.record.cli_report", "print the summary of a recording"),

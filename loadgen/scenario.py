@@ -79,8 +79,16 @@ def dotted(path: Path_) -> str:
 # --------------------------------------------------------------------------- files
 
 
+# Shipped sweep files (`rampwatch sweep sweep-sim`) sit beside the scenarios under this prefix.
+SWEEP_PREFIX = "sweep-"
+
+
 def list_scenarios() -> list[str]:
-    return sorted(p.name.removesuffix(".yaml") for p in BUILTIN_SCENARIOS.iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name.removesuffix(".yaml")
+        for p in BUILTIN_SCENARIOS.iterdir()
+        if p.name.endswith(".yaml") and not p.name.startswith(SWEEP_PREFIX)
+    )
 
 
 def resolve_scenario_path(path_or_name: str) -> Path:

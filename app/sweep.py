@@ -1,0 +1,495 @@
+"""`rampwatch sweep SWEEP.yaml`: for each configuration of the sweep's matrix, start the
+server (``loadgen.managed.ManagedServer``), ramp the scenario against it with the run path
+of `rampwatch run` (``app.session.prepare_run``, one recording per configuration) until
+the knee is past and the SLO broken, stop it, and go on; then the table, the Pareto front
+and the best configuration as a ``vllm serve`` command.
+
+The sweep's state is ``OUTPUT_DIR/sweep.json``, rewritten (atomically) at each
+configuration's start and end and every few seconds in between: it is the table the end
+prints, what ``--resume`` continues from, and what the live screen draws (the live
+screen runs this same headless sweep in a child process and reads that file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+SWEEP_STATE = "sweep.json"
+SWEEP_REPORT = "sweep.html"
+INTERRUPTED_EXIT = 130
+STATUS_INTERVAL_S = 2.0
+
+
+# --------------------------------------------------------------------------- state
+
+
+def write_state(path: Path, state: dict[str, Any]) -> None:
+    """``sweep.json`` replaced whole (a reader never sees half a file)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state, indent=1, allow_nan=False, default=_jsonable) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("rows"), list) else None
+
+
+def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
+    from rampwatch.loadgen.sweep import (
+        apply_args,
+        config_label,
+        config_slug,
+        gpu_count,
+        is_sim_command,
+        shown_command,
+        vllm_serve_argv,
+    )
+
+    rows = []
+    for i, args in enumerate(spec.configs):
+        argv = apply_args(base_argv, args)
+        rows.append(
+            {
+                "index": i,
+                "args": args,
+                "config": config_label(args),
+                "command": shown_command(argv),
+                # a simulator sweep also prints what to run on the real server
+                "vllm_command": shown_command(vllm_serve_argv(argv, spec.vllm_model)) if is_sim_command(argv) else None,
+                "gpus": gpu_count(argv),
+                "slug": config_slug(i, args),
+                "status": "pending",
+            }
+        )
+    return {
+        "sweep": spec.name,
+        "file": spec.path,
+        "scenario": spec.scenario,
+        "serve": shown_command(base_argv),
+        "slo": spec.slo.text,
+        "schedule": spec.schedule,
+        "started_at": time.time(),
+        "finished": False,
+        "current": None,
+        "current_line": None,
+        "best": None,
+        "rows": rows,
+    }
+
+
+def resume_state(old: dict[str, Any], fresh: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """The fresh state with the completed rows of ``old`` kept: a row is kept when it is
+    ``done`` and its recording is there; any other (pending, half-done, interrupted or
+    failed) runs again, its partial recording removed. The matrix must be the same."""
+    from rampwatch.core.errors import UserError
+
+    if [r.get("args") for r in old["rows"]] != [r["args"] for r in fresh["rows"]]:
+        raise UserError(
+            f"--resume: {out_dir / SWEEP_STATE} is a sweep of other configurations; "
+            "give another --output-dir or the same matrix"
+        )
+    for i, row in enumerate(old["rows"]):
+        recording = out_dir / str(row.get("recording", ""))
+        if row.get("status") == "done" and row.get("recording") and recording.is_file():
+            fresh["rows"][i] = row
+        else:
+            for suffix in (".rwrec", ".rwrec.server.log"):
+                (out_dir / f"{fresh['rows'][i]['slug']}{suffix}").unlink(missing_ok=True)
+    fresh["started_at"] = old.get("started_at", fresh["started_at"])
+    return fresh
+
+
+def check_output_dir(out_dir: Path, resume: bool) -> None:
+    """A new sweep needs an output dir without one; ``--resume`` needs one to continue."""
+    from rampwatch.core.errors import UserError
+
+    state = out_dir / SWEEP_STATE
+    if resume and read_state(state) is None:
+        raise UserError(f"--resume: no sweep to resume in {out_dir} (no readable {SWEEP_STATE})")
+    if not resume and state.exists():
+        raise UserError(
+            f"--output-dir {out_dir}: holds a sweep already ({SWEEP_STATE}); "
+            "pass --resume to continue it or another --output-dir"
+        )
+
+
+# --------------------------------------------------------------------------- one configuration
+
+
+class ConfigRun:
+    """One configuration on `rampwatch run --serve`'s path (``app.session``: plan, start
+    the server, build the run, execute it, watch the server), with the early stop added
+    and the outcome written to its row rather than ending the sweep."""
+
+    def __init__(self, sweep: Sweep, row: dict[str, Any]) -> None:
+        self.sweep = sweep
+        self.row = row
+        self.stop_reason: str | None = None
+
+    def execute(self) -> None:
+        from rampwatch.app.session import plan_run
+        from rampwatch.core.errors import ServerExited, UserError
+        from rampwatch.loadgen.sweep import apply_args, command_line
+
+        sweep, row = self.sweep, self.row
+        recording = sweep.out_dir / f"{row['slug']}.rwrec"
+        argv = apply_args(sweep.base_argv, row["args"])
+        started = time.monotonic()
+        row.update(status="starting", started_at=time.time(), reason=None, recording=None)
+        sweep.save(current=row["index"], line="starting the server")
+        plan = plan_run(sweep.run_args(command_line(argv), recording))
+        server = plan.server
+        assert server is not None  # --serve always names one
+        try:
+            try:
+                row["startup_s"] = server.start(sweep.startup_timeout_s)
+            except ServerExited as exc:  # its code and last log line
+                self._failed(str(exc), exc.exit_code)
+                return
+            except UserError as exc:  # not ready in time, port taken: stopped already
+                self._failed(str(exc), server.poll())
+                return
+            row["status"] = "running"
+            sweep.save(line=f"server ready in {row['startup_s']:.1f} s; ramping")
+            try:
+                self._run_load(plan, recording)
+            except UserError as exc:  # e.g. the server went away before the first request
+                code = server.poll()
+                self._failed(
+                    str(exc) if code is None else f"server exited with code {code}; {_last_line(server)}", code
+                )
+        finally:
+            server.stop()
+            row["duration_s"] = time.monotonic() - started
+
+    def _failed(self, reason: str, code: int | None) -> None:
+        self.row.update(status="failed", reason=reason)
+        if code is not None:
+            self.row["server_exit_code"] = code
+
+    def _run_load(self, plan: Any, recording: Path) -> None:
+        from rampwatch.app.session import build_run
+        from rampwatch.loadgen import eventloop
+        from rampwatch.loadgen.sweep import EarlyStopRule, config_row
+
+        sweep, row = self.sweep, self.row
+        prepared = build_run(plan)
+        run = prepared.run  # its knee is judged against the server's own caps (build_run)
+        # What the recording's header keeps of the sweep (redacted there like every option).
+        run.options.cli_options["sweep"] = {"file": sweep.spec.path, "index": row["index"], "args": row["args"]}
+        loop_holder: dict[str, asyncio.AbstractEventLoop] = {}
+
+        def stop_early(reason: str) -> None:
+            self.stop_reason = reason
+            loop_holder["loop"].call_soon(run.stop)
+
+        run.sink.sinks.append(EarlyStopRule(sweep.spec.slo, sweep.spec.early_stop, stop_early))
+        row["recording"] = recording.name
+        result = eventloop.run(self._execute(prepared, loop_holder))
+        row.update(
+            _finite(
+                config_row(
+                    result.requests,
+                    result.samples,
+                    result.events,
+                    sweep.spec.slo,
+                    load_end_s=run.schedule.planned_duration_s,
+                )
+            )
+        )
+        row["early_stop"] = self.stop_reason
+        if result.recording_error:
+            self._failed(f"recording {recording.name} failed: {result.recording_error}", None)
+        elif prepared.server_exit is not None:
+            self._failed(str(prepared.server_exit), prepared.server_exit.exit_code)
+        elif sweep.interrupted:
+            row.update(status="interrupted", reason="the sweep was stopped during this configuration")
+        else:
+            row["status"] = "done"
+
+    async def _execute(self, prepared: Any, loop_holder: dict[str, Any]) -> Any:
+        from rampwatch.app.session import progress_line
+
+        loop = asyncio.get_running_loop()
+        loop_holder["loop"] = loop
+        run = prepared.run
+        sweep = self.sweep
+
+        def on_signal() -> None:
+            if run.state == "stopping":  # the second time: end the drain now
+                run.options.stop_grace_s = 0.0
+                run.cancel_in_flight()
+            else:
+                run.interrupt()
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(STATUS_INTERVAL_S)
+                prepared.check_server()  # died mid-run: the run records why and stops
+                line = progress_line(run.snapshot(), STATUS_INTERVAL_S)
+                if self.stop_reason and run.state in ("stopping", "draining"):
+                    line += " | early stop"
+                sweep.save(line=line)
+
+        watcher = asyncio.create_task(watch())
+        sweep.on_signal = lambda: loop.call_soon_threadsafe(on_signal)
+        try:
+            return await prepared.execute()
+        finally:
+            sweep.on_signal = None
+            watcher.cancel()
+
+
+def _last_line(server: Any) -> str:
+    tail = [line for line in server.tail if line.strip()]
+    return f"last log line: {tail[-1]}" if tail else "no log output"
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+class Sweep:
+    def __init__(self, args: argparse.Namespace, out: TextIO = sys.stdout) -> None:
+        import shlex
+
+        from rampwatch.loadgen.sweep import load_sweep
+
+        self.args = args
+        self.out = out
+        self.spec = load_sweep(args.sweep, slo_text=args.slo, output_dir=args.output_dir)
+        self.base_argv = shlex.split(self.spec.serve)
+        self.out_dir = Path(self.spec.output_dir)
+        self.startup_timeout_s = args.startup_timeout or self.spec.startup_timeout_s
+        self.interrupted = False
+        self.on_signal: Callable[[], None] | None = None  # set while a configuration's load runs
+        self.state: dict[str, Any] = {}
+        self.state_path = self.out_dir / SWEEP_STATE
+
+    def prepare(self) -> None:
+        from rampwatch.core.errors import UserError
+
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--output-dir {self.out_dir}: {exc.strerror or exc}") from None
+        check_output_dir(self.out_dir, self.args.resume)
+        fresh = new_state(self.spec, self.base_argv)
+        old = read_state(self.state_path)
+        self.state = fresh if old is None else resume_state(old, fresh, self.out_dir)
+        self.save()
+
+    def save(self, current: int | None | str = "keep", line: str | None = None) -> None:
+        from rampwatch.loadgen.sweep import best_config, mark_pareto
+
+        if current != "keep":
+            self.state["current"] = current
+        if line is not None:
+            self.state["current_line"] = line
+        rows = self.state["rows"]
+        mark_pareto(rows)
+        self.state["best"] = best_config(rows)
+        try:
+            write_state(self.state_path, self.state)
+        except OSError as exc:  # the disk filled: the sweep goes on, the end says so
+            self.state["state_error"] = str(exc.strerror or exc)
+
+    def run_args(self, serve: str, recording: Path) -> argparse.Namespace:
+        """`rampwatch run --serve`'s flags for one configuration: the same parser, so every
+        default is the run's own."""
+        from rampwatch.app import run as run_cli
+        from rampwatch.loadgen.managed import ServeCommand
+        from rampwatch.loadgen.sweep import is_sim_command
+        from rampwatch.sim.gpu_telemetry import DCGM_PATH
+
+        parser = argparse.ArgumentParser(add_help=False)
+        run_cli.configure(parser)
+        words = [self.spec.scenario, "--headless", "--serve", serve, "--record", str(recording)]
+        grace = self.spec.stop_grace_s if self.args.stop_grace is None else self.args.stop_grace
+        words += ["--stop-grace", repr(grace)]
+        for key, value in self.spec.sets:
+            words += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+        words += ["--set", "schedule=" + json.dumps(self.spec.schedule)]
+        if self.args.api_key:
+            words += ["--api-key", self.args.api_key]
+        argv = shlex.split(serve)
+        if is_sim_command(argv) and "--gpu-telemetry" in argv:
+            # a simulator serving GPU gauges: read them, as --gpu-metrics-url would
+            words += ["--gpu-metrics-url", ServeCommand.parse(serve).base_url + DCGM_PATH]
+        return parser.parse_args(words)
+
+    def say(self, text: str) -> None:
+        from rampwatch.core.text import server_text
+
+        for line in text.split("\n"):
+            print(server_text(line), file=self.out, flush=True)
+
+    def _signalled(self, signum: int, frame: Any) -> None:
+        """Ctrl-C, SIGTERM, SIGHUP: during a load, its graceful stop (a second one cancels
+        the in-flight requests); elsewhere (a server starting, between configurations)
+        ``KeyboardInterrupt``, which stops the server and ends the loop over them."""
+        self.interrupted = True
+        if self.on_signal is not None:
+            self.on_signal()
+        else:
+            raise KeyboardInterrupt
+
+    def execute(self) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._signalled)
+        rows = self.state["rows"]
+        total = len(rows)
+        self.say(
+            f"rampwatch sweep: {self.spec.name}: {total} configurations of {self.spec.serve!s}; SLO {self.spec.slo.text}"
+        )
+        self.say(f"output: {self.out_dir}")
+        try:
+            for row in rows:
+                if self.interrupted:
+                    break
+                self._one(row, f"[{row['index'] + 1}/{total}]")
+        except KeyboardInterrupt:  # between two configurations
+            self.interrupted = True
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the end is written whatever comes
+            signal.signal(sig, signal.SIG_IGN)
+        self.state["finished"] = not self.interrupted
+        self.state["ended_at"] = time.time()
+        self.save(current=None, line=None)
+        return self.finish()
+
+    def _one(self, row: dict[str, Any], n: str) -> None:
+        if row.get("status") == "done":
+            self.say(f"{n} kept from the earlier run: {row['config']}")
+            return
+        self.say(f"{n} start: {row['config']}")
+        try:
+            ConfigRun(self, row).execute()
+        except KeyboardInterrupt:
+            self.interrupted = True
+            row.update(status="interrupted", reason="the sweep was stopped during this configuration")
+        self.save(current=None, line="")
+        self.say(f"{n} {row['status']} in {row.get('duration_s', 0):.0f} s: {row['config']}; {end_summary(row)}")
+
+    def finish(self) -> int:
+        from rampwatch.loadgen.sweep import format_pareto, format_table
+        from rampwatch.record.sweep_report import write_sweep_report
+
+        rows = self.state["rows"]
+        self.say("")
+        self.say(format_table(rows))
+        self.say("")
+        self.say(format_pareto(rows))
+        self.say("")
+        self.say(best_text(self.state))
+        report = self.out_dir / SWEEP_REPORT
+        try:
+            write_sweep_report(self.state, report)
+            self.say(f"report: {report}")
+        except OSError as exc:
+            print(f"rampwatch sweep: cannot write {report}: {exc.strerror or exc}", file=sys.stderr)
+        self.say(f"table: {self.state_path}")
+        if self.state.get("state_error"):
+            print(f"rampwatch sweep: cannot write {self.state_path}: {self.state['state_error']}", file=sys.stderr)
+            return 1
+        if self.interrupted:
+            print(f"rampwatch sweep: stopped; continue with --resume (exit {INTERRUPTED_EXIT})", file=sys.stderr)
+            return INTERRUPTED_EXIT
+        failed = [r for r in rows if r.get("status") != "done"]
+        if failed:
+            print(
+                f"rampwatch sweep: {len(failed)} of {len(rows)} configurations failed: "
+                + ", ".join(f"#{r['index'] + 1}" for r in failed),
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+
+
+def end_summary(row: dict[str, Any]) -> str:
+    if row.get("status") != "done":
+        return str(row.get("reason") or row.get("status"))
+    knee = "none" if row.get("knee_rps") is None else f"{row['knee_rps']:.1f} rps"
+    goodput = row.get("max_goodput_rps") or 0.0
+    text = f"knee {knee}, good-put {goodput:.1f} req/s, limit {row.get('limit') or '—'}"
+    if row.get("try_next"):
+        text += f" (try {row['try_next']})"
+    if row.get("early_stop"):
+        text += f" (early stop: {row['early_stop']})"
+    return text
+
+
+def best_text(state: dict[str, Any]) -> str:
+    """The best configuration under the SLO, as commands ready to paste."""
+    best = state.get("best")
+    slo = state.get("slo")
+    if best is None:
+        return f"best under {slo}: none — no configuration completed with a request meeting the SLO"
+    row = state["rows"][best]
+    lines = [
+        f"best under {slo} (highest max good-put): #{best + 1} {row['config']} — "
+        f"{row['max_goodput_rps']:.1f} good req/s, "
+        + ("no knee within the load" if row.get("knee_rps") is None else f"knee {row['knee_rps']:.1f} rps"),
+    ]
+    if row.get("vllm_command"):
+        lines.append(f"  {row['vllm_command']}")
+        lines.append(f"  (simulator: {row['command']})")
+    else:
+        lines.append(f"  {row['command']}")
+    return "\n".join(lines)
+
+
+def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    sweep = Sweep(args, out)
+    sweep.prepare()
+    return sweep.execute()
+
+
+def spawn_headless(
+    args: argparse.Namespace, log_path: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """The same sweep run headless in a child process (the live screen's load side)."""
+    words = [sys.executable, "-m", "rampwatch.app.cli", "sweep", args.sweep, "--headless"]
+    named = (
+        ("--slo", args.slo),
+        ("--output-dir", args.output_dir),
+        ("--startup-timeout", args.startup_timeout),
+        ("--stop-grace", args.stop_grace),
+    )
+    for flag, value in named:
+        if value is not None:
+            words += [flag, str(value)]
+    if args.resume:
+        words.append("--resume")
+    env = dict(os.environ, **(extra_env or {}))
+    if args.api_key:
+        env["OPENAI_API_KEY"] = args.api_key  # not on the command line: the process table shows it
+    log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - the child writes it until it ends
+    try:
+        return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    finally:
+        log.close()

@@ -1,0 +1,56 @@
+"""`rampwatch sweep`: its flags, and the choice between the live view (on a terminal,
+``app.sweep_live``) and the headless sweep (``app.sweep``), both imported only once a
+sweep is asked for."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from rampwatch.app.run import non_negative_float, positive_float
+
+    parser.add_argument("sweep", metavar="SWEEP", help="sweep file (YAML): scenario, serve command, matrix, load, SLO")
+    parser.add_argument(
+        "--slo",
+        metavar="BOUNDS",
+        help='the SLO the best configuration must meet and the early stop judges, e.g. "ttft_p99<500ms,itl_p99<50ms" '
+        "(default: the file's slo:)",
+    )
+    parser.add_argument(
+        "--output-dir", metavar="DIR", help="where the recordings and sweep.json go (default: the file's output_dir:)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep in the output dir: completed configurations are kept, the others run",
+    )
+    parser.add_argument(
+        "--headless", action="store_true", help="no UI: one line per configuration, the table at the end"
+    )
+    parser.add_argument("--api-key", metavar="KEY", help="bearer token of the servers (default: $OPENAI_API_KEY)")
+    parser.add_argument(
+        "--stop-grace",
+        type=non_negative_float,
+        metavar="SECONDS",
+        help="after a configuration's load stops, how long in-flight requests may finish "
+        "(default: the file's stop_grace_s:, else 5)",
+    )
+    parser.add_argument(
+        "--startup-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="how long a server may take to serve (default: the file's startup_timeout_s:, else 600)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from rampwatch.app.run import want_tui
+
+    if want_tui(args):
+        from rampwatch.app.sweep_live import run_sweep_live
+
+        return run_sweep_live(args)
+    from rampwatch.app.sweep import run_sweep
+
+    return run_sweep(args)

@@ -1,0 +1,201 @@
+"""`rampwatch sweep` end to end on the simulator: recordings, sweep.json and the table; a
+configuration whose server cannot start; --resume after the sweep was killed between
+configurations."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rampwatch.record.reader import open_recording
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sweep_file(tmp_path: Path, sets: str, duration_s: float = 6.0) -> Path:
+    """A short sweep: chat with short answers, a 6 s ramp, each configuration given."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            name: short
+            scenario: chat
+            set:
+              workload.output_tokens: {{dist: uniform, min: 10, max: 30}}
+            serve: rampwatch sim --hardware h100 --model llama-3.1-8b --port {free_port()} --gpu-telemetry
+            vllm_model: meta-llama/Llama-3.1-8B-Instruct
+            matrix:
+              sets: {sets}
+            load:
+              ramp: {{start_rps: 2, end_rps: 6, duration_s: {duration_s}}}
+            slo: ttft_p99<500ms,itl_p99<50ms
+            stop_grace_s: 1
+            output_dir: {tmp_path / "out"}
+            """
+        )
+    )
+    return path
+
+
+def rampwatch(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", *args], capture_output=True, text=True, timeout=200, **kwargs
+    )
+
+
+def test_headless_sweep_records_each_configuration_and_prints_the_table(tmp_path):
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]")
+    done = rampwatch("sweep", str(path), "--headless")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "[1/2] start: --max-num-seqs 2" in out and "[2/2] done in" in out
+    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert [r["status"] for r in state["rows"]] == ["done", "done"]
+    for row in state["rows"]:
+        with open_recording(tmp_path / "out" / row["recording"]) as rec:
+            assert rec.header.options["serve"].endswith(row["config"])
+            assert len([r for r in rec.requests if r.error_class != "cancelled"]) == row["requests"] > 0
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("#") and "knee rps" in line)
+    assert "limit" in lines[header] and "good-put" in lines[header]
+    assert lines[header + 1].split()[1:3] == ["--max-num-seqs", "2"]
+    assert lines[header + 2].split()[1:3] == ["--max-num-seqs", "32"]
+    assert "best under ttft_p99<500ms,itl_p99<50ms (highest max good-put)" in out
+    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs" in out
+    assert (tmp_path / "out" / "sweep.html").read_text().count("<circle") == 2
+    # the simulator's GPU gauges are read (--gpu-telemetry): tokens per joule in the table
+    assert all(r["tokens_per_joule"] > 0 for r in state["rows"]) and "tok/J" in lines[header]
+
+
+def test_a_configuration_whose_server_fails_is_a_row_and_the_sweep_goes_on(tmp_path):
+    # Llama-3.1-8B does not fit in 10 % of an H100: the simulator exits at startup, as vLLM would.
+    path = sweep_file(tmp_path, "[{gpu-memory-utilization: 0.1}, {max-num-seqs: 16}]")
+    done = rampwatch("sweep", str(path), "--headless")
+    assert done.returncode == 1
+    assert "rampwatch sweep: 1 of 2 configurations failed: #1" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    failed, ok = state["rows"]
+    assert failed["status"] == "failed" and failed["server_exit_code"] == 2
+    assert failed["reason"].startswith("server exited with code 2 during startup: rampwatch sim: error:")
+    assert "no memory left for the KV cache" in failed["reason"]
+    assert ok["status"] == "done"
+    assert f"#1 failed: {failed['reason']}" in done.stdout
+    assert state["best"] == 1
+
+
+def test_bad_slo_flag_is_one_line(tmp_path):
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
+    done = rampwatch("sweep", str(path), "--headless", "--slo", "ttft<500ms")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "rampwatch sweep: error: --slo 'ttft<500ms': 'ttft<500ms': name a percentile, e.g. ttft_p99"
+    ]
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_resume_after_a_kill_between_configurations_keeps_the_finished_ones(tmp_path):
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]")
+    state_path = tmp_path / "out" / "sweep.json"
+    port = int(path.read_text().split("--port ")[1].split()[0])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rampwatch.app.cli", "sweep", str(path), "--headless"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for line in proc.stdout:  # the sweep says when a configuration ends
+            if line.startswith("[1/2] done"):
+                break
+        proc.send_signal(signal.SIGKILL)  # no clean-up of its own: the guard stops the server
+    finally:
+        proc.kill()
+        proc.wait()
+    first = json.loads(state_path.read_text())
+    assert first["rows"][0]["status"] == "done"
+    assert first["rows"][1]["status"] in ("pending", "starting", "running")
+    kept = first["rows"][0]
+    deadline = time.monotonic() + 30
+    while not port_free(port) and time.monotonic() < deadline:  # the killed sweep's server going away
+        time.sleep(0.2)
+    again = rampwatch("sweep", str(path), "--headless")
+    assert again.returncode == 2 and "pass --resume" in again.stderr  # no overwriting by accident
+    resumed = rampwatch("sweep", str(path), "--headless", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "[1/2] kept from the earlier run: --max-num-seqs 2" in resumed.stdout
+    assert "[2/2] start: --max-num-seqs 32" in resumed.stdout
+    final = json.loads(state_path.read_text())
+    assert final["rows"][0] == {**kept, "pareto": final["rows"][0]["pareto"], "tps_per_gpu": kept["tps_per_gpu"]}
+    assert final["rows"][1]["status"] == "done"
+    assert os.path.getsize(tmp_path / "out" / final["rows"][1]["recording"]) > 0
+
+
+@pytest.mark.parametrize("when", ["[1/2] start", "[1/2] done"])
+def test_sigterm_stops_the_sweep_with_its_table_and_no_server_left(tmp_path, when):
+    """What `q` in the live view sends: during a configuration (its server starting or
+    its load running) or between two."""
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]", duration_s=30.0)
+    port = int(path.read_text().split("--port ")[1].split()[0])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rampwatch.app.cli", "sweep", str(path), "--headless"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(when):
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    assert proc.wait(60) == 130
+    out = "".join(lines)
+    assert "Traceback" not in out
+    assert "rampwatch sweep: stopped; continue with --resume (exit 130)" in out
+    assert "knee rps" in out  # the table so far
+    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    first, second = (r["status"] for r in state["rows"])
+    if when == "[1/2] start":
+        assert (first, second) == ("interrupted", "pending")
+    else:  # the signal lands as the second configuration starts, or just before
+        assert first == "done" and second in ("interrupted", "pending")
+    assert port_free(port)
+
+
+def test_the_shipped_example_names_each_knees_limit_and_the_best_command(tmp_path):
+    """scenarios/sweep-sim.yaml as shipped (by name), into a temporary output dir."""
+    done = rampwatch("sweep", "sweep-sim", "--headless", "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert [r["config"] for r in state["rows"]] == [
+        "--max-num-seqs 4",
+        "--max-num-seqs 8",
+        "--max-num-seqs 64",
+        "--max-num-seqs 64 --gpu-memory-utilization 0.22",
+    ]
+    assert all(r["status"] == "done" for r in state["rows"])
+    small_batch, _, large_batch, small_kv = state["rows"]
+    assert small_batch["limit"] == "batch-size cap" and small_kv["limit"] == "KV cache full"
+    assert small_kv["peak_kv_pct"] > 90 and small_kv["preemptions"] > 0
+    assert large_batch["max_goodput_rps"] > small_batch["max_goodput_rps"]
+    best = state["rows"][state["best"]]
+    assert f"  vllm serve meta-llama/Llama-3.1-8B-Instruct {best['config']}\n" in done.stdout
