@@ -2,9 +2,10 @@
 up to hit one limit, the summary's line under the knee and the result JSON naming it.
 
 The simulator runs 6x faster than real time so that a few seconds of ramp go well past
-its capacity; rampwatch is not told the simulator's engine arguments, as against a server
-it did not start: the batch cap is inferred from the running plateau, the KV cache's size
-and memory share are read from its `vllm:cache_config_info`."""
+its capacity. The batch cap comes from the engine arguments of a simulator rampwatch
+starts (`--serve`); against a server it only connects to, the KV cache's size and memory
+share are read from its `vllm:cache_config_info` (the inferred cap of a server whose
+arguments rampwatch does not know is covered by tests/loadgen/test_knee_explain.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.app.session import serving_sim
+from rampwatch.app.session import serving_sim, sim_serve_text
 from rampwatch.sim.config import SimConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ def rampwatch(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def headless_ramp(url: str, tmp_path: Path) -> tuple[str, dict]:
+def headless_ramp(server: list[str], tmp_path: Path) -> tuple[str, dict]:
     result_json = tmp_path / "result.json"
     proc = subprocess.run(
         [
@@ -37,8 +38,7 @@ def headless_ramp(url: str, tmp_path: Path) -> tuple[str, dict]:
             "run",
             "random",
             "--headless",
-            "--target",
-            url,
+            *server,
             "--record",
             str(tmp_path / "run.rwrec"),
             "--result-json",
@@ -66,31 +66,27 @@ def headless_ramp(url: str, tmp_path: Path) -> tuple[str, dict]:
 
 
 @pytest.mark.parametrize(
-    ("config", "limit", "evidence", "try_next"),
+    ("config", "started", "limit", "evidence", "try_next"),
     [
-        # 8 running at most, plenty of KV: requests queue with the cache nearly empty
-        (
-            {"max_num_seqs": 8},
-            "batch_cap",
-            "running plateaued at 8 (the cap, inferred)",
-            "--max-num-seqs 16",
-        ),
-        # 96 blocks of 16 tokens: ~9 requests of 160 tokens fill the cache
-        (
-            {"num_gpu_blocks": 96},
-            "kv_full",
-            "preemptions",
-            "--gpu-memory-utilization 0.95",
-        ),
+        # 8 running at most, plenty of KV: requests queue with the cache nearly empty;
+        # rampwatch started the server, so it knows the cap from the command
+        ({"max_num_seqs": 8}, True, "batch_cap", "running 8 = max_num_seqs 8", "--max-num-seqs 16"),
+        # 96 blocks of 16 tokens: ~9 requests of 160 tokens fill the cache; a server
+        # rampwatch only connects to: the KV size comes from its vllm:cache_config_info
+        ({"num_gpu_blocks": 96}, False, "kv_full", "preemptions", "--gpu-memory-utilization 0.95"),
     ],
     ids=["batch-cap", "kv-full"],
 )
-def test_a_headless_run_names_the_limit_behind_its_knee(tmp_path, config, limit, evidence, try_next):
-    with serving_sim(SimConfig(hardware="l4", model="llama-3.1-8b", speed=6.0, **config)) as sim:
-        out, why = headless_ramp(sim.url, tmp_path)
+def test_a_headless_run_names_the_limit_behind_its_knee(tmp_path, config, started, limit, evidence, try_next):
+    sim_config = SimConfig(hardware="l4", model="llama-3.1-8b", speed=6.0, **config)
+    if started:
+        out, why = headless_ramp(["--serve", sim_serve_text(sim_config)], tmp_path)
+    else:
+        with serving_sim(sim_config) as sim:
+            out, why = headless_ramp(["--target", sim.url], tmp_path)
     assert why is not None, out
     assert why["limit"] == limit, why
-    assert evidence in why["evidence"]
+    assert evidence in why["evidence"], why
     assert why["try"] == try_next
     lines = out.splitlines()
     knee = next(i for i, line in enumerate(lines) if line.startswith("Knee at offered rate"))
