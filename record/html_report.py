@@ -254,6 +254,18 @@ def knee_section(summary: Summary) -> str:
     )
 
 
+def page_style(chart_width: int) -> str:
+    """The CSS every rampwatch HTML page shares (the run report, the sweep report): the
+    page, headings, chart frames of ``chart_width`` px, tables and preformatted text."""
+    return f"""body {{ font-family: system-ui, sans-serif; margin: 20px; color: #222; background: #fafafa; }}
+h1 {{ font-size: 20px; margin-bottom: 2px; }}
+.sub {{ color: #666; margin-top: 0; }}
+.chart {{ background: #fff; border: 1px solid #ddd; margin: 10px 0; width: {chart_width}px; }}
+table {{ border-collapse: collapse; background: #fff; margin: 10px 0; }}
+td, th {{ border: 1px solid #ddd; padding: 3px 8px; font-size: 13px; }}
+pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; }}"""
+
+
 def render_html(
     snapshot: Snapshot,
     summary: Summary,
@@ -304,14 +316,9 @@ def render_html(
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 20px; color: #222; background: #fafafa; }}
-h1 {{ font-size: 20px; margin-bottom: 2px; }}
-.sub {{ color: #666; margin-top: 0; }}
-.chart {{ background: #fff; border: 1px solid #ddd; margin: 10px 0; width: {WIDTH}px; }}
-table {{ border-collapse: collapse; background: #fff; margin: 10px 0; }}
-td, th {{ border: 1px solid #ddd; padding: 3px 8px; font-size: 13px; text-align: left; }}
+{page_style(WIDTH)}
+td, th {{ text-align: left; }}
 td {{ text-align: right; font-variant-numeric: tabular-nums; }}
-pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; }}
 .warn {{ color: #a15c00; }}
 .cols {{ display: flex; gap: 24px; align-items: flex-start; }}
 </style></head><body>

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rampwatch.loadgen.sweep import table_cells
-from rampwatch.record.html_report import PAD_B, PAD_L, PAD_T, PALETTE, _fmt_tick, _nice_max
+from rampwatch.record.html_report import PAD_B, PAD_L, PAD_T, PALETTE, _fmt_tick, _nice_max, page_style
 
 WIDTH, HEIGHT = 900, 460
 PAD_R = 40
@@ -96,14 +96,10 @@ def render_sweep_html(state: dict[str, Any]) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 20px; color: #222; background: #fafafa; }}
-h1 {{ font-size: 20px; margin-bottom: 2px; }}
-.sub {{ color: #666; margin-top: 0; }}
-.chart {{ background: #fff; border: 1px solid #ddd; margin: 10px 0; width: {WIDTH}px; }}
-table {{ border-collapse: collapse; background: #fff; margin: 10px 0; }}
-td, th {{ border: 1px solid #ddd; padding: 3px 8px; font-size: 13px; text-align: right; }}
+{page_style(WIDTH)}
+td, th {{ text-align: right; }}
 td:nth-child(2), th:nth-child(2), td:last-child {{ text-align: left; white-space: nowrap; }}
-pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; white-space: pre-wrap; }}
+pre {{ white-space: pre-wrap; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 <p class="sub">{html.escape(subtitle)}</p>

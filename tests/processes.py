@@ -1,5 +1,6 @@
-"""Looking at processes from tests: which are alive in a process group (from /proc, so a
-test can wait for a whole server, grandchildren included, to be gone), and a free port."""
+"""Looking at processes from tests: which are alive in a process group or name a text in
+their command line (from /proc, so a test can wait for a whole server, grandchildren
+included, to be gone), and a free port."""
 
 from __future__ import annotations
 
@@ -40,3 +41,19 @@ def wait_group_gone(pgid: int, timeout_s: float = 15.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def processes_naming(text: str) -> list[int]:
+    """Live processes whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found

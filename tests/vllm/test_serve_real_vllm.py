@@ -14,29 +14,13 @@ import pytest
 
 from rampwatch.record.reader import open_recording
 from tests.conftest import _load_vllm_harness
-from tests.processes import free_port, group_members, wait_group_gone
+from tests.processes import free_port, group_members, processes_naming, wait_group_gone
 
 pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[2]
 # scripts/vllm_server.py's environment for the CPU server
 ENV = ("VLLM_CPU_KVCACHE_SPACE=1", "VLLM_LOGGING_LEVEL=INFO", "HF_HUB_OFFLINE=1", "VLLM_NO_USAGE_STATS=1")
-
-
-def processes_naming(text: str) -> list[int]:
-    """Live processes whose command line contains ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def test_run_serve_starts_real_vllm_records_it_and_leaves_no_process(tmp_path):

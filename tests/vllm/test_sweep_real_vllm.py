@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rampwatch.record.reader import open_recording
+from tests.processes import free_port, processes_naming
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -25,27 +25,6 @@ def _harness():
     from tests.conftest import _load_vllm_harness
 
     return _load_vllm_harness()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def processes_with(text: str) -> list[int]:
-    """Pids whose command line contains ``text`` (the process table, from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 def test_sweep_two_configurations_of_real_vllm(tmp_path):
@@ -90,7 +69,7 @@ def test_sweep_two_configurations_of_real_vllm(tmp_path):
         env=dict(os.environ),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert processes_with(marker) == []  # both servers gone, and their guards
+    assert processes_naming(marker) == []  # both servers gone, and their guards
     state = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert [r["config"] for r in state["rows"]] == ["--max-num-seqs 8", "--max-num-seqs 64"]
     for row in state["rows"]:
