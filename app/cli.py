@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.errors import UserError
 from rampwatch.core.version import rampwatch_version
 
 # name -> (module, one-line help)
@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(mains[args.command](args) or 0)
     except UserError as exc:
         print(f"rampwatch {args.command}: error: {exc}", file=sys.stderr)
-        # a server's exit code is its own; the run's says that its server exited
-        return exc.run_exit_code if isinstance(exc, ServerExited) else exc.exit_code
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"rampwatch {args.command}: interrupted", file=sys.stderr)
         return 130

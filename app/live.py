@@ -23,6 +23,7 @@ from rampwatch.app.session import (
     RunPlan,
     build_run,
     finish_run,
+    note_failed_start,
     plan_run,
     print_server_tail,
 )
@@ -169,7 +170,12 @@ def run_live(args: argparse.Namespace) -> int:
     plan = plan_run(args)
     if plan.server is not None:
         timeout_s = getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S)
-        if not start_server_on_screen(plan.server, timeout_s, mouse):
+        try:
+            started = start_server_on_screen(plan.server, timeout_s, mouse)
+        except UserError as exc:
+            note_failed_start(plan, exc)
+            raise
+        if not started:
             print("rampwatch run: stopped before the server was ready; nothing was run", file=sys.stderr)
             return INTERRUPTED_EXIT
     prepared = _build(plan)

@@ -158,7 +158,7 @@ class ServerRestarter:
         except UserError as exc:  # ServerExited, a taken port, a timeout: one line each
             self.failure = exc
             self.on_failure(exc)
-            code = exc.exit_code if isinstance(exc, ServerExited) else None
+            code = exc.server_exit_code if isinstance(exc, ServerExited) else None
             tail = exc.tail if isinstance(exc, ServerExited) else server.tail
             self.control.restart_failed(f"restart: {exc}", code, tail[-10:])
             return

@@ -23,8 +23,10 @@ from urllib.parse import urlsplit
 
 from rampwatch.core.bins import latest_complete, recent_mean
 from rampwatch.core.errors import ServerExited, UserError
-from rampwatch.core.redact import redact_text
+from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import server_text
+from rampwatch.core.timeline import Event, RunHeader
+from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
@@ -36,7 +38,7 @@ from rampwatch.loadgen.managed import (
     ServeCommand,
     server_log_path,
 )
-from rampwatch.loadgen.runner import Run, RunOptions, RunResult
+from rampwatch.loadgen.runner import Run, RunOptions, RunResult, host_info
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
@@ -50,7 +52,7 @@ from rampwatch.sim.gpu_telemetry import DCGM_PATH
 # summary and files are still written.
 INTERRUPTED_EXIT = 130
 # The server the run started (--serve, or the embedded simulator) exited on its own.
-SERVER_EXITED_EXIT = ServerExited.run_exit_code
+SERVER_EXITED_EXIT = ServerExited.exit_code
 # Between checks of whether the run's server is still there.
 SERVER_WATCH_INTERVAL_S = 0.5
 # Headless, between the lines that say a server is still starting.
@@ -406,16 +408,12 @@ class PreparedRun:
             self.server.stop()
 
 
-def build_run(plan: RunPlan) -> PreparedRun:
-    """The run over a plan whose server (if any) is ready."""
-    args, connection, target = plan.args, plan.connection, plan.target
-    scenario = plan.scenario
-    model, models_answer = args.model or scenario.model, None
-    if not model:
-        model, models_answer = discover_model(target, connection)
-    cli_options = {k: v for k, v in vars(args).items() if k not in ("func",)}
-    cli_options["target"] = target
-    cli_options["header"] = connection.header_names()  # header values are secrets
+def recorded_options(plan: RunPlan) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What the recording's header keeps of the run's options (the header's ``options``,
+    redacted by the runner) and of the server it started (``server_info.managed_server``)."""
+    cli_options = {k: v for k, v in vars(plan.args).items() if k not in ("func",)}
+    cli_options["target"] = plan.target
+    cli_options["header"] = plan.connection.header_names()  # header values are secrets
     managed = None
     if plan.server is not None:
         command = plan.server.command
@@ -426,6 +424,49 @@ def build_run(plan: RunPlan) -> PreparedRun:
             "startup_s": plan.server.startup_s,
             "log": None if plan.server.log_path is None else str(plan.server.log_path),
         }
+    return cli_options, managed
+
+
+def record_failed_start(plan: RunPlan, error: UserError) -> Path | None:
+    """A server that did not start still leaves a recording: the header (its command,
+    engine arguments and log's path) and one ``error`` event with the reason — for a
+    server that exited, its exit code and last log lines, as for one that exits mid-run —
+    so `rampwatch report` and replay say why nothing ran. Returns its path (None: the run
+    records nothing, or the disk refused)."""
+    if plan.recording_path is None or plan.server is None or plan.server.guard_pid is None:
+        return None  # nothing started (a taken port, a bad --server-log): bad input, not a failed start
+    cli_options, managed = recorded_options(plan)
+    data: dict[str, Any] = {}
+    if isinstance(error, ServerExited):
+        data = {"server_exit_code": error.server_exit_code, "server_log_tail": error.tail[-SERVER_TAIL_SHOWN:]}
+    header = RunHeader(
+        rampwatch_version=rampwatch_version(),
+        started_at_unix=time.time(),
+        target=redact_text(plan.target),
+        model=plan.args.model or plan.scenario.model or "",
+        scenario_name=plan.scenario.name,
+        scenario=plan.scenario.raw,
+        options=redact_options(cli_options),
+        planned_duration_s=plan.scenario.build_schedule().planned_duration_s,
+        server_info={"managed_server": managed},
+        host_info=host_info(),
+    )
+    secrets = plan.connection.secrets() | plan.server.command.secrets()
+    writer = RecordingWriter(plan.recording_path, secrets=secrets or None)
+    writer.on_start(header)
+    writer.on_event(Event(0.0, "error", f"the server did not start: {error}", data))
+    writer.close(0.0)
+    return None if writer.error is not None else plan.recording_path
+
+
+def build_run(plan: RunPlan) -> PreparedRun:
+    """The run over a plan whose server (if any) is ready."""
+    args, connection, target = plan.args, plan.connection, plan.target
+    scenario = plan.scenario
+    model, models_answer = args.model or scenario.model, None
+    if not model:
+        model, models_answer = discover_model(target, connection)
+    cli_options, managed = recorded_options(plan)
     options = RunOptions(
         target=target,
         model=model,
@@ -470,12 +511,23 @@ def prepare_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> PreparedR
     plan = plan_run(args)
     try:
         if plan.server is not None:
-            start_server(plan.server, getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S), out)
+            try:
+                start_server(plan.server, getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S), out)
+            except UserError as exc:
+                note_failed_start(plan, exc)
+                raise
         return build_run(plan)
     except BaseException:
         if plan.server is not None:
             plan.server.stop()
         raise
+
+
+def note_failed_start(plan: RunPlan, error: UserError) -> None:
+    """Record a server that did not start (``record_failed_start``) and say where."""
+    path = record_failed_start(plan, error)
+    if path is not None:
+        print(f"recording: {path} (the failed start)", file=sys.stderr)
 
 
 def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdout) -> int:

@@ -170,7 +170,7 @@ class ConfigRun:
             try:
                 row["startup_s"] = server.start(sweep.startup_timeout_s)
             except ServerExited as exc:  # its code and last log line
-                self._failed(str(exc), exc.exit_code)
+                self._failed(str(exc), exc.server_exit_code)
                 return
             except UserError as exc:  # not ready in time, port taken: stopped already
                 self._failed(str(exc), server.poll())
@@ -227,7 +227,7 @@ class ConfigRun:
         if result.recording_error:
             self._failed(f"recording {recording.name} failed: {result.recording_error}", None)
         elif prepared.server_exit is not None:
-            self._failed(str(prepared.server_exit), prepared.server_exit.exit_code)
+            self._failed(str(prepared.server_exit), prepared.server_exit.server_exit_code)
         elif sweep.interrupted:
             row.update(status="interrupted", reason="the sweep was stopped during this configuration")
         else:

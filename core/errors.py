@@ -22,11 +22,11 @@ class ModelNotServed(UserError):
 
 
 class ServerExited(UserError):
-    """A server rampwatch started (``--serve``) exited on its own. ``exit_code`` is the
-    server's (128+N for signal N); ``tail`` its last log lines. The run's own exit code is
-    ``run_exit_code``."""
+    """A server rampwatch started (``--serve``) exited on its own. ``server_exit_code`` is
+    the server's (128+N for signal N); ``tail`` its last log lines; ``exit_code`` the run's,
+    as for every user error."""
 
-    run_exit_code = 5
+    exit_code = 5
 
     def __init__(self, exit_code: int | None, tail: list[str], when: str = "during startup") -> None:
         last = next((line for line in reversed(tail) if line.strip()), "no output")
@@ -37,5 +37,5 @@ class ServerExited(UserError):
             except ValueError:
                 pass
         super().__init__(f"server exited with {code} {when}: {last}")
-        self.exit_code = exit_code  # type: ignore[assignment]
+        self.server_exit_code = exit_code
         self.tail = list(tail)

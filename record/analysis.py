@@ -219,8 +219,14 @@ TABLE_MARK_KINDS = ("start", "knee", "hold", "resume", "set_rate", "mark", "conf
 
 
 def timeline_marks(events: Sequence[Event]) -> list[Event]:
-    """Start, knee, holds, resumes, rate changes, marks and the stop, in time order."""
-    return sorted((e for e in events if e.kind in TABLE_MARK_KINDS), key=lambda e: e.t)
+    """Start, knee, holds, resumes, rate changes, marks, restarts, the stop, and the
+    started server's exit or failed start, in time order."""
+    return sorted((e for e in events if e.kind in TABLE_MARK_KINDS or _server_exit(e)), key=lambda e: e.t)
+
+
+def _server_exit(event: Event) -> bool:
+    """An error event that says the server rampwatch started exited (or never started)."""
+    return event.kind == "error" and "server_exit_code" in event.data
 
 
 def mark_note(event: Event) -> str:
@@ -235,7 +241,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart"}
+MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart", "error": "server"}
 
 
 def format_timeline(events: Sequence[Event]) -> str:

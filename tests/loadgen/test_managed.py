@@ -266,10 +266,10 @@ def test_a_server_that_exits_during_startup_raises_with_its_code_and_tail(fake_s
     server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()} --exit-after 0.2"))
     with pytest.raises(ServerExited) as err:
         server.start(timeout_s=30)
-    assert err.value.exit_code == 3
+    assert err.value.server_exit_code == 3
     assert err.value.tail[-1] == "fatal: out of memory"
     assert str(err.value) == "server exited with code 3 during startup: fatal: out of memory"
-    assert err.value.run_exit_code == 5
+    assert err.value.exit_code == 5
     assert wait_group_gone(server.pid)  # the grandchild went with it
 
 
@@ -279,7 +279,7 @@ def test_a_program_that_cannot_be_executed_is_server_exited_127(tmp_path):
     not_a_program.chmod(0o755)
     with pytest.raises(ServerExited) as err:
         ManagedServer(ServeCommand.parse(f"{not_a_program} --port {free_port()}")).start(timeout_s=30)
-    assert err.value.exit_code == 127
+    assert err.value.server_exit_code == 127
     assert str(err.value).startswith(f"server exited with code 127 during startup: cannot start {not_a_program}: ")
 
 

@@ -217,3 +217,30 @@ def test_a_slow_start_says_every_interval_how_long_so_far_and_the_last_log_line(
     progress = [line for line in lines[1:] if line.startswith("server: still starting (")]
     assert progress and progress[-1].endswith(" s); last log line: loading weights")
     assert wait_group_gone(server.pid)
+
+
+def test_a_failed_start_is_recorded_with_its_reason(tmp_path):
+    """Nothing ran, but the recording says why: the command, its arguments and one error
+    event with the server's exit code and last log lines; `rampwatch report` prints it."""
+    out = rampwatch(tmp_path, "--serve", f"{SIM} --port {free_port()} --max-num-seqs 0", "--duration", "2")
+    assert out.returncode == 5
+    assert f"recording: {tmp_path / 'run.rwrec'} (the failed start)" in out.stderr.splitlines()
+    recording = open_recording(tmp_path / "run.rwrec")
+    managed = recording.header.server_info["managed_server"]
+    assert managed["engine_args"]["max_num_seqs"] == "0" and managed["startup_s"] is None
+    (error,) = [e for e in recording.events if e.kind == "error"]
+    assert error.message == (
+        "the server did not start: server exited with code 2 during startup: "
+        "rampwatch sim: error: --max-num-seqs 0: must be >= 1"
+    )
+    assert error.data["server_exit_code"] == 2
+    assert error.data["server_log_tail"][-1] == "rampwatch sim: error: --max-num-seqs 0: must be >= 1"
+    assert not any(f.count for f in recording.request_frames)  # nothing was sent
+    report = subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "report", str(tmp_path / "run.rwrec")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "the server did not start: server exited with code 2" in report.stdout + report.stderr
+    assert "Traceback" not in report.stderr
