@@ -272,7 +272,12 @@ async def test_a_server_killed_under_the_run_process_fails_the_run_on_screen_and
                 await wait_for(pilot, lambda: app.latest.state == "ramping" and app.latest.t > 1.0, "the run to start")
                 os.kill(server.pid, signal.SIGKILL)
                 await wait_for(pilot, lambda: app.server_exit_shown, "the exit to be seen")
-                assert any("server exited with code 137 (SIGKILL) during the run" in t for t in toasts(app))
+                # the toast is a message the app handles next (App.notify posts it)
+                await wait_for(
+                    pilot,
+                    lambda: any("server exited with code 137 (SIGKILL) during the run" in t for t in toasts(app)),
+                    "the toast",
+                )
                 assert app.query_one("#server-log").display
                 await wait_for(pilot, lambda: app.latest.state == "done", "the run to stop")
                 await pilot.press("q")
