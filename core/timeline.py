@@ -48,6 +48,15 @@ class RequestRecord:
     error_class: str | None = None  # None on success, else e.g. "http_500", "timeout", "cancelled"
     error: str | None = None
     scenario_tag: str | None = None  # which scenario stream produced it (e.g. "doc-3")
+    # A mixture's class (``workload.mix[].name``); None outside a mixture.
+    request_class: str | None = None
+    # A session workload's conversation id and this request's turn in it (1-based).
+    session: int | None = None
+    turn: int | None = None
+    # Prompt tokens the server served from its prefix cache, as its usage reports them
+    # (``usage.prompt_tokens_details.cached_tokens``; vLLM: --enable-prompt-tokens-details).
+    # None when the server does not say.
+    cached_tokens: int | None = None
     # The answer's text, kept only when the run was asked to (`--save-generated-texts`);
     # not recorded in recordings.
     generated_text: str | None = None

@@ -262,6 +262,9 @@ class StreamingClient:
             end_at=0.0,
             prompt_tokens=req.expected_prompt_tokens,
             scenario_tag=req.tag,
+            request_class=req.request_class,
+            session=req.session,
+            turn=req.turn,
         )
         if self._pool is not None:
             return await self._send_stream(req, rec)
@@ -279,7 +282,7 @@ class StreamingClient:
             self._headers,
             _body_bytes(self.build_body(req)),
         )
-        state = _StreamState(keep_text=self._keep_text)
+        state = _StreamState(keep_text=self._keep_text or req.keep_text)
         conn: http_stream.HttpConnection | None = None
         exchange: _StreamExchange | None = None
         try:
@@ -334,7 +337,7 @@ class StreamingClient:
             msg = sse.error_message(sse.decode_json(raw)) or exchange.reason or raw[:200].decode("utf-8", "replace")
             self._fail(rec, f"http_{rec.status}", msg or f"HTTP {rec.status}")
             return rec
-        self._finish(rec, state)
+        self._finish(rec, state, req.keep_text)
         if conn.handler is exchange:
             # [DONE] came before the end of the HTTP body (vLLM ends it right after): wait
             # for it so the connection goes back to the pool instead of a new one opening.
@@ -352,7 +355,7 @@ class StreamingClient:
     async def _send_aiohttp(self, req: PreparedRequest, rec: RequestRecord) -> RequestRecord:
         session = self._open_session()
         clock = self.clock
-        state = _StreamState(keep_text=self._keep_text)
+        state = _StreamState(keep_text=self._keep_text or req.keep_text)
         try:
             async with session.post(
                 self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
@@ -402,16 +405,16 @@ class StreamingClient:
             rec.end_at = clock()
             self._fail(rec, "connect" if rec.status is None else "stream_aborted", _describe(exc))
             return rec
-        self._finish(rec, state)
+        self._finish(rec, state, req.keep_text)
         return rec
 
     def _fail(self, rec: RequestRecord, error_class: str, message: str) -> None:
         rec.error_class = error_class
         rec.error = self._scrub(message)
 
-    def _finish(self, rec: RequestRecord, state: _StreamState) -> None:
+    def _finish(self, rec: RequestRecord, state: _StreamState, keep_text: bool = False) -> None:
         self._settle(rec, state)
-        self._keep_generated(rec, state)
+        self._keep_generated(rec, state, keep_text)
 
     def _settle(self, rec: RequestRecord, state: _StreamState) -> None:
         now = self.clock()
@@ -439,6 +442,7 @@ class StreamingClient:
                 rec.prompt_tokens = prompt_tokens
             rec.completion_tokens = completion_tokens
             rec.tokens_from_usage = True
+            rec.cached_tokens = cached_prompt_tokens(state.usage)
         else:
             rec.tokens_from_usage = False
             if self.fallback_tokenizer is not None and state.raw_chunks:
@@ -450,8 +454,8 @@ class StreamingClient:
             rec.generated_text = state.text()
         return rec.generated_text
 
-    def _keep_generated(self, rec: RequestRecord, state: _StreamState) -> None:
-        if self.keep_generated_text:
+    def _keep_generated(self, rec: RequestRecord, state: _StreamState, keep: bool = False) -> None:
+        if self.keep_generated_text or keep:
             self._text(rec, state)
         else:  # decoded for the token count only: not kept
             rec.generated_text = None
@@ -474,6 +478,18 @@ def token_count(usage: dict[str, Any], key: str) -> int | None:
 def usage_counts(usage: dict[str, Any]) -> tuple[int | None, int]:
     """(prompt tokens or None when not given, completion tokens) from a stream's usage."""
     return token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens") or 0
+
+
+def cached_prompt_tokens(usage: dict[str, Any]) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens``: the prompt tokens the server's prefix
+    cache served (None when it does not say, or says something that is not a count)."""
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(details, dict):
+        return None
+    try:
+        return token_count(details, "cached_tokens")
+    except ValueError:
+        return None
 
 
 def _body_bytes(body: dict[str, Any]) -> bytes:

@@ -23,3 +23,8 @@ class PreparedRequest:
     max_tokens: int
     tag: str | None = None  # e.g. "doc-3", "conv-12/turn-2"
     extra: dict[str, Any] = field(default_factory=dict)
+    request_class: str | None = None  # a mixture's class name
+    session: int | None = None  # a session workload's conversation id
+    turn: int | None = None  # this request's turn in its session (1-based)
+    # Keep the answer's text on the record (a session's next turn carries it).
+    keep_text: bool = False

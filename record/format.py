@@ -301,6 +301,11 @@ def _decode_chunks(data: bytes, n_chunks: np.ndarray, total: int) -> np.ndarray:
     return clock[burst] + offsets
 
 
+# RequestRecord fields kept as JSON lists beside the strings, when a block has any; a
+# recording without them (older, or a plain run) reads them as None.
+OPTIONAL_REQUEST_FIELDS = ("request_class", "session", "turn", "cached_tokens")
+
+
 def encode_requests(records: list[RequestRecord], chunk_quantum_us: int = CHUNK_QUANTUM_US) -> bytes:
     n = len(records)
     q_t = TIME_QUANTUM_US
@@ -331,6 +336,11 @@ def encode_requests(records: list[RequestRecord], chunk_quantum_us: int = CHUNK_
         "time_quantum_us": q_t,
         "chunk_quantum_us": chunk_quantum_us,
     }
+    # Written only when some record has them: recordings of plain runs stay as they were.
+    for key in OPTIONAL_REQUEST_FIELDS:
+        column = [getattr(r, key) for r in records]
+        if any(value is not None for value in column):
+            strings[key] = column
     js = _json_bytes(strings)
     scalars = b"".join(
         [
@@ -446,6 +456,8 @@ def decode_requests(payload: bytes) -> list[RequestRecord]:
     status_l = c.status.tolist()
     flags_l = c.flags.tolist()
     fr, ec, er, tag = (c.strings[k] for k in ("finish_reason", "error_class", "error", "scenario_tag"))
+    none = [None] * n
+    klass, session, turn, cached = (c.strings.get(k) or none for k in OPTIONAL_REQUEST_FIELDS)
     return [
         RequestRecord(
             id=ids[i],
@@ -462,6 +474,10 @@ def decode_requests(payload: bytes) -> list[RequestRecord]:
             error_class=ec[i],
             error=er[i],
             scenario_tag=tag[i],
+            request_class=klass[i],
+            session=session[i],
+            turn=turn[i],
+            cached_tokens=cached[i],
         )
         for i in range(n)
     ]

@@ -15,7 +15,14 @@ import pytest
 from aiohttp import web
 
 from rampwatch.core.errors import TargetUnreachable
-from rampwatch.loadgen.client import RequestCancelled, StreamingClient, check_reachable, count_tokens, fetch_server_info
+from rampwatch.loadgen.client import (
+    RequestCancelled,
+    StreamingClient,
+    cached_prompt_tokens,
+    check_reachable,
+    count_tokens,
+    fetch_server_info,
+)
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.stats import itl_array
 
@@ -303,6 +310,29 @@ async def test_generated_text_kept_only_when_asked(server, mode):
     assert plain.ok and kept.ok
     assert plain.generated_text is None  # decoded for the count only (no_usage), never kept
     assert kept.generated_text == "ck23\x1f\ufffde87\ufffd#"  # the streamed texts, joined
+
+
+async def test_a_request_can_ask_to_keep_its_answer(server):
+    """A session's next turn carries the answer: the request alone asks for its text."""
+    request = completions_req()
+    request.keep_text, request.session, request.turn, request.request_class = True, 7, 2, "chat"
+    async with make_client(server.url) as client:
+        rec = await client.send(request, 1, 0.0)
+    assert rec.ok and rec.generated_text == "ck23\x1f\ufffde87\ufffd#"
+    assert (rec.session, rec.turn, rec.request_class) == (7, 2, "chat")
+
+
+@pytest.mark.parametrize(
+    "usage, cached",
+    [
+        ({"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 32}}, 32),
+        ({"prompt_tokens": 40, "prompt_tokens_details": None}, None),
+        ({"prompt_tokens": 40}, None),
+        ({"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": -1}}, None),
+    ],
+)
+def test_cached_prompt_tokens(usage, cached):
+    assert cached_prompt_tokens(usage) == cached
 
 
 async def test_server_info(server):

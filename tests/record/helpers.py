@@ -93,5 +93,9 @@ def assert_request_close(a: RequestRecord, b: RequestRecord, *, time_tol=1e-6, c
         "error_class",
         "error",
         "scenario_tag",
+        "request_class",
+        "session",
+        "turn",
+        "cached_tokens",
     ):
         assert getattr(a, name) == getattr(b, name), name

@@ -76,6 +76,25 @@ def test_request_block_round_trip(pattern):
         assert_request_close(a, b)
 
 
+def test_session_class_and_cache_fields_round_trip():
+    records = _requests("random")
+    for i, r in enumerate(records):
+        r.request_class = ("chat", "code", None)[i % 3]
+        r.session, r.turn = (i // 4, i % 4 + 1) if i % 5 else (None, None)
+        r.cached_tokens = None if i % 7 == 0 else 16 * i
+    decoded = fmt.decode_requests(fmt.encode_requests(records))
+    for a, b in zip(records, decoded):
+        assert_request_close(a, b)
+
+
+def test_plain_blocks_carry_no_optional_columns():
+    """A run without sessions, classes or cache counts writes its blocks as before."""
+    records = _requests("random")
+    columns = fmt.decode_request_columns(fmt.encode_requests(records))
+    assert not set(fmt.OPTIONAL_REQUEST_FIELDS) & set(columns.strings)
+    assert all(r.session is None and r.cached_tokens is None for r in fmt.decode_requests(fmt.encode_requests(records)))
+
+
 def test_chunk_times_keep_order_and_quantum():
     records = _requests("bursts")
     decoded = fmt.decode_requests(fmt.encode_requests(records, chunk_quantum_us=1))
