@@ -28,6 +28,7 @@ from rampwatch.core.text import server_text
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
+from rampwatch.loadgen.classes import per_class_results
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
 from rampwatch.loadgen.knee_explain import ServerLimits
@@ -549,16 +550,18 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
     if prepared.result_json_path is not None:
         try:
             prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
-            prepared.result_json_path.write_bytes(
-                dumps_bench_result(
-                    to_bench_result(
-                        summary,
-                        result.header,
-                        result.requests,
-                        detailed=args.save_detailed or args.save_generated_texts,
-                    )
-                )
+            detailed = args.save_detailed or args.save_generated_texts
+            bench = to_bench_result(summary, result.header, result.requests, detailed=detailed)
+            per_class = per_class_results(
+                result.header,
+                result.requests,
+                detailed=detailed,
+                idle_duration_s=result.duration_s,
+                gpu_price_per_hour=args.gpu_price_per_hour,
             )
+            if per_class:  # a mixture: each class's figures in the same schema
+                bench["per_class"] = per_class
+            prepared.result_json_path.write_bytes(dumps_bench_result(bench))
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
             print(f"rampwatch run: cannot write {prepared.result_json_path}: {exc.strerror or exc}", file=sys.stderr)

@@ -7,11 +7,7 @@ from a generator seeded by the scenario's seed alone — the same seed gives the
 sequence of classes whatever the classes' own draws — and the class builds the request
 with its own ``RequestFactory`` seeded from the scenario's seed and its position. The
 request carries the class's name (``PreparedRequest.request_class``), and so does its
-record: the per-class figures (``SeriesBuilder``'s classes, ``class_summaries``) group by it.
-
-A class's SLO is the scenario's ``slo`` with the class's own keys replacing the same
-keys of it (``class_slos``): the scenario's objectives apply to every class unless a
-class says otherwise.
+record: the per-class figures (``loadgen.classes``) group by it.
 
 This module does not import ``loadgen.scenario`` (which calls into it): the checks of a
 class's workload and SLO and the factory type are passed in.
@@ -153,27 +149,3 @@ class MixtureFactory:
         request: PreparedRequest = self.factories[index].next_request()
         request.request_class = self.names[index]
         return request
-
-
-# -- figures ------------------------------------------------------------------------------
-
-
-def class_slos(scenario: dict[str, Any] | None) -> dict[str, dict[str, float] | None]:
-    """Each class's SLO by name, in the mixture's order, from a resolved scenario (a run
-    header's ``scenario``): the scenario's ``slo`` with the class's keys replacing its own.
-    Empty outside a mixture (and for anything malformed: an old or foreign recording)."""
-    if not isinstance(scenario, dict):
-        return {}
-    workload = scenario.get("workload")
-    if not isinstance(workload, dict) or not is_mixture(workload):
-        return {}
-    top = _mapping(scenario.get("slo"))
-    out: dict[str, dict[str, float] | None] = {}
-    for spec in workload[MIX_KEY]:
-        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
-            out[spec["name"]] = {**top, **_mapping(spec.get("slo"))} or None
-    return out
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

@@ -50,9 +50,11 @@ import numpy as np
 
 from rampwatch.core.timeline import (
     CANCELLED,
+    CLASS_SERIES_NAMES,
     ERROR_SERIES,
     GPU_SERIES,
     SERIES_NAMES,
+    ClassFigures,
     Event,
     RequestRecord,
     RunHeader,
@@ -63,6 +65,7 @@ from rampwatch.core.timeline import (
     error_group,
     metrics_stale_after_s,
 )
+from rampwatch.loadgen.classes import class_slos
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.gpu import combine_gpus, gpu_aggregates
 from rampwatch.loadgen.scrape import combine_samples
@@ -187,6 +190,10 @@ class SeriesBuilder:
         # False when restored from a checkpoint written before the step table existed:
         # its rows would miss the run before the checkpoint (replays then start over).
         self.steps_complete = True
+        # A mixture's classes (``loadgen.mixture``): one builder each, fed the class's
+        # requests; a class builder has its name here and no classes of its own.
+        self._classes: dict[str, SeriesBuilder] = {}
+        self.class_name: str | None = None
 
     # -- state ----------------------------------------------------------------------
     def export_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -250,6 +257,13 @@ class SeriesBuilder:
             "summary": self.summary.export_state(arrays),
             "steps": self.steps.export_state(arrays),
         }
+        if self._classes:
+            classes = []
+            for i, (name, sub) in enumerate(self._classes.items()):
+                sub_meta, sub_arrays = sub.export_state()
+                arrays.update({f"class{i}/{key}": value for key, value in sub_arrays.items()})
+                classes.append([name, sub_meta])
+            meta["classes"] = classes
         if self._segment_starts:
             meta["config_segments"] = {
                 "starts": list(self._segment_starts),
@@ -341,6 +355,12 @@ class SeriesBuilder:
         else:  # a checkpoint from before the step table
             b.steps.configure(*_schedule_of(header))
             b.steps_complete = False
+        # Checkpoints of runs without a mixture (and from before mixtures) have no classes.
+        for i, (name, sub_meta) in enumerate(meta.get("classes", [])):
+            prefix = f"class{i}/"
+            sub_arrays = {key[len(prefix) :]: a for key, a in arrays.items() if key.startswith(prefix)}
+            sub = b._classes[name] = cls.from_state(header, sub_meta, sub_arrays)
+            sub.class_name = name
         return b
 
     # -- TimelineSink ---------------------------------------------------------------
@@ -348,6 +368,9 @@ class SeriesBuilder:
         self.header = header
         self.state = "starting"
         self.steps.configure(*_schedule_of(header))
+        if self.class_name is None:
+            for name in class_slos(header.scenario):  # every class shown from the start
+                self._class_builder(name)
 
     def on_request(self, record: RequestRecord) -> None:
         self._queued.append(record)
@@ -362,6 +385,8 @@ class SeriesBuilder:
             return
         c = self._counts
         for record in records:
+            if record.request_class is not None and self.class_name is None:
+                self._class_builder(record.request_class)._queued.append(record)
             self.steps.on_request(record)
             c["offered_rps"].add(_sec(record.scheduled_at), 1.0)
             c["sent_rps"].add(_sec(record.sent_at), 1.0)
@@ -394,7 +419,11 @@ class SeriesBuilder:
             ttft = first - block.sent_at[ok]
             hists[0].add(ttft[~np.isnan(first)])
             hists[1].add(block.itls)
+        good_before = self.summary.good
         self.summary.add_block(block)
+        good = self._counts.get("good_rps")  # a class builder's, under an SLO
+        if good is not None:
+            good.add(end, float(self.summary.good - good_before))
         if self._segment_starts:
             self._fold_into_segments(records, block)
 
@@ -522,7 +551,35 @@ class SeriesBuilder:
     def on_finish(self, t: float) -> None:
         self.finished_at = t
         self.state = "done"
+        for sub in self._classes.values():
+            sub.on_finish(t)
         self._advance(t)
+
+    def _class_builder(self, name: str) -> SeriesBuilder:
+        """The builder of a mixture's class, made on first need: the header's classes at
+        the start, a class the header does not name (judged by the run's SLO) when its
+        first request is folded in."""
+        sub = self._classes.get(name)
+        if sub is None:
+            scenario = self.header.scenario if self.header is not None else None
+            slo = class_slos(scenario).get(name, self.summary.slo)
+            sub = self._classes[name] = SeriesBuilder(self.window_s, self.grace_s, slo=slo)
+            sub.class_name = name
+            sub.header = self.header
+            if slo:
+                sub._counts["good_rps"] = _Growable(0.0)
+        return sub
+
+    def class_figures(self, now: float) -> list[ClassFigures]:
+        """Each class's series and run-so-far summary at ``now``."""
+        out = []
+        for name, sub in self._classes.items():
+            times, arrays = sub._arrays(now)
+            nan = [math.nan] * len(times)
+            summary = sub.summary.build(self.header, duration_s=now)
+            series = {key: arrays[key].tolist() if key in arrays else nan for key in CLASS_SERIES_NAMES}
+            out.append(ClassFigures(name, series, summary.to_dict()))
+        return out
 
     # -- building -------------------------------------------------------------------
     def _advance(self, t: float) -> None:
@@ -534,6 +591,8 @@ class SeriesBuilder:
         while self._final_upto <= last_final:
             self._freeze(self._final_upto)
             self._final_upto += 1
+        for sub in self._classes.values():
+            sub._advance(t)
 
     def _window_hists(self, b: int) -> tuple[LogHistogram, LogHistogram]:
         parts = [self._hists[i] for i in range(b - self.window_s + 1, b + 1) if i in self._hists]
@@ -707,4 +766,5 @@ class SeriesBuilder:
             gpus=combine_gpus(list(self._gpu_latest.values())) if self._gpu_latest else {},
             last_good_gpu_t=self.last_good_gpu_t,
             configurations=self.configurations(now, arrays),
+            classes=self.class_figures(now),
         )

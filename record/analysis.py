@@ -17,6 +17,7 @@ import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
+from rampwatch.loadgen.classes import ClassSummaries, class_table
 from rampwatch.loadgen.knee_explain import knee_explanation_of
 from rampwatch.loadgen.segments import (
     ConfigSegment,
@@ -279,3 +280,22 @@ def configuration_table(recording: Recording) -> SegmentTable | None:
     if not restarted(config_segments(recording.header, recording.events, recording.duration_s)):
         return None
     return segment_table(*configuration_segments(recording))
+
+
+def class_figures(recording: Recording) -> dict[str, Summary]:
+    """Each class's summary of a mixture's recording (``loadgen.classes``: its requests,
+    its SLO), fed block by block; ITLs kept as ``summarise`` keeps them. Empty for a
+    recording without classes (any before mixtures)."""
+    header = recording.header
+    options: dict[str, Any] = {}
+    if header is not None:
+        options["gpu_price_per_hour"] = (header.options or {}).get("gpu_price_per_hour")
+    accumulator = ClassSummaries(header, itl_values=stats.MicrosecondCounts, **options)
+    for info in (f for f in recording.request_frames if f.count):
+        accumulator.add_records(recording.decode_requests(info))
+    return accumulator.build(header, recording.duration_s)
+
+
+def classes_table(summaries: dict[str, Summary]) -> SegmentTable | None:
+    """The classes side by side; None outside a mixture."""
+    return class_table({name: s.to_dict() for name, s in summaries.items()}) if summaries else None

@@ -196,7 +196,14 @@ def write_bench_result(recording, summary, path: Path, detailed: bool = False) -
 
 def main(args: argparse.Namespace) -> int:
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import configuration_table, final_snapshot, summarise, with_knee_explanation
+    from rampwatch.record.analysis import (
+        class_figures,
+        classes_table,
+        configuration_table,
+        final_snapshot,
+        summarise,
+        with_knee_explanation,
+    )
     from rampwatch.record.html_report import render_html
     from rampwatch.record.reader import open_recording, print_warnings
 
@@ -226,6 +233,7 @@ def main(args: argparse.Namespace) -> int:
             f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
             warnings=recording.warnings,
             configurations=configuration_table(recording),
+            classes=classes_table(class_figures(recording)),
         )
         _write_atomically(outputs[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
     for path in outputs:

@@ -1,7 +1,7 @@
 """`rampwatch report REC`: the headless summary of a recording, then its timeline (start,
 knee, holds, resumes, rate changes, marks, restarts, stop) as the HTML report's marks
-table has it, the configurations side by side when the server was restarted, and its
-step table."""
+table has it, the configurations side by side when the server was restarted, a
+mixture's classes side by side, and its step table."""
 
 from __future__ import annotations
 
@@ -16,10 +16,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import json
 
+    from rampwatch.loadgen.classes import CLASS_NOTE
     from rampwatch.loadgen.segments import SEGMENT_NOTE
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
     from rampwatch.loadgen.summary import format_summary
     from rampwatch.record.analysis import (
+        class_figures,
+        classes_table,
         configuration_segments,
         configuration_table,
         final_snapshot,
@@ -33,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
     snapshot = final_snapshot(recording)
     summary = with_knee_explanation(summarise(recording), snapshot)
     steps = snapshot.steps
+    classes = class_figures(recording)
     if args.json:
         out = {**summary.to_dict(), "steps": [step_json(row) for row in steps]}
         segments, summaries = configuration_segments(recording)
@@ -49,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
                 }
                 for seg, figures in zip(segments, summaries, strict=True)
             ]
+        if classes:  # a mixture: each class's figures in the same schema
+            out["per_class"] = {name: figures.to_dict() for name, figures in classes.items()}
         print(json.dumps(out, indent=2, default=str))
     else:
         h = recording.header
@@ -63,6 +69,10 @@ def main(args: argparse.Namespace) -> int:
         if configurations is not None:
             print(f"\nConfigurations ({SEGMENT_NOTE})")
             print(configurations.text())
+        table = classes_table(classes)
+        if table is not None:
+            print(f"\nClasses ({CLASS_NOTE})")
+            print(table.text())
         if steps:
             print(f"\nSteps ({STEP_TABLE_NOTE})")
             print(step_table_text(steps))

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.mixture import class_slos, cumulative_weights, pick_class
+from rampwatch.loadgen.classes import class_slos
+from rampwatch.loadgen.mixture import cumulative_weights, pick_class
 from rampwatch.loadgen.scenario import RequestFactory, load_scenario
 
 MIXED = """\
