@@ -282,9 +282,10 @@ class RampwatchApp(App[int]):
                 for index, (key, title, chart) in enumerate(CHARTS, start=1):
                     with TabPane(f"{index} {title}", id=f"tab-{key}"):
                         yield chart(id=f"n-{key}", classes="chart")
+                        if key == "latency":  # a mixture's classes under the chart `w` switches
+                            yield ClassPanel(id="n-classes", classes="panel")
                 with TabPane(f"{len(CHARTS) + 1} Stats", id="tab-stats"):
                     yield StatsPanel(id="n-stats", classes="panel")
-                    yield ClassPanel(id="n-classes", classes="panel")
                 with TabPane(f"{len(CHARTS) + 2} Events", id="tab-events"):
                     yield EventLog(id="n-events", classes="panel")
                 with TabPane(f"{len(CHARTS) + 3} Steps", id="tab-steps"):

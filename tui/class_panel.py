@@ -22,7 +22,7 @@ from rampwatch.loadgen.classes import sent, slo_attainment_pct
 from rampwatch.tui.chart_data import NOW_WINDOW_S, current_value, format_rate, is_missing, recent_rate
 from rampwatch.tui.stats_panel import LATENCY_LOOK_BACK
 
-CLASS_NOTE = f"w: chart · rates over {NOW_WINDOW_S} s"
+CLASS_NOTE = f"w: chart · rates over {NOW_WINDOW_S} s · ms"
 
 
 def class_of(snapshot: Snapshot, name: str) -> ClassFigures | None:
@@ -65,7 +65,7 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.0f}" if value >= 99.5 or value < 10 else f"{value:.1f}"
 
 
-ROW_LABELS = ("sent", "req/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "SLO met %")
+ROW_LABELS = ("sent", "req/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "SLO met %")
 
 
 def class_columns(snapshot: Snapshot) -> list[tuple[str, list[str]]]:
@@ -114,23 +114,57 @@ class ClassPanel(Widget):
         self.refresh()
 
     def get_content_height(self, container, viewport, width: int) -> int:
-        return 1 + len(ROW_LABELS)
+        return 1 + (len(self._columns) if self.one_row_per_class(width) else len(ROW_LABELS))
+
+    @classmethod
+    def one_row_per_class(cls, width: int) -> bool:
+        """A row per class where every figure fits on it (the narrow layout's full width);
+        a column per class in the side panel."""
+        return width >= cls.ROWS_MIN_WIDTH
+
+    # The widest figures' row: a name, then ROW_LABELS as headers, one space apart.
+    ROWS_MIN_WIDTH = 12 + sum(len(label) + 1 for label in ROW_LABELS)
 
     def render(self) -> Table:
-        table = Table.grid(padding=(0, 1), expand=True)
-        table.add_column("", no_wrap=True)
-        for name, _ in self._columns:
-            table.add_column(name, justify="right", no_wrap=True, overflow="ellipsis", max_width=12)
+        if self.one_row_per_class(self.size.width):
+            return self._rows_table()
+        label_width = max(len(label) for label in ROW_LABELS)
+        widths = column_widths(self._columns, max(0, self.size.width - label_width))
+        table = Table.grid(padding=(0, 1))
+        table.add_column("", no_wrap=True, width=label_width)
+        for width in widths:
+            table.add_column(justify="right", no_wrap=True, width=width)
         table.add_row(
             "",
             *(
-                Text(
-                    ("▸" if name == self.shown_class else "") + name,
-                    style="bold reverse" if name == self.shown_class else "bold",
-                )
-                for name, _ in self._columns
+                Text(shorten(name, width), style=self._name_style(name))
+                for (name, _), width in zip(self._columns, widths, strict=True)
             ),
         )
         for i, label in enumerate(ROW_LABELS):
             table.add_row(Text(label, style="dim"), *(cells[i] for _, cells in self._columns))
         return table
+
+    def _rows_table(self) -> Table:
+        table = Table.grid(padding=(0, 1), expand=True)
+        table.add_column("class", ratio=1, no_wrap=True, overflow="ellipsis")
+        for label in ROW_LABELS:
+            table.add_column(label, justify="right", no_wrap=True)
+        table.add_row(Text("class", style="dim"), *(Text(label, style="dim") for label in ROW_LABELS))
+        for name, cells in self._columns:
+            table.add_row(Text(name, style=self._name_style(name)), *cells)
+        return table
+
+    def _name_style(self, name: str) -> str:
+        return "bold reverse" if name == self.shown_class else "bold"
+
+
+def column_widths(columns: list[tuple[str, list[str]]], room: int) -> list[int]:
+    """Each class column's width: its widest figure at least, its name when the room
+    shared out allows (a column is separated from the previous one by one space)."""
+    share = room // max(len(columns), 1) - 1
+    return [max(max(len(c) for c in cells), min(len(name), share)) for name, cells in columns]
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
