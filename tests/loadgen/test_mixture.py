@@ -144,3 +144,28 @@ def test_mixture_errors_name_file_line_and_key(tmp_path, mix, expected):
     with pytest.raises(UserError) as exc:
         load_scenario(path)
     assert str(exc.value).startswith(path + expected), str(exc.value)
+
+
+def test_the_shipped_mixture_runs_headless_with_per_class_figures(tmp_path):
+    """scenarios/mixed.yaml on the embedded simulator: a short run, every class in the
+    result JSON's per_class section in the top level's schema."""
+    import json
+    import subprocess
+    import sys
+
+    result = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "run", "mixed", "--headless", "--no-record"]
+        + ["--duration", "2", "--sim-hardware", "h100", "--result-json", str(result)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    top = json.loads(result.read_text())
+    per_class = top.pop("per_class")
+    assert list(per_class) == ["chat", "classification", "code-generation"]
+    for figures in per_class.values():
+        assert list(figures) == list(top)
+    assert sum(c["completed"] for c in per_class.values()) == top["completed"] > 0
+    assert per_class["chat"]["total_output_tokens"] / max(per_class["chat"]["completed"], 1) >= 50
