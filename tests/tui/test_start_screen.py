@@ -53,6 +53,8 @@ def test_details_text():
         "128 tokens out"
     )
     assert details_text({"schedule": {"kind": "constant", "rate": 5}}).startswith("constant 5 req/s")
+    mixed = {"schedule": {"kind": "constant", "rate": 5}, "workload": {"mix": [{"name": "chat"}, {"name": "code"}]}}
+    assert details_text(mixed).endswith("completions endpoint · mix of 2: chat, code")
 
 
 @pytest.mark.parametrize(
