@@ -423,6 +423,9 @@ CLASS_SERIES_NAMES = (
     "itl_p50",
     "itl_p90",
     "itl_p99",
+    "e2el_p50",
+    "e2el_p90",
+    "e2el_p99",
 )
 
 

@@ -75,7 +75,10 @@ from rampwatch.loadgen.steps import StepTracker
 from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_explanation, knee_rps
 
 _QS = (0.5, 0.9, 0.99)
-_LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")
+# The windowed percentiles, one histogram per metric and second of completion. E2E latency
+# is drawn per class (``CLASS_SERIES_NAMES``), not among the run's own series.
+_HIST_METRICS = ("ttft", "itl", "e2el")
+_LATENCY_SERIES = tuple(f"{metric}_{q}" for metric in _HIST_METRICS for q in ("p50", "p90", "p99"))
 # Queued records are folded in once there are this many (a second's freeze and every read
 # fold them sooner): enough for numpy's per-call cost to be shared, few enough that one
 # fold is a short pause (~0.2 ms), not one long one per second.
@@ -175,7 +178,7 @@ class SeriesBuilder:
         self._tracker = CounterTracker()
         # url -> field -> (amount, covered seconds)
         self._spread: dict[str, dict[str, tuple[_Growable, _Growable]]] = {}
-        self._hists: dict[int, tuple[LogHistogram, LogHistogram]] = {}
+        self._hists: dict[int, tuple[LogHistogram, ...]] = {}  # one per _HIST_METRICS
         self._final = {name: _Growable(math.nan) for name in _LATENCY_SERIES}
         self._final_upto = 0  # seconds below this are frozen
         self._newly_final: list[int] = []
@@ -221,9 +224,7 @@ class SeriesBuilder:
                 spread.append([url, i, field])
         seconds = sorted(self._hists)
         if seconds:
-            arrays["hists"] = np.stack(
-                [np.stack([h[0].counts, h[1].counts]) for h in (self._hists[b] for b in seconds)]
-            )
+            arrays["hists"] = np.stack([np.stack([h.counts for h in self._hists[b]]) for b in seconds])
         meta = {
             "window_s": self.window_s,
             "grace_s": self.grace_s,
@@ -244,7 +245,7 @@ class SeriesBuilder:
             "tracker": [s.to_dict() for s in self._tracker.latest()],
             "spread": spread,
             "hist_seconds": seconds,
-            "hist_totals": [[self._hists[b][0].total, self._hists[b][1].total] for b in seconds],
+            "hist_totals": [[h.total for h in self._hists[b]] for b in seconds],
             "final_upto": self._final_upto,
             "last_good_scrape_t": self.last_good_scrape_t,
             "scrape_errors": [
@@ -327,6 +328,9 @@ class SeriesBuilder:
         b.gpu_totals = GpuTotals.restore_state(meta.get("gpu_totals"))
         b._tick_counts = growables("tick_counts", meta["tick_counts"])
         b._final = growables("final", meta["final"])
+        for name in _LATENCY_SERIES:  # checkpoints from before E2E percentiles: unknown before it
+            if name not in b._final:
+                b._final[name] = _Growable(math.nan)
         b._tick_totals = tuple(meta["tick_totals"]) if meta["tick_totals"] is not None else None
         for d in meta["tracker"]:
             b._tracker.update(ServerSample(**d))
@@ -336,11 +340,12 @@ class SeriesBuilder:
             covered.data = np.array(arrays[f"spread.{i}.{field}.covered"], dtype=np.float64)
             b._spread.setdefault(url, {})[field] = (amount, covered)
         for k, (sec, totals) in enumerate(zip(meta["hist_seconds"], meta["hist_totals"])):
-            pair = (LogHistogram(), LogHistogram())
-            for j in (0, 1):
-                pair[j]._counts = np.array(arrays["hists"][k, j], dtype=np.int64)
-                pair[j].total = totals[j]
-            b._hists[sec] = pair
+            hists = tuple(LogHistogram() for _ in _HIST_METRICS)
+            # Checkpoints from before E2E percentiles hold two: its seconds start empty.
+            for j in range(len(totals)):
+                hists[j]._counts = np.array(arrays["hists"][k, j], dtype=np.int64)
+                hists[j].total = totals[j]
+            b._hists[sec] = hists
         b._final_upto = meta["final_upto"]
         b._newly_final = list(meta["newly_final"])
         b.summary = SummaryBuilder.restore_state(sm, arrays)
@@ -414,11 +419,12 @@ class SeriesBuilder:
         if ok.any():
             hists = self._hists.get(end)
             if hists is None:
-                hists = self._hists[end] = (LogHistogram(), LogHistogram())
+                hists = self._hists[end] = tuple(LogHistogram() for _ in _HIST_METRICS)
             first = block.first_token_at[ok]
             ttft = first - block.sent_at[ok]
             hists[0].add(ttft[~np.isnan(first)])
             hists[1].add(block.itls)
+            hists[2].add(block.end_at[ok] - block.sent_at[ok])
         good_before = self.summary.good
         self.summary.add_block(block)
         good = self._counts.get("good_rps")  # a class builder's, under an SLO
@@ -594,13 +600,12 @@ class SeriesBuilder:
         for sub in self._classes.values():
             sub._advance(t)
 
-    def _window_hists(self, b: int) -> tuple[LogHistogram, LogHistogram]:
+    def _window_hists(self, b: int) -> list[LogHistogram]:
         parts = [self._hists[i] for i in range(b - self.window_s + 1, b + 1) if i in self._hists]
-        return LogHistogram.sum(p[0] for p in parts), LogHistogram.sum(p[1] for p in parts)
+        return [LogHistogram.sum(p[j] for p in parts) for j in range(len(_HIST_METRICS))]
 
     def _latency_at(self, b: int) -> list[float]:
-        ttft, itl = self._window_hists(b)
-        return ttft.quantiles(_QS) + itl.quantiles(_QS)
+        return [q for hist in self._window_hists(b) for q in hist.quantiles(_QS)]
 
     def _freeze(self, b: int) -> None:
         for name, value in zip(_LATENCY_SERIES, self._latency_at(b)):

@@ -248,6 +248,7 @@ CLASS_CHARTS = (
     ("Completed per class", "req/s", "completed_rps", 1.0),
     ("TTFT p99 per class", "ms", "ttft_p99", 1000.0),
     ("ITL p99 per class", "ms", "itl_p99", 1000.0),
+    ("E2E latency p99 per class", "ms", "e2el_p99", 1000.0),
 )
 
 

@@ -192,3 +192,25 @@ def test_class_table_has_a_column_per_class_in_order():
     assert rows["requests sent"] == [str(sum(r.request_class == n for r in records)) for n in ("chat", "batch")]
     assert rows["SLO ms"] == ["ttft<150 tpot<100", "ttft<300 tpot<100"]
     assert float(rows["share %"][0]) + float(rows["share %"][1]) == pytest.approx(100.0, abs=0.1)
+
+
+def test_class_e2e_percentiles_per_second_and_checkpoints_from_before_them():
+    header, records = mixed_header(), mixed_records()
+    b = built(records, header, until=12.0)
+    chat, batch = b.snapshot().classes
+    # batch answers start later (TTFT 0.2-0.6 s against 0.05-0.25 s) with the same lengths
+    assert np.nanmean(chat.series["e2el_p50"]) < np.nanmean(batch.series["e2el_p50"])
+    meta, arrays = b.export_state()
+    # as a builder without E2E percentiles wrote it: two histograms a second, no e2el_* series
+    for state, prefix in [(meta, "")] + [(sub, f"class{i}/") for i, (_, sub) in enumerate(meta["classes"])]:
+        state["hist_totals"] = [totals[:2] for totals in state["hist_totals"]]
+        state["final"] = [spec for spec in state["final"] if not spec[0].startswith("e2el")]
+        if f"{prefix}hists" in arrays:
+            arrays[f"{prefix}hists"] = arrays[f"{prefix}hists"][:, :2]
+    restored = SeriesBuilder.from_state(header, meta, arrays)
+    for r in records:
+        if r.end_at > 12.0:
+            restored.on_request(r)
+    restored.on_finish(max(r.end_at for r in records) + 1)
+    late = restored.snapshot().classes[1].series["e2el_p50"]
+    assert math.isnan(late[0]) and not math.isnan(late[-3])

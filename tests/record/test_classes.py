@@ -102,7 +102,7 @@ def test_html_report_has_a_classes_section_with_a_line_per_class(recorded, tmp_p
     section = page[page.index('<h2 id="classes">') : page.index("<h2>Steps</h2>")]
     assert "<tr><th></th><th>chat</th><th>batch</th></tr>" in section
     assert "<tr><th>SLO ms</th><td>ttft&lt;400</td><td>ttft&lt;2000</td></tr>" in section
-    assert section.count("<svg") == 3 and section.count(">chat</text>") == 3
+    assert section.count("<svg") == 4 and section.count(">chat</text>") == 4
 
 
 def test_the_replay_rebuilds_the_live_class_figures(recorded):
