@@ -22,7 +22,7 @@ from typing import Any
 
 from rampwatch.core.timeline import RequestRecord, RunHeader
 from rampwatch.loadgen.segments import SegmentTable
-from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, to_bench_result
+from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, first_token_send, to_bench_result
 
 MIX_KEY = "mix"
 CLASS_NOTE = (
@@ -96,7 +96,9 @@ class ClassSummaries:
 def class_summaries(
     header: RunHeader | None, records: Sequence[RequestRecord], idle_duration_s: float = 0.0, **builder_options: Any
 ) -> dict[str, Summary]:
-    """Each class's ``Summary`` from requests held in memory (a run's end, tests)."""
+    """Each class's ``Summary`` from requests held in memory (a run's end, tests); the
+    peak token rate's bins start where the run's do (``first_token_send``)."""
+    builder_options.setdefault("token_bins_from", first_token_send(records))
     accumulator = ClassSummaries(header, **builder_options)
     accumulator.add_records(records)
     return accumulator.build(header, idle_duration_s)

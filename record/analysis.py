@@ -54,14 +54,7 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         options.setdefault("slo", (header.scenario or {}).get("slo") or None)
         options.setdefault("gpu_price_per_hour", (header.options or {}).get("gpu_price_per_hour"))
     frames = [f for f in recording.request_frames if f.count]
-    # A first pass over the scalars: the token bins start at a send the blocks share.
-    starts = []
-    for info in frames:
-        c = recording.request_columns(info, with_chunks=False)
-        use = _succeeded(c) & c.has_first
-        if use.any():
-            starts.append(float(c.sent_at[use].min()))
-    builder = SummaryBuilder(**options, token_bins_from=min(starts, default=None), itl_values=stats.MicrosecondCounts)
+    builder = SummaryBuilder(**options, token_bins_from=first_token_send(recording), itl_values=stats.MicrosecondCounts)
     for info in frames:
         builder.add_block(request_block(recording.request_columns(info, with_chunks=True)))
     return builder.build(
@@ -72,6 +65,18 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         gpu=gpu_figures(recording.samples),
         knee_why=knee_explanation(recording.events),
     )
+
+
+def first_token_send(recording: Recording) -> float | None:
+    """``summary.first_token_send`` of a recording, from a first pass over its scalars:
+    where the token bins start, a send every block shares."""
+    starts = []
+    for info in (f for f in recording.request_frames if f.count):
+        c = recording.request_columns(info, with_chunks=False)
+        use = _succeeded(c) & c.has_first
+        if use.any():
+            starts.append(float(c.sent_at[use].min()))
+    return min(starts, default=None)
 
 
 def with_knee_explanation(summary: Summary, snapshot: Snapshot) -> Summary:
@@ -290,7 +295,9 @@ def class_figures(recording: Recording) -> dict[str, Summary]:
     options: dict[str, Any] = {}
     if header is not None:
         options["gpu_price_per_hour"] = (header.options or {}).get("gpu_price_per_hour")
-    accumulator = ClassSummaries(header, itl_values=stats.MicrosecondCounts, **options)
+    accumulator = ClassSummaries(
+        header, itl_values=stats.MicrosecondCounts, token_bins_from=first_token_send(recording), **options
+    )
     for info in (f for f in recording.request_frames if f.count):
         accumulator.add_records(recording.decode_requests(info))
     return accumulator.build(header, recording.duration_s)

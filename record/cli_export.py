@@ -170,11 +170,21 @@ def _bench_list(recording, info, key: str, summary) -> list:
 
 def write_bench_result(recording, summary, path: Path, detailed: bool = False) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
-    every chunk gap of the run) are never all in memory at once."""
+    every chunk gap of the run) are never all in memory at once. A mixture's ``per_class``
+    section has each class's figures without the per-request lists (the top level's lists
+    cover every request)."""
     from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
+    from rampwatch.record.analysis import class_figures
 
     result = to_bench_result(summary, recording.header, [], detailed=detailed)
     result["num_prompts"] = recording.request_count
+    per_class = {}
+    for name, figures in class_figures(recording).items():
+        one = to_bench_result(figures, recording.header, [])
+        one["num_prompts"] = figures.completed + figures.failed + figures.cancelled
+        per_class[name] = {k: v for k, v in one.items() if k not in PER_REQUEST_KEYS}
+    if per_class:
+        result["per_class"] = per_class
     with open(path, "w") as f:
         f.write("{")
         for i, (key, value) in enumerate(result.items()):

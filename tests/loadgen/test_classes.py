@@ -11,7 +11,7 @@ import pytest
 from rampwatch.core.timeline import CLASS_SERIES_NAMES, RequestRecord, RunHeader, Tick
 from rampwatch.loadgen.classes import class_summaries, class_table, per_class_results, slo_attainment_pct
 from rampwatch.loadgen.series import SeriesBuilder
-from rampwatch.loadgen.summary import SummaryBuilder
+from rampwatch.loadgen.summary import SummaryBuilder, first_token_send
 
 TOP_SLO = {"ttft_ms": 300.0, "tpot_ms": 100.0}
 CLASSES = {"chat": {"ttft_ms": 150.0}, "batch": None}
@@ -79,7 +79,7 @@ def test_each_class_summary_is_the_one_summary_over_its_records_under_its_slo():
     window = max(r.end_at for r in records) - min(r.sent_at for r in records)
     for name, slo in (("chat", {"ttft_ms": 150.0, "tpot_ms": 100.0}), ("batch", TOP_SLO)):
         mine = [r for r in records if r.request_class == name]
-        builder = SummaryBuilder(slo)
+        builder = SummaryBuilder(slo, token_bins_from=first_token_send(records))  # the run's token bins
         for r in mine:
             builder.add(r)
         assert summaries[name] == builder.build(header, duration_s=window)
