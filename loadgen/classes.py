@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rampwatch.core.timeline import RequestRecord, RunHeader
+from rampwatch.loadgen.mixture import MIX_KEY
 from rampwatch.loadgen.segments import SegmentTable
 from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, first_token_send, to_bench_result
 
-MIX_KEY = "mix"
 CLASS_NOTE = (
     "one column per class of the mixture; each one's figures are the run summary of its "
     "requests over the run's window, good-put under its SLO (the scenario's slo with the class's own keys)"

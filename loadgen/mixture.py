@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.loadgen.requests import PreparedRequest
-from rampwatch.loadgen.schedules import describe, number_check
+from rampwatch.loadgen.schedules import describe, dotted, number_check
 
 MIX_KEY = "mix"
 # A class's own keys beside its workload's.
@@ -39,13 +39,6 @@ CLASS_SEED_STREAM = 104
 Path_ = tuple[str | int, ...]
 
 
-def _dotted(path: Path_) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def check_mix(
     p: Any,
     w: dict[str, Any],
@@ -59,7 +52,7 @@ def check_mix(
     mix_path = path + (MIX_KEY,)
     for key in w:
         if key != MIX_KEY:
-            p.add(path + (key,), f"cannot be combined with {_dotted(mix_path)} (each class has its own workload)", True)
+            p.add(path + (key,), f"cannot be combined with {dotted(mix_path)} (each class has its own workload)", True)
     mix = w[MIX_KEY]
     if not isinstance(mix, list) or not mix:
         p.add(mix_path, f"expected a list of classes ({{name, weight, …workload…}}), got {describe(mix)}")
@@ -76,7 +69,7 @@ def check_mix(
         elif not isinstance(name, str) or not name.strip() or not name.isprintable():
             p.add(class_path + ("name",), f"expected a non-empty name on one line, got {describe(name)}")
         elif name in seen:
-            p.add(class_path + ("name",), f"duplicate class name {name!r} (also {_dotted(mix_path + (seen[name],))})")
+            p.add(class_path + ("name",), f"duplicate class name {name!r} (also {dotted(mix_path + (seen[name],))})")
         else:
             seen[name] = i
         weight = item.get("weight")
@@ -97,10 +90,6 @@ def check_mix(
             }
         )
     return {MIX_KEY: classes}
-
-
-def is_mixture(workload: dict[str, Any] | None) -> bool:
-    return isinstance(workload, dict) and isinstance(workload.get(MIX_KEY), list)
 
 
 def class_workload(spec: dict[str, Any]) -> dict[str, Any]:

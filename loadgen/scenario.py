@@ -30,6 +30,7 @@ from rampwatch.loadgen.schedules import (
     check_schedule,
     choice_check,
     describe,
+    dotted,
     is_number,
     number_check,
     unknown_key_message,
@@ -68,13 +69,6 @@ WORKLOAD_KEYS = (
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
 Path_ = tuple[str | int, ...]
-
-
-def dotted(path: Path_) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 # --------------------------------------------------------------------------- files
