@@ -28,7 +28,7 @@ from rampwatch.core.text import server_text
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
-from rampwatch.loadgen.classes import per_class_results
+from rampwatch.loadgen.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
 from rampwatch.loadgen.knee_explain import ServerLimits
@@ -546,21 +546,20 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         idle_duration_s=result.duration_s,
     )
     print(format_summary(summary), file=out)
+    classes = class_summaries(
+        result.header, result.requests, result.duration_s, gpu_price_per_hour=args.gpu_price_per_hour
+    )
+    if classes:  # a mixture: its classes side by side, as `rampwatch report` prints them
+        print(f"Classes ({CLASS_NOTE})", file=out)
+        print(class_table({name: s.to_dict() for name, s in classes.items()}).text(), file=out)
     code = 0
     if prepared.result_json_path is not None:
         try:
             prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
             detailed = args.save_detailed or args.save_generated_texts
             bench = to_bench_result(summary, result.header, result.requests, detailed=detailed)
-            per_class = per_class_results(
-                result.header,
-                result.requests,
-                detailed=detailed,
-                idle_duration_s=result.duration_s,
-                gpu_price_per_hour=args.gpu_price_per_hour,
-            )
-            if per_class:  # a mixture: each class's figures in the same schema
-                bench["per_class"] = per_class
+            if classes:  # a mixture: each class's figures in the same schema
+                bench["per_class"] = per_class_results(result.header, result.requests, classes, detailed=detailed)
             prepared.result_json_path.write_bytes(dumps_bench_result(bench))
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands

@@ -175,17 +175,15 @@ def class_table(summaries: Mapping[str, Mapping[str, Any]]) -> SegmentTable:
 def per_class_results(
     header: RunHeader | None,
     records: Sequence[RequestRecord],
+    summaries: Mapping[str, Summary],
     *,
     detailed: bool = False,
-    idle_duration_s: float = 0.0,
-    **builder_options: Any,
 ) -> dict[str, dict[str, Any]]:
-    """The result JSON's ``per_class`` section: for each class, the result JSON of its
-    requests alone (``to_bench_result``, the top level's schema); empty outside a mixture."""
-    summaries = class_summaries(header, records, idle_duration_s, **builder_options)
+    """The result JSON's ``per_class`` section: for each class (``class_summaries``), the
+    result JSON of its requests alone (``to_bench_result``, the top level's schema)."""
     groups: dict[str, list[RequestRecord]] = {name: [] for name in summaries}
     for record in records:
-        if record.request_class is not None:
+        if record.request_class in groups:
             groups[record.request_class].append(record)
     return {
         name: to_bench_result(summary, header, groups[name], detailed=detailed) for name, summary in summaries.items()

@@ -98,7 +98,7 @@ def test_per_class_results_have_the_top_level_schema():
 
     header, records = mixed_header(), mixed_records()
     top = to_bench_result(summarise_requests(header, records, [], [], slo=TOP_SLO), header, records)
-    per_class = per_class_results(header, records)
+    per_class = per_class_results(header, records, class_summaries(header, records))
     assert list(per_class) == ["chat", "batch"]
     for name, result in per_class.items():
         assert list(result) == list(top)
@@ -107,7 +107,7 @@ def test_per_class_results_have_the_top_level_schema():
     plain_header.scenario = {"workload": {"input_tokens": {"dist": "fixed", "value": 8}}}
     for r in records:
         r.request_class = None
-    assert per_class_results(plain_header, records) == {}  # not a mixture: no section
+    assert class_summaries(plain_header, records) == {}  # not a mixture: no section
 
 
 def test_class_series_add_up_to_the_run_and_good_put_to_the_class_summary():

@@ -162,6 +162,8 @@ def test_the_shipped_mixture_runs_headless_with_per_class_figures(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
+    table = proc.stdout[proc.stdout.index("Classes (") :].splitlines()
+    assert table[1].split() == ["chat", "classification", "code-generation"]
     top = json.loads(result.read_text())
     per_class = top.pop("per_class")
     assert list(per_class) == ["chat", "classification", "code-generation"]

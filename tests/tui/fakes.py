@@ -262,6 +262,10 @@ def fake_mixed_snapshot(t: float, **kwargs: Any) -> Snapshot:
                 series[key] = [v * share * met / 100 for v in snap.series["completed_rps"]]
             elif key.startswith(("ttft", "itl")):
                 series[key] = [v * scale for v in snap.series[key]]
+            elif key.startswith("e2el"):  # the first token, then ~150 more at the ITL
+                q = key.removeprefix("e2el_")
+                ttft, itl = snap.series[f"ttft_{q}"], snap.series[f"itl_{q}"]
+                series[key] = [(a + 150 * b) * scale for a, b in zip(ttft, itl, strict=True)]
             else:
                 series[key] = [v * share for v in snap.series[key]]
         summary = {

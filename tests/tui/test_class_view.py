@@ -90,9 +90,10 @@ def test_mixed_run_latency_of_the_chat_class_160x48(snap_compare):
     assert snap_compare(mixed_live(), terminal_size=(160, 48), run_before=chat_class_shown)
 
 
-def test_mixed_replay_latency_tab_of_a_class_80x24(snap_compare):
+def test_mixed_replay_latency_tab_of_a_class_100x34(snap_compare):
     """A narrow replay's Latency tab after `w`: the classification class's latencies, the
-    Classes panel under the chart."""
+    Classes panel under the chart. (At 80x24 the chart's nine rows make plotext place
+    colliding tick labels differently from one process to the next.)"""
 
     async def latency_tab(pilot) -> None:
         await charts_settled(pilot)
@@ -100,4 +101,4 @@ def test_mixed_replay_latency_tab_of_a_class_80x24(snap_compare):
         await charts_settled(pilot)
 
     app = make_replay_app(MixedReplay(position=95.0), recording="runs/mixed.rwrec")
-    assert snap_compare(app, terminal_size=(80, 24), run_before=latency_tab)
+    assert snap_compare(app, terminal_size=(100, 34), run_before=latency_tab)
