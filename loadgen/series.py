@@ -390,9 +390,10 @@ class SeriesBuilder:
             return
         c = self._counts
         for record in records:
-            if record.request_class is not None and self.class_name is None:
-                self._class_builder(record.request_class)._queued.append(record)
-            self.steps.on_request(record)
+            if self.class_name is None:  # a class builder keeps no step table
+                self.steps.on_request(record)
+                if record.request_class is not None:
+                    self._class_builder(record.request_class)._queued.append(record)
             c["offered_rps"].add(_sec(record.scheduled_at), 1.0)
             c["sent_rps"].add(_sec(record.sent_at), 1.0)
             end = _sec(record.end_at)
