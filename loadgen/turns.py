@@ -331,3 +331,9 @@ def turn_table(
     figures = TurnFigures(ttft_values, itl_values)
     figures.add(records)
     return figures.table()
+
+
+def turn_sections(table: TurnTable | None) -> dict[str, Any]:
+    """The result JSON's ``per_turn`` and ``sessions``: empty for a run without sessions,
+    so that such a run's file keeps exactly its fields."""
+    return {} if table is None else table.to_json()
