@@ -27,7 +27,7 @@ def session_records(
         for turn in range(1, turns + 1):
             prompt = HISTORY_PER_TURN * turn
             reused = HISTORY_PER_TURN * (turn - 1)  # the history the server saw last turn
-            ttft = 0.2 if turn == 1 else 0.05 + 0.01 * session / sessions
+            ttft = 0.2 if turn == 1 else 0.05 + 0.002 * turn + 0.01 * session / sessions
             first = t + ttft
             failed = fail.get(session) == turn
             records.append(
