@@ -214,3 +214,13 @@ def test_a_row_with_only_failures_has_no_latencies():
     row = table.rows[0]
     assert row.ttft_ms is None and row.itl_ms is None and row.input_tokens_mean is None
     assert row.hit_rate_pct is None and row.errors == 1
+
+
+def test_queued_records_are_bounded_and_folded_when_read():
+    figures = TurnFigures()
+    records = session_records(sessions=300, turns=4)
+    for r in records:
+        figures.add([r])
+        assert len(figures._pending) < TurnFigures.FOLD_AT_PENDING
+    assert figures.table() == turn_table(records, stats.RunningValues, stats.RunningValues)
+    assert figures._pending == []
