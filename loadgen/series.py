@@ -190,6 +190,8 @@ class SeriesBuilder:
         # A session workload's figures by turn index (``loadgen.turns``); None until a
         # request with a turn ends (runs without sessions never have them).
         self.turns: TurnFigures | None = None
+        # The run's count of sessions that ended, from ticks that carry one.
+        self.sessions_finished: int | None = None
         # False when restored from a checkpoint written before the step table existed:
         # its rows would miss the run before the checkpoint (replays then start over).
         self.steps_complete = True
@@ -258,6 +260,7 @@ class SeriesBuilder:
         }
         if self.turns is not None:
             meta["turns"] = self.turns.export_state(arrays)
+            meta["sessions_finished"] = self.sessions_finished
         if self._segment_starts:
             meta["config_segments"] = {
                 "starts": list(self._segment_starts),
@@ -347,6 +350,7 @@ class SeriesBuilder:
         # Checkpoints of runs without sessions (and from before them) have none.
         if "turns" in meta:
             b.turns = TurnFigures.restore_state(meta["turns"], arrays)
+            b.sessions_finished = meta.get("sessions_finished")
         if "steps" in meta:
             b.steps = StepTracker.restore_state(meta["steps"], arrays)
         else:  # a checkpoint from before the step table
@@ -482,6 +486,9 @@ class SeriesBuilder:
         self.target_rps = tick.target_rps
         self.in_flight = tick.in_flight
         self.oldest_sent_at = tick.oldest_sent_at
+        finished = getattr(tick, "sessions_finished_total", None)  # ticks of a session workload
+        if finished is not None:
+            self.sessions_finished = int(finished)
         if tick.planned_end_s is not None:
             self.planned_end_s = tick.planned_end_s
         s = _sec(tick.t)
@@ -722,5 +729,5 @@ class SeriesBuilder:
             gpus=combine_gpus(list(self._gpu_latest.values())) if self._gpu_latest else {},
             last_good_gpu_t=self.last_good_gpu_t,
             configurations=self.configurations(now, arrays),
-            turns=None if self.turns is None else self.turns.table(),
+            turns=None if self.turns is None else self.turns.table(self.sessions_finished),
         )

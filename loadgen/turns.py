@@ -15,9 +15,11 @@ table stays bounded however long the conversations — with, over the row's requ
 
 Session totals come from the same counts, without a set of session ids, because every
 session has one turn 1 and a failed turn ends its session: ``sessions`` = turn-1 requests,
-``ended_by_error`` = failed turns, ``cancelled`` = cancelled turns, ``finished`` = the
-rest (a session in progress counts there until its next turn fails; so does one the run's
-end stopped between two turns), ``mean_turns`` = turns sent / sessions.
+``ended_by_error`` = failed turns, ``cancelled`` = cancelled turns, ``without_error`` =
+the rest (finished, still in progress, or stopped between two turns by the run's end:
+records cannot tell these apart), ``mean_turns`` = turns sent / sessions. ``finished``
+is the run's own count of the sessions that ended, when its ticks carry one
+(``sessions_finished_total``), else None.
 
 ``TurnFigures`` accumulates the rows from records in batches: live (``loadgen.series``,
 bounded: ``stats.RunningValues``, percentiles within 1%), at the run's end and from a
@@ -67,14 +69,18 @@ def hit_rate_pct(cached_tokens: int, prompt_tokens: int, reporting: int) -> floa
     return 100.0 * cached_tokens / prompt_tokens
 
 
-def session_totals(turn1_requests: int, requests: int, errors: int, cancelled: int) -> SessionTotals:
-    """The session totals from per-turn counts (see the module docstring)."""
+def session_totals(
+    turn1_requests: int, requests: int, errors: int, cancelled: int, finished: int | None = None
+) -> SessionTotals:
+    """The session totals from per-turn counts (see the module docstring); ``finished``:
+    the run's own count, when it has one."""
     return SessionTotals(
         sessions=turn1_requests,
-        finished=max(0, turn1_requests - errors - cancelled),
+        without_error=max(0, turn1_requests - errors - cancelled),
         ended_by_error=errors,
         cancelled=cancelled,
         mean_turns=requests / turn1_requests if turn1_requests else None,
+        finished=finished,
     )
 
 
@@ -97,10 +103,11 @@ class TurnRow:
 @dataclass(frozen=True)
 class SessionTotals:
     sessions: int
-    finished: int
+    without_error: int
     ended_by_error: int
     cancelled: int
     mean_turns: float | None
+    finished: int | None = None  # the run's count (its ticks), None when it has none
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,11 +171,10 @@ TEXT_COLUMNS = (
 
 def sessions_line(totals: SessionTotals, active: int | None = None) -> str:
     """The totals in a line; ``active``: the run's open sessions when known (its ticks)."""
-    parts = [
-        f"sessions {totals.sessions}",
-        f"finished {totals.finished}",
-        f"ended by an error {totals.ended_by_error}",
-    ]
+    parts = [f"sessions {totals.sessions}"]
+    if totals.finished is not None:
+        parts.append(f"finished {totals.finished}")
+    parts += [f"ended by an error {totals.ended_by_error}", f"no error {totals.without_error}"]
     if totals.cancelled:
         parts.append(f"cancelled {totals.cancelled}")
     if active is not None:
@@ -308,8 +314,9 @@ class TurnFigures:
         for index, group in groups.items():
             self._rows[index].add(group)
 
-    def table(self) -> TurnTable | None:
-        """The rows up to the highest turn seen and the session totals; None before any turn."""
+    def table(self, finished: int | None = None) -> TurnTable | None:
+        """The rows up to the highest turn seen and the session totals (``finished``: the
+        run's count of ended sessions, when known); None before any turn."""
         self._fold()
         if not self._rows:
             return None
@@ -319,6 +326,7 @@ class TurnFigures:
             requests=sum(r.requests for r in rows),
             errors=sum(r.errors for r in rows),
             cancelled=sum(r.cancelled for r in rows),
+            finished=finished,
         )
         return TurnTable(rows, totals)
 

@@ -290,4 +290,6 @@ def recording_turns(recording: Recording) -> TurnTable | None:
     for info in (f for f in recording.request_frames if f.count):
         if "turn" in recording.request_columns(info, with_chunks=False).strings:
             figures.add(recording.decode_requests(info))
-    return figures.table()
+    # the run's count of ended sessions, when its ticks carry one
+    counts = (getattr(tick, "sessions_finished_total", None) for tick in reversed(recording.ticks))
+    return figures.table(next((int(c) for c in counts if c is not None), None))

@@ -59,14 +59,15 @@ def test_hit_rate_is_cached_over_prompt_tokens_of_the_reporting_requests(cached,
 
 
 @pytest.mark.parametrize(
-    ("turn1", "requests", "errors", "cancelled", "finished", "mean"),
+    ("turn1", "requests", "errors", "cancelled", "without_error", "mean"),
     [(0, 0, 0, 0, 0, None), (4, 10, 1, 0, 3, 2.5), (3, 3, 1, 1, 1, 1.0), (2, 5, 3, 0, 0, 2.5)],
 )
-def test_session_totals_from_the_turn_counts(turn1, requests, errors, cancelled, finished, mean):
+def test_session_totals_from_the_turn_counts(turn1, requests, errors, cancelled, without_error, mean):
     totals = session_totals(turn1, requests, errors, cancelled)
-    assert (totals.sessions, totals.finished, totals.ended_by_error, totals.cancelled) == (
+    assert totals.finished is None  # records cannot tell finished sessions from open ones
+    assert (totals.sessions, totals.without_error, totals.ended_by_error, totals.cancelled) == (
         turn1,
-        finished,
+        without_error,
         errors,
         cancelled,
     )
@@ -126,17 +127,17 @@ def test_a_failed_turn_counts_as_an_error_and_ends_its_session():
     assert [r.requests for r in table.rows] == [4, 3, 2]
     assert [r.errors for r in table.rows] == [1, 1, 0]
     totals = table.sessions
-    assert (totals.sessions, totals.finished, totals.ended_by_error, totals.cancelled) == (4, 2, 2, 0)
+    assert (totals.sessions, totals.without_error, totals.ended_by_error, totals.cancelled) == (4, 2, 2, 0)
     assert totals.mean_turns == pytest.approx(9 / 4)
     # failed turns are not in the latencies, the input tokens or the hit rate
     assert table.rows[0].input_tokens_mean == HISTORY_PER_TURN
     assert table.rows[1].hit_rate_pct == pytest.approx(50.0)
 
 
-def test_a_cancelled_turn_is_neither_an_error_nor_finished():
+def test_a_cancelled_turn_is_neither_an_error_nor_without_error():
     table = turn_table([record(1, session=0), record(1, session=1, error="cancelled")])
     assert (table.rows[0].errors, table.rows[0].cancelled) == (0, 1)
-    assert (table.sessions.finished, table.sessions.cancelled) == (1, 1)
+    assert (table.sessions.without_error, table.sessions.cancelled) == (1, 1)
 
 
 def test_high_turns_fold_into_the_last_row():
@@ -160,7 +161,7 @@ def test_the_table_text_has_a_row_per_turn_and_the_totals():
     lines = table.text().splitlines()
     assert lines[0].split()[:3] == ["turn", "requests", "errors"]
     assert [line.split()[0] for line in lines[1:4]] == ["1", "2", "3"]
-    assert lines[4] == "sessions 3 · finished 3 · ended by an error 0 · mean turns 3.00"
+    assert lines[4] == "sessions 3 · ended by an error 0 · no error 3 · mean turns 3.00"
 
 
 @pytest.mark.parametrize("batch", [1, 5, 1000])
@@ -224,3 +225,25 @@ def test_queued_records_are_bounded_and_folded_when_read():
         assert len(figures._pending) < TurnFigures.FOLD_AT_PENDING
     assert figures.table() == turn_table(records, stats.RunningValues, stats.RunningValues)
     assert figures._pending == []
+
+
+def test_the_runs_own_count_of_finished_sessions_comes_from_its_ticks():
+    """A session workload's ticks carry ``sessions_finished_total``; read when present."""
+    import dataclasses
+
+    from rampwatch.core.timeline import Tick
+
+    @dataclasses.dataclass(slots=True)
+    class SessionTick(Tick):
+        sessions_finished_total: int = 0
+
+    builder = SeriesBuilder()
+    for kind, item in session_stream(session_records(sessions=3, turns=2)):
+        getattr(builder, f"on_{kind}")(item)
+    assert builder.snapshot().turns.sessions.finished is None
+    builder.on_tick(SessionTick(t=9.0, target_rps=1.0, state="ramping", sessions_finished_total=2))
+    totals = builder.snapshot().turns.sessions
+    assert totals.finished == 2 and totals.without_error == 3
+    restored = SeriesBuilder.from_state(None, *builder.export_state())
+    assert restored.snapshot().turns.sessions.finished == 2
+    assert "sessions 3 · finished 2 · ended by an error 0 · no error 3" in builder.snapshot().turns.text()

@@ -59,7 +59,7 @@ def test_report_text_has_the_turns_table(recorded, capsys):
     assert rows["1"][1:3] == ["8", "0"] and rows["3"][1:3] == ["8", "1"]
     assert rows["1"][-1] == "0.0" and rows["2"][-1] == "50.0" and rows["4"][-1] == "75.0"
     assert float(rows["1"][3]) > 3 * float(rows["2"][3])  # TTFT p50 falls from turn 2
-    assert turns[7].startswith("sessions 8 · finished 7 · ended by an error 1")
+    assert turns[7].startswith("sessions 8 · ended by an error 1 · no error 7")
 
 
 def test_report_json_has_per_turn_and_sessions(recorded, capsys):
@@ -69,10 +69,11 @@ def test_report_json_has_per_turn_and_sessions(recorded, capsys):
     assert out["per_turn"][2]["errors"] == 1
     assert out["sessions"] == {
         "sessions": 8,
-        "finished": 7,
+        "without_error": 7,
         "ended_by_error": 1,
         "cancelled": 0,
         "mean_turns": pytest.approx(31 / 8),
+        "finished": None,  # the recorded ticks carry no count of their own
     }
 
 
@@ -95,7 +96,7 @@ def test_html_export_has_the_turns_section_with_its_chart(recorded, tmp_path):
     section = page[page.index('<h2 id="turns">') :]
     assert 'aria-label="TTFT p50 and prefix-cache hit rate by turn"' in section
     assert section.count("<polyline") == 2  # TTFT p50 and hit rate
-    assert "<td>50.0</td>" in section and "sessions 8 · finished 7 · ended by an error 1" in section
+    assert "<td>50.0</td>" in section and "sessions 8 · ended by an error 1 · no error 7" in section
 
 
 def test_replay_shows_the_turns_at_the_end_and_mid_run(recorded):
@@ -154,7 +155,7 @@ def test_the_end_of_a_run_prints_the_turns_and_writes_them_to_the_result_json(tm
         assert [row["requests"] for row in written["per_turn"]] == [4, 4, 4]
         assert [row["hit_rate_pct"] for row in written["per_turn"]] == pytest.approx([0.0, 50.0, 200 / 3])
         assert written["sessions"]["sessions"] == 4 and written["sessions"]["mean_turns"] == 3
-        assert "\nTurns (" in out.getvalue() and "sessions 4 · finished 4" in out.getvalue()
+        assert "\nTurns (" in out.getvalue() and "sessions 4 · ended by an error 0 · no error 4" in out.getvalue()
     else:
         assert "per_turn" not in written and "sessions" not in written
         assert "Turns" not in out.getvalue()

@@ -63,11 +63,11 @@ def test_the_table_has_a_row_per_turn_with_bars_for_ttft_and_hit_rate():
 def test_the_sessions_line_has_the_session_series_when_the_run_has_them():
     with_series = sessions_text(multi_turn_snapshot(), multi_turn_snapshot().turns)
     assert with_series == (
-        "sessions 40 · finished 37 · ended by an error 3 · active 12 · mean turns 5.85\n"
+        "sessions 40 · ended by an error 3 · no error 37 · active 12 · mean turns 5.85\n"
         "sessions/s: started 2.00 · finished 1.80"
     )
     without = multi_turn_snapshot(session_series=False)
-    assert sessions_text(without, without.turns) == "sessions 40 · finished 37 · ended by an error 3 · mean turns 5.85"
+    assert sessions_text(without, without.turns) == "sessions 40 · ended by an error 3 · no error 37 · mean turns 5.85"
 
 
 async def test_u_says_why_when_the_run_has_no_sessions():
