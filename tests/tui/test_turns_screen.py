@@ -70,9 +70,19 @@ def test_the_sessions_line_has_the_session_series_when_the_run_has_them():
     assert sessions_text(without, without.turns) == "sessions 40 · ended by an error 3 · no error 37 · mean turns 5.85"
 
 
+async def first_snapshot(pilot) -> None:
+    """Wait for the app's first poll of its source (keys act on the latest snapshot)."""
+    for _ in range(200):
+        if pilot.app.latest.header is not None:
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("no snapshot came")
+
+
 async def test_u_says_why_when_the_run_has_no_sessions():
     app = make_live_app(FrozenSource(fake_snapshot(60.0)), FakeControl())
     async with app.run_test(size=(100, 30)) as pilot:
+        await first_snapshot(pilot)
         await pilot.press("u")
         await pilot.pause()
         assert not isinstance(app.screen, TurnsScreen)
@@ -83,6 +93,7 @@ async def test_u_opens_and_closes_the_turns_and_follows_the_run():
     source = FrozenSource(multi_turn_snapshot())
     app = make_live_app(source, FakeControl())
     async with app.run_test(size=(100, 30)) as pilot:
+        await first_snapshot(pilot)
         await pilot.press("u")
         await pilot.pause()
         assert isinstance(app.screen, TurnsScreen)
@@ -118,6 +129,7 @@ async def test_the_replay_of_a_session_recording_shows_the_turns(session_recordi
     timeline.seek(timeline.duration)
     app = make_replay_app(timeline, recording=str(session_recording))
     async with app.run_test(size=(120, 40)) as pilot:
+        await first_snapshot(pilot)
         await pilot.press("u")
         await pilot.pause()
         assert isinstance(app.screen, TurnsScreen)
