@@ -100,12 +100,15 @@ class TurnsScreen(ModalScreen[None]):
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         """A newer snapshot's figures (live: the open table follows the run; replay: the position)."""
-        self.snapshot = snapshot
+        previous, self.snapshot = self.snapshot, snapshot
         table = snapshot.turns
         if table is None:  # a replay sought back before the first turn ended
             self.query_one("#turns-table", Static).update("no turn has ended yet at this point of the run")
             return
-        self.query_one("#turns-sessions", Static).update(sessions_text(snapshot, table))
+        sessions = sessions_text(snapshot, table)
+        if table == previous.turns and sessions == sessions_text(previous, table):
+            return  # nothing new: no redraw
+        self.query_one("#turns-sessions", Static).update(sessions)
         self.query_one("#turns-table", Static).update(turns_renderable(table))
         self.query_one("#turns-hint", Static).update(self._hint(table))
 
