@@ -42,6 +42,7 @@ from rampwatch.loadgen.runner import Run, RunOptions, RunResult, host_info
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
+from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections, turn_table
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
@@ -545,20 +546,17 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         idle_duration_s=result.duration_s,
     )
     print(format_summary(summary), file=out)
+    turns = turn_table(result.requests)
+    if turns is not None:
+        print(f"\nTurns ({TURNS_NOTE})\n{turns.text()}", file=out)
     code = 0
     if prepared.result_json_path is not None:
         try:
             prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
-            prepared.result_json_path.write_bytes(
-                dumps_bench_result(
-                    to_bench_result(
-                        summary,
-                        result.header,
-                        result.requests,
-                        detailed=args.save_detailed or args.save_generated_texts,
-                    )
-                )
+            bench = to_bench_result(
+                summary, result.header, result.requests, detailed=args.save_detailed or args.save_generated_texts
             )
+            prepared.result_json_path.write_bytes(dumps_bench_result({**bench, **turn_sections(turns)}))
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
             print(f"rampwatch run: cannot write {prepared.result_json_path}: {exc.strerror or exc}", file=sys.stderr)
