@@ -154,7 +154,7 @@ class BlockPool:
         # Later copies of a cached block, oldest first: two requests that computed the same
         # block at once both keep theirs hashed (vLLM's BlockHashToBlockMap holds several
         # blocks per hash), so the copy outlives the eviction of the first one.
-        self.duplicates: dict[int, list[int]] = {}
+        self.duplicates: dict[int, dict[int, None]] = {}  # insertion-ordered sets
         # Insertion order = eviction order (head is least recently freed).
         self.free_queue: OrderedDict[int, None] = OrderedDict()
 
@@ -229,18 +229,20 @@ class BlockPool:
         self.block_hash[block] = h
         first = self.cached.setdefault(h, block)
         if first != block:
-            self.duplicates.setdefault(h, []).append(block)
+            self.duplicates.setdefault(h, {})[block] = None
 
     def _forget(self, block: int, h: int) -> None:
         """Drop an evicted block from the cache; an older-first copy takes its place."""
         copies = self.duplicates.get(h)
         if self.cached.get(h) == block:
             if copies:
-                self.cached[h] = copies.pop(0)
+                oldest = next(iter(copies))
+                del copies[oldest]
+                self.cached[h] = oldest
             else:
                 del self.cached[h]
         elif copies is not None:
-            copies.remove(block)
+            del copies[block]
         if copies is not None and not copies:
             del self.duplicates[h]
 
