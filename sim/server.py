@@ -58,10 +58,13 @@ def generated_text(token_ids: list[int], continuation: bool = False) -> str:
     return "".join(_TOKENIZER.token_text(t, i == 0 and not continuation) for i, t in enumerate(token_ids))
 
 
-def cache_created_tokens(req: SimRequest, block_size: int) -> int:
+def cache_created_tokens(req: SimRequest, config: SimConfig) -> int:
     """vLLM's ``created_cache_tokens``: prompt tokens this request computed and cached,
-    the prompt's full blocks less those it found cached."""
-    return max(0, req.num_prompt_tokens // block_size * block_size - req.num_cached_tokens)
+    the prompt's full blocks less those it found cached (none without prefix caching)."""
+    if not config.enable_prefix_caching:
+        return 0
+    bs = config.block_size
+    return max(0, req.num_prompt_tokens // bs * bs - req.num_cached_tokens)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -548,7 +551,7 @@ class SimServer:
         cached, completions leave that null)."""
         if not self.config.enable_prompt_tokens_details:
             return None
-        created = cache_created_tokens(req, self.config.block_size) if chat else None
+        created = cache_created_tokens(req, self.config) if chat else None
         return {"cached_tokens": req.num_cached_tokens, "created_cache_tokens": created, "multimodal_tokens": None}
 
     def _streamed_details(self, stream: _Stream) -> bytes:
@@ -558,7 +561,7 @@ class SimServer:
         req = stream.req
         if not stream.chat:
             return b',"prompt_tokens_details":{"cached_tokens":%d}' % req.num_cached_tokens
-        created = cache_created_tokens(req, self.config.block_size)
+        created = cache_created_tokens(req, self.config)
         return b',"prompt_tokens_details":{"cached_tokens":%d,"created_cache_tokens":%d}' % (
             req.num_cached_tokens,
             created,

@@ -88,3 +88,12 @@ async def test_whole_answer_usage_has_vllms_prompt_tokens_details(vllm_captures,
     assert [d["created_cache_tokens"] for d in details] == ([32, 0] if chat else [None, None])
     assert [d["cached_tokens"] for d in details] == [0, 32]
     assert theirs["multimodal_tokens"] is None is details[1]["multimodal_tokens"]
+
+
+async def test_without_prefix_caching_nothing_is_cached_or_created():
+    config = SimConfig(**{**DETAILS, "enable_prefix_caching": False})
+    body = {"messages": [{"role": "user", "content": words(40)}], "max_tokens": 2}
+    async with serve(config) as url, aiohttp.ClientSession() as session:
+        await stream(session, url, True, body)
+        _, usage = await stream(session, url, True, body)
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 0, "created_cache_tokens": 0}
