@@ -24,10 +24,11 @@ Semantics follow vLLM v1 (``vllm/v1/core/sched/scheduler.py``,
   preempted (recompute): its blocks are freed and it goes back to the head of the queue.
 - Prefix caching: every full block of a request's tokens, prompt and generated alike, is
   identified by a hash chained over the token ids of it and of every block before it
-  (``Request.block_hashes``, extended as tokens are appended). A block joins the cache once
-  its KV is computed; the last generated token's KV never is, so a finished request leaves
-  ``(prompt + output - 1) // block_size`` cached blocks, and the next turn of a
-  conversation, whose prompt repeats this one's prompt and answer, hits them. Admission
+  (``Request.block_hashes``, extended as tokens are appended). A block joins the cache when
+  its computation is scheduled (``allocate_slots``), so a request admitted later in the same
+  step already hits it; the last generated token's KV is never computed, so a finished
+  request leaves ``(prompt + output - 1) // block_size`` cached blocks, and the next turn
+  of a conversation, whose prompt repeats this one's prompt and answer, hits them. Admission
   reuses the longest run of cached blocks (at most ``tokens - 1``, the last token is always
   recomputed); a preempted request recomputing its prompt and output hits its own blocks.
   Two requests computing the same block at once both keep a hashed copy; a lookup returns
@@ -429,11 +430,8 @@ class Engine:
             req = waiting[0]
             hit_blocks: list[int] = []
             if caching:
-                if req.block_hashes is None:
-                    tokens = (
-                        req.prompt_token_ids + req.output_token_ids if req.output_token_ids else req.prompt_token_ids
-                    )
-                    req.block_hashes = block_hashes(tokens, bs)
+                if req.block_hashes is None:  # first admission: no output yet; later ones keep them
+                    req.block_hashes = block_hashes(req.prompt_token_ids, bs)
                 hit_blocks = pool.lookup(req.block_hashes, (req.num_tokens - 1) // bs)
                 lookups.queries += req.num_tokens
                 lookups.hits += len(hit_blocks) * bs
@@ -493,7 +491,7 @@ class Engine:
             n_out = len(out)
             if (prompt_len + n_out) % bs == 0 and req.block_hashes is not None:
                 # The new token completed a block: hash it now, once per block; it is
-                # registered when its KV is computed (the next step's _cache_blocks).
+                # cached when its KV computation is scheduled (the next step's _cache_blocks).
                 start = prompt_len + n_out - bs
                 tokens = out[start - prompt_len :] if start >= prompt_len else req.prompt_token_ids[start:] + out
                 req.block_hashes.append(next_block_hash(req.block_hashes, tokens))
