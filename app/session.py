@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -192,6 +192,9 @@ def sim_serve_text(config: SimConfig, host: str = "127.0.0.1", port: int | None 
     without ``--target`` and ``--serve`` is exactly a run with this ``--serve``."""
     config.resolved()  # a bad preset is one line here, before anything starts
     port = free_port(host) if port is None else port
+    # Per-request prefix-cache hits (usage.prompt_tokens_details) feed the hit rate by
+    # turn; vLLM needs the flag for them, the simulator rampwatch starts always has it.
+    config = replace(config, enable_prompt_tokens_details=True)
     return shlex.join(["rampwatch", "sim", *config_to_argv(config), "--host", host, "--port", str(port)])
 
 
