@@ -500,9 +500,16 @@ def _locate(problem: SpecProblem, file: str, lines: dict[Path_, tuple[int, int]]
 
 
 def validate_scenario(
-    data: Any, file: str, lines: dict[Path_, tuple[int, int]] | None = None, overridden: list[Path_] | None = None
+    data: Any,
+    file: str,
+    lines: dict[Path_, tuple[int, int]] | None = None,
+    overridden: list[Path_] | None = None,
+    base_dir: Path | None = None,
 ) -> Scenario:
+    """Checks a scenario's mapping; ``file`` is how messages name it, ``base_dir`` the
+    folder its relative paths (dataset, trace) are read from (the file's own)."""
     lines = lines or {}
+    base_dir = base_dir or Path(file).resolve().parent
     p = _Problems()
     if not isinstance(data, dict):
         raise UserError(f"{file}: expected a mapping with schedule: and workload:, got {describe(data)}")
@@ -531,14 +538,12 @@ def validate_scenario(
         for sp in sched_problems:
             p.add(("schedule",) + sp.path, sp.message, sp.at_key)
         if schedule.get("kind") == TRACE_KIND and "path" in schedule and not sched_problems:
-            schedule["path"] = _trace_path(p, schedule["path"], Path(file).resolve().parent)
+            schedule["path"] = _trace_path(p, schedule["path"], base_dir)
     if "workload" not in data:
         p.add(("workload",), "required key is missing", True)
         workload: dict[str, Any] = {}
     else:
-        workload = _check_workload(
-            p, data["workload"], endpoint, Path(file).resolve().parent, trace=schedule.get("kind") == TRACE_KIND
-        )
+        workload = _check_workload(p, data["workload"], endpoint, base_dir, trace=schedule.get("kind") == TRACE_KIND)
     slo: dict[str, float] | None = None
     if data.get("slo") is not None and p.mapping(("slo",), data["slo"], "ttft_ms, tpot_ms, e2el_ms"):
         p.keys(("slo",), data["slo"], SLO_KEYS)
@@ -610,7 +615,7 @@ def load_scenario(
         overridden = [tuple(int(x) if x.isdigit() else x for x in k.split(".")) for k, _ in pairs]
     else:
         overridden = []
-    return validate_scenario(data, file, lines, overridden)
+    return validate_scenario(data, file, lines, overridden, path.resolve().parent)
 
 
 def _display_path(path: Path) -> str:

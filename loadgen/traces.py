@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from array import array
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -184,6 +185,10 @@ class _Columns:
         self.prompts: dict[int, DatasetEntry] = {}
 
 
+_FINITE_MAX = 1.7976931348623157e308  # inf and nan fail `t <= _FINITE_MAX`
+_NO_IDS: list[int] = []  # a row without hash_ids (read, never changed)
+
+
 def _read_mooncake(path: Path, fh, cols: _Columns) -> None:
     times, inputs, outputs, offsets, hashes = cols.times, cols.inputs, cols.outputs, cols.offsets, cols.hashes
     loads = orjson.loads
@@ -193,8 +198,11 @@ def _read_mooncake(path: Path, fh, cols: _Columns) -> None:
         try:
             row = loads(line)
             t, n_in, n_out = row["timestamp"], row["input_length"], row["output_length"]
-            ids = row.get("hash_ids", ())
-            if not (_is_time(t) and _is_count(n_in) and _is_count(n_out) and isinstance(ids, list)):
+            ids = row.get("hash_ids", _NO_IDS)
+            # exact types: orjson gives int or float, and a bool is not a count
+            if type(n_in) is not int or type(n_out) is not int or type(ids) is not list or n_in < 0 or n_out < 0:
+                raise ValueError
+            if not (type(t) is int or (type(t) is float and t <= _FINITE_MAX)) or t < 0:
                 raise ValueError
             if ids:
                 before = len(hashes)
@@ -234,17 +242,19 @@ def _read_jsonl(path: Path, fh, cols: _Columns) -> None:
         offsets.append(0)
 
 
+_LEADING_DIGITS = re.compile(r"\d+")
+
+
 def parse_azure_time(text: str) -> float:
     """Seconds since the epoch of an Azure trace TIMESTAMP (``2023-11-16 18:15:46.6805900``,
     read as UTC; fractions beyond microseconds are cut). ValueError when it is not one."""
     text = text.strip()
     date, _, frac = text.partition(".")
     if frac:
-        digits = frac.rstrip("Z")
-        zone = frac[len(digits) :]
-        if not digits.isdigit():
+        digits = _LEADING_DIGITS.match(frac)
+        if digits is None:
             raise ValueError(text)
-        text = f"{date}.{digits[:6].ljust(6, '0')}{zone}"
+        text = f"{date}.{digits.group()[:6].ljust(6, '0')}{frac[digits.end() :]}"
     moment = datetime.fromisoformat(text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -390,7 +400,8 @@ def local_rate(times_s: np.ndarray, at_s: float, window_s: float = RATE_WINDOW_S
     hi = min(last, at_s + window_s / 2)
     if hi <= lo:
         return 0.0
-    count = int(np.searchsorted(times_s, hi, side="right") - np.searchsorted(times_s, lo, side="left"))
+    # rows at lo <= t < hi; the last row counts in the window that ends at it
+    count = int(np.searchsorted(times_s, hi, side="right" if hi >= last else "left") - np.searchsorted(times_s, lo))
     return count / (hi - lo)
 
 

@@ -11,7 +11,7 @@
 - ``azure-sample.csv``: 40 rows over about 5 s in the Azure LLM inference trace's layout
   (``TIMESTAMP`` as a date and time with seven decimals, ``ContextTokens``,
   ``GeneratedTokens``).
-- ``jsonl-sample.jsonl``: 24 rows over about 4 s (``time`` in s, ``input_tokens``,
+- ``jsonl-sample.jsonl``: 24 rows over about 3 s (``time`` in s, ``input_tokens``,
   ``output_tokens``), a few carrying their own ``prompt`` or chat ``messages``.
 
 Lengths are kept small (answers of tens of tokens) so that ``rampwatch run trace-replay``
