@@ -338,6 +338,17 @@ def test_held_at_zero_for_a_server_restart_the_trace_pauses_and_goes_on(tmp_path
     assert t == pytest.approx(10.0 + 0.1 * 30 - 3.0, abs=1e-9) and len(first) + 1 + len(all_times(schedule)) == 101
 
 
+def test_a_rate_set_inside_a_gap_of_the_trace_uses_its_mean_rate(tmp_path):
+    rows = [{"timestamp": t, "input_length": 8, "output_length": 2} for t in (0, 1000, 2000, 60_000, 61_000)]
+    schedule = build_trace_schedule(trace_spec(write(tmp_path, "t.jsonl", jsonl(rows))))
+    assert [schedule.next_send_time() for _ in range(3)] == [0.0, 1.0, 2.0]
+    assert schedule.next_send_time() == 60.0
+    assert schedule.current_rate(30.0) == 0.0  # nothing within 5 trace seconds of second 30
+    event = schedule.set_rate(30.0, 1.0)  # the trace's mean rate is 5 rows in 61 s
+    assert event.data["speed"] == pytest.approx(61 / 5)
+    assert schedule.next_send_time() == pytest.approx(30.0 + 30.0 / (61 / 5))
+
+
 # --------------------------------------------------------------------------- requests
 
 
