@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, StepRow
+from rampwatch.loadgen.schedules import TRACE_KIND
 from rampwatch.loadgen.stats import LogHistogram, itl_array
 
 # Schedules whose target rate is piecewise constant; any other (the ramps, and kinds this
@@ -40,7 +41,7 @@ from rampwatch.loadgen.stats import LogHistogram, itl_array
 CONSTANT_RATE_KINDS = ("constant", "poisson", "gamma", "steps", "vllm-constant")
 # Schedules whose target rate moves while held: a held trace keeps its speed, and its
 # target follows the trace's own rate, so a hold is one row whatever the target does.
-HELD_SPEED_KINDS = ("trace",)
+HELD_SPEED_KINDS = (TRACE_KIND,)
 RAMP_SLICES = 10
 DRAIN_STATES = ("stopping", "draining", "done")
 # A row younger than this shows no achieved rate yet: a count over a fraction of a second
