@@ -125,12 +125,13 @@ class TraceSchedule(ArrivalSchedule):
         return self.speed(t) * self.local_rate(t)
 
     def planned_end_s(self, t: float) -> float | None:
-        """When the last row is due if nothing changes (a hold keeps its speed)."""
+        """When the last row is due if nothing changes: at the held speed while held,
+        else at the speed ramp's (paused while held at 0, so the end moves on)."""
         remaining = max(0.0, self.trace.span_s - self.trace_position(t))
-        if self._holding:
-            return t + remaining / self._held_rate if self._held_rate > 0 else None
+        if self._holding and self._held_rate > 0:
+            return t + remaining / self._held_rate
         p = self._profile
-        c = self._ramp_coordinate(t)
+        c = self._ramp_coordinate(t)  # frozen while held
         end = p.work_inv(p.work(c) + remaining)
         return t + ((p.end if end is None else end) - c)
 

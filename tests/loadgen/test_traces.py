@@ -331,9 +331,12 @@ def test_held_at_zero_for_a_server_restart_the_trace_pauses_and_goes_on(tmp_path
     path = uniform_trace(tmp_path, 101, 100)
     schedule = build_trace_schedule(trace_spec(path))
     first = [schedule.next_send_time() for _ in range(30)]
+    assert schedule.planned_end_s(3.0) == pytest.approx(10.0)
     schedule.set_rate(3.0, 0.0)
     assert schedule.next_send_time() == float("inf")
+    assert schedule.planned_end_s(8.0) == pytest.approx(15.0)  # the 7 s left move on while paused
     schedule.set_rate(10.0, 10.0)  # the rate before, at the same place in the trace
+    assert schedule.planned_end_s(10.0) == pytest.approx(17.0)
     t = schedule.next_send_time()
     assert t == pytest.approx(10.0 + 0.1 * 30 - 3.0, abs=1e-9) and len(first) + 1 + len(all_times(schedule)) == 101
 
