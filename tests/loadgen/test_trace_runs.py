@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -61,6 +62,47 @@ async def test_trace_times_are_honoured_within_the_send_lateness_bound(tmp_path,
     assert lateness[0] >= 0 and lateness[len(lateness) // 2] < MEDIAN_LATENESS_S and lateness[-1] < MAX_LATENESS_S
     ramping = [t for t in ticks.ticks if t.state == "ramping"]
     assert ramping and all(t.target_rps > 0 for t in ramping)  # the trace's local rate × the speed
+
+
+class ChangeAt(NullSink):
+    """Sets ``reached`` at the first tick at or after ``t``."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+        self.reached = asyncio.Event()
+        self.events: list = []
+
+    def on_tick(self, tick) -> None:
+        if tick.t >= self.t:
+            self.reached.set()
+
+    def on_event(self, event) -> None:
+        self.events.append(event)
+
+
+async def test_a_live_rate_change_scales_the_replays_speed(tmp_path):
+    rows = [{"timestamp": 50 * i, "input_length": 16, "output_length": 2} for i in range(60)]  # 20 rows a second
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "s.yaml").write_text("schedule: {kind: trace, path: t.jsonl, format: mooncake}\nworkload: {}\n")
+    sink = ChangeAt(0.5)
+    async with serve(SimConfig(hardware="instant", model="tiny")) as url:
+        run = Run(
+            load_scenario(str(tmp_path / "s.yaml")),
+            RunOptions(target=url, model="tiny", tick_interval_s=0.1, scrape_interval_s=0.5),
+            sinks=[sink],
+        )
+        task = asyncio.create_task(run.execute())
+        await sink.reached.wait()
+        run.set_rate(80.0)  # 4 × the trace's 20 rows a second
+        result = await task
+    change = next(e for e in sink.events if e.kind == "set_rate")
+    assert change.data["speed"] == pytest.approx(4.0, rel=0.05)
+    sent = sorted(r.scheduled_at for r in result.requests)
+    assert len(sent) == 60  # every row, none dropped
+    before = np.diff([t for t in sent if t < change.t])
+    after = np.diff([t for t in sent if t > change.t])
+    assert np.median(before) == pytest.approx(0.05) and np.median(after) == pytest.approx(0.05 / 4, rel=0.05)
+    assert sent[-1] < 3.0 / 4 + change.t  # well before the trace's own 2.95 s
 
 
 def test_rampwatch_run_trace_replay_headless_on_the_embedded_simulator(tmp_path):
