@@ -92,19 +92,26 @@ def _bad(path: Path, lineno: int, what: str) -> UserError:
     return UserError(f"{path}:{lineno}: {what}")
 
 
+# Bounds that keep every value representable (a count fits what a recording stores; a
+# time, in ms or s, any trace's span) and turn absurd ones into a named field's error.
+MAX_TOKENS = 2**31 - 1
+MAX_TIME = 1e15
+
+
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return type(value) is int and 0 <= value <= MAX_TOKENS  # exact type: a bool is not a count
 
 
 def _is_time(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    # int compared with a float never overflows; nan fails every comparison
+    return (type(value) is int or type(value) is float) and 0 <= value <= MAX_TIME
 
 
 def _count_problem(row: dict, key: str, required: bool = True) -> str | None:
     if key not in row:
         return f"{key}: required field is missing" if required else None
     if not _is_count(row[key]):
-        return f"{key}: expected a token count (an integer >= 0), got {_got(row[key])}"
+        return f"{key}: expected a token count (an integer 0–{MAX_TOKENS}), got {_got(row[key])}"
     return None
 
 
@@ -120,7 +127,11 @@ def _diagnose_json(path: Path, lineno: int, line: bytes, fmt: str) -> UserError:
         if "timestamp" not in row:
             return _bad(path, lineno, "timestamp: required field is missing (milliseconds)")
         if not _is_time(row["timestamp"]):
-            return _bad(path, lineno, f"timestamp: expected milliseconds (a number >= 0), got {_got(row['timestamp'])}")
+            return _bad(
+                path,
+                lineno,
+                f"timestamp: expected milliseconds (a number 0–{MAX_TIME:g}), got {_got(row['timestamp'])}",
+            )
         for key in ("input_length", "output_length"):
             problem = _count_problem(row, key)
             if problem:
@@ -135,7 +146,7 @@ def _diagnose_json(path: Path, lineno: int, line: bytes, fmt: str) -> UserError:
         if "time" not in row:
             return _bad(path, lineno, "time: required field is missing (seconds)")
         if not _is_time(row["time"]):
-            return _bad(path, lineno, f"time: expected seconds (a number >= 0), got {_got(row['time'])}")
+            return _bad(path, lineno, f"time: expected seconds (a number 0–{MAX_TIME:g}), got {_got(row['time'])}")
         given = _given_prompt(row)
         if isinstance(given, str):
             return _bad(path, lineno, given)
@@ -185,7 +196,6 @@ class _Columns:
         self.prompts: dict[int, DatasetEntry] = {}
 
 
-_FINITE_MAX = 1.7976931348623157e308  # inf and nan fail `t <= _FINITE_MAX`
 _NO_IDS: list[int] = []  # a row without hash_ids (read, never changed)
 
 
@@ -199,10 +209,7 @@ def _read_mooncake(path: Path, fh, cols: _Columns) -> None:
             row = loads(line)
             t, n_in, n_out = row["timestamp"], row["input_length"], row["output_length"]
             ids = row.get("hash_ids", _NO_IDS)
-            # exact types: orjson gives int or float, and a bool is not a count
-            if type(n_in) is not int or type(n_out) is not int or type(ids) is not list or n_in < 0 or n_out < 0:
-                raise ValueError
-            if not (type(t) is int or (type(t) is float and t <= _FINITE_MAX)) or t < 0:
+            if not (_is_time(t) and _is_count(n_in) and _is_count(n_out) and type(ids) is list):
                 raise ValueError
             if ids:
                 before = len(hashes)
@@ -289,8 +296,12 @@ def _read_azure(path: Path, fh, cols: _Columns) -> None:
             ) from None
         for index, name, column in ((ic, "ContextTokens", inputs), (ig, "GeneratedTokens", outputs)):
             raw = record[index].strip()
-            if not raw.isdigit():
-                raise _bad(path, lineno, f"{name}: expected a token count (an integer >= 0), got {_got(record[index])}")
+            if not (raw.isascii() and raw.isdigit() and int(raw) <= MAX_TOKENS):
+                raise _bad(
+                    path,
+                    lineno,
+                    f"{name}: expected a token count (an integer 0–{MAX_TOKENS}), got {_got(record[index])}",
+                )
             column.append(int(raw))
         times.append(t)
         offsets.append(0)

@@ -135,6 +135,12 @@ def test_the_mooncake_sample_reuses_prefix_blocks():
             '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "x"]}\n',
             ":1: hash_ids[1]: expected an integer, got 'x'",
         ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 9223372036854775807, "output_length": 1}\n',
+            ":1: input_length: expected a token count (an integer 0–2147483647), got 9223372036854775807",
+        ),
+        ("mooncake", '{"timestamp": 1e300, "input_length": 3, "output_length": 1}\n', ":1: timestamp: expected"),
         ("jsonl", '{"time": 0, "output_tokens": 3}\n', ":1: input_tokens: required field is missing"),
         ("jsonl", '{"time": -1, "input_tokens": 3, "output_tokens": 3}\n', ":1: time: expected seconds"),
         ("jsonl", '{"time": 0, "prompt": "", "output_tokens": 3}\n', ":1: prompt: expected non-empty text"),
@@ -152,6 +158,11 @@ def test_the_mooncake_sample_reuses_prefix_blocks():
             ":2: ContextTokens: expected",
         ),
         ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,4\n", ":2: expected 3 columns, got 2"),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,4,99999999999\n",
+            ":2: GeneratedTokens:",
+        ),
     ],
 )
 def test_a_malformed_line_names_the_file_the_line_and_the_field(tmp_path, fmt, text, expected):
