@@ -22,6 +22,7 @@ import yaml
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.schedules import (
+    TRACE_KIND,
     VLLM_KINDS,
     ArrivalSchedule,
     SpecProblem,
@@ -33,6 +34,7 @@ from rampwatch.loadgen.schedules import (
     number_check,
     unknown_key_message,
 )
+from rampwatch.loadgen.trace_replay import TraceRequests, build_trace_schedule, trace_of
 
 # The shipped scenarios are package data (rampwatch.scenarios), in a checkout and a wheel alike.
 BUILTIN_SCENARIOS = resources.files("rampwatch.scenarios")
@@ -235,6 +237,15 @@ def flag_overrides(flags: dict[str, Any] | None, scenario_dict: dict[str, Any]) 
         if flag not in FLAG_KEYS:
             raise UserError(f"--{flag.replace('_', '-')}: not a scenario flag (known: {', '.join(FLAG_KEYS)})")
         option = f"--{flag.replace('_', '-')}"
+        if flag in ("start_rps", "end_rps") and kind == TRACE_KIND:
+            raise UserError(
+                f"{option}: a trace schedule takes its rate from its trace; scale it with --set schedule.speed=F"
+            )
+        if flag == "duration" and kind == TRACE_KIND:
+            raise UserError(
+                f"{option}: a trace schedule lasts as long as its trace; replay part of it with "
+                "--set schedule.start_s=S --set schedule.duration_s=S (trace seconds)"
+            )
         if flag in ("start_rps", "end_rps") and kind in ("constant", "poisson", "gamma", "steps", "vllm-constant"):
             raise UserError(
                 f"{option}: schedule kind '{kind}' has no {flag}; change the kind "
@@ -327,7 +338,11 @@ def _check_length(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | Non
     return out if ok else None
 
 
-def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path) -> dict[str, Any]:
+# Workload keys a trace schedule decides itself: the trace gives each request's prompt.
+TRACE_DECIDES = ("input_tokens", "output_tokens", "system_prompt", "documents", "conversations", "dataset")
+
+
+def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path, trace: bool = False) -> dict[str, Any]:
     path: Path_ = ("workload",)
     if not p.mapping(path, w, "prompt_format, input_tokens, output_tokens, …"):
         return {}
@@ -341,6 +356,15 @@ def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path) -> dict
                 "expected text with endpoint chat (token id prompts need endpoint completions), got 'token_ids'",
             )
     out["prompt_format"] = fmt
+    if trace:
+        for clash in TRACE_DECIDES:
+            if w.get(clash) is not None:
+                p.add(
+                    path + (clash,),
+                    "cannot be combined with schedule.kind trace (the trace gives each request's prompt and lengths)",
+                    True,
+                )
+        w = {k: v for k, v in w.items() if k not in TRACE_DECIDES}
     dataset = w.get("dataset")
     if dataset is not None and p.mapping(path + ("dataset",), dataset, "path, format"):
         p.keys(path + ("dataset",), dataset, ("path", "format"))
@@ -365,6 +389,8 @@ def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path) -> dict
     for key in ("input_tokens", "output_tokens"):
         if w.get(key) is not None:
             out[key] = _check_length(p, path + (key,), w[key])
+        elif trace:
+            continue
         elif key == "input_tokens" and dataset is None:
             p.add(path + (key,), "required key is missing", True)
         elif key == "output_tokens" and (
@@ -438,7 +464,24 @@ class Scenario:
     workload: dict[str, Any] = field(default_factory=dict)
 
     def build_schedule(self) -> ArrivalSchedule:
-        return build_schedule(self.schedule_spec, self.seed)
+        return schedule_for(self.schedule_spec, self.seed)
+
+
+def schedule_for(spec: dict[str, Any], seed: int) -> ArrivalSchedule:
+    """The schedule of a checked ``schedule:`` mapping (a trace's is read from its file)."""
+    return build_trace_schedule(spec) if spec.get("kind") == TRACE_KIND else build_schedule(spec, seed)
+
+
+def _trace_path(p: _Problems, given: str, base_dir: Path) -> str:
+    """A trace's path as an absolute one; relative paths are from the scenario's folder
+    (or the working directory, when the file is there)."""
+    found = Path(given).expanduser()
+    if not found.is_absolute() and not found.exists():
+        found = base_dir / found
+    if not found.is_file():
+        p.add(("schedule", "path"), f"trace file not found: {given}")
+        return given
+    return str(found.resolve())
 
 
 def _locate(problem: SpecProblem, file: str, lines: dict[Path_, tuple[int, int]], overridden: list[Path_]) -> str:
@@ -457,9 +500,16 @@ def _locate(problem: SpecProblem, file: str, lines: dict[Path_, tuple[int, int]]
 
 
 def validate_scenario(
-    data: Any, file: str, lines: dict[Path_, tuple[int, int]] | None = None, overridden: list[Path_] | None = None
+    data: Any,
+    file: str,
+    lines: dict[Path_, tuple[int, int]] | None = None,
+    overridden: list[Path_] | None = None,
+    base_dir: Path | None = None,
 ) -> Scenario:
+    """Checks a scenario's mapping; ``file`` is how messages name it, ``base_dir`` the
+    folder its relative paths (dataset, trace) are read from (the file's own)."""
     lines = lines or {}
+    base_dir = base_dir or Path(file).resolve().parent
     p = _Problems()
     if not isinstance(data, dict):
         raise UserError(f"{file}: expected a mapping with schedule: and workload:, got {describe(data)}")
@@ -487,11 +537,13 @@ def validate_scenario(
         schedule, sched_problems = check_schedule(data["schedule"])
         for sp in sched_problems:
             p.add(("schedule",) + sp.path, sp.message, sp.at_key)
+        if schedule.get("kind") == TRACE_KIND and "path" in schedule and not sched_problems:
+            schedule["path"] = _trace_path(p, schedule["path"], base_dir)
     if "workload" not in data:
         p.add(("workload",), "required key is missing", True)
         workload: dict[str, Any] = {}
     else:
-        workload = _check_workload(p, data["workload"], endpoint, Path(file).resolve().parent)
+        workload = _check_workload(p, data["workload"], endpoint, base_dir, trace=schedule.get("kind") == TRACE_KIND)
     slo: dict[str, float] | None = None
     if data.get("slo") is not None and p.mapping(("slo",), data["slo"], "ttft_ms, tpot_ms, e2el_ms"):
         p.keys(("slo",), data["slo"], SLO_KEYS)
@@ -518,7 +570,7 @@ def validate_scenario(
         raise UserError(first + more)
     seed = int(seed)
     max_conc = None if max_conc is None else int(max_conc)
-    schedule_obj = build_schedule(schedule, seed)
+    schedule_obj = schedule_for(schedule, seed)
     raw = {
         "name": name,
         "description": description,
@@ -563,7 +615,7 @@ def load_scenario(
         overridden = [tuple(int(x) if x.isdigit() else x for x in k.split(".")) for k, _ in pairs]
     else:
         overridden = []
-    return validate_scenario(data, file, lines, overridden)
+    return validate_scenario(data, file, lines, overridden, path.resolve().parent)
 
 
 def _display_path(path: Path) -> str:
@@ -637,6 +689,12 @@ class RequestFactory:
         self._next_conversation = 0
         self._dataset = None
         self._order: list[int] = []
+        self._trace: TraceRequests | None = None
+        spec = scenario.schedule_spec
+        if spec.get("kind") == TRACE_KIND:
+            self._trace = TraceRequests(
+                trace_of(spec), spec["block_tokens"], self.endpoint, self.token_ids, scenario.seed, self.tokenizer
+            )
         if self.workload.get("dataset"):
             from rampwatch.loadgen.datasets import load_dataset
 
@@ -729,6 +787,9 @@ class RequestFactory:
     def next_request(self) -> PreparedRequest:
         index = self._count
         self._count += 1
+        if self._trace is not None:  # the i-th request is the trace's i-th row
+            body, prompt_tokens, max_tokens, row = self._trace.row(index)
+            return self._finish(body, prompt_tokens, max_tokens, None, {"index": index, **row})
         if self._dataset is not None:
             return self._dataset_request(index)
         w = self.workload

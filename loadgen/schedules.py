@@ -32,11 +32,13 @@ import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event
+from rampwatch.loadgen.traces import DEFAULT_BLOCK_TOKENS, TRACE_FORMATS
 
 ARRIVALS = ("constant", "poisson", "gamma")
 TIME_KINDS = ("constant", "poisson", "gamma", "linear", "exponential", "steps")
 VLLM_KINDS = ("vllm-constant", "vllm-linear", "vllm-exponential")
-KINDS = TIME_KINDS + VLLM_KINDS
+TRACE_KIND = "trace"  # built by loadgen.trace_replay from its trace file
+KINDS = TIME_KINDS + VLLM_KINDS + (TRACE_KIND,)
 
 
 # --------------------------------------------------------------------------- spec checks
@@ -158,6 +160,26 @@ SCHEDULE_FIELDS: dict[str, dict[str, _Field]] = {
     "vllm-linear": dict(_VLLM_RAMP),
     "vllm-exponential": dict(_VLLM_RAMP),
 }
+
+
+def _speed_check(value: Any) -> str | None:
+    """A trace's speed: a factor > 0, or a linear ramp of it ``{start, end}``."""
+    if is_number(value) and value > 0:
+        return None
+    if isinstance(value, dict) and set(value) == {"start", "end"}:
+        if all(is_number(value[k]) and value[k] > 0 for k in ("start", "end")):
+            return None
+    return f"expected a factor > 0 (1 = the trace's own pace) or {{start: F, end: F}} (a ramp), got {describe(value)}"
+
+
+SCHEDULE_FIELDS[TRACE_KIND] = {
+    "path": _Field(lambda v: None if isinstance(v, str) and v else f"expected a file path, got {describe(v)}", True),
+    "format": _Field(choice_check(TRACE_FORMATS), required=True),
+    "speed": _Field(_speed_check, default=1.0),
+    "start_s": _Field(_NON_NEGATIVE, default=0.0),
+    "duration_s": _Field(_POSITIVE),
+    "block_tokens": _Field(_COUNT, default=DEFAULT_BLOCK_TOKENS),
+}
 _STEP_FIELDS = {"rate": _Field(_NON_NEGATIVE, required=True), "duration_s": _Field(_POSITIVE, required=True)}
 
 
@@ -215,6 +237,8 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
         return out, problems
     if "num_requests" in out:
         out["num_requests"] = int(out["num_requests"])
+    if "block_tokens" in out:
+        out["block_tokens"] = int(out["block_tokens"])
     if kind in ("vllm-linear", "vllm-exponential") and out["start_rps"] > out["end_rps"]:
         # vllm bench serve refuses a ramp down ("start RPS must be less than end RPS").
         problems.append(
@@ -654,6 +678,8 @@ def build_schedule(spec: dict[str, Any], seed: int) -> ArrivalSchedule:
     """The schedule for a scenario's ``schedule:`` mapping; same spec and seed, same times."""
     spec = _resolve(spec)
     kind = spec["kind"]
+    if kind == TRACE_KIND:
+        raise UserError("schedule.kind: a trace schedule is built from its trace (loadgen.trace_replay)")
     if kind in VLLM_KINDS:
         profile, rs = _vllm_profile(spec, seed)
         k = float(spec["burstiness"])
@@ -672,6 +698,8 @@ def expected_rate_curve(spec: dict[str, Any], times: Sequence[float]) -> list[fl
     """The target rate at each time if nobody touches the controls. For the vllm-*
     kinds the request index is placed at its expected arrival time (gaps of 1/rate)."""
     spec = _resolve(spec)
+    if spec["kind"] == TRACE_KIND:
+        raise UserError("schedule.kind: a trace's rate curve is its trace's (loadgen.trace_replay)")
     if spec["kind"] in VLLM_KINDS:
         profile, _ = _vllm_profile(spec, 0, expected=True)
         out = []
@@ -687,7 +715,7 @@ def schedule_work(spec: dict[str, Any], t0: float, t1: float) -> float:
     """Expected number of arrivals between ramp times t0 and t1 (∫ rate) for the
     wall-clock kinds; used by tests and plots."""
     spec = _resolve(spec)
-    if spec["kind"] in VLLM_KINDS:
-        raise UserError(f"schedule.kind: {spec['kind']} is ramped by request index, not by time")
+    if spec["kind"] in VLLM_KINDS + (TRACE_KIND,):
+        raise UserError(f"schedule.kind: {spec['kind']} is not ramped by a rate function of time")
     profile = _TimeProfile(_time_segments(spec))
     return profile.work(t1) - profile.work(t0)
