@@ -43,9 +43,11 @@ from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
+from rampwatch.loadgen.schedules import USERS_KIND
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.segments import RESUME_CHOICES, config_event
 from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.loadgen.sessions import SessionDriver, SessionWorkload
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +162,11 @@ class Run:
         self.options = options
         self.schedule = scenario.build_schedule()
         self.factory = factory or RequestFactory(scenario, options.tokenizer)
+        # A session workload: each send time starts a session (or, kind users, the
+        # schedule's value is a number of users); its turns are this run's requests.
+        self.sessions: SessionDriver | None = None
+        if scenario.workload.get("sessions"):
+            self.sessions = SessionDriver(SessionWorkload(self.factory), self.now, options.save_generated_texts)
         self.series = SeriesBuilder(slo=scenario.slo, gpu_price_per_hour=options.gpu_price_per_hour)
         self.collector = _Collector()
         self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
@@ -218,6 +225,8 @@ class Run:
             self._changed(self.schedule.set_rate(self.now(), max(0.0, rps)))
 
     def step_rate(self, delta_rps: float) -> None:
+        if self.schedule.kind == USERS_KIND and delta_rps:  # users come whole: one at least
+            delta_rps = math.copysign(max(1.0, round(abs(delta_rps))), delta_rps)
         if self._steering():
             self._changed(self.schedule.step_rate(self.now(), delta_rps))
 
@@ -233,6 +242,8 @@ class Run:
         self._stopping = True
         if self.schedule.state != "done":
             self._interrupted = True
+        if self.sessions is not None:  # no further turn; sessions thinking end now
+            self.sessions.end_all()
         grace = self.options.stop_grace_s
         self.sink.on_event(
             Event(
@@ -281,6 +292,10 @@ class Run:
         event.message = "load paused for a server restart"
         event.data["restart"] = True
         self._changed(event)
+        if self.sessions is not None:
+            # A session does not span two configurations: each one's figures by turn are
+            # of its own sessions (users start new ones when the load resumes).
+            self.sessions.end_all()
         self._restart_drain = asyncio.ensure_future(self._drain_for_restart())
 
     async def _drain_for_restart(self) -> None:
@@ -464,9 +479,14 @@ class Run:
                 )
             semaphore = asyncio.Semaphore(concurrency) if concurrency else None
             try:
-                await self._dispatch(client, semaphore)
+                if self.sessions is None:
+                    await self._dispatch(client, semaphore)
+                else:
+                    await self._run_sessions(self.sessions, client, semaphore)
                 await self._drain()
             finally:
+                if self.sessions is not None:
+                    await self.sessions.close()
                 if self._restart_drain is not None:
                     background.append(self._restart_drain)
                 for task in background:
@@ -513,14 +533,33 @@ class Run:
                     continue
             if self._stopping:
                 return
-            self._offered_total += 1
-            request = self.factory.next_request()
-            request_id = self._next_id
-            self._next_id += 1
-            task = asyncio.create_task(self._one_request(client, semaphore, request, request_id, send_at))
-            self._in_flight.add(task)
-            self._none_in_flight.clear()
-            task.add_done_callback(self._request_done)
+            if self.sessions is not None:
+                self.sessions.start_session(send_at)
+            else:
+                self._launch(client, semaphore, self.factory.next_request(), send_at)
+
+    async def _run_sessions(self, sessions: SessionDriver, client, semaphore) -> None:
+        """A session workload's dispatch: sessions start at the schedule's send times (open
+        loop) or users are kept at its value (kind users); at its end no further turn."""
+        sessions.send_turn = lambda request, at, on_record: self._launch(client, semaphore, request, at, on_record)
+        assert self._schedule_changed is not None
+        if self.schedule.kind == USERS_KIND:
+            await sessions.run_users(self.schedule, self._schedule_changed, lambda: self._stopping)
+        else:
+            await self._dispatch(client, semaphore)
+        sessions.end_all()
+
+    def _launch(self, client, semaphore, request, scheduled_at: float, on_record=None) -> asyncio.Task:
+        """One request's task, tracked in flight (drained, cancelled) until it ends."""
+        assert self._none_in_flight is not None
+        self._offered_total += 1
+        request_id = self._next_id
+        self._next_id += 1
+        task = asyncio.create_task(self._one_request(client, semaphore, request, request_id, scheduled_at, on_record))
+        self._in_flight.add(task)
+        self._none_in_flight.clear()
+        task.add_done_callback(self._request_done)
+        return task
 
     def _request_done(self, task: asyncio.Task) -> None:
         self._in_flight.discard(task)
@@ -537,7 +576,19 @@ class Run:
         finally:
             del self._sending[request_id]
 
-    async def _one_request(self, client, semaphore, request, request_id: int, scheduled_at: float) -> None:
+    async def _one_request(
+        self, client, semaphore, request, request_id: int, scheduled_at: float, on_record=None
+    ) -> None:
+        """Sends one request and gives its record to ``on_record`` (a session's turn takes
+        its answer there), then to the sinks; every outcome is a record."""
+        record = await self._request_record(client, semaphore, request, request_id, scheduled_at, on_record)
+        if on_record is not None:
+            on_record(record)
+        self.sink.on_request(record)
+
+    async def _request_record(
+        self, client, semaphore, request, request_id: int, scheduled_at: float, on_record
+    ) -> RequestRecord:
         try:
             if semaphore is None:
                 record = await self._send(client, request, request_id, scheduled_at)
@@ -549,17 +600,21 @@ class Run:
                     # Cancelled while waiting for a slot: never sent, but scheduled, so it
                     # is recorded (cancelled, sent and ended now) rather than lost.
                     now = self.now()
-                    self.sink.on_request(
-                        RequestRecord(
-                            id=request_id,
-                            scheduled_at=scheduled_at,
-                            sent_at=now,
-                            end_at=now,
-                            tokens_from_usage=False,
-                            error_class=CANCELLED,
-                            error="cancelled by the run while waiting for a concurrency slot",
-                        )
+                    waited = RequestRecord(
+                        id=request_id,
+                        scheduled_at=scheduled_at,
+                        sent_at=now,
+                        end_at=now,
+                        tokens_from_usage=False,
+                        error_class=CANCELLED,
+                        error="cancelled by the run while waiting for a concurrency slot",
+                        request_class=request.request_class,
+                        session=request.session,
+                        turn=request.turn,
                     )
+                    if on_record is not None:
+                        on_record(waited)
+                    self.sink.on_request(waited)
                     raise
                 finally:
                     self._client_queued -= 1
@@ -568,6 +623,8 @@ class Run:
                 finally:
                     semaphore.release()
         except RequestCancelled as cancelled:
+            if on_record is not None:
+                on_record(cancelled.record)
             self.sink.on_request(cancelled.record)
             raise
         except Exception as exc:  # a client bug must cost one failed request, never a lost one
@@ -580,8 +637,11 @@ class Run:
                 tokens_from_usage=False,
                 error_class="client_error",
                 error=server_text(f"{type(exc).__name__}: {exc}", self.connection.secrets())[:500],
+                request_class=request.request_class,
+                session=request.session,
+                turn=request.turn,
             )
-        self.sink.on_request(record)
+        return record
 
     async def _drain(self) -> None:
         """Wait for in-flight requests: without limit after the schedule ends (as vllm
@@ -673,6 +733,9 @@ class Run:
             peak_in_flight=self._peak_in_flight,
             oldest_sent_at=self.oldest_sent_at,
             planned_end_s=self._planned_end,
+            active_sessions=self.sessions.active if self.sessions is not None else 0,
+            sessions_started_total=self.sessions.started_total if self.sessions is not None else 0,
+            sessions_finished_total=self.sessions.finished_total if self.sessions is not None else 0,
         )
 
     def _check_knee(self) -> None:
