@@ -540,13 +540,19 @@ class Run:
 
     async def _run_sessions(self, sessions: SessionDriver, client, semaphore) -> None:
         """A session workload's dispatch: sessions start at the schedule's send times (open
-        loop) or users are kept at its value (kind users); at its end no further turn."""
+        loop) or users are kept at its value (kind users); no turn after the schedule's
+        planned end, or, with a number of sessions, none after the last session's end."""
         sessions.send_turn = lambda request, at, on_record: self._launch(client, semaphore, request, at, on_record)
         assert self._schedule_changed is not None
         if self.schedule.kind == USERS_KIND:
             await sessions.run_users(self.schedule, self._schedule_changed, lambda: self._stopping)
         else:
             await self._dispatch(client, semaphore)
+            # A schedule of N sessions (num_requests) lets each finish; one of a duration
+            # sends no turn after its planned end.
+            counted = "num_requests" in self.schedule.spec
+            deadline = None if counted else self.schedule.planned_end_s(self.now())
+            await sessions.wind_down(deadline, self._schedule_changed, lambda: self._stopping)
         sessions.end_all()
 
     def _launch(self, client, semaphore, request, scheduled_at: float, on_record=None) -> asyncio.Task:

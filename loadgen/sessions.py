@@ -225,6 +225,8 @@ class SessionDriver:
         self.peak_histories = 0
         self._next_id = 0
         self._actors: list[_Actor] = []
+        self.idle = asyncio.Event()  # set while no session is under way
+        self.idle.set()
         # The histories of the sessions under way (their count is bounded by the active
         # sessions: a session's conversation leaves this map when it ends).
         self.histories: dict[int, Conversation] = {}
@@ -287,6 +289,7 @@ class SessionDriver:
         self._next_id += 1
         conversation = self.workload.new_session(session_id)
         self.started_total += 1
+        self.idle.clear()
         self.histories[session_id] = conversation
         self.peak_histories = max(self.peak_histories, len(self.histories))
         turn, outcome = self._send(conversation, at)
@@ -322,8 +325,13 @@ class SessionDriver:
                     return
                 turn, outcome = self._send(conversation, at)
         finally:
-            del self.histories[conversation.id]
-            self.finished_total += 1
+            self._ended(conversation.id)
+
+    def _ended(self, session_id: int) -> None:
+        del self.histories[session_id]
+        self.finished_total += 1
+        if self.active == 0:
+            self.idle.set()
 
     def _take(self, record: RequestRecord) -> tuple[bool, str | None, float]:
         """The turn's outcome, its answer's text taken off the record unless kept."""
@@ -342,6 +350,25 @@ class SessionDriver:
                 pass
         return not actor.ended.is_set()
 
+    async def wind_down(self, deadline: float | None, changed: asyncio.Event, stopping: Callable[[], bool]) -> None:
+        """After the open loop's last session start: the sessions go on until the
+        schedule's planned end (``deadline``), or, for a schedule bounded by a number of
+        sessions (None), until every session has had its last turn; a stop (``changed``
+        is set) cuts either short."""
+        while not stopping():
+            changed.clear()
+            timeout = None if deadline is None else deadline - self.clock()
+            if (deadline is None and self.idle.is_set()) or (timeout is not None and timeout <= 0):
+                return
+            waiters = {asyncio.ensure_future(changed.wait())}
+            if deadline is None:
+                waiters.add(asyncio.ensure_future(self.idle.wait()))
+            try:
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
     def end_all(self) -> None:
         """No further turn from any session under way (a stop, the schedule's end, a
         server restart): those thinking end at once, those waiting for an answer when it
@@ -359,5 +386,4 @@ class SessionDriver:
             await asyncio.gather(*tasks, return_exceptions=True)
         # A task cancelled before it first ran never reached its session's ``finally``.
         for session_id in list(self.histories):
-            del self.histories[session_id]
-            self.finished_total += 1
+            self._ended(session_id)
