@@ -40,6 +40,7 @@ from rampwatch.loadgen.managed import (
 )
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult, host_info
 from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.loadgen.sessions import users_for, users_target
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
 from rampwatch.record.writer import RecordingWriter, default_recording_path
@@ -643,8 +644,10 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
     queued = fmt("client_queued", digits=0)
     # Requests waiting for a --max-concurrency slot: the client's queue, not the server's.
     client_queue = f" | client queue {queued}" if queued not in ("-", "0") else ""
+    # A closed loop's target is a number of users (schedule kind users).
+    target = f"{users_for(snap.target_rps):3d} users" if users_target(snap.header) else f"{snap.target_rps:5.1f} rps"
     line = (
-        f"[{snap.t:6.0f}s] {snap.state:<8} target {snap.target_rps:5.1f} rps | "
+        f"[{snap.t:6.0f}s] {snap.state:<8} target {target} | "
         f"sent {fmt('sent_rps')} done {fmt('completed_rps')} err {fmt('error_rps')} | "
         f"in-flight {snap.in_flight}{client_queue} | out {fmt('client_output_tps', digits=0)} tok/s | "
         f"TTFT p50 {fmt('ttft_p50', 1000, 0)} ms p99 {fmt('ttft_p99', 1000, 0)} ms"

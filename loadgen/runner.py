@@ -384,8 +384,8 @@ class Run:
         if self._restart is not None:
             return "restarting"
         state = self.schedule.state
-        if state == "done" and self._in_flight:
-            return "draining"
+        if state == "done" and (self._in_flight or (self.sessions is not None and not self.sessions.idle.is_set())):
+            return "draining"  # requests in flight, or sessions still having turns
         return state
 
     def snapshot(self) -> Snapshot:

@@ -36,10 +36,11 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.errors import UserError
-from rampwatch.core.timeline import RequestRecord
+from rampwatch.core.timeline import RequestRecord, RunHeader
 from rampwatch.loadgen.prompts import SEPARATOR, join, synth_text
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.scenario import RequestFactory, sample_length
+from rampwatch.loadgen.schedules import USERS_KIND
 
 # A closed loop checks its user target this often besides every control change: a ramp of
 # users moves by whole users, which this finds within a tenth of a second.
@@ -64,6 +65,13 @@ def sample_think(spec: dict[str, Any] | None, rng: np.random.Generator) -> float
     else:
         value = spec["median"] * math.exp(spec["sigma"] * float(rng.standard_normal()))
     return float(min(max(value, 0.0), spec.get("max", math.inf)))
+
+
+def users_target(header: RunHeader | None) -> bool:
+    """Whether a run's target (``Tick.target_rps``) is a number of users (schedule kind
+    ``users``, a closed loop) rather than a rate."""
+    schedule = header.scenario.get("schedule") if header is not None and isinstance(header.scenario, dict) else None
+    return isinstance(schedule, dict) and schedule.get("kind") == USERS_KIND
 
 
 def users_for(target: float) -> int:
@@ -181,7 +189,7 @@ class SessionWorkload:
             path = self.factory.workload["dataset"]["path"]
             raise UserError(
                 f"{path}: no conversation with two or more user turns for workload.sessions "
-                "(use this dataset without sessions, or one of multi-turn conversations)"
+                "(use it without sessions, or a dataset of multi-turn conversations)"
             )
         return scripts
 

@@ -426,3 +426,43 @@ def test_session_series_come_from_the_ticks_and_old_checkpoints_restore():
     old.on_tick(Tick(3.5, 1.0, "ramping"))
     _, after = old.series(4.0)
     assert after["sessions_started_per_s"].tolist() == [0.0] * 4 and after["sessions_active"][3] == 0
+
+
+# -- a server restart -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schedule", ["{kind: constant, rate: 20, duration_s: 60}", "{kind: users, users: 2, duration_s: 60}"]
+)
+async def test_a_restart_ends_the_sessions_and_the_load_resumes_with_new_ones(server, tmp_path, schedule):
+    scenario = sessions_scenario(tmp_path, schedule=schedule, turns="100", think="0.01")
+    at: dict[str, float] = {}
+
+    class Restarter(Sink):
+        def on_request(self, record):
+            super().on_request(record)
+            if "pause" not in at and record.turn >= 3:
+                at["pause"] = run.now()
+                asyncio.get_running_loop().call_soon(run.pause_for_restart)
+            elif "resume" in at and record.session >= at["first_new"] and record.turn >= 2 and "stop" not in at:
+                at["stop"] = run.now()
+                run.stop()
+
+        def on_event(self, event):
+            if event.data.get("restart") == "drained":
+                at["resume"] = run.now()
+                at["first_new"] = run.sessions._next_id
+                asyncio.get_running_loop().call_soon(run.resume_after_restart, "serve", [], "current")
+
+    sink = Restarter()
+    run = make_run(server.url, scenario, sink)
+    result = await run_to_end(run)
+
+    assert "stop" in at and all(r.ok for r in sink.records), [r.error for r in sink.records if not r.ok]
+    old = [r for r in sink.records if r.session < at["first_new"]]
+    new = [r for r in sink.records if r.session >= at["first_new"]]
+    # The sessions under way at the pause sent no turn after it; new ones started after.
+    assert max(r.sent_at for r in old) <= at["resume"] and min(r.sent_at for r in new) >= at["resume"]
+    assert min(r.turn for r in new) == 1
+    assert sorted(r.id for r in result.requests) == list(range(len(result.requests)))
+    assert sink.ticks[-1].sessions_started_total == sink.ticks[-1].sessions_finished_total
