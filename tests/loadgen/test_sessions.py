@@ -29,6 +29,7 @@ class AnsweringServer:
     def __init__(self) -> None:
         self.bodies: list[dict] = []
         self.url = ""
+        self.handler = None  # a test's own answer: (body, request) -> response
 
     @staticmethod
     def answer(n: int) -> str:
@@ -43,6 +44,11 @@ class AnsweringServer:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if self.handler is not None:
+            return await self.handler(body, request)
+        return await self.generate_from(body, request)
+
+    async def generate_from(self, body: dict, request: web.Request) -> web.StreamResponse:
         self.bodies.append(body)
         chat = "messages" in body
         text = self.answer(len(self.bodies))
@@ -466,3 +472,37 @@ async def test_a_restart_ends_the_sessions_and_the_load_resumes_with_new_ones(se
     assert min(r.turn for r in new) == 1
     assert sorted(r.id for r in result.requests) == list(range(len(result.requests)))
     assert sink.ticks[-1].sessions_started_total == sink.ticks[-1].sessions_finished_total
+
+
+def test_a_dataset_without_multi_turn_conversations_is_one_line_naming_it(tmp_path):
+    single = [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}]
+    (tmp_path / "d.json").write_text(json.dumps(single))
+    path = write_scenario(
+        tmp_path,
+        """endpoint: chat
+schedule: {kind: constant, rate: 1, duration_s: 1}
+workload:
+  dataset: {path: d.json}
+  sessions: {think_time_s: 1}
+""",
+    )
+    with pytest.raises(UserError) as err:
+        Run(load_scenario(path), RunOptions(target="http://127.0.0.1:9", model="tiny"))
+    assert str(err.value).startswith(f"{tmp_path / 'd.json'}: no conversation with two or more user turns")
+    assert "\n" not in str(err.value)
+
+
+async def test_a_failed_turn_ends_its_session_and_is_counted_for_its_turn(server, tmp_path):
+    async def fail_second(body: dict, request: web.Request) -> web.StreamResponse:
+        if len(body["messages"]) > 2:  # system + user: turn 1; more: a later turn
+            server.bodies.append(body)
+            return web.json_response({"error": {"message": "overloaded"}}, status=503)
+        return await server.generate_from(body, request)
+
+    server.handler = fail_second
+    sink = Sink()
+    run = make_run(server.url, sessions_scenario(tmp_path, turns="4"), sink)
+    await run_to_end(run)
+    first, second = sorted(sink.records, key=lambda r: r.turn)
+    assert first.ok and not second.ok and (second.session, second.turn) == (0, 2)
+    assert sink.ticks[-1].sessions_finished_total == 1  # no turn 3 after the failed turn 2
