@@ -506,3 +506,43 @@ async def test_a_failed_turn_ends_its_session_and_is_counted_for_its_turn(server
     first, second = sorted(sink.records, key=lambda r: r.turn)
     assert first.ok and not second.ok and (second.session, second.turn) == (0, 2)
     assert sink.ticks[-1].sessions_finished_total == 1  # no turn 3 after the failed turn 2
+
+
+# -- the shipped scenario, as a user runs it ------------------------------------------
+
+
+def test_multi_turn_chat_runs_headless_and_its_recording_replays_the_sessions(tmp_path):
+    import subprocess
+    import sys
+
+    from rampwatch.app.session import serving_sim
+    from rampwatch.record.analysis import final_snapshot
+    from rampwatch.record.reader import open_recording
+    from rampwatch.sim.config import SimConfig
+
+    recording = tmp_path / "run.rwrec"
+    with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rampwatch.app.cli", "run", "multi-turn-chat", "--headless"]
+            + ["--target", sim.url, "--duration", "3", "--start-rps", "4", "--end-rps", "8"]
+            + ["--set", "workload.sessions.think_time_s=0.05", "--record", str(recording)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 0, proc.stderr
+    with open_recording(recording) as rec:
+        records = rec.requests
+        ticks = rec.ticks
+        snap = final_snapshot(rec)
+    assert records and all(r.session is not None and r.turn is not None for r in records)
+    assert max(r.turn for r in records) >= 2 and all(r.generated_text is None for r in records)
+    # Each session's turns are 1..n, without a gap.
+    turns: dict[int, list[int]] = {}
+    for r in records:
+        turns.setdefault(r.session, []).append(r.turn)
+    assert all(sorted(t) == list(range(1, len(t) + 1)) for t in turns.values())
+    started = ticks[-1].sessions_started_total
+    assert started == len(turns) == ticks[-1].sessions_finished_total
+    assert sum(snap.series["sessions_started_per_s"]) == pytest.approx(started)
+    assert max(snap.series["sessions_active"]) >= 1
