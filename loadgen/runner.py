@@ -47,7 +47,7 @@ from rampwatch.loadgen.schedules import USERS_KIND
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.segments import RESUME_CHOICES, config_event
 from rampwatch.loadgen.series import SeriesBuilder
-from rampwatch.loadgen.sessions import SessionDriver, SessionWorkload
+from rampwatch.loadgen.sessions import SessionDriver, SessionWorkload, users_for, users_message
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +207,8 @@ class Run:
         return not self._stopping and not self._finished
 
     def _changed(self, event: Event) -> None:
+        if self.schedule.kind == USERS_KIND:
+            users_message(event)
         if event.data.get("applied", True):  # a change that changed nothing is not recorded
             self.sink.on_event(event)
         if self._schedule_changed is not None:
@@ -225,10 +227,16 @@ class Run:
             self._changed(self.schedule.set_rate(self.now(), max(0.0, rps)))
 
     def step_rate(self, delta_rps: float) -> None:
-        if self.schedule.kind == USERS_KIND and delta_rps:  # users come whole: one at least
-            delta_rps = math.copysign(max(1.0, round(abs(delta_rps))), delta_rps)
-        if self._steering():
-            self._changed(self.schedule.step_rate(self.now(), delta_rps))
+        if not self._steering():
+            return
+        t = self.now()
+        if self.schedule.kind == USERS_KIND:  # users come whole: a step is one user at least
+            step = int(math.copysign(max(1.0, round(abs(delta_rps))), delta_rps)) if delta_rps else 0
+            event = self.schedule.set_rate(t, max(0, users_for(self.schedule.current_rate(t)) + step))
+            event.data["delta_users"] = step
+            self._changed(event)
+        else:
+            self._changed(self.schedule.step_rate(t, delta_rps))
 
     def mark(self, note: str) -> None:
         if not self._finished:  # after the end the recording is closed

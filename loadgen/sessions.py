@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.errors import UserError
-from rampwatch.core.timeline import RequestRecord, RunHeader
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader
 from rampwatch.loadgen.prompts import SEPARATOR, join, synth_text
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.scenario import RequestFactory, sample_length
@@ -72,6 +72,19 @@ def users_target(header: RunHeader | None) -> bool:
     ``users``, a closed loop) rather than a rate."""
     schedule = header.scenario.get("schedule") if header is not None and isinstance(header.scenario, dict) else None
     return isinstance(schedule, dict) and schedule.get("kind") == USERS_KIND
+
+
+def users_message(event: Event) -> None:
+    """A closed loop's steering event says users, not req/s (its ``before_rps`` and
+    ``after_rps`` are user counts); a server restart's pause keeps its own message."""
+    if event.data.get("applied", True) is False or event.data.get("restart"):
+        return
+    after = users_for(event.data.get("after_rps", 0.0))
+    step = event.data.get("delta_users")
+    if event.kind in ("hold", "set_rate"):
+        event.message = f"hold at {after} users" + (f" ({step:+d})" if step else "")
+    elif event.kind == "resume":
+        event.message = f"resume the ramp at {after} users"
 
 
 def users_for(target: float) -> int:

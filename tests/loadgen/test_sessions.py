@@ -275,6 +275,8 @@ async def test_closed_loop_keeps_the_user_count_and_follows_a_step(server, tmp_p
     after = [t.active_sessions for t in ramping if t.t >= stepped[0] + 0.2]
     assert before and set(before) == {3}
     assert after and set(after) == {4}
+    step = next(e for e in run.collector.events if e.kind == "set_rate")
+    assert step.message == "hold at 4 users (+1)" and step.data["after_rps"] == 4
     # the users' turns never overlap beyond the users present
     edges = sorted([(r.sent_at, 1) for r in sink.records] + [(r.end_at, -1) for r in sink.records])
     level = peak = 0
