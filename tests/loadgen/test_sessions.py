@@ -202,6 +202,41 @@ workload:
     assert sim_words == [3, 5]  # each gpt turn's token count (the simulator's tokenizer: words)
 
 
+async def test_messages_conversations_drive_the_turns_with_their_system_message(server, tmp_path):
+    line = {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "never sent"},
+            {"role": "user", "content": "q2"},
+        ]
+    }
+    (tmp_path / "d.jsonl").write_text(json.dumps(line) + "\n" + json.dumps({"messages": line["messages"][1:2]}) + "\n")
+    scenario = load_scenario(
+        write_scenario(
+            tmp_path,
+            """endpoint: chat
+schedule: {kind: constant, rate: 10, num_requests: 2}
+workload:
+  dataset: {path: d.jsonl, format: messages}
+  output_tokens: 4
+  sessions: {think_time_s: 0}
+""",
+        )
+    )
+    sink = Sink()
+    await run_to_end(make_run(server.url, scenario, sink))
+
+    # Both sessions play the one multi-turn conversation (the one-question line is skipped).
+    firsts = [b["messages"] for b in server.bodies if len(b["messages"]) == 2]
+    seconds = [b["messages"] for b in server.bodies if len(b["messages"]) == 4]
+    assert len(firsts) == len(seconds) == 2
+    assert firsts[0] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q1"}]
+    assert all(m[2]["role"] == "assistant" and m[2]["content"] != "never sent" for m in seconds)
+    assert all(m[3] == {"role": "user", "content": "q2"} for m in seconds)
+    assert {b["max_completion_tokens"] for b in server.bodies} == {4}
+
+
 # -- time -------------------------------------------------------------------------------
 
 
