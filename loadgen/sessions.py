@@ -37,7 +37,7 @@ import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader
-from rampwatch.loadgen.prompts import SEPARATOR, join, synth_text
+from rampwatch.loadgen.prompts import SEPARATOR, compose_exact, join
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.scenario import RequestFactory, sample_length
 from rampwatch.loadgen.schedules import USERS_KIND
@@ -49,6 +49,10 @@ USERS_CHECK_S = 0.1
 # Sends one turn: (request, scheduled_at, called with the turn's record before the sinks
 # get it) -> the run's task of that request (tracked, drained and cancelled as any other).
 SendTurn = Callable[[PreparedRequest, float, Callable[[RequestRecord], None]], "asyncio.Task[None]"]
+
+
+# A turn's outcome for its session: (ok, the answer's text, when it ended, its tokens).
+_Outcome = tuple[bool, str | None, float, int]
 
 
 def sample_think(spec: dict[str, Any] | None, rng: np.random.Generator) -> float:
@@ -137,11 +141,12 @@ class Conversation:
                 n_out = sample_length(out_spec, self._rng)
             else:  # the loader keeps only turns with an answer when no output_tokens is set
                 n_out = max(1, factory._count_of(answer or ""))
+            self._expected += factory._count_of(user)
         else:
             n_in = sample_length(workload["input_tokens"], self._rng)
             n_out = sample_length(workload["output_tokens"], self._rng)
-            user = synth_text(factory.tokenizer, n_in, self._rng)
-        self._expected += factory._count_of(user)
+            user, count = compose_exact(factory.tokenizer, "", n_in, self._rng)
+            self._expected += count
         if self.turn == 1 and self._doc is not None:  # the document opens the first message
             document = factory.document(self._doc)
             self._expected += factory._count_shared(document)
@@ -159,13 +164,14 @@ class Conversation:
         request.session, request.turn, request.keep_text = self.id, self.turn, True
         return request
 
-    def take_answer(self, text: str) -> None:
-        """The previous turn's answer, exactly as streamed, joins the history."""
+    def take_answer(self, text: str, tokens: int) -> None:
+        """The previous turn's answer, exactly as streamed (``tokens`` long, as the server
+        counted it: not tokenized again), joins the history."""
         if self._workload.factory.endpoint == "chat":
             self._messages.append({"role": "assistant", "content": text})
         else:
             self._prompt += text
-        self._expected += self._workload.factory._count_of(text) if text else 0
+        self._expected += tokens
 
     def think_time(self) -> float:
         return sample_think(self._workload.spec.get("think_time_s"), self._rng)
@@ -304,7 +310,7 @@ class SessionDriver:
                 pass
 
     # -- every session
-    def _open(self, at: float) -> tuple[Conversation, asyncio.Task, list[tuple[bool, str | None, float]]]:
+    def _open(self, at: float) -> tuple[Conversation, asyncio.Task, list[_Outcome]]:
         """A new session with its first turn sent (due at ``at``)."""
         session_id = self._next_id
         self._next_id += 1
@@ -316,11 +322,11 @@ class SessionDriver:
         turn, outcome = self._send(conversation, at)
         return conversation, turn, outcome
 
-    def _send(self, conversation: Conversation, at: float) -> tuple[asyncio.Task, list[tuple[bool, str | None, float]]]:
+    def _send(self, conversation: Conversation, at: float) -> tuple[asyncio.Task, list[_Outcome]]:
         assert self.send_turn is not None, "SessionDriver.send_turn is bound when the run starts"
         request = conversation.next_request()
         assert request is not None  # a session has at least one turn; _follow checks the rest
-        outcome: list[tuple[bool, str | None, float]] = []
+        outcome: list[_Outcome] = []
         return self.send_turn(request, at, lambda record: outcome.append(self._take(record))), outcome
 
     async def _follow(
@@ -328,7 +334,7 @@ class SessionDriver:
         actor: _Actor,
         conversation: Conversation,
         turn: asyncio.Task,
-        outcome: list[tuple[bool, str | None, float]],
+        outcome: list[_Outcome],
     ) -> None:
         """The rest of a session whose turn ``turn`` is in flight: each answer, the think
         time, the next turn, until its last turn, a failed one or the end (``ended``)."""
@@ -337,10 +343,10 @@ class SessionDriver:
                 await asyncio.wait({turn})  # not ``await turn``: ending this session must not cancel it
                 if not outcome or actor.ended.is_set():
                     return
-                ok, text, end_at = outcome[0]
+                ok, text, end_at, tokens = outcome[0]
                 if not ok or text is None or conversation.turn >= conversation.turns:
                     return  # a failed turn ends its session, as does its last one
-                conversation.take_answer(text)
+                conversation.take_answer(text, tokens)
                 at = end_at + conversation.think_time()
                 if not await self._wait_until(actor, at):
                     return
@@ -354,12 +360,12 @@ class SessionDriver:
         if self.active == 0:
             self.idle.set()
 
-    def _take(self, record: RequestRecord) -> tuple[bool, str | None, float]:
+    def _take(self, record: RequestRecord) -> _Outcome:
         """The turn's outcome, its answer's text taken off the record unless kept."""
         text = record.generated_text
         if not self.keep_texts:
             record.generated_text = None
-        return record.ok, text, record.end_at
+        return record.ok, text, record.end_at, record.completion_tokens
 
     async def _wait_until(self, actor: _Actor, at: float) -> bool:
         """Sleep until ``at`` (the end of a think time); False when ended meanwhile."""
