@@ -583,3 +583,6 @@ def test_multi_turn_chat_runs_headless_and_its_recording_replays_the_sessions(tm
     assert started == len(turns) == ticks[-1].sessions_finished_total
     assert sum(snap.series["sessions_started_per_s"]) == pytest.approx(started)
     assert max(snap.series["sessions_active"]) >= 1
+    # The result JSON's rate is of requests, and sessions are not a request rate.
+    result = json.loads(recording.with_suffix(".json").read_text())
+    assert result["request_rate"] == "inf" and result["completed"] == len(records)
