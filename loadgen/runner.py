@@ -590,19 +590,16 @@ class Run:
         finally:
             del self._sending[request_id]
 
-    async def _one_request(
-        self, client, semaphore, request, request_id: int, scheduled_at: float, on_record=None
-    ) -> None:
-        """Sends one request and gives its record to ``on_record`` (a session's turn takes
-        its answer there), then to the sinks; every outcome is a record."""
-        record = await self._request_record(client, semaphore, request, request_id, scheduled_at, on_record)
+    def _publish(self, record: RequestRecord, on_record=None) -> None:
+        """A request's record to ``on_record`` (a session's turn takes its answer there),
+        then to the sinks."""
         if on_record is not None:
             on_record(record)
         self.sink.on_request(record)
 
-    async def _request_record(
-        self, client, semaphore, request, request_id: int, scheduled_at: float, on_record
-    ) -> RequestRecord:
+    async def _one_request(
+        self, client, semaphore, request, request_id: int, scheduled_at: float, on_record=None
+    ) -> None:
         try:
             if semaphore is None:
                 record = await self._send(client, request, request_id, scheduled_at)
@@ -626,9 +623,7 @@ class Run:
                         session=request.session,
                         turn=request.turn,
                     )
-                    if on_record is not None:
-                        on_record(waited)
-                    self.sink.on_request(waited)
+                    self._publish(waited, on_record)
                     raise
                 finally:
                     self._client_queued -= 1
@@ -637,9 +632,7 @@ class Run:
                 finally:
                     semaphore.release()
         except RequestCancelled as cancelled:
-            if on_record is not None:
-                on_record(cancelled.record)
-            self.sink.on_request(cancelled.record)
+            self._publish(cancelled.record, on_record)
             raise
         except Exception as exc:  # a client bug must cost one failed request, never a lost one
             now = self.now()
@@ -655,7 +648,7 @@ class Run:
                 session=request.session,
                 turn=request.turn,
             )
-        return record
+        self._publish(record, on_record)
 
     async def _drain(self) -> None:
         """Wait for in-flight requests: without limit after the schedule ends (as vllm
