@@ -13,7 +13,8 @@ Arrival. Open loop: each send time of the schedule starts a session (a ramp ramp
 sessions per second). Closed loop (schedule kind ``users``): the schedule's value is a
 number of concurrent users, each running sessions back to back; a user the target no
 longer needs leaves at its next turn boundary (at once while thinking, after the answer
-while a turn is in flight).
+while a turn is in flight); a user whose turn failed waits its think time, one second at
+least, before its next session.
 
 Time. A turn's ``scheduled_at`` is the end of the think time before it, so no latency
 (lateness, TTFT, end-to-end) includes think time. The run's end, a stop and a server
@@ -41,6 +42,9 @@ from rampwatch.loadgen.prompts import SEPARATOR, compose_exact, join
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.scenario import RequestFactory, sample_length
 from rampwatch.loadgen.schedules import USERS_KIND
+
+# A closed-loop user whose turn failed waits at least this long before its next session.
+USER_RETRY_S = 1.0
 
 # A closed loop checks its user target this often besides every control change: a ramp of
 # users moves by whole users, which this finds within a tenth of a second.
@@ -218,7 +222,7 @@ class SessionWorkload:
         if self._scripts is not None:
             if not self._order:
                 self._order = self._order_rng.permutation(len(self._scripts)).tolist()
-            script, system = self._scripts[self._order.pop(0)]
+            script, system = self._scripts[self._order.pop()]  # from the end: O(1) a session
             turns = len(script) if turns_spec is None else min(len(script), sample_length(turns_spec, rng))
             return Conversation(self, session_id, turns, rng, script=script, system_extra=system)
         probs = self.factory._doc_probs
@@ -262,11 +266,6 @@ class SessionDriver:
     def active(self) -> int:
         return self.started_total - self.finished_total
 
-    @property
-    def users(self) -> int:
-        """Closed loop: users present and not leaving."""
-        return sum(1 for a in self._actors if not a.ended.is_set())
-
     def _spawn(self, body: Callable[[_Actor], Any]) -> _Actor:
         actor = _Actor()
         actor.task = asyncio.create_task(body(actor), name="rampwatch-session")
@@ -280,7 +279,11 @@ class SessionDriver:
         (sent here, not by the session's task: a send time the schedule handed out is a
         request, even at the schedule's very end)."""
         first = self._open(at)
-        self._spawn(lambda actor: self._follow(actor, *first))
+
+        async def follow(actor: _Actor) -> None:
+            await self._follow(actor, *first)
+
+        self._spawn(follow)
 
     # -- closed loop
     def set_users(self, target: int) -> None:
@@ -293,7 +296,11 @@ class SessionDriver:
 
     async def _user(self, actor: _Actor) -> None:
         while not actor.ended.is_set():
-            await self._follow(actor, *self._open(self.clock()))
+            conversation, turn, outcome = self._open(self.clock())
+            if await self._follow(actor, conversation, turn, outcome):
+                # A failed turn: the user waits before its next session, so that a server
+                # that fails at once is not sent requests as fast as the client can.
+                await self._wait_until(actor, self.clock() + max(USER_RETRY_S, conversation.think_time()))
 
     async def run_users(self, schedule: Any, changed: asyncio.Event, stopping: Callable[[], bool]) -> None:
         """The closed loop's dispatcher: keeps ``users_for(schedule's value)`` users until
@@ -335,21 +342,24 @@ class SessionDriver:
         conversation: Conversation,
         turn: asyncio.Task,
         outcome: list[_Outcome],
-    ) -> None:
+    ) -> bool:
         """The rest of a session whose turn ``turn`` is in flight: each answer, the think
-        time, the next turn, until its last turn, a failed one or the end (``ended``)."""
+        time, the next turn, until its last turn, a failed one or the end (``ended``).
+        True when a failed turn ended it."""
         try:
             while True:
                 await asyncio.wait({turn})  # not ``await turn``: ending this session must not cancel it
                 if not outcome or actor.ended.is_set():
-                    return
+                    return not outcome
                 ok, text, end_at, tokens = outcome[0]
-                if not ok or text is None or conversation.turn >= conversation.turns:
-                    return  # a failed turn ends its session, as does its last one
+                if not ok or text is None:
+                    return True  # a failed turn ends its session
+                if conversation.turn >= conversation.turns:
+                    return False
                 conversation.take_answer(text, tokens)
                 at = end_at + conversation.think_time()
                 if not await self._wait_until(actor, at):
-                    return
+                    return False
                 turn, outcome = self._send(conversation, at)
         finally:
             self._ended(conversation.id)

@@ -586,3 +586,17 @@ def test_multi_turn_chat_runs_headless_and_its_recording_replays_the_sessions(tm
     # The result JSON's rate is of requests, and sessions are not a request rate.
     result = json.loads(recording.with_suffix(".json").read_text())
     assert result["request_rate"] == "inf" and result["completed"] == len(records)
+
+
+async def test_a_closed_loop_user_waits_after_a_failed_turn(server, tmp_path):
+    async def refuse(body: dict, request: web.Request) -> web.Response:
+        server.bodies.append(body)
+        return web.json_response({"error": {"message": "overloaded"}}, status=503)
+
+    server.handler = refuse
+    scenario = sessions_scenario(tmp_path, schedule="{kind: users, users: 2, duration_s: 1.5}", think="0")
+    sink = Sink()
+    await run_to_end(make_run(server.url, scenario, sink))
+    # Two users, each failing at once and then waiting 1 s: two sessions each, not thousands.
+    assert len(sink.records) == 4 and not any(r.ok for r in sink.records)
+    assert all(r.turn == 1 for r in sink.records)
