@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -600,3 +601,31 @@ async def test_a_closed_loop_user_waits_after_a_failed_turn(server, tmp_path):
     # Two users, each failing at once and then waiting 1 s: two sessions each, not thousands.
     assert len(sink.records) == 4 and not any(r.ok for r in sink.records)
     assert all(r.turn == 1 for r in sink.records)
+
+
+async def test_max_concurrency_caps_the_turns_in_flight(server, tmp_path):
+    scenario = sessions_scenario(tmp_path, schedule="{kind: users, users: 4, duration_s: 0.6}", think="0")
+    scenario.max_concurrency = 2
+    sink = Sink()
+    result = await run_to_end(make_run(server.url, scenario, sink))
+    edges = sorted([(r.sent_at, 1) for r in result.requests] + [(r.end_at, -1) for r in result.requests])
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    assert peak <= 2 and max(t.peak_in_flight or 0 for t in sink.ticks) <= 2
+    assert any(t.client_queued > 0 for t in sink.ticks)  # the other users' turns waited for a slot
+
+
+def test_ticks_of_older_recordings_read_with_no_sessions():
+    from rampwatch.record.format import decode_meta, encode_meta
+
+    tick = Tick(1.0, 2.0, "ramping", active_sessions=3, sessions_started_total=5, sessions_finished_total=2)
+    _, (back,), _ = decode_meta(encode_meta([], [tick], []))
+    assert back == tick
+    old = tick.to_dict()  # a meta block as written before sessions: ticks without their keys
+    for key in ("active_sessions", "sessions_started_total", "sessions_finished_total"):
+        del old[key]
+    payload = zlib.compress(json.dumps({"samples": [], "ticks": [old], "events": []}).encode())
+    _, (before,), _ = decode_meta(payload)
+    assert (before.active_sessions, before.sessions_started_total, before.sessions_finished_total) == (0, 0, 0)
