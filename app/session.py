@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -43,6 +43,7 @@ from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.loadgen.sessions import users_for, users_target
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
+from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections, turn_table
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
@@ -192,6 +193,9 @@ def sim_serve_text(config: SimConfig, host: str = "127.0.0.1", port: int | None 
     without ``--target`` and ``--serve`` is exactly a run with this ``--serve``."""
     config.resolved()  # a bad preset is one line here, before anything starts
     port = free_port(host) if port is None else port
+    # Per-request prefix-cache hits (usage.prompt_tokens_details) feed the hit rate by
+    # turn; vLLM needs the flag for them, the simulator rampwatch starts always has it.
+    config = replace(config, enable_prompt_tokens_details=True)
     return shlex.join(["rampwatch", "sim", *config_to_argv(config), "--host", host, "--port", str(port)])
 
 
@@ -546,20 +550,17 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         idle_duration_s=result.duration_s,
     )
     print(format_summary(summary), file=out)
+    turns = turn_table(result.requests)
+    if turns is not None:
+        print(f"\nTurns ({TURNS_NOTE})\n{turns.text()}", file=out)
     code = 0
     if prepared.result_json_path is not None:
         try:
             prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
-            prepared.result_json_path.write_bytes(
-                dumps_bench_result(
-                    to_bench_result(
-                        summary,
-                        result.header,
-                        result.requests,
-                        detailed=args.save_detailed or args.save_generated_texts,
-                    )
-                )
+            bench = to_bench_result(
+                summary, result.header, result.requests, detailed=args.save_detailed or args.save_generated_texts
             )
+            prepared.result_json_path.write_bytes(dumps_bench_result({**bench, **turn_sections(turns)}))
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
             print(f"rampwatch run: cannot write {prepared.result_json_path}: {exc.strerror or exc}", file=sys.stderr)

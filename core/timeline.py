@@ -446,6 +446,9 @@ class Snapshot:
     # After a server restart: the configurations side by side so far
     # (``loadgen.segments.SegmentTable``); None while the run has one configuration.
     configurations: Any = None
+    # A session workload's figures by turn index so far (``loadgen.turns.TurnTable``);
+    # None when no request of the run had a turn.
+    turns: Any = None
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:

@@ -27,7 +27,9 @@ wall time or on when ``snapshot`` is called). It keeps per-second bins, not reco
 - TTFT / ITL p50/p90/p99: over the requests that ended OK in the last ``window_s``
   seconds (10 by default), from log histograms (values within ~1% of exact). A second's
   value is frozen ``grace_s`` after the second ends; a record arriving later still
-  counts in the run summary but not in that frozen value.
+  counts in the run summary but not in that frozen value;
+- a session workload's figures by turn index (``loadgen.turns``: TTFT, input tokens,
+  prefix-cache hit rate per turn, session totals), from the records, bounded.
 
 Finished requests are folded in by batches: ``on_request`` only queues the record, and
 the queue is folded in (counts, histograms, summary) before a second is frozen, before
@@ -73,6 +75,7 @@ from rampwatch.loadgen.segments import CONFIG_EVENT, SegmentTable, config_segmen
 from rampwatch.loadgen.stats import LogHistogram
 from rampwatch.loadgen.steps import StepTracker
 from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_explanation, knee_rps
+from rampwatch.loadgen.turns import TurnFigures
 
 _QS = (0.5, 0.9, 0.99)
 _SESSION_RATES = ("sessions_started_per_s", "sessions_finished_per_s")
@@ -192,6 +195,11 @@ class SeriesBuilder:
         self._segment_starts: list[float] = []
         self._segment_summaries: list[SummaryBuilder] = []
         self.steps = StepTracker()
+        # A session workload's figures by turn index (``loadgen.turns``); None until a
+        # request with a turn ends (runs without sessions never have them).
+        self.turns: TurnFigures | None = None
+        # The run's count of sessions that ended, from ticks that carry one.
+        self.sessions_finished: int | None = None
         # False when restored from a checkpoint written before the step table existed:
         # its rows would miss the run before the checkpoint (replays then start over).
         self.steps_complete = True
@@ -260,6 +268,9 @@ class SeriesBuilder:
             "summary": self.summary.export_state(arrays),
             "steps": self.steps.export_state(arrays),
         }
+        if self.turns is not None:
+            meta["turns"] = self.turns.export_state(arrays)
+            meta["sessions_finished"] = self.sessions_finished
         if self._segment_starts:
             meta["config_segments"] = {
                 "starts": list(self._segment_starts),
@@ -351,6 +362,10 @@ class SeriesBuilder:
         b._segment_summaries = [
             SummaryBuilder.restore_state(state, arrays, f"segment{i}") for i, state in enumerate(segments["summaries"])
         ]
+        # Checkpoints of runs without sessions (and from before them) have none.
+        if "turns" in meta:
+            b.turns = TurnFigures.restore_state(meta["turns"], arrays)
+            b.sessions_finished = meta.get("sessions_finished")
         if "steps" in meta:
             b.steps = StepTracker.restore_state(meta["steps"], arrays)
         else:  # a checkpoint from before the step table
@@ -397,6 +412,10 @@ class SeriesBuilder:
             if i == len(records) or _sec(records[i].end_at) != _sec(records[start].end_at):
                 self._fold_block(_sec(records[start].end_at), records[start:i])
                 start = i
+        if any(record.turn is not None for record in records):
+            if self.turns is None:
+                self.turns = TurnFigures()
+            self.turns.add(records)
 
     def _fold_block(self, end: int, records: list[RequestRecord]) -> None:
         block = RequestBlock.from_records(records)
@@ -482,6 +501,8 @@ class SeriesBuilder:
         self.target_rps = tick.target_rps
         self.in_flight = tick.in_flight
         self.oldest_sent_at = tick.oldest_sent_at
+        if tick.sessions_started_total:  # a session workload's tick (0 in other runs, older recordings)
+            self.sessions_finished = tick.sessions_finished_total
         if tick.planned_end_s is not None:
             self.planned_end_s = tick.planned_end_s
         s = _sec(tick.t)
@@ -740,4 +761,5 @@ class SeriesBuilder:
             gpus=combine_gpus(list(self._gpu_latest.values())) if self._gpu_latest else {},
             last_good_gpu_t=self.last_good_gpu_t,
             configurations=self.configurations(now, arrays),
+            turns=None if self.turns is None else self.turns.table(self.sessions_finished),
         )

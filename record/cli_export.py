@@ -172,9 +172,12 @@ def write_bench_result(recording, summary, path: Path, detailed: bool = False) -
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
     every chunk gap of the run) are never all in memory at once."""
     from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
+    from rampwatch.loadgen.turns import turn_sections
+    from rampwatch.record.analysis import recording_turns
 
     result = to_bench_result(summary, recording.header, [], detailed=detailed)
     result["num_prompts"] = recording.request_count
+    result.update(turn_sections(recording_turns(recording)))
     with open(path, "w") as f:
         f.write("{")
         for i, (key, value) in enumerate(result.items()):
@@ -196,7 +199,13 @@ def write_bench_result(recording, summary, path: Path, detailed: bool = False) -
 
 def main(args: argparse.Namespace) -> int:
     from rampwatch.loadgen.summary import format_summary
-    from rampwatch.record.analysis import configuration_table, final_snapshot, summarise, with_knee_explanation
+    from rampwatch.record.analysis import (
+        configuration_table,
+        final_snapshot,
+        recording_turns,
+        summarise,
+        with_knee_explanation,
+    )
     from rampwatch.record.html_report import render_html
     from rampwatch.record.reader import open_recording, print_warnings
 
@@ -226,6 +235,7 @@ def main(args: argparse.Namespace) -> int:
             f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
             warnings=recording.warnings,
             configurations=configuration_table(recording),
+            turns=recording_turns(recording),
         )
         _write_atomically(outputs[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
     for path in outputs:

@@ -1,7 +1,7 @@
 """`rampwatch report REC`: the headless summary of a recording, then its timeline (start,
 knee, holds, resumes, rate changes, marks, restarts, stop) as the HTML report's marks
-table has it, the configurations side by side when the server was restarted, and its
-step table."""
+table has it, the configurations side by side when the server was restarted, the
+figures by turn index of a session workload, and its step table."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ def main(args: argparse.Namespace) -> int:
     from rampwatch.loadgen.segments import SEGMENT_NOTE
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
     from rampwatch.loadgen.summary import format_summary
+    from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections
     from rampwatch.record.analysis import (
         configuration_segments,
         configuration_table,
         final_snapshot,
         format_timeline,
+        recording_turns,
         summarise,
         with_knee_explanation,
     )
@@ -33,6 +35,7 @@ def main(args: argparse.Namespace) -> int:
     snapshot = final_snapshot(recording)
     summary = with_knee_explanation(summarise(recording), snapshot)
     steps = snapshot.steps
+    turns = recording_turns(recording)
     if args.json:
         out = {**summary.to_dict(), "steps": [step_json(row) for row in steps]}
         segments, summaries = configuration_segments(recording)
@@ -49,6 +52,7 @@ def main(args: argparse.Namespace) -> int:
                 }
                 for seg, figures in zip(segments, summaries, strict=True)
             ]
+        out.update(turn_sections(turns))
         print(json.dumps(out, indent=2, default=str))
     else:
         h = recording.header
@@ -63,6 +67,9 @@ def main(args: argparse.Namespace) -> int:
         if configurations is not None:
             print(f"\nConfigurations ({SEGMENT_NOTE})")
             print(configurations.text())
+        if turns is not None:
+            print(f"\nTurns ({TURNS_NOTE})")
+            print(turns.text())
         if steps:
             print(f"\nSteps ({STEP_TABLE_NOTE})")
             print(step_table_text(steps))
