@@ -82,6 +82,13 @@ def users_target(header: RunHeader | None) -> bool:
     return isinstance(schedule, dict) and schedule.get("kind") == USERS_KIND
 
 
+def session_target(header: RunHeader | None) -> bool:
+    """Whether a run's target rate is of sessions started (an open-loop session
+    workload) rather than of requests."""
+    workload = header.scenario.get("workload") if header is not None and isinstance(header.scenario, dict) else None
+    return isinstance(workload, dict) and bool(workload.get("sessions")) and not users_target(header)
+
+
 def users_message(event: Event) -> None:
     """A closed loop's steering event says users, not req/s (its ``before_rps`` and
     ``after_rps`` are user counts); a server restart's pause keeps its own message."""

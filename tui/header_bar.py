@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
-from rampwatch.loadgen.sessions import users_for, users_target
+from rampwatch.loadgen.sessions import session_target, users_for, users_target
 from rampwatch.tui.chart_data import (
     DRAIN_STATES,
     eta_unix,
@@ -145,6 +145,9 @@ class HeaderBar(Static):
             if users_target(header):  # a closed loop: its target is users, not a rate
                 line1.append("  users ", style="dim")
                 line1.append(f"{users_for(snapshot.target_rps)}", style="bold")
+            elif session_target(header):  # an open-loop session workload: sessions started
+                line1.append("  sessions ", style="dim")
+                line1.append(f"{format_rate(snapshot.target_rps)}/s", style="bold")
             else:
                 line1.append("  offered ", style="dim")
                 line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
