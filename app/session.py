@@ -40,6 +40,7 @@ from rampwatch.loadgen.managed import (
 )
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult, host_info
 from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.loadgen.sessions import session_target, users_for, users_target
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
 from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections, turn_table
@@ -644,8 +645,15 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
     queued = fmt("client_queued", digits=0)
     # Requests waiting for a --max-concurrency slot: the client's queue, not the server's.
     client_queue = f" | client queue {queued}" if queued not in ("-", "0") else ""
+    # A closed loop's target is a number of users (schedule kind users).
+    if users_target(snap.header):
+        target = f"{users_for(snap.target_rps):3d} users"
+    elif session_target(snap.header):  # an open-loop session workload: sessions started
+        target = f"{snap.target_rps:5.1f} sessions/s"
+    else:
+        target = f"{snap.target_rps:5.1f} rps"
     line = (
-        f"[{snap.t:6.0f}s] {snap.state:<8} target {snap.target_rps:5.1f} rps | "
+        f"[{snap.t:6.0f}s] {snap.state:<8} target {target} | "
         f"sent {fmt('sent_rps')} done {fmt('completed_rps')} err {fmt('error_rps')} | "
         f"in-flight {snap.in_flight}{client_queue} | out {fmt('client_output_tps', digits=0)} tok/s | "
         f"TTFT p50 {fmt('ttft_p50', 1000, 0)} ms p99 {fmt('ttft_p99', 1000, 0)} ms"

@@ -23,6 +23,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.schedules import (
     TRACE_KIND,
+    USERS_KIND,
     VLLM_KINDS,
     ArrivalSchedule,
     SpecProblem,
@@ -52,6 +53,8 @@ FLAG_KEYS: dict[str, str] = {
 ENDPOINTS = ("completions", "chat")
 PROMPT_FORMATS = ("text", "token_ids")
 LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal")
+THINK_DISTS = ("fixed", "uniform", "exponential", "lognormal")
+SESSION_KEYS = ("turns", "think_time_s")
 DOC_PICKS = ("uniform", "zipf")
 DATASET_FORMATS = ("auto", "sharegpt", "prompts", "messages")
 TOP_KEYS = ("name", "description", "endpoint", "model", "seed", "max_concurrency", "schedule", "workload", "slo")
@@ -62,6 +65,7 @@ WORKLOAD_KEYS = (
     "system_prompt",
     "documents",
     "conversations",
+    "sessions",
     "dataset",
     "ignore_eos",
     "extra_body",
@@ -245,6 +249,11 @@ def flag_overrides(flags: dict[str, Any] | None, scenario_dict: dict[str, Any]) 
             raise UserError(
                 f"{option}: a trace schedule lasts as long as its trace; replay part of it with "
                 "--set schedule.start_s=S --set schedule.duration_s=S (trace seconds)"
+            )
+        if flag in ("start_rps", "end_rps") and kind == USERS_KIND:
+            raise UserError(
+                f"{option}: schedule kind 'users' ramps users, not a rate; "
+                f"set schedule.start_users / schedule.end_users (--set schedule.end_users=N)"
             )
         if flag in ("start_rps", "end_rps") and kind in ("constant", "poisson", "gamma", "steps", "vllm-constant"):
             raise UserError(
@@ -434,6 +443,19 @@ def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path, trace: 
             elif p.check(path + ("conversations", key), conv[key], number_check(1, integer=True)):
                 c[key] = int(conv[key])
         out["conversations"] = c
+    if w.get("sessions") is not None:
+        out["sessions"] = _check_sessions(p, w["sessions"], path + ("sessions",), dataset is not None)
+        if conv is not None:
+            p.add(
+                path + ("conversations",),
+                "cannot be combined with workload.sessions (sessions are the multi-turn workload)",
+                True,
+            )
+        if fmt == "token_ids":
+            p.add(
+                path + ("prompt_format",),
+                "expected text with workload.sessions (each turn carries the answer's text), got 'token_ids'",
+            )
     ignore_eos = w.get("ignore_eos", True)
     if not isinstance(ignore_eos, bool):
         p.add(path + ("ignore_eos",), f"expected true or false, got {describe(ignore_eos)}")
@@ -445,6 +467,55 @@ def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path, trace: 
             if key in reserved:
                 p.add(path + ("extra_body", key), "is set by rampwatch itself and cannot be overridden", True)
         out["extra_body"] = dict(extra)
+    return out
+
+
+def _check_think(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | None:
+    """Think time in seconds: a number, or ``{dist: fixed|uniform|exponential|lognormal, …}``."""
+    if is_number(value):
+        return {"dist": "fixed", "value": float(value)} if p.check(path, value, number_check(0)) else None
+    if not p.mapping(path, value, f"seconds, or {{dist: {'|'.join(THINK_DISTS)}, …}}"):
+        return None
+    dist = value.get("dist")
+    if not p.check(path + ("dist",), dist, choice_check(THINK_DISTS)):
+        return None
+    fields = {
+        "fixed": ("value",),
+        "uniform": ("min", "max"),
+        "exponential": ("mean",),
+        "lognormal": ("median", "sigma"),
+    }[dist]
+    optional = ("max",) if dist in ("exponential", "lognormal") else ()
+    p.keys(path, value, ("dist", *fields, *optional))
+    out: dict[str, Any] = {"dist": dist}
+    ok = True
+    for name in (*fields, *optional):
+        if name not in value:
+            if name in fields:
+                p.add(path + (name,), "required key is missing", True)
+                ok = False
+        elif p.check(path + (name,), value[name], number_check(0)):
+            out[name] = float(value[name])
+        else:
+            ok = False
+    if ok and dist == "uniform" and out["min"] > out["max"]:
+        p.add(path + ("max",), f"expected a number >= min ({out['min']:g}), got {describe(value['max'])}")
+        ok = False
+    return out if ok else None
+
+
+def _check_sessions(p: _Problems, value: Any, path: Path_, has_dataset: bool) -> dict[str, Any]:
+    """``workload.sessions``: turns per session (a length distribution; with a dataset,
+    at most this many of each conversation's turns) and the think time after each answer."""
+    if not p.mapping(path, value, "turns, think_time_s"):
+        return {}
+    p.keys(path, value, SESSION_KEYS)
+    out: dict[str, Any] = {}
+    if value.get("turns") is not None:
+        out["turns"] = _check_length(p, path + ("turns",), value["turns"])
+    elif not has_dataset:
+        p.add(path + ("turns",), "required key is missing (a turn count or a distribution)", True)
+    out["think_time_s"] = _check_think(p, path + ("think_time_s",), value.get("think_time_s", 0))
     return out
 
 
@@ -544,6 +615,10 @@ def validate_scenario(
         workload: dict[str, Any] = {}
     else:
         workload = _check_workload(p, data["workload"], endpoint, base_dir, trace=schedule.get("kind") == TRACE_KIND)
+    if schedule.get("kind") == USERS_KIND and not workload.get("sessions"):
+        p.add(
+            ("schedule", "kind"), "users (a closed loop) needs workload.sessions: each user runs sessions back to back"
+        )
     slo: dict[str, float] | None = None
     if data.get("slo") is not None and p.mapping(("slo",), data["slo"], "ttft_ms, tpot_ms, e2el_ms"):
         p.keys(("slo",), data["slo"], SLO_KEYS)

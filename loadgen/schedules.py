@@ -38,7 +38,10 @@ ARRIVALS = ("constant", "poisson", "gamma")
 TIME_KINDS = ("constant", "poisson", "gamma", "linear", "exponential", "steps")
 VLLM_KINDS = ("vllm-constant", "vllm-linear", "vllm-exponential")
 TRACE_KIND = "trace"  # built by loadgen.trace_replay from its trace file
-KINDS = TIME_KINDS + VLLM_KINDS + (TRACE_KIND,)
+# Closed loop (a session workload's concurrent users): the profile's "rate" is the number
+# of users, a constant ``users`` or a linear ramp ``start_users`` → ``end_users``.
+USERS_KIND = "users"
+KINDS = TIME_KINDS + VLLM_KINDS + (TRACE_KIND, USERS_KIND)
 
 
 # --------------------------------------------------------------------------- spec checks
@@ -159,6 +162,13 @@ SCHEDULE_FIELDS: dict[str, dict[str, _Field]] = {
     },
     "vllm-linear": dict(_VLLM_RAMP),
     "vllm-exponential": dict(_VLLM_RAMP),
+    USERS_KIND: {
+        "users": _Field(_COUNT),
+        "start_users": _Field(number_check(0, integer=True)),
+        "end_users": _Field(number_check(0, integer=True)),
+        "duration_s": _Field(_POSITIVE, required=True),
+        "hold_s": _Field(_NON_NEGATIVE, default=0.0),
+    },
 }
 
 
@@ -233,6 +243,8 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
                     continue
                 checked.append(_check_mapping(step, _STEP_FIELDS, ("steps", i), problems))
             out["steps"] = checked
+    if kind == USERS_KIND:
+        _check_users(spec, problems)
     if problems:
         return out, problems
     if "num_requests" in out:
@@ -248,6 +260,20 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
             )
         )
     return out, problems
+
+
+def _check_users(spec: dict[str, Any], problems: list[SpecProblem]) -> None:
+    """A users schedule is either ``users: N`` or a ramp ``start_users`` → ``end_users``."""
+    ramp = [key for key in ("start_users", "end_users") if key in spec]
+    if "users" in spec and ramp:
+        problems.append(
+            SpecProblem((ramp[0],), "cannot be combined with users (give users: N, or start_users and end_users)", True)
+        )
+    elif "users" not in spec and len(ramp) < 2:
+        missing = "users" if not ramp else ("end_users" if ramp == ["start_users"] else "start_users")
+        problems.append(
+            SpecProblem((missing,), "required key is missing (users: N, or start_users and end_users)", True)
+        )
 
 
 # --------------------------------------------------------------------------- ramp profiles
@@ -505,6 +531,14 @@ class ArrivalSchedule:
             return None
         return t + max(0.0, p.time(p.end) - p.time(self._ramp_coordinate(t)))
 
+    def ended_by(self, t: float) -> bool:
+        """Whether the schedule is over at run time ``t`` going by its clock alone, and
+        then marks it done: a closed loop (kind ``users``) asks for no send times, so
+        this is how it ends. Holding never ends."""
+        if self.state != "done" and not self._holding and self._ramp_coordinate(t) >= self._profile.end:
+            self._finished = True
+        return self.state == "done"
+
     # -- the runner's loop
 
     def next_send_time(self) -> float | None:
@@ -617,6 +651,14 @@ def _time_segments(spec: dict[str, Any]) -> list[_Segment]:
     if kind in ("constant", "poisson", "gamma"):
         length = float(spec.get("duration_s", math.inf))
         return [_Segment(0.0, length, float(spec["rate"]), float(spec["rate"]), "const")]
+    if kind == USERS_KIND:
+        length = float(spec["duration_s"])
+        start = float(spec["users"] if "users" in spec else spec["start_users"])
+        end = float(spec["users"] if "users" in spec else spec["end_users"])
+        segments = [_Segment(0.0, length, start, end, "linear")]
+        if spec.get("hold_s", 0) > 0:
+            segments.append(_Segment(length, float(spec["hold_s"]), end, end, "const"))
+        return segments
     if kind in ("linear", "exponential"):
         start, end, length = float(spec["start_rps"]), float(spec["end_rps"]), float(spec["duration_s"])
         shape = "linear" if kind == "linear" else "exp"

@@ -11,6 +11,9 @@ wall time or on when ``snapshot`` is called). It keeps per-second bins, not reco
   carry no totals (older recordings) counts offered by ``scheduled_at`` and sent by
   ``sent_at`` from the records, which arrive when a request *ends*;
 - ``target_rps`` and ``in_flight``: the last tick in the second;
+- sessions (a session workload): ``sessions_active`` from the last tick in the second,
+  ``sessions_started_per_s`` / ``sessions_finished_per_s`` from the ticks' running totals
+  spread as offered and sent are (0 in other runs);
 - ``running``, ``waiting``, ``kv_usage_pct``: the last scrape in the second, summed over
   URLs (KV averaged), NaN in a second without a good scrape;
 - server token rates and preemptions: each URL's counter increase between two
@@ -75,6 +78,7 @@ from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, k
 from rampwatch.loadgen.turns import TurnFigures
 
 _QS = (0.5, 0.9, 0.99)
+_SESSION_RATES = ("sessions_started_per_s", "sessions_finished_per_s")
 _LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")
 # Queued records are folded in once there are this many (a second's freeze and every read
 # fold them sooner): enough for numpy's per-call cost to be shared, few enough that one
@@ -163,6 +167,10 @@ class SeriesBuilder:
             name: _Growable(math.nan)
             for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct", "client_queued", *GPU_SERIES)
         }
+        self._last["sessions_active"] = _Growable(0.0)
+        # Sessions started / ended per second from the ticks' totals, and the last totals.
+        self._session_counts = {name: _Growable(0.0) for name in _SESSION_RATES}
+        self._session_totals = (0.0, 0, 0)
         self.last_good_scrape_t: float | None = None
         # GPU telemetry: each source's latest good sample, when the newest was, run totals
         self._gpu_latest: dict[str, ServerSample] = {}
@@ -240,6 +248,8 @@ class SeriesBuilder:
             "counts": put_growables("counts", self._counts),
             "last": put_growables("last", self._last),
             "tick_counts": put_growables("tick_counts", self._tick_counts),
+            "session_counts": put_growables("session_counts", self._session_counts),
+            "session_totals": list(self._session_totals),
             "final": put_growables("final", self._final),
             "tick_totals": self._tick_totals,
             "tracker": [s.to_dict() for s in self._tracker.latest()],
@@ -311,6 +321,11 @@ class SeriesBuilder:
         for name in ("client_queued", *GPU_SERIES):
             if name not in b._last:
                 b._last[name] = _Growable(math.nan)
+        # Checkpoints from before sessions: no session so far.
+        b._last.setdefault("sessions_active", _Growable(0.0))
+        if "session_counts" in meta:
+            b._session_counts = growables("session_counts", meta["session_counts"])
+            b._session_totals = tuple(meta["session_totals"])
         b.last_good_scrape_t = meta.get("last_good_scrape_t")
         for url, message, count, first_t, last_t, *gpu in meta.get("scrape_errors", []):
             b._scrape_errors[(url, message)] = ScrapeErrorLine(
@@ -486,15 +501,27 @@ class SeriesBuilder:
         self.target_rps = tick.target_rps
         self.in_flight = tick.in_flight
         self.oldest_sent_at = tick.oldest_sent_at
-        finished = getattr(tick, "sessions_finished_total", None)  # ticks of a session workload
-        if finished is not None:
-            self.sessions_finished = int(finished)
+        if tick.sessions_started_total:  # a session workload's tick (0 in other runs, older recordings)
+            self.sessions_finished = tick.sessions_finished_total
         if tick.planned_end_s is not None:
             self.planned_end_s = tick.planned_end_s
         s = _sec(tick.t)
         self._last["target_rps"].set(s, tick.target_rps)
         self._last["in_flight"].set(s, float(tick.in_flight))
         self._last["client_queued"].set(s, float(tick.client_queued))
+        self._last["sessions_active"].set(s, float(tick.active_sessions))
+        prev_t, prev_started, prev_finished = self._session_totals
+        if tick.sessions_started_total != prev_started or tick.sessions_finished_total != prev_finished:
+            self._spread_counts(
+                prev_t,
+                tick.t,
+                {
+                    "sessions_started_per_s": tick.sessions_started_total - prev_started,
+                    "sessions_finished_per_s": tick.sessions_finished_total - prev_finished,
+                },
+                self._session_counts,
+            )
+        self._session_totals = (tick.t, tick.sessions_started_total, tick.sessions_finished_total)
         # The run's exact peak when the tick has it (older recordings: the ticks' own counts).
         peak = tick.in_flight if tick.peak_in_flight is None else tick.peak_in_flight
         self.summary.peak_in_flight = max(self.summary.peak_in_flight, peak)
@@ -512,17 +539,20 @@ class SeriesBuilder:
             self._tick_totals = (tick.t, tick.offered_total, tick.sent_total)
         self._advance(tick.t)
 
-    def _spread_counts(self, t0: float, t1: float, deltas: dict[str, int]) -> None:
+    def _spread_counts(
+        self, t0: float, t1: float, deltas: dict[str, int], into: dict[str, _Growable] | None = None
+    ) -> None:
+        into = self._tick_counts if into is None else into
         if t1 <= t0:
             for name, delta in deltas.items():
-                self._tick_counts[name].add(_sec(t1), float(delta))
+                into[name].add(_sec(t1), float(delta))
             return
         span = t1 - t0
         for b in range(_sec(t0), _sec(t1) + 1):
             overlap = min(t1, b + 1.0) - max(t0, float(b))
             if overlap > 0:
                 for name, delta in deltas.items():
-                    self._tick_counts[name].add(b, delta * overlap / span)
+                    into[name].add(b, delta * overlap / span)
 
     def on_event(self, event: Event) -> None:
         if event.kind == CONFIG_EVENT:
@@ -639,6 +669,8 @@ class SeriesBuilder:
             for name, g in self._tick_counts.items():
                 out[name] = g.head(n).copy()
         for name, g in self._last.items():
+            out[name] = g.head(n).copy()
+        for name, g in self._session_counts.items():
             out[name] = g.head(n).copy()
         out["server_prompt_tps"] = self._server_rate("prompt_tokens_total", n)
         out["server_generation_tps"] = self._server_rate("generation_tokens_total", n)

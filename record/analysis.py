@@ -291,5 +291,5 @@ def recording_turns(recording: Recording) -> TurnTable | None:
         if "turn" in recording.request_columns(info, with_chunks=False).strings:
             figures.add(recording.decode_requests(info))
     # the run's count of ended sessions, when its ticks carry one
-    counts = (getattr(tick, "sessions_finished_total", None) for tick in reversed(recording.ticks))
-    return figures.table(next((int(c) for c in counts if c is not None), None))
+    counts = (tick.sessions_finished_total for tick in reversed(recording.ticks) if tick.sessions_started_total)
+    return figures.table(next(counts, None))

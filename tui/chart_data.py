@@ -263,6 +263,11 @@ def schedule_text(schedule: dict[str, Any]) -> str:
         return f"{kind} {g(schedule['start_rps'])} → {g(schedule['end_rps'])} req/s{over}{arrival}"
     if "rate" in schedule:
         return f"{kind} {g(schedule['rate'])} req/s{arrival}"
+    if "users" in schedule or "start_users" in schedule:  # a closed loop
+        over = f" over {g(schedule['duration_s'])} s" if "duration_s" in schedule else ""
+        if "users" in schedule:
+            return f"{g(schedule['users'])} users{over}"
+        return f"users {g(schedule['start_users'])} → {g(schedule.get('end_users', '?'))}{over}"
     return f"{kind} schedule{arrival}"
 
 

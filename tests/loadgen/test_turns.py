@@ -228,20 +228,15 @@ def test_queued_records_are_bounded_and_folded_when_read():
 
 
 def test_the_runs_own_count_of_finished_sessions_comes_from_its_ticks():
-    """A session workload's ticks carry ``sessions_finished_total``; read when present."""
-    import dataclasses
-
+    """A session workload's ticks count its sessions; ticks without any (0: other runs,
+    older recordings) say nothing of them."""
     from rampwatch.core.timeline import Tick
-
-    @dataclasses.dataclass(slots=True)
-    class SessionTick(Tick):
-        sessions_finished_total: int = 0
 
     builder = SeriesBuilder()
     for kind, item in session_stream(session_records(sessions=3, turns=2)):
         getattr(builder, f"on_{kind}")(item)
     assert builder.snapshot().turns.sessions.finished is None
-    builder.on_tick(SessionTick(t=9.0, target_rps=1.0, state="ramping", sessions_finished_total=2))
+    builder.on_tick(Tick(t=9.0, target_rps=1.0, state="ramping", sessions_started_total=3, sessions_finished_total=2))
     totals = builder.snapshot().turns.sessions
     assert totals.finished == 2 and totals.without_error == 3
     restored = SeriesBuilder.from_state(None, *builder.export_state())
