@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -41,8 +41,10 @@ from rampwatch.loadgen.managed import (
 )
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult, host_info
 from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.loadgen.sessions import session_target, users_for, users_target
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
+from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections, turn_table
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
@@ -192,6 +194,9 @@ def sim_serve_text(config: SimConfig, host: str = "127.0.0.1", port: int | None 
     without ``--target`` and ``--serve`` is exactly a run with this ``--serve``."""
     config.resolved()  # a bad preset is one line here, before anything starts
     port = free_port(host) if port is None else port
+    # Per-request prefix-cache hits (usage.prompt_tokens_details) feed the hit rate by
+    # turn; vLLM needs the flag for them, the simulator rampwatch starts always has it.
+    config = replace(config, enable_prompt_tokens_details=True)
     return shlex.join(["rampwatch", "sim", *config_to_argv(config), "--host", host, "--port", str(port)])
 
 
@@ -546,12 +551,15 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         idle_duration_s=result.duration_s,
     )
     print(format_summary(summary), file=out)
+    turns = turn_table(result.requests)
+    if turns is not None:
+        print(f"\nTurns ({TURNS_NOTE})\n{turns.text()}", file=out)
     classes = class_summaries(
         result.header, result.requests, result.duration_s, gpu_price_per_hour=args.gpu_price_per_hour
     )
     if classes:  # a mixture: its classes side by side, as `rampwatch report` prints them
-        print(f"Classes ({CLASS_NOTE})", file=out)
-        print(class_table({name: s.to_dict() for name, s in classes.items()}).text(), file=out)
+        table = class_table({name: s.to_dict() for name, s in classes.items()})
+        print(f"\nClasses ({CLASS_NOTE})\n{table.text()}", file=out)
     code = 0
     if prepared.result_json_path is not None:
         try:
@@ -560,7 +568,7 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
             bench = to_bench_result(summary, result.header, result.requests, detailed=detailed)
             if classes:  # a mixture: each class's figures in the same schema
                 bench["per_class"] = per_class_results(result.header, result.requests, classes, detailed=detailed)
-            prepared.result_json_path.write_bytes(dumps_bench_result(bench))
+            prepared.result_json_path.write_bytes(dumps_bench_result({**bench, **turn_sections(turns)}))
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
             print(f"rampwatch run: cannot write {prepared.result_json_path}: {exc.strerror or exc}", file=sys.stderr)
@@ -645,8 +653,15 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
     queued = fmt("client_queued", digits=0)
     # Requests waiting for a --max-concurrency slot: the client's queue, not the server's.
     client_queue = f" | client queue {queued}" if queued not in ("-", "0") else ""
+    # A closed loop's target is a number of users (schedule kind users).
+    if users_target(snap.header):
+        target = f"{users_for(snap.target_rps):3d} users"
+    elif session_target(snap.header):  # an open-loop session workload: sessions started
+        target = f"{snap.target_rps:5.1f} sessions/s"
+    else:
+        target = f"{snap.target_rps:5.1f} rps"
     line = (
-        f"[{snap.t:6.0f}s] {snap.state:<8} target {snap.target_rps:5.1f} rps | "
+        f"[{snap.t:6.0f}s] {snap.state:<8} target {target} | "
         f"sent {fmt('sent_rps')} done {fmt('completed_rps')} err {fmt('error_rps')} | "
         f"in-flight {snap.in_flight}{client_queue} | out {fmt('client_output_tps', digits=0)} tok/s | "
         f"TTFT p50 {fmt('ttft_p50', 1000, 0)} ms p99 {fmt('ttft_p99', 1000, 0)} ms"

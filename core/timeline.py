@@ -188,6 +188,11 @@ class Tick:
     # when the schedule will end as it stands now: the planned duration moved on by the
     # time spent holding (None: unbounded, e.g. a request count without a duration).
     planned_end_s: float | None = None
+    # A session workload (``loadgen.sessions``): sessions under way, and started / ended
+    # since the run started (0 in other runs and in older recordings).
+    active_sessions: int = 0
+    sessions_started_total: int = 0
+    sessions_finished_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -347,6 +352,11 @@ SERIES_NAMES = (
     "gpu_power_w",  # sum over the GPUs
     "gpu_mem_used_gib",  # sum over the GPUs
     "gpu_sm_clock_mhz",  # mean over the GPUs
+    # A session workload (from ticks; 0 in other runs): sessions under way at the second's
+    # last tick, and sessions started / ended in the second.
+    "sessions_active",
+    "sessions_started_per_s",
+    "sessions_finished_per_s",
 )
 
 GPU_SERIES = ("gpu_util_pct", "gpu_power_w", "gpu_mem_used_gib", "gpu_sm_clock_mhz")
@@ -469,6 +479,9 @@ class Snapshot:
     configurations: Any = None
     # A mixture's classes in the scenario's order (``workload.mix``); empty otherwise.
     classes: list[ClassFigures] = field(default_factory=list)
+    # A session workload's figures by turn index so far (``loadgen.turns.TurnTable``);
+    # None when no request of the run had a turn.
+    turns: Any = None
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:

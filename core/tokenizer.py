@@ -49,7 +49,8 @@ class SimTokenizer:
 
     def encode(self, text: str) -> list[int]:
         _, index = _vocab()
-        return [index.get(w, _bucket(w)) for w in _WORD_RE.findall(text)]
+        # the hash only for words outside the vocabulary (get's default would hash every word)
+        return [index[w] if w in index else _bucket(w) for w in _WORD_RE.findall(text)]
 
     def decode(self, ids: list[int]) -> str:
         words, _ = _vocab()

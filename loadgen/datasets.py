@@ -5,6 +5,10 @@
   whose token count gives the output length; entries with fewer than two turns are skipped.
 - ``prompts``: one ``{"prompt": "…"}`` per line.
 - ``messages``: one ``{"messages": [{"role": …, "content": …}, …]}`` per line.
+
+A session workload (``loadgen.sessions``) plays a whole conversation instead:
+``DatasetEntry.user_turns`` are its user messages in order, each with the length of the
+answer that followed it in the file (sharegpt) to size that turn's ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,23 @@ class DatasetEntry:
     prompt: str | None = None  # a plain prompt (sharegpt, prompts)
     messages: list[dict[str, str]] | None = None  # chat messages (messages)
     answer: str | None = None  # the reference answer (sharegpt): its length sets max_tokens
+    # Every user turn of the conversation with the answer after it (None: none recorded),
+    # for sessions; a plain request uses only the first exchange.
+    turns: list[tuple[str, str | None]] | None = None
+
+    def user_turns(self) -> list[tuple[str, str | None]]:
+        if self.turns is not None:
+            return self.turns
+        if self.messages is not None:
+            return _turns_of(self.messages)
+        return [(self.prompt or "", self.answer)]
+
+    def system_text(self) -> str | None:
+        """The conversation's own system message (messages datasets), if it has one."""
+        for m in self.messages or []:
+            if m["role"] in ("system", "developer"):
+                return m["content"]
+        return None
 
     def as_messages(self) -> list[dict[str, str]]:
         if self.messages is not None:
@@ -35,6 +56,27 @@ class DatasetEntry:
         if self.prompt is not None:
             return self.prompt
         return "\n\n".join(f"{m['role']}: {m['content']}" for m in self.messages or [])
+
+
+def _turns_of(messages: list[dict[str, str]]) -> list[tuple[str, str | None]]:
+    """(user text, the assistant answer right after it or None) for each user message."""
+    out: list[tuple[str, str | None]] = []
+    for i, m in enumerate(messages):
+        if m["role"] != "user":
+            continue
+        following = messages[i + 1] if i + 1 < len(messages) else None
+        answer = following["content"] if following is not None and following["role"] == "assistant" else None
+        out.append((m["content"], answer))
+    return out
+
+
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "chatgpt": "assistant",
+    "assistant": "assistant",
+}
 
 
 def _detect(path: Path) -> str:
@@ -71,12 +113,18 @@ def _sharegpt(path: Path) -> list[DatasetEntry]:
             raise UserError(f'{path}: entry {i}: expected a mapping with a "conversations" list')
         if len(conv) < 2:
             continue
-        turns = []
-        for j, turn in enumerate(conv[:2]):
+        messages = []
+        for j, turn in enumerate(conv):
             if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+                if j >= 2:  # beyond the exchange vllm bench reads: the conversation ends there
+                    break
                 raise UserError(f'{path}: entry {i}: conversations[{j}]: expected {{"from": …, "value": "text"}}')
-            turns.append(turn["value"])
-        entries.append(DatasetEntry(prompt=turns[0], answer=turns[1]))
+            role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
+            if role is not None:
+                messages.append({"role": role, "content": turn["value"]})
+        # As vllm bench: the first two turns are the prompt and its answer, whatever their roles.
+        first, second = conv[0]["value"], conv[1]["value"]
+        entries.append(DatasetEntry(prompt=first, answer=second, turns=_turns_of(messages) or [(first, second)]))
     return entries
 
 

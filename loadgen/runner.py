@@ -43,9 +43,11 @@ from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
+from rampwatch.loadgen.schedules import USERS_KIND
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.segments import RESUME_CHOICES, config_event
 from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.loadgen.sessions import SessionDriver, SessionWorkload, users_for, users_message
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +162,11 @@ class Run:
         self.options = options
         self.schedule = scenario.build_schedule()
         self.factory = factory or RequestFactory(scenario, options.tokenizer)
+        # A session workload: each send time starts a session (or, kind users, the
+        # schedule's value is a number of users); its turns are this run's requests.
+        self.sessions: SessionDriver | None = None
+        if scenario.workload.get("sessions"):
+            self.sessions = SessionDriver(SessionWorkload(self.factory), self.now, options.save_generated_texts)
         self.series = SeriesBuilder(slo=scenario.slo, gpu_price_per_hour=options.gpu_price_per_hour)
         self.collector = _Collector()
         self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
@@ -200,6 +207,8 @@ class Run:
         return not self._stopping and not self._finished
 
     def _changed(self, event: Event) -> None:
+        if self.schedule.kind == USERS_KIND:
+            users_message(event)
         if event.data.get("applied", True):  # a change that changed nothing is not recorded
             self.sink.on_event(event)
         if self._schedule_changed is not None:
@@ -218,8 +227,16 @@ class Run:
             self._changed(self.schedule.set_rate(self.now(), max(0.0, rps)))
 
     def step_rate(self, delta_rps: float) -> None:
-        if self._steering():
-            self._changed(self.schedule.step_rate(self.now(), delta_rps))
+        if not self._steering():
+            return
+        t = self.now()
+        if self.schedule.kind == USERS_KIND:  # users come whole: a step is one user at least
+            step = int(math.copysign(max(1.0, round(abs(delta_rps))), delta_rps)) if delta_rps else 0
+            event = self.schedule.set_rate(t, max(0, users_for(self.schedule.current_rate(t)) + step))
+            event.data["delta_users"] = step
+            self._changed(event)
+        else:
+            self._changed(self.schedule.step_rate(t, delta_rps))
 
     def mark(self, note: str) -> None:
         if not self._finished:  # after the end the recording is closed
@@ -233,6 +250,8 @@ class Run:
         self._stopping = True
         if self.schedule.state != "done":
             self._interrupted = True
+        if self.sessions is not None:  # no further turn; sessions thinking end now
+            self.sessions.end_all()
         grace = self.options.stop_grace_s
         self.sink.on_event(
             Event(
@@ -281,6 +300,10 @@ class Run:
         event.message = "load paused for a server restart"
         event.data["restart"] = True
         self._changed(event)
+        if self.sessions is not None:
+            # A session does not span two configurations: each one's figures by turn are
+            # of its own sessions (users start new ones when the load resumes).
+            self.sessions.end_all()
         self._restart_drain = asyncio.ensure_future(self._drain_for_restart())
 
     async def _drain_for_restart(self) -> None:
@@ -369,8 +392,8 @@ class Run:
         if self._restart is not None:
             return "restarting"
         state = self.schedule.state
-        if state == "done" and self._in_flight:
-            return "draining"
+        if state == "done" and (self._in_flight or (self.sessions is not None and not self.sessions.idle.is_set())):
+            return "draining"  # requests in flight, or sessions still having turns
         return state
 
     def snapshot(self) -> Snapshot:
@@ -464,9 +487,14 @@ class Run:
                 )
             semaphore = asyncio.Semaphore(concurrency) if concurrency else None
             try:
-                await self._dispatch(client, semaphore)
+                if self.sessions is None:
+                    await self._dispatch(client, semaphore)
+                else:
+                    await self._run_sessions(self.sessions, client, semaphore)
                 await self._drain()
             finally:
+                if self.sessions is not None:
+                    await self.sessions.close()
                 if self._restart_drain is not None:
                     background.append(self._restart_drain)
                 for task in background:
@@ -513,14 +541,39 @@ class Run:
                     continue
             if self._stopping:
                 return
-            self._offered_total += 1
-            request = self.factory.next_request()
-            request_id = self._next_id
-            self._next_id += 1
-            task = asyncio.create_task(self._one_request(client, semaphore, request, request_id, send_at))
-            self._in_flight.add(task)
-            self._none_in_flight.clear()
-            task.add_done_callback(self._request_done)
+            if self.sessions is not None:
+                self.sessions.start_session(send_at)
+            else:
+                self._launch(client, semaphore, self.factory.next_request(), send_at)
+
+    async def _run_sessions(self, sessions: SessionDriver, client, semaphore) -> None:
+        """A session workload's dispatch: sessions start at the schedule's send times (open
+        loop) or users are kept at its value (kind users); no turn after the schedule's
+        planned end, or, with a number of sessions, none after the last session's end."""
+        sessions.send_turn = lambda request, at, on_record: self._launch(client, semaphore, request, at, on_record)
+        assert self._schedule_changed is not None
+        if self.schedule.kind == USERS_KIND:
+            await sessions.run_users(self.schedule, self._schedule_changed, lambda: self._stopping)
+        else:
+            await self._dispatch(client, semaphore)
+            # A schedule of N sessions (num_requests) lets each finish; one of a duration
+            # sends no turn after its planned end.
+            counted = "num_requests" in self.schedule.spec
+            deadline = None if counted else self.schedule.planned_end_s(self.now())
+            await sessions.wind_down(deadline, self._schedule_changed, lambda: self._stopping)
+        sessions.end_all()
+
+    def _launch(self, client, semaphore, request, scheduled_at: float, on_record=None) -> asyncio.Task:
+        """One request's task, tracked in flight (drained, cancelled) until it ends."""
+        assert self._none_in_flight is not None
+        self._offered_total += 1
+        request_id = self._next_id
+        self._next_id += 1
+        task = asyncio.create_task(self._one_request(client, semaphore, request, request_id, scheduled_at, on_record))
+        self._in_flight.add(task)
+        self._none_in_flight.clear()
+        task.add_done_callback(self._request_done)
+        return task
 
     def _request_done(self, task: asyncio.Task) -> None:
         self._in_flight.discard(task)
@@ -537,7 +590,16 @@ class Run:
         finally:
             del self._sending[request_id]
 
-    async def _one_request(self, client, semaphore, request, request_id: int, scheduled_at: float) -> None:
+    def _publish(self, record: RequestRecord, on_record=None) -> None:
+        """A request's record to ``on_record`` (a session's turn takes its answer there),
+        then to the sinks."""
+        if on_record is not None:
+            on_record(record)
+        self.sink.on_request(record)
+
+    async def _one_request(
+        self, client, semaphore, request, request_id: int, scheduled_at: float, on_record=None
+    ) -> None:
         try:
             if semaphore is None:
                 record = await self._send(client, request, request_id, scheduled_at)
@@ -549,17 +611,19 @@ class Run:
                     # Cancelled while waiting for a slot: never sent, but scheduled, so it
                     # is recorded (cancelled, sent and ended now) rather than lost.
                     now = self.now()
-                    self.sink.on_request(
-                        RequestRecord(
-                            id=request_id,
-                            scheduled_at=scheduled_at,
-                            sent_at=now,
-                            end_at=now,
-                            tokens_from_usage=False,
-                            error_class=CANCELLED,
-                            error="cancelled by the run while waiting for a concurrency slot",
-                        )
+                    waited = RequestRecord(
+                        id=request_id,
+                        scheduled_at=scheduled_at,
+                        sent_at=now,
+                        end_at=now,
+                        tokens_from_usage=False,
+                        error_class=CANCELLED,
+                        error="cancelled by the run while waiting for a concurrency slot",
+                        request_class=request.request_class,
+                        session=request.session,
+                        turn=request.turn,
                     )
+                    self._publish(waited, on_record)
                     raise
                 finally:
                     self._client_queued -= 1
@@ -568,7 +632,7 @@ class Run:
                 finally:
                     semaphore.release()
         except RequestCancelled as cancelled:
-            self.sink.on_request(cancelled.record)
+            self._publish(cancelled.record, on_record)
             raise
         except Exception as exc:  # a client bug must cost one failed request, never a lost one
             now = self.now()
@@ -580,8 +644,11 @@ class Run:
                 tokens_from_usage=False,
                 error_class="client_error",
                 error=server_text(f"{type(exc).__name__}: {exc}", self.connection.secrets())[:500],
+                request_class=request.request_class,
+                session=request.session,
+                turn=request.turn,
             )
-        self.sink.on_request(record)
+        self._publish(record, on_record)
 
     async def _drain(self) -> None:
         """Wait for in-flight requests: without limit after the schedule ends (as vllm
@@ -673,6 +740,9 @@ class Run:
             peak_in_flight=self._peak_in_flight,
             oldest_sent_at=self.oldest_sent_at,
             planned_end_s=self._planned_end,
+            active_sessions=self.sessions.active if self.sessions is not None else 0,
+            sessions_started_total=self.sessions.started_total if self.sessions is not None else 0,
+            sessions_finished_total=self.sessions.finished_total if self.sessions is not None else 0,
         )
 
     def _check_knee(self) -> None:

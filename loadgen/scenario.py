@@ -23,6 +23,8 @@ from rampwatch.core.errors import UserError
 from rampwatch.loadgen.mixture import CLASS_KEYS, MIX_KEY, MixtureFactory, check_mix
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.schedules import (
+    TRACE_KIND,
+    USERS_KIND,
     VLLM_KINDS,
     ArrivalSchedule,
     SpecProblem,
@@ -35,6 +37,7 @@ from rampwatch.loadgen.schedules import (
     number_check,
     unknown_key_message,
 )
+from rampwatch.loadgen.trace_replay import TraceRequests, build_trace_schedule, trace_of
 
 # The shipped scenarios are package data (rampwatch.scenarios), in a checkout and a wheel alike.
 BUILTIN_SCENARIOS = resources.files("rampwatch.scenarios")
@@ -52,6 +55,8 @@ FLAG_KEYS: dict[str, str] = {
 ENDPOINTS = ("completions", "chat")
 PROMPT_FORMATS = ("text", "token_ids")
 LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal")
+THINK_DISTS = ("fixed", "uniform", "exponential", "lognormal")
+SESSION_KEYS = ("turns", "think_time_s")
 DOC_PICKS = ("uniform", "zipf")
 DATASET_FORMATS = ("auto", "sharegpt", "prompts", "messages")
 TOP_KEYS = ("name", "description", "endpoint", "model", "seed", "max_concurrency", "schedule", "workload", "slo")
@@ -62,6 +67,7 @@ WORKLOAD_KEYS = (
     "system_prompt",
     "documents",
     "conversations",
+    "sessions",
     "dataset",
     "ignore_eos",
     "extra_body",
@@ -230,6 +236,20 @@ def flag_overrides(flags: dict[str, Any] | None, scenario_dict: dict[str, Any]) 
         if flag not in FLAG_KEYS:
             raise UserError(f"--{flag.replace('_', '-')}: not a scenario flag (known: {', '.join(FLAG_KEYS)})")
         option = f"--{flag.replace('_', '-')}"
+        if flag in ("start_rps", "end_rps") and kind == TRACE_KIND:
+            raise UserError(
+                f"{option}: a trace schedule takes its rate from its trace; scale it with --set schedule.speed=F"
+            )
+        if flag == "duration" and kind == TRACE_KIND:
+            raise UserError(
+                f"{option}: a trace schedule lasts as long as its trace; replay part of it with "
+                "--set schedule.start_s=S --set schedule.duration_s=S (trace seconds)"
+            )
+        if flag in ("start_rps", "end_rps") and kind == USERS_KIND:
+            raise UserError(
+                f"{option}: schedule kind 'users' ramps users, not a rate; "
+                f"set schedule.start_users / schedule.end_users (--set schedule.end_users=N)"
+            )
         if flag in ("start_rps", "end_rps") and kind in ("constant", "poisson", "gamma", "steps", "vllm-constant"):
             raise UserError(
                 f"{option}: schedule kind '{kind}' has no {flag}; change the kind "
@@ -322,22 +342,34 @@ def _check_length(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | Non
     return out if ok else None
 
 
+# Workload keys a trace schedule decides itself: the trace gives each request's prompt.
+TRACE_DECIDES = ("input_tokens", "output_tokens", "system_prompt", "documents", "conversations", "dataset")
+
+
 def _check_workload(
     p: _Problems,
     w: Any,
     endpoint: str,
     base_dir: Path,
+    trace: bool = False,
     path: Path_ = ("workload",),
     extra_keys: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     if not p.mapping(path, w, "prompt_format, input_tokens, output_tokens, …"):
         return {}
     if MIX_KEY in w:
+        if trace:
+            p.add(
+                path + (MIX_KEY,),
+                "cannot be combined with schedule.kind trace (the trace gives each request's prompt and lengths)",
+                True,
+            )
+            return {}
         return check_mix(
             p,
             w,
             path,
-            lambda class_path, cw: _check_workload(p, cw, endpoint, base_dir, class_path, CLASS_KEYS),
+            lambda class_path, cw: _check_workload(p, cw, endpoint, base_dir, path=class_path, extra_keys=CLASS_KEYS),
             lambda slo_path, value: _check_slo(p, slo_path, value),
         )
     p.keys(path, w, WORKLOAD_KEYS + extra_keys)
@@ -350,6 +382,15 @@ def _check_workload(
                 "expected text with endpoint chat (token id prompts need endpoint completions), got 'token_ids'",
             )
     out["prompt_format"] = fmt
+    if trace:
+        for clash in TRACE_DECIDES:
+            if w.get(clash) is not None:
+                p.add(
+                    path + (clash,),
+                    "cannot be combined with schedule.kind trace (the trace gives each request's prompt and lengths)",
+                    True,
+                )
+        w = {k: v for k, v in w.items() if k not in TRACE_DECIDES}
     dataset = w.get("dataset")
     if dataset is not None and p.mapping(path + ("dataset",), dataset, "path, format"):
         p.keys(path + ("dataset",), dataset, ("path", "format"))
@@ -378,6 +419,8 @@ def _check_workload(
     for key in ("input_tokens", "output_tokens"):
         if w.get(key) is not None:
             out[key] = _check_length(p, path + (key,), w[key])
+        elif trace:
+            continue
         elif key == "input_tokens" and dataset is None:
             p.add(path + (key,), "required key is missing", True)
         elif key == "output_tokens" and (
@@ -421,6 +464,19 @@ def _check_workload(
             elif p.check(path + ("conversations", key), conv[key], number_check(1, integer=True)):
                 c[key] = int(conv[key])
         out["conversations"] = c
+    if w.get("sessions") is not None:
+        out["sessions"] = _check_sessions(p, w["sessions"], path + ("sessions",), dataset is not None)
+        if conv is not None:
+            p.add(
+                path + ("conversations",),
+                "cannot be combined with workload.sessions (sessions are the multi-turn workload)",
+                True,
+            )
+        if fmt == "token_ids":
+            p.add(
+                path + ("prompt_format",),
+                "expected text with workload.sessions (each turn carries the answer's text), got 'token_ids'",
+            )
     ignore_eos = w.get("ignore_eos", True)
     if not isinstance(ignore_eos, bool):
         p.add(path + ("ignore_eos",), f"expected true or false, got {describe(ignore_eos)}")
@@ -446,6 +502,55 @@ def _check_slo(p: _Problems, path: Path_, value: Any) -> dict[str, float] | None
     return slo or None
 
 
+def _check_think(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | None:
+    """Think time in seconds: a number, or ``{dist: fixed|uniform|exponential|lognormal, …}``."""
+    if is_number(value):
+        return {"dist": "fixed", "value": float(value)} if p.check(path, value, number_check(0)) else None
+    if not p.mapping(path, value, f"seconds, or {{dist: {'|'.join(THINK_DISTS)}, …}}"):
+        return None
+    dist = value.get("dist")
+    if not p.check(path + ("dist",), dist, choice_check(THINK_DISTS)):
+        return None
+    fields = {
+        "fixed": ("value",),
+        "uniform": ("min", "max"),
+        "exponential": ("mean",),
+        "lognormal": ("median", "sigma"),
+    }[dist]
+    optional = ("max",) if dist in ("exponential", "lognormal") else ()
+    p.keys(path, value, ("dist", *fields, *optional))
+    out: dict[str, Any] = {"dist": dist}
+    ok = True
+    for name in (*fields, *optional):
+        if name not in value:
+            if name in fields:
+                p.add(path + (name,), "required key is missing", True)
+                ok = False
+        elif p.check(path + (name,), value[name], number_check(0)):
+            out[name] = float(value[name])
+        else:
+            ok = False
+    if ok and dist == "uniform" and out["min"] > out["max"]:
+        p.add(path + ("max",), f"expected a number >= min ({out['min']:g}), got {describe(value['max'])}")
+        ok = False
+    return out if ok else None
+
+
+def _check_sessions(p: _Problems, value: Any, path: Path_, has_dataset: bool) -> dict[str, Any]:
+    """``workload.sessions``: turns per session (a length distribution; with a dataset,
+    at most this many of each conversation's turns) and the think time after each answer."""
+    if not p.mapping(path, value, "turns, think_time_s"):
+        return {}
+    p.keys(path, value, SESSION_KEYS)
+    out: dict[str, Any] = {}
+    if value.get("turns") is not None:
+        out["turns"] = _check_length(p, path + ("turns",), value["turns"])
+    elif not has_dataset:
+        p.add(path + ("turns",), "required key is missing (a turn count or a distribution)", True)
+    out["think_time_s"] = _check_think(p, path + ("think_time_s",), value.get("think_time_s", 0))
+    return out
+
+
 @dataclass(slots=True)
 class Scenario:
     name: str
@@ -462,7 +567,24 @@ class Scenario:
     workload: dict[str, Any] = field(default_factory=dict)
 
     def build_schedule(self) -> ArrivalSchedule:
-        return build_schedule(self.schedule_spec, self.seed)
+        return schedule_for(self.schedule_spec, self.seed)
+
+
+def schedule_for(spec: dict[str, Any], seed: int) -> ArrivalSchedule:
+    """The schedule of a checked ``schedule:`` mapping (a trace's is read from its file)."""
+    return build_trace_schedule(spec) if spec.get("kind") == TRACE_KIND else build_schedule(spec, seed)
+
+
+def _trace_path(p: _Problems, given: str, base_dir: Path) -> str:
+    """A trace's path as an absolute one; relative paths are from the scenario's folder
+    (or the working directory, when the file is there)."""
+    found = Path(given).expanduser()
+    if not found.is_absolute() and not found.exists():
+        found = base_dir / found
+    if not found.is_file():
+        p.add(("schedule", "path"), f"trace file not found: {given}")
+        return given
+    return str(found.resolve())
 
 
 def _locate(problem: SpecProblem, file: str, lines: dict[Path_, tuple[int, int]], overridden: list[Path_]) -> str:
@@ -481,9 +603,16 @@ def _locate(problem: SpecProblem, file: str, lines: dict[Path_, tuple[int, int]]
 
 
 def validate_scenario(
-    data: Any, file: str, lines: dict[Path_, tuple[int, int]] | None = None, overridden: list[Path_] | None = None
+    data: Any,
+    file: str,
+    lines: dict[Path_, tuple[int, int]] | None = None,
+    overridden: list[Path_] | None = None,
+    base_dir: Path | None = None,
 ) -> Scenario:
+    """Checks a scenario's mapping; ``file`` is how messages name it, ``base_dir`` the
+    folder its relative paths (dataset, trace) are read from (the file's own)."""
     lines = lines or {}
+    base_dir = base_dir or Path(file).resolve().parent
     p = _Problems()
     if not isinstance(data, dict):
         raise UserError(f"{file}: expected a mapping with schedule: and workload:, got {describe(data)}")
@@ -511,11 +640,17 @@ def validate_scenario(
         schedule, sched_problems = check_schedule(data["schedule"])
         for sp in sched_problems:
             p.add(("schedule",) + sp.path, sp.message, sp.at_key)
+        if schedule.get("kind") == TRACE_KIND and "path" in schedule and not sched_problems:
+            schedule["path"] = _trace_path(p, schedule["path"], base_dir)
     if "workload" not in data:
         p.add(("workload",), "required key is missing", True)
         workload: dict[str, Any] = {}
     else:
-        workload = _check_workload(p, data["workload"], endpoint, Path(file).resolve().parent)
+        workload = _check_workload(p, data["workload"], endpoint, base_dir, trace=schedule.get("kind") == TRACE_KIND)
+    if schedule.get("kind") == USERS_KIND and not workload.get("sessions"):
+        p.add(
+            ("schedule", "kind"), "users (a closed loop) needs workload.sessions: each user runs sessions back to back"
+        )
     slo = _check_slo(p, ("slo",), data.get("slo"))
     if p.items:
 
@@ -533,7 +668,7 @@ def validate_scenario(
         raise UserError(first + more)
     seed = int(seed)
     max_conc = None if max_conc is None else int(max_conc)
-    schedule_obj = build_schedule(schedule, seed)
+    schedule_obj = schedule_for(schedule, seed)
     raw = {
         "name": name,
         "description": description,
@@ -578,7 +713,7 @@ def load_scenario(
         overridden = [tuple(int(x) if x.isdigit() else x for x in k.split(".")) for k, _ in pairs]
     else:
         overridden = []
-    return validate_scenario(data, file, lines, overridden)
+    return validate_scenario(data, file, lines, overridden, path.resolve().parent)
 
 
 def _display_path(path: Path) -> str:
@@ -652,6 +787,12 @@ class RequestFactory:
         self._next_conversation = 0
         self._dataset = None
         self._order: list[int] = []
+        self._trace: TraceRequests | None = None
+        spec = scenario.schedule_spec
+        if spec.get("kind") == TRACE_KIND:
+            self._trace = TraceRequests(
+                trace_of(spec), spec["block_tokens"], self.endpoint, self.token_ids, scenario.seed, self.tokenizer
+            )
         if self.workload.get("dataset"):
             from rampwatch.loadgen.datasets import load_dataset
 
@@ -748,6 +889,9 @@ class RequestFactory:
             return self._mixture.next_request()
         index = self._count
         self._count += 1
+        if self._trace is not None:  # the i-th request is the trace's i-th row
+            body, prompt_tokens, max_tokens, row = self._trace.row(index)
+            return self._finish(body, prompt_tokens, max_tokens, None, {"index": index, **row})
         if self._dataset is not None:
             return self._dataset_request(index)
         w = self.workload

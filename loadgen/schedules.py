@@ -32,11 +32,16 @@ import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event
+from rampwatch.loadgen.traces import DEFAULT_BLOCK_TOKENS, TRACE_FORMATS
 
 ARRIVALS = ("constant", "poisson", "gamma")
 TIME_KINDS = ("constant", "poisson", "gamma", "linear", "exponential", "steps")
 VLLM_KINDS = ("vllm-constant", "vllm-linear", "vllm-exponential")
-KINDS = TIME_KINDS + VLLM_KINDS
+TRACE_KIND = "trace"  # built by loadgen.trace_replay from its trace file
+# Closed loop (a session workload's concurrent users): the profile's "rate" is the number
+# of users, a constant ``users`` or a linear ramp ``start_users`` → ``end_users``.
+USERS_KIND = "users"
+KINDS = TIME_KINDS + VLLM_KINDS + (TRACE_KIND, USERS_KIND)
 
 
 # --------------------------------------------------------------------------- spec checks
@@ -165,6 +170,33 @@ SCHEDULE_FIELDS: dict[str, dict[str, _Field]] = {
     },
     "vllm-linear": dict(_VLLM_RAMP),
     "vllm-exponential": dict(_VLLM_RAMP),
+    USERS_KIND: {
+        "users": _Field(_COUNT),
+        "start_users": _Field(number_check(0, integer=True)),
+        "end_users": _Field(number_check(0, integer=True)),
+        "duration_s": _Field(_POSITIVE, required=True),
+        "hold_s": _Field(_NON_NEGATIVE, default=0.0),
+    },
+}
+
+
+def _speed_check(value: Any) -> str | None:
+    """A trace's speed: a factor > 0, or a linear ramp of it ``{start, end}``."""
+    if is_number(value) and value > 0:
+        return None
+    if isinstance(value, dict) and set(value) == {"start", "end"}:
+        if all(is_number(value[k]) and value[k] > 0 for k in ("start", "end")):
+            return None
+    return f"expected a factor > 0 (1 = the trace's own pace) or {{start: F, end: F}} (a ramp), got {describe(value)}"
+
+
+SCHEDULE_FIELDS[TRACE_KIND] = {
+    "path": _Field(lambda v: None if isinstance(v, str) and v else f"expected a file path, got {describe(v)}", True),
+    "format": _Field(choice_check(TRACE_FORMATS), required=True),
+    "speed": _Field(_speed_check, default=1.0),
+    "start_s": _Field(_NON_NEGATIVE, default=0.0),
+    "duration_s": _Field(_POSITIVE),
+    "block_tokens": _Field(_COUNT, default=DEFAULT_BLOCK_TOKENS),
 }
 _STEP_FIELDS = {"rate": _Field(_NON_NEGATIVE, required=True), "duration_s": _Field(_POSITIVE, required=True)}
 
@@ -219,10 +251,14 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
                     continue
                 checked.append(_check_mapping(step, _STEP_FIELDS, ("steps", i), problems))
             out["steps"] = checked
+    if kind == USERS_KIND:
+        _check_users(spec, problems)
     if problems:
         return out, problems
     if "num_requests" in out:
         out["num_requests"] = int(out["num_requests"])
+    if "block_tokens" in out:
+        out["block_tokens"] = int(out["block_tokens"])
     if kind in ("vllm-linear", "vllm-exponential") and out["start_rps"] > out["end_rps"]:
         # vllm bench serve refuses a ramp down ("start RPS must be less than end RPS").
         problems.append(
@@ -232,6 +268,20 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
             )
         )
     return out, problems
+
+
+def _check_users(spec: dict[str, Any], problems: list[SpecProblem]) -> None:
+    """A users schedule is either ``users: N`` or a ramp ``start_users`` → ``end_users``."""
+    ramp = [key for key in ("start_users", "end_users") if key in spec]
+    if "users" in spec and ramp:
+        problems.append(
+            SpecProblem((ramp[0],), "cannot be combined with users (give users: N, or start_users and end_users)", True)
+        )
+    elif "users" not in spec and len(ramp) < 2:
+        missing = "users" if not ramp else ("end_users" if ramp == ["start_users"] else "start_users")
+        problems.append(
+            SpecProblem((missing,), "required key is missing (users: N, or start_users and end_users)", True)
+        )
 
 
 # --------------------------------------------------------------------------- ramp profiles
@@ -489,6 +539,14 @@ class ArrivalSchedule:
             return None
         return t + max(0.0, p.time(p.end) - p.time(self._ramp_coordinate(t)))
 
+    def ended_by(self, t: float) -> bool:
+        """Whether the schedule is over at run time ``t`` going by its clock alone, and
+        then marks it done: a closed loop (kind ``users``) asks for no send times, so
+        this is how it ends. Holding never ends."""
+        if self.state != "done" and not self._holding and self._ramp_coordinate(t) >= self._profile.end:
+            self._finished = True
+        return self.state == "done"
+
     # -- the runner's loop
 
     def next_send_time(self) -> float | None:
@@ -601,6 +659,14 @@ def _time_segments(spec: dict[str, Any]) -> list[_Segment]:
     if kind in ("constant", "poisson", "gamma"):
         length = float(spec.get("duration_s", math.inf))
         return [_Segment(0.0, length, float(spec["rate"]), float(spec["rate"]), "const")]
+    if kind == USERS_KIND:
+        length = float(spec["duration_s"])
+        start = float(spec["users"] if "users" in spec else spec["start_users"])
+        end = float(spec["users"] if "users" in spec else spec["end_users"])
+        segments = [_Segment(0.0, length, start, end, "linear")]
+        if spec.get("hold_s", 0) > 0:
+            segments.append(_Segment(length, float(spec["hold_s"]), end, end, "const"))
+        return segments
     if kind in ("linear", "exponential"):
         start, end, length = float(spec["start_rps"]), float(spec["end_rps"]), float(spec["duration_s"])
         shape = "linear" if kind == "linear" else "exp"
@@ -662,6 +728,8 @@ def build_schedule(spec: dict[str, Any], seed: int) -> ArrivalSchedule:
     """The schedule for a scenario's ``schedule:`` mapping; same spec and seed, same times."""
     spec = _resolve(spec)
     kind = spec["kind"]
+    if kind == TRACE_KIND:
+        raise UserError("schedule.kind: a trace schedule is built from its trace (loadgen.trace_replay)")
     if kind in VLLM_KINDS:
         profile, rs = _vllm_profile(spec, seed)
         k = float(spec["burstiness"])
@@ -680,6 +748,8 @@ def expected_rate_curve(spec: dict[str, Any], times: Sequence[float]) -> list[fl
     """The target rate at each time if nobody touches the controls. For the vllm-*
     kinds the request index is placed at its expected arrival time (gaps of 1/rate)."""
     spec = _resolve(spec)
+    if spec["kind"] == TRACE_KIND:
+        raise UserError("schedule.kind: a trace's rate curve is its trace's (loadgen.trace_replay)")
     if spec["kind"] in VLLM_KINDS:
         profile, _ = _vllm_profile(spec, 0, expected=True)
         out = []
@@ -695,7 +765,7 @@ def schedule_work(spec: dict[str, Any], t0: float, t1: float) -> float:
     """Expected number of arrivals between ramp times t0 and t1 (∫ rate) for the
     wall-clock kinds; used by tests and plots."""
     spec = _resolve(spec)
-    if spec["kind"] in VLLM_KINDS:
-        raise UserError(f"schedule.kind: {spec['kind']} is ramped by request index, not by time")
+    if spec["kind"] in VLLM_KINDS + (TRACE_KIND,):
+        raise UserError(f"schedule.kind: {spec['kind']} is not ramped by a rate function of time")
     profile = _TimeProfile(_time_segments(spec))
     return profile.work(t1) - profile.work(t0)

@@ -11,6 +11,9 @@ wall time or on when ``snapshot`` is called). It keeps per-second bins, not reco
   carry no totals (older recordings) counts offered by ``scheduled_at`` and sent by
   ``sent_at`` from the records, which arrive when a request *ends*;
 - ``target_rps`` and ``in_flight``: the last tick in the second;
+- sessions (a session workload): ``sessions_active`` from the last tick in the second,
+  ``sessions_started_per_s`` / ``sessions_finished_per_s`` from the ticks' running totals
+  spread as offered and sent are (0 in other runs);
 - ``running``, ``waiting``, ``kv_usage_pct``: the last scrape in the second, summed over
   URLs (KV averaged), NaN in a second without a good scrape;
 - server token rates and preemptions: each URL's counter increase between two
@@ -24,7 +27,9 @@ wall time or on when ``snapshot`` is called). It keeps per-second bins, not reco
 - TTFT / ITL p50/p90/p99: over the requests that ended OK in the last ``window_s``
   seconds (10 by default), from log histograms (values within ~1% of exact). A second's
   value is frozen ``grace_s`` after the second ends; a record arriving later still
-  counts in the run summary but not in that frozen value.
+  counts in the run summary but not in that frozen value;
+- a session workload's figures by turn index (``loadgen.turns``: TTFT, input tokens,
+  prefix-cache hit rate per turn, session totals), from the records, bounded.
 
 Finished requests are folded in by batches: ``on_request`` only queues the record, and
 the queue is folded in (counts, histograms, summary) before a second is frozen, before
@@ -73,8 +78,10 @@ from rampwatch.loadgen.segments import CONFIG_EVENT, SegmentTable, config_segmen
 from rampwatch.loadgen.stats import LogHistogram
 from rampwatch.loadgen.steps import StepTracker
 from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_explanation, knee_rps
+from rampwatch.loadgen.turns import TurnFigures
 
 _QS = (0.5, 0.9, 0.99)
+_SESSION_RATES = ("sessions_started_per_s", "sessions_finished_per_s")
 # The windowed percentiles, one histogram per metric and second of completion. E2E latency
 # is drawn per class (``CLASS_SERIES_NAMES``), not among the run's own series.
 _HIST_METRICS = ("ttft", "itl", "e2el")
@@ -166,6 +173,10 @@ class SeriesBuilder:
             name: _Growable(math.nan)
             for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct", "client_queued", *GPU_SERIES)
         }
+        self._last["sessions_active"] = _Growable(0.0)
+        # Sessions started / ended per second from the ticks' totals, and the last totals.
+        self._session_counts = {name: _Growable(0.0) for name in _SESSION_RATES}
+        self._session_totals = (0.0, 0, 0)
         self.last_good_scrape_t: float | None = None
         # GPU telemetry: each source's latest good sample, when the newest was, run totals
         self._gpu_latest: dict[str, ServerSample] = {}
@@ -190,6 +201,11 @@ class SeriesBuilder:
         self._segment_starts: list[float] = []
         self._segment_summaries: list[SummaryBuilder] = []
         self.steps = StepTracker()
+        # A session workload's figures by turn index (``loadgen.turns``); None until a
+        # request with a turn ends (runs without sessions never have them).
+        self.turns: TurnFigures | None = None
+        # The run's count of sessions that ended, from ticks that carry one.
+        self.sessions_finished: int | None = None
         # False when restored from a checkpoint written before the step table existed:
         # its rows would miss the run before the checkpoint (replays then start over).
         self.steps_complete = True
@@ -240,6 +256,8 @@ class SeriesBuilder:
             "counts": put_growables("counts", self._counts),
             "last": put_growables("last", self._last),
             "tick_counts": put_growables("tick_counts", self._tick_counts),
+            "session_counts": put_growables("session_counts", self._session_counts),
+            "session_totals": list(self._session_totals),
             "final": put_growables("final", self._final),
             "tick_totals": self._tick_totals,
             "tracker": [s.to_dict() for s in self._tracker.latest()],
@@ -258,6 +276,9 @@ class SeriesBuilder:
             "summary": self.summary.export_state(arrays),
             "steps": self.steps.export_state(arrays),
         }
+        if self.turns is not None:
+            meta["turns"] = self.turns.export_state(arrays)
+            meta["sessions_finished"] = self.sessions_finished
         if self._classes:
             classes = []
             for i, (name, sub) in enumerate(self._classes.items()):
@@ -315,6 +336,11 @@ class SeriesBuilder:
         for name in ("client_queued", *GPU_SERIES):
             if name not in b._last:
                 b._last[name] = _Growable(math.nan)
+        # Checkpoints from before sessions: no session so far.
+        b._last.setdefault("sessions_active", _Growable(0.0))
+        if "session_counts" in meta:
+            b._session_counts = growables("session_counts", meta["session_counts"])
+            b._session_totals = tuple(meta["session_totals"])
         b.last_good_scrape_t = meta.get("last_good_scrape_t")
         for url, message, count, first_t, last_t, *gpu in meta.get("scrape_errors", []):
             b._scrape_errors[(url, message)] = ScrapeErrorLine(
@@ -355,6 +381,10 @@ class SeriesBuilder:
         b._segment_summaries = [
             SummaryBuilder.restore_state(state, arrays, f"segment{i}") for i, state in enumerate(segments["summaries"])
         ]
+        # Checkpoints of runs without sessions (and from before them) have none.
+        if "turns" in meta:
+            b.turns = TurnFigures.restore_state(meta["turns"], arrays)
+            b.sessions_finished = meta.get("sessions_finished")
         if "steps" in meta:
             b.steps = StepTracker.restore_state(meta["steps"], arrays)
         else:  # a checkpoint from before the step table
@@ -413,6 +443,10 @@ class SeriesBuilder:
             if i == len(records) or _sec(records[i].end_at) != _sec(records[start].end_at):
                 self._fold_block(_sec(records[start].end_at), records[start:i])
                 start = i
+        if any(record.turn is not None for record in records):
+            if self.turns is None:
+                self.turns = TurnFigures()
+            self.turns.add(records)
 
     def _fold_block(self, end: int, records: list[RequestRecord]) -> None:
         block = RequestBlock.from_records(records)
@@ -503,12 +537,27 @@ class SeriesBuilder:
         self.target_rps = tick.target_rps
         self.in_flight = tick.in_flight
         self.oldest_sent_at = tick.oldest_sent_at
+        if tick.sessions_started_total:  # a session workload's tick (0 in other runs, older recordings)
+            self.sessions_finished = tick.sessions_finished_total
         if tick.planned_end_s is not None:
             self.planned_end_s = tick.planned_end_s
         s = _sec(tick.t)
         self._last["target_rps"].set(s, tick.target_rps)
         self._last["in_flight"].set(s, float(tick.in_flight))
         self._last["client_queued"].set(s, float(tick.client_queued))
+        self._last["sessions_active"].set(s, float(tick.active_sessions))
+        prev_t, prev_started, prev_finished = self._session_totals
+        if tick.sessions_started_total != prev_started or tick.sessions_finished_total != prev_finished:
+            self._spread_counts(
+                prev_t,
+                tick.t,
+                {
+                    "sessions_started_per_s": tick.sessions_started_total - prev_started,
+                    "sessions_finished_per_s": tick.sessions_finished_total - prev_finished,
+                },
+                self._session_counts,
+            )
+        self._session_totals = (tick.t, tick.sessions_started_total, tick.sessions_finished_total)
         # The run's exact peak when the tick has it (older recordings: the ticks' own counts).
         peak = tick.in_flight if tick.peak_in_flight is None else tick.peak_in_flight
         self.summary.peak_in_flight = max(self.summary.peak_in_flight, peak)
@@ -526,17 +575,20 @@ class SeriesBuilder:
             self._tick_totals = (tick.t, tick.offered_total, tick.sent_total)
         self._advance(tick.t)
 
-    def _spread_counts(self, t0: float, t1: float, deltas: dict[str, int]) -> None:
+    def _spread_counts(
+        self, t0: float, t1: float, deltas: dict[str, int], into: dict[str, _Growable] | None = None
+    ) -> None:
+        into = self._tick_counts if into is None else into
         if t1 <= t0:
             for name, delta in deltas.items():
-                self._tick_counts[name].add(_sec(t1), float(delta))
+                into[name].add(_sec(t1), float(delta))
             return
         span = t1 - t0
         for b in range(_sec(t0), _sec(t1) + 1):
             overlap = min(t1, b + 1.0) - max(t0, float(b))
             if overlap > 0:
                 for name, delta in deltas.items():
-                    self._tick_counts[name].add(b, delta * overlap / span)
+                    into[name].add(b, delta * overlap / span)
 
     def on_event(self, event: Event) -> None:
         if event.kind == CONFIG_EVENT:
@@ -683,6 +735,8 @@ class SeriesBuilder:
                 out[name] = g.head(n).copy()
         for name, g in self._last.items():
             out[name] = g.head(n).copy()
+        for name, g in self._session_counts.items():
+            out[name] = g.head(n).copy()
         out["server_prompt_tps"] = self._server_rate("prompt_tokens_total", n)
         out["server_generation_tps"] = self._server_rate("generation_tokens_total", n)
         out["preemptions"] = self._server_rate("preemptions_total", n)
@@ -772,5 +826,6 @@ class SeriesBuilder:
             gpus=combine_gpus(list(self._gpu_latest.values())) if self._gpu_latest else {},
             last_good_gpu_t=self.last_good_gpu_t,
             configurations=self.configurations(now, arrays),
+            turns=None if self.turns is None else self.turns.table(self.sessions_finished),
             classes=self.class_figures(now),
         )

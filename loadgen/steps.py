@@ -33,11 +33,15 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, StepRow
+from rampwatch.loadgen.schedules import TRACE_KIND
 from rampwatch.loadgen.stats import LogHistogram, itl_array
 
 # Schedules whose target rate is piecewise constant; any other (the ramps, and kinds this
 # version does not know, e.g. older recordings' "ramp") is cut into tenths.
 CONSTANT_RATE_KINDS = ("constant", "poisson", "gamma", "steps", "vllm-constant")
+# Schedules whose target rate moves while held: a held trace keeps its speed, and its
+# target follows the trace's own rate, so a hold is one row whatever the target does.
+HELD_SPEED_KINDS = (TRACE_KIND,)
 RAMP_SLICES = 10
 DRAIN_STATES = ("stopping", "draining", "done")
 # A row younger than this shows no achieved rate yet: a count over a fraction of a second
@@ -61,7 +65,7 @@ def step_key(
     if state in DRAIN_STATES:
         return ("drain",)
     if state in ("holding", "restarting"):  # a server restart holds the schedule at 0
-        return (held_kind, target_rps)
+        return (held_kind,) if schedule_kind in HELD_SPEED_KINDS else (held_kind, target_rps)
     if schedule_kind not in CONSTANT_RATE_KINDS and planned_s:
         return ("ramp", min(RAMP_SLICES - 1, max(0, int(RAMP_SLICES * ramp_t / planned_s))))
     return ("step", target_rps)
@@ -198,6 +202,8 @@ class StepTracker:
                 return  # "already holding"
             self._held_kind = "hold" if kind == "hold" else "rate"
             key: StepKey | None = (self._held_kind, float(after)) if isinstance(after, (int, float)) else None
+            if self.schedule_kind in HELD_SPEED_KINDS:
+                key = (self._held_kind,)
             row = self._open(key, event.t)
             if key is not None:
                 row.target(float(after))  # type: ignore[arg-type]

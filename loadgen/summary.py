@@ -816,6 +816,11 @@ def _bench_request_rate(schedule: dict[str, Any]) -> float | str:
     return "inf"
 
 
+def _has_sessions(header: RunHeader | None) -> bool:
+    workload = header.scenario.get("workload") if header is not None else None
+    return isinstance(workload, dict) and bool(workload.get("sessions"))
+
+
 # The per-request lists `vllm bench serve` writes only with --save-detailed (its list,
 # vllm/benchmarks/serve.py); `latencies` and `queue_times` it always writes.
 DETAILED_KEYS = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors")
@@ -885,7 +890,8 @@ def to_bench_result(
         "model_id": header.model if header else None,
         "tokenizer_id": (header.options.get("tokenizer") if header else None) or (header.model if header else None),
         "num_prompts": len(records),
-        "request_rate": _bench_request_rate(schedule),
+        # A session workload's schedule is of sessions (or users), not requests.
+        "request_rate": "inf" if _has_sessions(header) else _bench_request_rate(schedule),
         "burstiness": 1.0,
         "max_concurrency": summary.get("max_concurrency"),
     }

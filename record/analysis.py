@@ -36,6 +36,7 @@ from rampwatch.loadgen.summary import (
     knee_rps,
     server_figures,
 )
+from rampwatch.loadgen.turns import TurnFigures, TurnTable
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
@@ -285,6 +286,19 @@ def configuration_table(recording: Recording) -> SegmentTable | None:
     if not restarted(config_segments(recording.header, recording.events, recording.duration_s)):
         return None
     return segment_table(*configuration_segments(recording))
+
+
+def recording_turns(recording: Recording) -> TurnTable | None:
+    """The recording's figures by turn index (``loadgen.turns``: exact TTFTs, ITLs on the
+    µs grid as ``summarise`` keeps them); None for a run without sessions. Only the blocks
+    with a turn column are decoded into records."""
+    figures = TurnFigures(stats.ExactValues, stats.MicrosecondCounts)
+    for info in (f for f in recording.request_frames if f.count):
+        if "turn" in recording.request_columns(info, with_chunks=False).strings:
+            figures.add(recording.decode_requests(info))
+    # the run's count of ended sessions, when its ticks carry one
+    counts = (tick.sessions_finished_total for tick in reversed(recording.ticks) if tick.sessions_started_total)
+    return figures.table(next(counts, None))
 
 
 def class_figures(recording: Recording) -> dict[str, Summary]:

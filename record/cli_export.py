@@ -174,10 +174,12 @@ def write_bench_result(recording, summary, path: Path, detailed: bool = False) -
     section has each class's figures without the per-request lists (the top level's lists
     cover every request)."""
     from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
-    from rampwatch.record.analysis import class_figures
+    from rampwatch.loadgen.turns import turn_sections
+    from rampwatch.record.analysis import class_figures, recording_turns
 
     result = to_bench_result(summary, recording.header, [], detailed=detailed)
     result["num_prompts"] = recording.request_count
+    result.update(turn_sections(recording_turns(recording)))
     per_class = {}
     for name, figures in class_figures(recording).items():
         one = to_bench_result(figures, recording.header, [])
@@ -211,6 +213,7 @@ def main(args: argparse.Namespace) -> int:
         classes_table,
         configuration_table,
         final_snapshot,
+        recording_turns,
         summarise,
         with_knee_explanation,
     )
@@ -243,6 +246,7 @@ def main(args: argparse.Namespace) -> int:
             f"recorded with rampwatch {h.rampwatch_version} · {recording.path.name}",
             warnings=recording.warnings,
             configurations=configuration_table(recording),
+            turns=recording_turns(recording),
             classes=classes_table(class_figures(recording)),
         )
         _write_atomically(outputs[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))

@@ -1,7 +1,8 @@
 """`rampwatch report REC`: the headless summary of a recording, then its timeline (start,
 knee, holds, resumes, rate changes, marks, restarts, stop) as the HTML report's marks
-table has it, the configurations side by side when the server was restarted, a
-mixture's classes side by side, and its step table."""
+table has it, the configurations side by side when the server was restarted, the
+figures by turn index of a session workload, a mixture's classes side by side, and its
+step table."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ def main(args: argparse.Namespace) -> int:
     from rampwatch.loadgen.segments import SEGMENT_NOTE
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
     from rampwatch.loadgen.summary import format_summary
+    from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections
     from rampwatch.record.analysis import (
         class_figures,
         classes_table,
@@ -27,6 +29,7 @@ def main(args: argparse.Namespace) -> int:
         configuration_table,
         final_snapshot,
         format_timeline,
+        recording_turns,
         summarise,
         with_knee_explanation,
     )
@@ -36,6 +39,7 @@ def main(args: argparse.Namespace) -> int:
     snapshot = final_snapshot(recording)
     summary = with_knee_explanation(summarise(recording), snapshot)
     steps = snapshot.steps
+    turns = recording_turns(recording)
     classes = class_figures(recording)
     if args.json:
         out = {**summary.to_dict(), "steps": [step_json(row) for row in steps]}
@@ -53,6 +57,7 @@ def main(args: argparse.Namespace) -> int:
                 }
                 for seg, figures in zip(segments, summaries, strict=True)
             ]
+        out.update(turn_sections(turns))
         if classes:  # a mixture: each class's figures in the same schema
             out["per_class"] = {name: figures.to_dict() for name, figures in classes.items()}
         print(json.dumps(out, indent=2, default=str))
@@ -69,6 +74,9 @@ def main(args: argparse.Namespace) -> int:
         if configurations is not None:
             print(f"\nConfigurations ({SEGMENT_NOTE})")
             print(configurations.text())
+        if turns is not None:
+            print(f"\nTurns ({TURNS_NOTE})")
+            print(turns.text())
         table = classes_table(classes)
         if table is not None:
             print(f"\nClasses ({CLASS_NOTE})")

@@ -24,7 +24,9 @@ from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.loadgen.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
 from rampwatch.loadgen.summary import Summary
+from rampwatch.loadgen.turns import TurnTable
 from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
+from rampwatch.record.html_turns import turns_section
 
 WIDTH, HEIGHT = 1240, 240
 PAD_L, PAD_R, PAD_T, PAD_B = 70, 170, 30, 34
@@ -313,10 +315,12 @@ def render_html(
     subtitle: str,
     warnings: Sequence[str] = (),
     configurations: SegmentTable | None = None,
+    turns: TurnTable | None = None,
     classes: SegmentTable | None = None,
 ) -> str:
     """The page; ``configurations``: the side-by-side table of a run restarted with other
     engine arguments (``loadgen.segments``), None for a run with one configuration;
+    ``turns``: a session workload's figures by turn (``loadgen.turns``), None without;
     ``classes``: a mixture's classes side by side (``loadgen.classes``), None otherwise."""
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
     charts = []
@@ -367,6 +371,7 @@ td {{ text-align: right; font-variant-numeric: tabular-nums; }}
 {warn}
 {"".join(charts)}
 {configurations_section(configurations) if configurations is not None else ""}
+{turns_section(turns) if turns is not None else ""}
 {classes_section(classes, snapshot, marks, t_max) if classes is not None else ""}
 {steps}
 {knee}

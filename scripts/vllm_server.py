@@ -91,6 +91,9 @@ class VllmServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            # Per-request prefix-cache hits in usage.prompt_tokens_details.cached_tokens,
+            # which rampwatch records per request (off by default in vLLM).
+            "--enable-prompt-tokens-details",
             *self.extra_args,
         ]
 

@@ -156,6 +156,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="also serve simulated DCGM-exporter GPU gauges (utilisation, memory, power, SM clock) "
         "on /dcgm/metrics, for rampwatch run --gpu-metrics-url",
     )
+    parser.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        help="as vLLM: report each request's prefix-cache hit in usage.prompt_tokens_details.cached_tokens",
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -224,6 +229,7 @@ def config_from_args(args: argparse.Namespace):
         kv_cache_dtype=args.kv_cache_dtype,
         routing=args.routing,
         gpu_telemetry=args.gpu_telemetry,
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -326,6 +332,8 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv.append("--no-enable-prefix-caching")
     if config.gpu_telemetry:
         argv.append("--gpu-telemetry")
+    if config.enable_prompt_tokens_details:
+        argv.append("--enable-prompt-tokens-details")
     return argv
 
 

@@ -342,6 +342,9 @@ class SimConfig:
     # Serve DCGM-exporter-style GPU gauges on /dcgm/metrics (sim.gpu_telemetry); vLLM's own
     # /metrics has none, so it stays as vLLM's.
     gpu_telemetry: bool = False
+    # vLLM's --enable-prompt-tokens-details: a request's usage carries its prefix-cache
+    # hit as prompt_tokens_details.cached_tokens (off by default, as in vLLM).
+    enable_prompt_tokens_details: bool = False
 
     @property
     def kv_bytes_per_element(self) -> float:

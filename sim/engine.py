@@ -22,14 +22,23 @@ Semantics follow vLLM v1 (``vllm/v1/core/sched/scheduler.py``,
   a step that had to preempt.
 - When a running request needs a block and none is free, the newest running request is
   preempted (recompute): its blocks are freed and it goes back to the head of the queue.
-- Prefix caching: full prompt blocks are identified by a hash chained over their token
-  ids. Admission reuses the longest run of cached blocks (at most ``prompt - 1`` tokens, the
-  last token is always recomputed). Freed blocks keep their hash and join the tail of the
-  free queue (a request's tail blocks ahead of its head blocks); freed blocks without a hash
-  (partial blocks, generated tokens) join its head, so they are reused first and cached
-  blocks are evicted in the order they were freed (``BlockPool.free_blocks``). Queries and
-  hits are counted in tokens, once per request, when it is admitted (vLLM 0.32; earlier
-  versions counted every lookup, see ``Engine.lookups``).
+- Prefix caching: every full block of a request's tokens, prompt and generated alike, is
+  identified by a hash chained over the token ids of it and of every block before it
+  (``Request.block_hashes``, extended as tokens are appended). A block joins the cache when
+  its computation is scheduled (``allocate_slots``), so a request admitted later in the same
+  step already hits it; the last generated token's KV is never computed, so a finished
+  request leaves ``(prompt + output - 1) // block_size`` cached blocks, and the next turn
+  of a conversation, whose prompt repeats this one's prompt and answer, hits them. Admission
+  reuses the longest run of cached blocks (at most ``tokens - 1``, the last token is always
+  recomputed); a preempted request recomputing its prompt and output hits its own blocks.
+  Two requests computing the same block at once both keep a hashed copy; a lookup returns
+  the older. Freed blocks keep their hash and join the tail of the free queue (a request's
+  tail blocks ahead of its head blocks); freed blocks without a hash (partial blocks) join
+  its head, so they are reused first and cached blocks are evicted in the order they were
+  freed (``BlockPool.free_blocks``). Queries and hits are counted in tokens, once per
+  request, when it is first admitted (vLLM 0.32; earlier versions counted every lookup, see
+  ``Engine.lookups``); ``SimRequest.num_cached_tokens`` is that request's hit, what vLLM
+  reports as ``usage.prompt_tokens_details.cached_tokens``.
 - Without chunked prefill a waiting request is admitted only if its whole prefill fits
   the step's remaining token budget.
 - KV usage counts cached-but-unreferenced blocks as free, like ``vllm:kv_cache_usage_perc``.
@@ -142,7 +151,11 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.ref_count: list[int] = []  # per materialised block id
         self.block_hash: list[int | None] = []
-        self.cached: dict[int, int] = {}  # hash -> block id
+        self.cached: dict[int, int] = {}  # hash -> the block a lookup returns (its oldest copy)
+        # Later copies of a cached block, oldest first: two requests that computed the same
+        # block at once both keep theirs hashed (vLLM's BlockHashToBlockMap holds several
+        # blocks per hash), so the copy outlives the eviction of the first one.
+        self.duplicates: dict[int, dict[int, None]] = {}  # insertion-ordered sets
         # Insertion order = eviction order (head is least recently freed).
         self.free_queue: OrderedDict[int, None] = OrderedDict()
 
@@ -183,13 +196,12 @@ class BlockPool:
         out = list(range(start, start + fresh))
         ref.extend([1] * fresh)
         block_hash.extend([None] * fresh)
-        free, cached = self.free_queue, self.cached
+        free = self.free_queue
         for _ in range(n - fresh):
             b, _unused = free.popitem(last=False)
             h = block_hash[b]
             if h is not None:
-                if cached.get(h) == b:
-                    del cached[h]
+                self._forget(b, h)
                 block_hash[b] = None
             ref[b] = 1
             out.append(b)
@@ -212,18 +224,41 @@ class BlockPool:
             free.move_to_end(b, last=False)
 
     def register(self, block: int, h: int) -> None:
-        if h not in self.cached and self.block_hash[block] is None:
-            self.cached[h] = block
-            self.block_hash[block] = h
+        """Give a block whose KV is computed its content hash, so lookups can find it."""
+        if self.block_hash[block] is not None:
+            return
+        self.block_hash[block] = h
+        first = self.cached.setdefault(h, block)
+        if first != block:
+            self.duplicates.setdefault(h, {})[block] = None
+
+    def _forget(self, block: int, h: int) -> None:
+        """Drop an evicted block from the cache; an older-first copy takes its place."""
+        copies = self.duplicates.get(h)
+        if self.cached.get(h) == block:
+            if copies:
+                oldest = next(iter(copies))
+                del copies[oldest]
+                self.cached[h] = oldest
+            else:
+                del self.cached[h]
+        elif copies is not None:
+            del copies[block]
+        if copies is not None and not copies:
+            del self.duplicates[h]
 
 
-def prompt_block_hashes(token_ids: list[int], block_size: int) -> list[int]:
+def block_hashes(token_ids: list[int], block_size: int) -> list[int]:
     """Chained hash per full block: equal hashes mean equal content *and* equal prefix."""
-    out, prev = [], 0
+    out: list[int] = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        prev = hash((prev, tuple(token_ids[start : start + block_size])))
-        out.append(prev)
+        out.append(next_block_hash(out, token_ids[start : start + block_size]))
     return out
+
+
+def next_block_hash(hashes: list[int], block_tokens: list[int]) -> int:
+    """The hash of the block after those ``hashes`` cover (vLLM's ``hash_block_tokens``)."""
+    return hash((hashes[-1] if hashes else 0, tuple(block_tokens)))
 
 
 def request_rng_seed(seed: int, prompt_token_ids: list[int], request_seed: int | None) -> int:
@@ -327,9 +362,6 @@ class Engine:
 
     # ------------------------------------------------------------------ scheduling
 
-    def _blocks_needed(self, req: SimRequest, total_tokens: int) -> int:
-        return -(-total_tokens // self.block_size) - len(req.blocks)
-
     def _preempt(self, req: SimRequest) -> None:
         self.pool.free(req.blocks)
         req.blocks = []
@@ -347,12 +379,14 @@ class Engine:
         scheduled: list[tuple[SimRequest, int]] = []
         preempted: list[SimRequest] = []
         running = self.running
+        bs = self.block_size
 
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
-            need = self._blocks_needed(req, req.num_computed_tokens + n)
+            computed = req.num_computed_tokens
+            n = min(len(req.prompt_token_ids) + len(req.output_token_ids) - computed, budget)
+            need = -(-(computed + n) // bs) - len(req.blocks)
             while need > pool.num_free:
                 victim = running.pop()
                 self._preempt(victim)
@@ -363,6 +397,8 @@ class Engine:
                 break
             if need > 0:
                 req.blocks.extend(pool.allocate(need))
+            if (computed + n) // bs > req.num_registered_blocks and req.block_hashes is not None:
+                self._cache_blocks(req, computed + n)
             scheduled.append((req, n))
             budget -= n
             i += 1
@@ -371,6 +407,17 @@ class Engine:
             self._admit(now, budget, scheduled)
 
         return self._execute(now, scheduled, preempted)
+
+    def _cache_blocks(self, req: SimRequest, num_tokens: int) -> None:
+        """Register the full blocks among a request's first ``num_tokens`` tokens, as vLLM's
+        ``allocate_slots`` does for the tokens it schedules: a request admitted later in the
+        same step already hits them (each layer writes the step's KV before attending)."""
+        pool, blocks, hashes = self.pool, req.blocks, req.block_hashes
+        assert hashes is not None
+        full = num_tokens // self.block_size
+        for j in range(req.num_registered_blocks, full):
+            pool.register(blocks[j], hashes[j])
+        req.num_registered_blocks = max(req.num_registered_blocks, full)
 
     def _admit(self, now: float, budget: int, scheduled: list[tuple[SimRequest, int]]) -> None:
         pool, waiting, running = self.pool, self.waiting, self.running
@@ -383,8 +430,8 @@ class Engine:
             req = waiting[0]
             hit_blocks: list[int] = []
             if caching:
-                if req.block_hashes is None:
-                    req.block_hashes = prompt_block_hashes(req.prompt_token_ids, bs)
+                if req.block_hashes is None:  # first admission: no output yet; later ones keep them
+                    req.block_hashes = block_hashes(req.prompt_token_ids, bs)
                 hit_blocks = pool.lookup(req.block_hashes, (req.num_tokens - 1) // bs)
                 lookups.queries += req.num_tokens
                 lookups.hits += len(hit_blocks) * bs
@@ -401,6 +448,8 @@ class Engine:
             req.blocks = hit_blocks + pool.allocate(new_blocks)
             req.num_computed_tokens = num_cached
             req.num_registered_blocks = len(hit_blocks)
+            if caching:
+                self._cache_blocks(req, num_cached + n)
             req.status = RUNNING
             if req.first_scheduled_at is None:
                 req.first_scheduled_at = now
@@ -427,24 +476,25 @@ class Engine:
         finished: list[SimRequest] = []
         stats = self.stats
         bs = self.block_size
-        pool = self.pool
         max_len = self.config.max_model_len
         eos_threshold = self.eos_threshold
         itl = stats.itl
         for req, n in scheduled:
             req.num_computed_tokens += n
             prompt_len = len(req.prompt_token_ids)
-            if req.num_registered_blocks * bs < prompt_len and req.block_hashes is not None:
-                full = min(req.num_computed_tokens, prompt_len) // bs
-                for j in range(req.num_registered_blocks, full):
-                    pool.register(req.blocks[j], req.block_hashes[j])
-                req.num_registered_blocks = max(req.num_registered_blocks, full)
             if req.num_computed_tokens < req.num_tokens:
                 continue  # chunked prefill still in progress
             x = (req.rng_state * _LCG_A + _LCG_C) & _MASK64
             req.rng_state = x
             out = req.output_token_ids
             out.append((x >> 20) % VOCAB_SIZE)
+            n_out = len(out)
+            if (prompt_len + n_out) % bs == 0 and req.block_hashes is not None:
+                # The new token completed a block: hash it now, once per block; it is
+                # cached when its KV computation is scheduled (the next step's _cache_blocks).
+                start = prompt_len + n_out - bs
+                tokens = out[start - prompt_len :] if start >= prompt_len else req.prompt_token_ids[start:] + out
+                req.block_hashes.append(next_block_hash(req.block_hashes, tokens))
             emitted.append(req)
             stats.generation_tokens += 1
             if req.first_token_at is None:
@@ -455,7 +505,6 @@ class Engine:
             else:
                 itl.observe(end - req.last_token_at)
             req.last_token_at = end
-            n_out = len(out)
             if n_out >= req.max_tokens or prompt_len + n_out >= max_len:
                 finished.append(req)
             elif not req.ignore_eos and n_out >= req.min_tokens and (x >> 40) % _EOS_SCALE < eos_threshold:

@@ -49,8 +49,22 @@ def _word_tables() -> tuple[list[bytes], list[bytes]]:
     return _WORDS_FIRST, _WORDS_REST
 
 
-def generated_text(token_ids: list[int]) -> str:
-    return "".join(_TOKENIZER.token_text(t, i == 0) for i, t in enumerate(token_ids))
+def generated_text(token_ids: list[int], continuation: bool = False) -> str:
+    """The text of generated tokens. A completion continues its prompt's text, so its
+    first word carries its leading space too (as a real tokenizer's first generated token,
+    decoded after the prompt, usually does): prompt + answer re-encodes to the prompt's
+    ids followed by the generated ids, and a conversation's next turn hits the answer's
+    cached blocks. A chat answer is its own message and starts without one."""
+    return "".join(_TOKENIZER.token_text(t, i == 0 and not continuation) for i, t in enumerate(token_ids))
+
+
+def cache_created_tokens(req: SimRequest, config: SimConfig) -> int:
+    """vLLM's ``created_cache_tokens``: prompt tokens this request computed and cached,
+    the prompt's full blocks less those it found cached (none without prefix caching)."""
+    if not config.enable_prefix_caching:
+        return 0
+    bs = config.block_size
+    return max(0, req.num_prompt_tokens // bs * bs - req.num_cached_tokens)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -95,6 +109,7 @@ class _Stream:
         "chat",
         "stream",
         "head",
+        "first_words",
         "tail",
         "final_tails",
         "pending",
@@ -121,6 +136,8 @@ class _Stream:
         self.chat = chat
         self.stream = stream
         self.head = head
+        # A completion's first word continues the prompt: it keeps its leading space.
+        self.first_words = _WORDS_FIRST if chat else _WORDS_REST
         self.tail = _CHAT_TAIL if chat else _COMPLETION_TAIL
         self.final_tails = _CHAT_FINAL_TAILS if chat else _COMPLETION_FINAL_TAILS
         self.pending: list[bytes] = []
@@ -138,7 +155,7 @@ class _Stream:
         if self.stream:
             out = req.output_token_ids
             n = len(out)
-            words = _WORDS_FIRST if n == 1 else _WORDS_REST
+            words = self.first_words if n == 1 else _WORDS_REST
             if req.status == FINISHED:
                 self.done = True
                 tail = self.final_tails[req.finish_reason]
@@ -514,8 +531,9 @@ class SimServer:
                         n = len(req.output_token_ids)
                         p = req.num_prompt_tokens
                         batch.append(
-                            prefix + b'[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d},'
-                            b'"system_fingerprint":"%s"}\n\n' % (p, p + n, n, SYSTEM_FINGERPRINT.encode())
+                            prefix + b'[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%s},'
+                            b'"system_fingerprint":"%s"}\n\n'
+                            % (p, p + n, n, self._streamed_details(stream), SYSTEM_FINGERPRINT.encode())
                         )
                     batch.append(_DONE)
                     await resp.write(b"".join(batch))
@@ -527,13 +545,40 @@ class SimServer:
         await resp.write_eof()
         return resp
 
+    def _prompt_tokens_details(self, req: SimRequest, chat: bool) -> dict[str, Any] | None:
+        """``usage.prompt_tokens_details`` of a whole (non-streamed) answer, as vLLM 0.32
+        writes it with --enable-prompt-tokens-details (chat also counts the tokens it
+        cached, completions leave that null)."""
+        if not self.config.enable_prompt_tokens_details:
+            return None
+        created = cache_created_tokens(req, self.config) if chat else None
+        return {"cached_tokens": req.num_cached_tokens, "created_cache_tokens": created, "multimodal_tokens": None}
+
+    def _streamed_details(self, stream: _Stream) -> bytes:
+        """The same in the streamed usage chunk, where vLLM leaves out the null fields."""
+        if not self.config.enable_prompt_tokens_details:
+            return b""
+        req = stream.req
+        if not stream.chat:
+            return b',"prompt_tokens_details":{"cached_tokens":%d}' % req.num_cached_tokens
+        created = cache_created_tokens(req, self.config)
+        return b',"prompt_tokens_details":{"cached_tokens":%d,"created_cache_tokens":%d}' % (
+            req.num_cached_tokens,
+            created,
+        )
+
     async def _full_response(self, stream: _Stream, request_id: str, created: int, chat: bool) -> web.Response:
         req = stream.req
         while not stream.done:
             await stream.next_batch()
-        text = generated_text(req.output_token_ids)
+        text = generated_text(req.output_token_ids, continuation=not chat)
         n, p = len(req.output_token_ids), req.num_prompt_tokens
-        usage = {"prompt_tokens": p, "total_tokens": p + n, "completion_tokens": n, "prompt_tokens_details": None}
+        usage = {
+            "prompt_tokens": p,
+            "total_tokens": p + n,
+            "completion_tokens": n,
+            "prompt_tokens_details": self._prompt_tokens_details(req, chat),
+        }
         if chat:
             choice = {
                 "index": 0,

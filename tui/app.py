@@ -44,6 +44,7 @@ from rampwatch.tui.server_log import ServerLogPanel
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.step_table import StepTable
 from rampwatch.tui.throughput_chart import ThroughputChart
+from rampwatch.tui.turns_screen import TurnsScreen
 
 Mode = Literal["live", "replay"]
 # Compare mode's B-vs-A rows (``record.cli_compare.compare_rows``) and the one-line load
@@ -200,6 +201,7 @@ class RampwatchApp(App[int]):
         Binding("v", "latency_view", "latency view", show=False),
         Binding("w", "latency_class", "class", show=False),
         Binding("g", "configurations", "configurations", show=False),
+        Binding("u", "turns", "turns", show=False),
         Binding("o", "toggle_server_log", "server log", show=False),
     ]
 
@@ -421,6 +423,8 @@ class RampwatchApp(App[int]):
         on_top = self.screen_stack[-1] if self.screen_stack else None
         if isinstance(on_top, ConfigurationsScreen) and snapshot.configurations is not None:
             on_top.update_table(snapshot.configurations)
+        if isinstance(on_top, TurnsScreen):
+            on_top.update_snapshot(snapshot)
 
     def _update_replay_status(self, replay: ReplayControl) -> None:
         playing, speed = replay.playing, replay.speed
@@ -723,6 +727,15 @@ class RampwatchApp(App[int]):
             self.notify("one configuration so far: the table compares them after a server restart", timeout=3)
             return
         self.push_screen(ConfigurationsScreen(table))
+
+    def action_turns(self) -> None:
+        """u: the figures by turn index of a session workload."""
+        if isinstance(self.screen, TurnsScreen):
+            return
+        if self.latest.turns is None:
+            self.notify("no turn so far: the figures by turn are for session workloads (sessions:)", timeout=3)
+            return
+        self.push_screen(TurnsScreen(self.latest))
 
     def action_end_drain(self) -> None:
         """Cancel every request still in flight now rather than wait for it (recorded as

@@ -12,6 +12,7 @@ from typing import Any
 
 from rampwatch.core.bins import complete_bins, latest_complete, recent_mean
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.schedules import TRACE_KIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,12 +252,22 @@ def schedule_text(schedule: dict[str, Any]) -> str:
         return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
     kind = g(schedule.get("kind", "?"))
+    if kind == TRACE_KIND:  # e.g. "trace mooncake-sample.jsonl (mooncake) at speed ×1 → ×4"
+        speed = schedule.get("speed", 1)
+        pace = f"×{g(speed['start'])} → ×{g(speed['end'])}" if isinstance(speed, dict) else f"×{g(speed)}"
+        name = str(schedule.get("path", "?")).replace("\\", "/").rsplit("/", 1)[-1]
+        return f"trace {name} ({g(schedule.get('format', '?'))}) at speed {pace}"
     arrival = f", {g(schedule['arrival'])} arrivals" if schedule.get("arrival") else ""
     if "start_rps" in schedule and "end_rps" in schedule:
         over = f" over {g(schedule['duration_s'])} s" if "duration_s" in schedule else ""
         return f"{kind} {g(schedule['start_rps'])} → {g(schedule['end_rps'])} req/s{over}{arrival}"
     if "rate" in schedule:
         return f"{kind} {g(schedule['rate'])} req/s{arrival}"
+    if "users" in schedule or "start_users" in schedule:  # a closed loop
+        over = f" over {g(schedule['duration_s'])} s" if "duration_s" in schedule else ""
+        if "users" in schedule:
+            return f"{g(schedule['users'])} users{over}"
+        return f"users {g(schedule['start_users'])} → {g(schedule.get('end_users', '?'))}{over}"
     return f"{kind} schedule{arrival}"
 
 

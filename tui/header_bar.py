@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
+from rampwatch.loadgen.sessions import session_target, users_for, users_target
 from rampwatch.tui.chart_data import (
     DRAIN_STATES,
     eta_unix,
@@ -141,8 +142,15 @@ class HeaderBar(Static):
             self.append_health_detail(line1, state_health)
         else:
             self.append_time_left(line1, snapshot)
-            line1.append("  offered ", style="dim")
-            line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
+            if users_target(header):  # a closed loop: its target is users, not a rate
+                line1.append("  users ", style="dim")
+                line1.append(f"{users_for(snapshot.target_rps)}", style="bold")
+            elif session_target(header):  # an open-loop session workload: sessions started
+                line1.append("  sessions ", style="dim")
+                line1.append(f"{format_rate(snapshot.target_rps)}/s", style="bold")
+            else:
+                line1.append("  offered ", style="dim")
+                line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
             self.append_in_flight(line1, snapshot)
             self.append_power(line1, snapshot)
             self.append_health_detail(line1, state_health)

@@ -40,6 +40,7 @@ REPLAY_KEYS = (
 COMMON_KEYS = (
     ("t", "step table: in place of the charts (narrow: its tab)", None),
     ("g", "configurations side by side (after a server restart)", None),
+    ("u", "turns: TTFT, input tokens and prefix-cache hit rate by turn (session workloads)", None),
     ("l", "latency chart: log / linear axes", None),
     ("v", "latency chart: p50/p99 · TTFT p50/p90/p99 · ITL p50/p90/p99", None),
     ("w", "latency chart: every request · each class of a mixture in turn", None),

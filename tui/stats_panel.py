@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from rampwatch.core.timeline import Snapshot
+from rampwatch.loadgen.sessions import session_target, users_for, users_target
 from rampwatch.tui.chart_data import (
     NOW_WINDOW_S,
     current_value,
@@ -145,7 +146,11 @@ class StatsPanel(Widget):
         now_rows = []
         stale_since = metrics_stale_since(snapshot)
         for name, label, fmt in NOW_ROWS:
-            if name == "target_rps":
+            if name == "target_rps" and users_target(snapshot.header):  # a closed loop's target
+                label, value = "target users", str(users_for(snapshot.target_rps))
+            elif name == "target_rps" and session_target(snapshot.header):  # sessions started
+                label, value = "target sessions/s", fmt(snapshot.target_rps)
+            elif name == "target_rps":
                 value = fmt(snapshot.target_rps)
             elif name in SERVER_SERIES and not snapshot.server_metrics_available:
                 value = "no /metrics"

@@ -171,3 +171,17 @@ def test_the_shipped_mixture_runs_headless_with_per_class_figures(tmp_path):
         assert list(figures) == list(top)
     assert sum(c["completed"] for c in per_class.values()) == top["completed"] > 0
     assert per_class["chat"]["total_output_tokens"] / max(per_class["chat"]["completed"], 1) >= 50
+
+
+def test_a_mixture_cannot_take_a_trace_schedule(tmp_path):
+    path = write(
+        tmp_path,
+        "name: bad\nschedule: {kind: trace, path: trace.jsonl}\nworkload:\n  mix:\n"
+        "    - name: a\n      weight: 1\n" + CLASS,
+    )
+    (tmp_path / "trace.jsonl").write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n')
+    with pytest.raises(UserError) as exc:
+        load_scenario(path)
+    assert str(exc.value).startswith(path + ":4: workload.mix: cannot be combined with schedule.kind trace"), str(
+        exc.value
+    )

@@ -218,3 +218,24 @@ def test_a_server_restart_is_a_row_at_zero_and_the_ramp_goes_on_as_resumed(resum
         *after,
     ]
     assert rows[3].target_lo_rps == 0.0
+
+
+def test_a_held_trace_is_one_row_while_its_target_follows_the_trace():
+    b = SeriesBuilder()
+    b.on_start(header("trace", 20.0, path="t.jsonl", format="mooncake", speed=1))
+    for s in range(5):
+        b.on_tick(Tick(t=float(s), target_rps=3.0 + s, state="ramping"))
+    b.on_event(Event(t=5.0, kind="set_rate", data={"before_rps": 8.0, "after_rps": 16.0, "speed": 2.0}))
+    for s, rps in zip(range(5, 10), (16.0, 12.0, 20.0, 4.0, 9.0)):  # the speed is held, the trace's rate moves
+        b.on_tick(Tick(t=float(s), target_rps=rps, state="holding"))
+    b.on_event(Event(t=10.0, kind="resume", data={"before_rps": 9.0, "after_rps": 4.5, "speed": 1.0}))
+    b.on_tick(Tick(t=10.0, target_rps=4.5, state="ramping"))
+    rows = b.snapshot(now=11.0).steps
+    assert [(r.kind, r.start_s) for r in rows] == [
+        ("ramp", 0.0),
+        ("ramp", 2.0),
+        ("ramp", 4.0),
+        ("rate", 5.0),
+        ("ramp", 10.0),
+    ]
+    assert (rows[3].target_lo_rps, rows[3].target_hi_rps) == (4.0, 20.0)

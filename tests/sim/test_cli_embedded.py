@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -86,6 +87,13 @@ def test_the_embedded_simulator_is_a_managed_server_that_stops_cleanly():
     assert sim.poll() == 0  # SIGTERM: a clean exit
 
 
+def test_the_embedded_simulator_reports_per_request_cache_hits():
+    # rampwatch records usage.prompt_tokens_details.cached_tokens per request (hit rate
+    # by turn); the simulator it starts says it, as vLLM does with the flag.
+    argv = shlex.split(sim_serve_text(SimConfig(hardware="instant", model="tiny"), port=1))
+    assert "--enable-prompt-tokens-details" in argv
+
+
 def test_embedded_sim_rejects_bad_preset_before_starting():
     with pytest.raises(UserError, match="--hardware"):
         sim_serve_text(SimConfig(hardware="nope"))
@@ -99,6 +107,7 @@ def test_config_to_argv_round_trips_through_the_cli_flags():
         max_num_seqs=12,
         enable_prefix_caching=False,
         served_model_name="demo",
+        enable_prompt_tokens_details=True,
         faults=FaultConfig(error_rate=0.1, stall_at=3.0, stall_for=1.0),
     )
     parser = argparse.ArgumentParser()

@@ -34,6 +34,8 @@ def test_a_vllm_serve_line_configures_the_simulator():
     assert not cfg.enable_chunked_prefill and cfg.kv_cache_dtype == "fp8"
     assert cfg.max_num_seqs == 64 and cfg.max_num_batched_tokens == 16384 and cfg.max_model_len == 16384
     assert cfg.gpu_memory_utilization == 0.85 and not cfg.enable_prefix_caching
+    assert not cfg.enable_prompt_tokens_details  # off unless asked, as in vLLM
+    assert parse("--enable-prompt-tokens-details").enable_prompt_tokens_details
 
 
 def test_short_spellings_and_the_old_engines_flag():

@@ -3,7 +3,7 @@
 import pytest
 
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.engine import BlockPool, Engine, SimRequest, prompt_block_hashes
+from rampwatch.sim.engine import BlockPool, Engine, SimRequest, block_hashes
 
 
 def make_engine(**kwargs) -> Engine:
@@ -121,7 +121,7 @@ def test_prefix_caching_can_be_disabled():
 
 def test_different_prefix_same_block_content_does_not_hit():
     block = [11] * 16
-    assert prompt_block_hashes([1] * 16 + block, 16)[1] != prompt_block_hashes([2] * 16 + block, 16)[1]
+    assert block_hashes([1] * 16 + block, 16)[1] != block_hashes([2] * 16 + block, 16)[1]
 
 
 def test_lru_eviction_of_freed_cached_blocks():

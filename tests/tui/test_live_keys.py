@@ -2,6 +2,7 @@
 reason; a steering toast says what the run recorded; ctrl+c and ctrl+q go through the
 quit flow."""
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -26,6 +27,16 @@ LIVE_KEYS = {
 
 def toasts(app) -> list[str]:
     return [str(n.message) for n in app._notifications]
+
+
+async def shown_toasts(pilot, app, at_least: int = 1, timeout_s: float = 5.0) -> list[str]:
+    """The toasts once ``at_least`` are shown: ``App.notify`` posts a message the app
+    handles later, which on a busy machine can be after the next pause."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while len(toasts(app)) < at_least and loop.time() < deadline:
+        await pilot.pause(0.02)
+    return toasts(app)
 
 
 def steered(t: float = 60.0, state: str | None = None, rate_step_rps: float | None = None, **changes):
@@ -73,7 +84,7 @@ async def test_after_done_every_live_key_is_dimmed_and_says_why_and_nothing_is_r
         await pilot.pause()
         app.poll_source()
         await pilot.pause()
-        shown = toasts(app)
+        shown = await shown_toasts(pilot, app, at_least=len(LIVE_KEYS))
     assert fake.calls == []  # nothing reached the run…
     assert fake.snapshot().events == fake.base.events  # …so nothing was recorded
     for key, action in LIVE_KEYS.items():
@@ -87,7 +98,7 @@ async def test_a_hold_toast_shows_the_rate_the_run_recorded():
         app.poll_source()
         await pilot.pause()
         recorded = [e for e in fake.events if e.kind == "hold"][-1]
-        assert toasts(app) == [recorded.message]
+        assert await shown_toasts(pilot, app) == [recorded.message]
         assert f"{app.latest.target_rps:.3g}" not in recorded.message  # the tick's rate was stale
 
 
@@ -99,7 +110,7 @@ async def test_a_rate_step_toast_shows_the_recorded_rate():
         await pilot.pause()
         recorded = fake.events[-1]
         assert recorded.kind == "set_rate"
-        assert toasts(app) == [f"rate +1 rps: {recorded.message}"]
+        assert await shown_toasts(pilot, app) == [f"rate +1 rps: {recorded.message}"]
 
 
 class RunningSource:
@@ -127,7 +138,7 @@ async def test_a_steering_call_the_run_never_confirms_says_nothing_was_recorded(
         assert toasts(app) == []  # not more than 5 run seconds since the first snapshot
         app.poll_source()
         await pilot.pause()
-        assert toasts(app) == ["mark: the run did not take it (state ramping); nothing was recorded"]
+        assert await shown_toasts(pilot, app) == ["mark: the run did not take it (state ramping); nothing was recorded"]
     assert control.calls == [("mark", "note")]
 
 
@@ -138,7 +149,7 @@ async def test_a_mark_typed_while_the_run_ends_is_not_sent():
         app.latest = dataclasses.replace(app.latest, state="done")  # the run ended meanwhile
         await pilot.press("enter")
         await pilot.pause()
-        assert toasts(app) == ["mark not added: the run has finished and its recording is closed"]
+        assert await shown_toasts(pilot, app) == ["mark not added: the run has finished and its recording is closed"]
     assert fake.calls == []
 
 
@@ -150,7 +161,7 @@ async def test_x_ends_the_drain_and_the_toast_is_the_recorded_cancel():
         await pilot.press("x")
         app.poll_source()
         await pilot.pause()
-        assert toasts(app) == ["ending the drain now: cancelling 37 requests (37 in flight)"]
+        assert await shown_toasts(pilot, app) == ["ending the drain now: cancelling 37 requests (37 in flight)"]
     assert fake.calls == [("cancel_in_flight", None)]
 
 
@@ -159,7 +170,7 @@ async def test_x_while_ramping_cancels_nothing():
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("x")
         await pilot.pause()
-        assert toasts(app) == [f"x: {why_unavailable('end_drain', 'ramping')}"]
+        assert await shown_toasts(pilot, app) == [f"x: {why_unavailable('end_drain', 'ramping')}"]
     assert fake.calls == []
 
 

@@ -34,11 +34,8 @@ def test_every_shipped_scenario_is_listed_with_its_description_and_ramp():
         schedule = scenario.raw["schedule"]
         assert offer.description == scenario.description and offer.description  # one line each
         assert "\n" not in offer.description
-        assert (offer.start_rps, offer.end_rps, offer.duration_s) == (
-            schedule["start_rps"],
-            schedule["end_rps"],
-            schedule["duration_s"],
-        )
+        ramp = (schedule["start_rps"], schedule["end_rps"], schedule["duration_s"]) if "start_rps" in schedule else None
+        assert (offer.start_rps, offer.end_rps, offer.duration_s) == (ramp or (None, None, None))
         assert offer.details == details_text(scenario.raw)
 
 
@@ -53,6 +50,10 @@ def test_details_text():
         "128 tokens out"
     )
     assert details_text({"schedule": {"kind": "constant", "rate": 5}}).startswith("constant 5 req/s")
+    trace = {"kind": "trace", "path": "/data/mooncake_trace.jsonl", "format": "mooncake", "speed": 2}
+    assert details_text({"schedule": trace}).startswith("trace mooncake_trace.jsonl (mooncake) at speed ×2 · ")
+    ramp = {**trace, "speed": {"start": 1, "end": 4}}
+    assert details_text({"schedule": ramp}).startswith("trace mooncake_trace.jsonl (mooncake) at speed ×1 → ×4 · ")
     mixed = {"schedule": {"kind": "constant", "rate": 5}, "workload": {"mix": [{"name": "chat"}, {"name": "code"}]}}
     assert details_text(mixed).endswith("completions endpoint · mix of 2: chat, code")
 
