@@ -551,7 +551,7 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         idle_duration_s=result.duration_s,
     )
     print(format_summary(summary), file=out)
-    turns = turn_table(result.requests)
+    turns = turn_table(result.requests, finished=result.sessions_finished)
     if turns is not None:
         print(f"\nTurns ({TURNS_NOTE})\n{turns.text()}", file=out)
     classes = class_summaries(

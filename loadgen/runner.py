@@ -98,6 +98,9 @@ class RunResult:
     header: RunHeader
     interrupted: bool = False  # stopped before the schedule ended, or requests were cancelled
     recording_error: str | None = None  # set where the recording is closed (the UI's run process)
+    sessions_finished: int | None = (
+        None  # a session workload's sessions that ended (its ticks' sessions_finished_total)
+    )
 
     @property
     def error_rate(self) -> float:
@@ -514,6 +517,7 @@ class Run:
                 events=self.collector.events,
                 header=header,
                 interrupted=self._interrupted,
+                sessions_finished=self.sessions.finished_total if self.sessions is not None else None,
             )
         finally:
             await client.close()

@@ -343,7 +343,7 @@ def _check_length(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | Non
 
 
 # Workload keys a trace schedule decides itself: the trace gives each request's prompt.
-TRACE_DECIDES = ("input_tokens", "output_tokens", "system_prompt", "documents", "conversations", "dataset")
+TRACE_DECIDES = ("input_tokens", "output_tokens", "system_prompt", "documents", "conversations", "sessions", "dataset")
 
 
 def _check_workload(

@@ -361,13 +361,17 @@ class TurnFigures:
 
 
 def turn_table(
-    records: Sequence[RequestRecord], ttft_values: type = stats.ExactValues, itl_values: type = stats.ExactValues
+    records: Sequence[RequestRecord],
+    ttft_values: type = stats.ExactValues,
+    itl_values: type = stats.ExactValues,
+    finished: int | None = None,
 ) -> TurnTable | None:
     """The per-turn table of requests held in memory (a run's end; tests): exact
-    percentiles. None when no request has a turn (the run had no sessions)."""
+    percentiles. None when no request has a turn (the run had no sessions). ``finished``:
+    the run's own count of sessions that ended (its ticks' ``sessions_finished_total``)."""
     figures = TurnFigures(ttft_values, itl_values)
     figures.add(records)
-    return figures.table()
+    return figures.table(finished)
 
 
 def turn_sections(table: TurnTable | None) -> dict[str, Any]:

@@ -587,6 +587,9 @@ def test_multi_turn_chat_runs_headless_and_its_recording_replays_the_sessions(tm
     # The result JSON's rate is of requests, and sessions are not a request rate.
     result = json.loads(recording.with_suffix(".json").read_text())
     assert result["request_rate"] == "inf" and result["completed"] == len(records)
+    # Its figures by turn, and the run's own count of the sessions that ended.
+    assert [row["turn"] for row in result["per_turn"]][:2] == ["1", "2"]
+    assert result["sessions"]["sessions"] == len(turns) == result["sessions"]["finished"]
 
 
 async def test_a_closed_loop_user_waits_after_a_failed_turn(server, tmp_path):

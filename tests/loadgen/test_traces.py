@@ -492,6 +492,7 @@ def test_the_shipped_trace_scenario_replays_its_sample():
             "(the trace gives each request's prompt and lengths)",
         ),
         ("{documents: {count: 2, tokens: 10}}", "", "s.yaml:3: workload.documents: cannot be combined"),
+        ("{sessions: {turns: 2}}", "", "s.yaml:3: workload.sessions: cannot be combined with schedule.kind trace"),
         ("{}", ", speed: 0", "s.yaml:2: schedule.speed: expected a factor > 0"),
         ("{}", ", speed: {start: 1}", "s.yaml:2: schedule.speed: expected a factor > 0"),
         ("{}", ", start_s: -1", "s.yaml:2: schedule.start_s: expected a number >= 0"),
