@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rampwatch.core.timeline import RunControl, Snapshot
+from rampwatch.core.timeline import ClassFigures, RunControl, Snapshot
 from rampwatch.loadgen import eventloop
 
 PUBLISH_INTERVAL_S = 0.25
@@ -180,7 +181,11 @@ def tail_of(snapshot: Snapshot, bins: int = TAIL_BINS) -> tuple[int, Snapshot]:
     if start == 0:
         return 0, snapshot
     series = {name: values[start:] for name, values in snapshot.series.items()}
-    return start, dataclasses.replace(snapshot, times=snapshot.times[start:], series=series)
+    classes = [
+        dataclasses.replace(c, series={name: values[start:] for name, values in c.series.items()})
+        for c in snapshot.classes
+    ]
+    return start, dataclasses.replace(snapshot, times=snapshot.times[start:], series=series, classes=classes)
 
 
 def with_tail(base: Snapshot, start: int, tail: Snapshot) -> Snapshot:
@@ -190,7 +195,21 @@ def with_tail(base: Snapshot, start: int, tail: Snapshot) -> Snapshot:
     if len(base.times) < start:
         raise ValueError(f"snapshot tail from bin {start} on a base of {len(base.times)} bins")
     series = {name: base.series.get(name, [])[:start] + values for name, values in tail.series.items()}
-    return dataclasses.replace(tail, times=base.times[:start] + tail.times, series=series)
+    return dataclasses.replace(
+        tail, times=base.times[:start] + tail.times, series=series, classes=_classes_with_tail(base, start, tail)
+    )
+
+
+def _classes_with_tail(base: Snapshot, start: int, tail: Snapshot) -> list[ClassFigures]:
+    """A mixture's class series, as ``with_tail`` does the run's; a class the base did not
+    have yet is NaN before the tail (it had no request then)."""
+    before = {c.name: c.series for c in base.classes}
+    out = []
+    for c in tail.classes:
+        old = before.get(c.name, {})
+        series = {name: (old.get(name) or [math.nan] * start)[:start] + values for name, values in c.series.items()}
+        out.append(dataclasses.replace(c, series=series))
+    return out
 
 
 class _PipeControl(ForwardingControl):

@@ -28,6 +28,7 @@ from rampwatch.core.text import server_text
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
+from rampwatch.loadgen.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
 from rampwatch.loadgen.knee_explain import ServerLimits
@@ -553,13 +554,20 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
     turns = turn_table(result.requests, finished=result.sessions_finished)
     if turns is not None:
         print(f"\nTurns ({TURNS_NOTE})\n{turns.text()}", file=out)
+    classes = class_summaries(
+        result.header, result.requests, result.duration_s, gpu_price_per_hour=args.gpu_price_per_hour
+    )
+    if classes:  # a mixture: its classes side by side, as `rampwatch report` prints them
+        table = class_table({name: s.to_dict() for name, s in classes.items()})
+        print(f"\nClasses ({CLASS_NOTE})\n{table.text()}", file=out)
     code = 0
     if prepared.result_json_path is not None:
         try:
             prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
-            bench = to_bench_result(
-                summary, result.header, result.requests, detailed=args.save_detailed or args.save_generated_texts
-            )
+            detailed = args.save_detailed or args.save_generated_texts
+            bench = to_bench_result(summary, result.header, result.requests, detailed=detailed)
+            if classes:  # a mixture: each class's figures in the same schema
+                bench["per_class"] = per_class_results(result.header, result.requests, classes, detailed=detailed)
             prepared.result_json_path.write_bytes(dumps_bench_result({**bench, **turn_sections(turns)}))
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands

@@ -38,6 +38,9 @@ def details_text(raw: dict[str, Any]) -> str:
         parts.append(f"{prefix}{length_text(workload['input_tokens'])} tokens in")
     if "output_tokens" in workload:
         parts.append(f"{length_text(workload['output_tokens'])} tokens out")
+    mix = workload.get("mix")
+    if isinstance(mix, list) and mix:
+        parts.append(f"mix of {len(mix)}: " + ", ".join(str(c.get("name")) for c in mix if isinstance(c, dict)))
     return " · ".join(parts)
 
 

@@ -18,7 +18,8 @@ the records is the builder's whole per-request cost, the largest calls are the l
 pauses it puts on the event loop between two socket reads. ``--fold-at`` overrides how many
 queued records the builder folds in at once; ``--wave N`` makes requests end N at a time, as
 in a capped run whose streams started in the same engine step, and adds the time their
-``on_request`` calls take back to back.
+``on_request`` calls take back to back. ``--classes N`` makes the stream a mixture of N
+classes (round robin), each with its own series builder.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rampwatch.core.timeline import RequestRecord, ServerSample, Tick
+from rampwatch.core.timeline import RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.loadgen import series
 from rampwatch.loadgen.scrape import parse_metrics
 from rampwatch.loadgen.series import SeriesBuilder
@@ -116,9 +117,19 @@ def paced_records(rps: float, seconds: int, chunks: int, wave: int = 1, seed: in
     return sorted(records, key=lambda r: r.end_at)
 
 
-def bench_requests(rps: float, seconds: int, chunks: int, wave: int) -> None:
+def mixed_header(classes: int) -> RunHeader:
+    """A run whose scenario is a mixture of ``classes`` classes (``workload.mix``)."""
+    mix = [{"name": f"class{i}", "weight": 1.0, "slo": {"ttft_ms": 100.0}} for i in range(classes)]
+    return RunHeader("bench", 0.0, "http://bench", "m", "mixed", {"workload": {"mix": mix}}, {})
+
+
+def bench_requests(rps: float, seconds: int, chunks: int, wave: int, classes: int = 0) -> None:
     records = paced_records(rps, seconds, chunks, wave)
     builder = SeriesBuilder()
+    if classes:  # a mixture: every request also feeds its class's series (round robin)
+        builder.on_start(mixed_header(classes))
+        for record in records:
+            record.request_class = f"class{record.id % classes}"
     calls_us: list[float] = []
     ticks_us: list[float] = []
     next_tick = 1
@@ -169,6 +180,7 @@ def main() -> None:
         help="requests that finish at the same instant (a capped run whose streams started together)",
     )
     parser.add_argument("--only-requests", action="store_true", help="run the requests step only")
+    parser.add_argument("--classes", type=int, default=0, help="requests step: a mixture of this many classes")
     parser.add_argument(
         "--fold-at", type=int, help="queued records the builder folds in at once (default: series.FOLD_AT_QUEUED)"
     )
@@ -179,7 +191,7 @@ def main() -> None:
     if not args.only_requests:
         bench_parse(args.parses)
         bench_snapshot(args.hours, args.snapshots)
-    bench_requests(args.rps, args.seconds, args.chunks, args.wave)
+    bench_requests(args.rps, args.seconds, args.chunks, args.wave, args.classes)
 
 
 if __name__ == "__main__":

@@ -418,6 +418,37 @@ class StepRow:
         return asdict(self)
 
 
+# The 1-second series of each class of a mixture (``Snapshot.classes``), aligned with
+# ``Snapshot.times`` like the run's own; ``good_rps`` is the requests that ended in the
+# second within the class's SLO (NaN throughout when it has none).
+CLASS_SERIES_NAMES = (
+    "sent_rps",
+    "completed_rps",
+    "error_rps",
+    "good_rps",
+    "client_output_tps",
+    "ttft_p50",
+    "ttft_p90",
+    "ttft_p99",
+    "itl_p50",
+    "itl_p90",
+    "itl_p99",
+    "e2el_p50",
+    "e2el_p90",
+    "e2el_p99",
+)
+
+
+@dataclass(slots=True)
+class ClassFigures:
+    """One class of a mixture so far: its series and its run-so-far summary (the run
+    summary's keys, over the class's requests only, judged by the class's SLO)."""
+
+    name: str
+    series: dict[str, list[float]]  # CLASS_SERIES_NAMES -> values aligned with Snapshot.times
+    summary: dict[str, Any]
+
+
 @dataclass(slots=True)
 class Snapshot:
     """Everything the UI draws at time ``t``; built the same way live and in replay."""
@@ -446,6 +477,8 @@ class Snapshot:
     # After a server restart: the configurations side by side so far
     # (``loadgen.segments.SegmentTable``); None while the run has one configuration.
     configurations: Any = None
+    # A mixture's classes in the scenario's order (``workload.mix``); empty otherwise.
+    classes: list[ClassFigures] = field(default_factory=list)
     # A session workload's figures by turn index so far (``loadgen.turns.TurnTable``);
     # None when no request of the run had a turn.
     turns: Any = None

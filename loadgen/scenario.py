@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from rampwatch.core.errors import UserError
+from rampwatch.loadgen.mixture import CLASS_KEYS, MIX_KEY, MixtureFactory, check_mix
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.schedules import (
     TRACE_KIND,
@@ -31,6 +32,7 @@ from rampwatch.loadgen.schedules import (
     check_schedule,
     choice_check,
     describe,
+    dotted,
     is_number,
     number_check,
     unknown_key_message,
@@ -73,13 +75,6 @@ WORKLOAD_KEYS = (
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
 Path_ = tuple[str | int, ...]
-
-
-def dotted(path: Path_) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 # --------------------------------------------------------------------------- files
@@ -351,11 +346,33 @@ def _check_length(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | Non
 TRACE_DECIDES = ("input_tokens", "output_tokens", "system_prompt", "documents", "conversations", "sessions", "dataset")
 
 
-def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path, trace: bool = False) -> dict[str, Any]:
-    path: Path_ = ("workload",)
+def _check_workload(
+    p: _Problems,
+    w: Any,
+    endpoint: str,
+    base_dir: Path,
+    trace: bool = False,
+    path: Path_ = ("workload",),
+    extra_keys: tuple[str, ...] = (),
+) -> dict[str, Any]:
     if not p.mapping(path, w, "prompt_format, input_tokens, output_tokens, …"):
         return {}
-    p.keys(path, w, WORKLOAD_KEYS)
+    if MIX_KEY in w:
+        if trace:
+            p.add(
+                path + (MIX_KEY,),
+                "cannot be combined with schedule.kind trace (the trace gives each request's prompt and lengths)",
+                True,
+            )
+            return {}
+        return check_mix(
+            p,
+            w,
+            path,
+            lambda class_path, cw: _check_workload(p, cw, endpoint, base_dir, path=class_path, extra_keys=CLASS_KEYS),
+            lambda slo_path, value: _check_slo(p, slo_path, value),
+        )
+    p.keys(path, w, WORKLOAD_KEYS + extra_keys)
     out: dict[str, Any] = {}
     fmt = w.get("prompt_format", "text")
     if p.check(path + ("prompt_format",), fmt, choice_check(PROMPT_FORMATS)):
@@ -392,7 +409,11 @@ def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path, trace: 
         out["dataset"] = {"path": ds_path, "format": ds_fmt}
         for clash in ("documents", "conversations", "input_tokens"):
             if w.get(clash) is not None:
-                p.add(path + (clash,), "cannot be combined with workload.dataset (prompts come from the dataset)", True)
+                p.add(
+                    path + (clash,),
+                    f"cannot be combined with {dotted(path + ('dataset',))} (prompts come from the dataset)",
+                    True,
+                )
         if fmt == "token_ids":
             p.add(path + ("prompt_format",), "expected text with a dataset, got 'token_ids'")
     for key in ("input_tokens", "output_tokens"):
@@ -468,6 +489,17 @@ def _check_workload(p: _Problems, w: Any, endpoint: str, base_dir: Path, trace: 
                 p.add(path + ("extra_body", key), "is set by rampwatch itself and cannot be overridden", True)
         out["extra_body"] = dict(extra)
     return out
+
+
+def _check_slo(p: _Problems, path: Path_, value: Any) -> dict[str, float] | None:
+    """An ``slo:`` mapping (the scenario's, or a mixture class's): the objectives set."""
+    slo: dict[str, float] = {}
+    if value is not None and p.mapping(path, value, "ttft_ms, tpot_ms, e2el_ms"):
+        p.keys(path, value, SLO_KEYS)
+        for key in SLO_KEYS:
+            if value.get(key) is not None and p.check(path + (key,), value[key], number_check(0, strict=True)):
+                slo[key] = float(value[key])
+    return slo or None
 
 
 def _check_think(p: _Problems, path: Path_, value: Any) -> dict[str, Any] | None:
@@ -619,16 +651,7 @@ def validate_scenario(
         p.add(
             ("schedule", "kind"), "users (a closed loop) needs workload.sessions: each user runs sessions back to back"
         )
-    slo: dict[str, float] | None = None
-    if data.get("slo") is not None and p.mapping(("slo",), data["slo"], "ttft_ms, tpot_ms, e2el_ms"):
-        p.keys(("slo",), data["slo"], SLO_KEYS)
-        slo = {}
-        for key in SLO_KEYS:
-            if data["slo"].get(key) is not None and p.check(
-                ("slo", key), data["slo"][key], number_check(0, strict=True)
-            ):
-                slo[key] = float(data["slo"][key])
-        slo = slo or None
+    slo = _check_slo(p, ("slo",), data.get("slo"))
     if p.items:
 
         def order(sp: SpecProblem) -> tuple[int, int]:
@@ -775,6 +798,8 @@ class RequestFactory:
 
             ds = self.workload["dataset"]
             self._dataset = load_dataset(ds["path"], ds["format"])
+        # A mixture: each class builds its requests with its own factory (loadgen.mixture).
+        self._mixture = MixtureFactory(scenario, self.tokenizer, RequestFactory) if MIX_KEY in self.workload else None
 
     # -- shared parts (built once, identical in every request)
 
@@ -860,6 +885,8 @@ class RequestFactory:
         return c
 
     def next_request(self) -> PreparedRequest:
+        if self._mixture is not None:
+            return self._mixture.next_request()
         index = self._count
         self._count += 1
         if self._trace is not None:  # the i-th request is the trace's i-th row

@@ -56,6 +56,14 @@ class SpecProblem:
     at_key: bool = False  # an unknown key: point at the key itself rather than its value
 
 
+def dotted(path: tuple[str | int, ...]) -> str:
+    """A key path as the user reads it: ``workload.mix[1].weight``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 def describe(value: Any) -> str:
     """A value as the user wrote it, for 'got …' in error messages."""
     if value is None:

@@ -55,9 +55,11 @@ import numpy as np
 
 from rampwatch.core.timeline import (
     CANCELLED,
+    CLASS_SERIES_NAMES,
     ERROR_SERIES,
     GPU_SERIES,
     SERIES_NAMES,
+    ClassFigures,
     Event,
     RequestRecord,
     RunHeader,
@@ -68,6 +70,7 @@ from rampwatch.core.timeline import (
     error_group,
     metrics_stale_after_s,
 )
+from rampwatch.loadgen.classes import class_slos
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.gpu import combine_gpus, gpu_aggregates
 from rampwatch.loadgen.scrape import combine_samples
@@ -79,7 +82,10 @@ from rampwatch.loadgen.turns import TurnFigures
 
 _QS = (0.5, 0.9, 0.99)
 _SESSION_RATES = ("sessions_started_per_s", "sessions_finished_per_s")
-_LATENCY_SERIES = ("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")
+# The windowed percentiles, one histogram per metric and second of completion. E2E latency
+# is drawn per class (``CLASS_SERIES_NAMES``), not among the run's own series.
+_HIST_METRICS = ("ttft", "itl", "e2el")
+_LATENCY_SERIES = tuple(f"{metric}_{q}" for metric in _HIST_METRICS for q in ("p50", "p90", "p99"))
 # Queued records are folded in once there are this many (a second's freeze and every read
 # fold them sooner): enough for numpy's per-call cost to be shared, few enough that one
 # fold is a short pause (~0.2 ms), not one long one per second.
@@ -183,7 +189,7 @@ class SeriesBuilder:
         self._tracker = CounterTracker()
         # url -> field -> (amount, covered seconds)
         self._spread: dict[str, dict[str, tuple[_Growable, _Growable]]] = {}
-        self._hists: dict[int, tuple[LogHistogram, LogHistogram]] = {}
+        self._hists: dict[int, tuple[LogHistogram, ...]] = {}  # one per _HIST_METRICS
         self._final = {name: _Growable(math.nan) for name in _LATENCY_SERIES}
         self._final_upto = 0  # seconds below this are frozen
         self._newly_final: list[int] = []
@@ -203,6 +209,10 @@ class SeriesBuilder:
         # False when restored from a checkpoint written before the step table existed:
         # its rows would miss the run before the checkpoint (replays then start over).
         self.steps_complete = True
+        # A mixture's classes (``loadgen.mixture``): one builder each, fed the class's
+        # requests; a class builder has its name here and no classes of its own.
+        self._classes: dict[str, SeriesBuilder] = {}
+        self.class_name: str | None = None
 
     # -- state ----------------------------------------------------------------------
     def export_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -230,9 +240,7 @@ class SeriesBuilder:
                 spread.append([url, i, field])
         seconds = sorted(self._hists)
         if seconds:
-            arrays["hists"] = np.stack(
-                [np.stack([h[0].counts, h[1].counts]) for h in (self._hists[b] for b in seconds)]
-            )
+            arrays["hists"] = np.stack([np.stack([h.counts for h in self._hists[b]]) for b in seconds])
         meta = {
             "window_s": self.window_s,
             "grace_s": self.grace_s,
@@ -255,7 +263,7 @@ class SeriesBuilder:
             "tracker": [s.to_dict() for s in self._tracker.latest()],
             "spread": spread,
             "hist_seconds": seconds,
-            "hist_totals": [[self._hists[b][0].total, self._hists[b][1].total] for b in seconds],
+            "hist_totals": [[h.total for h in self._hists[b]] for b in seconds],
             "final_upto": self._final_upto,
             "last_good_scrape_t": self.last_good_scrape_t,
             "scrape_errors": [
@@ -271,6 +279,13 @@ class SeriesBuilder:
         if self.turns is not None:
             meta["turns"] = self.turns.export_state(arrays)
             meta["sessions_finished"] = self.sessions_finished
+        if self._classes:
+            classes = []
+            for i, (name, sub) in enumerate(self._classes.items()):
+                sub_meta, sub_arrays = sub.export_state()
+                arrays.update({f"class{i}/{key}": value for key, value in sub_arrays.items()})
+                classes.append([name, sub_meta])
+            meta["classes"] = classes
         if self._segment_starts:
             meta["config_segments"] = {
                 "starts": list(self._segment_starts),
@@ -339,6 +354,9 @@ class SeriesBuilder:
         b.gpu_totals = GpuTotals.restore_state(meta.get("gpu_totals"))
         b._tick_counts = growables("tick_counts", meta["tick_counts"])
         b._final = growables("final", meta["final"])
+        for name in _LATENCY_SERIES:  # checkpoints from before E2E percentiles: unknown before it
+            if name not in b._final:
+                b._final[name] = _Growable(math.nan)
         b._tick_totals = tuple(meta["tick_totals"]) if meta["tick_totals"] is not None else None
         for d in meta["tracker"]:
             b._tracker.update(ServerSample(**d))
@@ -348,11 +366,12 @@ class SeriesBuilder:
             covered.data = np.array(arrays[f"spread.{i}.{field}.covered"], dtype=np.float64)
             b._spread.setdefault(url, {})[field] = (amount, covered)
         for k, (sec, totals) in enumerate(zip(meta["hist_seconds"], meta["hist_totals"])):
-            pair = (LogHistogram(), LogHistogram())
-            for j in (0, 1):
-                pair[j]._counts = np.array(arrays["hists"][k, j], dtype=np.int64)
-                pair[j].total = totals[j]
-            b._hists[sec] = pair
+            hists = tuple(LogHistogram() for _ in _HIST_METRICS)
+            # Checkpoints from before E2E percentiles hold two: its seconds start empty.
+            for j in range(len(totals)):
+                hists[j]._counts = np.array(arrays["hists"][k, j], dtype=np.int64)
+                hists[j].total = totals[j]
+            b._hists[sec] = hists
         b._final_upto = meta["final_upto"]
         b._newly_final = list(meta["newly_final"])
         b.summary = SummaryBuilder.restore_state(sm, arrays)
@@ -371,6 +390,12 @@ class SeriesBuilder:
         else:  # a checkpoint from before the step table
             b.steps.configure(*_schedule_of(header))
             b.steps_complete = False
+        # Checkpoints of runs without a mixture (and from before mixtures) have no classes.
+        for i, (name, sub_meta) in enumerate(meta.get("classes", [])):
+            prefix = f"class{i}/"
+            sub_arrays = {key[len(prefix) :]: a for key, a in arrays.items() if key.startswith(prefix)}
+            sub = b._classes[name] = cls.from_state(header, sub_meta, sub_arrays)
+            sub.class_name = name
         return b
 
     # -- TimelineSink ---------------------------------------------------------------
@@ -378,6 +403,9 @@ class SeriesBuilder:
         self.header = header
         self.state = "starting"
         self.steps.configure(*_schedule_of(header))
+        if self.class_name is None:
+            for name in class_slos(header.scenario):  # every class shown from the start
+                self._class_builder(name)
 
     def on_request(self, record: RequestRecord) -> None:
         self._queued.append(record)
@@ -392,7 +420,10 @@ class SeriesBuilder:
             return
         c = self._counts
         for record in records:
-            self.steps.on_request(record)
+            if self.class_name is None:  # a class builder keeps no step table
+                self.steps.on_request(record)
+                if record.request_class is not None:
+                    self._class_builder(record.request_class)._queued.append(record)
             c["offered_rps"].add(_sec(record.scheduled_at), 1.0)
             c["sent_rps"].add(_sec(record.sent_at), 1.0)
             end = _sec(record.end_at)
@@ -423,12 +454,17 @@ class SeriesBuilder:
         if ok.any():
             hists = self._hists.get(end)
             if hists is None:
-                hists = self._hists[end] = (LogHistogram(), LogHistogram())
+                hists = self._hists[end] = tuple(LogHistogram() for _ in _HIST_METRICS)
             first = block.first_token_at[ok]
             ttft = first - block.sent_at[ok]
             hists[0].add(ttft[~np.isnan(first)])
             hists[1].add(block.itls)
+            hists[2].add(block.end_at[ok] - block.sent_at[ok])
+        good_before = self.summary.good
         self.summary.add_block(block)
+        good = self._counts.get("good_rps")  # a class builder's, under an SLO
+        if good is not None:
+            good.add(end, float(self.summary.good - good_before))
         if self._segment_starts:
             self._fold_into_segments(records, block)
 
@@ -574,7 +610,35 @@ class SeriesBuilder:
     def on_finish(self, t: float) -> None:
         self.finished_at = t
         self.state = "done"
+        for sub in self._classes.values():
+            sub.on_finish(t)
         self._advance(t)
+
+    def _class_builder(self, name: str) -> SeriesBuilder:
+        """The builder of a mixture's class, made on first need: the header's classes at
+        the start, a class the header does not name (judged by the run's SLO) when its
+        first request is folded in."""
+        sub = self._classes.get(name)
+        if sub is None:
+            scenario = self.header.scenario if self.header is not None else None
+            slo = class_slos(scenario).get(name, self.summary.slo)
+            sub = self._classes[name] = SeriesBuilder(self.window_s, self.grace_s, slo=slo)
+            sub.class_name = name
+            sub.header = self.header
+            if slo:
+                sub._counts["good_rps"] = _Growable(0.0)
+        return sub
+
+    def class_figures(self, now: float) -> list[ClassFigures]:
+        """Each class's series and run-so-far summary at ``now``."""
+        out = []
+        for name, sub in self._classes.items():
+            times, arrays = sub._arrays(now)
+            nan = [math.nan] * len(times)
+            summary = sub.summary.build(self.header, duration_s=now)
+            series = {key: arrays[key].tolist() if key in arrays else nan for key in CLASS_SERIES_NAMES}
+            out.append(ClassFigures(name, series, summary.to_dict()))
+        return out
 
     # -- building -------------------------------------------------------------------
     def _advance(self, t: float) -> None:
@@ -586,14 +650,15 @@ class SeriesBuilder:
         while self._final_upto <= last_final:
             self._freeze(self._final_upto)
             self._final_upto += 1
+        for sub in self._classes.values():
+            sub._advance(t)
 
-    def _window_hists(self, b: int) -> tuple[LogHistogram, LogHistogram]:
+    def _window_hists(self, b: int) -> list[LogHistogram]:
         parts = [self._hists[i] for i in range(b - self.window_s + 1, b + 1) if i in self._hists]
-        return LogHistogram.sum(p[0] for p in parts), LogHistogram.sum(p[1] for p in parts)
+        return [LogHistogram.sum(p[j] for p in parts) for j in range(len(_HIST_METRICS))]
 
     def _latency_at(self, b: int) -> list[float]:
-        ttft, itl = self._window_hists(b)
-        return ttft.quantiles(_QS) + itl.quantiles(_QS)
+        return [q for hist in self._window_hists(b) for q in hist.quantiles(_QS)]
 
     def _freeze(self, b: int) -> None:
         for name, value in zip(_LATENCY_SERIES, self._latency_at(b)):
@@ -762,4 +827,5 @@ class SeriesBuilder:
             last_good_gpu_t=self.last_good_gpu_t,
             configurations=self.configurations(now, arrays),
             turns=None if self.turns is None else self.turns.table(self.sessions_finished),
+            classes=self.class_figures(now),
         )

@@ -849,11 +849,20 @@ def dump_list(values: Sequence[Any]) -> bytes:
 
 def dumps_bench_result(result: dict[str, Any]) -> bytes:
     """``json.dumps(result)`` (NaN written as vLLM's own file has it), with the
-    per-request lists encoded by ``dump_list``."""
-    parts = [
-        json.dumps(key).encode() + b": " + (dump_list(value) if key in PER_REQUEST_KEYS else json.dumps(value).encode())
-        for key, value in result.items()
-    ]
+    per-request lists encoded by ``dump_list``, those of each class of a mixture too."""
+
+    def encode(key: str, value: Any) -> bytes:
+        if key in PER_REQUEST_KEYS:
+            return dump_list(value)
+        if key == "per_class" and isinstance(value, dict):  # {class: a result of its own}
+            return (
+                b"{"
+                + b", ".join(json.dumps(k).encode() + b": " + dumps_bench_result(v) for k, v in value.items())
+                + b"}"
+            )
+        return json.dumps(value).encode()
+
+    parts = [json.dumps(key).encode() + b": " + encode(key, value) for key, value in result.items()]
     return b"{" + b", ".join(parts) + b"}"
 
 

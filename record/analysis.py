@@ -17,6 +17,7 @@ import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
+from rampwatch.loadgen.classes import ClassSummaries, class_table
 from rampwatch.loadgen.knee_explain import knee_explanation_of
 from rampwatch.loadgen.segments import (
     ConfigSegment,
@@ -54,14 +55,7 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         options.setdefault("slo", (header.scenario or {}).get("slo") or None)
         options.setdefault("gpu_price_per_hour", (header.options or {}).get("gpu_price_per_hour"))
     frames = [f for f in recording.request_frames if f.count]
-    # A first pass over the scalars: the token bins start at a send the blocks share.
-    starts = []
-    for info in frames:
-        c = recording.request_columns(info, with_chunks=False)
-        use = _succeeded(c) & c.has_first
-        if use.any():
-            starts.append(float(c.sent_at[use].min()))
-    builder = SummaryBuilder(**options, token_bins_from=min(starts, default=None), itl_values=stats.MicrosecondCounts)
+    builder = SummaryBuilder(**options, token_bins_from=first_token_send(recording), itl_values=stats.MicrosecondCounts)
     for info in frames:
         builder.add_block(request_block(recording.request_columns(info, with_chunks=True)))
     return builder.build(
@@ -72,6 +66,18 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         gpu=gpu_figures(recording.samples),
         knee_why=knee_explanation(recording.events),
     )
+
+
+def first_token_send(recording: Recording) -> float | None:
+    """``summary.first_token_send`` of a recording, from a first pass over its scalars:
+    where the token bins start, a send every block shares."""
+    starts = []
+    for info in (f for f in recording.request_frames if f.count):
+        c = recording.request_columns(info, with_chunks=False)
+        use = _succeeded(c) & c.has_first
+        if use.any():
+            starts.append(float(c.sent_at[use].min()))
+    return min(starts, default=None)
 
 
 def with_knee_explanation(summary: Summary, snapshot: Snapshot) -> Summary:
@@ -293,3 +299,24 @@ def recording_turns(recording: Recording) -> TurnTable | None:
     # the run's count of ended sessions, when its ticks carry one
     counts = (tick.sessions_finished_total for tick in reversed(recording.ticks) if tick.sessions_started_total)
     return figures.table(next(counts, None))
+
+
+def class_figures(recording: Recording) -> dict[str, Summary]:
+    """Each class's summary of a mixture's recording (``loadgen.classes``: its requests,
+    its SLO), fed block by block; ITLs kept as ``summarise`` keeps them. Empty for a
+    recording without classes (any before mixtures)."""
+    header = recording.header
+    options: dict[str, Any] = {}
+    if header is not None:
+        options["gpu_price_per_hour"] = (header.options or {}).get("gpu_price_per_hour")
+    accumulator = ClassSummaries(
+        header, itl_values=stats.MicrosecondCounts, token_bins_from=first_token_send(recording), **options
+    )
+    for info in (f for f in recording.request_frames if f.count):
+        accumulator.add_records(recording.decode_requests(info))
+    return accumulator.build(header, recording.duration_s)
+
+
+def classes_table(summaries: dict[str, Summary]) -> SegmentTable | None:
+    """The classes side by side; None outside a mixture."""
+    return class_table({name: s.to_dict() for name, s in summaries.items()}) if summaries else None

@@ -170,14 +170,23 @@ def _bench_list(recording, info, key: str, summary) -> list:
 
 def write_bench_result(recording, summary, path: Path, detailed: bool = False) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
-    every chunk gap of the run) are never all in memory at once."""
+    every chunk gap of the run) are never all in memory at once. A mixture's ``per_class``
+    section has each class's figures without the per-request lists (the top level's lists
+    cover every request)."""
     from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
     from rampwatch.loadgen.turns import turn_sections
-    from rampwatch.record.analysis import recording_turns
+    from rampwatch.record.analysis import class_figures, recording_turns
 
     result = to_bench_result(summary, recording.header, [], detailed=detailed)
     result["num_prompts"] = recording.request_count
     result.update(turn_sections(recording_turns(recording)))
+    per_class = {}
+    for name, figures in class_figures(recording).items():
+        one = to_bench_result(figures, recording.header, [])
+        one["num_prompts"] = figures.completed + figures.failed + figures.cancelled
+        per_class[name] = {k: v for k, v in one.items() if k not in PER_REQUEST_KEYS}
+    if per_class:
+        result["per_class"] = per_class
     with open(path, "w") as f:
         f.write("{")
         for i, (key, value) in enumerate(result.items()):
@@ -200,6 +209,8 @@ def write_bench_result(recording, summary, path: Path, detailed: bool = False) -
 def main(args: argparse.Namespace) -> int:
     from rampwatch.loadgen.summary import format_summary
     from rampwatch.record.analysis import (
+        class_figures,
+        classes_table,
         configuration_table,
         final_snapshot,
         recording_turns,
@@ -236,6 +247,7 @@ def main(args: argparse.Namespace) -> int:
             warnings=recording.warnings,
             configurations=configuration_table(recording),
             turns=recording_turns(recording),
+            classes=classes_table(class_figures(recording)),
         )
         _write_atomically(outputs[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
     for path in outputs:

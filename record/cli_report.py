@@ -1,7 +1,8 @@
 """`rampwatch report REC`: the headless summary of a recording, then its timeline (start,
 knee, holds, resumes, rate changes, marks, restarts, stop) as the HTML report's marks
 table has it, the configurations side by side when the server was restarted, the
-figures by turn index of a session workload, and its step table."""
+figures by turn index of a session workload, a mixture's classes side by side, and its
+step table."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import json
 
+    from rampwatch.loadgen.classes import CLASS_NOTE
     from rampwatch.loadgen.segments import SEGMENT_NOTE
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
     from rampwatch.loadgen.summary import format_summary
     from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections
     from rampwatch.record.analysis import (
+        class_figures,
+        classes_table,
         configuration_segments,
         configuration_table,
         final_snapshot,
@@ -36,6 +40,7 @@ def main(args: argparse.Namespace) -> int:
     summary = with_knee_explanation(summarise(recording), snapshot)
     steps = snapshot.steps
     turns = recording_turns(recording)
+    classes = class_figures(recording)
     if args.json:
         out = {**summary.to_dict(), "steps": [step_json(row) for row in steps]}
         segments, summaries = configuration_segments(recording)
@@ -53,6 +58,8 @@ def main(args: argparse.Namespace) -> int:
                 for seg, figures in zip(segments, summaries, strict=True)
             ]
         out.update(turn_sections(turns))
+        if classes:  # a mixture: each class's figures in the same schema
+            out["per_class"] = {name: figures.to_dict() for name, figures in classes.items()}
         print(json.dumps(out, indent=2, default=str))
     else:
         h = recording.header
@@ -70,6 +77,10 @@ def main(args: argparse.Namespace) -> int:
         if turns is not None:
             print(f"\nTurns ({TURNS_NOTE})")
             print(turns.text())
+        table = classes_table(classes)
+        if table is not None:
+            print(f"\nClasses ({CLASS_NOTE})")
+            print(table.text())
         if steps:
             print(f"\nSteps ({STEP_TABLE_NOTE})")
             print(step_table_text(steps))

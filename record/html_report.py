@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.classes import CLASS_NOTE
 from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.loadgen.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
@@ -244,6 +245,43 @@ def configurations_section(table: SegmentTable) -> str:
     )
 
 
+# The Classes section's charts: one line per class of a mixture.
+CLASS_CHARTS = (
+    ("Completed per class", "req/s", "completed_rps", 1.0),
+    ("TTFT p99 per class", "ms", "ttft_p99", 1000.0),
+    ("ITL p99 per class", "ms", "itl_p99", 1000.0),
+    ("E2E latency p99 per class", "ms", "e2el_p99", 1000.0),
+)
+
+
+def classes_section(table: SegmentTable, snapshot: Snapshot, marks: Sequence[Event], t_max: float) -> str:
+    """ "Classes": a mixture's classes side by side, then charts with a line per class."""
+    head = "".join(f"<th>{html.escape(col)}</th>" for col in table.columns)
+    body = "".join(
+        f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>"
+        for label, cells in table.rows
+    )
+    charts = "".join(
+        '<section class="chart">'
+        + svg_chart(
+            title,
+            unit,
+            snapshot.times,
+            [(c.name, [v * scale for v in c.series.get(name, [])]) for c in snapshot.classes],
+            marks,
+            t_max,
+            None,
+        )
+        + "</section>"
+        for title, unit, name, scale in CLASS_CHARTS
+        if snapshot.classes
+    )
+    return (
+        f'<h2 id="classes">Classes</h2><p class="sub">{html.escape(CLASS_NOTE)}</p>'
+        f"<table><tr><th></th>{head}</tr>{body}</table>{charts}"
+    )
+
+
 def knee_section(summary: Summary) -> str:
     """Why the knee: the limit, its evidence and what to try next (empty without a knee)."""
     why = KneeExplanation.from_dict(summary.knee_explanation)
@@ -278,10 +316,12 @@ def render_html(
     warnings: Sequence[str] = (),
     configurations: SegmentTable | None = None,
     turns: TurnTable | None = None,
+    classes: SegmentTable | None = None,
 ) -> str:
     """The page; ``configurations``: the side-by-side table of a run restarted with other
     engine arguments (``loadgen.segments``), None for a run with one configuration;
-    ``turns``: a session workload's figures by turn (``loadgen.turns``), None without."""
+    ``turns``: a session workload's figures by turn (``loadgen.turns``), None without;
+    ``classes``: a mixture's classes side by side (``loadgen.classes``), None otherwise."""
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
     charts = []
     with_gpu = snapshot.last_good_gpu_t is not None
@@ -332,6 +372,7 @@ td {{ text-align: right; font-variant-numeric: tabular-nums; }}
 {"".join(charts)}
 {configurations_section(configurations) if configurations is not None else ""}
 {turns_section(turns) if turns is not None else ""}
+{classes_section(classes, snapshot, marks, t_max) if classes is not None else ""}
 {steps}
 {knee}
 <h2>Marks</h2>

@@ -22,6 +22,7 @@ from textual.widgets import Footer, TabbedContent, TabPane
 
 from rampwatch.core.timeline import Event, ReplayControl, RunControl, ServerControl, Snapshot, SnapshotSource
 from rampwatch.tui.chart_data import format_duration, rate_step
+from rampwatch.tui.class_panel import ClassPanel, next_class
 from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.configurations_screen import ConfigurationsScreen
 from rampwatch.tui.event_log import EventLog
@@ -198,6 +199,7 @@ class RampwatchApp(App[int]):
         Binding("t", "toggle_steps", "steps", show=False),
         Binding("l", "toggle_log", "log/linear", show=False),
         Binding("v", "latency_view", "latency view", show=False),
+        Binding("w", "latency_class", "class", show=False),
         Binding("g", "configurations", "configurations", show=False),
         Binding("u", "turns", "turns", show=False),
         Binding("o", "toggle_server_log", "server log", show=False),
@@ -274,6 +276,7 @@ class RampwatchApp(App[int]):
                 yield StepTable(id="w-steps", classes="panel")
                 with Vertical(id="side"):
                     yield StatsPanel(id="w-stats", classes="panel")
+                    yield ClassPanel(id="w-classes", classes="panel")
                     if self.comparison is not None:
                         yield ComparePanel(id="w-compare", classes="panel")
                     yield EventLog(id="w-events", classes="panel")
@@ -281,6 +284,8 @@ class RampwatchApp(App[int]):
                 for index, (key, title, chart) in enumerate(CHARTS, start=1):
                     with TabPane(f"{index} {title}", id=f"tab-{key}"):
                         yield chart(id=f"n-{key}", classes="chart")
+                        if key == "latency":  # a mixture's classes under the chart `w` switches
+                            yield ClassPanel(id="n-classes", classes="panel")
                 with TabPane(f"{len(CHARTS) + 1} Stats", id="tab-stats"):
                     yield StatsPanel(id="n-stats", classes="panel")
                 with TabPane(f"{len(CHARTS) + 2} Events", id="tab-events"):
@@ -409,7 +414,9 @@ class RampwatchApp(App[int]):
             self._update_replay_status(self.replay)
         if self._panels is None:  # a query per refresh is a measurable part of its cost
             self._panels = list(
-                self.main_screen.query("HeaderBar, KneeBanner, TimeSeriesChart, StatsPanel, EventLog, StepTable")
+                self.main_screen.query(
+                    "HeaderBar, KneeBanner, TimeSeriesChart, StatsPanel, ClassPanel, EventLog, StepTable"
+                )
             )
         for widget in self._panels:
             widget.show_snapshot(snapshot, message.compare)
@@ -628,6 +635,20 @@ class RampwatchApp(App[int]):
     def action_latency_view(self) -> None:
         for chart in self.main_screen.query(LatencyChart):
             chart.next_view()
+        self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
+
+    def action_latency_class(self) -> None:
+        """w: the latency chart for every request, then each class of a mixture in turn."""
+        names = [c.name for c in self.latest.classes]
+        if not names:
+            self.notify("w: this run has no classes (a scenario with workload.mix has)", timeout=3)
+            return
+        charts = list(self.main_screen.query(LatencyChart))
+        shown = next_class(names, charts[0].class_name if charts else None)
+        for chart in charts:
+            chart.show_class(shown)
+        for panel in self.main_screen.query(ClassPanel):
+            panel.show_class(shown)
         self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
 
     # live steering: the RunControl records every call as an event

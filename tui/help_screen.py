@@ -43,6 +43,7 @@ COMMON_KEYS = (
     ("u", "turns: TTFT, input tokens and prefix-cache hit rate by turn (session workloads)", None),
     ("l", "latency chart: log / linear axes", None),
     ("v", "latency chart: p50/p99 · TTFT p50/p90/p99 · ITL p50/p90/p99", None),
+    ("w", "latency chart: every request · each class of a mixture in turn", None),
     ("1 … 8", "switch tab (narrow terminals; 9: B vs A when comparing)", None),
     ("↑ ↓  enter", "events: select a line, show it whole", None),
     ("c", "mouse capture off / on (off: the terminal selects text)", None),

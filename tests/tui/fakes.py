@@ -243,6 +243,45 @@ def fake_snapshot(
     )
 
 
+# A mixture's classes in the fake run: (name, share of the requests, latency scale, SLO
+# met %). The chat class answers fast, classification's long prompts queue first.
+FAKE_CLASSES = (("chat", 0.6, 0.7, 97.0), ("classification", 0.3, 2.5, 81.0), ("code-generation", 0.1, 1.6, 92.0))
+
+
+def fake_mixed_snapshot(t: float, **kwargs: Any) -> Snapshot:
+    """``fake_snapshot`` of a mixture: each class's series are its share of the run's
+    rates and the run's latencies times its scale; its summary likewise."""
+    from rampwatch.core.timeline import CLASS_SERIES_NAMES, ClassFigures
+
+    snap = fake_snapshot(t, **kwargs)
+    classes = []
+    for name, share, scale, met in FAKE_CLASSES:
+        series = {}
+        for key in CLASS_SERIES_NAMES:
+            if key == "good_rps":
+                series[key] = [v * share * met / 100 for v in snap.series["completed_rps"]]
+            elif key.startswith(("ttft", "itl")):
+                series[key] = [v * scale for v in snap.series[key]]
+            elif key.startswith("e2el"):  # the first token, then ~150 more at the ITL
+                q = key.removeprefix("e2el_")
+                ttft, itl = snap.series[f"ttft_{q}"], snap.series[f"itl_{q}"]
+                series[key] = [(a + 150 * b) * scale for a, b in zip(ttft, itl, strict=True)]
+            else:
+                series[key] = [v * share for v in snap.series[key]]
+        summary = {
+            **snap.summary,
+            "completed": int(snap.summary["completed"] * share),
+            "failed": int(snap.summary["failed"] * share),
+            "request_throughput": snap.summary["request_throughput"] * share,
+            "output_throughput": snap.summary["output_throughput"] * share,
+            **{k: snap.summary[k] * scale for k in ("p50_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms")},
+        }
+        finished = summary["completed"] + summary["failed"]
+        summary["request_goodput"] = finished * met / 100 / t if t else None
+        classes.append(ClassFigures(name, series, summary))
+    return dataclasses.replace(snap, classes=classes)
+
+
 class FrozenSource:
     """Always the same snapshot: what the screen tests draw."""
 

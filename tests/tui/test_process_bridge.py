@@ -2,6 +2,8 @@
 publishes and sends it RunControl calls."""
 
 import asyncio
+import dataclasses
+import math
 import os
 import threading
 
@@ -11,7 +13,7 @@ from rampwatch.app.bridge import ProcessBridge, tail_of, with_tail
 from rampwatch.app.live import start_live
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen import eventloop
-from tests.tui.fakes import FakeControl, fake_snapshot
+from tests.tui.fakes import FakeControl, fake_mixed_snapshot, fake_snapshot
 
 
 class SteeredRun:
@@ -103,6 +105,21 @@ def test_a_snapshot_tail_on_the_previous_snapshot_gives_the_new_snapshot():
     assert tail_of(fake_snapshot(5.0), bins=10) == (0, fake_snapshot(5.0))
     with pytest.raises(ValueError):
         with_tail(fake_snapshot(20.0), 50, tail)
+
+
+def test_a_mixtures_class_series_travel_as_tails_too():
+    before, after = fake_mixed_snapshot(100.0), fake_mixed_snapshot(103.5)
+    start, tail = tail_of(after, bins=10)
+    assert all(len(v) == 10 for c in tail.classes for v in c.series.values())
+    rebuilt = with_tail(before, start, tail)
+    assert [c.name for c in rebuilt.classes] == [c.name for c in after.classes]
+    for got, want in zip(rebuilt.classes, after.classes, strict=True):
+        assert got.summary == want.summary
+        for name, values in want.series.items():
+            assert got.series[name] == pytest.approx(values, nan_ok=True)
+    # a class the previous snapshot did not have yet: no data before its tail
+    newcomer = with_tail(dataclasses.replace(before, classes=before.classes[:1]), start, tail)
+    assert all(math.isnan(v) for v in newcomer.classes[1].series["sent_rps"][:start])
 
 
 def test_process_bridge_rebuilds_long_runs_from_tails():

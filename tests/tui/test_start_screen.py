@@ -54,6 +54,8 @@ def test_details_text():
     assert details_text({"schedule": trace}).startswith("trace mooncake_trace.jsonl (mooncake) at speed ×2 · ")
     ramp = {**trace, "speed": {"start": 1, "end": 4}}
     assert details_text({"schedule": ramp}).startswith("trace mooncake_trace.jsonl (mooncake) at speed ×1 → ×4 · ")
+    mixed = {"schedule": {"kind": "constant", "rate": 5}, "workload": {"mix": [{"name": "chat"}, {"name": "code"}]}}
+    assert details_text(mixed).endswith("completions endpoint · mix of 2: chat, code")
 
 
 @pytest.mark.parametrize(
