@@ -24,9 +24,8 @@ from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.loadgen.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
 from rampwatch.loadgen.summary import Summary
-from rampwatch.loadgen.turns import TurnTable
+from rampwatch.loadgen.turns import NO_HIT_RATE_HINT, TEXT_COLUMNS, TURNS_NOTE, TurnTable, sessions_line
 from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
-from rampwatch.record.html_turns import turns_section
 
 WIDTH, HEIGHT = 1240, 240
 PAD_L, PAD_R, PAD_T, PAD_B = 70, 170, 30, 34
@@ -291,6 +290,89 @@ def knee_section(summary: Summary) -> str:
     return (
         f'<h2>Knee</h2><p class="knee">at {summary.knee_rps:.1f} req/s offered: '
         f"<b>{html.escape(why.title)}</b></p><ul>{items}</ul>"
+    )
+
+
+# The "Turns" section of a session workload: the figures by turn index (``loadgen.turns``)
+# as a table, and a small inline SVG of TTFT p50 (left axis, ms) and the prefix-cache hit
+# rate (right axis, 0–100 %) by turn, so that "TTFT falls and the hit rate rises from
+# turn 2" is seen at a glance.
+TURNS_W, TURNS_H = 620, 220
+TURNS_PAD_L, TURNS_PAD_R, TURNS_PAD_T, TURNS_PAD_B = 60, 60, 30, 34
+TTFT_COLOUR, HIT_COLOUR = "#1f77b4", "#2ca02c"
+
+
+def _turn_polyline(points: Sequence[tuple[float, float]], colour: str, dash: str = "") -> list[str]:
+    """A line through the points (a gap where a turn has no value is left as one), a dot on each."""
+    out = []
+    if len(points) > 1:
+        coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{coords}"/>')
+    out += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>' for x, y in points]
+    return out
+
+
+def turns_svg(table: TurnTable) -> str:
+    """TTFT p50 and hit rate by turn."""
+    rows = table.rows
+    plot_w, plot_h = TURNS_W - TURNS_PAD_L - TURNS_PAD_R, TURNS_H - TURNS_PAD_T - TURNS_PAD_B
+    ttfts = [None if r.ttft_ms is None else r.ttft_ms["p50"] for r in rows]
+    top = _nice_max(max((v for v in ttfts if v is not None), default=1.0) * 1.05)
+
+    def x(i: int) -> float:
+        return TURNS_PAD_L + plot_w * (i + 0.5) / len(rows)
+
+    def y(fraction: float) -> float:
+        return TURNS_PAD_T + plot_h * (1 - fraction)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{TURNS_W}" height="{TURNS_H}" viewBox="0 0 {TURNS_W} {TURNS_H}" '
+        f'role="img" aria-label="TTFT p50 and prefix-cache hit rate by turn">',
+        f'<rect x="0" y="0" width="{TURNS_W}" height="{TURNS_H}" fill="#ffffff"/>',
+        f'<text x="{TURNS_PAD_L}" y="18" font-size="14" font-weight="bold">By turn: '
+        f'<tspan fill="{TTFT_COLOUR}">TTFT p50 (ms)</tspan> · <tspan fill="{HIT_COLOUR}">hit rate (%)</tspan></text>',
+    ]
+    for k in range(5):
+        yy = y(k / 4)
+        out.append(
+            f'<line x1="{TURNS_PAD_L}" x2="{TURNS_PAD_L + plot_w}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#e4e4e4"/>'
+        )
+        out.append(
+            f'<text x="{TURNS_PAD_L - 6}" y="{yy + 4:.1f}" font-size="11" text-anchor="end" fill="{TTFT_COLOUR}">'
+            f"{top * k / 4:g}</text>"
+        )
+        out.append(
+            f'<text x="{TURNS_PAD_L + plot_w + 6}" y="{yy + 4:.1f}" font-size="11" fill="{HIT_COLOUR}">{25 * k}</text>'
+        )
+    for i, row in enumerate(rows):
+        out.append(
+            f'<text x="{x(i):.1f}" y="{TURNS_PAD_T + plot_h + 16}" font-size="11" text-anchor="middle">'
+            f"{html.escape(row.turn)}</text>"
+        )
+    out.append(
+        f'<text x="{TURNS_PAD_L + plot_w / 2:.1f}" y="{TURNS_H - 2}" font-size="11" text-anchor="middle">turn</text>'
+        f'<rect x="{TURNS_PAD_L}" y="{TURNS_PAD_T}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>'
+    )
+    out += _turn_polyline([(x(i), y(v / top)) for i, v in enumerate(ttfts) if v is not None], TTFT_COLOUR)
+    hits = [(x(i), y(r.hit_rate_pct / 100)) for i, r in enumerate(rows) if r.hit_rate_pct is not None]
+    out += _turn_polyline(hits, HIT_COLOUR, ' stroke-dasharray="5,3"')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def turns_section(table: TurnTable) -> str:
+    """ "Turns": the chart, the table by turn and the session totals."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in TEXT_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell(row))}</td>" for _, cell in TEXT_COLUMNS) + "</tr>"
+        for row in table.rows
+    )
+    hint = "" if table.hit_rate_reported else f'<p class="warn">{html.escape(NO_HIT_RATE_HINT)}</p>'
+    return (
+        f'<h2 id="turns">Turns</h2><p class="sub">{html.escape(TURNS_NOTE)}</p>'
+        f'<section class="chart" style="width: {TURNS_W}px">{turns_svg(table)}</section>'
+        f'<table class="turns"><tr>{head}</tr>{body}</table>'
+        f"<p>{html.escape(sessions_line(table.sessions))}</p>{hint}"
     )
 
 
