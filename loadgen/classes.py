@@ -16,13 +16,12 @@ side — the table ``rampwatch report``, the HTML report and the screen print.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rampwatch.core.timeline import RequestRecord, RunHeader
 from rampwatch.loadgen.mixture import MIX_KEY
-from rampwatch.loadgen.segments import SegmentTable
+from rampwatch.loadgen.segments import SegmentTable, number_cell
 from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, first_token_send, to_bench_result
 
 CLASS_NOTE = (
@@ -128,12 +127,6 @@ def slo_text(slo: Mapping[str, float] | None) -> str:
     return " ".join(f"{key.removesuffix('_ms')}<{value:g}" for key, value in slo.items())
 
 
-def _number(v: Any, fmt: str = ".2f") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return format(v, fmt)
-
-
 def class_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
     """Each class's figures, one row each, from its summary's ``Summary.to_dict()``."""
     values = list(summaries.values())
@@ -143,13 +136,13 @@ def class_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, li
         return label, [cell(s) for s in values]
 
     def ms(key: str):
-        return lambda s: _number(s.get(key))
+        return lambda s: number_cell(s.get(key))
 
     return [
         row("requests sent", lambda s: str(sent(s))),
-        row("share %", lambda s: _number(100.0 * sent(s) / total if total else None, ".1f")),
-        row("completed req/s", lambda s: _number(s.get("request_throughput"))),
-        row("output tok/s", lambda s: _number(s.get("output_throughput"), ".1f")),
+        row("share %", lambda s: number_cell(100.0 * sent(s) / total if total else None, ".1f")),
+        row("completed req/s", lambda s: number_cell(s.get("request_throughput"))),
+        row("output tok/s", lambda s: number_cell(s.get("output_throughput"), ".1f")),
         row("TTFT p50 ms", ms("p50_ttft_ms")),
         row("TTFT p99 ms", ms("p99_ttft_ms")),
         row("ITL p50 ms", ms("p50_itl_ms")),
@@ -157,8 +150,8 @@ def class_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, li
         row("E2EL p99 ms", ms("p99_e2el_ms")),
         row("failed", lambda s: str(s.get("failed", 0))),
         row("SLO ms", lambda s: slo_text(s.get("slo_ms"))),
-        row("good-put req/s", lambda s: _number(s.get("request_goodput"))),
-        row("SLO met %", lambda s: _number(slo_attainment_pct(s), ".1f")),
+        row("good-put req/s", lambda s: number_cell(s.get("request_goodput"))),
+        row("SLO met %", lambda s: number_cell(slo_attainment_pct(s), ".1f")),
     ]
 
 

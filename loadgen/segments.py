@@ -218,7 +218,8 @@ def argument_rows(segments: Sequence[ConfigSegment]) -> list[tuple[str, list[str
     return rows
 
 
-def _number(v: float | None, fmt: str = ".2f") -> str:
+def number_cell(v: float | None, fmt: str = ".2f") -> str:
+    """A table cell: the number in ``fmt``, ``-`` when it is unknown (None or NaN)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     return format(v, fmt)
@@ -231,21 +232,21 @@ def figure_rows(segments: Sequence[ConfigSegment], summaries: Sequence[Summary])
         return label, [value(segment, s) for segment, s in zip(segments, summaries, strict=True)]
 
     def ms(metric: str, p: str):
-        return lambda _, s: _number(s.latency(metric).percentiles.get(p))
+        return lambda _, s: number_cell(s.latency(metric).percentiles.get(p))
 
     return [
         row("time", lambda seg, _: f"{_clock(seg.start_s)}–{_clock(seg.end_s)}"),
         row("requests sent", lambda _, s: str(s.completed + s.failed + s.cancelled)),
-        row("completed req/s", lambda _, s: _number(s.request_throughput)),
-        row("output tok/s", lambda _, s: _number(s.output_throughput, ".1f")),
+        row("completed req/s", lambda _, s: number_cell(s.request_throughput)),
+        row("output tok/s", lambda _, s: number_cell(s.output_throughput, ".1f")),
         row("TTFT p50 ms", ms("ttft", "p50")),
         row("TTFT p99 ms", ms("ttft", "p99")),
         row("ITL p50 ms", ms("itl", "p50")),
         row("ITL p99 ms", ms("itl", "p99")),
         row("failed", lambda _, s: str(s.failed)),
         row("cancelled", lambda _, s: str(s.cancelled)),
-        row("peak KV %", lambda _, s: _number(s.server.get("max_kv_usage_pct"), ".1f")),
-        row("knee req/s", lambda _, s: _number(s.knee_rps)),
+        row("peak KV %", lambda _, s: number_cell(s.server.get("max_kv_usage_pct"), ".1f")),
+        row("knee req/s", lambda _, s: number_cell(s.knee_rps)),
     ]
 
 
