@@ -314,6 +314,11 @@ class ExactValues:
         if values.size:
             self.parts.append(values)
 
+    @property
+    def n(self) -> int:
+        """How many values it holds (as ``RunningValues.n`` and ``MicrosecondCounts.n``)."""
+        return sum(part.size for part in self.parts)
+
     def values(self) -> np.ndarray:
         return np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.float64)
 

@@ -240,8 +240,8 @@ class _Row:
             self.itl.add(stats.requests_itls(first_at, chunks))
 
     def row(self, index: int) -> TurnRow:
-        ttft = self.ttft.describe_ms(TTFT_PERCENTILES) if _count(self.ttft) else None
-        itl = self.itl.describe_ms(ITL_PERCENTILES) if _count(self.itl) else None
+        ttft = self.ttft.describe_ms(TTFT_PERCENTILES) if self.ttft.n else None
+        itl = self.itl.describe_ms(ITL_PERCENTILES) if self.itl.n else None
         return TurnRow(
             turn=row_label(index),
             requests=self.requests,
@@ -253,14 +253,6 @@ class _Row:
             cached_tokens_mean=self.cached / self.reporting if self.reporting else None,
             hit_rate_pct=hit_rate_pct(self.cached, self.cached_prompt, self.reporting),
         )
-
-
-def _count(store: Any) -> int:
-    """How many values a latency store holds (``stats.RunningValues``, ``ExactValues``,
-    ``MicrosecondCounts``)."""
-    if isinstance(store, stats.ExactValues):
-        return sum(p.size for p in store.parts)
-    return int(store.n)
 
 
 _COUNTERS = ("requests", "errors", "cancelled", "ok", "prompt", "reporting", "cached", "cached_prompt")
