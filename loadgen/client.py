@@ -262,9 +262,7 @@ class StreamingClient:
             end_at=0.0,
             prompt_tokens=req.expected_prompt_tokens,
             scenario_tag=req.tag,
-            request_class=req.request_class,
-            session=req.session,
-            turn=req.turn,
+            **req.labels(),
         )
         if self._pool is not None:
             return await self._send_stream(req, rec)

@@ -28,3 +28,8 @@ class PreparedRequest:
     turn: int | None = None  # this request's turn in its session (1-based)
     # Keep the answer's text on the record (a session's next turn carries it).
     keep_text: bool = False
+
+    def labels(self) -> dict[str, Any]:
+        """What every record of this request carries from it (its mixture class, session
+        and turn), whether it was answered, failed or never sent."""
+        return {"request_class": self.request_class, "session": self.session, "turn": self.turn}

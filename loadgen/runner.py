@@ -98,9 +98,8 @@ class RunResult:
     header: RunHeader
     interrupted: bool = False  # stopped before the schedule ended, or requests were cancelled
     recording_error: str | None = None  # set where the recording is closed (the UI's run process)
-    sessions_finished: int | None = (
-        None  # a session workload's sessions that ended (its ticks' sessions_finished_total)
-    )
+    # A session workload's sessions that ended (its ticks' sessions_finished_total).
+    sessions_finished: int | None = None
 
     @property
     def error_rate(self) -> float:
@@ -623,9 +622,7 @@ class Run:
                         tokens_from_usage=False,
                         error_class=CANCELLED,
                         error="cancelled by the run while waiting for a concurrency slot",
-                        request_class=request.request_class,
-                        session=request.session,
-                        turn=request.turn,
+                        **request.labels(),
                     )
                     self._publish(waited, on_record)
                     raise
@@ -648,9 +645,7 @@ class Run:
                 tokens_from_usage=False,
                 error_class="client_error",
                 error=server_text(f"{type(exc).__name__}: {exc}", self.connection.secrets())[:500],
-                request_class=request.request_class,
-                session=request.session,
-                turn=request.turn,
+                **request.labels(),
             )
         self._publish(record, on_record)
 
