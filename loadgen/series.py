@@ -204,8 +204,6 @@ class SeriesBuilder:
         # A session workload's figures by turn index (``loadgen.turns``); None until a
         # request with a turn ends (runs without sessions never have them).
         self.turns: TurnFigures | None = None
-        # The run's count of sessions that ended, from ticks that carry one.
-        self.sessions_finished: int | None = None
         # False when restored from a checkpoint written before the step table existed:
         # its rows would miss the run before the checkpoint (replays then start over).
         self.steps_complete = True
@@ -278,7 +276,6 @@ class SeriesBuilder:
         }
         if self.turns is not None:
             meta["turns"] = self.turns.export_state(arrays)
-            meta["sessions_finished"] = self.sessions_finished
         if self._classes:
             classes = []
             for i, (name, sub) in enumerate(self._classes.items()):
@@ -384,7 +381,6 @@ class SeriesBuilder:
         # Checkpoints of runs without sessions (and from before them) have none.
         if "turns" in meta:
             b.turns = TurnFigures.restore_state(meta["turns"], arrays)
-            b.sessions_finished = meta.get("sessions_finished")
         if "steps" in meta:
             b.steps = StepTracker.restore_state(meta["steps"], arrays)
         else:  # a checkpoint from before the step table
@@ -537,8 +533,6 @@ class SeriesBuilder:
         self.target_rps = tick.target_rps
         self.in_flight = tick.in_flight
         self.oldest_sent_at = tick.oldest_sent_at
-        if tick.sessions_started_total:  # a session workload's tick (0 in other runs, older recordings)
-            self.sessions_finished = tick.sessions_finished_total
         if tick.planned_end_s is not None:
             self.planned_end_s = tick.planned_end_s
         s = _sec(tick.t)
@@ -613,6 +607,13 @@ class SeriesBuilder:
         for sub in self._classes.values():
             sub.on_finish(t)
         self._advance(t)
+
+    @property
+    def sessions_finished(self) -> int | None:
+        """The run's count of sessions that ended, from the last tick of a session
+        workload (None in other runs and recordings whose ticks carry no sessions)."""
+        _, started, finished = self._session_totals
+        return int(finished) if started else None
 
     def _class_builder(self, name: str) -> SeriesBuilder:
         """The builder of a mixture's class, made on first need: the header's classes at
