@@ -21,7 +21,7 @@ from typing import Any
 from rampwatch.core.errors import UserError
 
 DATASET_FORMATS = ("auto", "sharegpt", "prompts", "messages")
-_ROLES = ("system", "user", "assistant", "tool", "developer")
+CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
 @dataclass(slots=True)
@@ -147,19 +147,28 @@ def _jsonl(path: Path, key: str) -> list[DatasetEntry]:
                 raise UserError(f'{path}:{lineno}: expected {{"prompt": "text"}}')
             entries.append(DatasetEntry(prompt=value))
             continue
-        if not (
-            isinstance(value, list)
-            and value
-            and all(
-                isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str) for m in value
-            )
-        ):
+        messages = chat_messages(value)
+        if messages is None:
             raise UserError(
                 f'{path}:{lineno}: expected {{"messages": [{{"role": "user", "content": "text"}}, …]}} '
-                f"with roles among {', '.join(_ROLES)}"
+                f"with roles among {', '.join(CHAT_ROLES)}"
             )
-        entries.append(DatasetEntry(messages=[{"role": m["role"], "content": m["content"]} for m in value]))
+        entries.append(DatasetEntry(messages=messages))
     return entries
+
+
+def chat_messages(value: Any) -> list[dict[str, str]] | None:
+    """A non-empty list of ``{"role", "content"}`` messages (roles among ``CHAT_ROLES``,
+    text content), copied down to those two keys; None when it is not one."""
+    if not (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(m, dict) and m.get("role") in CHAT_ROLES and isinstance(m.get("content"), str) for m in value
+        )
+    ):
+        return None
+    return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
 def load_dataset(path: str | Path, fmt: str = "auto") -> list[DatasetEntry]:

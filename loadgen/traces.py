@@ -33,12 +33,11 @@ import numpy as np
 import orjson
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.datasets import DatasetEntry
+from rampwatch.loadgen.datasets import CHAT_ROLES, DatasetEntry, chat_messages
 
 TRACE_FORMATS = ("mooncake", "azure", "jsonl")
 DEFAULT_BLOCK_TOKENS = 512  # the Mooncake traces' block size
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-_ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -165,19 +164,13 @@ def _given_prompt(row: dict) -> DatasetEntry | str | None:
             return f"prompt: expected non-empty text, got {_got(row['prompt'])}"
         return DatasetEntry(prompt=row["prompt"])
     if "messages" in row:
-        value = row["messages"]
-        if not (
-            isinstance(value, list)
-            and value
-            and all(
-                isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str) for m in value
-            )
-        ):
+        messages = chat_messages(row["messages"])
+        if messages is None:
             return (
                 'messages: expected [{"role": "user", "content": "text"}, …] '
-                f"with roles among {', '.join(_ROLES)}, got {_got(value)}"
+                f"with roles among {', '.join(CHAT_ROLES)}, got {_got(row['messages'])}"
             )
-        return DatasetEntry(messages=[{"role": m["role"], "content": m["content"]} for m in value])
+        return DatasetEntry(messages=messages)
     return None
 
 
