@@ -63,10 +63,10 @@ def random_token_ids(tokenizer: TokenizerLike, n: int, rng: np.random.Generator)
 def synth_text(tokenizer: TokenizerLike, n_tokens: int, rng: np.random.Generator) -> str:
     """Text that encodes to exactly ``n_tokens`` tokens (best effort within a few rounds
     for exotic tokenizers; callers count the result)."""
-    return _synth_counted(tokenizer, n_tokens, rng)[0]
+    return synth_counted(tokenizer, n_tokens, rng)[0]
 
 
-def _synth_counted(tokenizer: TokenizerLike, n_tokens: int, rng: np.random.Generator) -> tuple[str, int]:
+def synth_counted(tokenizer: TokenizerLike, n_tokens: int, rng: np.random.Generator) -> tuple[str, int]:
     """``synth_text`` and the text's token count (known without a further encode when
     the fix-up loop hit the target)."""
     if n_tokens <= 0:
@@ -95,7 +95,7 @@ def compose_exact(
     """``prefix`` + separator + a synthetic tail, counting ``total_tokens`` in all when
     the prefix leaves room. Returns (text, its actual token count)."""
     if not prefix:
-        return _synth_counted(tokenizer, total_tokens, rng)
+        return synth_counted(tokenizer, total_tokens, rng)
     base = count_tokens(tokenizer, prefix + SEPARATOR)
     want_tail = total_tokens - base
     if want_tail <= 0:

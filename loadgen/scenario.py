@@ -777,15 +777,15 @@ class RequestFactory:
         self._docs: dict[int, Any] = {}
         self._shared_counts: dict[str, int] = {}
         self._system: Any = None
-        self._doc_probs: np.ndarray | None = None
+        self.doc_probs: np.ndarray | None = None
         docs = self.workload.get("documents")
         if docs:
             ranks = np.arange(1, docs["count"] + 1, dtype=float)
             weights = ranks ** -docs["zipf_exponent"] if docs["pick"] == "zipf" else np.ones_like(ranks)
-            self._doc_probs = weights / weights.sum()
+            self.doc_probs = weights / weights.sum()
         self._conversations: list[_Conversation] = []
         self._next_conversation = 0
-        self._dataset = None
+        self.dataset = None
         self._order: list[int] = []
         self._trace: TraceRequests | None = None
         spec = scenario.schedule_spec
@@ -797,7 +797,7 @@ class RequestFactory:
             from rampwatch.loadgen.datasets import load_dataset
 
             ds = self.workload["dataset"]
-            self._dataset = load_dataset(ds["path"], ds["format"])
+            self.dataset = load_dataset(ds["path"], ds["format"])
         # A mixture: each class builds its requests with its own factory (loadgen.mixture).
         self._mixture = MixtureFactory(scenario, self.tokenizer, RequestFactory) if MIX_KEY in self.workload else None
 
@@ -827,21 +827,21 @@ class RequestFactory:
 
     # -- request building
 
-    def _count_of(self, part: Any) -> int:
+    def count_of(self, part: Any) -> int:
         from rampwatch.loadgen.tokenizers import count_tokens
 
         if part is None:
             return 0
         return len(part) if isinstance(part, list) else count_tokens(self.tokenizer, part)
 
-    def _count_shared(self, part: Any) -> int:
-        """``_count_of`` for the parts many requests share (system prompt, documents):
+    def count_shared(self, part: Any) -> int:
+        """``count_of`` for the parts many requests share (system prompt, documents):
         counted once, since a document can be thousands of tokens."""
         if part is None or isinstance(part, list):
-            return self._count_of(part)
+            return self.count_of(part)
         count = self._shared_counts.get(part)
         if count is None:
-            count = self._shared_counts[part] = self._count_of(part)
+            count = self._shared_counts[part] = self.count_of(part)
         return count
 
     def _fresh_tail(self, prefix_parts: list[Any], n: int) -> tuple[Any, Any, int]:
@@ -858,14 +858,14 @@ class RequestFactory:
         if not prefix:
             text, count = compose_exact(self.tokenizer, "", n, self._rng)
             return text, text, count
-        target = self._count_of(prefix + "\n\n") + n
+        target = self.count_of(prefix + "\n\n") + n
         full, count = compose_exact(self.tokenizer, prefix, target, self._rng)
         return full[len(prefix) + 2 :] if len(full) > len(prefix) else "", full, count
 
     def _pick_doc(self) -> int | None:
-        if self._doc_probs is None:
+        if self.doc_probs is None:
             return None
-        return int(self._rng.choice(len(self._doc_probs), p=self._doc_probs))
+        return int(self._rng.choice(len(self.doc_probs), p=self.doc_probs))
 
     def _conversation(self) -> _Conversation | None:
         conv = self.workload.get("conversations")
@@ -891,8 +891,8 @@ class RequestFactory:
         self._count += 1
         if self._trace is not None:  # the i-th request is the trace's i-th row
             body, prompt_tokens, max_tokens, row = self._trace.row(index)
-            return self._finish(body, prompt_tokens, max_tokens, None, {"index": index, **row})
-        if self._dataset is not None:
+            return self.finish_request(body, prompt_tokens, max_tokens, None, {"index": index, **row})
+        if self.dataset is not None:
             return self._dataset_request(index)
         w = self.workload
         n_in = sample_length(w["input_tokens"], self._rng)
@@ -911,7 +911,7 @@ class RequestFactory:
             conv.turn += 1
             extra.update(conversation=conv.id, turn=conv.turn)
             tags = [f"conv-{conv.id}/turn-{conv.turn}"]
-        extra["shared_prefix_tokens"] = self._count_shared(system) + self._count_shared(doc_part)
+        extra["shared_prefix_tokens"] = self.count_shared(system) + self.count_shared(doc_part)
         if self.endpoint == "chat":
             first_user_prefix = [doc_part] if not history else []
             question, content, _ = self._fresh_tail(first_user_prefix, n_in)
@@ -920,7 +920,7 @@ class RequestFactory:
                 messages.append({"role": "user", "content": user})
                 messages.append({"role": "assistant", "content": answer})
             messages.append({"role": "user", "content": content})
-            expected = sum(self._count_of(m["content"]) for m in messages)
+            expected = sum(self.count_of(m["content"]) for m in messages)
             payload: dict[str, Any] = {"messages": messages, "max_completion_tokens": n_out}
             user_turn = content
         else:
@@ -932,19 +932,19 @@ class RequestFactory:
             user_turn = question
         if conv is not None:
             conv.history.append((user_turn, self._piece(n_out, self._rng)))
-        return self._finish(payload, expected, n_out, "/".join(tags) or None, extra)
+        return self.finish_request(payload, expected, n_out, "/".join(tags) or None, extra)
 
     def _dataset_request(self, index: int) -> PreparedRequest:
-        assert self._dataset is not None
+        assert self.dataset is not None
         if not self._order:
-            self._order = self._rng.permutation(len(self._dataset)).tolist()
-        entry = self._dataset[self._order.pop(0)]
+            self._order = self._rng.permutation(len(self.dataset)).tolist()
+        entry = self.dataset[self._order.pop(0)]
         system = self.system_prompt()
         out_spec = self.workload.get("output_tokens")
         if out_spec:
             n_out = sample_length(out_spec, self._rng)
         elif entry.answer is not None:
-            n_out = max(1, self._count_of(entry.answer))
+            n_out = max(1, self.count_of(entry.answer))
         else:
             raise UserError(
                 f"{self.workload['dataset']['path']}: entries carry no answer to size the output; "
@@ -953,18 +953,19 @@ class RequestFactory:
         if self.endpoint == "chat":
             messages = ([{"role": "system", "content": system}] if system else []) + entry.as_messages()
             payload: dict[str, Any] = {"messages": messages, "max_completion_tokens": n_out}
-            expected = sum(self._count_of(m["content"]) for m in messages)
+            expected = sum(self.count_of(m["content"]) for m in messages)
         else:
             from rampwatch.loadgen.prompts import join
 
             prompt = join([system or "", entry.as_text()])
             payload = {"prompt": prompt, "max_tokens": n_out}
-            expected = self._count_of(prompt)
-        return self._finish(payload, expected, n_out, None, {"index": index})
+            expected = self.count_of(prompt)
+        return self.finish_request(payload, expected, n_out, None, {"index": index})
 
-    def _finish(
+    def finish_request(
         self, payload: dict[str, Any], expected: int, n_out: int, tag: str | None, extra: dict[str, Any]
     ) -> PreparedRequest:
+        """The request of a built body: ``ignore_eos`` and the workload's ``extra_body`` added."""
         if self.workload.get("ignore_eos", True):
             payload["ignore_eos"] = True
         payload.update(self.workload.get("extra_body") or {})

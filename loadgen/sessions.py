@@ -135,7 +135,7 @@ class Conversation:
         self._doc = doc
         factory = workload.factory
         system = join([x for x in (factory.system_prompt(), system_extra) if x])
-        self._expected = factory._count_shared(system) if system else 0
+        self._expected = factory.count_shared(system) if system else 0
         self._messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
         self._prompt = system
 
@@ -151,8 +151,8 @@ class Conversation:
             if out_spec:
                 n_out = sample_length(out_spec, self._rng)
             else:  # the loader keeps only turns with an answer when no output_tokens is set
-                n_out = max(1, factory._count_of(answer or ""))
-            self._expected += factory._count_of(user)
+                n_out = max(1, factory.count_of(answer or ""))
+            self._expected += factory.count_of(user)
         else:
             n_in = sample_length(workload["input_tokens"], self._rng)
             n_out = sample_length(workload["output_tokens"], self._rng)
@@ -160,7 +160,7 @@ class Conversation:
             self._expected += count
         if self.turn == 1 and self._doc is not None:  # the document opens the first message
             document = factory.document(self._doc)
-            self._expected += factory._count_shared(document)
+            self._expected += factory.count_shared(document)
             user = join([document, user])
         extra: dict[str, Any] = {"session": self.id, "turn": self.turn}
         if self._doc is not None:
@@ -171,7 +171,7 @@ class Conversation:
         else:
             self._prompt = join([self._prompt, user]) if self.turn == 1 else self._prompt + SEPARATOR + user
             payload = {"prompt": self._prompt, "max_tokens": n_out}
-        request = factory._finish(payload, self._expected, n_out, f"session-{self.id}/turn-{self.turn}", extra)
+        request = factory.finish_request(payload, self._expected, n_out, f"session-{self.id}/turn-{self.turn}", extra)
         request.session, request.turn, request.keep_text = self.id, self.turn, True
         return request
 
@@ -199,7 +199,7 @@ class SessionWorkload:
         self._order_rng = np.random.default_rng([self._seed, 103])
         self._order: list[int] = []
         self._scripts: list[tuple[list[tuple[str, str | None]], str | None]] | None = None
-        if factory._dataset is not None:
+        if factory.dataset is not None:
             self._scripts = self._dataset_scripts()
 
     def _dataset_scripts(self) -> list[tuple[list[tuple[str, str | None]], str | None]]:
@@ -208,7 +208,7 @@ class SessionWorkload:
         workload sets no output_tokens."""
         sized = self.factory.workload.get("output_tokens") is not None
         scripts = []
-        for entry in self.factory._dataset or []:
+        for entry in self.factory.dataset or []:
             turns = entry.user_turns()
             if not sized:
                 answered = [i for i, (_, answer) in enumerate(turns) if answer is None]
@@ -232,7 +232,7 @@ class SessionWorkload:
             script, system = self._scripts[self._order.pop()]  # from the end: O(1) a session
             turns = len(script) if turns_spec is None else min(len(script), sample_length(turns_spec, rng))
             return Conversation(self, session_id, turns, rng, script=script, system_extra=system)
-        probs = self.factory._doc_probs
+        probs = self.factory.doc_probs
         doc = None if probs is None else int(rng.choice(len(probs), p=probs))
         return Conversation(self, session_id, sample_length(self.spec["turns"], rng), rng, doc=doc)
 

@@ -216,14 +216,14 @@ class TraceRequests:
         if hit is not None:
             self._blocks.move_to_end(hash_id)
             return hit
-        from rampwatch.loadgen.prompts import _synth_counted, random_token_ids
+        from rampwatch.loadgen.prompts import random_token_ids, synth_counted
 
         rng = np.random.default_rng([self.seed, 3, hash_id % 2**63])
         if self.token_ids:
             ids = random_token_ids(self.tokenizer, self.block_tokens, rng)
             hit = (ids, len(ids))
         else:
-            hit = _synth_counted(self.tokenizer, self.block_tokens, rng)
+            hit = synth_counted(self.tokenizer, self.block_tokens, rng)
         self._blocks[hash_id] = hit
         if len(self._blocks) > BLOCK_CACHE_SIZE:
             self._blocks.popitem(last=False)
@@ -232,7 +232,7 @@ class TraceRequests:
     def row(self, i: int) -> tuple[dict[str, Any], int, int, dict[str, Any]]:
         """(payload, expected prompt tokens, max tokens, extra) for row ``i``. Servers
         refuse ``max_tokens`` 0, so a row of no output asks for one token."""
-        from rampwatch.loadgen.prompts import SEPARATOR, _synth_counted, random_token_ids
+        from rampwatch.loadgen.prompts import SEPARATOR, random_token_ids, synth_counted
         from rampwatch.loadgen.tokenizers import count_tokens
 
         trace = self.trace
@@ -259,7 +259,7 @@ class TraceRequests:
             prompt: Any = [t for part, _ in blocks for t in part] + tail_ids
             expected = shared + len(tail_ids)
         else:
-            tail, tail_count = _synth_counted(self.tokenizer, tail_n, self._rng)
+            tail, tail_count = synth_counted(self.tokenizer, tail_n, self._rng)
             prefix = " ".join(part for part, _ in blocks)
             prompt = SEPARATOR.join(p for p in (prefix, tail) if p)
             expected = shared + tail_count

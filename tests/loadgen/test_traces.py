@@ -414,8 +414,8 @@ def test_block_text_is_the_same_in_every_factory_and_built_once(tmp_path, monkey
     import rampwatch.loadgen.prompts as prompts
 
     built: list[int] = []
-    synth = prompts._synth_counted
-    monkeypatch.setattr(prompts, "_synth_counted", lambda tok, n, rng: built.append(n) or synth(tok, n, rng))
+    synth = prompts.synth_counted
+    monkeypatch.setattr(prompts, "synth_counted", lambda tok, n, rng: built.append(n) or synth(tok, n, rng))
     rows = [{"timestamp": i, "input_length": 32, "output_length": 1, "hash_ids": [1, 2]} for i in range(20)]
     factory = mooncake_rows(tmp_path, rows)
     first = [factory.next_request().payload["prompt"] for _ in rows]
