@@ -309,10 +309,15 @@ def class_figures(recording: Recording) -> dict[str, Summary]:
     options: dict[str, Any] = {}
     if header is not None:
         options["gpu_price_per_hour"] = (header.options or {}).get("gpu_price_per_hour")
-    accumulator = ClassSummaries(
-        header, itl_values=stats.MicrosecondCounts, token_bins_from=first_token_send(recording), **options
-    )
-    for info in (f for f in recording.request_frames if f.count):
+    # Only the blocks with a class column are decoded (none in a run without a mixture).
+    frames = [
+        f
+        for f in recording.request_frames
+        if f.count and "request_class" in recording.request_columns(f, with_chunks=False).strings
+    ]
+    bins_from = first_token_send(recording) if frames else None
+    accumulator = ClassSummaries(header, itl_values=stats.MicrosecondCounts, token_bins_from=bins_from, **options)
+    for info in frames:
         accumulator.add_records(recording.decode_requests(info))
     return accumulator.build(header, recording.duration_s)
 
