@@ -83,9 +83,16 @@ from rampwatch.loadgen.turns import TurnFigures
 _QS = (0.5, 0.9, 0.99)
 _SESSION_RATES = ("sessions_started_per_s", "sessions_finished_per_s")
 # The windowed percentiles, one histogram per metric and second of completion. E2E latency
-# is drawn per class (``CLASS_SERIES_NAMES``), not among the run's own series.
-_HIST_METRICS = ("ttft", "itl", "e2el")
-_LATENCY_SERIES = tuple(f"{metric}_{q}" for metric in _HIST_METRICS for q in ("p50", "p90", "p99"))
+# is drawn per class only (``CLASS_SERIES_NAMES``): a class builder keeps its histograms
+# (``e2e_latency``), the run's own builder does not spend its event loop and checkpoints on them.
+_RUN_HIST_METRICS = ("ttft", "itl")
+_CLASS_HIST_METRICS = (*_RUN_HIST_METRICS, "e2el")
+
+
+def _latency_series(metrics: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{metric}_{q}" for metric in metrics for q in ("p50", "p90", "p99"))
+
+
 # Queued records are folded in once there are this many (a second's freeze and every read
 # fold them sooner): enough for numpy's per-call cost to be shared, few enough that one
 # fold is a short pause (~0.2 ms), not one long one per second.
@@ -145,8 +152,11 @@ class SeriesBuilder:
         grace_s: float = 2.0,
         slo: dict[str, float] | None = None,
         gpu_price_per_hour: float | None = None,
+        e2e_latency: bool = False,
     ) -> None:
         self.window_s = int(window_s)
+        self._hist_metrics = _CLASS_HIST_METRICS if e2e_latency else _RUN_HIST_METRICS
+        self._latency_series = _latency_series(self._hist_metrics)
         self.grace_s = grace_s
         self.header: RunHeader | None = None
         self.state = "starting"
@@ -189,8 +199,8 @@ class SeriesBuilder:
         self._tracker = CounterTracker()
         # url -> field -> (amount, covered seconds)
         self._spread: dict[str, dict[str, tuple[_Growable, _Growable]]] = {}
-        self._hists: dict[int, tuple[LogHistogram, ...]] = {}  # one per _HIST_METRICS
-        self._final = {name: _Growable(math.nan) for name in _LATENCY_SERIES}
+        self._hists: dict[int, tuple[LogHistogram, ...]] = {}  # one per self._hist_metrics
+        self._final = {name: _Growable(math.nan) for name in self._latency_series}
         self._final_upto = 0  # seconds below this are frozen
         self._newly_final: list[int] = []
         self._queued: list[RequestRecord] = []  # finished requests not folded in yet
@@ -291,14 +301,18 @@ class SeriesBuilder:
         return meta, arrays
 
     @classmethod
-    def from_state(cls, header: RunHeader | None, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> SeriesBuilder:
-        """A builder restored from ``export_state()`` output (see there)."""
+    def from_state(
+        cls, header: RunHeader | None, meta: dict[str, Any], arrays: dict[str, np.ndarray], e2e_latency: bool = False
+    ) -> SeriesBuilder:
+        """A builder restored from ``export_state()`` output (see there); ``e2e_latency``
+        as the builder had it (a mixture's class builder)."""
         sm = meta["summary"]
         b = cls(
             window_s=meta["window_s"],
             grace_s=meta["grace_s"],
             slo=sm["slo"],
             gpu_price_per_hour=sm["gpu_price_per_hour"],
+            e2e_latency=e2e_latency,
         )
         b.header = header
         b.state = meta["state"]
@@ -350,10 +364,9 @@ class SeriesBuilder:
         b.last_good_gpu_t = meta.get("last_good_gpu_t")
         b.gpu_totals = GpuTotals.restore_state(meta.get("gpu_totals"))
         b._tick_counts = growables("tick_counts", meta["tick_counts"])
-        b._final = growables("final", meta["final"])
-        for name in _LATENCY_SERIES:  # checkpoints from before E2E percentiles: unknown before it
-            if name not in b._final:
-                b._final[name] = _Growable(math.nan)
+        final = growables("final", meta["final"])
+        # A class's checkpoint from before E2E percentiles: those seconds unknown.
+        b._final = {name: final.get(name) or _Growable(math.nan) for name in b._latency_series}
         b._tick_totals = tuple(meta["tick_totals"]) if meta["tick_totals"] is not None else None
         for d in meta["tracker"]:
             b._tracker.update(ServerSample(**d))
@@ -363,9 +376,10 @@ class SeriesBuilder:
             covered.data = np.array(arrays[f"spread.{i}.{field}.covered"], dtype=np.float64)
             b._spread.setdefault(url, {})[field] = (amount, covered)
         for k, (sec, totals) in enumerate(zip(meta["hist_seconds"], meta["hist_totals"])):
-            hists = tuple(LogHistogram() for _ in _HIST_METRICS)
-            # Checkpoints from before E2E percentiles hold two: its seconds start empty.
-            for j in range(len(totals)):
+            hists = tuple(LogHistogram() for _ in b._hist_metrics)
+            # A class's checkpoint from before E2E percentiles holds two: its seconds start
+            # empty; a run's checkpoint that kept E2E too: those are not the run's any more.
+            for j in range(min(len(totals), len(hists))):
                 hists[j]._counts = np.array(arrays["hists"][k, j], dtype=np.int64)
                 hists[j].total = totals[j]
             b._hists[sec] = hists
@@ -390,7 +404,7 @@ class SeriesBuilder:
         for i, (name, sub_meta) in enumerate(meta.get("classes", [])):
             prefix = f"class{i}/"
             sub_arrays = {key[len(prefix) :]: a for key, a in arrays.items() if key.startswith(prefix)}
-            sub = b._classes[name] = cls.from_state(header, sub_meta, sub_arrays)
+            sub = b._classes[name] = cls.from_state(header, sub_meta, sub_arrays, e2e_latency=True)
             sub.class_name = name
         return b
 
@@ -450,12 +464,13 @@ class SeriesBuilder:
         if ok.any():
             hists = self._hists.get(end)
             if hists is None:
-                hists = self._hists[end] = tuple(LogHistogram() for _ in _HIST_METRICS)
+                hists = self._hists[end] = tuple(LogHistogram() for _ in self._hist_metrics)
             first = block.first_token_at[ok]
             ttft = first - block.sent_at[ok]
             hists[0].add(ttft[~np.isnan(first)])
             hists[1].add(block.itls)
-            hists[2].add(block.end_at[ok] - block.sent_at[ok])
+            if len(hists) > 2:  # E2E (a class builder)
+                hists[2].add(block.end_at[ok] - block.sent_at[ok])
         good_before = self.summary.good
         self.summary.add_block(block)
         good = self._counts.get("good_rps")  # a class builder's, under an SLO
@@ -623,7 +638,7 @@ class SeriesBuilder:
         if sub is None:
             scenario = self.header.scenario if self.header is not None else None
             slo = class_slos(scenario).get(name, self.summary.slo)
-            sub = self._classes[name] = SeriesBuilder(self.window_s, self.grace_s, slo=slo)
+            sub = self._classes[name] = SeriesBuilder(self.window_s, self.grace_s, slo=slo, e2e_latency=True)
             sub.class_name = name
             sub.header = self.header
             if slo:
@@ -656,13 +671,13 @@ class SeriesBuilder:
 
     def _window_hists(self, b: int) -> list[LogHistogram]:
         parts = [self._hists[i] for i in range(b - self.window_s + 1, b + 1) if i in self._hists]
-        return [LogHistogram.sum(p[j] for p in parts) for j in range(len(_HIST_METRICS))]
+        return [LogHistogram.sum(p[j] for p in parts) for j in range(len(self._hist_metrics))]
 
     def _latency_at(self, b: int) -> list[float]:
         return [q for hist in self._window_hists(b) for q in hist.quantiles(_QS)]
 
     def _freeze(self, b: int) -> None:
-        for name, value in zip(_LATENCY_SERIES, self._latency_at(b)):
+        for name, value in zip(self._latency_series, self._latency_at(b)):
             self._final[name].set(b, value)
         for old in [i for i in self._hists if i <= b - self.window_s + 1]:
             del self._hists[old]
@@ -745,10 +760,10 @@ class SeriesBuilder:
         queries = self._server_rate("prefix_queries_total", n)
         out["prefix_hit_pct"] = self._window_ratio(hits, queries)
         out["_prefix_hits"], out["_prefix_queries"] = hits, queries
-        for name in _LATENCY_SERIES:
+        for name in self._latency_series:
             out[name] = self._final[name].head(n).copy()
         for b in range(min(self._final_upto, n), n):
-            for name, value in zip(_LATENCY_SERIES, self._latency_at(b)):
+            for name, value in zip(self._latency_series, self._latency_at(b)):
                 out[name][b] = value
         return [float(i) for i in range(n)], out
 

@@ -214,3 +214,20 @@ def test_class_e2e_percentiles_per_second_and_checkpoints_from_before_them():
     restored.on_finish(max(r.end_at for r in records) + 1)
     late = restored.snapshot().classes[1].series["e2el_p50"]
     assert math.isnan(late[0]) and not math.isnan(late[-3])
+
+
+def test_only_the_class_builders_keep_e2e_histograms():
+    """E2E percentiles are drawn per class: the run's own builder neither computes nor
+    checkpoints them (a checkpoint that did still restores without them)."""
+    header, records = mixed_header(), mixed_records()
+    b = built(records, header, until=12.0)
+    assert "e2el_p50" not in b.snapshot().series
+    assert all("e2el_p99" in c.series for c in b.snapshot().classes)
+    meta, arrays = b.export_state()
+    assert {len(totals) for totals in meta["hist_totals"]} == {2}
+    assert {len(totals) for totals in meta["classes"][0][1]["hist_totals"]} == {3}
+    # a run's checkpoint that kept three histograms a second: the third is not the run's
+    meta["hist_totals"] = [[*totals, 5] for totals in meta["hist_totals"]]
+    arrays["hists"] = np.concatenate([arrays["hists"], arrays["hists"][:, :1]], axis=1)
+    restored = SeriesBuilder.from_state(header, meta, arrays)
+    np.testing.assert_array_equal(restored.snapshot().series["ttft_p50"], b.snapshot().series["ttft_p50"])
