@@ -559,11 +559,13 @@ def test_multi_turn_chat_runs_headless_and_its_recording_replays_the_sessions(tm
     from rampwatch.sim.config import SimConfig
 
     recording = tmp_path / "run.rwrec"
+    # Active sessions are sampled at each tick: on the instant server a session lives about
+    # as long as its think times, so they must be long enough that a tick sees one.
     with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim:
         proc = subprocess.run(
             [sys.executable, "-m", "rampwatch.app.cli", "run", "multi-turn-chat", "--headless"]
             + ["--target", sim.url, "--duration", "3", "--start-rps", "4", "--end-rps", "8"]
-            + ["--set", "workload.sessions.think_time_s=0.05", "--record", str(recording)],
+            + ["--set", "workload.sessions.think_time_s=0.4", "--record", str(recording)],
             capture_output=True,
             text=True,
             timeout=60,
