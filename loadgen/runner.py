@@ -48,6 +48,7 @@ from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.segments import RESUME_CHOICES, config_event
 from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.loadgen.sessions import SessionDriver, SessionWorkload, users_for, users_message
+from rampwatch.loadgen.workers import ClientSpec, Sender, SenderFactory
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,9 @@ class RunOptions:
     # managed `vllm serve`: ServerLimits.from_engine_args); the knee's explanation adds the
     # server's cache config and the run's --max-concurrency to them.
     server_limits: ServerLimits | None = None
+    # The run's requests go through senders it builds with this (load worker processes,
+    # Ray actors); None: through its own client, in its own process.
+    sender_factory: SenderFactory | None = None
 
 
 @dataclass
@@ -428,6 +432,7 @@ class Run:
             keep_generated_text=opts.save_generated_texts,
         )
         await client.start()
+        sender: Sender = client
         nvml: NvmlReader | None = None
         try:
             # One /v1/models probe: is the server there, does it serve the model, and
@@ -438,9 +443,13 @@ class Run:
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
             nvml, gpu_note = await self._open_nvml()
             self._t0 = time.monotonic()
+            started_at_unix = time.time()
+            if opts.sender_factory is not None:
+                sender = opts.sender_factory(self.client_spec(), self._t0, started_at_unix)
+                await sender.start()
             header = RunHeader(
                 rampwatch_version=rampwatch_version(),
-                started_at_unix=time.time(),
+                started_at_unix=started_at_unix,
                 target=redact_text(opts.target),  # what every screen, file and log shows
                 model=opts.model,
                 scenario_name=self.scenario.name,
@@ -490,9 +499,9 @@ class Run:
             semaphore = asyncio.Semaphore(concurrency) if concurrency else None
             try:
                 if self.sessions is None:
-                    await self._dispatch(client, semaphore)
+                    await self._dispatch(sender, semaphore)
                 else:
-                    await self._run_sessions(self.sessions, client, semaphore)
+                    await self._run_sessions(self.sessions, sender, semaphore)
                 await self._drain()
             finally:
                 if self.sessions is not None:
@@ -519,11 +528,26 @@ class Run:
                 sessions_finished=self.sessions.finished_total if self.sessions is not None else None,
             )
         finally:
+            if sender is not client:
+                await sender.close()
             await client.close()
             if nvml is not None:  # after its poll task ended (or if it never started)
                 await asyncio.to_thread(nvml.close)
 
-    async def _dispatch(self, client: StreamingClient, semaphore: asyncio.Semaphore | None) -> None:
+    def client_spec(self) -> ClientSpec:
+        """What a sender of this run needs to build the run's client elsewhere."""
+        opts = self.options
+        return ClientSpec(
+            target=opts.target,
+            model=opts.model,
+            connection=self.connection,
+            connection_limit=self.scenario.max_concurrency or 0,
+            request_timeout_s=opts.request_timeout_s,
+            keep_generated_text=opts.save_generated_texts,
+            fallback_tokenizer=opts.tokenizer,
+        )
+
+    async def _dispatch(self, client: Sender, semaphore: asyncio.Semaphore | None) -> None:
         assert self._schedule_changed is not None and self._none_in_flight is not None
         while not self._stopping:
             send_at = self.schedule.next_send_time()
