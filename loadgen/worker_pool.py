@@ -473,6 +473,7 @@ class LocalWorkers:
         self.workers = workers
         self.on_lost = on_lost
         self._spawned: list[tuple[subprocess.Popen, socket.socket]] | None = None
+        self.pool: WorkerPool | None = None  # the run's, once it has made it
 
     async def prepare(self) -> None:
         if self._spawned is None:
@@ -483,9 +484,10 @@ class LocalWorkers:
 
     def __call__(self, spec: ClientSpec, t0_monotonic: float, t0_unix: float) -> WorkerPool:
         spawned, self._spawned = self._spawned, None
-        return WorkerPool(
+        self.pool = WorkerPool(
             self.workers, spec, t0_monotonic, on_lost=lambda message: self._lost(message), spawned=spawned
         )
+        return self.pool
 
     def _lost(self, message: str) -> None:
         if self.on_lost is not None:
