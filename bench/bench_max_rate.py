@@ -175,6 +175,10 @@ def part_max_rate(args: argparse.Namespace, tmp: Path) -> None:
         print(f"  max sustained: {name:28s} {best:7.0f} req/s")
 
 
+def quantile_ms(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
 def part_lateness(args: argparse.Namespace, tmp: Path) -> None:
     from rampwatch.app.session import serving_sim
     from rampwatch.record.reader import open_recording
@@ -203,10 +207,9 @@ def part_lateness(args: argparse.Namespace, tmp: Path) -> None:
             recording.close()
             late = sorted(r.sent_at - r.scheduled_at for r in records)
             ok = sum(1 for r in records if r.ok)
-            p = lambda q: late[min(len(late) - 1, int(q * len(late)))] * 1000  # noqa: E731
             print(
                 f"  rampwatch --workers {workers}: {len(records)} requests ({ok} ok), peak in flight {peak}, "
-                f"lateness p50 {p(0.5):.2f} ms  p99 {p(0.99):.2f} ms  max {late[-1] * 1000:.2f} ms  "
+                f"lateness p50 {quantile_ms(late, 0.5):.2f} ms  p99 {quantile_ms(late, 0.99):.2f} ms  max {late[-1] * 1000:.2f} ms  "
                 f"(wall {time.monotonic() - started:.0f} s, load {load_average()})",
                 flush=True,
             )
