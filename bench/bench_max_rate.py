@@ -12,11 +12,11 @@ a rate is *sustained* when the client completes at least 95 % of it (the result 
 ``request_throughput`` ≥ 0.95 × offered, every request answered). The figure is the
 highest sustained step before the first one that is not.
 
-(b) Lateness: `rampwatch run` at ``--lateness-rate`` req/s against a simulator whose
-steps take ``--step-ms`` (instant hardware: no compute, so its CPU goes to streaming), each
-answer ``--output-tokens`` tokens long, so every stream stays open
-output_tokens × step seconds and rate × that many are in flight; the lateness of each
-request (sent_at − scheduled_at) is read from the recording, p50/p99/max reported.
+(b) Lateness: `rampwatch run` at ``--lateness-rate`` req/s against a simulated H100
+slowed to ``--sim-speed`` × real time, so that each ``--output-tokens``-token answer
+stays open for seconds while the simulator runs only a few steps a second (its CPU is
+not the bound); the peak in flight is read from the recording's ticks, the lateness of
+each request (sent_at − scheduled_at) from its records: p50/p99/max.
 
 The load average is printed with each result: on a shared machine it bounds everything.
 """
@@ -184,13 +184,14 @@ def part_lateness(args: argparse.Namespace, tmp: Path) -> None:
     from rampwatch.record.reader import open_recording
     from rampwatch.sim.config import SimConfig
 
-    rate, tokens, step_s = args.lateness_rate, args.output_tokens, args.step_ms / 1000
-    open_s = tokens * step_s
+    rate, tokens = args.lateness_rate, args.output_tokens
     print(
-        f"(b) lateness at {rate:g} req/s for {args.lateness_duration:g} s: {tokens} tokens at one per {args.step_ms:g} ms "
-        f"→ each stream open ~{open_s:.1f} s, ~{rate * open_s:.0f} in flight"
+        f"(b) lateness at {rate:g} req/s for {args.lateness_duration:g} s: {tokens}-token answers from a simulated "
+        f"H100 slowed to {args.sim_speed:g}× real time"
     )
-    config = SimConfig(hardware="instant", model="tiny", max_num_seqs=8192, step_overhead_s=step_s)
+    # Slowed down (``speed``) real-hardware steps: each stream stays open for seconds while
+    # the simulator runs only a few steps a second.
+    config = SimConfig(hardware="h100", model="tiny", max_num_seqs=8192, speed=args.sim_speed)
     with serving_sim(config) as sim:
         for workers in sorted({1, args.workers}):
             out = tmp / f"late-{workers}"
@@ -224,8 +225,8 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=5.0, help="seconds per rate step")
     parser.add_argument("--lateness-rate", type=float, default=500.0)
     parser.add_argument("--lateness-duration", type=float, default=10.0)
-    parser.add_argument("--output-tokens", type=int, default=10)
-    parser.add_argument("--step-ms", type=float, default=250.0)
+    parser.add_argument("--output-tokens", type=int, default=16)
+    parser.add_argument("--sim-speed", type=float, default=0.1, help="simulated seconds per wall second (lateness)")
     args = parser.parse_args()
     if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
         raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh` or --skip-vllm")

@@ -90,7 +90,7 @@ class RunOptions:
     server_limits: ServerLimits | None = None
     # The run's requests go through senders it builds with this (load worker processes,
     # Ray actors); None: through its own client, in its own process. The run awaits the
-    # factory's optional ``prepare()`` before its clock starts, and adds its optional
+    # factory's optional ``prepare(client_spec)`` before its clock starts, and adds its optional
     # ``host_info()`` to the header's host_info.
     sender_factory: SenderFactory | None = None
 
@@ -454,7 +454,7 @@ class Run:
             nvml, gpu_note = await self._open_nvml()
             prepare = getattr(opts.sender_factory, "prepare", None)
             if prepare is not None:  # start worker processes or actors before the clock does
-                await prepare()
+                await prepare(self.client_spec())
             self._t0 = time.monotonic()
             started_at_unix = time.time()
             if opts.sender_factory is not None:

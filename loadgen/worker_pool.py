@@ -52,7 +52,8 @@ JOIN_TIMEOUT_S = 5.0
 _LENGTH = struct.Struct("!I")
 
 # Messages (tuples, first item the kind). Controller → worker:
-START = "start"  # (START, client spec, the run's t0 on time.monotonic()): first, once
+START = "start"  # (START, client spec): first, once; the worker builds and starts its client
+CLOCK = "clock"  # (CLOCK, the run's t0 on time.monotonic()): once, before the first SEND
 SEND = "send"  # (SEND, request, id, scheduled_at)
 CANCEL = "cancel"  # (CANCEL, id)
 # Worker → controller:
@@ -174,12 +175,16 @@ async def _serve(sock: socket.socket) -> None:
             )
         link.queue((RECORD, _compact(record)))
 
-    started: asyncio.Future[tuple[ClientSpec, float]] = loop.create_future()
+    started: asyncio.Future[ClientSpec] = loop.create_future()
 
     def on_batch(batch: list[tuple]) -> None:
+        nonlocal t0_monotonic
         for message in batch:
             if message[0] == START:
-                started.set_result((message[1], message[2]))
+                started.set_result(message[1])
+                continue
+            if message[0] == CLOCK:
+                t0_monotonic = message[1]
                 continue
             assert core is not None
             if message[0] == SEND:
@@ -198,7 +203,7 @@ async def _serve(sock: socket.socket) -> None:
     link = _BatchLink(on_batch, on_eof)
     await loop.create_connection(lambda: link, sock=sock)
     try:
-        spec, t0_monotonic = await started
+        spec = await started
     except asyncio.CancelledError:
         return
     try:
@@ -256,42 +261,54 @@ class WorkerPool:
         self,
         workers: int,
         spec: ClientSpec,
-        t0_monotonic: float,
         on_lost: Callable[[str], None] | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
-        spawned: list[tuple[subprocess.Popen, socket.socket]] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a worker pool needs at least one worker")
         self.workers = workers
         self.spec = per_worker_spec(spec, workers)
-        self.t0 = t0_monotonic
+        self.t0: float | None = None  # the run's clock origin (set_clock), on time.monotonic()
+        self._started = False
         self.on_lost = on_lost
         self.start_timeout_s = start_timeout_s
         self._workers: list[_Worker] = []
         self._closing = False
         self._lost_reported = False
         self._watchers: set[asyncio.Task] = set()
-        self._spawned = spawned
 
     def now(self) -> float:
-        return time.monotonic() - self.t0
+        return 0.0 if self.t0 is None else time.monotonic() - self.t0
+
+    def set_clock(self, t0_monotonic: float) -> None:
+        """The run's t = 0: the workers' records are timed from it."""
+        self.t0 = t0_monotonic
+        for worker in self._workers:
+            worker.link.queue((CLOCK, t0_monotonic))
 
     @property
     def pids(self) -> list[int | None]:
         return [w.pid for w in self._workers]
 
     async def start(self) -> None:
+        """Start the workers (unless already started) and wait until each one's client is
+        ready: everything slow (an interpreter's imports, unpickling a tokenizer) happens
+        here, before the run's clock starts when the run calls ``LocalWorkers.prepare``."""
+        if self._started:
+            return
+        self._started = True
         loop = asyncio.get_running_loop()
         try:
-            spawned, self._spawned = self._spawned or spawn_workers(self.workers), None
+            spawned = await asyncio.to_thread(spawn_workers, self.workers)
             for index, (process, ours) in enumerate(spawned):
                 worker = _Worker(index, process, loop.create_future())
                 link = _BatchLink(functools.partial(self._on_batch, worker), functools.partial(self._on_eof, worker))
                 worker.link = link
                 self._workers.append(worker)
                 await loop.create_connection(_returns(link), sock=ours)
-                worker.link.queue((START, self.spec, self.t0))
+                worker.link.queue((START, self.spec))
+                if self.t0 is not None:
+                    worker.link.queue((CLOCK, self.t0))
             for worker in self._workers:
                 try:
                     worker.pid = await asyncio.wait_for(asyncio.shield(worker.ready), self.start_timeout_s)
@@ -464,29 +481,29 @@ def _wait_loaded(sock: socket.socket, deadline: float) -> None:
 
 class LocalWorkers:
     """A run's ``SenderFactory`` over ``workers`` local processes. The run awaits
-    ``prepare()`` before its clock starts — it starts the processes there, in the process
-    that runs the load (the live screen forks it), and an interpreter takes about a second
-    to import the client — and then calls this at its t = 0 for the run's ``WorkerPool``.
-    ``on_lost`` is told when a worker exits mid-run."""
+    ``prepare(spec)`` before its clock starts: the processes start there, in the process
+    that runs the load (the live screen forks it), and build their clients (an
+    interpreter takes about a second to import the client, a tokenizer as long to
+    unpickle). At its t = 0 the run calls this for its ``WorkerPool``, which then only
+    tells the workers the clock's origin. ``on_lost`` is told when a worker exits mid-run."""
 
     def __init__(self, workers: int, on_lost: Callable[[str], None] | None = None) -> None:
         self.workers = workers
         self.on_lost = on_lost
-        self._spawned: list[tuple[subprocess.Popen, socket.socket]] | None = None
-        self.pool: WorkerPool | None = None  # the run's, once it has made it
+        self.pool: WorkerPool | None = None  # the run's, once prepared or made
 
-    async def prepare(self) -> None:
-        if self._spawned is None:
-            self._spawned = await asyncio.to_thread(spawn_workers, self.workers)
+    async def prepare(self, spec: ClientSpec) -> None:
+        if self.pool is None:
+            self.pool = WorkerPool(self.workers, spec, on_lost=self._lost)
+            await self.pool.start()
 
     def host_info(self) -> dict[str, object]:
         return {"load_workers": self.workers}
 
     def __call__(self, spec: ClientSpec, t0_monotonic: float, t0_unix: float) -> WorkerPool:
-        spawned, self._spawned = self._spawned, None
-        self.pool = WorkerPool(
-            self.workers, spec, t0_monotonic, on_lost=lambda message: self._lost(message), spawned=spawned
-        )
+        if self.pool is None:
+            self.pool = WorkerPool(self.workers, spec, on_lost=self._lost)
+        self.pool.set_clock(t0_monotonic)
         return self.pool
 
     def _lost(self, message: str) -> None:

@@ -31,6 +31,7 @@ from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve
 from tests.loadgen.test_runner import ListSink, scenario
 
+NOWHERE = ClientSpec(target="http://127.0.0.1:9", model="tiny", connection=Connection())  # never sent to
 SLOW = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")  # ~30 ms per decode step
 
 
@@ -124,10 +125,10 @@ def request(max_tokens: int = 2000) -> PreparedRequest:
 @asynccontextmanager
 async def pool_on(url: str, workers: int, on_lost=None):
     factory = LocalWorkers(workers, on_lost=on_lost)
-    await factory.prepare()
     spec = ClientSpec(target=url, model="tiny", connection=Connection())
+    await factory.prepare(spec)
     pool = factory(spec, time.monotonic(), time.time())
-    await pool.start()
+    await pool.start()  # as the run does: already started by prepare
     try:
         yield pool
     finally:
@@ -221,7 +222,7 @@ async def test_a_run_whose_worker_dies_records_an_error_and_stops_losing_no_requ
 async def test_a_worker_that_cannot_start_is_one_line(monkeypatch):
     monkeypatch.setattr(worker_pool.sys, "executable", "/bin/false")
     with pytest.raises(UserError, match=r"^load worker 0 did not start: it exited$"):
-        await LocalWorkers(2).prepare()
+        await LocalWorkers(2).prepare(NOWHERE)
 
 
 async def test_closing_the_pool_ends_every_worker():
@@ -234,12 +235,14 @@ def test_workers_end_when_the_controller_is_killed(tmp_path):
     controller = textwrap.dedent(
         """
         import asyncio, sys
+        from rampwatch.loadgen.connection import Connection
         from rampwatch.loadgen.worker_pool import LocalWorkers
+        from rampwatch.loadgen.workers import ClientSpec
 
         async def main():
             factory = LocalWorkers(2)
-            await factory.prepare()
-            print(" ".join(str(p.pid) for p, _ in factory._spawned), flush=True)
+            await factory.prepare(ClientSpec(target="http://127.0.0.1:9", model="tiny", connection=Connection()))
+            print(" ".join(str(pid) for pid in factory.pool.pids), flush=True)
             await asyncio.sleep(3600)
 
         asyncio.run(main())
