@@ -135,9 +135,13 @@ def worker_main(fd: int) -> None:
     """A worker process's entry point: serve the controller on socket ``fd`` until it ends."""
     for signum in (signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)  # the controller stops the run; EOF stops us
-    sock = socket.socket(fileno=fd)
-    sock.sendall(encode_batch([(LOADED, os.getpid())]))
-    eventloop.run(_serve(sock))
+    try:
+        sock = socket.socket(fileno=fd)
+        sock.sendall(encode_batch([(LOADED, os.getpid())]))
+        eventloop.run(_serve(sock))
+    except Exception as exc:  # one line, never a traceback; the controller reports the exit
+        print(f"rampwatch load worker {os.getpid()}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _compact(record: RequestRecord) -> RequestRecord:
@@ -222,10 +226,6 @@ async def _serve(sock: socket.socket) -> None:
 # -- the controller's side ---------------------------------------------------------------
 
 
-class WorkerLost(Exception):
-    """A worker exited mid-run (its requests became failed records)."""
-
-
 @dataclass
 class _Pending:
     future: asyncio.Future[RequestRecord]
@@ -245,14 +245,6 @@ class _Worker:
     lost: str | None = None  # why it is gone (mid-run)
 
 
-def per_worker_spec(spec: ClientSpec, workers: int) -> ClientSpec:
-    """Each worker's client. The connection limit is not split: the run's concurrency
-    semaphore (in the controller) already caps requests in flight at the limit across all
-    workers, and a worker whose share happens to hold more than limit/N long requests at
-    once would otherwise queue them behind its own pool, counted as their latency."""
-    return spec
-
-
 class WorkerPool:
     """A ``Sender`` over ``workers`` local worker processes (spawned, never forked: the run
     process has threads)."""
@@ -267,7 +259,11 @@ class WorkerPool:
         if workers < 1:
             raise ValueError("a worker pool needs at least one worker")
         self.workers = workers
-        self.spec = per_worker_spec(spec, workers)
+        # Each worker's client gets the run's whole connection limit, not limit/N: the run's
+        # semaphore (here, in the controller) already caps requests in flight across all
+        # workers, and a worker whose share happens to hold more than limit/N long requests
+        # at once would otherwise queue them behind its own pool, counted as their latency.
+        self.spec = spec
         self.t0: float | None = None  # the run's clock origin (set_clock), on time.monotonic()
         self._started = False
         self.on_lost = on_lost
@@ -407,6 +403,8 @@ class WorkerPool:
             worker.link.close()
             if not worker.ready.done():
                 worker.ready.cancel()
+            elif not worker.ready.cancelled():
+                worker.ready.exception()  # reported already (the first failure), or none
         for worker in self._workers:
             process = worker.process
             if await _wait(process, JOIN_TIMEOUT_S) is None:
