@@ -208,6 +208,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="after a stop, how long in-flight requests may finish before they are cancelled",
     )
+    load = parser.add_argument_group("load processes")
+    load.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="send from N local load processes (this process keeps the schedule, the series and the "
+        "recording; request i goes to process i mod N); 1 = send from this process (default 1; "
+        "see docs/scale.md)",
+    )
     parser.add_argument(
         "--sim-hardware",
         default=DEFAULT_SIM_HARDWARE,

@@ -45,6 +45,8 @@ from rampwatch.loadgen.sessions import session_target, users_for, users_target
 from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
 from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections, turn_table
+from rampwatch.loadgen.worker_pool import LocalWorkers
+from rampwatch.loadgen.workers import SenderFactory
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
@@ -465,6 +467,12 @@ def record_failed_start(plan: RunPlan, error: UserError) -> Path | None:
     return None if writer.error is not None else plan.recording_path
 
 
+def load_senders(args: argparse.Namespace) -> SenderFactory | None:
+    """What the run sends through: its own client (None), or ``--workers N`` processes."""
+    workers = getattr(args, "workers", 1) or 1
+    return LocalWorkers(workers) if workers > 1 else None
+
+
 def build_run(plan: RunPlan) -> PreparedRun:
     """The run over a plan whose server (if any) is ready."""
     args, connection, target = plan.args, plan.connection, plan.target
@@ -496,12 +504,15 @@ def build_run(plan: RunPlan) -> PreparedRun:
         gpu_nvml=plan.gpu.nvml,
         gpu_note=plan.gpu.note,
         server_limits=ServerLimits.from_engine_args(plan.server.command.engine_args()) if plan.server else None,
+        sender_factory=load_senders(args),
     )
     recorder = None
     if plan.recording_path is not None:
         secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
         recorder = RecordingWriter(plan.recording_path, secrets=secrets or None)
     run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
+    if isinstance(options.sender_factory, LocalWorkers):
+        options.sender_factory.on_lost = run.worker_lost
     return PreparedRun(
         run=run,
         args=args,

@@ -89,7 +89,9 @@ class RunOptions:
     # server's cache config and the run's --max-concurrency to them.
     server_limits: ServerLimits | None = None
     # The run's requests go through senders it builds with this (load worker processes,
-    # Ray actors); None: through its own client, in its own process.
+    # Ray actors); None: through its own client, in its own process. The run awaits the
+    # factory's optional ``prepare(client_spec)`` before its clock starts, and adds its optional
+    # ``host_info()`` to the header's host_info.
     sender_factory: SenderFactory | None = None
 
 
@@ -283,6 +285,14 @@ class Run:
         self.sink.on_event(Event(self.now(), "error", message, data))
         self.stop()
 
+    def worker_lost(self, message: str) -> None:
+        """A load worker process exited mid-run (its requests in flight already failed):
+        an ``error`` event saying so, then the usual stop."""
+        if self._finished:
+            return
+        self.sink.on_event(Event(self.now(), "error", message, {"load_worker_lost": True}))
+        self.stop()
+
     def cancel_in_flight(self) -> None:
         """End the drain now (the UI's key, a second Ctrl-C): stop, and cancel every
         request in flight or waiting for a slot. Recorded as a ``cancel`` event; the
@@ -442,6 +452,9 @@ class Run:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
             nvml, gpu_note = await self._open_nvml()
+            prepare = getattr(opts.sender_factory, "prepare", None)
+            if prepare is not None:  # start worker processes or actors before the clock does
+                await prepare(self.client_spec())
             self._t0 = time.monotonic()
             started_at_unix = time.time()
             if opts.sender_factory is not None:
@@ -457,7 +470,7 @@ class Run:
                 options=redact_options(opts.cli_options),
                 planned_duration_s=self.schedule.planned_duration_s,
                 server_info=server_info,
-                host_info=host_info(),
+                host_info=host_info() | getattr(opts.sender_factory, "host_info", dict)(),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
             )

@@ -31,6 +31,7 @@ def parse(*argv: str) -> argparse.Namespace:
         ("--duration", "inf"),
         ("--max-concurrency", "0"),
         ("--max-concurrency", "2.5"),
+        ("--workers", "0"),
         ("--rate-step", "0"),
         ("--start-rps", "-1"),
         ("--gpu-price-per-hour", "abc"),
