@@ -212,11 +212,12 @@ class ConfigRun:
         run.sink.sinks.append(EarlyStopRule(sweep.spec.slo, sweep.spec.early_stop, stop_early))
         row["recording"] = recording.name
         result = eventloop.run(self._execute(prepared, loop_holder))
+        requests, samples = _recorded(recording, result)
         row.update(
             _finite(
                 config_row(
-                    result.requests,
-                    result.samples,
+                    requests,
+                    samples,
                     result.events,
                     sweep.spec.slo,
                     load_end_s=run.schedule.planned_duration_s,
@@ -493,3 +494,23 @@ def spawn_headless(
         return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     finally:
         log.close()
+
+
+def _recorded(path: Path, result: Any) -> tuple[list, list]:
+    """A configuration's records and scrapes, read back from its recording (the run keeps
+    none in RAM); chunk times packed (8 bytes each). None when the recording failed: the
+    row is failed then, its figures empty."""
+    from array import array
+    from dataclasses import replace
+
+    from rampwatch.core.errors import UserError
+    from rampwatch.record.reader import open_recording
+
+    if result.recording_error:
+        return [], []
+    try:
+        recording = open_recording(path)
+        requests = [replace(r, chunk_times=array("d", r.chunk_times)) for r in recording.iter_requests()]
+    except (UserError, OSError):
+        return [], []
+    return requests, list(recording.samples)

@@ -77,7 +77,7 @@ from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.segments import CONFIG_EVENT, SegmentTable, config_segments, segment_index, segment_table
 from rampwatch.loadgen.stats import LogHistogram
 from rampwatch.loadgen.steps import StepTracker
-from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_explanation, knee_rps
+from rampwatch.loadgen.summary import GpuTotals, RequestBlock, Summary, SummaryBuilder, knee_explanation, knee_rps
 from rampwatch.loadgen.turns import TurnFigures
 
 _QS = (0.5, 0.9, 0.99)
@@ -810,17 +810,23 @@ class SeriesBuilder:
             "preemptions": agg(np.sum, arrays["preemptions"]),
         }
 
-    def snapshot(self, now: float | None = None) -> Snapshot:
-        now = self.now if now is None else now
-        times, arrays = self._arrays(now)
-        summary = self.summary.build(
+    def run_summary(self, now: float, arrays: dict[str, np.ndarray] | None = None, **build: Any) -> Summary:
+        """The run-so-far ``Summary`` at ``now`` (bounded: percentiles within a 1 % bucket)."""
+        if arrays is None:
+            arrays = self._arrays(now)[1]
+        return self.summary.build(
             self.header,
             server=self.server_summary(arrays),
             knee=knee_rps(self.events),
-            duration_s=now,
             gpu=self.gpu_totals.figures(),
             knee_why=knee_explanation(self.events),
-        ).to_dict()
+            **build,
+        )
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        now = self.now if now is None else now
+        times, arrays = self._arrays(now)
+        summary = self.run_summary(now, arrays, duration_s=now).to_dict()
         return Snapshot(
             t=now,
             header=self.header,
