@@ -154,7 +154,7 @@ class RunResult:
         return self.counts.failed / self.counts.judged if self.counts.judged else 0.0
 
 
-class _Collector:
+class RunCollector:
     """Keeps what the run's end needs in fixed size: request counts and the events (a
     few per steering call, knee, restart or scrape failure streak, not per request or
     per second). Records and scrapes only with ``keep_records``; answers' texts only with
@@ -223,7 +223,7 @@ class Run:
         if scenario.workload.get("sessions"):
             self.sessions = SessionDriver(SessionWorkload(self.factory), self.now, options.save_generated_texts)
         self.series = SeriesBuilder(slo=scenario.slo, gpu_price_per_hour=options.gpu_price_per_hour)
-        self.collector = _Collector(options.keep_records, options.save_generated_texts)
+        self.collector = RunCollector(options.keep_records, options.save_generated_texts)
         self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
         self.knee = KneeDetector()
         self._header: RunHeader | None = None
