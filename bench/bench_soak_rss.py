@@ -7,9 +7,11 @@ not the server, is what is measured), sampling the run's RSS every ``--every`` s
 
 The run is `rampwatch run --headless` with a scenario of constant arrivals at ``--rate``
 requests/s and ``--output-tokens`` tokens per answer (``ignore_eos``), recording to a
-temporary directory. The CSV gets one row per sample as it goes (``t_s,rss_mb,requests``:
+temporary directory. The CSV gets one row per sample as it goes (``t_s,rss_mb,in_flight``:
 the seconds since the start, the rampwatch process's RSS — headless, the run is executed
-in that process — and the requests sent so far from its progress lines); at the end the
+in that process — and the requests in flight from its latest progress line: a server
+that cannot keep up makes them, and so the RSS, grow); the run's output is passed
+through as it comes. At the end the
 curve is printed (RSS at each ``--print-every`` seconds) with the peak. ``--rampwatch``
 runs another installation's command (e.g. an older checkout's venv) for a before/after.
 The simulator is a process of its own (the managed server) and is not counted.
@@ -41,7 +43,7 @@ workload:
   ignore_eos: true
 """
 
-PROGRESS_SENT = re.compile(r"^\[\s*(\d+)s\]")
+IN_FLIGHT = re.compile(r"in-flight (\d+)")
 
 
 def rss_mb(pid: int) -> float | None:
@@ -85,25 +87,28 @@ def main() -> int:
     print(" ".join(command), flush=True)
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
+    in_flight = [""]  # from the latest progress line
 
     def read() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
+            print(line, end="", flush=True)
+            found = IN_FLIGHT.search(line)
+            if found:
+                in_flight[0] = found.group(1)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     samples: list[tuple[float, float]] = []
     with open(out_csv, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["t_s", "rss_mb"])
+        writer.writerow(["t_s", "rss_mb", "in_flight"])
         while proc.poll() is None:
             rss = rss_mb(proc.pid)
             if rss is not None:
                 t = time.monotonic() - started
                 samples.append((t, rss))
-                writer.writerow([f"{t:.0f}", f"{rss:.1f}"])
+                writer.writerow([f"{t:.0f}", f"{rss:.1f}", in_flight[0]])
                 f.flush()
             try:
                 proc.wait(timeout=args.every)
@@ -111,7 +116,6 @@ def main() -> int:
                 pass
     reader.join(timeout=5)
     print(f"exit {proc.returncode}; samples in {out_csv}")
-    print("\n".join(lines[-40:]))
     if not samples:
         return 1
     print(f"\n{'t':>8}  {'RSS MB':>7}")

@@ -195,7 +195,7 @@ def write_bench_result(
         for i, (key, value) in enumerate(result.items()):
             f.write(("," if i else "") + "\n " + json.dumps(key) + ": ")
             if key not in PER_REQUEST_KEYS:
-                f.write(json.dumps(value, default=str, allow_nan=False))
+                f.write(json.dumps(value, default=str))  # NaN as vLLM writes it (dumps_bench_result)
                 continue
             f.write("[")
             first = True
