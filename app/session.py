@@ -373,6 +373,7 @@ class FinalFigures:
     classes: dict[str, Summary]
     recording: Recording | None = None  # read back: the result JSON streams from it
     note: str | None = None  # why the figures are not the exact ones
+    unreadable: str | None = None  # the recording was written but could not be read back
 
 
 @dataclass
@@ -592,19 +593,18 @@ def final_figures(prepared: PreparedRun, result: RunResult) -> FinalFigures:
         )
         return FinalFigures(summary, turn_table(result.requests, finished=result.sessions_finished), classes)
     path = prepared.records_path
-    unreadable = result.recording_error
-    if path is not None and unreadable is None:
+    unreadable = None  # a recording that failed is said by its own line (finish_run)
+    if path is not None and result.recording_error is None:
         try:
             recording = open_recording(path)
             summary = summarise(recording, slo=prepared.run.scenario.slo, gpu_price_per_hour=args.gpu_price_per_hour)
             return FinalFigures(summary, recording_turns(recording), class_figures(recording), recording)
         except (UserError, OSError) as exc:
             unreadable = str(exc)
-    note = "live figures: percentiles within 1 %, not exact"
-    if unreadable is not None:
-        note += f" (the run's records could not be read back: {unreadable})"
     summary = result.live_summary or summarise_requests(result.header, [], [], result.events)
-    return FinalFigures(summary, None, {}, note=note)
+    return FinalFigures(
+        summary, None, {}, note="live figures: percentiles within 1 %, not exact", unreadable=unreadable
+    )
 
 
 def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdout) -> int:
@@ -616,8 +616,16 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
 
 
 def _finish_run(prepared: PreparedRun, result: RunResult, out: TextIO) -> int:
-    args = prepared.args
     figures = final_figures(prepared, result)
+    try:
+        return _report_run(prepared, result, figures, out)
+    finally:
+        if figures.recording is not None:
+            figures.recording.close()
+
+
+def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures, out: TextIO) -> int:
+    args = prepared.args
     summary, turns, classes = figures.summary, figures.turns, figures.classes
     print(format_summary(summary), file=out)
     if figures.note is not None:
@@ -653,6 +661,9 @@ def _finish_run(prepared: PreparedRun, result: RunResult, out: TextIO) -> int:
         else:
             what = f"the run's scratch recording {prepared.scratch_path} (--no-record)"
         print(f"rampwatch run: {what} failed: {result.recording_error}", file=sys.stderr)
+        code = 1
+    elif figures.unreadable is not None:
+        print(f"rampwatch run: cannot read the run's records back: {figures.unreadable}", file=sys.stderr)
         code = 1
     if prepared.server_exit is not None:
         print_server_tail(prepared.server_exit.tail)
@@ -708,6 +719,8 @@ class ProgressPrinter:
             print(progress_line(self.snapshot(), self.interval_s), file=self.out, flush=True)
 
 
+# Bins a progress line reads beyond its interval: the filling second and a gauge's look-back.
+PROGRESS_SPARE_BINS = 4
 # Per-second counts: shown as their mean over the progress interval.
 _RATE_SERIES = ("sent_rps", "completed_rps", "error_rps", "client_output_tps")
 
@@ -778,7 +791,10 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
     for sig in stop_signals:
         loop.add_signal_handler(sig, on_sigint)
     interval = prepared.args.progress_interval
-    background = [asyncio.create_task(ProgressPrinter(run.snapshot, interval_s=interval).run())]
+    # A progress line reads the newest seconds only: the last bins, not a long run's day of them.
+    last_bins = int(interval) + PROGRESS_SPARE_BINS
+    progress = ProgressPrinter(lambda: run.snapshot(last_bins), interval_s=interval)
+    background = [asyncio.create_task(progress.run())]
     if prepared.server is not None:
         background.append(asyncio.create_task(watch_server(prepared)))
     try:

@@ -451,8 +451,8 @@ class Run:
             return "draining"  # requests in flight, or sessions still having turns
         return state
 
-    def snapshot(self) -> Snapshot:
-        return self.series.snapshot(self.now())
+    def snapshot(self, last_bins: int | None = None) -> Snapshot:
+        return self.series.snapshot(self.now(), last_bins)
 
     @property
     def connection(self) -> Connection:

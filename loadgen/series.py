@@ -823,17 +823,21 @@ class SeriesBuilder:
             **build,
         )
 
-    def snapshot(self, now: float | None = None) -> Snapshot:
+    def snapshot(self, now: float | None = None, last_bins: int | None = None) -> Snapshot:
+        """The run at ``now``; with ``last_bins``, its series hold only their last
+        ``last_bins`` bins (everything else whole): turning a day's bins into Python lists
+        takes ~1 s, which a reader of the newest seconds (headless progress) need not pay."""
         now = self.now if now is None else now
         times, arrays = self._arrays(now)
         summary = self.run_summary(now, arrays, duration_s=now).to_dict()
+        cut = 0 if last_bins is None else max(0, len(times) - last_bins)
         return Snapshot(
             t=now,
             header=self.header,
             state=self.state,
             target_rps=self.target_rps,
-            times=times,
-            series={name: arrays[name].tolist() for name in SERIES_NAMES},
+            times=times[cut:],
+            series={name: arrays[name][cut:].tolist() for name in SERIES_NAMES},
             in_flight=self.in_flight,
             events=list(self.events),
             summary=summary,
