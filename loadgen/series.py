@@ -645,14 +645,16 @@ class SeriesBuilder:
                 sub._counts["good_rps"] = _Growable(0.0)
         return sub
 
-    def class_figures(self, now: float) -> list[ClassFigures]:
-        """Each class's series and run-so-far summary at ``now``."""
+    def class_figures(self, now: float, last_bins: int | None = None) -> list[ClassFigures]:
+        """Each class's series (their last ``last_bins`` bins only, if given) and
+        run-so-far summary at ``now``."""
         out = []
         for name, sub in self._classes.items():
             times, arrays = sub._arrays(now)
-            nan = [math.nan] * len(times)
+            cut = 0 if last_bins is None else max(0, len(times) - last_bins)
+            nan = [math.nan] * (len(times) - cut)
             summary = sub.summary.build(self.header, duration_s=now)
-            series = {key: arrays[key].tolist() if key in arrays else nan for key in CLASS_SERIES_NAMES}
+            series = {key: arrays[key][cut:].tolist() if key in arrays else nan for key in CLASS_SERIES_NAMES}
             out.append(ClassFigures(name, series, summary.to_dict()))
         return out
 
@@ -853,5 +855,5 @@ class SeriesBuilder:
             last_good_gpu_t=self.last_good_gpu_t,
             configurations=self.configurations(now, arrays),
             turns=None if self.turns is None else self.turns.table(self.sessions_finished),
-            classes=self.class_figures(now),
+            classes=self.class_figures(now, last_bins),
         )
