@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import shlex
 import shutil
@@ -792,7 +793,7 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
         loop.add_signal_handler(sig, on_sigint)
     interval = prepared.args.progress_interval
     # A progress line reads the newest seconds only: the last bins, not a long run's day of them.
-    last_bins = int(interval) + PROGRESS_SPARE_BINS
+    last_bins = math.ceil(interval) + PROGRESS_SPARE_BINS
     progress = ProgressPrinter(lambda: run.snapshot(last_bins), interval_s=interval)
     background = [asyncio.create_task(progress.run())]
     if prepared.server is not None:

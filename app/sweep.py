@@ -498,8 +498,8 @@ def spawn_headless(
 
 def _recorded(path: Path, result: Any) -> tuple[list, list]:
     """A configuration's records and scrapes, read back from its recording (the run keeps
-    none in RAM); chunk times packed (8 bytes each). None when the recording failed: the
-    row is failed then, its figures empty."""
+    none in RAM); chunk times packed (8 bytes each). Empty when the recording failed or
+    cannot be read: the row is failed then, its figures empty."""
     from array import array
     from dataclasses import replace
 
@@ -509,8 +509,8 @@ def _recorded(path: Path, result: Any) -> tuple[list, list]:
     if result.recording_error:
         return [], []
     try:
-        recording = open_recording(path)
-        requests = [replace(r, chunk_times=array("d", r.chunk_times)) for r in recording.iter_requests()]
+        with open_recording(path) as recording:
+            requests = [replace(r, chunk_times=array("d", r.chunk_times)) for r in recording.iter_requests()]
+            return requests, list(recording.samples)
     except (UserError, OSError):
         return [], []
-    return requests, list(recording.samples)
