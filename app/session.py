@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import math
 import os
 import shlex
@@ -532,6 +533,8 @@ def build_run(plan: RunPlan) -> PreparedRun:
     scratch = (
         None if plan.recording_path is not None else Path(tempfile.mkdtemp(prefix="rampwatch-run-")) / "records.rwrec"
     )
+    if scratch is not None:  # also when the run ends on an error before finish_run
+        atexit.register(shutil.rmtree, scratch.parent, ignore_errors=True)
     secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
     recorder = RecordingWriter(plan.recording_path or scratch, secrets=secrets or None)
     run = Run(scenario, options, sinks=[recorder])
