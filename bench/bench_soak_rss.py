@@ -14,6 +14,8 @@ that cannot keep up makes them, and so the RSS, grow); the run's output is passe
 through as it comes. At the end the
 curve is printed (RSS at each ``--print-every`` seconds) with the peak. ``--rampwatch``
 runs another installation's command (e.g. an older checkout's venv) for a before/after.
+``--live`` runs it with its live UI in a detached tmux session instead and samples both
+processes: the UI and the forked run process (CSV ``t_s,ui_rss_mb,run_rss_mb``).
 The simulator is a process of its own (the managed server) and is not counted.
 """
 
@@ -23,6 +25,7 @@ import argparse
 import csv
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -58,6 +61,55 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def soak_live(command: list[str], out_csv: Path, every: float) -> int:
+    """The run with its live UI in a detached tmux session (its own socket): samples the
+    UI process and the run process it forks (the child with the same command line; the
+    server's guard is the other child). When the run process has ended, ``q`` leaves."""
+    socket = f"rampwatch-soak-{os.getpid()}"
+    tmux = ["tmux", "-L", socket]
+    subprocess.run([*tmux, "new-session", "-d", "-x", "160", "-y", "48", "exec " + shlex.join(command)], check=True)
+    started = time.monotonic()
+    ui = int(subprocess.run([*tmux, "display", "-p", "#{pane_pid}"], capture_output=True, text=True).stdout)
+    run_pid: int | None = None
+    peaks = [0.0, 0.0]
+    try:
+        with open(out_csv, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["t_s", "ui_rss_mb", "run_rss_mb"])
+            while (ui_rss := rss_mb(ui)) is not None:
+                if run_pid is None:
+                    run_pid = next((c for c in children(ui) if cmdline(c) == cmdline(ui)), None)
+                run_rss = rss_mb(run_pid) if run_pid is not None else None
+                t = time.monotonic() - started
+                writer.writerow([f"{t:.0f}", f"{ui_rss:.1f}", "" if run_rss is None else f"{run_rss:.1f}"])
+                f.flush()
+                peaks = [max(peaks[0], ui_rss), max(peaks[1], run_rss or 0.0)]
+                print(f"{t / 60:6.1f}m  UI {ui_rss:7.1f} MB  run {run_rss or 0.0:7.1f} MB", flush=True)
+                if run_pid is not None and run_rss is None:  # the run is over: leave the UI
+                    subprocess.run([*tmux, "send-keys", "q"])
+                time.sleep(every)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+    print(f"peak RSS: UI {peaks[0]:.1f} MB, run process {peaks[1]:.1f} MB; samples in {out_csv}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=100.0)
@@ -67,6 +119,9 @@ def main() -> int:
     parser.add_argument("--print-every", type=float, default=300.0, help="seconds between the printed curve's rows")
     parser.add_argument("--csv", default=None, help="the samples (default: bench-soak-rss.csv in the work directory)")
     parser.add_argument("--rampwatch", default=str(Path(sys.executable).with_name("rampwatch")))
+    parser.add_argument(
+        "--live", action="store_true", help="the live UI in a detached tmux session: samples the UI and the run process"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rampwatch-soak-"))
     scenario = work / "soak.yaml"
@@ -84,6 +139,8 @@ def main() -> int:
         "--progress-interval",
         "10",
     ]
+    if args.live:
+        return soak_live([c for c in command if c not in ("--headless",)], out_csv, args.every)
     print(" ".join(command), flush=True)
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
