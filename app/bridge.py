@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import math
 import threading
 from collections.abc import Awaitable, Callable
@@ -105,6 +106,8 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
             if method is not None:  # a control lacking a method (a test's) ignores the call
                 method(*args)
 
+        tails_only = "last_bins" in inspect.signature(snapshot_fn).parameters  # Run.snapshot
+
         async def publisher() -> None:
             count = 0
             while True:
@@ -114,11 +117,12 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
                     # priority on a busy machine): skip this one rather than block the
                     # run's loop on a full socket.
                     continue
-                snapshot = snapshot_fn()
                 if count % FULL_SNAPSHOT_EVERY == 0:
-                    conn.send(("snapshot", snapshot))
+                    conn.send(("snapshot", snapshot_fn()))
+                elif tails_only:  # the newest bins only: a long run's whole series cost ~1 s a day
+                    conn.send(("delta", tail_of(snapshot_fn(last_bins=TAIL_BINS))))
                 else:
-                    conn.send(("delta", tail_of(snapshot)))
+                    conn.send(("delta", tail_of(snapshot_fn())))
                 count += 1
 
         loop.add_reader(fileno, on_command)
@@ -176,16 +180,20 @@ SIOCOUTQ = 0x5411
 
 
 def tail_of(snapshot: Snapshot, bins: int = TAIL_BINS) -> tuple[int, Snapshot]:
-    """(index of the first bin kept, the snapshot with only its last ``bins`` bins)."""
+    """(index of the first bin kept, the snapshot with only its last ``bins`` bins). A
+    snapshot of its last bins only (``SeriesBuilder.snapshot(last_bins=…)``) starts at the
+    bin its first time names (bins are whole seconds from 0)."""
+    first = int(snapshot.times[0]) if snapshot.times else 0
     start = max(0, len(snapshot.times) - bins)
     if start == 0:
-        return 0, snapshot
+        return first, snapshot
     series = {name: values[start:] for name, values in snapshot.series.items()}
     classes = [
         dataclasses.replace(c, series={name: values[start:] for name, values in c.series.items()})
         for c in snapshot.classes
     ]
-    return start, dataclasses.replace(snapshot, times=snapshot.times[start:], series=series, classes=classes)
+    tail = dataclasses.replace(snapshot, times=snapshot.times[start:], series=series, classes=classes)
+    return first + start, tail
 
 
 def with_tail(base: Snapshot, start: int, tail: Snapshot) -> Snapshot:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import math
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,11 +46,14 @@ from rampwatch.loadgen.managed import (
 from rampwatch.loadgen.runner import Run, RunOptions, RunResult, host_info
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.loadgen.sessions import session_target, users_for, users_target
-from rampwatch.loadgen.summary import dumps_bench_result, format_summary, summarise_requests, to_bench_result
+from rampwatch.loadgen.summary import Summary, dumps_bench_result, format_summary, summarise_requests, to_bench_result
 from rampwatch.loadgen.tokenizers import load_tokenizer
-from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections, turn_table
+from rampwatch.loadgen.turns import TURNS_NOTE, TurnTable, turn_sections, turn_table
 from rampwatch.loadgen.worker_pool import LocalWorkers
 from rampwatch.loadgen.workers import SenderFactory
+from rampwatch.record.analysis import class_figures, recording_turns, summarise
+from rampwatch.record.cli_export import write_bench_result
+from rampwatch.record.reader import Recording, open_recording
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
@@ -362,6 +369,18 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
 
 
 @dataclass
+class FinalFigures:
+    """What the end of a run prints and writes (``final_figures``)."""
+
+    summary: Summary
+    turns: TurnTable | None
+    classes: dict[str, Summary]
+    recording: Recording | None = None  # read back: the result JSON streams from it
+    note: str | None = None  # why the figures are not the exact ones
+    unreadable: str | None = None  # the recording was written but could not be read back
+
+
+@dataclass
 class PreparedRun:
     """Everything `rampwatch run` sets up before the load starts, in the process the user
     started: the run (built, not started), its recorder (opened by the run's first event,
@@ -380,6 +399,18 @@ class PreparedRun:
     server_exit: ServerExited | None = None  # the server exited on its own during the run
     # The server restarted from the live screen (`R`, ``app.restart``) did not start.
     restart_error: UserError | None = None
+    # --no-record: the run's records still go to a recording, this one, in a temporary
+    # directory removed once the final figures are computed (``finish_run``).
+    scratch_path: Path | None = None
+
+    @property
+    def records_path(self) -> Path | None:
+        """Where the run's records go: the recording, or the scratch one (--no-record)."""
+        return self.recording_path or self.scratch_path
+
+    def remove_scratch(self) -> None:
+        if self.scratch_path is not None:
+            shutil.rmtree(self.scratch_path.parent, ignore_errors=True)
 
     async def execute(self) -> RunResult:
         try:
@@ -506,11 +537,16 @@ def build_run(plan: RunPlan) -> PreparedRun:
         server_limits=ServerLimits.from_engine_args(plan.server.command.engine_args()) if plan.server else None,
         sender_factory=load_senders(args),
     )
-    recorder = None
-    if plan.recording_path is not None:
-        secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
-        recorder = RecordingWriter(plan.recording_path, secrets=secrets or None)
-    run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
+    # --no-record: a scratch recording all the same, so that the final figures are read
+    # back from a file, never held in RAM, on one path with or without the flag.
+    scratch = (
+        None if plan.recording_path is not None else Path(tempfile.mkdtemp(prefix="rampwatch-run-")) / "records.rwrec"
+    )
+    if scratch is not None:  # also when the run ends on an error before finish_run
+        atexit.register(shutil.rmtree, scratch.parent, ignore_errors=True)
+    secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
+    recorder = RecordingWriter(plan.recording_path or scratch, secrets=secrets or None)
+    run = Run(scenario, options, sinks=[recorder])
     if isinstance(options.sender_factory, LocalWorkers):
         options.sender_factory.on_lost = run.worker_lost
     return PreparedRun(
@@ -520,6 +556,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         recorder=recorder,
         recording_path=plan.recording_path,
         result_json_path=plan.result_json_path,
+        scratch_path=scratch,
     )
 
 
@@ -547,27 +584,69 @@ def note_failed_start(plan: RunPlan, error: UserError) -> None:
         print(f"recording: {path} (the failed start)", file=sys.stderr)
 
 
+def final_figures(prepared: PreparedRun, result: RunResult) -> FinalFigures:
+    """The run's final figures: from its recording, streamed block by block through the
+    code `rampwatch report` uses (so the two agree by construction, exact percentiles as
+    vLLM bench computes them); from the records when the run kept them in RAM
+    (``RunOptions.keep_records``); else — the recording failed or cannot be read — the
+    live run-so-far summary (bounded: percentiles within a 1 % bucket), said so."""
+    args = prepared.args
+    if result.requests:
+        # Over the run's window (first send to last completion, as vLLM and `rampwatch
+        # report` measure it), not the whole run: the wait for the server and the drain are not load.
+        summary = summarise_requests(
+            result.header,
+            result.requests,
+            result.samples,
+            result.events,
+            slo=prepared.run.scenario.slo,
+            gpu_price_per_hour=args.gpu_price_per_hour,
+            idle_duration_s=result.duration_s,
+        )
+        classes = class_summaries(
+            result.header, result.requests, result.duration_s, gpu_price_per_hour=args.gpu_price_per_hour
+        )
+        return FinalFigures(summary, turn_table(result.requests, finished=result.sessions_finished), classes)
+    path = prepared.records_path
+    unreadable = None  # a recording that failed is said by its own line (finish_run)
+    if path is not None and result.recording_error is None:
+        try:
+            recording = open_recording(path)
+            summary = summarise(recording, slo=prepared.run.scenario.slo, gpu_price_per_hour=args.gpu_price_per_hour)
+            return FinalFigures(summary, recording_turns(recording), class_figures(recording), recording)
+        except (UserError, OSError) as exc:
+            unreadable = str(exc)
+    summary = result.live_summary or summarise_requests(result.header, [], [], result.events)
+    return FinalFigures(
+        summary, None, {}, note="live figures: percentiles within 1 %, not exact", unreadable=unreadable
+    )
+
+
 def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdout) -> int:
     """Summary, result JSON, exit code. Shared by the headless and the TUI paths."""
+    try:
+        return _finish_run(prepared, result, out)
+    finally:
+        prepared.remove_scratch()
+
+
+def _finish_run(prepared: PreparedRun, result: RunResult, out: TextIO) -> int:
+    figures = final_figures(prepared, result)
+    try:
+        return _report_run(prepared, result, figures, out)
+    finally:
+        if figures.recording is not None:
+            figures.recording.close()
+
+
+def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures, out: TextIO) -> int:
     args = prepared.args
-    # Over the run's window (first send to last completion, as vLLM and `rampwatch report`
-    # measure it), not the whole run: the wait for the server and the drain are not load.
-    summary = summarise_requests(
-        result.header,
-        result.requests,
-        result.samples,
-        result.events,
-        slo=prepared.run.scenario.slo,
-        gpu_price_per_hour=args.gpu_price_per_hour,
-        idle_duration_s=result.duration_s,
-    )
+    summary, turns, classes = figures.summary, figures.turns, figures.classes
     print(format_summary(summary), file=out)
-    turns = turn_table(result.requests, finished=result.sessions_finished)
+    if figures.note is not None:
+        print(f"({figures.note})", file=out)
     if turns is not None:
         print(f"\nTurns ({TURNS_NOTE})\n{turns.text()}", file=out)
-    classes = class_summaries(
-        result.header, result.requests, result.duration_s, gpu_price_per_hour=args.gpu_price_per_hour
-    )
     if classes:  # a mixture: its classes side by side, as `rampwatch report` prints them
         table = class_table({name: s.to_dict() for name, s in classes.items()})
         print(f"\nClasses ({CLASS_NOTE})\n{table.text()}", file=out)
@@ -576,10 +655,15 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         try:
             prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
             detailed = args.save_detailed or args.save_generated_texts
-            bench = to_bench_result(summary, result.header, result.requests, detailed=detailed)
-            if classes:  # a mixture: each class's figures in the same schema
-                bench["per_class"] = per_class_results(result.header, result.requests, classes, detailed=detailed)
-            prepared.result_json_path.write_bytes(dumps_bench_result({**bench, **turn_sections(turns)}))
+            if figures.recording is not None:  # the per-request lists streamed from the recording
+                write_bench_result(
+                    figures.recording, summary, prepared.result_json_path, detailed, result.generated_texts
+                )
+            else:
+                bench = to_bench_result(summary, result.header, result.requests, detailed=detailed)
+                if classes:  # a mixture: each class's figures in the same schema
+                    bench["per_class"] = per_class_results(result.header, result.requests, classes, detailed=detailed)
+                prepared.result_json_path.write_bytes(dumps_bench_result({**bench, **turn_sections(turns)}))
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
             print(f"rampwatch run: cannot write {prepared.result_json_path}: {exc.strerror or exc}", file=sys.stderr)
@@ -587,7 +671,14 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)
     if result.recording_error is not None:
-        print(f"rampwatch run: recording {prepared.recording_path} failed: {result.recording_error}", file=sys.stderr)
+        if prepared.recording_path is not None:
+            what = f"recording {prepared.recording_path}"
+        else:
+            what = f"the run's scratch recording {prepared.scratch_path} (--no-record)"
+        print(f"rampwatch run: {what} failed: {result.recording_error}", file=sys.stderr)
+        code = 1
+    elif figures.unreadable is not None:
+        print(f"rampwatch run: cannot read the run's records back: {figures.unreadable}", file=sys.stderr)
         code = 1
     if prepared.server_exit is not None:
         print_server_tail(prepared.server_exit.tail)
@@ -609,7 +700,8 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
             file=sys.stderr,
         )
         return SERVER_EXITED_EXIT
-    if not result.requests:
+    assert result.counts is not None
+    if not result.counts.ended:
         print("rampwatch run: no request was sent", file=sys.stderr)
         return 1
     if result.interrupted:
@@ -642,6 +734,8 @@ class ProgressPrinter:
             print(progress_line(self.snapshot(), self.interval_s), file=self.out, flush=True)
 
 
+# Bins a progress line reads beyond its interval: the filling second and a gauge's look-back.
+PROGRESS_SPARE_BINS = 4
 # Per-second counts: shown as their mean over the progress interval.
 _RATE_SERIES = ("sent_rps", "completed_rps", "error_rps", "client_output_tps")
 
@@ -712,7 +806,10 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
     for sig in stop_signals:
         loop.add_signal_handler(sig, on_sigint)
     interval = prepared.args.progress_interval
-    background = [asyncio.create_task(ProgressPrinter(run.snapshot, interval_s=interval).run())]
+    # A progress line reads the newest seconds only: the last bins, not a long run's day of them.
+    last_bins = math.ceil(interval) + PROGRESS_SPARE_BINS
+    progress = ProgressPrinter(lambda: run.snapshot(last_bins), interval_s=interval)
+    background = [asyncio.create_task(progress.run())]
     if prepared.server is not None:
         background.append(asyncio.create_task(watch_server(prepared)))
     try:

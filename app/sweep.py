@@ -212,11 +212,12 @@ class ConfigRun:
         run.sink.sinks.append(EarlyStopRule(sweep.spec.slo, sweep.spec.early_stop, stop_early))
         row["recording"] = recording.name
         result = eventloop.run(self._execute(prepared, loop_holder))
+        requests, samples, unreadable = _recorded(recording, result)
         row.update(
             _finite(
                 config_row(
-                    result.requests,
-                    result.samples,
+                    requests,
+                    samples,
                     result.events,
                     sweep.spec.slo,
                     load_end_s=run.schedule.planned_duration_s,
@@ -226,6 +227,8 @@ class ConfigRun:
         row["early_stop"] = self.stop_reason
         if result.recording_error:
             self._failed(f"recording {recording.name} failed: {result.recording_error}", None)
+        elif unreadable is not None:
+            self._failed(f"recording {recording.name} cannot be read back: {unreadable}", None)
         elif prepared.server_exit is not None:
             self._failed(str(prepared.server_exit), prepared.server_exit.server_exit_code)
         elif sweep.interrupted:
@@ -493,3 +496,23 @@ def spawn_headless(
         return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     finally:
         log.close()
+
+
+def _recorded(path: Path, result: Any) -> tuple[list, list, str | None]:
+    """A configuration's records and scrapes, read back from its recording (the run keeps
+    none in RAM), chunk times packed (8 bytes each), and why they could not be read. Empty
+    when the recording failed or cannot be read: the row is failed then, its figures empty."""
+    from array import array
+    from dataclasses import replace
+
+    from rampwatch.core.errors import UserError
+    from rampwatch.record.reader import open_recording
+
+    if result.recording_error:
+        return [], [], None
+    try:
+        with open_recording(path) as recording:
+            requests = [replace(r, chunk_times=array("d", r.chunk_times)) for r in recording.iter_requests()]
+            return requests, list(recording.samples), None
+    except (UserError, OSError) as exc:
+        return [], [], str(exc)

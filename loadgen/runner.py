@@ -48,6 +48,7 @@ from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
 from rampwatch.loadgen.segments import RESUME_CHOICES, config_event
 from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.loadgen.sessions import SessionDriver, SessionWorkload, users_for, users_message
+from rampwatch.loadgen.summary import Summary
 from rampwatch.loadgen.workers import ClientSpec, Sender, SenderFactory
 
 log = logging.getLogger(__name__)
@@ -93,11 +94,40 @@ class RunOptions:
     # factory's optional ``prepare(client_spec)`` before its clock starts, and adds its optional
     # ``host_info()`` to the header's host_info.
     sender_factory: SenderFactory | None = None
+    # Keep every record and scrape in RAM, in RunResult.requests/.samples (tests and
+    # embedders that want them). A run does not by default: its records go to its
+    # recording and its final figures are computed from there (app.session.finish_run),
+    # so that its memory is bounded by what is in flight, not by its length.
+    keep_records: bool = False
+
+
+@dataclass
+class RequestCounts:
+    """How many requests a run ended, and how many of those the server had a chance to
+    answer (not cancelled by a stop) failed: the exit code's error rate, in fixed size."""
+
+    ended: int = 0
+    judged: int = 0  # not cancelled
+    failed: int = 0  # judged and not ok
+
+    def add(self, record: RequestRecord) -> None:
+        self.ended += 1
+        if record.error_class != CANCELLED:
+            self.judged += 1
+            self.failed += not record.ok
+
+    @classmethod
+    def of(cls, records: list[RequestRecord]) -> RequestCounts:
+        counts = cls()
+        for record in records:
+            counts.add(record)
+        return counts
 
 
 @dataclass
 class RunResult:
     duration_s: float
+    # Only with RunOptions.keep_records: a run's final figures come from its recording.
     requests: list[RequestRecord]
     samples: list[ServerSample]
     events: list[Event]
@@ -106,36 +136,55 @@ class RunResult:
     recording_error: str | None = None  # set where the recording is closed (the UI's run process)
     # A session workload's sessions that ended (its ticks' sessions_finished_total).
     sessions_finished: int | None = None
+    counts: RequestCounts | None = None  # None: counted from ``requests``
+    # The live run-so-far summary at the end (bounded: percentiles from 1 % log buckets):
+    # the figures that stand when the recording failed and the exact ones cannot be read.
+    live_summary: Summary | None = None
+    # Each request's answer by id, with RunOptions.save_generated_texts only (the result
+    # JSON's generated_texts; recordings do not keep answers).
+    generated_texts: dict[int, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.counts is None:
+            self.counts = RequestCounts.of(self.requests)
 
     @property
     def error_rate(self) -> float:
         """Failed fraction of the requests the server had a chance to answer: requests
         cancelled by a stop (Ctrl-C, grace period over) count neither way."""
-        judged = [r for r in self.requests if r.error_class != CANCELLED]
-        if not judged:
-            return 0.0
-        return sum(1 for r in judged if not r.ok) / len(judged)
+        assert self.counts is not None
+        return self.counts.failed / self.counts.judged if self.counts.judged else 0.0
 
 
-class _Collector:
-    """Keeps what the final summary needs (records, scrapes, events)."""
+class RunCollector:
+    """Keeps what the run's end needs in fixed size: request counts and the events (a
+    few per steering call, knee, restart or scrape failure streak, not per request or
+    per second). Records and scrapes only with ``keep_records``; answers' texts only with
+    ``keep_texts``."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_records: bool = False, keep_texts: bool = False) -> None:
+        self.keep_records = keep_records
         self.requests: list[RequestRecord] = []
         self.samples: list[ServerSample] = []
         self.events: list[Event] = []
+        self.counts = RequestCounts()
+        self.generated_texts: dict[int, str] | None = {} if keep_texts else None
         self.header: RunHeader | None = None
 
     def on_start(self, header: RunHeader) -> None:
         self.header = header
 
     def on_request(self, record: RequestRecord) -> None:
-        # The final summary needs every chunk time of the run: packed, one takes 8 bytes
-        # instead of a list's 32, which is what matters on hour-long runs.
-        self.requests.append(replace(record, chunk_times=array("d", record.chunk_times)))
+        self.counts.add(record)
+        if self.generated_texts is not None and record.generated_text:
+            self.generated_texts[record.id] = record.generated_text
+        if self.keep_records:
+            # Packed, a chunk time takes 8 bytes instead of a list's 32.
+            self.requests.append(replace(record, chunk_times=array("d", record.chunk_times)))
 
     def on_scrape(self, sample: ServerSample) -> None:
-        self.samples.append(sample)
+        if self.keep_records:
+            self.samples.append(sample)
 
     def on_tick(self, tick: Tick) -> None:
         pass
@@ -176,7 +225,7 @@ class Run:
         if scenario.workload.get("sessions"):
             self.sessions = SessionDriver(SessionWorkload(self.factory), self.now, options.save_generated_texts)
         self.series = SeriesBuilder(slo=scenario.slo, gpu_price_per_hour=options.gpu_price_per_hour)
-        self.collector = _Collector()
+        self.collector = RunCollector(options.keep_records, options.save_generated_texts)
         self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
         self.knee = KneeDetector()
         self._header: RunHeader | None = None
@@ -412,8 +461,8 @@ class Run:
             return "draining"  # requests in flight, or sessions still having turns
         return state
 
-    def snapshot(self) -> Snapshot:
-        return self.series.snapshot(self.now())
+    def snapshot(self, last_bins: int | None = None) -> Snapshot:
+        return self.series.snapshot(self.now(), last_bins)
 
     @property
     def connection(self) -> Connection:
@@ -539,6 +588,9 @@ class Run:
                 header=header,
                 interrupted=self._interrupted,
                 sessions_finished=self.sessions.finished_total if self.sessions is not None else None,
+                counts=self.collector.counts,
+                live_summary=self.series.run_summary(end, idle_duration_s=end),
+                generated_texts=self.collector.generated_texts,
             )
         finally:
             if sender is not client:

@@ -77,7 +77,7 @@ from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.segments import CONFIG_EVENT, SegmentTable, config_segments, segment_index, segment_table
 from rampwatch.loadgen.stats import LogHistogram
 from rampwatch.loadgen.steps import StepTracker
-from rampwatch.loadgen.summary import GpuTotals, RequestBlock, SummaryBuilder, knee_explanation, knee_rps
+from rampwatch.loadgen.summary import GpuTotals, RequestBlock, Summary, SummaryBuilder, knee_explanation, knee_rps
 from rampwatch.loadgen.turns import TurnFigures
 
 _QS = (0.5, 0.9, 0.99)
@@ -645,14 +645,16 @@ class SeriesBuilder:
                 sub._counts["good_rps"] = _Growable(0.0)
         return sub
 
-    def class_figures(self, now: float) -> list[ClassFigures]:
-        """Each class's series and run-so-far summary at ``now``."""
+    def class_figures(self, now: float, last_bins: int | None = None) -> list[ClassFigures]:
+        """Each class's series (their last ``last_bins`` bins only, if given) and
+        run-so-far summary at ``now``."""
         out = []
         for name, sub in self._classes.items():
             times, arrays = sub._arrays(now)
-            nan = [math.nan] * len(times)
+            cut = 0 if last_bins is None else max(0, len(times) - last_bins)
+            nan = [math.nan] * (len(times) - cut)
             summary = sub.summary.build(self.header, duration_s=now)
-            series = {key: arrays[key].tolist() if key in arrays else nan for key in CLASS_SERIES_NAMES}
+            series = {key: arrays[key][cut:].tolist() if key in arrays else nan for key in CLASS_SERIES_NAMES}
             out.append(ClassFigures(name, series, summary.to_dict()))
         return out
 
@@ -810,24 +812,34 @@ class SeriesBuilder:
             "preemptions": agg(np.sum, arrays["preemptions"]),
         }
 
-    def snapshot(self, now: float | None = None) -> Snapshot:
-        now = self.now if now is None else now
-        times, arrays = self._arrays(now)
-        summary = self.summary.build(
+    def run_summary(self, now: float, arrays: dict[str, np.ndarray] | None = None, **build: Any) -> Summary:
+        """The run-so-far ``Summary`` at ``now`` (bounded: percentiles within a 1 % bucket)."""
+        if arrays is None:
+            arrays = self._arrays(now)[1]
+        return self.summary.build(
             self.header,
             server=self.server_summary(arrays),
             knee=knee_rps(self.events),
-            duration_s=now,
             gpu=self.gpu_totals.figures(),
             knee_why=knee_explanation(self.events),
-        ).to_dict()
+            **build,
+        )
+
+    def snapshot(self, now: float | None = None, last_bins: int | None = None) -> Snapshot:
+        """The run at ``now``; with ``last_bins``, its series hold only their last
+        ``last_bins`` bins (everything else whole): turning a day's bins into Python lists
+        takes ~1 s, which a reader of the newest seconds (headless progress) need not pay."""
+        now = self.now if now is None else now
+        times, arrays = self._arrays(now)
+        summary = self.run_summary(now, arrays, duration_s=now).to_dict()
+        cut = 0 if last_bins is None else max(0, len(times) - last_bins)
         return Snapshot(
             t=now,
             header=self.header,
             state=self.state,
             target_rps=self.target_rps,
-            times=times,
-            series={name: arrays[name].tolist() for name in SERIES_NAMES},
+            times=times[cut:],
+            series={name: arrays[name][cut:].tolist() for name in SERIES_NAMES},
             in_flight=self.in_flight,
             events=list(self.events),
             summary=summary,
@@ -843,5 +855,5 @@ class SeriesBuilder:
             last_good_gpu_t=self.last_good_gpu_t,
             configurations=self.configurations(now, arrays),
             turns=None if self.turns is None else self.turns.table(self.sessions_finished),
-            classes=self.class_figures(now),
+            classes=self.class_figures(now, last_bins),
         )

@@ -136,8 +136,9 @@ def write_series_csv(snapshot, path: Path) -> None:
             w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
 
 
-def _bench_list(recording, info, key: str, summary) -> list:
-    """One block's share of a per-request list of ``to_bench_result`` (same values)."""
+def _bench_list(recording, info, key: str, summary, texts: dict[int, str] | None = None) -> list:
+    """One block's share of a per-request list of ``to_bench_result`` (same values);
+    ``texts``: the answers by request id, which the run kept (recordings do not)."""
     import numpy as np
 
     from rampwatch.loadgen.summary import to_bench_result
@@ -160,7 +161,7 @@ def _bench_list(recording, info, key: str, summary) -> list:
     if key == "queue_times":
         return np.maximum(0.0, c.sent_at - c.scheduled_at).tolist()
     if key == "generated_texts":  # recordings do not keep the answers' texts
-        return [""] * c.n
+        return [""] * c.n if texts is None else [texts.get(int(i), "") for i in c.ids]
     if key == "errors":
         return [
             "" if e is None else f"{e}: {msg or ''}" for e, msg in zip(c.strings["error_class"], c.strings["error"])
@@ -168,11 +169,13 @@ def _bench_list(recording, info, key: str, summary) -> list:
     raise KeyError(key)
 
 
-def write_bench_result(recording, summary, path: Path, detailed: bool = False) -> None:
+def write_bench_result(
+    recording, summary, path: Path, detailed: bool = False, texts: dict[int, str] | None = None
+) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
     every chunk gap of the run) are never all in memory at once. A mixture's ``per_class``
     section has each class's figures without the per-request lists (the top level's lists
-    cover every request)."""
+    cover every request). ``texts``: the answers by request id (a run that kept them)."""
     from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
     from rampwatch.loadgen.turns import turn_sections
     from rampwatch.record.analysis import class_figures, recording_turns
@@ -192,12 +195,12 @@ def write_bench_result(recording, summary, path: Path, detailed: bool = False) -
         for i, (key, value) in enumerate(result.items()):
             f.write(("," if i else "") + "\n " + json.dumps(key) + ": ")
             if key not in PER_REQUEST_KEYS:
-                f.write(json.dumps(value, default=str, allow_nan=False))
+                f.write(json.dumps(value, default=str))  # NaN as vLLM writes it (dumps_bench_result)
                 continue
             f.write("[")
             first = True
             for info in recording.request_frames:
-                part = _bench_list(recording, info, key, summary)
+                part = _bench_list(recording, info, key, summary, texts)
                 if part:
                     text = dump_list(part)[1:-1].decode()
                     f.write(("" if first else ", ") + text)

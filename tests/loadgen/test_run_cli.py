@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -158,6 +160,10 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
     )
     with open_recording(recording) as rec:
         assert summarise(rec).duration_s == pytest.approx(result["duration"], abs=2e-6)
+        # the run's figures are read back from its recording: `rampwatch report`'s, exactly
+        reported = summarise(rec).to_dict()
+    for key in ("completed", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "request_goodput"):
+        assert result[key] == reported[key]
     assert result["request_throughput"] == pytest.approx(result["completed"] / result["duration"])
     assert result["output_throughput"] == pytest.approx(result["total_output_tokens"] / result["duration"])
     assert result["max_concurrency"] == 6 and result["max_concurrent_requests"] <= 6
@@ -337,6 +343,22 @@ def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_se
     assert "| client queue 12 |" in progress_line(snap, window_s=3)  # the latest complete second
 
 
+@pytest.mark.parametrize("interval", [1, 5, 10])
+def test_a_progress_line_from_the_last_bins_is_the_one_from_the_whole_series(interval):
+    """Headless progress asks for the newest bins only (a day's series as lists costs ~1 s):
+    the line is the same as from the whole series."""
+    from rampwatch.app.session import PROGRESS_SPARE_BINS, progress_line
+    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+
+    builder = SeriesBuilder()
+    play_synthetic(SyntheticRun(duration_s=40, start_rps=5, end_rps=15, seed=2), builder, finish=False)
+    now = builder.now - 0.3  # inside a second that is still filling
+    last = builder.snapshot(now, last_bins=interval + PROGRESS_SPARE_BINS)
+    assert len(last.times) == interval + PROGRESS_SPARE_BINS < len(builder.snapshot(now).times)
+    assert progress_line(last, interval) == progress_line(builder.snapshot(now), interval)
+
+
 def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path, capsys):
     import argparse
     from types import SimpleNamespace
@@ -375,3 +397,74 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
     assert len(err) == 1 and "r.rwrec" in err[0] and "No space left on device" in err[0]
     result.recording_error = None
     assert finish_run(prepared, result) == 0
+
+
+def test_no_record_still_reads_the_figures_back_from_a_scratch_recording_it_removes(sim_url, tmp_path):
+    """--no-record: the records go to a scratch recording in a temporary directory, read
+    back for the exact figures and the result JSON, then removed."""
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    result_json = tmp_path / "result.json"
+    proc = rampwatch(
+        "random", "--headless", "--target", sim_url, "--duration", "2", "--start-rps", "5", "--end-rps", "5",
+        "--set", "workload.output_tokens=8", "--no-record", "--result-json", str(result_json), "--save-detailed",
+        env={**os.environ, "TMPDIR": str(scratch_root)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(result_json.read_text())
+    assert result["completed"] == result["num_prompts"] == len(result["ttfts"]) >= 8
+    assert "live figures" not in proc.stdout and "recording:" not in proc.stdout
+    assert list(scratch_root.iterdir()) == []  # the scratch recording is gone
+
+
+@pytest.mark.parametrize("recording_failed", [True, False])
+def test_without_a_readable_recording_the_summary_is_the_live_one_said_so_and_a_failed_exit(
+    tmp_path, capsys, recording_failed
+):
+    """A run that kept no records (the default) and whose recording failed mid-run, or
+    cannot be read back (here: it is not there): the live bounded summary, marked, the
+    result JSON from it, and one line saying why, exit 1."""
+    import argparse
+    from types import SimpleNamespace
+
+    from rampwatch.app.session import PreparedRun, finish_run
+    from rampwatch.core.timeline import RequestRecord, RunHeader
+    from rampwatch.loadgen.runner import RequestCounts, RunResult
+    from rampwatch.loadgen.summary import RequestBlock, SummaryBuilder
+
+    header = RunHeader(
+        rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m", scenario_name="random"
+    )
+    records = [
+        RequestRecord(id=i, scheduled_at=0.0, sent_at=0.0, end_at=0.5, first_token_at=0.1 + i / 100,
+                      chunk_times=[0.3, 0.5], prompt_tokens=4, completion_tokens=3)
+        for i in range(5)
+    ]  # fmt: skip
+    live = SummaryBuilder(bounded=True)
+    live.add_block(RequestBlock.from_records(records))
+    result = RunResult(
+        duration_s=1.0,
+        requests=[],
+        samples=[],
+        events=[],
+        header=header,
+        recording_error="stopped at 0.4 s of the run: No space left on device" if recording_failed else None,
+        counts=RequestCounts.of(records),
+        live_summary=live.build(header),
+    )
+    args = argparse.Namespace(gpu_price_per_hour=None, max_error_rate=0.05, save_detailed=False,
+                              save_generated_texts=False)  # fmt: skip
+    prepared = PreparedRun(
+        run=SimpleNamespace(scenario=SimpleNamespace(slo=None)),
+        args=args,
+        recording_path=tmp_path / "r.rwrec",
+        result_json_path=tmp_path / "r.json",
+    )
+    out = io.StringIO()
+    assert finish_run(prepared, result, out=out) == 1
+    assert "Successful requests:                     5" in out.getvalue()
+    assert "(live figures: percentiles within 1 %, not exact)" in out.getvalue()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "r.rwrec" in err[0]
+    assert ("No space left on device" in err[0]) == recording_failed
+    assert json.loads((tmp_path / "r.json").read_text())["completed"] == 5

@@ -54,7 +54,7 @@ def scenario(schedule: dict, output_tokens: int = 16, input_tokens: int = 32, ma
 def make_run(url: str, scn, sink: ListSink, **options) -> Run:
     options.setdefault("scrape_interval_s", 0.25)
     options.setdefault("tick_interval_s", 0.25)
-    return Run(scn, RunOptions(target=url, model="tiny", **options), sinks=[sink])
+    return Run(scn, RunOptions(target=url, model="tiny", keep_records=True, **options), sinks=[sink])
 
 
 INSTANT = SimConfig(hardware="instant", model="tiny")

@@ -124,7 +124,7 @@ workload:
 def make_run(url: str, scenario, sink: Sink, **options) -> Run:
     options.setdefault("tick_interval_s", 0.05)
     options.setdefault("scrape_interval_s", 5.0)
-    return Run(scenario, RunOptions(target=url, model="tiny", **options), sinks=[sink])
+    return Run(scenario, RunOptions(target=url, model="tiny", keep_records=True, **options), sinks=[sink])
 
 
 async def run_to_end(run: Run, limit_s: float = 20.0):

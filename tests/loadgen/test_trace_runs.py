@@ -50,7 +50,7 @@ async def test_trace_times_are_honoured_within_the_send_lateness_bound(tmp_path,
     async with serve(SimConfig(hardware="instant", model="tiny")) as url:
         run = Run(
             load_scenario(str(tmp_path / "s.yaml")),
-            RunOptions(target=url, model="tiny", tick_interval_s=0.1, scrape_interval_s=0.5),
+            RunOptions(target=url, model="tiny", tick_interval_s=0.1, scrape_interval_s=0.5, keep_records=True),
             sinks=[ticks],
         )
         result = await run.execute()
@@ -88,7 +88,7 @@ async def test_a_live_rate_change_scales_the_replays_speed(tmp_path):
     async with serve(SimConfig(hardware="instant", model="tiny")) as url:
         run = Run(
             load_scenario(str(tmp_path / "s.yaml")),
-            RunOptions(target=url, model="tiny", tick_interval_s=0.1, scrape_interval_s=0.5),
+            RunOptions(target=url, model="tiny", tick_interval_s=0.1, scrape_interval_s=0.5, keep_records=True),
             sinks=[sink],
         )
         task = asyncio.create_task(run.execute())

@@ -123,6 +123,22 @@ def test_export_json_follows_the_vllm_schema(tmp_path):
     assert {k: v for k, v in result.items() if k in short} == short
 
 
+def test_export_json_of_a_summary_with_a_nan_figure(tmp_path):
+    """A run whose every request failed has no peak token rate (NaN): the export writes it
+    as vLLM's own file does, as the run's result JSON does, instead of stopping."""
+    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+    from rampwatch.record.writer import RecordingWriter
+
+    path = tmp_path / "failed.rwrec"
+    writer = RecordingWriter(path)
+    play_synthetic(SyntheticRun(duration_s=3, start_rps=5, end_rps=5, error_rate=1.0), writer)
+    writer.close()
+    out = rampwatch("export", str(path), "--format", "json", "-o", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert math.isnan(result["max_output_tokens_per_s"]) and result["completed"] == 0 and result["failed"] > 0
+
+
 def test_export_csv_writes_requests_and_series(tmp_path):
     out = rampwatch("export", str(FIXTURE), "--format", "csv", "-o", str(tmp_path / "run.csv"))
     assert out.returncode == 0, out.stderr

@@ -80,7 +80,7 @@ async def test_keys_steer_a_run_on_the_apps_loop_and_are_recorded(sim, tmp_path)
     path = tmp_path / "same-loop.rwrec"
     run = Run(
         scenario,
-        RunOptions(target=sim.url, model=model, rate_step_rps=STEP, stop_grace_s=5.0),
+        RunOptions(target=sim.url, model=model, rate_step_rps=STEP, stop_grace_s=5.0, keep_records=True),
         sinks=[RecordingWriter(path)],
     )
     schedule = run.schedule
@@ -197,7 +197,8 @@ async def test_keys_steer_the_run_process_of_rampwatch_run(tmp_path):
     finally:
         prepared.close()
     assert app.return_code == 0
-    assert result.requests and all(r.ok for r in result.requests)
+    # the run process sent back counts, not records (those are in the recording)
+    assert result.requests == [] and result.counts.ended > 0 and result.counts.failed == 0
     assert result.interrupted  # quit before the schedule's end
     out = io.StringIO()
     assert session.finish_run(prepared, result, out=out) == session.INTERRUPTED_EXIT
@@ -241,7 +242,8 @@ async def test_x_ends_the_drain_of_the_run_process_and_it_is_recorded(tmp_path, 
             bridge.finish(drain_timeout=15.0)
     finally:
         prepared.close()
-    cancelled = [r for r in result.requests if r.error_class == "cancelled"]
+    with open_recording(prepared.recording_path) as recording:
+        cancelled = [r for r in recording.requests if r.error_class == "cancelled"]
     assert cancelled and result.interrupted
     out = io.StringIO()
     assert session.finish_run(prepared, result, out=out) == session.INTERRUPTED_EXIT
@@ -251,8 +253,6 @@ async def test_x_ends_the_drain_of_the_run_process_and_it_is_recorded(tmp_path, 
     events = recorded_events(prepared.recording_path)
     cancels = [e for e in events if e.kind == "cancel"]
     assert len(cancels) == 1 and cancels[0].data["requests"] == len(cancelled)
-    with open_recording(prepared.recording_path) as recording:
-        assert sum(r.error_class == "cancelled" for r in recording.requests) == len(cancelled)
 
 
 async def test_a_server_killed_under_the_run_process_fails_the_run_on_screen_and_in_the_recording(tmp_path, capsys):

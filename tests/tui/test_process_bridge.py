@@ -107,6 +107,24 @@ def test_a_snapshot_tail_on_the_previous_snapshot_gives_the_new_snapshot():
         with_tail(fake_snapshot(20.0), 50, tail)
 
 
+def test_a_tail_built_from_the_last_bins_only_is_the_tail_of_the_whole_snapshot():
+    """Between full snapshots the run process builds its newest bins only (a day's series
+    as Python lists take ~1 s to build): the tail sent is the same."""
+    from rampwatch.app.bridge import TAIL_BINS
+    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+
+    builder = SeriesBuilder()
+    play_synthetic(SyntheticRun(duration_s=200, start_rps=2, end_rps=6, seed=4), builder, finish=False)
+    now = builder.now - 0.3
+    start, tail = tail_of(builder.snapshot(now, last_bins=TAIL_BINS))
+    want_start, want = tail_of(builder.snapshot(now))
+    assert start == want_start > 0 and tail.times == want.times and len(tail.times) == TAIL_BINS
+    for name, values in want.series.items():
+        assert tail.series[name] == pytest.approx(values, nan_ok=True)
+    assert tail.summary == want.summary and tail.events == want.events
+
+
 def test_a_mixtures_class_series_travel_as_tails_too():
     before, after = fake_mixed_snapshot(100.0), fake_mixed_snapshot(103.5)
     start, tail = tail_of(after, bins=10)

@@ -38,6 +38,7 @@ def live_run(tmp_path, server: ManagedServer, name: str):
         model="tiny",
         stop_grace_s=5.0,
         cli_options={"serve": server.command.shown},
+        keep_records=True,
     )
     run = Run(scenario, options, sinks=[writer])
 
