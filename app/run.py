@@ -220,6 +220,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="PRESET",
         help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL})",
     )
+    from rampwatch.app.ray_run import add_ray_flags
+
+    add_ray_flags(parser)
 
 
 def want_tui(args: argparse.Namespace, stdout: TextIO | None = None) -> bool:
@@ -233,6 +236,9 @@ def want_tui(args: argparse.Namespace, stdout: TextIO | None = None) -> bool:
 
 
 def main(args: argparse.Namespace) -> int:
+    from rampwatch.app.ray_run import check_ray_flags
+
+    check_ray_flags(args)
     if want_tui(args):
         from rampwatch.app.live import run_live
 

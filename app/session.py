@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from rampwatch.app.ray_run import attach_ray
 from rampwatch.core.bins import latest_complete, recent_mean
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_options, redact_text
@@ -502,6 +503,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
         recorder = RecordingWriter(plan.recording_path, secrets=secrets or None)
     run = Run(scenario, options, sinks=[recorder] if recorder is not None else [])
+    attach_ray(run, args)
     return PreparedRun(
         run=run,
         args=args,

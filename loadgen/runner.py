@@ -154,6 +154,12 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def _workers_info(sender: Sender) -> dict[str, Any]:
+    """The header's ``host_info["workers"]`` when the run's sender says where its workers are."""
+    workers = getattr(sender, "workers_info", None)
+    return {} if workers is None else {"workers": workers}
+
+
 class Run:
     """One load run. Implements ``RunControl``; ``execute()`` runs it to the end."""
 
@@ -442,6 +448,11 @@ class Run:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
             nvml, gpu_note = await self._open_nvml()
+            # A sender factory's set-up that takes seconds (a cluster's actors placed, their
+            # clocks measured) comes before t = 0, or the schedule's first seconds would be late.
+            prepare = getattr(opts.sender_factory, "prepare", None)
+            if prepare is not None:
+                await prepare()
             self._t0 = time.monotonic()
             started_at_unix = time.time()
             if opts.sender_factory is not None:
@@ -457,7 +468,7 @@ class Run:
                 options=redact_options(opts.cli_options),
                 planned_duration_s=self.schedule.planned_duration_s,
                 server_info=server_info,
-                host_info=host_info(),
+                host_info=host_info() | _workers_info(sender),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
             )
@@ -472,6 +483,8 @@ class Run:
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
             if gpu_note is not None:
                 self.sink.on_event(Event(0.0, "info", gpu_note, {"gpu": "hidden"}))
+            for note, data in getattr(sender, "start_notes", ()):  # where the workers are
+                self.sink.on_event(Event(0.0, "info", note, data))
             # A first tick at once: the screen shows the run's state (and takes steering
             # keys) from its start, not from the first second's tick.
             self.sink.on_tick(self._tick(0.0))

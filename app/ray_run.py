@@ -1,0 +1,81 @@
+"""`rampwatch run --ray auto|ADDRESS`: the run's requests sent from Ray actors over a
+cluster's nodes (``loadgen.ray_workers``). Ray is imported only by a run that asks for it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rampwatch.core.timeline import Event
+
+DEFAULT_MAX_CLOCK_OFFSET_MS = 10.0  # loadgen.ray_workers's (not imported: keeps the parser cheap)
+
+
+def add_ray_flags(parser: argparse.ArgumentParser, group: Any = None) -> None:
+    """``--ray``, ``--max-clock-offset`` (and ``--workers``, unless the parser has it: the
+    local load processes share it) in the "load processes" group."""
+    from rampwatch.app.run import positive_float, positive_int
+
+    if group is None:
+        group = next((g for g in parser._action_groups if g.title == "load processes"), None)
+        group = group or parser.add_argument_group("load processes")
+    group.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        help="send the requests from Ray actors spread over a cluster's nodes: auto (the cluster this host "
+        "belongs to), HOST:PORT (its head's GCS) or ray://HOST:PORT; needs pip install 'rampwatch[ray]' "
+        "and the same rampwatch on every node",
+    )
+    group.add_argument(
+        "--max-clock-offset",
+        type=positive_float,
+        default=DEFAULT_MAX_CLOCK_OFFSET_MS,
+        metavar="MS",
+        help=f"with --ray: refuse to start when a node's clock is further than this from this host's "
+        f"(default {DEFAULT_MAX_CLOCK_OFFSET_MS:g})",
+    )
+    if not any("--workers" in action.option_strings for action in parser._actions):
+        group.add_argument(
+            "--workers",
+            type=positive_int,
+            metavar="N",
+            help="with --ray: the number of actors (default: one per node with a CPU)",
+        )
+
+
+def check_ray_flags(args: argparse.Namespace) -> None:
+    """Before anything starts: Ray installed, the address well formed and answering."""
+    address = getattr(args, "ray", None)
+    if address is None:
+        return
+    from rampwatch.loadgen.ray_workers import check_reachable, import_ray
+
+    import_ray()
+    check_reachable(address)
+
+
+def attach_ray(run: Any, args: argparse.Namespace) -> None:
+    """The run sends through a pool of Ray actors (``--ray``); a lost actor is an ``error``
+    event and stops the run."""
+    address = getattr(args, "ray", None)
+    if address is None:
+        return
+    from rampwatch.loadgen.ray_workers import RayPool
+
+    def announce(line: str) -> None:  # the live screen's run process prints to its log
+        print(line, flush=True)
+
+    def worker_lost(message: str) -> None:
+        print(f"\nrampwatch run: {message}; stopping the run", file=sys.stderr, flush=True)
+        run.sink.on_event(Event(run.now(), "error", message, {"ray_worker_lost": True}))
+        run.stop()
+
+    pool = RayPool(
+        address,
+        workers=getattr(args, "workers", None),
+        max_clock_offset_s=args.max_clock_offset / 1000,
+        announce=announce,
+    )
+    pool.on_worker_lost = worker_lost
+    run.options.sender_factory = pool
