@@ -28,6 +28,7 @@ class StandIn:
 
     def __init__(self, dead: bool = False) -> None:
         self.dead, self.sent, self.cancelled = dead, [], []
+        self.reached = asyncio.Event()  # a call reached the actor
         self.waiting: dict[int, asyncio.Event] = {}
         self.hold = False
         self.send, self.cancel = Method(self._send), Method(self._cancel)
@@ -36,6 +37,7 @@ class StandIn:
         if self.dead:
             raise ray.exceptions.RayActorError()
         self.sent.append(request_id)
+        self.reached.set()
         if self.hold:
             event = self.waiting.setdefault(request_id, asyncio.Event())
             await event.wait()
@@ -86,8 +88,7 @@ async def test_a_cancelled_request_is_cancelled_on_its_actor_and_comes_back_as_a
     actor.hold = True
     pool, _ = pool_over([actor])
     task = asyncio.ensure_future(pool.send(REQ, 0, 0.0))
-    while not actor.sent:  # the call reached the actor
-        await asyncio.sleep(0)
+    await actor.reached.wait()
     task.cancel()
     with pytest.raises(RequestCancelled) as caught:
         await task
