@@ -12,14 +12,12 @@ from rampwatch.core.timeline import Event
 DEFAULT_MAX_CLOCK_OFFSET_MS = 10.0  # loadgen.ray_workers's (not imported: keeps the parser cheap)
 
 
-def add_ray_flags(parser: argparse.ArgumentParser, group: Any = None) -> None:
+def add_ray_flags(parser: argparse.ArgumentParser, positive_float: Any, positive_int: Any) -> None:
     """``--ray``, ``--max-clock-offset`` (and ``--workers``, unless the parser has it: the
-    local load processes share it) in the "load processes" group."""
-    from rampwatch.app.run import positive_float, positive_int
-
-    if group is None:
-        group = next((g for g in parser._action_groups if g.title == "load processes"), None)
-        group = group or parser.add_argument_group("load processes")
+    local load processes share it) in the "load processes" group; the number types are
+    `app.run`'s."""
+    group = next((g for g in parser._action_groups if g.title == "load processes"), None)
+    group = group or parser.add_argument_group("load processes")
     group.add_argument(
         "--ray",
         metavar="auto|ADDRESS",

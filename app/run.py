@@ -222,7 +222,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     from rampwatch.app.ray_run import add_ray_flags
 
-    add_ray_flags(parser)
+    add_ray_flags(parser, positive_float, positive_int)
 
 
 def want_tui(args: argparse.Namespace, stdout: TextIO | None = None) -> bool:

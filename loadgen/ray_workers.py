@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -98,7 +99,7 @@ def check_clock_offsets(offsets: dict[str, ClockEstimate], max_offset_s: float) 
         if abs(estimate.offset_s) > max_offset_s:
             raise UserError(
                 f"--max-clock-offset {max_offset_s * 1000:g}: Ray node {node}'s clock is "
-                f"{estimate.offset_s * 1000:+.1f} ms off this host's (round trip {estimate.rtt_s * 1000:.1f} ms); "
+                f"{estimate.offset_s * 1000:+.2f} ms off this host's (round trip {estimate.rtt_s * 1000:.1f} ms); "
                 "synchronise the clocks (chrony/NTP) or raise the bound"
             )
 
@@ -252,12 +253,17 @@ class RayPool:
     def _connect(self, ray: Any) -> None:
         import logging
 
+        # Ray's driver sets a SIGTERM handler that exits at once; the run's own (a graceful
+        # stop, as for Ctrl-C) is put back.
+        on_sigterm = signal.getsignal(signal.SIGTERM)
         try:
             # The actors' output stays in the cluster's logs: a screen must not get it.
             ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
         except ConnectionError as exc:
             where = "no running Ray cluster found on this host" if self.address == "auto" else "no Ray cluster there"
             raise RayUnreachable(f"--ray {self.address}: {where} ({exc})") from None
+        finally:
+            signal.signal(signal.SIGTERM, on_sigterm)
         self._ray = ray
 
     async def _place(self, ray: Any) -> None:

@@ -133,3 +133,25 @@ def test_a_run_without_ray_never_imports_it(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("ray not imported")
+
+
+def test_connecting_keeps_the_runs_sigterm_handler():
+    """Ray's driver replaces SIGTERM's handler with an immediate exit; the run's graceful
+    stop must still be the one a SIGTERM reaches."""
+    import signal
+
+    from rampwatch.loadgen.ray_workers import RayPool
+
+    class RayInitSettingItsHandler:
+        def init(self, **options):
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+
+    def graceful_stop(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, graceful_stop)
+    try:
+        RayPool("auto")._connect(RayInitSettingItsHandler())
+        assert signal.getsignal(signal.SIGTERM) is graceful_stop
+    finally:
+        signal.signal(signal.SIGTERM, before)
