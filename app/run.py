@@ -212,11 +212,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     load.add_argument(
         "--workers",
         type=positive_int,
-        default=1,
         metavar="N",
-        help="send from N local load processes (this process keeps the schedule, the series and the "
-        "recording; request i goes to process i mod N); 1 = send from this process (default 1; "
-        "see docs/scale.md)",
+        help="send from N load processes (this process keeps the schedule, the series and the "
+        "recording; request i goes to process i mod N): local processes, or Ray actors with --ray "
+        "(default: 1, this process; with --ray, one actor per node with a CPU; see docs/scale.md)",
     )
     parser.add_argument(
         "--sim-hardware",
@@ -230,6 +229,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="PRESET",
         help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL})",
     )
+    from rampwatch.app.ray_run import add_ray_flags
+
+    add_ray_flags(parser, positive_float)
 
 
 def want_tui(args: argparse.Namespace, stdout: TextIO | None = None) -> bool:
@@ -243,6 +245,9 @@ def want_tui(args: argparse.Namespace, stdout: TextIO | None = None) -> bool:
 
 
 def main(args: argparse.Namespace) -> int:
+    from rampwatch.app.ray_run import check_ray_flags
+
+    check_ray_flags(args)
     if want_tui(args):
         from rampwatch.app.live import run_live
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from rampwatch.app.ray_run import attach_ray
 from rampwatch.core.bins import latest_complete, recent_mean
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_options, redact_text
@@ -501,6 +502,8 @@ def record_failed_start(plan: RunPlan, error: UserError) -> Path | None:
 def load_senders(args: argparse.Namespace) -> SenderFactory | None:
     """What the run sends through: its own client (None), or ``--workers N`` processes."""
     workers = getattr(args, "workers", 1) or 1
+    if getattr(args, "ray", None) is not None:  # --workers N are Ray actors (app.ray_run)
+        return None
     return LocalWorkers(workers) if workers > 1 else None
 
 
@@ -549,6 +552,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
     run = Run(scenario, options, sinks=[recorder])
     if isinstance(options.sender_factory, LocalWorkers):
         options.sender_factory.on_lost = run.worker_lost
+    attach_ray(run, args)
     return PreparedRun(
         run=run,
         args=args,

@@ -501,8 +501,11 @@ class Run:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
             nvml, gpu_note = await self._open_nvml()
+            # A sender factory's set-up that takes seconds (worker processes started, a
+            # cluster's actors placed and their clocks measured) comes before t = 0, or the
+            # schedule's first seconds would be late.
             prepare = getattr(opts.sender_factory, "prepare", None)
-            if prepare is not None:  # start worker processes or actors before the clock does
+            if prepare is not None:
                 await prepare(self.client_spec())
             self._t0 = time.monotonic()
             started_at_unix = time.time()
@@ -534,6 +537,8 @@ class Run:
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
             if gpu_note is not None:
                 self.sink.on_event(Event(0.0, "info", gpu_note, {"gpu": "hidden"}))
+            for note, data in getattr(sender, "start_notes", ()):  # where the workers are
+                self.sink.on_event(Event(0.0, "info", note, data))
             # A first tick at once: the screen shows the run's state (and takes steering
             # keys) from its start, not from the first second's tick.
             self.sink.on_tick(self._tick(0.0))

@@ -1,0 +1,63 @@
+"""`rampwatch run --ray auto|ADDRESS`: the run's requests sent from Ray actors over a
+cluster's nodes (``loadgen.ray_workers``). Ray is imported only by a run that asks for it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DEFAULT_MAX_CLOCK_OFFSET_MS = 10.0  # loadgen.ray_workers's (not imported: keeps the parser cheap)
+
+
+def add_ray_flags(parser: argparse.ArgumentParser, positive_float: Any) -> None:
+    """``--ray`` and ``--max-clock-offset`` in the "load processes" group (its ``--workers``
+    is the number of actors); the number type is `app.run`'s."""
+    group = next((g for g in parser._action_groups if g.title == "load processes"), None)
+    group = group or parser.add_argument_group("load processes")
+    group.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        help="send the requests from Ray actors spread over a cluster's nodes: auto (the cluster this host "
+        "belongs to), HOST:PORT (its head's GCS) or ray://HOST:PORT; needs pip install 'rampwatch[ray]' "
+        "and the same rampwatch on every node",
+    )
+    group.add_argument(
+        "--max-clock-offset",
+        type=positive_float,
+        default=DEFAULT_MAX_CLOCK_OFFSET_MS,
+        metavar="MS",
+        help=f"with --ray: refuse to start when a node's clock is further than this from this host's "
+        f"(default {DEFAULT_MAX_CLOCK_OFFSET_MS:g})",
+    )
+
+
+def check_ray_flags(args: argparse.Namespace) -> None:
+    """Before anything starts: Ray installed, the address well formed and answering."""
+    address = getattr(args, "ray", None)
+    if address is None:
+        return
+    from rampwatch.loadgen.ray_workers import check_reachable, import_ray
+
+    import_ray()
+    check_reachable(address)
+
+
+def attach_ray(run: Any, args: argparse.Namespace) -> None:
+    """The run sends through a pool of Ray actors (``--ray``); a lost actor is an ``error``
+    event and stops the run."""
+    address = getattr(args, "ray", None)
+    if address is None:
+        return
+    from rampwatch.loadgen.ray_workers import RayPool
+
+    def announce(line: str) -> None:  # the live screen's run process prints to its log
+        print(line, flush=True)
+
+    pool = RayPool(
+        address,
+        workers=getattr(args, "workers", None),
+        max_clock_offset_s=args.max_clock_offset / 1000,
+        announce=announce,
+    )
+    pool.on_worker_lost = run.worker_lost
+    run.options.sender_factory = pool
