@@ -15,12 +15,17 @@ from typing import Any
 
 from textual.app import App
 
+from rampwatch.app import runs
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
+from rampwatch.app.control import serve_run
+from rampwatch.app.detach import Hangup
 from rampwatch.app.restart import ServerRestarter
 from rampwatch.app.session import (
     INTERRUPTED_EXIT,
+    SERVER_WATCH_INTERVAL_S,
     PreparedRun,
     RunPlan,
+    attach_hello,
     build_run,
     finish_run,
     note_failed_start,
@@ -100,7 +105,14 @@ def start_live_prepared(
         return None if exited is None else str(exited)
 
     return start_live(
-        prepared.execute,
+        # the run process serves the run's control socket (`rampwatch attach`)
+        serve_run(
+            getattr(prepared.args, "run_id", None),
+            prepared.execute,
+            prepared.run.snapshot,
+            prepared.run,
+            hello=attach_hello(prepared),
+        ),
         prepared.run.snapshot,
         prepared.run,
         recording=recording,
@@ -117,12 +129,17 @@ def start_live_prepared(
 
 
 @contextmanager
-def exit_app_on_signals(app: App, leave: Callable[[], object] | None = None) -> Iterator[None]:
+def exit_app_on_signals(
+    app: App, leave: Callable[[], object] | None = None, on_hangup: Callable[[], object] | None = None
+) -> Iterator[None]:
     """SIGTERM and SIGHUP leave the screen as ``q`` does (``leave``, default ``app.exit``;
     the caller then drains the run, stops the server and prints the summary); outside the
-    app's loop they interrupt."""
+    app's loop they interrupt. ``on_hangup`` is called first on SIGHUP, in the handler
+    (``app.detach.Hangup``: the run then goes on detached)."""
 
     def handler(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP and on_hangup is not None:
+            on_hangup()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -168,6 +185,9 @@ def run_live(args: argparse.Namespace) -> int:
     while the screen is up goes to a log that is printed after."""
     mouse = not getattr(args, "no_mouse", False)
     plan = plan_run(args)
+    run_id = getattr(args, "run_id", None)
+    if run_id is not None:
+        runs.register(run_id, plan)
     if plan.server is not None:
         timeout_s = getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S)
         try:
@@ -182,12 +202,21 @@ def run_live(args: argparse.Namespace) -> int:
     drain_timeout = prepared.run.options.stop_grace_s + DRAIN_MARGIN_S
     with tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False) as log:
         log_path = log.name
+    hangup = None
+    if getattr(args, "on_hangup", "detach") == "detach":
+        hangup = Hangup(run_id, runs.log_path_for(run_id or "run", prepared.recording_path))
     try:
         bridge, app = start_live_prepared(prepared, log_path=log_path, mouse=mouse)
         try:
             # Without mouse capture the terminal selects text as usual (``c`` toggles it).
-            with exit_app_on_signals(app):
+            with exit_app_on_signals(app, on_hangup=hangup):
                 app.run(mouse=mouse)
+            if hangup is not None and hangup.happened:
+                hangup.keep()
+                # The run goes on until its schedule ends or `rampwatch stop`; this process
+                # keeps the server and watches it as the screen did.
+                while not bridge.join(SERVER_WATCH_INTERVAL_S):
+                    prepared.check_server(bridge.control)
         finally:
             if not bridge.done:
                 print("rampwatch run: stopping — draining in-flight requests…", file=sys.stderr)
