@@ -118,6 +118,7 @@ class RunChannel:
         self.publish_interval = publish_interval
         self.viewers: set[asyncio.StreamWriter] = set()
         self.refused = 0  # connections from another uid
+        self.listening = asyncio.Event()  # set once the socket accepts viewers
 
     async def serve(self, run: Awaitable[Any]) -> Any:
         """Await ``run`` with the socket served; the viewers get the final snapshot and
@@ -126,6 +127,7 @@ class RunChannel:
         server = None
         try:
             server = await self._listen()
+            self.listening.set()
         except OSError as exc:
             print(f"rampwatch run: control socket {self.path}: {exc.strerror or exc}; attach is off", flush=True)
         runs.update_state(self.run_id, self.directory, state=runs.RUNNING, run_pid=os.getpid())
@@ -280,7 +282,7 @@ class RemoteRun(ForwardingControl):
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._send_lock = threading.Lock()
         self._latest = Snapshot.empty()
         self.hello: dict[str, Any] = {}
@@ -310,6 +312,7 @@ class RemoteRun(ForwardingControl):
                             self._latest = payload if kind == "snapshot" else with_tail(self._latest, *payload)
                         except ValueError:
                             continue
+                        self._lock.notify_all()
                     self.first.set()
                 elif kind == "done":
                     self.summary = payload.get("summary")
@@ -319,6 +322,11 @@ class RemoteRun(ForwardingControl):
         finally:
             self.first.set()
             self.done.set()
+
+    def wait_for(self, predicate: Callable[[Snapshot], bool], timeout: float) -> bool:
+        """Whether a snapshot that ``predicate`` accepts arrives within ``timeout``."""
+        with self._lock:
+            return self._lock.wait_for(lambda: predicate(self._latest), timeout)
 
     def _forward(self, name: str, *args: Any) -> None:
         if name not in CALLS or self.done.is_set():

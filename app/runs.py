@@ -173,7 +173,7 @@ def list_runs(directory: Path | None = None, now: float | None = None, clean: bo
     if not directory.exists():
         return []
     states = [s for s in (read_state(p) for p in directory.glob("*.json")) if s is not None]
-    states.sort(key=lambda s: s.started)
+    states.sort(key=lambda s: (s.started, s.id))
     ended = [s for s in states if shown_state(s, directory) in (FINISHED, STALE)]
     ended.sort(key=lambda s: s.finished_at or s.started, reverse=True)
     drop = {
@@ -207,7 +207,7 @@ def resolve(prefix: str, directory: Path | None = None) -> RunState:
     if exact:
         return exact[0]
     if len(matches) > 1:
-        ids = ", ".join(s.id for s in matches)
+        ids = ", ".join(sorted(s.id for s in matches))
         raise UserError(f"run id {prefix!r}: names {len(matches)} runs ({ids}); give more of it")
     return matches[0]
 
@@ -217,14 +217,15 @@ def format_table(runs: list[RunState], now: float | None = None, directory: Path
     now = time.time() if now is None else now
     rows = [("ID", "SCENARIO", "TARGET", "STATE", "ELAPSED", "RATE", "RECORDING")]
     for s in runs:
-        state = shown_state(s, directory)
-        if state == FINISHED:
+        shown = shown_state(s, directory)
+        rate = f"{s.rate_rps:.1f} rps" if shown == RUNNING else "-"
+        state = shown
+        if shown == FINISHED:
             state = f"exit {s.exit_code}" if s.exit_code is not None else "finished"
-        elif state == RUNNING and s.run_state:
+        elif shown == RUNNING and s.run_state:
             state = s.run_state
-        if s.detached and state not in (STALE,) and s.finished_at is None:
+        if s.detached and shown in (STARTING, RUNNING):
             state += " (detached)"
-        rate = f"{s.rate_rps:.1f} rps" if s.state == RUNNING else "-"
         rows.append((s.id, s.scenario, s.target, state, _duration(s.elapsed_s), rate, s.recording or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
