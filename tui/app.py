@@ -586,7 +586,7 @@ class RampwatchApp(App[int]):
                 if answer == "stop":
                     self.control.stop()
                 if answer is not None:
-                    self.exit(0)
+                    self.exit(answer, return_code=0)  # app.run() returns "detach" or "stop"
 
             self.push_screen(DetachDialog(self.attached), chosen)
             return

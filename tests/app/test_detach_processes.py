@@ -180,3 +180,20 @@ def test_a_live_run_whose_terminal_closes_goes_on_detached(tmp_path, env, tmux):
     check_complete_recording(recording)
     text = log.read_text()
     assert "result JSON: " in text and "Traceback" not in text
+
+
+def test_detach_checks_fail_fast_with_one_line_and_nothing_left_running(tmp_path, env):
+    out = rampwatch(env, "run", "no-such-scenario", "--record", str(tmp_path / "x.rwrec"), "--detach")
+    assert out.returncode == 2
+    assert out.stdout == "" and len(out.stderr.splitlines()) == 1
+    assert out.stderr.startswith("rampwatch run: error: ")
+    assert listed(env) == [] and not (tmp_path / "x.log").exists()
+
+
+@pytest.mark.parametrize("command", ["attach", "stop"])
+def test_an_unknown_run_id_is_one_line(env, command):
+    out = rampwatch(env, command, "0123abcd")
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"rampwatch {command}: error: run id '0123abcd': no such run of yours on this host (see rampwatch ps)\n"
+    )

@@ -19,8 +19,11 @@ def attached_app(t=60.0):
     return app, control
 
 
-@pytest.mark.parametrize(("keys", "calls"), [("d", []), ("enter", []), ("s", [("stop", None)])])
-async def test_q_offers_detach_or_stop(keys, calls):
+@pytest.mark.parametrize(
+    ("keys", "calls", "result"),
+    [("d", [], "detach"), ("enter", [], "detach"), ("s", [("stop", None)], "stop")],
+)
+async def test_q_offers_detach_or_stop(keys, calls, result):
     app, control = attached_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("q")
@@ -31,7 +34,7 @@ async def test_q_offers_detach_or_stop(keys, calls):
         await pilot.press(keys)
         await pilot.pause()
     assert control.calls == calls
-    assert app.return_code == 0
+    assert app.return_code == 0 and app.return_value == result
 
 
 async def test_escape_goes_back_and_ctrl_c_twice_detaches():
