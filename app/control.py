@@ -108,7 +108,10 @@ class RunChannel:
         hello: dict[str, Any] | None = None,
         directory: Path | None = None,
         publish_interval: float = PUBLISH_INTERVAL_S,
+        progress: Callable[[], tuple[str, float, float]] | None = None,
     ) -> None:
+        """``progress()``: the run's (state, seconds, target rate) for its state file, cheaper
+        than a whole snapshot when no viewer is attached (default: from ``snapshot_fn``)."""
         self.run_id = run_id
         self.snapshot_fn = snapshot_fn
         self.control = control
@@ -116,8 +119,10 @@ class RunChannel:
         self.directory = directory or runs.runtime_dir()
         self.path = runs.socket_path(run_id, self.directory)
         self.publish_interval = publish_interval
+        self.progress = progress or (lambda: progress_of(self.snapshot_fn()))
         self.viewers: set[asyncio.StreamWriter] = set()
         self.refused = 0  # connections from another uid
+        self._handlers: set[asyncio.Task] = set()
         self.listening = asyncio.Event()  # set once the socket accepts viewers
 
     async def serve(self, run: Awaitable[Any]) -> Any:
@@ -137,7 +142,7 @@ class RunChannel:
         finally:
             publisher.cancel()
             final = self.snapshot_fn()
-            self._update_state(final)
+            self._update_state(progress_of(final))
             if server is not None:
                 server.close()
                 try:
@@ -145,6 +150,8 @@ class RunChannel:
                 except OSError:
                     pass
             await self._goodbye(final)
+            if self._handlers:  # each sees its connection closed and returns
+                await asyncio.wait(list(self._handlers), timeout=2.0)
 
     async def _listen(self) -> asyncio.AbstractServer:
         runs.checked_dir(self.directory)
@@ -161,6 +168,10 @@ class RunChannel:
         return server
 
     async def _viewer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         sock = writer.get_extra_info("socket")
         if sock is None or peer_uid(sock) != os.getuid():
             self.refused += 1
@@ -207,12 +218,11 @@ class RunChannel:
             now = time.monotonic()
             if now - last_state >= STATE_EVERY_S:
                 last_state = now
-                self._update_state(snapshot if snapshot is not None else self.snapshot_fn())
+                self._update_state(progress_of(snapshot) if snapshot is not None else self.progress())
 
-    def _update_state(self, snapshot: Snapshot) -> None:
-        runs.update_state(
-            self.run_id, self.directory, run_state=snapshot.state, elapsed_s=snapshot.t, rate_rps=snapshot.target_rps
-        )
+    def _update_state(self, progress: tuple[str, float, float]) -> None:
+        state, elapsed, rate = progress
+        runs.update_state(self.run_id, self.directory, run_state=state, elapsed_s=elapsed, rate_rps=rate)
 
     async def _goodbye(self, final: Snapshot) -> None:
         data = frame(pickle.dumps(("snapshot", final))) + frame(
@@ -228,13 +238,22 @@ class RunChannel:
         self.viewers.clear()
 
 
+def progress_of(snapshot: Snapshot) -> tuple[str, float, float]:
+    return snapshot.state, snapshot.t, snapshot.target_rps
+
+
 def serve_run(
-    run_id: str | None, run_factory: Callable[[], Awaitable[Any]], snapshot_fn, control, hello=None
+    run_id: str | None,
+    run_factory: Callable[[], Awaitable[Any]],
+    snapshot_fn: Callable[[], Snapshot],
+    control: RunControl,
+    hello: dict[str, Any] | None = None,
+    progress: Callable[[], tuple[str, float, float]] | None = None,
 ) -> Callable[[], Awaitable[Any]]:
     """``run_factory`` with the run's channel served around it (no id: as it is)."""
     if run_id is None:
         return run_factory
-    return lambda: RunChannel(run_id, snapshot_fn, control, hello=hello).serve(run_factory())
+    return lambda: RunChannel(run_id, snapshot_fn, control, hello=hello, progress=progress).serve(run_factory())
 
 
 def connect(path: Path) -> socket.socket:

@@ -31,6 +31,7 @@ from rampwatch.app.session import (
     note_failed_start,
     plan_run,
     print_server_tail,
+    run_progress,
 )
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.timeline import RunControl, Snapshot
@@ -112,6 +113,7 @@ def start_live_prepared(
             prepared.run.snapshot,
             prepared.run,
             hello=attach_hello(prepared),
+            progress=lambda: run_progress(prepared.run),
         ),
         prepared.run.snapshot,
         prepared.run,
@@ -207,6 +209,8 @@ def run_live(args: argparse.Namespace) -> int:
         hangup = Hangup(run_id, runs.log_path_for(run_id or "run", prepared.recording_path))
     try:
         bridge, app = start_live_prepared(prepared, log_path=log_path, mouse=mouse)
+        if run_id is not None:
+            app.call_later(app.notify, f"run {run_id} · rampwatch attach {run_id} watches it from another terminal")
         try:
             # Without mouse capture the terminal selects text as usual (``c`` toggles it).
             with exit_app_on_signals(app, on_hangup=hangup):

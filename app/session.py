@@ -424,6 +424,12 @@ def attach_hello(prepared: PreparedRun) -> dict[str, Any]:
     }
 
 
+def run_progress(run: Run) -> tuple[str, float, float]:
+    """The run's state, seconds and target rate, without building a snapshot (its state
+    file's figures, once a second)."""
+    return run.series.state, run.now(), run.series.target_rps
+
+
 def recorded_options(plan: RunPlan) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """What the recording's header keeps of the run's options (the header's ``options``,
     redacted by the runner) and of the server it started (``server_info.managed_server``)."""
@@ -726,6 +732,7 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
             run.snapshot,
             run,
             hello=attach_hello(prepared),
+            progress=lambda: run_progress(run),
         )()
     finally:
         for task in background:
@@ -768,6 +775,8 @@ def run_headless(args: argparse.Namespace) -> int:
             print(f"recording to {prepared.recording_path}", flush=True)
         if prepared.server is not None and prepared.server.log_path is not None:
             print(f"server log to {prepared.server.log_path}", flush=True)
+        if run_id is not None and not detached:
+            print(f"run {run_id}: rampwatch attach {run_id} watches it from another terminal", flush=True)
         result = eventloop.run(_run_headless(prepared))
     finally:
         prepared.close()

@@ -112,6 +112,8 @@ async def test_viewers_get_the_run_steer_it_and_see_its_end(directory):
     assert calls.calls == [("set_rate", 4.5), ("mark", "here"), ("stop", None)]
     stored = runs.read_state(runs.state_path("abcd0000", directory))
     assert stored is not None and stored.state == runs.RUNNING and stored.run_pid == os.getpid()
+    # the run's figures, once a second
+    assert stored.elapsed_s > 125 and stored.run_state == fake_snapshot(stored.elapsed_s).state
     published.end.set()
     await served
     for viewer in viewers:
