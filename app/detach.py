@@ -28,6 +28,10 @@ from rampwatch.core.errors import UserError
 
 # How long --detach waits for the run's process to register (or fail its own checks).
 REGISTER_TIMEOUT_S = 30.0
+# Then how long it waits for the load to start (a server that does not start, a target
+# that does not answer: one line and the run's exit code rather than a run id); a server
+# still starting after this is left to start in the background.
+LOAD_START_TIMEOUT_S = 10.0
 
 
 def child_argv(argv: list[str], run_id: str, log: Path, recording: Path | None) -> list[str]:
@@ -86,13 +90,17 @@ def launch(args: argparse.Namespace) -> int:
     finally:
         os.close(fd)
     state = _await_registration(child, run_id, directory)
+    if state is not None:
+        state = _await_load(child, run_id, directory)
     if state is None:
-        code = child.poll()
-        last = _last_line(log)
+        code = child.wait()
+        last = _last_line(log).removeprefix("rampwatch run: error: ")
         error = UserError(f"the detached run ended at once (exit {code}): {last or 'no output'} (log: {log})")
         error.exit_code = code if code else 1
         raise error
     print(f"rampwatch run: detached as run {run_id} (pid {child.pid})")
+    if not loading(state):
+        print("  its server is still starting: rampwatch ps shows when the load runs")
     print(f"  watch it:  rampwatch attach {run_id}")
     print(f"  stop it:   rampwatch stop {run_id}")
     print("  list runs: rampwatch ps")
@@ -110,11 +118,31 @@ def _await_registration(child: subprocess.Popen, run_id: str, directory: Path) -
     while time.monotonic() < deadline:
         state = runs.read_state(path)
         if state is not None:
-            return state if state.state != runs.FINISHED or state.exit_code == 0 else None
+            return state
         if child.poll() is not None:
             return None
         time.sleep(0.05)  # another process's file: polled
     return runs.read_state(path)
+
+
+def loading(state: runs.RunState) -> bool:
+    """The run's load has started (past its server's start and its first checks)."""
+    return state.state == runs.RUNNING and state.run_state not in ("", "starting")
+
+
+def _await_load(child: subprocess.Popen, run_id: str, directory: Path) -> runs.RunState | None:
+    """The run's state once its load runs, or after ``LOAD_START_TIMEOUT_S`` as it is;
+    None if its process ended before with a failure."""
+    deadline = time.monotonic() + LOAD_START_TIMEOUT_S
+    path = runs.state_path(run_id, directory)
+    while True:
+        state = runs.read_state(path)
+        code = child.poll()
+        if code is not None:
+            return state if code == 0 else None  # a run of a few seconds may be over already
+        if (state is not None and loading(state)) or time.monotonic() > deadline:
+            return state
+        time.sleep(0.05)  # another process's file: polled
 
 
 def _last_line(path: Path) -> str:

@@ -197,3 +197,14 @@ def test_an_unknown_run_id_is_one_line(env, command):
     assert out.stderr == (
         f"rampwatch {command}: error: run id '0123abcd': no such run of yours on this host (see rampwatch ps)\n"
     )
+
+
+def test_a_detached_run_that_fails_at_its_start_is_one_line_with_its_exit_code(tmp_path, env):
+    out = rampwatch(env, "run", "chat", "--target", "http://127.0.0.1:1", "--model", "m",
+                    "--record", str(tmp_path / "run.rwrec"), "--detach")  # fmt: skip
+    assert out.returncode == 3  # the run's own: the target is unreachable
+    assert out.stdout == ""
+    assert out.stderr.startswith("rampwatch run: error: the detached run ended at once (exit 3): cannot reach ")
+    assert out.stderr.endswith(f"(log: {tmp_path / 'run.log'})\n") and len(out.stderr.splitlines()) == 1
+    (row,) = listed(env)
+    assert (row["shown_state"], row["exit_code"]) == ("finished", 3)
