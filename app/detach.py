@@ -21,6 +21,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rampwatch.app import runs
@@ -154,25 +156,37 @@ def _last_line(path: Path) -> str:
 
 
 class Hangup:
-    """SIGHUP on the live screen with ``--on-hangup detach``. ``__call__`` runs in the
-    signal handler: from that moment nothing of this process writes to the terminal
-    (its stdio is /dev/null, SIGHUP ignored); ``keep`` (after the screen has gone) points
-    stdout and stderr at the run's log and says how to attach."""
+    """SIGHUP on the live screen (or its server's start screen) with ``--on-hangup
+    detach``. ``__call__`` runs in the signal handler: from that moment nothing of this
+    process writes to the terminal (stdout and stderr are /dev/null, SIGHUP is ignored)
+    and stdin is a pipe nobody writes to, so a screen still up waits on it quietly (a
+    read of /dev/null would return at once, over and over). ``keep`` (once the screen has
+    gone) points stdout and stderr at the run's log and says how to attach."""
 
     def __init__(self, run_id: str | None, log: Path) -> None:
         self.run_id = run_id
         self.log = log
         self.happened = False
+        self.kept = False
+        self._quiet_stdin: int | None = None  # the pipe's write end, held open
 
     def __call__(self) -> None:
+        if self.happened:
+            return
         self.happened = True
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
         os.close(devnull)
+        read_end, self._quiet_stdin = os.pipe()
+        os.dup2(read_end, 0)
+        os.close(read_end)
 
     def keep(self) -> None:
+        if self.kept:
+            return
+        self.kept = True
         try:
             fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError:
@@ -188,3 +202,17 @@ class Hangup:
         )
         if self.run_id:
             runs.update_state(self.run_id, detached=True, log=str(self.log))
+
+
+@contextmanager
+def detached_on_hangup(hangup: Hangup | None) -> Iterator[None]:
+    """While the block runs, SIGHUP calls ``hangup`` (screens that are up install their
+    own handler, which calls it too); after a hangup, SIGHUP stays ignored."""
+    if hangup is None:
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, lambda signum, frame: hangup())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN if hangup.happened else previous)

@@ -18,7 +18,7 @@ from textual.app import App
 from rampwatch.app import runs
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
 from rampwatch.app.control import serve_run
-from rampwatch.app.detach import Hangup
+from rampwatch.app.detach import Hangup, detached_on_hangup
 from rampwatch.app.restart import ServerRestarter
 from rampwatch.app.session import (
     INTERRUPTED_EXIT,
@@ -132,16 +132,22 @@ def start_live_prepared(
 
 @contextmanager
 def exit_app_on_signals(
-    app: App, leave: Callable[[], object] | None = None, on_hangup: Callable[[], object] | None = None
+    app: App,
+    leave: Callable[[], object] | None = None,
+    on_hangup: Callable[[], object] | None = None,
+    hangup_leaves: bool = True,
 ) -> Iterator[None]:
     """SIGTERM and SIGHUP leave the screen as ``q`` does (``leave``, default ``app.exit``;
     the caller then drains the run, stops the server and prints the summary); outside the
     app's loop they interrupt. ``on_hangup`` is called first on SIGHUP, in the handler
-    (``app.detach.Hangup``: the run then goes on detached)."""
+    (``app.detach.Hangup``: the run then goes on detached); with ``hangup_leaves`` false
+    the screen then stays, unseen, until it ends by itself (a server's start)."""
 
     def handler(signum: int, _frame: object) -> None:
         if signum == signal.SIGHUP and on_hangup is not None:
             on_hangup()
+            if not hangup_leaves:
+                return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -156,10 +162,13 @@ def exit_app_on_signals(
             signal.signal(sig, old)
 
 
-def start_server_on_screen(server: ManagedServer, timeout_s: float, mouse: bool = True) -> bool:
+def start_server_on_screen(
+    server: ManagedServer, timeout_s: float, mouse: bool = True, hangup: Callable[[], object] | None = None
+) -> bool:
     """The startup phase on screen: ``STARTING SERVER`` and the server's log until it
     serves (True), or the user quits (False: the server is stopped). A failure to start is
-    raised once the screen is gone, after the server's last log lines."""
+    raised once the screen is gone, after the server's last log lines. A hangup with
+    ``hangup`` (``--on-hangup detach``) lets the start go on unseen."""
     app = ServerStartApp(
         command=server.command.shown,
         target=server.url,
@@ -168,7 +177,7 @@ def start_server_on_screen(server: ManagedServer, timeout_s: float, mouse: bool 
         start=lambda: server.start(timeout_s),
         cancel=server.stop,
     )
-    with exit_app_on_signals(app, app.action_cancel):
+    with exit_app_on_signals(app, app.action_cancel, on_hangup=hangup, hangup_leaves=False):
         outcome = app.run(mouse=mouse)
     if outcome is None or outcome.cancelled:
         server.stop()  # stopped already, unless the app ended some other way
@@ -184,38 +193,53 @@ def start_server_on_screen(server: ManagedServer, timeout_s: float, mouse: bool 
 def run_live(args: argparse.Namespace) -> int:
     """Show the live screen over the run until the user quits, then stop the run
     gracefully (if still going) and print its summary. Whatever the run process prints
-    while the screen is up goes to a log that is printed after."""
-    mouse = not getattr(args, "no_mouse", False)
+    while the screen is up goes to a log that is printed after. With ``--on-hangup
+    detach`` a hangup of the terminal leaves the run going, unseen (``app.detach.Hangup``)."""
     plan = plan_run(args)
     run_id = getattr(args, "run_id", None)
     if run_id is not None:
         runs.register(run_id, plan)
+    hangup = None
+    if getattr(args, "on_hangup", "detach") == "detach":
+        hangup = Hangup(run_id, runs.log_path_for(run_id or "run", plan.recording_path))
+    with detached_on_hangup(hangup):
+        return _run_live(args, plan, run_id, hangup)
+
+
+def _run_live(args: argparse.Namespace, plan: RunPlan, run_id: str | None, hangup: Hangup | None) -> int:
+    mouse = not getattr(args, "no_mouse", False)
+
+    def hung_up() -> bool:
+        return hangup is not None and hangup.happened
+
     if plan.server is not None:
         timeout_s = getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S)
         try:
-            started = start_server_on_screen(plan.server, timeout_s, mouse)
+            started = start_server_on_screen(plan.server, timeout_s, mouse, hangup)
         except UserError as exc:
+            if hangup is not None and hung_up():
+                hangup.keep()  # the error's line goes to the log
             note_failed_start(plan, exc)
             raise
         if not started:
             print("rampwatch run: stopped before the server was ready; nothing was run", file=sys.stderr)
             return INTERRUPTED_EXIT
+    if hangup is not None and hung_up():
+        hangup.keep()  # hung up during the server's start: no live screen
     prepared = _build(plan)
     drain_timeout = prepared.run.options.stop_grace_s + DRAIN_MARGIN_S
     with tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False) as log:
         log_path = log.name
-    hangup = None
-    if getattr(args, "on_hangup", "detach") == "detach":
-        hangup = Hangup(run_id, runs.log_path_for(run_id or "run", prepared.recording_path))
     try:
         bridge, app = start_live_prepared(prepared, log_path=log_path, mouse=mouse)
         if run_id is not None:
             app.call_later(app.notify, f"run {run_id} · rampwatch attach {run_id} watches it from another terminal")
         try:
-            # Without mouse capture the terminal selects text as usual (``c`` toggles it).
-            with exit_app_on_signals(app, on_hangup=hangup):
-                app.run(mouse=mouse)
-            if hangup is not None and hangup.happened:
+            if not hung_up():
+                # Without mouse capture the terminal selects text as usual (``c`` toggles it).
+                with exit_app_on_signals(app, on_hangup=hangup):
+                    app.run(mouse=mouse)
+            if hangup is not None and hung_up():
                 hangup.keep()
                 # The run goes on until its schedule ends or `rampwatch stop`; this process
                 # keeps the server and watches it as the screen did.

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rampwatch.record.reader import open_recording
-from tests.processes import processes_naming
+from tests.processes import free_port, processes_naming
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
@@ -208,3 +208,25 @@ def test_a_detached_run_that_fails_at_its_start_is_one_line_with_its_exit_code(t
     assert out.stderr.endswith(f"(log: {tmp_path / 'run.log'})\n") and len(out.stderr.splitlines()) == 1
     (row,) = listed(env)
     assert (row["shown_state"], row["exit_code"]) == ("finished", 3)
+
+
+def test_a_hangup_during_the_server_start_lets_the_start_and_the_run_go_on(tmp_path, env, tmux):
+    port = free_port()
+    # a server that takes 3 s to start: the terminal closes while STARTING SERVER is shown
+    script = tmp_path / "slow_start.sh"
+    sim = shlex.join([*RAMPWATCH, "sim", "--hardware", "instant", "--model", "tiny", "--port", str(port)])
+    script.write_text(f"sleep 3\nexec {sim}\n")
+    recording = tmp_path / "run.rwrec"
+    serve = f"sh {script} --port {port}"
+    tmux.open("live", [*RAMPWATCH, "run", "chat", "--serve", serve, "--duration", "60", "--record", str(recording)])
+    tmux.wait_for("live", "STARTING SERVER")
+    tmux.open("keep", ["sleep", "600"])
+    tmux.tmux("kill-window", "-t", "t:live")
+
+    (row,) = [wait_listed(env, r["id"], detached=True, run_state="ramping") for r in listed(env)]
+    assert row["shown_state"] == "running"
+    stopped = rampwatch(env, "stop", row["id"])
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.splitlines()[-1] == f"run {row['id']}: finished, exit 130; recording: {recording}"
+    check_complete_recording(recording)
+    assert processes_naming(f"--model tiny --port {port}") == []  # the server went with the run
