@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import pickle
 import socket
@@ -71,6 +72,8 @@ def decode_command(payload: bytes) -> tuple[str, list] | None:
     name, args = message.get("call"), message.get("args", [])
     if name not in CALLS or not isinstance(args, list):
         return None
+    if any(isinstance(a, float) and not math.isfinite(a) for a in args):
+        return None  # JSON's NaN and Infinity: no rate is that
     return name, args
 
 
@@ -135,6 +138,8 @@ class RunChannel:
             self.listening.set()
         except OSError as exc:
             print(f"rampwatch run: control socket {self.path}: {exc.strerror or exc}; attach is off", flush=True)
+        except UserError as exc:  # the runs directory is refused: the run goes on without
+            print(f"rampwatch run: {exc}; attach is off", flush=True)
         runs.update_state(self.run_id, self.directory, state=runs.RUNNING, run_pid=os.getpid())
         publisher = asyncio.ensure_future(self._publish())
         try:
@@ -190,8 +195,8 @@ class RunChannel:
                     name, args = command
                     try:
                         getattr(self.control, name)(*args)
-                    except (TypeError, ValueError):
-                        pass  # wrong arguments from a viewer: not the run's problem
+                    except Exception:  # noqa: BLE001 - a viewer's bad call is never the run's end
+                        pass
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
@@ -336,7 +341,7 @@ class RemoteRun(ForwardingControl):
                 elif kind == "done":
                     self.summary = payload.get("summary")
                     break
-        except (EOFError, OSError, pickle.UnpicklingError, ValueError, struct.error):
+        except Exception:  # noqa: BLE001 - EOF, a reset, a frame this version cannot read: the link is gone
             self.lost = self.summary is None
         finally:
             self.first.set()

@@ -122,8 +122,17 @@ def write_state(state: RunState, directory: Path | None = None) -> None:
 
 def update_state(run_id: str, directory: Path | None = None, **changes: Any) -> RunState | None:
     """The stored state with ``changes`` (None: no such run, or it cannot be written —
-    the registry never fails a run)."""
+    the registry never fails a run). Two processes update a run's file (its owner and
+    the one executing it): each update holds the run's lock, so none is lost."""
+    import fcntl
+
+    lock_path = (directory or runtime_dir()) / f".{run_id}.lock"
     try:
+        fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         state = read_state(state_path(run_id, directory))
         if state is None:
             return None
@@ -133,6 +142,8 @@ def update_state(run_id: str, directory: Path | None = None, **changes: Any) -> 
         return state
     except OSError:
         return None
+    finally:
+        os.close(fd)
 
 
 def read_state(path: Path) -> RunState | None:
@@ -151,7 +162,10 @@ def pid_alive(pid: int) -> bool:
         return False
     try:  # a zombie (an exited child not reaped yet) is gone for our purposes
         with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:  # the number reused by another program
+            return b"rampwatch" in fh.read()
     except (OSError, IndexError):
         return True
 
@@ -188,7 +202,8 @@ def list_runs(directory: Path | None = None, now: float | None = None, clean: bo
 
 
 def forget(run_id: str, directory: Path | None = None) -> None:
-    for path in (state_path(run_id, directory), socket_path(run_id, directory)):
+    lock = (directory or runtime_dir()) / f".{run_id}.lock"
+    for path in (state_path(run_id, directory), socket_path(run_id, directory), lock):
         try:
             path.unlink()
         except OSError:

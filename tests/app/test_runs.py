@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,8 +29,22 @@ def dead_pid() -> int:
     return proc.pid
 
 
+@pytest.fixture(scope="module", autouse=True)
+def a_run_process() -> Iterator[None]:
+    """A live process named like a run's, whose pid the states below use."""
+    global LIVE_PID
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "rampwatch"])
+    LIVE_PID = proc.pid
+    yield
+    proc.kill()
+    proc.wait()
+
+
+LIVE_PID = 0
+
+
 def state(run_id: str, **fields) -> runs.RunState:
-    values = {"pid": os.getpid(), "scenario": "chat", "target": "http://h:1", "started": 1000.0, **fields}
+    values = {"pid": LIVE_PID, "scenario": "chat", "target": "http://h:1", "started": 1000.0, **fields}
     return runs.RunState(id=run_id, **values)
 
 
@@ -101,6 +116,16 @@ def test_ids_resolve_by_unambiguous_prefix(directory):
         runs.resolve("ef", directory)
     with pytest.raises(UserError, match="not a run id"):
         runs.resolve("../x", directory)
+
+
+def test_a_pid_now_of_another_program_is_not_the_run(directory):
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not runs.pid_alive(other.pid)
+        assert runs.pid_alive(LIVE_PID)
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_run_whose_process_is_gone_shows_stale(directory):
