@@ -33,6 +33,8 @@ def directory():
         (b'{"call": "__class__", "args": []}', None),
         (b'{"call": "server_exited", "args": ["x", 1, []]}', None),  # the owner's, not a viewer's
         (b'{"call": "mark", "args": "note"}', None),
+        (b'{"call": "set_rate", "args": [NaN]}', None),
+        (b'{"call": "step_rate", "args": [Infinity]}', None),
         (b"[1, 2]", None),
         (b"\x80not json", None),
     ],
@@ -173,3 +175,20 @@ def test_the_controls_a_viewer_forwards_are_the_run_controls():
 
     protocol = {name for name in vars(RunControl) if not name.startswith("_")}
     assert protocol == CALLS
+
+
+async def test_a_refused_runs_directory_turns_attach_off_and_the_run_goes_on(tmp_path, capsys):
+    loose = tmp_path / "runs"
+    loose.mkdir()
+    loose.chmod(0o755)
+    channel = RunChannel("abcd0000", Published(), FakeControl(), directory=loose, publish_interval=0.02)
+
+    async def run() -> str:
+        return "the result"
+
+    assert await channel.serve(run()) == "the result"
+    assert capsys.readouterr().out == (
+        f"rampwatch run: runs directory {loose}: mode 0755 lets other users in (want 0700); "
+        f"fix it with chmod 700 {loose}; attach is off\n"
+    )
+    assert not channel.path.exists()
