@@ -5,7 +5,10 @@ wait for the run's exit code."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import time
+from pathlib import Path
 
 from rampwatch.app import runs
 from rampwatch.app.control import RemoteRun, connect
@@ -30,11 +33,19 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if runs.shown_state(state, directory) == runs.STALE:
         raise UserError(f"run {state.id}: its process (pid {state.pid}) is gone; nothing to stop")
-    remote = RemoteRun(connect(runs.socket_path(state.id, directory))).start()
-    remote.stop()
-    print(f"run {state.id}: stopping (in-flight requests drain, the recording is finished)", flush=True)
+    remote = None
+    if state.state == runs.STARTING and not runs.socket_path(state.id, directory).exists():
+        # Its server is still starting and nothing was sent: the owner's SIGTERM stops the
+        # start (and the server) as Ctrl-C would.
+        os.kill(state.pid, signal.SIGTERM)
+        print(f"run {state.id}: stopping its server's start (nothing was sent yet)", flush=True)
+    else:
+        remote = RemoteRun(connect(runs.socket_path(state.id, directory))).start()
+        remote.stop()
+        print(f"run {state.id}: stopping (in-flight requests drain, the recording is finished)", flush=True)
     if args.no_wait:
-        remote.close()
+        if remote is not None:
+            remote.close()
         return 0
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     while True:  # the owner writes the exit code after the summary: its file is polled
@@ -47,9 +58,10 @@ def main(args: argparse.Namespace) -> int:
             print(f"run {state.id}: still stopping after {args.timeout:g} s", flush=True)
             return 1
         time.sleep(POLL_S)
-    remote.close()
-    if remote.summary:
-        print(f"run {state.id}: {remote.summary}")
-    where = f"; recording: {final.recording}" if final.recording else ""
+    if remote is not None:
+        remote.close()
+        if remote.summary:
+            print(f"run {state.id}: {remote.summary}")
+    where = f"; recording: {final.recording}" if final.recording and Path(final.recording).exists() else ""
     print(f"run {state.id}: finished, exit {final.exit_code}{where}")
     return 0

@@ -230,3 +230,28 @@ def test_a_hangup_during_the_server_start_lets_the_start_and_the_run_go_on(tmp_p
     assert stopped.stdout.splitlines()[-1] == f"run {row['id']}: finished, exit 130; recording: {recording}"
     check_complete_recording(recording)
     assert processes_naming(f"--model tiny --port {port}") == []  # the server went with the run
+
+
+def test_stop_during_the_server_start_stops_the_start(tmp_path, env):
+    port = free_port()
+    script = tmp_path / "never_ready.sh"
+    script.write_text("echo loading\nsleep 600\n")
+    run = subprocess.Popen(
+        [*RAMPWATCH, "run", "chat", "--serve", f"sh {script} --port {port}", "--headless", "--run-id", "5a5a5a5a",
+         "--record", str(tmp_path / "run.rwrec")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        wait_listed(env, "5a5a5a5a", shown_state="starting")
+        stopped = rampwatch(env, "stop", "5a5a")
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.splitlines() == [
+            "run 5a5a5a5a: stopping its server's start (nothing was sent yet)",
+            "run 5a5a5a5a: finished, exit 130",  # nothing ran: nothing recorded
+        ]
+        assert not (tmp_path / "run.rwrec").exists()
+        assert run.wait(30) == 130
+        assert processes_naming(str(script)) == []
+    finally:
+        run.kill()
+        run.wait()
