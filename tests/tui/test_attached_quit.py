@@ -9,6 +9,7 @@ from textual.widgets import Static
 from rampwatch.tui.app import make_live_app
 from rampwatch.tui.quit_dialog import DetachDialog
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
+from tests.tui.settle import charts_settled
 
 SIZE = (100, 30)
 
@@ -58,3 +59,10 @@ async def test_a_finished_run_quits_at_once():
         await pilot.pause()
         assert not isinstance(app.screen, DetachDialog)
     assert control.calls == [] and app.return_code == 0
+
+
+def test_the_detach_dialog_80x24(snap_compare):
+    app = make_live_app(
+        FrozenSource(fake_snapshot(60.0)), FakeControl(), recording="runs/chat.rwrec", attached="abcd0000"
+    )
+    assert snap_compare(app, terminal_size=(80, 24), press=["q"], run_before=charts_settled)
