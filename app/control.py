@@ -243,6 +243,21 @@ class RunChannel:
         self.viewers.clear()
 
 
+def shared_snapshots(snapshot_fn: Callable[[], Snapshot], max_age_s: float = 0.1) -> Callable[[], Snapshot]:
+    """``snapshot_fn`` whose snapshot is reused for ``max_age_s``: the live screen's pipe
+    and the attached viewers publish every 250 ms each, on the run's loop; one snapshot
+    built serves both."""
+    last: list[Any] = [-math.inf, None]
+
+    def snapshot() -> Snapshot:
+        now = time.monotonic()
+        if now - last[0] > max_age_s:
+            last[:] = [now, snapshot_fn()]
+        return last[1]
+
+    return snapshot
+
+
 def progress_of(snapshot: Snapshot) -> tuple[str, float, float]:
     return snapshot.state, snapshot.t, snapshot.target_rps
 

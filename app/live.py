@@ -17,7 +17,7 @@ from textual.app import App
 
 from rampwatch.app import runs
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
-from rampwatch.app.control import serve_run
+from rampwatch.app.control import serve_run, shared_snapshots
 from rampwatch.app.detach import Hangup, detached_on_hangup
 from rampwatch.app.restart import ServerRestarter
 from rampwatch.app.session import (
@@ -100,6 +100,7 @@ def start_live_prepared(
     the right one)."""
     recording = str(prepared.recording_path) if prepared.recording_path else None
     server = prepared.server
+    snapshot = shared_snapshots(prepared.run.snapshot)
 
     def server_exit(bridge: ProcessBridge) -> str | None:
         exited = prepared.check_server(bridge.control)
@@ -110,12 +111,12 @@ def start_live_prepared(
         serve_run(
             getattr(prepared.args, "run_id", None),
             prepared.execute,
-            prepared.run.snapshot,
+            snapshot,
             prepared.run,
             hello=attach_hello(prepared),
             progress=lambda: run_progress(prepared.run),
         ),
-        prepared.run.snapshot,
+        snapshot,
         prepared.run,
         recording=recording,
         rate_step_rps=prepared.run.options.rate_step_rps,

@@ -192,3 +192,20 @@ async def test_a_refused_runs_directory_turns_attach_off_and_the_run_goes_on(tmp
         f"fix it with chmod 700 {loose}; attach is off\n"
     )
     assert not channel.path.exists()
+
+
+def test_a_snapshot_serves_both_publishers_for_a_tenth_of_a_second(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(control.time, "monotonic", lambda: clock[0])
+    built = []
+
+    def build():
+        built.append(clock[0])
+        return fake_snapshot(clock[0] - 90)
+
+    shared = control.shared_snapshots(build, max_age_s=0.1)
+    first = shared()
+    clock[0] += 0.05
+    assert shared() is first and built == [100.0]
+    clock[0] += 0.1
+    assert shared() is not first and len(built) == 2
