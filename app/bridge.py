@@ -78,7 +78,11 @@ class ForwardingControl:
 
 def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: float, log_path: str | None) -> None:
     import os
+    import signal
 
+    # The terminal's hangup is the UI process's to handle (``--on-hangup``); this process
+    # follows the UI through the pipe, whatever it decides.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if log_path:
         # The terminal belongs to the UI: whatever the run prints goes to a log the parent
         # shows after the UI has closed.

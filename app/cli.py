@@ -22,6 +22,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "start a server with each set of engine arguments of a matrix, ramp each to its knee, pick the best",
     ),
     "sim": ("rampwatch.sim.cli", "serve the simulated vLLM server"),
+    "ps": ("rampwatch.app.ps", "list this user's runs on this host: running, detached and recently finished"),
+    "attach": ("rampwatch.app.attach", "watch and steer a running run from this terminal (a finished one: its replay)"),
+    "stop": ("rampwatch.app.stop", "stop a run gracefully (drain, finish the recording) and wait for its exit code"),
     "replay": ("rampwatch.app.replay", "replay a recording in the live UI (optionally compared with another)"),
     "report": ("rampwatch.record.cli_report", "print the summary of a recording"),
     "export": ("rampwatch.record.cli_export", "export a recording as JSON, CSV or HTML"),
@@ -57,6 +60,8 @@ def on_a_terminal() -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser, mains = build_parser()
     args = parser.parse_args(argv)
+    # What was typed, for `rampwatch run --detach` to start the same run in the background.
+    args.argv = list(argv if argv is not None else sys.argv[1:])
     if not args.command:
         if not on_a_terminal():  # a script or a pipe: the usage, as before
             parser.print_help()

@@ -15,17 +15,23 @@ from typing import Any
 
 from textual.app import App
 
+from rampwatch.app import runs
 from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
+from rampwatch.app.control import serve_run, shared_snapshots
+from rampwatch.app.detach import Hangup, detached_on_hangup
 from rampwatch.app.restart import ServerRestarter
 from rampwatch.app.session import (
     INTERRUPTED_EXIT,
+    SERVER_WATCH_INTERVAL_S,
     PreparedRun,
     RunPlan,
+    attach_hello,
     build_run,
     finish_run,
     note_failed_start,
     plan_run,
     print_server_tail,
+    run_progress,
 )
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.timeline import RunControl, Snapshot
@@ -94,14 +100,23 @@ def start_live_prepared(
     the right one)."""
     recording = str(prepared.recording_path) if prepared.recording_path else None
     server = prepared.server
+    snapshot = shared_snapshots(prepared.run.snapshot)
 
     def server_exit(bridge: ProcessBridge) -> str | None:
         exited = prepared.check_server(bridge.control)
         return None if exited is None else str(exited)
 
     return start_live(
-        prepared.execute,
-        prepared.run.snapshot,
+        # the run process serves the run's control socket (`rampwatch attach`)
+        serve_run(
+            getattr(prepared.args, "run_id", None),
+            prepared.execute,
+            snapshot,
+            prepared.run,
+            hello=attach_hello(prepared),
+            progress=lambda: run_progress(prepared.run),
+        ),
+        snapshot,
         prepared.run,
         recording=recording,
         rate_step_rps=prepared.run.options.rate_step_rps,
@@ -117,12 +132,23 @@ def start_live_prepared(
 
 
 @contextmanager
-def exit_app_on_signals(app: App, leave: Callable[[], object] | None = None) -> Iterator[None]:
+def exit_app_on_signals(
+    app: App,
+    leave: Callable[[], object] | None = None,
+    on_hangup: Callable[[], object] | None = None,
+    hangup_leaves: bool = True,
+) -> Iterator[None]:
     """SIGTERM and SIGHUP leave the screen as ``q`` does (``leave``, default ``app.exit``;
     the caller then drains the run, stops the server and prints the summary); outside the
-    app's loop they interrupt."""
+    app's loop they interrupt. ``on_hangup`` is called first on SIGHUP, in the handler
+    (``app.detach.Hangup``: the run then goes on detached); with ``hangup_leaves`` false
+    the screen then stays, unseen, until it ends by itself (a server's start)."""
 
     def handler(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP and on_hangup is not None:
+            on_hangup()
+            if not hangup_leaves:
+                return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -137,10 +163,13 @@ def exit_app_on_signals(app: App, leave: Callable[[], object] | None = None) -> 
             signal.signal(sig, old)
 
 
-def start_server_on_screen(server: ManagedServer, timeout_s: float, mouse: bool = True) -> bool:
+def start_server_on_screen(
+    server: ManagedServer, timeout_s: float, mouse: bool = True, hangup: Callable[[], object] | None = None
+) -> bool:
     """The startup phase on screen: ``STARTING SERVER`` and the server's log until it
     serves (True), or the user quits (False: the server is stopped). A failure to start is
-    raised once the screen is gone, after the server's last log lines."""
+    raised once the screen is gone, after the server's last log lines. A hangup with
+    ``hangup`` (``--on-hangup detach``) lets the start go on unseen."""
     app = ServerStartApp(
         command=server.command.shown,
         target=server.url,
@@ -149,7 +178,7 @@ def start_server_on_screen(server: ManagedServer, timeout_s: float, mouse: bool 
         start=lambda: server.start(timeout_s),
         cancel=server.stop,
     )
-    with exit_app_on_signals(app, app.action_cancel):
+    with exit_app_on_signals(app, app.action_cancel, on_hangup=hangup, hangup_leaves=False):
         outcome = app.run(mouse=mouse)
     if outcome is None or outcome.cancelled:
         server.stop()  # stopped already, unless the app ended some other way
@@ -165,29 +194,58 @@ def start_server_on_screen(server: ManagedServer, timeout_s: float, mouse: bool 
 def run_live(args: argparse.Namespace) -> int:
     """Show the live screen over the run until the user quits, then stop the run
     gracefully (if still going) and print its summary. Whatever the run process prints
-    while the screen is up goes to a log that is printed after."""
-    mouse = not getattr(args, "no_mouse", False)
+    while the screen is up goes to a log that is printed after. With ``--on-hangup
+    detach`` a hangup of the terminal leaves the run going, unseen (``app.detach.Hangup``)."""
     plan = plan_run(args)
+    run_id = getattr(args, "run_id", None)
+    if run_id is not None:
+        runs.register(run_id, plan)
+    hangup = None
+    if getattr(args, "on_hangup", "detach") == "detach":
+        hangup = Hangup(run_id, runs.log_path_for(run_id or "run", plan.recording_path))
+    with detached_on_hangup(hangup):
+        return _run_live(args, plan, run_id, hangup)
+
+
+def _run_live(args: argparse.Namespace, plan: RunPlan, run_id: str | None, hangup: Hangup | None) -> int:
+    mouse = not getattr(args, "no_mouse", False)
+
+    def hung_up() -> bool:
+        return hangup is not None and hangup.happened
+
     if plan.server is not None:
         timeout_s = getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S)
         try:
-            started = start_server_on_screen(plan.server, timeout_s, mouse)
+            started = start_server_on_screen(plan.server, timeout_s, mouse, hangup)
         except UserError as exc:
+            if hangup is not None and hung_up():
+                hangup.keep()  # the error's line goes to the log
             note_failed_start(plan, exc)
             raise
         if not started:
             print("rampwatch run: stopped before the server was ready; nothing was run", file=sys.stderr)
             return INTERRUPTED_EXIT
+    if hangup is not None and hung_up():
+        hangup.keep()  # hung up during the server's start: no live screen
     prepared = _build(plan)
     drain_timeout = prepared.run.options.stop_grace_s + DRAIN_MARGIN_S
     with tempfile.NamedTemporaryFile(prefix="rampwatch-run-", suffix=".log", delete=False) as log:
         log_path = log.name
     try:
         bridge, app = start_live_prepared(prepared, log_path=log_path, mouse=mouse)
+        if run_id is not None:
+            app.call_later(app.notify, f"run {run_id} · rampwatch attach {run_id} watches it from another terminal")
         try:
-            # Without mouse capture the terminal selects text as usual (``c`` toggles it).
-            with exit_app_on_signals(app):
-                app.run(mouse=mouse)
+            if not hung_up():
+                # Without mouse capture the terminal selects text as usual (``c`` toggles it).
+                with exit_app_on_signals(app, on_hangup=hangup):
+                    app.run(mouse=mouse)
+            if hangup is not None and hung_up():
+                hangup.keep()
+                # The run goes on until its schedule ends or `rampwatch stop`; this process
+                # keeps the server and watches it as the screen did.
+                while not bridge.join(SERVER_WATCH_INTERVAL_S):
+                    prepared.check_server(bridge.control)
         finally:
             if not bridge.done:
                 print("rampwatch run: stopping — draining in-flight requests…", file=sys.stderr)

@@ -82,6 +82,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="NAME", help="model name to request (default: the server's first model)")
     parser.add_argument("--headless", action="store_true", help="no UI: progress lines and a final summary")
     parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="run in the background (its own session; output to a log beside the recording): prints the run's "
+        "id and exits; watch it with `rampwatch attach ID`, stop it with `rampwatch stop ID`",
+    )
+    parser.add_argument(
+        "--on-hangup",
+        choices=("detach", "stop"),
+        default="detach",
+        help="live screen: when its terminal closes (SIGHUP), detach = the run goes on in the background "
+        "(attach to it again), stop = drain and stop it (default detach; a headless run always stops)",
+    )
+    parser.add_argument("--run-id", help=argparse.SUPPRESS)  # given by --detach to the process it starts
+    parser.add_argument("--detached-log", help=argparse.SUPPRESS)
+    parser.add_argument(
         "--no-mouse",
         action="store_true",
         help="live screen: leave the mouse to the terminal, so text can be selected (over SSH too); c toggles it",
@@ -248,10 +263,33 @@ def main(args: argparse.Namespace) -> int:
     from rampwatch.app.ray_run import check_ray_flags
 
     check_ray_flags(args)
-    if want_tui(args):
-        from rampwatch.app.live import run_live
+    if args.detach:
+        from rampwatch.app.detach import launch
 
-        return run_live(args)
-    from rampwatch.app.session import run_headless
+        return launch(args)
+    from rampwatch.app import runs
 
-    return run_headless(args)
+    if not args.run_id:
+        args.run_id = runs.new_run_id()
+    code = 1
+    try:
+        if want_tui(args):
+            from rampwatch.app.live import run_live
+
+            code = run_live(args)
+        else:
+            from rampwatch.app.session import run_headless
+
+            code = run_headless(args)
+        return code
+    except KeyboardInterrupt:
+        code = 130
+        raise
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        raise
+    except Exception as exc:
+        code = getattr(exc, "exit_code", 1)
+        raise
+    finally:
+        runs.finished(args.run_id, code)  # for `rampwatch ps` and `rampwatch stop`

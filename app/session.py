@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from rampwatch.app import runs
+from rampwatch.app.control import serve_run
 from rampwatch.app.ray_run import attach_ray
 from rampwatch.core.bins import latest_complete, recent_mean
 from rampwatch.core.errors import ServerExited, UserError
@@ -448,10 +450,24 @@ class PreparedRun:
             self.server.stop()
 
 
+def attach_hello(prepared: PreparedRun) -> dict[str, Any]:
+    """What a viewer attaching to the run is told first (``app.control``)."""
+    return {
+        "recording": None if prepared.recording_path is None else str(prepared.recording_path),
+        "rate_step_rps": prepared.run.options.rate_step_rps,
+    }
+
+
+def run_progress(run: Run) -> tuple[str, float, float]:
+    """The run's state, seconds and target rate, without building a snapshot (its state
+    file's figures, once a second)."""
+    return run.series.state, run.now(), run.series.target_rps
+
+
 def recorded_options(plan: RunPlan) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """What the recording's header keeps of the run's options (the header's ``options``,
     redacted by the runner) and of the server it started (``server_info.managed_server``)."""
-    cli_options = {k: v for k, v in vars(plan.args).items() if k not in ("func",)}
+    cli_options = {k: v for k, v in vars(plan.args).items() if k not in ("func", "argv")}
     cli_options["target"] = plan.target
     cli_options["header"] = plan.connection.header_names()  # header values are secrets
     managed = None
@@ -564,9 +580,14 @@ def build_run(plan: RunPlan) -> PreparedRun:
     )
 
 
-def prepare_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> PreparedRun:
-    """Plan the run, start its server (progress lines on ``out``) and build the run."""
+def prepare_run(
+    args: argparse.Namespace, out: TextIO = sys.stdout, on_plan: Callable[[RunPlan], object] | None = None
+) -> PreparedRun:
+    """Plan the run (``on_plan`` is told of it), start its server (progress lines on
+    ``out``) and build the run."""
     plan = plan_run(args)
+    if on_plan is not None:
+        on_plan(plan)
     try:
         if plan.server is not None:
             try:
@@ -817,7 +838,14 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
     if prepared.server is not None:
         background.append(asyncio.create_task(watch_server(prepared)))
     try:
-        return await prepared.execute()
+        return await serve_run(
+            getattr(prepared.args, "run_id", None),
+            prepared.execute,
+            run.snapshot,
+            run,
+            hello=attach_hello(prepared),
+            progress=lambda: run_progress(run),
+        )()
     finally:
         for task in background:
             task.cancel()
@@ -837,7 +865,14 @@ async def watch_server(prepared: PreparedRun) -> None:
 
 def run_headless(args: argparse.Namespace) -> int:
     """`rampwatch run --headless`: progress lines, then the summary."""
-    prepared = prepare_run(args)
+    run_id = getattr(args, "run_id", None)
+    detached = getattr(args, "detached_log", None)
+
+    def register(plan: RunPlan) -> None:
+        if run_id is not None:
+            runs.register(run_id, plan, detached=detached is not None, log=detached)
+
+    prepared = prepare_run(args, on_plan=register)
     try:
         options = prepared.run.options
         banner = (
@@ -852,6 +887,8 @@ def run_headless(args: argparse.Namespace) -> int:
             print(f"recording to {prepared.recording_path}", flush=True)
         if prepared.server is not None and prepared.server.log_path is not None:
             print(f"server log to {prepared.server.log_path}", flush=True)
+        if run_id is not None and not detached:
+            print(f"run {run_id}: rampwatch attach {run_id} watches it from another terminal", flush=True)
         result = eventloop.run(_run_headless(prepared))
     finally:
         prepared.close()

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -5,6 +6,21 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM_CAPTURES = REPO / "tests" / "data" / "vllm-0.32.0-cpu"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_runs_directory(tmp_path_factory):
+    """Runs the tests start register (`rampwatch ps`, `app.runs`) in a directory of the
+    test session's, never among the user's own runs; processes the tests start inherit it."""
+    runtime = tmp_path_factory.mktemp("runtime")
+    runtime.chmod(0o700)
+    before = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    yield runtime
+    if before is None:
+        del os.environ["XDG_RUNTIME_DIR"]
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = before
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,7 @@ from rampwatch.tui.messages import SnapshotUpdated
 from rampwatch.tui.position_bar import PositionBar
 from rampwatch.tui.prefix_chart import PrefixChart
 from rampwatch.tui.queue_chart import QueueChart
-from rampwatch.tui.quit_dialog import QuitDialog
+from rampwatch.tui.quit_dialog import DetachDialog, QuitDialog
 from rampwatch.tui.restart_dialog import RestartDialog
 from rampwatch.tui.server_log import ServerLogPanel
 from rampwatch.tui.stats_panel import StatsPanel
@@ -222,6 +222,7 @@ class RampwatchApp(App[int]):
         server_log: Callable[[], list[str]] | None = None,
         server_exit: Callable[[], str | None] | None = None,
         server: ServerControl | None = None,
+        attached: str | None = None,
     ) -> None:
         """A replay when ``replay`` is given (then it is also the ``source``), else a live
         run, steered through ``control`` when there is one. ``run_failed()`` true: the run
@@ -243,6 +244,7 @@ class RampwatchApp(App[int]):
         self.rate_step_rps = rate_step_rps
         self.comparison = comparison
         self.server = server  # the run's own server (--serve), which R restarts
+        self.attached = attached  # the id of the run in another process this screen watches
         self.latest: Snapshot = Snapshot.empty("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
@@ -571,8 +573,22 @@ class RampwatchApp(App[int]):
             if repeated_confirms:
                 self.screen.dismiss(True)
             return
+        if isinstance(self.screen, DetachDialog):
+            if repeated_confirms:
+                self.screen.dismiss("detach")  # leaving never stops an attached run unasked
+            return
         if not self.run_active():
             self.exit(0)
+            return
+        if self.attached is not None:
+
+            def chosen(answer: str | None) -> None:
+                if answer == "stop":
+                    self.control.stop()
+                if answer is not None:
+                    self.exit(answer, return_code=0)  # app.run() returns "detach" or "stop"
+
+            self.push_screen(DetachDialog(self.attached), chosen)
             return
 
         def answered(stop: bool | None) -> None:
@@ -824,11 +840,14 @@ def make_live_app(
     server_log: Callable[[], list[str]] | None = None,
     server_exit: Callable[[], str | None] | None = None,
     server: ServerControl | None = None,
+    attached: str | None = None,
 ) -> RampwatchApp:
     """The app for a live run: ``control`` steers it (no control: a view only). ``mouse``
     says whether it is run with mouse capture (``app.run(mouse=...)``; ``c`` toggles it).
     ``server_log``/``server_exit``: the server the run started (``--serve``), if any;
-    ``server``: that server's control, which ``R`` restarts with other arguments."""
+    ``server``: that server's control, which ``R`` restarts with other arguments.
+    ``attached``: the id of the run, in another process, this screen is attached to
+    (`rampwatch attach`): ``q`` then offers to detach (the run goes on) or stop it."""
     return RampwatchApp(
         source,
         control=control,
@@ -840,6 +859,7 @@ def make_live_app(
         mouse=mouse,
         server_log=server_log,
         server_exit=server_exit,
+        attached=attached,
     )
 
 

@@ -253,7 +253,7 @@ def test_no_mouse_starts_the_live_screen_without_mouse_capture(monkeypatch, flag
         seen["app"] = mouse
         return Bridge(), App()
 
-    monkeypatch.setattr(live, "plan_run", lambda a: type("Plan", (), {"server": None})())
+    monkeypatch.setattr(live, "plan_run", lambda a: type("Plan", (), {"server": None, "recording_path": None})())
     monkeypatch.setattr(live, "_build", lambda plan: Prepared())
     monkeypatch.setattr(live, "start_live_prepared", start)
     monkeypatch.setattr(live, "finish_run", lambda prepared, result: 0)
