@@ -83,6 +83,12 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
     # The terminal's hangup is the UI process's to handle (``--on-hangup``); this process
     # follows the UI through the pipe, whatever it decides.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # A Textual screen shown before the fork (the server's start screen) leaves its
+    # driver's SIGTSTP/SIGCONT/SIGWINCH handlers installed: the SIGCONT of a hangup would
+    # restart that driver's threads here, reading the dead terminal in a loop and holding
+    # this process at its exit.
+    for sig in (signal.SIGTSTP, signal.SIGCONT, signal.SIGWINCH):
+        signal.signal(sig, signal.SIG_DFL)
     if log_path:
         # The terminal belongs to the UI: whatever the run prints goes to a log the parent
         # shows after the UI has closed.

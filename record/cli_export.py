@@ -136,15 +136,35 @@ def write_series_csv(snapshot, path: Path) -> None:
             w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
 
 
-def _bench_list(recording, info, key: str, summary, texts: dict[int, str] | None = None) -> list:
-    """One block's share of a per-request list of ``to_bench_result`` (same values);
-    ``texts``: the answers by request id, which the run kept (recordings do not)."""
-    import numpy as np
+def _bench_list(
+    recording, info, key: str, summary, texts: dict[int, str] | None = None, request_class: str | None = None
+) -> list:
+    """One block's share of a per-request list of ``to_bench_result`` (same values), of
+    one class's requests only with ``request_class``; ``texts``: the answers by request
+    id, which the run kept (recordings do not)."""
+    if request_class is None:
+        return _block_list(recording, info, key, summary, texts)
+    classes = recording.request_columns(info, with_chunks=False).strings.get("request_class")
+    if classes is None:
+        return []
+    if key == "itls":
+        records = [r for r in recording.decode_requests(info) if r.request_class == request_class]
+        return _itls(summary, records)
+    values = _block_list(recording, info, key, summary, texts)
+    return [v for v, c in zip(values, classes) if c == request_class]
 
+
+def _itls(summary, records) -> list:
     from rampwatch.loadgen.summary import to_bench_result
 
+    return to_bench_result(summary, None, records, detailed=True)["itls"]
+
+
+def _block_list(recording, info, key: str, summary, texts: dict[int, str] | None = None) -> list:
+    import numpy as np
+
     if key == "itls":
-        return to_bench_result(summary, None, recording.decode_requests(info), detailed=True)[key]
+        return _itls(summary, recording.decode_requests(info))
     c = recording.request_columns(info, with_chunks=False)
     ok = np.array([e is None for e in c.strings["error_class"]], dtype=bool)
     if key == "input_lens":
@@ -174,8 +194,9 @@ def write_bench_result(
 ) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
     every chunk gap of the run) are never all in memory at once. A mixture's ``per_class``
-    section has each class's figures without the per-request lists (the top level's lists
-    cover every request). ``texts``: the answers by request id (a run that kept them)."""
+    section has each class's result in the top level's schema: its figures, its requests'
+    lists (streamed the same way), and ``None`` for a run-wide figure that no class has
+    alone (the GPUs' energy). ``texts``: the answers by request id (a run that kept them)."""
     from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
     from rampwatch.loadgen.turns import turn_sections
     from rampwatch.record.analysis import class_figures, recording_turns
@@ -185,28 +206,39 @@ def write_bench_result(
     result.update(turn_sections(recording_turns(recording)))
     per_class = {}
     for name, figures in class_figures(recording).items():
-        one = to_bench_result(figures, recording.header, [])
+        one = to_bench_result(figures, recording.header, [], detailed=detailed)
         one["num_prompts"] = figures.completed + figures.failed + figures.cancelled
-        per_class[name] = {k: v for k, v in one.items() if k not in PER_REQUEST_KEYS}
+        per_class[name] = (figures, {key: one.get(key) for key in result})
     if per_class:
         result["per_class"] = per_class
-    with open(path, "w") as f:
+
+    def write_object(f, fields: dict, figures, request_class: str | None) -> None:
         f.write("{")
-        for i, (key, value) in enumerate(result.items()):
+        for i, (key, value) in enumerate(fields.items()):
             f.write(("," if i else "") + "\n " + json.dumps(key) + ": ")
-            if key not in PER_REQUEST_KEYS:
+            if key == "per_class":
+                f.write("{")
+                for j, (name, (class_summary, class_fields)) in enumerate(value.items()):
+                    f.write(("," if j else "") + "\n " + json.dumps(name) + ": ")
+                    write_object(f, class_fields, class_summary, name)
+                f.write("}")
+            elif key not in PER_REQUEST_KEYS:
                 f.write(json.dumps(value, default=str))  # NaN as vLLM writes it (dumps_bench_result)
-                continue
-            f.write("[")
-            first = True
-            for info in recording.request_frames:
-                part = _bench_list(recording, info, key, summary, texts)
-                if part:
-                    text = dump_list(part)[1:-1].decode()
-                    f.write(("" if first else ", ") + text)
-                    first = False
-            f.write("]")
-        f.write("\n}\n")
+            else:
+                f.write("[")
+                first = True
+                for info in recording.request_frames:
+                    part = _bench_list(recording, info, key, figures, texts, request_class)
+                    if part:
+                        text = dump_list(part)[1:-1].decode()
+                        f.write(("" if first else ", ") + text)
+                        first = False
+                f.write("]")
+        f.write("\n}")
+
+    with open(path, "w") as f:
+        write_object(f, result, summary, None)
+        f.write("\n")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -156,6 +156,14 @@ def test_detach_attach_twice_and_stop_from_a_third_terminal(tmp_path, env, tmux)
     tmux.wait_for("replay", "REPLAY")
 
 
+def wait_processes_gone(text: str, timeout_s: float = 20.0) -> list[int]:
+    """The processes still naming ``text`` once they had ``timeout_s`` to end."""
+    deadline = time.monotonic() + timeout_s
+    while (left := processes_naming(text)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 def test_a_live_run_whose_terminal_closes_goes_on_detached(tmp_path, env, tmux):
     recording = tmp_path / "run.rwrec"
     tmux.open("live", [*RAMPWATCH, "run", "chat", *SIM_FLAGS, "--record", str(recording)])
@@ -180,6 +188,9 @@ def test_a_live_run_whose_terminal_closes_goes_on_detached(tmp_path, env, tmux):
     check_complete_recording(recording)
     text = log.read_text()
     assert "result JSON: " in text and "Traceback" not in text
+    # Neither the screen's process nor the run's is left behind (the run process once
+    # restarted the start screen's terminal driver on the hangup's SIGCONT and never exited).
+    assert wait_processes_gone(str(recording)) == []
 
 
 def test_detach_checks_fail_fast_with_one_line_and_nothing_left_running(tmp_path, env):
@@ -229,6 +240,7 @@ def test_a_hangup_during_the_server_start_lets_the_start_and_the_run_go_on(tmp_p
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.splitlines()[-1] == f"run {row['id']}: finished, exit 130; recording: {recording}"
     check_complete_recording(recording)
+    assert wait_processes_gone(str(recording)) == []
     assert processes_naming(f"--model tiny --port {port}") == []  # the server went with the run
 
 

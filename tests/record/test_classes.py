@@ -105,19 +105,21 @@ def test_html_report_has_a_classes_section_with_a_line_per_class(recorded, tmp_p
     assert section.count("<svg") == 4 and section.count(">chat</text>") == 4
 
 
-def test_json_export_has_each_class_without_the_per_request_lists(recorded, tmp_path):
-    from rampwatch.loadgen.summary import PER_REQUEST_KEYS
-
+def test_json_export_has_each_class_in_the_top_level_schema_with_its_own_requests(recorded, tmp_path):
     path, capture = recorded
-    out = rampwatch("export", str(path), "--format", "json", "-o", str(tmp_path / "r.json"))
+    out = rampwatch("export", str(path), "--format", "json", "--save-detailed", "-o", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "r.json").read_text())
     per_class = result.pop("per_class")
     assert list(per_class) == ["chat", "batch"]
     for name, figures in per_class.items():
-        assert list(figures) == [k for k in result if k not in PER_REQUEST_KEYS]
-        assert figures["num_prompts"] == sum(r.request_class == name for r in capture.requests)
+        assert list(figures) == list(result)
+        mine = [r for r in capture.requests if r.request_class == name]
+        assert figures["num_prompts"] == len(mine) == len(figures["ttfts"]) == len(figures["start_times"])
+        assert figures["start_times"] == pytest.approx([r.sent_at for r in mine], abs=1e-6)
+        assert len(figures["itls"]) == len(mine)
     assert sum(c["completed"] for c in per_class.values()) == result["completed"]
+    assert sorted(t for c in per_class.values() for t in c["start_times"]) == sorted(result["start_times"])
 
 
 def test_the_replay_rebuilds_the_live_class_figures(recorded):
