@@ -145,8 +145,8 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
         finally:
             pub.cancel()
             loop.remove_reader(fileno)
-            try:
-                conn.send(("snapshot", snapshot_fn()))
+            try:  # the run's end: never a snapshot shared just before it (app.control)
+                conn.send(("snapshot", getattr(snapshot_fn, "fresh", snapshot_fn)()))
             except Exception:
                 pass
 

@@ -146,7 +146,7 @@ class RunChannel:
             return await run
         finally:
             publisher.cancel()
-            final = self.snapshot_fn()
+            final = fresh(self.snapshot_fn)()  # the run's end, not a snapshot shared before it
             self._update_state(progress_of(final))
             if server is not None:
                 server.close()
@@ -246,7 +246,8 @@ class RunChannel:
 def shared_snapshots(snapshot_fn: Callable[[], Snapshot], max_age_s: float = 0.1) -> Callable[[], Snapshot]:
     """``snapshot_fn`` whose snapshot is reused for ``max_age_s``: the live screen's pipe
     and the attached viewers publish every 250 ms each, on the run's loop; one snapshot
-    built serves both."""
+    built serves both. Its ``fresh`` is ``snapshot_fn`` itself: the run's final snapshot
+    must not be one shared just before the run ended (it would still say RAMPING)."""
     last: list[Any] = [-math.inf, None]
 
     def snapshot() -> Snapshot:
@@ -255,7 +256,13 @@ def shared_snapshots(snapshot_fn: Callable[[], Snapshot], max_age_s: float = 0.1
             last[:] = [now, snapshot_fn()]
         return last[1]
 
+    snapshot.fresh = snapshot_fn  # type: ignore[attr-defined]
     return snapshot
+
+
+def fresh(snapshot_fn: Callable[[], Snapshot]) -> Callable[[], Snapshot]:
+    """The uncached snapshot function behind a ``shared_snapshots`` one (else itself)."""
+    return getattr(snapshot_fn, "fresh", snapshot_fn)
 
 
 def progress_of(snapshot: Snapshot) -> tuple[str, float, float]:

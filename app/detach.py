@@ -175,6 +175,11 @@ class Hangup:
             return
         self.happened = True
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # The screen's Textual driver handles SIGTSTP/SIGCONT: the SIGCONT that follows a
+        # hangup would restart its input and output threads after the screen has gone, and
+        # this process would never exit (its threads waiting on the quiet stdin below).
+        for sig in (signal.SIGTSTP, signal.SIGCONT):
+            signal.signal(sig, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
@@ -182,6 +187,14 @@ class Hangup:
         read_end, self._quiet_stdin = os.pipe()
         os.dup2(read_end, 0)
         os.close(read_end)
+
+    def release_stdin(self) -> None:
+        """End the quiet stdin (the screen is about to go): its input thread, told by a
+        stale poll of the dead terminal that there is input, is blocked reading the pipe,
+        and the screen's exit waits for that thread."""
+        if self._quiet_stdin is not None:
+            os.close(self._quiet_stdin)
+            self._quiet_stdin = None
 
     def keep(self) -> None:
         if self.kept:

@@ -149,6 +149,7 @@ def exit_app_on_signals(
             on_hangup()
             if not hangup_leaves:
                 return
+            getattr(on_hangup, "release_stdin", lambda: None)()  # the screen goes now
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -170,13 +171,28 @@ def start_server_on_screen(
     serves (True), or the user quits (False: the server is stopped). A failure to start is
     raised once the screen is gone, after the server's last log lines. A hangup with
     ``hangup`` (``--on-hangup detach``) lets the start go on unseen."""
+
+    def then_release(step: Callable[[], object]) -> Callable[[], object]:
+        """``step``, after which the start screen goes: a hung-up screen's stdin must end
+        first (``Hangup.release_stdin``)."""
+
+        def run() -> object:
+            try:
+                return step()
+            finally:
+                release = getattr(hangup, "release_stdin", None)
+                if release is not None and getattr(hangup, "happened", False):
+                    release()
+
+        return run
+
     app = ServerStartApp(
         command=server.command.shown,
         target=server.url,
         pid=lambda: server.pid,
         log_lines=lambda: server.tail,
-        start=lambda: server.start(timeout_s),
-        cancel=server.stop,
+        start=then_release(lambda: server.start(timeout_s)),
+        cancel=then_release(server.stop),
     )
     with exit_app_on_signals(app, app.action_cancel, on_hangup=hangup, hangup_leaves=False):
         outcome = app.run(mouse=mouse)

@@ -158,8 +158,18 @@ def test_detach_attach_twice_and_stop_from_a_third_terminal(tmp_path, env, tmux)
 
 def wait_processes_gone(text: str, timeout_s: float = 20.0) -> list[int]:
     """The processes still naming ``text`` once they had ``timeout_s`` to end."""
+
+    def comm(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/comm").read_text()
+        except OSError:  # gone meanwhile
+            return "tmux"
+
+    def runs() -> list[int]:  # not the tmux server, whose command line names its first window's
+        return [pid for pid in processes_naming(text) if not comm(pid).startswith("tmux")]
+
     deadline = time.monotonic() + timeout_s
-    while (left := processes_naming(text)) and time.monotonic() < deadline:
+    while (left := runs()) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
@@ -190,7 +200,7 @@ def test_a_live_run_whose_terminal_closes_goes_on_detached(tmp_path, env, tmux):
     assert "result JSON: " in text and "Traceback" not in text
     # Neither the screen's process nor the run's is left behind (the run process once
     # restarted the start screen's terminal driver on the hangup's SIGCONT and never exited).
-    assert wait_processes_gone(str(recording)) == []
+    assert wait_processes_gone(f"--record {recording}") == []
 
 
 def test_detach_checks_fail_fast_with_one_line_and_nothing_left_running(tmp_path, env):
@@ -236,11 +246,15 @@ def test_a_hangup_during_the_server_start_lets_the_start_and_the_run_go_on(tmp_p
 
     (row,) = [wait_listed(env, r["id"], detached=True, run_state="ramping") for r in listed(env)]
     assert row["shown_state"] == "running"
+    deadline = time.monotonic() + 30  # some requests sent, so that the stop interrupts a run
+    while (row := next(r for r in listed(env) if r["id"] == row["id"])).get("elapsed_s", 0) < 3:
+        assert time.monotonic() < deadline, row
+        time.sleep(0.2)
     stopped = rampwatch(env, "stop", row["id"])
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.splitlines()[-1] == f"run {row['id']}: finished, exit 130; recording: {recording}"
     check_complete_recording(recording)
-    assert wait_processes_gone(str(recording)) == []
+    assert wait_processes_gone(f"--record {recording}") == []
     assert processes_naming(f"--model tiny --port {port}") == []  # the server went with the run
 
 
