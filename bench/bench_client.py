@@ -89,7 +89,19 @@ def vllm_bench(url: str, n: int, result_dir: Path) -> tuple[float, float, dict]:
     return cpu, wall, json.loads((result_dir / name).read_text())
 
 
-def vllm_cmd(url: str, n: int, result: Path, concurrency: int = CONCURRENCY) -> list[str]:
+def vllm_cmd(
+    url: str,
+    n: int,
+    result: Path,
+    concurrency: int | None = CONCURRENCY,
+    *,
+    rate: str = "inf",
+    input_tokens: int = INPUT_TOKENS,
+    output_tokens: int = OUTPUT_TOKENS,
+) -> list[str]:
+    """`vllm bench serve` of ``n`` random prompts against ``url`` (this run's workload:
+    ``input_tokens`` → ``output_tokens``), at ``rate`` req/s and at most ``concurrency`` in
+    flight (None: no cap), its result JSON written to ``result``."""
     return [
         str(VLLM_PYTHON),
         "bench/vllm_cli.py",
@@ -108,16 +120,15 @@ def vllm_cmd(url: str, n: int, result: Path, concurrency: int = CONCURRENCY) -> 
         "--dataset-name",
         "random",
         "--random-input-len",
-        str(INPUT_TOKENS),
+        str(input_tokens),
         "--random-output-len",
-        str(OUTPUT_TOKENS),
+        str(output_tokens),
         "--ignore-eos",
         "--num-prompts",
         str(n),
-        "--max-concurrency",
-        str(concurrency),
+        *(["--max-concurrency", str(concurrency)] if concurrency is not None else []),
         "--request-rate",
-        "inf",
+        rate,
         "--seed",
         "0",
         "--disable-tqdm",

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_client import TINY_MODEL, VLLM_PYTHON  # noqa: E402
+from bench_client import TINY_MODEL, VLLM_PYTHON, vllm_cmd  # noqa: E402
 
 SUSTAINED = 0.95
 INPUT_TOKENS = 32
@@ -48,41 +48,9 @@ def load_average() -> str:
 
 def vllm_step(url: str, rate: float, n: int, tmp: Path) -> dict:
     result = tmp / f"vllm-{rate:g}.json"
-    cmd = [
-        str(VLLM_PYTHON),
-        "bench/vllm_cli.py",
-        "bench",
-        "serve",
-        "--backend",
-        "vllm",
-        "--base-url",
-        url,
-        "--endpoint",
-        "/v1/completions",
-        "--model",
-        "tiny",
-        "--tokenizer",
-        str(TINY_MODEL),
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(INPUT_TOKENS),
-        "--random-output-len",
-        str(OUTPUT_TOKENS),
-        "--ignore-eos",
-        "--num-prompts",
-        str(n),
-        "--request-rate",
-        f"{rate:g}",
-        "--seed",
-        "0",
-        "--disable-tqdm",
-        "--save-result",
-        "--result-dir",
-        str(tmp),
-        "--result-filename",
-        result.name,
-    ]
+    cmd = vllm_cmd(
+        url, n, result, concurrency=None, rate=f"{rate:g}", input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS
+    )
     env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
