@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rampwatch.core.timeline import RequestRecord
+
 Endpoint = Literal["completions", "chat"]
 
 
@@ -33,3 +35,20 @@ class PreparedRequest:
         """What every record of this request carries from it (its mixture class, session
         and turn), whether it was answered, failed or never sent."""
         return {"request_class": self.request_class, "session": self.session, "turn": self.turn}
+
+    def unanswered(
+        self, request_id: int, scheduled_at: float, sent_at: float, end_at: float, error_class: str, error: str
+    ) -> RequestRecord:
+        """The record of this request when it ended without an answer from the server:
+        cancelled before it was sent, or failed around the client (a client bug, a lost
+        load worker); recorded all the same, never lost."""
+        return RequestRecord(
+            id=request_id,
+            scheduled_at=scheduled_at,
+            sent_at=sent_at,
+            end_at=end_at,
+            tokens_from_usage=False,
+            error_class=error_class,
+            error=error,
+            **self.labels(),
+        )

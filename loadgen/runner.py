@@ -708,15 +708,13 @@ class Run:
                     # Cancelled while waiting for a slot: never sent, but scheduled, so it
                     # is recorded (cancelled, sent and ended now) rather than lost.
                     now = self.now()
-                    waited = RequestRecord(
-                        id=request_id,
-                        scheduled_at=scheduled_at,
-                        sent_at=now,
-                        end_at=now,
-                        tokens_from_usage=False,
-                        error_class=CANCELLED,
-                        error="cancelled by the run while waiting for a concurrency slot",
-                        **request.labels(),
+                    waited = request.unanswered(
+                        request_id,
+                        scheduled_at,
+                        now,
+                        now,
+                        CANCELLED,
+                        "cancelled by the run while waiting for a concurrency slot",
                     )
                     self._publish(waited, on_record)
                     raise
@@ -731,15 +729,13 @@ class Run:
             raise
         except Exception as exc:  # a client bug must cost one failed request, never a lost one
             now = self.now()
-            record = RequestRecord(
-                id=request_id,
-                scheduled_at=scheduled_at,
-                sent_at=min(now, max(scheduled_at, 0.0)),
-                end_at=now,
-                tokens_from_usage=False,
-                error_class="client_error",
-                error=server_text(f"{type(exc).__name__}: {exc}", self.connection.secrets())[:500],
-                **request.labels(),
+            record = request.unanswered(
+                request_id,
+                scheduled_at,
+                min(now, max(scheduled_at, 0.0)),
+                now,
+                "client_error",
+                server_text(f"{type(exc).__name__}: {exc}", self.connection.secrets())[:500],
             )
         self._publish(record, on_record)
 

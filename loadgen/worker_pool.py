@@ -167,15 +167,8 @@ async def _serve(sock: socket.socket) -> None:
             record = await core.send(req, request_id, scheduled_at)
         except asyncio.CancelledError:  # cancelled before its client task took its first step
             now = clock()
-            record = RequestRecord(
-                id=request_id,
-                scheduled_at=scheduled_at,
-                sent_at=now,
-                end_at=now,
-                tokens_from_usage=False,
-                error_class=CANCELLED,
-                error="cancelled by the run before it was sent",
-                **req.labels(),
+            record = req.unanswered(
+                request_id, scheduled_at, now, now, CANCELLED, "cancelled by the run before it was sent"
             )
         link.queue((RECORD, _compact(record)))
 
@@ -361,16 +354,7 @@ class WorkerPool:
                 self.on_lost(message)
 
     def _failed(self, request_id: int, pending: _Pending, now: float, why: str) -> RequestRecord:
-        return RequestRecord(
-            id=request_id,
-            scheduled_at=pending.scheduled_at,
-            sent_at=pending.handed_at,
-            end_at=now,
-            tokens_from_usage=False,
-            error_class="client_error",
-            error=why,
-            **pending.request.labels(),
-        )
+        return pending.request.unanswered(request_id, pending.scheduled_at, pending.handed_at, now, "client_error", why)
 
     async def send(self, req: PreparedRequest, request_id: int, scheduled_at: float) -> RequestRecord:
         worker = self._workers[worker_of(request_id, self.workers)]
