@@ -42,22 +42,19 @@ def check_ray_flags(args: argparse.Namespace) -> None:
     check_reachable(address)
 
 
-def attach_ray(run: Any, args: argparse.Namespace) -> None:
-    """The run sends through a pool of Ray actors (``--ray``); a lost actor is an ``error``
-    event and stops the run."""
+def ray_workers(args: argparse.Namespace) -> Any:
+    """The Ray actors a run sends through (``--ray``; a ``SenderFactory``), else None."""
     address = getattr(args, "ray", None)
     if address is None:
-        return
+        return None
     from rampwatch.loadgen.ray_workers import RayPool
 
     def announce(line: str) -> None:  # the live screen's run process prints to its log
         print(line, flush=True)
 
-    pool = RayPool(
+    return RayPool(
         address,
         workers=getattr(args, "workers", None),
         max_clock_offset_s=args.max_clock_offset / 1000,
         announce=announce,
     )
-    pool.on_worker_lost = run.worker_lost
-    run.options.sender_factory = pool

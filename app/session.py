@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from rampwatch.app import runs
 from rampwatch.app.control import serve_run
-from rampwatch.app.ray_run import attach_ray
+from rampwatch.app.ray_run import ray_workers
 from rampwatch.core.bins import latest_complete, recent_mean
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_options, redact_text
@@ -516,10 +516,11 @@ def record_failed_start(plan: RunPlan, error: UserError) -> Path | None:
 
 
 def load_senders(args: argparse.Namespace) -> SenderFactory | None:
-    """What the run sends through: its own client (None), or ``--workers N`` processes."""
+    """What the run sends through: its own client (None), ``--workers N`` processes, or
+    Ray actors with ``--ray`` (then ``--workers`` is their number)."""
+    if getattr(args, "ray", None) is not None:
+        return ray_workers(args)
     workers = getattr(args, "workers", 1) or 1
-    if getattr(args, "ray", None) is not None:  # --workers N are Ray actors (app.ray_run)
-        return None
     return LocalWorkers(workers) if workers > 1 else None
 
 
@@ -566,9 +567,6 @@ def build_run(plan: RunPlan) -> PreparedRun:
     secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
     recorder = RecordingWriter(plan.recording_path or scratch, secrets=secrets or None)
     run = Run(scenario, options, sinks=[recorder])
-    if isinstance(options.sender_factory, LocalWorkers):
-        options.sender_factory.on_lost = run.worker_lost
-    attach_ray(run, args)
     return PreparedRun(
         run=run,
         args=args,

@@ -15,8 +15,8 @@ to start when a node's offset exceeds ``--max-clock-offset``.
 
 A dead actor (its process or node lost): each request it had in flight, and each one sent
 to it afterwards, becomes a failed record (``worker_lost``, naming the worker and its
-node); ``on_worker_lost`` is told once per actor (the app turns it into an ``error`` event
-and stops the run: the other actors alone would send only part of the schedule).
+node); ``on_lost`` is told once per actor (the run records an ``error`` event and stops:
+the other actors alone would send only part of the schedule).
 
 Ray is imported only here, and only when a run uses it (``import_ray``).
 """
@@ -221,7 +221,7 @@ class RayPool:
         self.workers = workers
         self.max_clock_offset_s = max_clock_offset_s
         self.announce = announce or (lambda line: None)
-        self.on_worker_lost: Callable[[str], None] = lambda message: None
+        self.on_lost: Callable[[str], None] | None = None  # the run's, set by the run
         self.places: list[WorkerPlace] = []
         self.offsets: dict[str, ClockEstimate] = {}
         self.sent_by_worker: list[int] = []
@@ -370,7 +370,8 @@ class RayPool:
         if index not in self._lost:
             place = self.places[index]
             self._lost[index] = f"Ray worker {index} on {place.node} lost: {_first_line(exc)}"
-            self.on_worker_lost(self._lost[index])
+            if self.on_lost is not None:
+                self.on_lost(self._lost[index])
         return self._lost[index]
 
     def _lost_record(self, req: PreparedRequest, request_id: int, scheduled_at: float, message: str) -> RequestRecord:

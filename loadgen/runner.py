@@ -89,10 +89,8 @@ class RunOptions:
     # managed `vllm serve`: ServerLimits.from_engine_args); the knee's explanation adds the
     # server's cache config and the run's --max-concurrency to them.
     server_limits: ServerLimits | None = None
-    # The run's requests go through senders it builds with this (load worker processes,
-    # Ray actors); None: through its own client, in its own process. The run awaits the
-    # factory's optional ``prepare(client_spec)`` before its clock starts, and adds its optional
-    # ``host_info()`` to the header's host_info.
+    # The run's requests go through the sender these load workers give it (worker
+    # processes, Ray actors); None: through its own client, in its own process.
     sender_factory: SenderFactory | None = None
     # Keep every record and scrape in RAM, in RunResult.requests/.samples (tests and
     # embedders that want them). A run does not by default: its records go to its
@@ -226,6 +224,8 @@ class Run:
             self.sessions = SessionDriver(SessionWorkload(self.factory), self.now, options.save_generated_texts)
         self.series = SeriesBuilder(slo=scenario.slo, gpu_price_per_hour=options.gpu_price_per_hour)
         self.collector = RunCollector(options.keep_records, options.save_generated_texts)
+        if options.sender_factory is not None:  # a worker lost mid-run stops the run
+            options.sender_factory.on_lost = self.worker_lost
         self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
         self.knee = KneeDetector()
         self._header: RunHeader | None = None
@@ -335,7 +335,8 @@ class Run:
         self.stop()
 
     def worker_lost(self, message: str) -> None:
-        """A load worker process exited mid-run (its requests in flight already failed):
+        """A load worker (process or Ray actor) was lost mid-run (its requests in flight
+        already failed):
         an ``error`` event saying so, then the usual stop."""
         if self._finished:
             return
@@ -504,9 +505,8 @@ class Run:
             # A sender factory's set-up that takes seconds (worker processes started, a
             # cluster's actors placed and their clocks measured) comes before t = 0, or the
             # schedule's first seconds would be late.
-            prepare = getattr(opts.sender_factory, "prepare", None)
-            if prepare is not None:
-                await prepare(self.client_spec())
+            if opts.sender_factory is not None:
+                await opts.sender_factory.prepare(self.client_spec())
             self._t0 = time.monotonic()
             started_at_unix = time.time()
             if opts.sender_factory is not None:
@@ -522,7 +522,7 @@ class Run:
                 options=redact_options(opts.cli_options),
                 planned_duration_s=self.schedule.planned_duration_s,
                 server_info=server_info,
-                host_info=host_info() | getattr(opts.sender_factory, "host_info", dict)(),
+                host_info=host_info() | (opts.sender_factory.host_info() if opts.sender_factory else {}),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
             )
@@ -537,7 +537,7 @@ class Run:
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
             if gpu_note is not None:
                 self.sink.on_event(Event(0.0, "info", gpu_note, {"gpu": "hidden"}))
-            for note, data in getattr(sender, "start_notes", ()):  # where the workers are
+            for note, data in opts.sender_factory.start_notes if opts.sender_factory else ():  # where they are
                 self.sink.on_event(Event(0.0, "info", note, data))
             # A first tick at once: the screen shows the run's state (and takes steering
             # keys) from its start, not from the first second's tick.

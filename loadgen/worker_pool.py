@@ -37,6 +37,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import CANCELLED, RequestRecord
@@ -481,6 +482,10 @@ class LocalWorkers:
 
     def host_info(self) -> dict[str, object]:
         return {"load_workers": self.workers}
+
+    @property
+    def start_notes(self) -> list[tuple[str, dict[str, Any]]]:
+        return []
 
     def __call__(self, spec: ClientSpec, t0_monotonic: float, t0_unix: float) -> WorkerPool:
         if self.pool is None:

@@ -69,9 +69,24 @@ class ClientSpec:
         )
 
 
-# A factory of a run's sender: the run's client spec and the run's clock origin
-# (``time.monotonic()`` at the run's t = 0, and ``time.time()`` at the same instant).
-SenderFactory = Callable[[ClientSpec, float, float], Sender]
+class SenderFactory(Protocol):
+    """A run's load workers (local processes, Ray actors), as the run drives them: set up
+    before its clock starts (``prepare``, which may take seconds), then called with its
+    clock's origin (``time.monotonic()`` at the run's t = 0, and ``time.time()`` at the same
+    instant) for the run's sender. ``host_info()`` goes into the run's header and
+    ``start_notes`` are its first ``info`` events; the run sets ``on_lost``, which is told
+    when a worker is lost mid-run."""
+
+    on_lost: Callable[[str], None] | None
+
+    async def prepare(self, spec: ClientSpec) -> None: ...
+
+    def __call__(self, spec: ClientSpec, t0_monotonic: float, t0_unix: float) -> Sender: ...
+
+    def host_info(self) -> dict[str, Any]: ...
+
+    @property
+    def start_notes(self) -> list[tuple[str, dict[str, Any]]]: ...
 
 
 class WorkerCore:

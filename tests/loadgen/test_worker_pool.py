@@ -199,7 +199,7 @@ async def test_a_run_whose_worker_dies_records_an_error_and_stops_losing_no_requ
         factory = LocalWorkers(2)
         options = RunOptions(target=url, model="tiny", stop_grace_s=0.2, scrape_interval_s=0.5, sender_factory=factory)
         run = Run(scenario({"kind": "constant", "rate": 20, "duration_s": 30}, output_tokens=2000), options, [sink])
-        factory.on_lost = run.worker_lost
+        assert factory.on_lost == run.worker_lost  # the run wires it
 
         async def kill_a_worker() -> None:
             await busy.wait()

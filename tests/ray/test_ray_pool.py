@@ -56,7 +56,7 @@ def pool_over(actors: list[StandIn]) -> tuple[RayPool, list[str]]:
     pool.places = [WorkerPlace(i, f"n{i}", f"10.0.0.{i}", f"node{i}") for i in range(len(actors))]
     pool.offsets = {p.node: ClockEstimate(0.0, 0.001) for p in pool.places}
     pool.sent_by_worker = [0] * len(actors)
-    pool.on_worker_lost = lost.append
+    pool.on_lost = lost.append
     return pool, lost
 
 
