@@ -116,7 +116,7 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
             if method is not None:  # a control lacking a method (a test's) ignores the call
                 method(*args)
 
-        tails_only = "last_bins" in inspect.signature(snapshot_fn).parameters  # Run.snapshot
+        delta = delta_of(snapshot_fn)
 
         async def publisher() -> None:
             count = 0
@@ -129,10 +129,8 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
                     continue
                 if count % FULL_SNAPSHOT_EVERY == 0:
                     conn.send(("snapshot", snapshot_fn()))
-                elif tails_only:  # the newest bins only: a long run's whole series cost ~1 s a day
-                    conn.send(("delta", tail_of(snapshot_fn(last_bins=TAIL_BINS))))
                 else:
-                    conn.send(("delta", tail_of(snapshot_fn())))
+                    conn.send(("delta", delta()))
                 count += 1
 
         loop.add_reader(fileno, on_command)
@@ -204,6 +202,15 @@ def tail_of(snapshot: Snapshot, bins: int = TAIL_BINS) -> tuple[int, Snapshot]:
     ]
     tail = dataclasses.replace(snapshot, times=snapshot.times[start:], series=series, classes=classes)
     return first + start, tail
+
+
+def delta_of(snapshot_fn: Callable[..., Snapshot]) -> Callable[[], tuple[int, Snapshot]]:
+    """What a publisher sends between whole snapshots: ``tail_of`` a snapshot of the newest
+    bins only when ``snapshot_fn`` builds one (``Run.snapshot(last_bins=…)``: a long run's
+    whole series cost ~1 s a day to build), else of a whole one."""
+    if "last_bins" in inspect.signature(snapshot_fn).parameters:
+        return lambda: tail_of(snapshot_fn(last_bins=TAIL_BINS))
+    return lambda: tail_of(snapshot_fn())
 
 
 def with_tail(base: Snapshot, start: int, tail: Snapshot) -> Snapshot:

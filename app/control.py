@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rampwatch.app import runs
-from rampwatch.app.bridge import FULL_SNAPSHOT_EVERY, PUBLISH_INTERVAL_S, ForwardingControl, tail_of, with_tail
+from rampwatch.app.bridge import FULL_SNAPSHOT_EVERY, PUBLISH_INTERVAL_S, ForwardingControl, delta_of, with_tail
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import RunControl, Snapshot
 
@@ -206,14 +206,16 @@ class RunChannel:
     async def _publish(self) -> None:
         count = 0
         last_state = 0.0
+        delta = delta_of(self.snapshot_fn)
         while True:
             await asyncio.sleep(self.publish_interval)
             snapshot = None
             if self.viewers:
-                snapshot = self.snapshot_fn()
-                kind, payload = (
-                    ("snapshot", snapshot) if count % FULL_SNAPSHOT_EVERY == 0 else ("delta", tail_of(snapshot))
-                )
+                if count % FULL_SNAPSHOT_EVERY == 0:
+                    kind, payload = "snapshot", (snapshot := self.snapshot_fn())
+                else:
+                    kind, payload = "delta", delta()
+                    snapshot = payload[1]  # its state, elapsed time and rate are the run's
                 data = frame(pickle.dumps((kind, payload)))
                 for writer in list(self.viewers):
                     if writer.transport.get_write_buffer_size() > MAX_QUEUED_BYTES:
@@ -243,18 +245,21 @@ class RunChannel:
         self.viewers.clear()
 
 
-def shared_snapshots(snapshot_fn: Callable[[], Snapshot], max_age_s: float = 0.1) -> Callable[[], Snapshot]:
+def shared_snapshots(snapshot_fn: Callable[..., Snapshot], max_age_s: float = 0.1) -> Callable[..., Snapshot]:
     """``snapshot_fn`` whose snapshot is reused for ``max_age_s``: the live screen's pipe
     and the attached viewers publish every 250 ms each, on the run's loop; one snapshot
-    built serves both. Its ``fresh`` is ``snapshot_fn`` itself: the run's final snapshot
-    must not be one shared just before the run ended (it would still say RAMPING)."""
-    last: list[Any] = [-math.inf, None]
+    built serves both (one whole, one of the newest ``last_bins``, as ``Run.snapshot``
+    takes them). Its ``fresh`` is ``snapshot_fn`` itself: the run's final snapshot must
+    not be one shared just before the run ended (it would still say RAMPING)."""
+    built: dict[int | None, tuple[float, Snapshot]] = {}
 
-    def snapshot() -> Snapshot:
+    def snapshot(last_bins: int | None = None) -> Snapshot:
         now = time.monotonic()
-        if now - last[0] > max_age_s:
-            last[:] = [now, snapshot_fn()]
-        return last[1]
+        when, shared = built.get(last_bins, (-math.inf, None))
+        if shared is None or now - when > max_age_s:
+            shared = snapshot_fn() if last_bins is None else snapshot_fn(last_bins=last_bins)
+            built[last_bins] = (now, shared)
+        return shared
 
     snapshot.fresh = snapshot_fn  # type: ignore[attr-defined]
     return snapshot
