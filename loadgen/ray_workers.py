@@ -376,17 +376,7 @@ class RayPool:
 
     def _lost_record(self, req: PreparedRequest, request_id: int, scheduled_at: float, message: str) -> RequestRecord:
         now = time.time() - self._t0_unix
-        return RequestRecord(
-            id=request_id,
-            scheduled_at=scheduled_at,
-            sent_at=now,
-            end_at=now,
-            prompt_tokens=req.expected_prompt_tokens,
-            scenario_tag=req.tag,
-            error_class=WORKER_LOST,
-            error=message,
-            **req.labels(),
-        )
+        return req.unanswered(request_id, scheduled_at, now, now, WORKER_LOST, message)
 
     async def close(self) -> None:
         """End the actors (each cancels what it still has in flight) and disconnect."""

@@ -41,13 +41,16 @@ class PreparedRequest:
     ) -> RequestRecord:
         """The record of this request when it ended without an answer from the server:
         cancelled before it was sent, or failed around the client (a client bug, a lost
-        load worker); recorded all the same, never lost."""
+        load worker); recorded all the same, never lost. It carries what the client's own
+        record of a failed request does: the prompt's expected size and the tag."""
         return RequestRecord(
             id=request_id,
             scheduled_at=scheduled_at,
             sent_at=sent_at,
             end_at=end_at,
+            prompt_tokens=self.expected_prompt_tokens,
             tokens_from_usage=False,
+            scenario_tag=self.tag,
             error_class=error_class,
             error=error,
             **self.labels(),

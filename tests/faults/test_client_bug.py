@@ -27,4 +27,8 @@ async def test_an_exception_in_the_client_is_one_failed_request(monkeypatch):
     assert [r.id for r in failed] == [3]
     assert failed[0].error_class == "client_error"
     assert failed[0].error == "RuntimeError: boom in the parser for http://<redacted>@host"
+    # It carries what the client's own record of a failed request carries: the prompt's
+    # expected size (as every other request of this workload) and the tag.
+    assert failed[0].prompt_tokens == records[2].prompt_tokens > 0
+    assert failed[0].scenario_tag == records[2].scenario_tag
     assert len(result.requests) == len(records)
