@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -169,8 +169,25 @@ TEXT_COLUMNS = (
 )
 
 
+def with_active(totals: SessionTotals, active: int) -> SessionTotals:
+    """The totals while the run goes on, counting its ``active`` sessions (its ticks).
+
+    The turn table counts a session once its first turn has ended, so mid-run it misses
+    the sessions whose first turn is still in flight, while the ticks' finished and active
+    counts include them: "sessions 33 · finished 26 · active 19" did not add up. With the
+    run's own count (finished + active) every session started is counted, and one that
+    has had no failed turn so far is counted as without error; at the end (none active)
+    both counts are the same."""
+    if totals.finished is None:
+        return totals
+    started = max(totals.sessions, totals.finished + active)
+    return replace(totals, sessions=started, without_error=started - totals.ended_by_error - totals.cancelled)
+
+
 def sessions_line(totals: SessionTotals, active: int | None = None) -> str:
     """The totals in a line; ``active``: the run's open sessions when known (its ticks)."""
+    if active is not None:
+        totals = with_active(totals, active)
     parts = [f"sessions {totals.sessions}"]
     if totals.finished is not None:
         parts.append(f"finished {totals.finished}")

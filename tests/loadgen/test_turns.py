@@ -17,7 +17,9 @@ from rampwatch.loadgen.turns import (
     row_index,
     row_label,
     session_totals,
+    sessions_line,
     turn_table,
+    with_active,
 )
 from tests.loadgen.session_records import HISTORY_PER_TURN, session_records, session_stream
 
@@ -242,3 +244,26 @@ def test_the_runs_own_count_of_finished_sessions_comes_from_its_ticks():
     restored = SeriesBuilder.from_state(None, *builder.export_state())
     assert restored.snapshot().turns.sessions.finished == 2
     assert "sessions 3 · finished 2 · ended by an error 0 · no error 3" in builder.snapshot().turns.text()
+
+
+@pytest.mark.parametrize(
+    ("turn1", "errors", "cancelled", "finished", "active", "line"),
+    [
+        # Mid-run: 19 active, 26 finished, but only 33 first turns have ended.
+        (33, 0, 0, 26, 19, "sessions 45 · finished 26 · ended by an error 0 · no error 45 · active 19"),
+        (33, 2, 1, 26, 19, "sessions 45 · finished 26 · ended by an error 2 · no error 42 · cancelled 1 · active 19"),
+        # At the end (none active) the run's count and the turn table's are the same.
+        (38, 1, 0, 38, 0, "sessions 38 · finished 38 · ended by an error 1 · no error 37 · active 0"),
+        # Without the run's count (a recording whose ticks carry none) the table's stays.
+        (33, 0, 0, None, 19, "sessions 33 · ended by an error 0 · no error 33 · active 19"),
+    ],
+)
+def test_the_live_line_counts_the_sessions_whose_first_turn_is_in_flight(
+    turn1, errors, cancelled, finished, active, line
+):
+    totals = session_totals(turn1, requests=2 * turn1, errors=errors, cancelled=cancelled, finished=finished)
+    assert sessions_line(totals, active).startswith(line + " · mean turns 2.00")
+    live = with_active(totals, active)
+    assert live.sessions == live.ended_by_error + live.without_error + live.cancelled
+    if finished is not None:
+        assert live.sessions == max(turn1, finished + active)
