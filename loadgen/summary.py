@@ -277,9 +277,10 @@ class LatencyMs:
 
 
 # A p99 send lateness above this says the client did not keep the schedule. A client with
-# CPU to spare sends with a p99 of 2-5 ms on a shared 2-vCPU machine (docs/benchmarks.md:
-# 200 req/s, with huge /metrics pages too), a starved one hundreds of ms late; 10 ms is
-# twice the worst healthy p99 measured there.
+# CPU to spare sends at 200 req/s with a p99 of 1.4-4.5 ms on a shared 2-vCPU machine
+# (docs/benchmarks.md, huge /metrics pages and the TUI drawing included), a starved one
+# hundreds of ms late: 10 ms is twice the worst healthy p99 measured there. A fixed bound,
+# not one relative to the gap between sends: late sends bunch the load whatever its rate.
 LATE_SEND_P99_MS = 10.0
 
 
