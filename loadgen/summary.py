@@ -9,9 +9,10 @@ by block, ``record.analysis``) and the live run-so-far figures (``bounded=True``
 Client figures follow ``loadgen.stats`` (vLLM's definitions). ``Summary.to_dict()`` has
 the keys of vLLM's result JSON where vLLM has the figure (``completed``,
 ``request_throughput``, ``mean_ttft_ms``, ``p99_itl_ms``...), plus ``p50``/``p90`` for every
-latency metric, ``server`` (figures from ``/metrics``), ``errors_by_class``, ``knee_rps``
-and, with a GPU price, ``cost_per_1m_output_tokens`` / ``cost_per_1m_total_tokens``
-(hourly price / measured tokens per second * 1e6 / 3600). With GPU telemetry (NVML, a
+latency metric, ``send_lateness_ms`` (how late the client sent: ``SendLatenessMs``),
+``server`` (figures from ``/metrics``), ``errors_by_class``, ``knee_rps`` and, with a GPU
+price, ``cost_per_1m_output_tokens`` / ``cost_per_1m_total_tokens`` (hourly price /
+measured tokens per second * 1e6 / 3600). With GPU telemetry (NVML, a
 DCGM exporter) ``gpu`` holds the GPU figures (``GpuTotals``) and, when power is known,
 ``energy_wh`` and ``tokens_per_joule`` (output tokens ÷ the energy the GPUs drew).
 """
@@ -275,6 +276,53 @@ class LatencyMs:
         return [("mean", self.mean), ("median", self.median), ("std", self.std), *self.percentiles.items()]
 
 
+# A p99 send lateness above this says the client did not keep the schedule. A client with
+# CPU to spare sends at 200 req/s with a p99 of 1.4-4.5 ms on a shared 2-vCPU machine
+# (docs/benchmarks.md, huge /metrics pages and the TUI drawing included), a starved one
+# hundreds of ms late: 10 ms is twice the worst healthy p99 measured there. A fixed bound,
+# not one relative to the gap between sends: late sends bunch the load whatever its rate.
+LATE_SEND_P99_MS = 10.0
+
+
+@dataclass(frozen=True)
+class SendLatenessMs:
+    """How late the client sent its requests (``sent_at - scheduled_at``), in ms: exact
+    percentiles (numpy's, as ``stats.describe_ms``) over the requests that were sent."""
+
+    p50: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, lateness_s: np.ndarray) -> SendLatenessMs | None:
+        """The figures of ``lateness_s`` (seconds); None when nothing was sent."""
+        if lateness_s.size == 0:
+            return None
+        p50, p99 = np.percentile(lateness_s, (50, 99)) * 1000
+        return cls(float(p50), float(p99), float(lateness_s.max()) * 1000)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"p50": self.p50, "p99": self.p99, "max": self.max}
+
+
+def lateness_warning(figures: Summary) -> str | None:
+    """One line when the p99 send lateness passes ``LATE_SEND_P99_MS``, else None. Under
+    a concurrency cap a request waits for a slot before it is sent, and the records do
+    not say how much of its lateness was that wait: there the line says so, not that
+    the client was short of CPU."""
+    late = figures.send_lateness
+    if late is None or late.p99 <= LATE_SEND_P99_MS:
+        return None
+    shown = f"p99 {late.p99:.0f} ms, max {late.max:.0f} ms"
+    if figures.max_concurrency is not None:
+        return (
+            f"warning: requests were sent late ({shown}) as they waited for one of the "
+            f"{figures.max_concurrency} --max-concurrency slots: the schedule's rate was not offered "
+            f"in full; the wait is part of the lateness, so it does not show whether the client kept up"
+        )
+    return f"warning: the client sent late ({shown}): the offered rate was not fully met; see docs/scale.md"
+
+
 @dataclass(frozen=True)
 class Summary:
     """Every figure of ``vllm bench serve``'s summary, plus server side, errors and cost.
@@ -310,6 +358,8 @@ class Summary:
     gpu: dict[str, Any] | None = None  # GpuTotals.figures(); None or {}: no GPU telemetry
     # Why the knee happened: the limit, evidence and what to try (knee_explain's dict form).
     knee_explanation: dict[str, Any] | None = None
+    # None when nothing was sent, and in the live run-so-far figures (bounded memory).
+    send_lateness: SendLatenessMs | None = None
 
     @property
     def _divisor_s(self) -> float:
@@ -379,6 +429,7 @@ class Summary:
             # vllm bench serve's "Client-side Queueing" keys (it reports them under a cap)
             for stat, value in self.client_queue.items():
                 out[f"{stat}_client_queue_time_ms"] = value
+        out["send_lateness_ms"] = None if self.send_lateness is None else self.send_lateness.to_dict()
         out["errors_by_class"] = dict(self.errors_by_class)
         out["server"] = self.server
         out["knee_rps"] = self.knee_rps
@@ -432,6 +483,16 @@ class RequestBlock:
         )
 
 
+def send_lateness_s(block: RequestBlock) -> np.ndarray:
+    """The lateness of each of the block's requests that was sent (``client_queue_s``,
+    ``sent_at - scheduled_at``). A request that ended without an answer at the instant
+    it was to be sent (``sent_at == end_at``: cancelled while it waited for a concurrency
+    slot or before its load worker sent it, or its worker was already lost) has no real
+    send and is left out."""
+    unanswered = np.fromiter((e is not None for e in block.error_classes), dtype=bool, count=block.sent_at.size)
+    return block.client_queue_s[~(unanswered & (block.sent_at == block.end_at))]
+
+
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
     parts = [p for p in parts if p.size]
     if not parts:
@@ -480,6 +541,8 @@ class SummaryBuilder:
         values = stats.RunningValues if bounded else stats.ExactValues
         self.latencies = {m: (itl_values or values)() if m == "itl" else values() for m in METRICS}
         self.client_queue = values()
+        # Exact only: the live figures (bounded) leave the send lateness out.
+        self.send_lateness = None if bounded else stats.ExactValues()
         self.requests = 0
         self.completed = 0
         self.cancelled = 0
@@ -511,6 +574,8 @@ class SummaryBuilder:
         ok = np.fromiter((e is None for e in block.error_classes), dtype=bool, count=n)
         self.requests += n
         self.client_queue.add(block.client_queue_s)
+        if self.send_lateness is not None:
+            self.send_lateness.add(send_lateness_s(block))
         self.cancelled += sum(1 for e in block.error_classes if e == CANCELLED)
         self.errors.update(e for e in block.error_classes if e is not None and e != CANCELLED)
         if not self.bounded:
@@ -613,6 +678,7 @@ class SummaryBuilder:
             if max_concurrency is None
             else LatencyMs.from_describe(self.client_queue.describe_ms(self.percentiles)),
             gpu=gpu or None,
+            send_lateness=None if self.send_lateness is None else SendLatenessMs.of(self.send_lateness.values()),
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
@@ -758,6 +824,11 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         for p in percentiles:
             word = stats.percentile_word(p)
             lines.append(_row(f"P{word} Client Queue Time (ms):", summary[f"p{word}_client_queue_time_ms"]))
+    lateness = summary.get("send_lateness_ms") or {}
+    lines.append("{s:{c}^{n}}".format(s="Client", n=50, c="-"))
+    lines.append(_row("Send lateness p50 (ms):", lateness.get("p50")))
+    lines.append(_row("Send lateness p99 (ms):", lateness.get("p99")))
+    lines.append(_row("Send lateness max (ms):", lateness.get("max")))
     server = summary.get("server") or {}
     lines.append("{s:{c}^{n}}".format(s="Server (/metrics)", n=50, c="-"))
     if server.get("available"):
@@ -788,6 +859,9 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         for name, count in errors.items():
             lines.append(_row(f"{name}:", count))
     lines.append("=" * 50)
+    warning = lateness_warning(figures)
+    if warning is not None:
+        lines.append(warning)
     return "\n".join(lines)
 
 
@@ -939,6 +1013,7 @@ def to_bench_result(
     result["rampwatch_server"] = summary.get("server")
     result["rampwatch_errors_by_class"] = summary.get("errors_by_class")
     result["rampwatch_cancelled"] = summary.get("cancelled", 0)
+    result["rampwatch_send_lateness_ms"] = summary.get("send_lateness_ms")
     result["rampwatch_knee_rps"] = summary.get("knee_rps")
     result["rampwatch_knee_explanation"] = summary.get("knee_explanation")
     result["rampwatch_cost"] = {

@@ -97,12 +97,16 @@ def test_per_class_results_have_the_top_level_schema():
     from rampwatch.loadgen.summary import summarise_requests, to_bench_result
 
     header, records = mixed_header(), mixed_records()
+    for r in records:  # the batch class's requests went out 30 ms late, the chat ones on time
+        r.scheduled_at = r.sent_at - (0.03 if r.request_class == "batch" else 0.0)
     top = to_bench_result(summarise_requests(header, records, [], [], slo=TOP_SLO), header, records)
     per_class = per_class_results(header, records, class_summaries(header, records))
     assert list(per_class) == ["chat", "batch"]
     for name, result in per_class.items():
         assert list(result) == list(top)
         assert result["num_prompts"] == sum(r.request_class == name for r in records)
+    assert per_class["chat"]["rampwatch_send_lateness_ms"] == {"p50": 0.0, "p99": 0.0, "max": 0.0}
+    assert per_class["batch"]["rampwatch_send_lateness_ms"]["p50"] == pytest.approx(30.0)
     plain_header = mixed_header()
     plain_header.scenario = {"workload": {"input_tokens": {"dist": "fixed", "value": 8}}}
     for r in records:

@@ -125,6 +125,7 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
         "P99 TTFT (ms):",
         "Server (/metrics)",
         "Avg generation throughput (tok/s):",
+        "Send lateness p99 (ms):",
     ):
         assert heading in out
     assert f"result JSON: {result_json}" in out and f"recording: {recording}" in out
@@ -164,6 +165,8 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
         reported = summarise(rec).to_dict()
     for key in ("completed", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "request_goodput"):
         assert result[key] == reported[key]
+    assert result["rampwatch_send_lateness_ms"] == reported["send_lateness_ms"]
+    assert set(reported["send_lateness_ms"]) == {"p50", "p99", "max"}
     assert result["request_throughput"] == pytest.approx(result["completed"] / result["duration"])
     assert result["output_throughput"] == pytest.approx(result["total_output_tokens"] / result["duration"])
     assert result["max_concurrency"] == 6 and result["max_concurrent_requests"] <= 6

@@ -3,11 +3,13 @@ import json
 import numpy as np
 import pytest
 
-from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen.summary import (
     DETAILED_KEYS,
+    SendLatenessMs,
     SummaryBuilder,
     format_summary,
+    lateness_warning,
     server_figures,
     summarise_requests,
     to_bench_result,
@@ -338,3 +340,108 @@ def test_the_cap_comes_from_the_flag_or_the_scenario(options, scenario, cap):
     assert summary.max_concurrency == cap
     assert ("mean_client_queue_time_ms" in summary.to_dict()) is (cap is not None)
     assert ("Client-side Queueing" in format_summary(summary)) is (cap is not None)
+
+
+def late(i, scheduled, sent, end, error=None):
+    """A request due at ``scheduled`` and sent at ``sent``; ``error`` ended it unanswered."""
+    r = rec(i, sent, None if error else end, [], 0 if error else 1, 5, error=error, end=end)
+    r.scheduled_at = scheduled
+    return r
+
+
+@pytest.mark.parametrize(
+    "lateness_s",
+    [[0.0], [0.004, 0.001], [0.0, 0.0, 0.3], list(np.random.default_rng(3).exponential(0.002, 501))],
+)
+def test_send_lateness_figures_are_numpys_percentiles(lateness_s):
+    figures = SendLatenessMs.of(np.array(lateness_s))
+    ms = np.array(lateness_s) * 1000
+    assert figures is not None
+    assert figures.p50 == pytest.approx(np.percentile(ms, 50), rel=1e-12, abs=1e-12)
+    assert figures.p99 == pytest.approx(np.percentile(ms, 99), rel=1e-12, abs=1e-12)
+    assert figures.max == pytest.approx(ms.max(), rel=1e-12)
+    assert SendLatenessMs.of(np.empty(0)) is None
+
+
+def test_send_lateness_leaves_out_the_requests_never_sent():
+    records = [
+        late(0, 1.0, 1.002, 1.5),  # answered, 2 ms late
+        late(1, 2.0, 2.010, 2.5, error="http_500"),  # failed after a send 10 ms late: counted
+        late(2, 3.0, 3.004, 3.2, error=CANCELLED),  # cancelled in flight, sent 4 ms late: counted
+        late(3, 4.0, 9.0, 9.0, error=CANCELLED),  # cancelled while it waited for a slot: no send
+        late(4, 5.0, 8.0, 8.0, error="worker_lost"),  # its load worker was already lost: no send
+    ]
+    summary = summarise_requests(None, records, [], [])
+    want = np.array([2.0, 10.0, 4.0])
+    assert summary.send_lateness == SendLatenessMs(
+        pytest.approx(np.percentile(want, 50)), pytest.approx(np.percentile(want, 99)), pytest.approx(10.0)
+    )
+    assert summary.to_dict()["send_lateness_ms"] == {
+        "p50": summary.send_lateness.p50,
+        "p99": summary.send_lateness.p99,
+        "max": summary.send_lateness.max,
+    }
+
+
+def test_the_result_json_has_the_send_lateness_or_null_when_nothing_was_sent():
+    sent = summarise_requests(None, [late(0, 1.0, 1.003, 1.5)], [], [])
+    assert to_bench_result(sent, None, [])["rampwatch_send_lateness_ms"] == {
+        "p50": pytest.approx(3.0),
+        "p99": pytest.approx(3.0),
+        "max": pytest.approx(3.0),
+    }
+    never = summarise_requests(None, [late(0, 1.0, 2.0, 2.0, error=CANCELLED)], [], [])
+    assert never.send_lateness is None
+    assert to_bench_result(never, None, [])["rampwatch_send_lateness_ms"] is None
+    assert "Send lateness p99 (ms):                  n/a" in format_summary(never)
+
+
+def test_the_live_figures_leave_the_send_lateness_out():
+    builder = SummaryBuilder(bounded=True)
+    builder.add(late(0, 1.0, 1.003, 1.5))
+    assert builder.build().send_lateness is None
+
+
+def test_the_client_block_shows_the_send_lateness():
+    summary = summarise_requests(HEADER, [late(0, 1.0, 1.002, 1.5), late(1, 2.0, 2.004, 2.5)], [], [])
+    lines = format_summary(summary).splitlines()
+    at = lines.index("{s:{c}^{n}}".format(s="Client", n=50, c="-"))
+    assert lines[at + 1 : at + 4] == [
+        "Send lateness p50 (ms):                  3.00      ",
+        "Send lateness p99 (ms):                  3.98      ",
+        "Send lateness max (ms):                  4.00      ",
+    ]
+    assert lines[at + 4].startswith("-") and "Server (/metrics)" in lines[at + 4]
+    assert lines[-1] == "=" * 50  # on time: no warning
+
+
+def schedule_kept_by(lateness_ms, cap):
+    header = RunHeader("0", 1.7e9, "http://x", "tiny", "s", options={"max_concurrency": cap})
+    records = [late(i, float(i), i + ms / 1000, i + 0.5) for i, ms in enumerate(lateness_ms)]
+    return summarise_requests(header, records, [], [])
+
+
+@pytest.mark.parametrize(
+    ("lateness_ms", "cap", "says"),
+    [
+        ([1.0] * 99 + [300.0], None, None),  # one late send: p99 4 ms, within the threshold
+        ([1.0] * 97 + [40.0, 60.0, 300.0], None, "warning: the client sent late (p99 62 ms, max 300 ms)"),
+        (
+            [1.0] * 97 + [40.0, 60.0, 300.0],
+            4,
+            "warning: requests were sent late (p99 62 ms, max 300 ms) as they waited for one of the 4 ",
+        ),
+    ],
+)
+def test_one_warning_line_when_the_schedule_was_not_kept(lateness_ms, cap, says):
+    summary = schedule_kept_by(lateness_ms, cap)
+    warning = lateness_warning(summary)
+    text = format_summary(summary).splitlines()
+    if says is None:
+        assert warning is None and text[-1] == "=" * 50
+        return
+    assert warning is not None and warning.startswith(says) and "\n" not in warning
+    assert text[-2:] == ["=" * 50, warning]  # printed after the summary
+    # under a cap the wait for a slot is part of the lateness: the line does not blame the client
+    assert ("client sent late" in warning) is (cap is None)
+    assert ("docs/scale.md" in warning) is (cap is None)

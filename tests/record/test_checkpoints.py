@@ -224,3 +224,39 @@ def test_streamed_json_export_equals_the_in_memory_result(tmp_path, detailed):
     got = json.loads((tmp_path / "out.json").read_text())
     want = json.loads(json.dumps(to_bench_result(summary, rec.header, rec.requests, detailed=detailed), default=str))
     assert got == want
+
+
+def test_the_send_lateness_read_back_is_the_runs(tmp_path):
+    """The run's send lateness (records in memory) and `rampwatch report`'s (the recording
+    read back) are the same figures, the requests never sent left out of both."""
+    from rampwatch.core.timeline import CANCELLED, RunHeader
+    from rampwatch.loadgen.summary import summarise_requests
+    from rampwatch.record.analysis import summarise
+
+    def request(i, late_s, error=None, never_sent=False):
+        due = 1.0 + i * 0.01
+        sent = due + late_s
+        end = sent if never_sent else sent + 0.2
+        ok = error is None
+        return RequestRecord(
+            i, due, sent, end, first_token_at=sent + 0.05 if ok else None, completion_tokens=int(ok), error_class=error
+        )
+
+    rng = np.random.default_rng(7)
+    records = [request(i, float(late)) for i, late in enumerate(rng.exponential(0.003, 200))]
+    records += [request(200, 0.02, "http_500"), request(201, 0.5, CANCELLED, never_sent=True)]
+    path = tmp_path / "late.rwrec"
+    writer = RecordingWriter(path, flush_interval_s=None, checkpoint_every_s=None)
+    writer.on_start(RunHeader("0", 1.7e9, "http://x", "tiny", "s"))
+    for r in records:
+        writer.on_request(r)
+    writer.on_finish(5.0)
+    writer.close()
+
+    run = summarise_requests(None, records, [], []).send_lateness
+    with open_recording(path) as rec:
+        report = summarise(rec).send_lateness
+    assert run is not None and report is not None
+    assert run.max == pytest.approx(20.0)  # the failed request's; the one never sent (500 ms) left out
+    for got, want in zip((report.p50, report.p99, report.max), (run.p50, run.p99, run.max), strict=True):
+        assert got == pytest.approx(want, abs=2e-3)  # the recording keeps times to 1 µs

@@ -46,6 +46,7 @@ def test_report_prints_the_summary():
     assert out.returncode == 0, out.stderr
     assert "Successful requests:" in out.stdout
     assert "fixture-ramp" in out.stdout
+    assert "Send lateness p99 (ms):" in out.stdout  # the Client block
     timeline = out.stdout.split(" Timeline ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]  # the step table follows
     assert timeline == [
         "00:00.0  start        run started",
