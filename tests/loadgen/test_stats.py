@@ -78,6 +78,15 @@ def test_max_concurrent_half_open(intervals, peak):
     assert stats.max_concurrent(starts, ends) == peak
 
 
+def test_max_concurrent_is_the_peak_of_intervals_counted_at_every_start():
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # whole-second times: many ties of starts and ends
+        starts = rng.integers(0, 20, rng.integers(1, 30)).astype(float)
+        ends = starts + rng.integers(0, 5, starts.size)
+        counted = max(int(((starts <= t) & (ends > t)).sum()) for t in starts)
+        assert stats.max_concurrent(starts, ends) == counted
+
+
 @pytest.mark.parametrize(
     "times, origin, counts",
     [
