@@ -309,12 +309,21 @@ class ExactValues:
     """Every value kept: ``describe_ms`` exactly as vLLM computes it (numpy, in the order
     the values were added, so means and stds match a single list bit for bit)."""
 
+    # Added arrays are joined by this many: a long run read back block by block adds
+    # thousands of arrays of a few dozen values, whose headers and the heap holes left
+    # between them took more memory than the values.
+    JOIN = 256
+
     def __init__(self) -> None:
-        self.parts: list[np.ndarray] = []
+        self.parts: list[np.ndarray] = []  # the joined runs first, then the newest arrays
+        self._joined = 0
 
     def add(self, values: np.ndarray) -> None:
         if values.size:
             self.parts.append(values)
+            if len(self.parts) - self._joined >= self.JOIN:
+                self.parts[self._joined :] = [np.concatenate(self.parts[self._joined :])]
+                self._joined += 1
 
     @property
     def n(self) -> int:
