@@ -12,8 +12,9 @@ second, one scrape a second of the embedded simulator's ``/metrics`` page as
 ``loadgen.scrape`` parses it (its ~140 raw series). Then, in a fresh process so that its
 peak RSS is its own, reads it back with the calls ``app.session.final_figures`` and
 ``finish_run`` make (``summarise``, ``recording_turns``, ``class_figures``,
-``write_bench_result``) and prints the peak RSS after each. ``--tracemalloc`` also
-prints what the Python heap holds at its peak, by line (slower, and counted in the RSS).
+``write_bench_result``) and prints the peak RSS after each, with the heap and mapped-file
+parts of the RSS at that moment. ``--tracemalloc`` also prints the Python heap's peak and
+what it still holds at the end, by line (slower, and counted in the RSS).
 """
 
 from __future__ import annotations
