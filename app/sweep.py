@@ -513,6 +513,6 @@ def _recorded(path: Path, result: Any) -> tuple[list, list, str | None]:
     try:
         with open_recording(path) as recording:
             requests = [replace(r, chunk_times=array("d", r.chunk_times)) for r in recording.iter_requests()]
-            return requests, list(recording.samples), None
+            return requests, list(recording.samples_without_raw), None
     except (UserError, OSError) as exc:
         return [], [], str(exc)

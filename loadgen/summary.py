@@ -558,7 +558,7 @@ class SummaryBuilder:
         self._token_bins = np.zeros(0, dtype=np.int64)
         self._last_token_end = -math.inf  # last completion of a request with a token: where the bins end
         # [sent, end) of every request, whatever its outcome: the peak concurrency
-        self._intervals: list[tuple[np.ndarray, np.ndarray]] = []
+        self._sent, self._ended = stats.ExactValues(), stats.ExactValues()
 
     @property
     def failed(self) -> int:
@@ -579,7 +579,8 @@ class SummaryBuilder:
         self.cancelled += sum(1 for e in block.error_classes if e == CANCELLED)
         self.errors.update(e for e in block.error_classes if e is not None and e != CANCELLED)
         if not self.bounded:
-            self._intervals.append((block.sent_at, block.end_at))
+            self._sent.add(block.sent_at)
+            self._ended.add(block.end_at)
         self.first_send_at = min(self.first_send_at, float(block.sent_at.min()))
         self.last_end_at = max(self.last_end_at, float(block.end_at.max()))
         if not ok.any():
@@ -621,9 +622,7 @@ class SummaryBuilder:
     def _peaks(self) -> tuple[float, int]:
         if self.bounded:
             return math.nan, self.peak_in_flight
-        starts = _concat([s for s, _ in self._intervals])
-        ends = _concat([e for _, e in self._intervals])
-        peak_concurrent = stats.max_concurrent(starts, ends)
+        peak_concurrent = stats.max_concurrent(self._sent.values(), self._ended.values())
         if self.token_bins_from is None:
             return math.nan, peak_concurrent
         if self._last_token_end == -math.inf:

@@ -60,10 +60,10 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         builder.add_block(request_block(recording.request_columns(info, with_chunks=True)))
     return builder.build(
         header,
-        server_figures(recording.samples),
+        server_figures(recording.samples_without_raw),
         knee_rps(recording.events),
         idle_duration_s=recording.duration_s,
-        gpu=gpu_figures(recording.samples),
+        gpu=gpu_figures(recording.samples_without_raw),
         knee_why=knee_explanation(recording.events),
     )
 
@@ -278,7 +278,7 @@ def configuration_segments(recording: Recording) -> tuple[list[ConfigSegment], l
     accumulator = SegmentSummaries(segments, itl_values=stats.MicrosecondCounts, **options)
     for info in (f for f in recording.request_frames if f.count):
         accumulator.add_records(recording.decode_requests(info))
-    return segments, accumulator.build(header, recording.samples, recording.events)
+    return segments, accumulator.build(header, recording.samples_without_raw, recording.events)
 
 
 def configuration_table(recording: Recording) -> SegmentTable | None:

@@ -225,10 +225,17 @@ def _build(cls, d: dict) -> Any:
     return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def decode_meta(payload: bytes) -> tuple[list[ServerSample], list[Tick], list[Event]]:
+def decode_meta(payload: bytes, with_raw: bool = True) -> tuple[list[ServerSample], list[Tick], list[Event]]:
+    """A meta block's items; ``with_raw=False`` leaves each scrape's ``raw`` series empty
+    (no figure reads them, and a vLLM page's ~140 of them, as a dict a second, are most
+    of the memory an hour of decoded scrapes takes)."""
     body = json.loads(inflate(payload))
+    samples = body.get("samples", [])
+    if not with_raw:
+        for d in samples:
+            d.pop("raw", None)
     return (
-        [_build(ServerSample, d) for d in body.get("samples", [])],
+        [_build(ServerSample, d) for d in samples],
         [_build(Tick, d) for d in body.get("ticks", [])],
         [_build(Event, d) for d in body.get("events", [])],
     )

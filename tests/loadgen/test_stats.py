@@ -78,6 +78,26 @@ def test_max_concurrent_half_open(intervals, peak):
     assert stats.max_concurrent(starts, ends) == peak
 
 
+def test_max_concurrent_is_the_peak_of_intervals_counted_at_every_start():
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # whole-second times: many ties of starts and ends
+        starts = rng.integers(0, 20, rng.integers(1, 30)).astype(float)
+        ends = starts + rng.integers(0, 5, starts.size)
+        counted = max(int(((starts <= t) & (ends > t)).sum()) for t in starts)
+        assert stats.max_concurrent(starts, ends) == counted
+
+
+def test_exact_values_fed_in_many_parts_describe_the_whole_bit_for_bit():
+    rng = np.random.default_rng(1)
+    parts = [rng.exponential(0.05, rng.integers(1, 60)) for _ in range(3 * stats.ExactValues.JOIN + 7)]
+    kept = stats.ExactValues()
+    for part in parts:
+        kept.add(part)
+    assert len(kept.parts) < stats.ExactValues.JOIN
+    assert kept.n == sum(p.size for p in parts)
+    assert kept.describe_ms(stats.PERCENTILES) == stats.describe_ms(np.concatenate(parts), stats.PERCENTILES)
+
+
 @pytest.mark.parametrize(
     "times, origin, counts",
     [
