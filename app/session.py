@@ -781,6 +781,10 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
     queued = fmt("client_queued", digits=0)
     # Requests waiting for a --max-concurrency slot: the client's queue, not the server's.
     client_queue = f" | client queue {queued}" if queued not in ("-", "0") else ""
+    # A session workload's conversations under way (think time included): its load is
+    # these, not the request rate alone.
+    active = fmt("sessions_active", digits=0)
+    sessions = f" | sessions {active} active" if active != "-" else ""
     # A closed loop's target is a number of users (schedule kind users).
     if users_target(snap.header):
         target = f"{users_for(snap.target_rps):3d} users"
@@ -791,7 +795,7 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
     line = (
         f"[{snap.t:6.0f}s] {snap.state:<8} target {target} | "
         f"sent {fmt('sent_rps')} done {fmt('completed_rps')} err {fmt('error_rps')} | "
-        f"in-flight {snap.in_flight}{client_queue} | out {fmt('client_output_tps', digits=0)} tok/s | "
+        f"in-flight {snap.in_flight}{client_queue}{sessions} | out {fmt('client_output_tps', digits=0)} tok/s | "
         f"TTFT p50 {fmt('ttft_p50', 1000, 0)} ms p99 {fmt('ttft_p99', 1000, 0)} ms"
     )
     if snap.server_metrics_available:

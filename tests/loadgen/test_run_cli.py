@@ -344,6 +344,9 @@ def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_se
     assert "client queue" not in line  # no requests waiting for a slot: not shown
     series["client_queued"] = [0.0, 0.0, 3.0, 5.0, 12.0, 14.0]
     assert "| client queue 12 |" in progress_line(snap, window_s=3)  # the latest complete second
+    assert "sessions" not in line  # not a session workload
+    series["sessions_active"] = [0.0, 2.0, 5.0, 9.0, 11.0, 12.0]
+    assert "| client queue 12 | sessions 11 active | out" in progress_line(snap, window_s=3)
 
 
 @pytest.mark.parametrize("interval", [1, 5, 10])
