@@ -389,8 +389,10 @@ class Sweep:
         if row.get("status") == "done":
             self.say(f"{n} kept from the earlier run: {row['config']}")
             return
-        self.say(f"{n} start: {row['config']}")
         try:
+            # Inside the try: a signal landing while the start line is written (after the
+            # flush, before say returns) interrupts this configuration, which was announced.
+            self.say(f"{n} start: {row['config']}")
             ConfigRun(self, row).execute()
         except KeyboardInterrupt:
             self.interrupted = True

@@ -148,6 +148,40 @@ def test_resume_after_a_kill_between_configurations_keeps_the_finished_ones(tmp_
     assert os.path.getsize(tmp_path / "out" / final["rows"][1]["recording"]) > 0
 
 
+def test_a_signal_landing_as_the_start_line_is_written_interrupts_that_configuration(tmp_path, monkeypatch):
+    """The signal handler raises KeyboardInterrupt wherever the sweep is between loads:
+    landing just after the "[1/2] start" line was flushed, the configuration it announced
+    is the one interrupted (it stayed "pending" when the line was written outside it)."""
+    import argparse
+    import io
+
+    from rampwatch.app import sweep_cli
+    from rampwatch.app.sweep import Sweep
+
+    parser = argparse.ArgumentParser()
+    sweep_cli.configure(parser)
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]")
+    sweep = Sweep(parser.parse_args([str(path), "--headless"]), out=io.StringIO())
+    sweep.prepare()
+    say = sweep.say
+
+    def say_then_signal(text: str) -> None:
+        say(text)
+        if " start: " in text:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "say", say_then_signal)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code = sweep.execute()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert code == 130
+    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert [r["status"] for r in state["rows"]] == ["interrupted", "pending"]
+
+
 @pytest.mark.parametrize("when", ["[1/2] start", "[1/2] done"])
 def test_sigterm_stops_the_sweep_with_its_table_and_no_server_left(tmp_path, when):
     """What `q` in the live view sends: during a configuration (its server starting or
