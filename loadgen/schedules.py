@@ -571,6 +571,13 @@ class ArrivalSchedule:
         self._last_time = t
         return t
 
+    def withdraw(self) -> None:
+        """Take back the send time last handed out, unused, that a control change did not
+        withdraw (it was already due then): the next ``next_send_time()`` returns that
+        arrival again, timed as the schedule now stands."""
+        if self._issued > 0:
+            self._issued -= 1
+
     # -- control
 
     def hold(self, t: float) -> Event:
