@@ -475,7 +475,9 @@ class ArrivalSchedule:
     handed out that lies after ``now`` is withdrawn: drop it and call
     ``next_send_time()`` again, which returns that same arrival re-timed at the new
     rate. A schedule held at rate 0 returns ``math.inf`` (paused until the next change).
-    Arrivals already overdue when a change is made are due at the change's time.
+    Arrivals already overdue when a change is made are due at the change's time, unless
+    the runner takes the one it holds back (``withdraw``: a pause for a server restart
+    sends nothing).
     """
 
     def __init__(
