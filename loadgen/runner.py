@@ -633,7 +633,14 @@ class Run:
                 try:
                     await asyncio.wait_for(self._schedule_changed.wait(), timeout=timeout)
                 except TimeoutError:
-                    pass
+                    if self._restart is not None:
+                        # The pause for a restart was applied in the loop turn this send
+                        # came due in (a loop running late): nothing is sent until the
+                        # restart is over. A send time already due at the pause was kept
+                        # by the schedule; it is taken back and comes again at the resume.
+                        if send_at <= self._restart[0]:
+                            self.schedule.withdraw()
+                        continue
                 else:
                     continue
             if self._stopping:

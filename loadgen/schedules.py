@@ -475,7 +475,9 @@ class ArrivalSchedule:
     handed out that lies after ``now`` is withdrawn: drop it and call
     ``next_send_time()`` again, which returns that same arrival re-timed at the new
     rate. A schedule held at rate 0 returns ``math.inf`` (paused until the next change).
-    Arrivals already overdue when a change is made are due at the change's time.
+    Arrivals already overdue when a change is made are due at the change's time, unless
+    the runner takes the one it holds back (``withdraw``: a pause for a server restart
+    sends nothing).
     """
 
     def __init__(
@@ -570,6 +572,13 @@ class ArrivalSchedule:
         self._issued += 1
         self._last_time = t
         return t
+
+    def withdraw(self) -> None:
+        """Take back the send time last handed out, unused, that a control change did not
+        withdraw (it was already due then): the next ``next_send_time()`` returns that
+        arrival again, timed as the schedule now stands."""
+        if self._issued > 0:
+            self._issued -= 1
 
     # -- control
 

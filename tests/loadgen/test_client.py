@@ -367,9 +367,16 @@ async def test_end_to_end_against_the_simulator():
         clock = lambda: time.monotonic() - t0  # noqa: E731
         builder, samples = SeriesBuilder(), []
 
+        # The second scrape read after the last answer was asked for after it (the poller
+        # asks for one page after another): its totals count every token.
+        answered: list[float] = []
+        scraped_after_the_answers = asyncio.Event()
+
         def on_sample(sample):
             samples.append(sample)
             builder.on_scrape(sample)
+            if answered and len([s for s in samples if s.ok and s.t >= answered[0]]) >= 2:
+                scraped_after_the_answers.set()
 
         async with StreamingClient(url, model="placeholder", clock=clock) as client:
             info = await client.fetch_server_info()
@@ -378,7 +385,8 @@ async def test_end_to_end_against_the_simulator():
             poll_task = asyncio.create_task(poller.run())
             reqs = [completions_req(ignore_eos=True) if i % 2 else chat_req() for i in range(6)]
             records = await asyncio.gather(*(client.send(r, i, clock()) for i, r in enumerate(reqs)))
-            await asyncio.sleep(0.25)
+            answered.append(clock())
+            await asyncio.wait_for(scraped_after_the_answers.wait(), 30)  # ~0.2 s unless the machine is loaded
             poll_task.cancel()
             await asyncio.gather(poll_task, return_exceptions=True)
     for r in records:

@@ -5,6 +5,7 @@ stops and starts the server between the calls (here the in-process simulator sta
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -188,3 +189,33 @@ async def test_the_knee_is_judged_against_the_configuration_that_serves():
         await task
 
     assert seen == {"before": (8, 512), "after": (64, None)}
+
+
+async def test_a_send_due_in_the_loop_turn_the_pause_comes_in_is_not_sent():
+    """On a loaded machine the loop runs late: the next send is overdue when the pause is
+    applied, in the same loop turn. It is not sent to the server about to stop: nothing is
+    sent until the restart is over, and then the load goes on."""
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(
+            url,
+            scenario({"kind": "linear", "start_rps": 20, "end_rps": 20, "duration_s": 1, "arrival": "constant"}),
+            sink,
+        )
+        loop = asyncio.get_running_loop()
+
+        async def restart() -> tuple[float, float]:
+            await asyncio.sleep(0.3)
+            # the loop held up, as on a loaded machine: the next send (one every 50 ms) is overdue
+            time.sleep(0.1)  # noqa: ASYNC251
+            loop.call_later(0, run.pause_for_restart)  # a timer due after the send's own
+            await wait_for_event(sink, lambda e: e.data.get("restart") == "drained")
+            run.resume_after_restart("sim", DIFF, "current")
+            return next(e.t for e in sink.of("event") if e.data.get("restart") is True), run.now()
+
+        task = asyncio.create_task(restart())
+        result = await run.execute()
+        paused, resumed = await task
+
+    assert sends_between(result.requests, paused, resumed) == 0
+    assert sends_between(result.requests, resumed, result.duration_s) > 0

@@ -1,4 +1,5 @@
 import asyncio
+import time
 from pathlib import Path
 
 import aiohttp
@@ -220,10 +221,10 @@ async def test_poller_samples_and_failures(vllm_captures):
     )
     task = asyncio.create_task(poller.run())
     try:
-        for _ in range(200):
+        deadline = time.monotonic() + 30  # for a loaded machine: four scrapes take ~0.5 s
+        while sum(1 for s in got if s.url.endswith(f"{port}/metrics")) < 4:
+            assert time.monotonic() < deadline, got
             await asyncio.sleep(0.02)
-            if sum(1 for s in got if s.url.endswith(f"{port}/metrics")) >= 4:
-                break
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

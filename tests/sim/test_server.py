@@ -27,6 +27,15 @@ def key_shape(obj):
     return None
 
 
+async def until(condition, timeout_s: float = 30.0) -> None:
+    """Until ``condition()`` holds (the server's own tasks: polled; the bound is for a
+    loaded machine, a passing test waits only as long as the server takes)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
 async def post(url, path, payload, raw=None):
     async with aiohttp.ClientSession() as s:
         async with s.post(url + path, json=payload if raw is None else None, data=raw) as r:
@@ -231,10 +240,7 @@ async def test_client_disconnect_aborts_request():
                 url + "/v1/completions", json={"prompt": "a", "max_tokens": 1000, "stream": True, "ignore_eos": True}
             ) as r:
                 await r.content.readline()
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if server.engines[0].stats.finished["abort"]:
-                break
+        await until(lambda: server.engines[0].stats.finished["abort"])
         assert server.engines[0].stats.finished["abort"] == 1
         assert not server.engines[0].has_work()
 
@@ -247,10 +253,7 @@ async def test_client_disconnect_aborts_request_even_when_no_token_comes():
         async with aiohttp.ClientSession() as s:
             async with s.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 10, "stream": True}) as r:
                 assert r.status == 200
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if server.engines[0].stats.finished["abort"]:
-                break
+        await until(lambda: server.engines[0].stats.finished["abort"])
         assert server.engines[0].stats.finished["abort"] == 1
         assert not server.engines[0].has_work()
 

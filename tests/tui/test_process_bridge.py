@@ -6,14 +6,36 @@ import dataclasses
 import math
 import os
 import threading
+import time
 
 import pytest
 
 from rampwatch.app.bridge import ProcessBridge, tail_of, with_tail
 from rampwatch.app.live import start_live
 from rampwatch.core.errors import UserError
+from rampwatch.core.timeline import Snapshot
 from rampwatch.loadgen import eventloop
 from tests.tui.fakes import FakeControl, fake_mixed_snapshot, fake_snapshot
+
+# How long a test waits for the run process to publish: generous, since forking and
+# publishing may take seconds on a loaded machine; a passing test waits only as long as
+# the publishing takes.
+PUBLISH_WAIT_S = 60.0
+
+
+def wait_published(bridge: ProcessBridge, count: int) -> None:
+    """Until the UI side has received ``count`` snapshots (another process: polled)."""
+    deadline = time.monotonic() + PUBLISH_WAIT_S
+    while bridge.snapshots_published < count:
+        assert time.monotonic() < deadline, f"{bridge.snapshots_published} snapshots published, {count} expected"
+        threading.Event().wait(0.01)
+
+
+def first_seconds(whole: Snapshot, t: float) -> Snapshot:
+    """``whole``'s first ``t`` seconds of bins, as ``fake_snapshot(t)`` has them."""
+    n = int(t)
+    series = {name: values[:n] for name, values in whole.series.items()}
+    return dataclasses.replace(whole, t=t, times=whole.times[:n], series=series)
 
 
 class SteeredRun:
@@ -52,10 +74,7 @@ class SteeredRun:
 def test_process_bridge_runs_the_load_in_a_child_process():
     run = SteeredRun()
     bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.02).start()
-    for _ in range(200):
-        if bridge.snapshots_published:
-            break
-        threading.Event().wait(0.02)
+    wait_published(bridge, 1)
     assert bridge.snapshot().t == 5.0
     bridge.control.hold()
     bridge.control.step_rate(1.5)
@@ -148,6 +167,9 @@ def test_process_bridge_rebuilds_long_runs_from_tails():
         def __init__(self):
             self.t = 300.0
             self.stopped = None
+            # Built once: fake_snapshot of 300 s costs ~80 ms, which at every publish made
+            # the run process CPU-bound on a loaded machine.
+            self.whole = fake_snapshot(400.0)
 
         async def run(self):
             self.stopped = asyncio.Event()
@@ -155,17 +177,14 @@ def test_process_bridge_rebuilds_long_runs_from_tails():
 
         def snapshot(self):
             self.t += 1.0  # a new bin at every publish
-            return fake_snapshot(min(self.t, 400.0))
+            return first_seconds(self.whole, min(self.t, 400.0))
 
         def stop(self):
             self.stopped.set()
 
     run = LongRun()
     bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.01).start()
-    for _ in range(500):
-        if bridge.snapshots_published >= 8:
-            break
-        threading.Event().wait(0.01)
+    wait_published(bridge, 8)
     seen = bridge.snapshot()
     assert bridge.snapshots_published >= 8 and len(seen.times) > 300
     expected = fake_snapshot(seen.t)

@@ -6,6 +6,8 @@ diff and every request before and after."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from textual.widgets import Input, Static
 
@@ -51,11 +53,27 @@ def live_run(tmp_path, server: ManagedServer, name: str):
     return run, execute, path
 
 
+def hold_new_servers(monkeypatch) -> threading.Event:
+    """Servers started from now on wait for the returned event before starting: the
+    restart stays under way (RESTARTING) until the test has looked at it, however long
+    a loaded machine takes to draw it (the simulator itself restarts in about a second)."""
+    release = threading.Event()
+    start = ManagedServer.start
+
+    def held_start(self, *args, **kwargs):
+        release.wait(60)
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(ManagedServer, "start", held_start)
+    return release
+
+
 @pytest.mark.parametrize("resume", ["current", "start"])
-async def test_restart_with_other_arguments_from_the_live_screen(tmp_path, resume):
+async def test_restart_with_other_arguments_from_the_live_screen(tmp_path, resume, monkeypatch):
     port = free_port()
     server = ManagedServer(ServeCommand.parse(sim_command(port, 8)))
     server.start(60)
+    new_server_may_start = hold_new_servers(monkeypatch)
     in_service: list[ManagedServer | None] = []
     try:
         run, execute, path = live_run(tmp_path, server, resume)
@@ -81,6 +99,7 @@ async def test_restart_with_other_arguments_from_the_live_screen(tmp_path, resum
                 await wait_for(pilot, lambda: "RESTARTING" in str(app.query_one("#header").render()), "the header")
                 await pilot.press("space")  # steering waits for the new server
                 await wait_for(pilot, lambda: any("the server is restarting" in t for t in toasts(app)), "why not")
+                new_server_may_start.set()
                 await wait_for(
                     pilot, lambda: any(e.kind == "config" for e in app.latest.events), "the restart", timeout=60
                 )
@@ -99,6 +118,7 @@ async def test_restart_with_other_arguments_from_the_live_screen(tmp_path, resum
                 await pilot.press("q")
             result = bridge.finish(drain_timeout=15.0)
         finally:
+            new_server_may_start.set()
             bridge.finish(drain_timeout=15.0)
     finally:
         for each in [server, *in_service]:
