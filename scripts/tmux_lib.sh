@@ -30,6 +30,12 @@ capture() {  # capture NAME -> path of the pane's text
   echo "$path"
 }
 
+capture_all() {  # capture_all NAME -> path of the pane's text with its whole scrollback
+  local path="$OUT_DIR/$1.txt"
+  tmuxc capture-pane -p -S - -t "$session" > "$path"
+  echo "$path"
+}
+
 wait_for_text() {  # wait_for_text TEXT SECONDS NAME -> 0 when the pane shows TEXT
   local deadline=$((SECONDS + $2)) path
   while [ $SECONDS -le $deadline ]; do

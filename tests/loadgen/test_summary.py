@@ -9,6 +9,7 @@ from rampwatch.loadgen.summary import (
     SendLatenessMs,
     SummaryBuilder,
     format_summary,
+    late_send_bound_ms,
     lateness_warning,
     server_figures,
     summarise_requests,
@@ -415,10 +416,28 @@ def test_the_client_block_shows_the_send_lateness():
     assert lines[-1] == "=" * 50  # on time: no warning
 
 
-def schedule_kept_by(lateness_ms, cap):
+def schedule_kept_by(lateness_ms, cap, gap_s=0.005):
+    """Requests due ``gap_s`` apart (200 req/s by default), each 5 ms long."""
     header = RunHeader("0", 1.7e9, "http://x", "tiny", "s", options={"max_concurrency": cap})
-    records = [late(i, float(i), i + ms / 1000, i + 0.5) for i, ms in enumerate(lateness_ms)]
+    records = [
+        late(i, i * gap_s, i * gap_s + ms / 1000, i * gap_s + ms / 1000 + 0.005) for i, ms in enumerate(lateness_ms)
+    ]
     return summarise_requests(header, records, [], [])
+
+
+@pytest.mark.parametrize(
+    ("gap_s", "late_ms", "warns"),
+    [
+        (0.005, 40.0, True),  # 200 req/s: later than 10 ms
+        (0.005, 8.0, False),
+        (0.125, 20.0, False),  # 8 req/s: 20 ms late jitters sends 125 ms apart
+        (0.125, 300.0, True),  # later than the gap between sends: they bunch
+    ],
+)
+def test_the_lateness_bound_is_10_ms_or_the_gap_between_sends_when_longer(gap_s, late_ms, warns):
+    summary = schedule_kept_by([late_ms] * 100, None, gap_s)
+    assert late_send_bound_ms(summary) == pytest.approx(max(10.0, 1000 * summary.duration_s / 100))
+    assert (lateness_warning(summary) is not None) is warns
 
 
 @pytest.mark.parametrize(
