@@ -495,14 +495,13 @@ class RequestBlock:
         )
 
 
-def send_lateness_s(block: RequestBlock) -> np.ndarray:
+def send_lateness_s(block: RequestBlock, ok: np.ndarray) -> np.ndarray:
     """The lateness of each of the block's requests that was sent (``client_queue_s``,
-    ``sent_at - scheduled_at``). A request that ended without an answer at the instant
-    it was to be sent (``sent_at == end_at``: cancelled while it waited for a concurrency
-    slot or before its load worker sent it, or its worker was already lost) has no real
-    send and is left out."""
-    unanswered = np.fromiter((e is not None for e in block.error_classes), dtype=bool, count=block.sent_at.size)
-    return block.client_queue_s[~(unanswered & (block.sent_at == block.end_at))]
+    ``sent_at - scheduled_at``); ``ok``: which of them ended without an error. A request
+    that ended without an answer at the instant it was to be sent (``sent_at == end_at``:
+    cancelled while it waited for a concurrency slot or before its load worker sent it,
+    or its worker was already lost) has no real send and is left out."""
+    return block.client_queue_s[ok | (block.sent_at != block.end_at)]
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
@@ -587,7 +586,7 @@ class SummaryBuilder:
         self.requests += n
         self.client_queue.add(block.client_queue_s)
         if self.send_lateness is not None:
-            self.send_lateness.add(send_lateness_s(block))
+            self.send_lateness.add(send_lateness_s(block, ok))
         self.cancelled += sum(1 for e in block.error_classes if e == CANCELLED)
         self.errors.update(e for e in block.error_classes if e is not None and e != CANCELLED)
         if not self.bounded:
