@@ -39,6 +39,7 @@ from rampwatch.loadgen.classes import CLASS_NOTE, class_summaries, class_table, 
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
 from rampwatch.loadgen.knee_explain import ServerLimits
+from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS
 from rampwatch.loadgen.managed import (
     DEFAULT_STARTUP_TIMEOUT_S,
     PHASE_STARTING,
@@ -625,6 +626,7 @@ def final_figures(prepared: PreparedRun, result: RunResult) -> FinalFigures:
             slo=prepared.run.scenario.slo,
             gpu_price_per_hour=args.gpu_price_per_hour,
             idle_duration_s=result.duration_s,
+            client=result.live_summary.client if result.live_summary is not None else None,
         )
         classes = class_summaries(
             result.header, result.requests, result.duration_s, gpu_price_per_hour=args.gpu_price_per_hour
@@ -805,6 +807,9 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
         )
     if getattr(snap, "last_good_gpu_t", None) is not None:
         line += f" | GPU {fmt('gpu_util_pct', digits=0)}% {fmt('gpu_power_w', digits=0)} W"
+    lag = [v for v in s.get("client_lag_ms", [])[-1 - window : -1] if v is not None and not math.isnan(v)]
+    if lag and max(lag) > LIVE_LAG_BOUND_MS:  # the client's own delay, once it could show
+        line += f" | client lag {max(lag):.0f} ms"
     return line
 
 

@@ -193,6 +193,12 @@ class Tick:
     active_sessions: int = 0
     sessions_started_total: int = 0
     sessions_finished_total: int = 0
+    # The client's self-check (``loadgen.loop_health``; None in older recordings): its
+    # event loops' lag samples since the previous tick as ``[[bucket, count], …]`` and
+    # the largest of them (ms), and its garbage collections so far, every load process's.
+    loop_lag: list[list[int]] | None = None
+    loop_lag_max_ms: float | None = None
+    client_gc: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -357,6 +363,9 @@ SERIES_NAMES = (
     "sessions_active",
     "sessions_started_per_s",
     "sessions_finished_per_s",
+    # The longest delay of the client's own event loops in the second, ms (from ticks;
+    # NaN in older recordings): a latency figure can hold up to this much of the client.
+    "client_lag_ms",
 )
 
 GPU_SERIES = ("gpu_util_pct", "gpu_power_w", "gpu_mem_used_gib", "gpu_sm_clock_mhz")

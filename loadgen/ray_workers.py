@@ -222,6 +222,8 @@ class RayPool:
         self.max_clock_offset_s = max_clock_offset_s
         self.announce = announce or (lambda line: None)
         self.on_lost: Callable[[str], None] | None = None  # the run's, set by the run
+        # Ray's actors do not send their loop's lag (the run's own loop is still measured).
+        self.on_lag: Callable[[Any, list, float, Any], None] | None = None
         self.places: list[WorkerPlace] = []
         self.offsets: dict[str, ClockEstimate] = {}
         self.sent_by_worker: list[int] = []

@@ -42,6 +42,7 @@ from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nv
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.knee_explain import ServerLimits
+from rampwatch.loadgen.loop_health import ClientHealth
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.schedules import USERS_KIND
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
@@ -224,8 +225,12 @@ class Run:
             self.sessions = SessionDriver(SessionWorkload(self.factory), self.now, options.save_generated_texts)
         self.series = SeriesBuilder(slo=scenario.slo, gpu_price_per_hour=options.gpu_price_per_hour)
         self.collector = RunCollector(options.keep_records, options.save_generated_texts)
+        # The client's self-check: its loop's lag and the GC kept off it while the load
+        # runs, with its load workers' (each sends its own).
+        self.health = ClientHealth()
         if options.sender_factory is not None:  # a worker lost mid-run stops the run
             options.sender_factory.on_lost = self.worker_lost
+            options.sender_factory.on_lag = self.health.merge_worker
         self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
         self.knee = KneeDetector()
         self._header: RunHeader | None = None
@@ -507,6 +512,7 @@ class Run:
             # schedule's first seconds would be late.
             if opts.sender_factory is not None:
                 await opts.sender_factory.prepare(self.client_spec())
+            self.health.start()  # a full collection and the heap frozen, before t = 0
             self._t0 = time.monotonic()
             started_at_unix = time.time()
             if opts.sender_factory is not None:
@@ -578,6 +584,7 @@ class Run:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
+                self.health.stop()
             end = self.now()
             self._finished = True
             final = self._tick(end)
@@ -598,6 +605,7 @@ class Run:
                 generated_texts=self.collector.generated_texts,
             )
         finally:
+            self.health.stop()
             if sender is not client:
                 await sender.close()
             await client.close()
@@ -819,12 +827,29 @@ class Run:
             t = self.now()
             self.sink.on_tick(self._tick(t))
             self._check_knee()
+            self._check_memory(t)
             next_t += interval
+
+    def _check_memory(self, t: float) -> None:
+        """The one full collection the load allows: when the process has grown past
+        ``loop_health.FULL_COLLECTION_GROWTH_BYTES`` (said, with its pause)."""
+        pause_ms = self.health.gc_policy.check_growth()
+        if pause_ms is not None:
+            self.sink.on_event(
+                Event(
+                    t,
+                    "info",
+                    f"the client ran a full garbage collection ({pause_ms:.0f} ms) as its memory grew: "
+                    f"requests in flight then were delayed by up to that",
+                    {"gc_pause_ms": pause_ms},
+                )
+            )
 
     def _tick(self, t: float) -> Tick:
         if not self._stopping and self.schedule.state != "done":
             # Once the schedule is over (or stopped) the last plan stands.
             self._planned_end = self.schedule.planned_end_s(t)
+        client = self.health.take()
         return Tick(
             t,
             self.schedule.current_rate(t) if not self._stopping else 0.0,
@@ -839,6 +864,9 @@ class Run:
             active_sessions=self.sessions.active if self.sessions is not None else 0,
             sessions_started_total=self.sessions.started_total if self.sessions is not None else 0,
             sessions_finished_total=self.sessions.finished_total if self.sessions is not None else 0,
+            loop_lag=client.lag.pairs(),
+            loop_lag_max_ms=client.lag.max_ms if client.lag.n else None,
+            client_gc=client.gc.to_dict(),
         )
 
     def _check_knee(self) -> None:

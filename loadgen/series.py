@@ -73,6 +73,7 @@ from rampwatch.core.timeline import (
 from rampwatch.loadgen.classes import class_slos
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.gpu import combine_gpus, gpu_aggregates
+from rampwatch.loadgen.loop_health import ClientTotals
 from rampwatch.loadgen.scrape import combine_samples
 from rampwatch.loadgen.segments import CONFIG_EVENT, SegmentTable, config_segments, segment_index, segment_table
 from rampwatch.loadgen.stats import LogHistogram
@@ -181,7 +182,16 @@ class SeriesBuilder:
         }
         self._last = {
             name: _Growable(math.nan)
-            for name in ("target_rps", "in_flight", "running", "waiting", "kv_usage_pct", "client_queued", *GPU_SERIES)
+            for name in (
+                "target_rps",
+                "in_flight",
+                "running",
+                "waiting",
+                "kv_usage_pct",
+                "client_queued",
+                "client_lag_ms",
+                *GPU_SERIES,
+            )
         }
         self._last["sessions_active"] = _Growable(0.0)
         # Sessions started / ended per second from the ticks' totals, and the last totals.
@@ -192,6 +202,7 @@ class SeriesBuilder:
         self._gpu_latest: dict[str, ServerSample] = {}
         self.last_good_gpu_t: float | None = None
         self.gpu_totals = GpuTotals()
+        self.client_totals = ClientTotals()  # the client's self-check, from the ticks
         # (url, reason) -> the line the events panel shows for it
         self._scrape_errors: dict[tuple[str, str], ScrapeErrorLine] = {}
         self._tick_counts = {name: _Growable(0.0) for name in ("offered_rps", "sent_rps")}
@@ -280,6 +291,7 @@ class SeriesBuilder:
             "gpu_latest": [s.to_dict() for s in self._gpu_latest.values()],
             "last_good_gpu_t": self.last_good_gpu_t,
             "gpu_totals": self.gpu_totals.export_state(),
+            "client_totals": self.client_totals.export_state(),
             "newly_final": list(self._newly_final),
             "summary": self.summary.export_state(arrays),
             "steps": self.steps.export_state(arrays),
@@ -344,7 +356,7 @@ class SeriesBuilder:
                 g = b._counts[name] = _Growable(0.0)
                 g._ensure(known)
                 g.data[:known] = math.nan
-        for name in ("client_queued", *GPU_SERIES):
+        for name in ("client_queued", "client_lag_ms", *GPU_SERIES):
             if name not in b._last:
                 b._last[name] = _Growable(math.nan)
         # Checkpoints from before sessions: no session so far.
@@ -363,6 +375,7 @@ class SeriesBuilder:
             b._gpu_latest[sample.url] = sample
         b.last_good_gpu_t = meta.get("last_good_gpu_t")
         b.gpu_totals = GpuTotals.restore_state(meta.get("gpu_totals"))
+        b.client_totals = ClientTotals.restore_state(meta.get("client_totals"))
         b._tick_counts = growables("tick_counts", meta["tick_counts"])
         final = growables("final", meta["final"])
         # A class's checkpoint from before E2E percentiles: those seconds unknown.
@@ -555,6 +568,9 @@ class SeriesBuilder:
         self._last["in_flight"].set(s, float(tick.in_flight))
         self._last["client_queued"].set(s, float(tick.client_queued))
         self._last["sessions_active"].set(s, float(tick.active_sessions))
+        if tick.loop_lag_max_ms is not None:
+            self._last["client_lag_ms"].set(s, tick.loop_lag_max_ms)
+        self.client_totals.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_gc)
         prev_t, prev_started, prev_finished = self._session_totals
         if tick.sessions_started_total != prev_started or tick.sessions_finished_total != prev_finished:
             self._spread_counts(
@@ -822,6 +838,7 @@ class SeriesBuilder:
             knee=knee_rps(self.events),
             gpu=self.gpu_totals.figures(),
             knee_why=knee_explanation(self.events),
+            client=self.client_totals.figures(),
             **build,
         )
 

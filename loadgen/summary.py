@@ -32,6 +32,7 @@ import orjson
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
+from rampwatch.loadgen.loop_health import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE, ClientFigures
 from rampwatch.loadgen.scrape import combine_samples
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -335,6 +336,33 @@ def lateness_warning(figures: Summary) -> str | None:
     return f"warning: the client sent late ({shown}): the offered rate was not fully met; see docs/scale.md"
 
 
+def client_lag_bound_ms(figures: Summary) -> float:
+    """The client's lag p99 above which it could have moved the p99s it reports:
+    ``CLIENT_LAG_FLOOR_MS``, or ``CLIENT_LAG_SHARE`` of the smallest p99 among TTFT and
+    ITL when that is larger (a 1 ms lag is noise on a 2 s TTFT, not on a 5 ms ITL)."""
+    p99s = [figures.latency(m).percentiles.get("p99") for m in ("ttft", "itl")]
+    present = [p for p in p99s if p is not None and p > 0 and not math.isnan(p)]
+    return max(CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE * min(present, default=0.0))
+
+
+def client_lag_warning(figures: Summary) -> str | None:
+    """One line when the client's own loops ran late enough to move the TTFT or ITL
+    percentiles it reports (lag p99 over ``client_lag_bound_ms``), with how much they
+    could hold of the client's delay; else None. A full collection during the load is
+    named: it is the usual cause."""
+    client = figures.client
+    if client is None or client.lag_p99_ms is None or client.lag_p99_ms <= client_lag_bound_ms(figures):
+        return None
+    full = client.gc_collections[2]
+    cause = f"; {full} full GC pass{'es' if full != 1 else ''} during the load" if full else ""
+    return (
+        f"warning: the client's own event loop ran late (lag p99 {client.lag_p99_ms:.1f} ms, "
+        f"max {client.lag_max_ms or 0.0:.0f} ms{cause}): its TTFT and ITL percentiles may hold up to "
+        f"{client.lag_p99_ms:.1f} ms of the client's delay at p99 ({client.lag_max_ms or 0.0:.0f} ms at worst); "
+        f"see docs/scale.md"
+    )
+
+
 @dataclass(frozen=True)
 class Summary:
     """Every figure of ``vllm bench serve``'s summary, plus server side, errors and cost.
@@ -372,6 +400,9 @@ class Summary:
     knee_explanation: dict[str, Any] | None = None
     # None when nothing was sent, and in the live run-so-far figures (bounded memory).
     send_lateness: SendLatenessMs | None = None
+    # The client's self-check: its loops' lag and its collections (None: a recording
+    # made before it).
+    client: ClientFigures | None = None
 
     @property
     def _divisor_s(self) -> float:
@@ -442,6 +473,7 @@ class Summary:
             for stat, value in self.client_queue.items():
                 out[f"{stat}_client_queue_time_ms"] = value
         out["send_lateness_ms"] = None if self.send_lateness is None else self.send_lateness.to_dict()
+        out["client"] = None if self.client is None else self.client.to_dict()
         out["errors_by_class"] = dict(self.errors_by_class)
         out["server"] = self.server
         out["knee_rps"] = self.knee_rps
@@ -651,6 +683,7 @@ class SummaryBuilder:
         idle_duration_s: float = 0.0,
         gpu: dict[str, Any] | None = None,
         knee_why: dict[str, Any] | None = None,
+        client: ClientFigures | None = None,
     ) -> Summary:
         """The summary so far. ``duration_s`` overrides the run's window (``window_s``);
         ``idle_duration_s`` is reported when no request has finished; ``gpu`` is
@@ -689,6 +722,7 @@ class SummaryBuilder:
             else LatencyMs.from_describe(self.client_queue.describe_ms(self.percentiles)),
             gpu=gpu or None,
             send_lateness=None if self.send_lateness is None else SendLatenessMs.of(self.send_lateness.values()),
+            client=client,
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
@@ -759,6 +793,7 @@ def summarise_requests(
     percentiles: Sequence[float] = stats.PERCENTILES,
     duration_s: float | None = None,
     idle_duration_s: float = 0.0,
+    client: ClientFigures | None = None,
 ) -> Summary:
     """The ``Summary`` of requests held in memory (the end of a run; tests).
 
@@ -775,6 +810,7 @@ def summarise_requests(
         idle_duration_s,
         gpu=gpu_figures(samples),
         knee_why=knee_explanation(events),
+        client=client,
     )
 
 
@@ -839,6 +875,14 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     lines.append(_row("Send lateness p50 (ms):", lateness.get("p50")))
     lines.append(_row("Send lateness p99 (ms):", lateness.get("p99")))
     lines.append(_row("Send lateness max (ms):", lateness.get("max")))
+    client = summary.get("client")
+    if client is not None:
+        lines.append(_row("Client loop lag p50 (ms):", client["loop_lag_p50_ms"]))
+        lines.append(_row("Client loop lag p99 (ms):", client["loop_lag_p99_ms"]))
+        lines.append(_row("Client loop lag max (ms):", client["loop_lag_max_ms"]))
+        young, middle, full = client["gc_collections"]
+        lines.append(_row("GC passes young/middle/full:", f"{young}/{middle}/{full}", ""))
+        lines.append(_row("Longest GC pause (ms):", client["gc_max_pause_ms"]))
     server = summary.get("server") or {}
     lines.append("{s:{c}^{n}}".format(s="Server (/metrics)", n=50, c="-"))
     if server.get("available"):
@@ -869,9 +913,9 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         for name, count in errors.items():
             lines.append(_row(f"{name}:", count))
     lines.append("=" * 50)
-    warning = lateness_warning(figures)
-    if warning is not None:
-        lines.append(warning)
+    for warning in (lateness_warning(figures), client_lag_warning(figures)):
+        if warning is not None:
+            lines.append(warning)
     return "\n".join(lines)
 
 
@@ -1024,6 +1068,7 @@ def to_bench_result(
     result["rampwatch_errors_by_class"] = summary.get("errors_by_class")
     result["rampwatch_cancelled"] = summary.get("cancelled", 0)
     result["rampwatch_send_lateness_ms"] = summary.get("send_lateness_ms")
+    result["rampwatch_client"] = summary.get("client")
     result["rampwatch_knee_rps"] = summary.get("knee_rps")
     result["rampwatch_knee_explanation"] = summary.get("knee_explanation")
     result["rampwatch_cost"] = {

@@ -43,6 +43,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import CANCELLED, RequestRecord
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import RequestCancelled
+from rampwatch.loadgen.loop_health import ClientHealth, GcCounts
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.workers import ClientSpec, WorkerCore, worker_of
 
@@ -62,6 +63,10 @@ LOADED = "loaded"  # (LOADED, pid): imported, waiting for its START
 READY = "ready"  # (READY, pid)
 FAILED = "failed"  # (FAILED, message): the worker could not start
 RECORD = "record"  # (RECORD, record)
+# (LAG, [[bucket, count], …], max ms, GcCounts.to_dict()): the worker's loop lag since its
+# last LAG and its collections so far, every LAG_EVERY_S from its READY on.
+LAG = "lag"
+LAG_EVERY_S = 0.5
 
 
 def encode_batch(messages: list[tuple]) -> bytes:
@@ -211,10 +216,25 @@ async def _serve(sock: socket.socket) -> None:
         link.queue((FAILED, f"{type(exc).__name__}: {exc}"))
         link.close()
         return
+    # The worker checks itself as the run does: GC kept off its loop, its lag sent.
+    health = ClientHealth()
+    health.start()
+
+    async def report_lag() -> None:
+        while True:
+            await asyncio.sleep(LAG_EVERY_S)
+            window = health.take()
+            link.queue((LAG, window.lag.pairs(), window.lag.max_ms, window.gc.to_dict()))
+
+    reporter = loop.create_task(report_lag())
     link.queue((READY, os.getpid()))
-    await ended.wait()
-    await core.close()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    try:
+        await ended.wait()
+        await core.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        reporter.cancel()
+        health.stop()
 
 
 # -- the controller's side ---------------------------------------------------------------
@@ -249,6 +269,7 @@ class WorkerPool:
         spec: ClientSpec,
         on_lost: Callable[[str], None] | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
+        on_lag: Callable[[Any, list, float, GcCounts], None] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a worker pool needs at least one worker")
@@ -261,6 +282,7 @@ class WorkerPool:
         self.t0: float | None = None  # the run's clock origin (set_clock), on time.monotonic()
         self._started = False
         self.on_lost = on_lost
+        self.on_lag = on_lag  # each worker's LAG: (worker index, pairs, max ms, collections)
         self.start_timeout_s = start_timeout_s
         self._workers: list[_Worker] = []
         self._closing = False
@@ -320,6 +342,9 @@ class WorkerPool:
                 pending = worker.pending.pop(record.id, None)
                 if pending is not None and not pending.future.done():
                     pending.future.set_result(record)
+            elif kind == LAG:
+                if self.on_lag is not None:
+                    self.on_lag(worker.index, message[1], message[2], GcCounts.from_dict(message[3]))
             elif kind == READY:
                 if not worker.ready.done():
                     worker.ready.set_result(message[1])
@@ -468,16 +493,18 @@ class LocalWorkers:
     that runs the load (the live screen forks it), and build their clients (an
     interpreter takes about a second to import the client, a tokenizer as long to
     unpickle). At its t = 0 the run calls this for its ``WorkerPool``, which then only
-    tells the workers the clock's origin. ``on_lost`` is told when a worker exits mid-run."""
+    tells the workers the clock's origin. ``on_lost`` is told when a worker exits mid-run,
+    ``on_lag`` each worker's self-check (``WorkerPool.on_lag``)."""
 
     def __init__(self, workers: int, on_lost: Callable[[str], None] | None = None) -> None:
         self.workers = workers
         self.on_lost = on_lost
+        self.on_lag: Callable[[Any, list, float, GcCounts], None] | None = None
         self.pool: WorkerPool | None = None  # the run's, once prepared or made
 
     async def prepare(self, spec: ClientSpec) -> None:
         if self.pool is None:
-            self.pool = WorkerPool(self.workers, spec, on_lost=self._lost)
+            self.pool = WorkerPool(self.workers, spec, on_lost=self._lost, on_lag=self._lag)
             await self.pool.start()
 
     def host_info(self) -> dict[str, object]:
@@ -489,13 +516,17 @@ class LocalWorkers:
 
     def __call__(self, spec: ClientSpec, t0_monotonic: float, t0_unix: float) -> WorkerPool:
         if self.pool is None:
-            self.pool = WorkerPool(self.workers, spec, on_lost=self._lost)
+            self.pool = WorkerPool(self.workers, spec, on_lost=self._lost, on_lag=self._lag)
         self.pool.set_clock(t0_monotonic)
         return self.pool
 
     def _lost(self, message: str) -> None:
         if self.on_lost is not None:
             self.on_lost(message)
+
+    def _lag(self, worker: Any, pairs: list, max_ms: float, gc_counts: GcCounts) -> None:
+        if self.on_lag is not None:
+            self.on_lag(worker, pairs, max_ms, gc_counts)
 
 
 if __name__ == "__main__":

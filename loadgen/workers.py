@@ -75,9 +75,11 @@ class SenderFactory(Protocol):
     clock's origin (``time.monotonic()`` at the run's t = 0, and ``time.time()`` at the same
     instant) for the run's sender. ``host_info()`` goes into the run's header and
     ``start_notes`` are its first ``info`` events; the run sets ``on_lost``, which is told
-    when a worker is lost mid-run."""
+    when a worker is lost mid-run, and ``on_lag`` (``loop_health.ClientHealth.merge_worker``)
+    with each worker's self-check, where the workers send one."""
 
     on_lost: Callable[[str], None] | None
+    on_lag: Callable[[Any, list, float, Any], None] | None
 
     async def prepare(self, spec: ClientSpec) -> None: ...
 

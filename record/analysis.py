@@ -19,6 +19,7 @@ from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.classes import ClassSummaries, class_table
 from rampwatch.loadgen.knee_explain import knee_explanation_of
+from rampwatch.loadgen.loop_health import client_figures
 from rampwatch.loadgen.segments import (
     ConfigSegment,
     SegmentSummaries,
@@ -65,6 +66,7 @@ def summarise(recording: Recording, **options: Any) -> Summary:
         idle_duration_s=recording.duration_s,
         gpu=gpu_figures(recording.samples_without_raw),
         knee_why=knee_explanation(recording.events),
+        client=client_figures(recording.ticks),
     )
 
 

@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from rampwatch.loadgen.summary import client_lag_warning
 from rampwatch.record.significance import DEFAULT_CONFIDENCE, Samples, bootstrap_delta
 
 # (summary key, label, True when higher is better, (sample name, statistic) or None)
@@ -186,6 +187,30 @@ def format_comparison(
     return "\n".join(lines)
 
 
+def format_client_check(a: Mapping[str, Any], b: Mapping[str, Any], warnings: list[str]) -> str:
+    """Each run's self-check side by side (how late its client sent and ran), then the
+    warnings of a side whose client could have moved its latency figures: a difference
+    between A and B can be the clients', not the servers'."""
+
+    def figure(summary: Mapping[str, Any], group: str, key: str) -> str:
+        value = (summary.get(group) or {}).get(key)
+        return "n/a" if value is None else f"{value:.1f}"
+
+    def full_gc(summary: Mapping[str, Any]) -> str:
+        client = summary.get("client")
+        return "n/a" if client is None else str(client["gc_collections"][2])
+
+    rows = [
+        ("send lateness p99 ms", figure(a, "send_lateness_ms", "p99"), figure(b, "send_lateness_ms", "p99")),
+        ("client loop lag p99 ms", figure(a, "client", "loop_lag_p99_ms"), figure(b, "client", "loop_lag_p99_ms")),
+        ("client loop lag max ms", figure(a, "client", "loop_lag_max_ms"), figure(b, "client", "loop_lag_max_ms")),
+        ("full GC passes in the load", full_gc(a), full_gc(b)),
+    ]
+    w = max(len(label) for label, _, _ in rows)
+    lines = ["", "client self-check", *(f"{label:<{w}}  {x:>12}  {y:>12}" for label, x, y in rows)]
+    return "\n".join(lines + warnings)
+
+
 def _at_least_one(text: str) -> int:
     try:
         value = int(text)
@@ -217,13 +242,20 @@ def main(args: argparse.Namespace) -> int:
     from rampwatch.record.reader import open_recording, print_warnings
 
     recordings = [open_recording(args.a), open_recording(args.b)]
-    summaries = [summarise(rec).to_dict() for rec in recordings]
+    figures = [summarise(rec) for rec in recordings]
+    summaries = [f.to_dict() for f in figures]
     samples = [comparison_samples(rec) for rec in recordings]
     rows = compare_rows(summaries[0], summaries[1], samples[0], samples[1], resamples=args.resamples, seed=args.seed)
     headers = [rec.header for rec in recordings]
     warning = load_warning(*(h.scenario if h is not None else None for h in headers))
+    client_warnings = [
+        f"{side}: {text}" for side, f in zip("AB", figures) if (text := client_lag_warning(f)) is not None
+    ]
     if args.json:
-        print(json.dumps({"load_warning": warning, "rows": rows}, indent=2))
+        client = {side: summary.get("client") for side, summary in zip("ab", summaries)}
+        out = {"load_warning": warning, "rows": rows, "client": client, "client_warnings": client_warnings}
+        print(json.dumps(out, indent=2))
     else:
         print(format_comparison(rows, str(recordings[0].path), str(recordings[1].path), warning))
+        print(format_client_check(summaries[0], summaries[1], client_warnings))
     return max(print_warnings(rec, "compare") for rec in recordings)

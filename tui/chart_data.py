@@ -12,6 +12,7 @@ from typing import Any
 
 from rampwatch.core.bins import complete_bins, latest_complete, recent_mean
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS
 from rampwatch.loadgen.schedules import TRACE_KIND
 
 
@@ -75,6 +76,16 @@ def recent_rate(snapshot: Snapshot, name: str, window_s: int = NOW_WINDOW_S) -> 
     start of a run), past missing ones; None when there is none."""
     values = snapshot.series.get(name, [])
     return recent_mean(values, min(len(values), complete_bins(snapshot.times, snapshot.t)), window_s)
+
+
+def recent_client_lag_ms(snapshot: Snapshot, window_s: int = NOW_WINDOW_S) -> float | None:
+    """The client's longest loop lag over its last ``window_s`` complete seconds when it
+    passes ``LIVE_LAG_BOUND_MS`` (the screen names it then), else None."""
+    values = snapshot.series.get("client_lag_ms", [])
+    done = values[: min(len(values), complete_bins(snapshot.times, snapshot.t))]
+    recent = [v for v in done[-window_s:] if v is not None and not math.isnan(v)]
+    worst = max(recent, default=None)
+    return worst if worst is not None and worst > LIVE_LAG_BOUND_MS else None
 
 
 TICK_STEPS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)

@@ -16,6 +16,7 @@ from rampwatch.tui.chart_data import (
     format_ms,
     format_number,
     format_rate,
+    recent_client_lag_ms,
     recent_rate,
 )
 from rampwatch.tui.gpu_view import gpu_now, gpu_stale_since, has_gpu, per_gpu_lines
@@ -163,6 +164,9 @@ class StatsPanel(Widget):
                 value = fmt(current_value(snapshot, name, LATENCY_LOOK_BACK.get(name)))
             now_rows.append((label, value))
         now_rows.append(("in flight", str(snapshot.in_flight)))
+        lag = recent_client_lag_ms(snapshot)
+        if lag is not None:  # only when the client's own delay could show in its figures
+            now_rows.append(("client lag (late)", format_ms(lag / 1000.0)))
         now_rows += gpu_now_rows(snapshot)
         so_far = summary_rows(snapshot.summary or {})
         so_far += [

@@ -23,6 +23,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.loadgen import worker_pool
 from rampwatch.loadgen.client import RequestCancelled
 from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.loop_health import LoopLagProbe
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.worker_pool import LocalWorkers
@@ -268,3 +269,44 @@ def test_one_worker_sends_from_the_run_process_and_more_from_a_pool():
     assert load_senders(Namespace()) is None  # commands without the flag (sweep)
     factory = load_senders(Namespace(workers=3))
     assert isinstance(factory, LocalWorkers) and factory.workers == 3 and factory.pool is None
+
+
+async def test_each_worker_sends_its_loop_lag_and_collections_to_the_run():
+    factory = LocalWorkers(2)
+    seen: dict[int, tuple] = {}
+    both = asyncio.Event()
+
+    def on_lag(worker, pairs, max_ms, gc_counts) -> None:
+        seen[worker] = (pairs, max_ms, gc_counts)
+        if len(seen) == 2 and all(sum(c for _, c in p) > 0 for p, _, _ in seen.values()):
+            both.set()
+
+    factory.on_lag = on_lag
+    spec = ClientSpec(target="http://127.0.0.1:9", model="tiny", connection=Connection())
+    await factory.prepare(spec)
+    pool = factory(spec, time.monotonic(), time.time())
+    try:
+        await asyncio.wait_for(both.wait(), 30.0)
+    finally:
+        await pool.close()
+    for pairs, max_ms, gc_counts in seen.values():
+        # a worker's probe samples its own loop every 5 ms: half a second's worth at least
+        assert sum(c for _, c in pairs) >= 20 and max_ms >= 0.0
+        assert len(gc_counts.collections) == 3 and gc_counts.collections[2] == 0
+
+
+async def test_a_run_over_workers_folds_their_lag_into_its_ticks():
+    sink = ListSink()
+    async with serve(SimConfig(hardware="instant", model="tiny")) as url:
+        options = RunOptions(
+            target=url, model="tiny", tick_interval_s=0.25, scrape_interval_s=0.25, sender_factory=LocalWorkers(2)
+        )
+        result = await Run(scenario({"kind": "constant", "rate": 20, "duration_s": 1.5}), options, [sink]).execute()
+    own = LoopLagProbe().interval_s
+    ticks = sink.of("tick")
+    samples = sum(c for t in ticks for _, c in (t.loop_lag or []))
+    # The run's own probe gives one sample per 5 ms of the run; with two workers' the
+    # ticks carry about three times as many (the workers' arrive every half second).
+    assert samples > 1.5 * result.duration_s / own
+    assert result.live_summary.client is not None
+    assert result.live_summary.client.lag_samples == samples

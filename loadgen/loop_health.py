@@ -1,0 +1,388 @@
+"""The client's own timing: how late its event loops ran what was due (``LoopLagProbe``),
+and Python's garbage collector kept from pausing them while the load runs
+(``LoadPhaseGC``). ``ClientHealth`` folds both, from every process that sends, into what
+a tick carries; ``ClientTotals`` folds ticks into the run's figures (live and read back).
+
+Why a full collection must not run during the load: it walks every object alive, and
+with thousands of streams in flight that is a pause of ~200 ms on a 16-core machine,
+during which no request is sent and no chunk is read (the pause lands in the lateness,
+the TTFT and the ITL of the streams open at the time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+# The probe wakes on a fixed grid this far apart. Each grid point the loop passed late is
+# one sample (``now - due``), so a stall of S ms gives S / 5 samples: the samples are
+# spread evenly in time, and their distribution is how long an event arriving at a
+# random moment (a chunk, a send time) waited for the loop beyond its turn.
+LAG_SAMPLE_INTERVAL_S = 0.005
+
+# Lag histogram: bucket 0 holds lags under LAG_BASE_MS, bucket i ≥ 1 the lags in
+# [LAG_BASE_MS·r^(i-1), LAG_BASE_MS·r^i), r = LAG_BUCKET_RATIO; a percentile is read as
+# its bucket's geometric middle: within 5 %, which is finer than the loop's timers.
+LAG_BASE_MS = 0.01
+LAG_BUCKET_RATIO = 1.1
+_LOG_RATIO = math.log(LAG_BUCKET_RATIO)
+
+# The summary warns when the client's lag p99 passes this, or 5 % of the smallest p99 it
+# reports among TTFT and ITL when that is larger: a p99 can hold up to the lag p99 of
+# the client's own delay (see ``client_lag_warning``).
+CLIENT_LAG_FLOOR_MS = 1.0
+CLIENT_LAG_SHARE = 0.05
+# The live screen names the client's lag once a second's worst passes this.
+LIVE_LAG_BOUND_MS = 20.0
+
+# A full collection is let run during the load only when the process has grown this much
+# since the load began (cycles of objects that lived long enough to reach the oldest
+# generation are freed by full collections alone): bounded memory before a pause, and
+# the pause is then recorded (an event, the lag).
+FULL_COLLECTION_GROWTH_BYTES = 1 << 30
+# Never reached: a full collection is only run on purpose while the load runs.
+_NO_AUTOMATIC_FULL = 1 << 30
+
+
+def lag_bucket(lag_ms: float) -> int:
+    """The histogram bucket of a lag of ``lag_ms``."""
+    if lag_ms < LAG_BASE_MS:
+        return 0
+    return 1 + int(math.log(lag_ms / LAG_BASE_MS) / _LOG_RATIO)
+
+
+def bucket_ms(bucket: int) -> float:
+    """The lag a bucket stands for: its geometric middle (0 for the lowest bucket)."""
+    if bucket <= 0:
+        return 0.0
+    return LAG_BASE_MS * LAG_BUCKET_RATIO ** (bucket - 0.5)
+
+
+@dataclass
+class LagHistogram:
+    """Lag samples by bucket, with the exact largest one."""
+
+    counts: dict[int, int] = field(default_factory=dict)
+    max_ms: float = 0.0
+
+    @property
+    def n(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, lag_ms: float) -> None:
+        b = lag_bucket(lag_ms)
+        self.counts[b] = self.counts.get(b, 0) + 1
+        self.max_ms = max(self.max_ms, lag_ms)
+
+    def merge(self, pairs: Iterable[Iterable[int]], max_ms: float) -> None:
+        for bucket, count in pairs:
+            self.counts[int(bucket)] = self.counts.get(int(bucket), 0) + int(count)
+        self.max_ms = max(self.max_ms, float(max_ms))
+
+    def pairs(self) -> list[list[int]]:
+        """``[[bucket, count], …]``, as a tick carries them (JSON)."""
+        return [[b, c] for b, c in sorted(self.counts.items())]
+
+    def percentile_ms(self, q: float) -> float | None:
+        """The lag at percentile ``q`` (0-100); None without samples. Never above the max."""
+        n = self.n
+        if n == 0:
+            return None
+        rank = q / 100.0 * n
+        seen = 0
+        for bucket in sorted(self.counts):
+            seen += self.counts[bucket]
+            if seen >= rank:
+                return min(bucket_ms(bucket), self.max_ms)
+        return self.max_ms
+
+
+class LoopLagProbe:
+    """Samples how late the running event loop runs a timer due on a fixed grid.
+
+    Start it on the loop it measures (``start``); ``take()`` hands over the samples since
+    the last call (the tick does, once a second)."""
+
+    def __init__(self, interval_s: float = LAG_SAMPLE_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._window = LagHistogram()
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._due = 0.0
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._due = self._clock() + self.interval_s
+        self._handle = self._loop.call_later(self.interval_s, self._wake)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _wake(self) -> None:
+        now = self._clock()
+        interval = self.interval_s
+        # Every grid point passed since the last wake is a sample: one ran late by
+        # now - due, the next by an interval less, and so on down to the last one.
+        due = self._due
+        while due <= now:
+            self._window.add((now - due) * 1000.0)
+            due += interval
+        if due - now > interval:  # woken early (a coarse timer): no point passed
+            due = now + interval
+        self._due = due
+        assert self._loop is not None
+        self._handle = self._loop.call_later(max(0.0, due - self._clock()), self._wake)
+
+    def take(self) -> LagHistogram:
+        """The samples since the last ``take`` (a new window starts)."""
+        window, self._window = self._window, LagHistogram()
+        return window
+
+
+@dataclass
+class GcCounts:
+    """Collections by generation and the longest pause, in one process or added up."""
+
+    collections: list[int] = field(default_factory=lambda: [0, 0, 0])
+    max_pause_ms: float = 0.0
+    total_pause_ms: float = 0.0
+
+    def merge(self, other: GcCounts) -> None:
+        self.collections = [a + b for a, b in zip(self.collections, other.collections, strict=True)]
+        self.max_pause_ms = max(self.max_pause_ms, other.max_pause_ms)
+        self.total_pause_ms += other.total_pause_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "collections": list(self.collections),
+            "max_pause_ms": self.max_pause_ms,
+            "total_pause_ms": self.total_pause_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> GcCounts:
+        d = d or {}
+        return cls(
+            list(d.get("collections") or [0, 0, 0]),
+            float(d.get("max_pause_ms") or 0.0),
+            float(d.get("total_pause_ms") or 0.0),
+        )
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# Processes may run more than one load at once (tests, an embedder): the first start
+# keeps the thresholds, the last stop puts them back.
+_policy_users = 0
+_saved_thresholds: tuple[int, int, int] | None = None
+
+
+class LoadPhaseGC:
+    """Keeps full collections off the process while its load runs, and counts the
+    collections that do run (by generation, with their pauses).
+
+    ``start()``: one full collection, then the start-up heap is frozen (``gc.freeze``:
+    never walked again) and the oldest generation's threshold raised out of reach; the
+    young generations are still collected (their passes are short: they hold only what
+    was allocated since the last one). ``stop()`` puts the thresholds back and unfreezes.
+    ``check_growth()`` (once a second) runs a full collection when the process has grown
+    by ``growth_bytes`` since the load began, and returns its pause in ms, else None.
+    """
+
+    def __init__(self, growth_bytes: int = FULL_COLLECTION_GROWTH_BYTES) -> None:
+        self.counts = GcCounts()
+        self.growth_bytes = growth_bytes
+        self.active = False
+        self._started: float | None = None
+        self._rss_at_start: int | None = None
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        if self._started is None:
+            return
+        pause_ms = (time.perf_counter() - self._started) * 1000.0
+        self._started = None
+        generation = min(int(info.get("generation", 0)), 2)
+        self.counts.collections[generation] += 1
+        self.counts.max_pause_ms = max(self.counts.max_pause_ms, pause_ms)
+        self.counts.total_pause_ms += pause_ms
+
+    def start(self) -> None:
+        global _policy_users, _saved_thresholds
+        if self.active:
+            return
+        if _policy_users == 0:
+            gc.collect()
+            gc.freeze()
+            _saved_thresholds = gc.get_threshold()
+            young, middle, _ = _saved_thresholds
+            gc.set_threshold(young, middle, _NO_AUTOMATIC_FULL)
+        _policy_users += 1
+        gc.callbacks.append(self._on_gc)
+        self._rss_at_start = _rss_bytes()
+        self.active = True
+
+    def check_growth(self) -> float | None:
+        """A full collection when the process grew past the bound since the load began
+        (the bound then starts again from here); its pause in ms, else None."""
+        if not self.active or self._rss_at_start is None:
+            return None
+        rss = _rss_bytes()
+        if rss is None or rss - self._rss_at_start < self.growth_bytes:
+            return None
+        started = time.perf_counter()
+        gc.collect()
+        self._rss_at_start = _rss_bytes()
+        return (time.perf_counter() - started) * 1000.0
+
+    def stop(self) -> None:
+        global _policy_users
+        if not self.active:
+            return
+        self.active = False
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+        _policy_users -= 1
+        if _policy_users == 0:
+            if _saved_thresholds is not None:
+                gc.set_threshold(*_saved_thresholds)
+            gc.unfreeze()
+
+
+@dataclass
+class ClientWindow:
+    """What one process (or all of a run's, merged) measured of itself since the last
+    tick: its lag samples, and its collections so far (cumulative)."""
+
+    lag: LagHistogram = field(default_factory=LagHistogram)
+    gc: GcCounts = field(default_factory=GcCounts)
+
+
+class ClientHealth:
+    """A process's self-check while its load runs: the lag probe and the GC policy, and
+    the windows its load workers send (``merge_worker``), handed to each tick (``take``)."""
+
+    def __init__(self, probe: LoopLagProbe | None = None, gc_policy: LoadPhaseGC | None = None) -> None:
+        self.probe = probe or LoopLagProbe()
+        self.gc_policy = gc_policy or LoadPhaseGC()
+        self._workers_lag = LagHistogram()
+        self._workers_gc: dict[Any, GcCounts] = {}  # cumulative, by worker
+
+    def start(self) -> None:
+        """On the loop to watch, as the load begins."""
+        self.gc_policy.start()
+        self.probe.start()
+
+    def stop(self) -> None:
+        self.probe.stop()
+        self.gc_policy.stop()
+
+    def merge_worker(self, worker: Any, pairs: Iterable[Iterable[int]], max_ms: float, gc_counts: GcCounts) -> None:
+        """A load worker's window: its lag samples since its last one, its collections so far."""
+        self._workers_lag.merge(pairs, max_ms)
+        self._workers_gc[worker] = gc_counts
+
+    def take(self) -> ClientWindow:
+        """This process's and its workers' lag since the last call, and every process's
+        collections so far."""
+        lag = self.probe.take()
+        lag.merge(self._workers_lag.pairs(), self._workers_lag.max_ms)
+        self._workers_lag = LagHistogram()
+        counts = GcCounts()
+        counts.merge(self.gc_policy.counts)
+        for worker_counts in self._workers_gc.values():
+            counts.merge(worker_counts)
+        return ClientWindow(lag, counts)
+
+
+@dataclass(frozen=True)
+class ClientFigures:
+    """The run's self-check as the summary shows it: the loops' lag (ms) and the
+    collections during the load."""
+
+    lag_p50_ms: float | None
+    lag_p99_ms: float | None
+    lag_max_ms: float | None
+    lag_samples: int
+    gc_collections: tuple[int, int, int]
+    gc_max_pause_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "loop_lag_p50_ms": self.lag_p50_ms,
+            "loop_lag_p99_ms": self.lag_p99_ms,
+            "loop_lag_max_ms": self.lag_max_ms,
+            "loop_lag_samples": self.lag_samples,
+            "gc_collections": list(self.gc_collections),
+            "gc_max_pause_ms": self.gc_max_pause_ms,
+        }
+
+
+class ClientTotals:
+    """Folds ticks' self-check fields into the run's ``ClientFigures`` (the live
+    run-so-far summary and the read-back of a recording fold the same ticks)."""
+
+    def __init__(self) -> None:
+        self.lag = LagHistogram()
+        self.gc = GcCounts()
+        self.seen = False
+
+    def add(self, loop_lag: list | None, loop_lag_max_ms: float | None, client_gc: dict | None) -> None:
+        if loop_lag is not None:
+            self.seen = True
+            self.lag.merge(loop_lag, loop_lag_max_ms or 0.0)
+        if client_gc is not None:
+            self.seen = True
+            self.gc = GcCounts.from_dict(client_gc)  # cumulative: the newest stands
+
+    def figures(self) -> ClientFigures | None:
+        """None for a recording made before the self-check."""
+        if not self.seen:
+            return None
+        c = self.gc.collections
+        return ClientFigures(
+            self.lag.percentile_ms(50),
+            self.lag.percentile_ms(99),
+            self.lag.max_ms if self.lag.n else None,
+            self.lag.n,
+            (int(c[0]), int(c[1]), int(c[2])),
+            self.gc.max_pause_ms,
+        )
+
+    def export_state(self) -> dict[str, Any] | None:
+        """JSON-able state for a series checkpoint; ``restore_state`` reads it back."""
+        if not self.seen:
+            return None
+        return {"lag": self.lag.pairs(), "lag_max_ms": self.lag.max_ms, "gc": self.gc.to_dict()}
+
+    @classmethod
+    def restore_state(cls, state: dict[str, Any] | None) -> ClientTotals:
+        totals = cls()
+        if state:
+            totals.add(state["lag"], state["lag_max_ms"], state["gc"])
+        return totals
+
+
+def client_figures(ticks: Iterable[Any]) -> ClientFigures | None:
+    """The run's self-check from its ticks (``core.timeline.Tick``), in time order."""
+    totals = ClientTotals()
+    for tick in ticks:
+        totals.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_gc)
+    return totals.figures()

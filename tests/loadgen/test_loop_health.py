@@ -1,0 +1,311 @@
+"""The client's self-check: the loop-lag probe, the GC policy of the load phase, and what
+a run reports of both (summary, warning, result JSON, recording)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+
+import pytest
+
+from rampwatch.core.timeline import NullSink, RequestRecord
+from rampwatch.loadgen.loop_health import (
+    ClientFigures,
+    ClientTotals,
+    GcCounts,
+    LagHistogram,
+    LoadPhaseGC,
+    LoopLagProbe,
+    bucket_ms,
+    lag_bucket,
+)
+from rampwatch.loadgen.runner import Run, RunOptions
+from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.loadgen.summary import client_lag_warning, format_summary, summarise_requests, to_bench_result
+from rampwatch.sim.config import SimConfig
+from rampwatch.sim.server import serve
+
+INSTANT = SimConfig(hardware="instant", model="tiny")
+
+
+@pytest.mark.parametrize("lag_ms", [0.011, 0.05, 0.3, 1.0, 4.2, 17.0, 250.0, 9000.0])
+def test_a_lag_reads_back_within_five_percent_of_itself(lag_ms):
+    assert bucket_ms(lag_bucket(lag_ms)) == pytest.approx(lag_ms, rel=0.05)
+
+
+def test_lags_under_the_base_read_as_zero():
+    assert lag_bucket(0.0) == 0 and bucket_ms(0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [(50, 0.1), (99, 0.1), (99.5, 100.0), (100, 100.0)],
+)
+def test_histogram_percentiles_follow_the_samples(q, expected):
+    h = LagHistogram()
+    for _ in range(990):
+        h.add(0.1)
+    for _ in range(10):
+        h.add(100.0)
+    assert h.n == 1000
+    assert h.percentile_ms(q) == pytest.approx(expected, rel=0.05)
+    assert h.max_ms == 100.0
+
+
+def test_histograms_merge_as_their_samples_would():
+    a, b, both = LagHistogram(), LagHistogram(), LagHistogram()
+    for i, v in enumerate([0.2, 3.0, 0.5, 40.0, 7.0, 0.01, 2.5]):
+        (a if i % 2 else b).add(v)
+        both.add(v)
+    a.merge(b.pairs(), b.max_ms)
+    assert a.counts == both.counts and a.max_ms == both.max_ms
+
+
+def test_an_empty_histogram_has_no_percentile():
+    assert LagHistogram().percentile_ms(99) is None
+
+
+async def test_the_probe_sees_a_stall_once_per_interval_it_covered():
+    probe = LoopLagProbe(interval_s=0.005)
+    probe.start()
+    try:
+        await asyncio.sleep(0.02)
+        probe.take()  # the start's samples
+        time.sleep(0.1)  # noqa: ASYNC251 - the loop held for 100 ms, on purpose
+        await asyncio.sleep(0.01)
+        window = probe.take()
+    finally:
+        probe.stop()
+    assert window.max_ms >= 95.0
+    # The grid points the stall covered are each a sample, ~100, 95, 90, … ms late: the
+    # stall weighs by its length, not as one sample.
+    over_20 = sum(c for b, c in window.counts.items() if bucket_ms(b) > 20.0)
+    assert over_20 >= 14
+
+
+def _long_lived_containers(n: int) -> list[list[int]]:
+    """Objects that survive the young collections, as the state of thousands of streams does."""
+    return [[i] for i in range(n)]
+
+
+class _Collections:
+    """Full collections seen, with the thread that ran them."""
+
+    def __init__(self) -> None:
+        self.full: list[int] = []
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            self.full.append(threading.get_ident())
+
+    def __enter__(self) -> _Collections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
+def test_the_same_allocations_trigger_a_full_collection_without_the_policy():
+    # The control of the tests below: what they allocate is enough for Python's own policy
+    # to walk the whole heap.
+    gc.collect()
+    kept = []
+    with _Collections() as seen:
+        for _ in range(40):
+            kept.append(_long_lived_containers(20_000))
+            if seen.full:
+                break
+    assert seen.full, "800,000 long-lived objects never triggered a full collection"
+
+
+def test_the_policy_keeps_full_collections_away_and_counts_the_young_ones():
+    before = gc.get_threshold()
+    policy = LoadPhaseGC()
+    kept = []
+    policy.start()  # its one full collection, before the load
+    try:
+        with _Collections() as seen:
+            for _ in range(40):
+                kept.append(_long_lived_containers(20_000))
+    finally:
+        policy.stop()
+    assert seen.full == []
+    young, middle, full = policy.counts.collections
+    assert young > 0 and full == 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_overlapping_policies_restore_the_thresholds_once_both_end():
+    before = gc.get_threshold()
+    a, b = LoadPhaseGC(), LoadPhaseGC()
+    a.start()
+    b.start()
+    a.stop()
+    assert gc.get_threshold()[2] > before[2]  # b's load still runs
+    b.stop()
+    assert gc.get_threshold() == before
+
+
+def test_the_growth_valve_runs_one_full_collection_and_says_how_long_it_took():
+    policy = LoadPhaseGC(growth_bytes=1)
+    policy.start()
+    try:
+        _keep = _long_lived_containers(50_000)
+        pause = policy.check_growth()
+    finally:
+        policy.stop()
+    assert pause is not None and pause >= 0.0
+    assert policy.counts.collections[2] == 1
+
+
+def scenario(rate: float, duration_s: float):
+    sets = [("schedule.kind", "constant"), ("schedule.rate", str(rate)), ("schedule.duration_s", str(duration_s))]
+    sets += [("workload.input_tokens", "32"), ("workload.output_tokens", "16")]
+    return load_scenario("random", overrides=[("schedule", "{}"), *sets])
+
+
+class _PhaseSink(NullSink):
+    """Marks the load phase (the header to the finish) and does, per record, what the test
+    asks of it on the run's loop."""
+
+    def __init__(self, on_record) -> None:
+        self.on_record = on_record
+        self.loading = False
+        self.ticks = []
+
+    def on_start(self, header) -> None:
+        self.loading = True
+
+    def on_request(self, record) -> None:
+        self.on_record(record)
+
+    def on_tick(self, tick) -> None:
+        self.ticks.append(tick)
+
+    def on_finish(self, t) -> None:
+        self.loading = False
+
+
+async def test_no_full_collection_runs_on_the_sending_loop_during_the_load():
+    kept: list = []
+    sink = _PhaseSink(lambda record: kept.append(_long_lived_containers(8_000)))
+    loop_thread = threading.get_ident()
+    during_load: list[int] = []
+
+    def watch(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2 and sink.loading:
+            during_load.append(threading.get_ident())
+
+    gc.callbacks.append(watch)
+    try:
+        async with serve(INSTANT) as url:
+            run = Run(
+                scenario(100, 1.0),
+                RunOptions(target=url, model="tiny", tick_interval_s=0.25, scrape_interval_s=0.25),
+                sinks=[sink],
+            )
+            result = await run.execute()
+    finally:
+        gc.callbacks.remove(watch)
+    assert len(kept) >= 90  # ~800,000 long-lived objects made on the loop during the load
+    assert loop_thread not in during_load and during_load == []
+    client = result.live_summary.client
+    assert client is not None
+    assert client.gc_collections[0] > 0 and client.gc_collections[2] == 0
+
+
+async def test_a_run_whose_loop_stalled_reports_the_stall_and_warns():
+    stalled = []
+
+    def stall_once(record) -> None:
+        if not stalled:
+            stalled.append(record.id)
+            time.sleep(0.3)  # a blocked loop: every send and read waits
+
+    sink = _PhaseSink(stall_once)
+    async with serve(INSTANT) as url:
+        run = Run(
+            scenario(20, 1.0),
+            RunOptions(target=url, model="tiny", tick_interval_s=0.25, scrape_interval_s=0.25, keep_records=True),
+            sinks=[sink],
+        )
+        result = await run.execute()
+    summary = result.live_summary
+    client = summary.client
+    assert client is not None and client.lag_max_ms >= 280.0
+    # The ticks carry the same: the recording's read-back folds them into the same figures.
+    assert ClientTotals.restore_state(None).figures() is None
+    folded = ClientTotals()
+    for tick in sink.ticks:
+        folded.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_gc)
+    assert folded.figures() == client
+    warning = client_lag_warning(summary)
+    assert warning is not None and f"max {client.lag_max_ms:.0f} ms" in warning
+    text = format_summary(summary)
+    assert "Client loop lag max (ms):" in text and text.splitlines()[-1] == warning
+    result_json = to_bench_result(summary, result.header, result.requests)
+    assert result_json["rampwatch_client"]["loop_lag_max_ms"] == client.lag_max_ms
+
+
+def _itl_run(itl_ms: float, ttft_ms: float, client: ClientFigures | None):
+    """A summary of 20 requests with the given TTFT and ITL, and the client's figures."""
+    records = []
+    for i in range(20):
+        sent = float(i)
+        first = sent + ttft_ms / 1000
+        chunks = [first + k * itl_ms / 1000 for k in range(1, 6)]
+        records.append(
+            RequestRecord(
+                id=i,
+                scheduled_at=sent,
+                sent_at=sent,
+                end_at=chunks[-1],
+                first_token_at=first,
+                chunk_times=chunks,
+                completion_tokens=6,
+                prompt_tokens=10,
+            )
+        )
+    return summarise_requests(None, records, [], [], client=client)
+
+
+def _client(p99_ms: float, max_ms: float, full: int = 0) -> ClientFigures:
+    return ClientFigures(0.1, p99_ms, max_ms, 1000, (40, 3, full), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("itl_ms", "ttft_ms", "lag_p99_ms", "warns"),
+    [
+        (30.0, 200.0, 0.8, False),  # under the 1 ms floor
+        (30.0, 200.0, 1.4, False),  # under 5 % of the 30 ms ITL p99
+        (30.0, 200.0, 2.0, True),  # over it: the ITL p99 may hold 2 ms of the client
+        (5.0, 200.0, 1.2, True),  # a 5 ms ITL: the floor binds
+        (300.0, 2000.0, 12.0, False),  # slow answers: 12 ms is under 5 % of 300 ms
+    ],
+)
+def test_the_warning_follows_the_p99s_the_client_reports(itl_ms, ttft_ms, lag_p99_ms, warns):
+    summary = _itl_run(itl_ms, ttft_ms, _client(lag_p99_ms, 40.0))
+    warning = client_lag_warning(summary)
+    assert (warning is not None) is warns
+    lines = format_summary(summary).splitlines()
+    if warns:
+        assert lines[-1] == warning and f"lag p99 {lag_p99_ms:.1f} ms" in warning
+    else:
+        assert lines[-1] == "=" * 50
+
+
+def test_the_warning_names_full_collections_and_none_without_a_self_check():
+    assert "2 full GC passes during the load" in (
+        client_lag_warning(_itl_run(5.0, 50.0, _client(30.0, 200.0, 2))) or ""
+    )
+    assert client_lag_warning(_itl_run(5.0, 50.0, None)) is None
+
+
+def test_gc_counts_add_up_across_processes():
+    a = GcCounts([3, 1, 0], 0.5, 1.0)
+    a.merge(GcCounts([2, 0, 1], 40.0, 40.0))
+    assert a.collections == [5, 1, 1] and a.max_pause_ms == 40.0 and a.total_pause_ms == 41.0
+    assert GcCounts.from_dict(a.to_dict()) == a
