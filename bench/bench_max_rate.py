@@ -5,6 +5,7 @@ at a high rate with many long streams in flight.
     .venv/bin/python bench/bench_max_rate.py                 # both parts
     .venv/bin/python bench/bench_max_rate.py --skip-vllm     # without the vLLM venv
     .venv/bin/python bench/bench_max_rate.py --part lateness --lateness-rate 500 --workers 2
+    .venv/bin/python bench/bench_max_rate.py --part lateness --lateness-rate 200 --workers 1 --gc load,python
 
 (a) Max rate: against the instant simulator (in its own process), each client runs a
 constant-rate window of ``--window`` seconds at stepped rates (open loop, short answers);
@@ -16,7 +17,9 @@ highest sustained step before the first one that is not.
 slowed to ``--sim-speed`` × real time, so that each ``--output-tokens``-token answer
 stays open for seconds while the simulator runs only a few steps a second (its CPU is
 not the bound); the peak in flight is read from the recording's ticks, the lateness of
-each request (sent_at − scheduled_at) from its records: p50/p99/max.
+each request (sent_at − scheduled_at) from its records: p50/p99/max, and the client's
+own loop lag and collections from the result JSON; each with rampwatch's load-phase GC
+policy and with Python's own (``--gc``, ``RAMPWATCH_LOAD_GC``), one after the other.
 
 The load average is printed with each result: on a shared machine it bounds everything.
 """
@@ -160,28 +163,42 @@ def part_lateness(args: argparse.Namespace, tmp: Path) -> None:
     # Slowed down (``speed``) real-hardware steps: each stream stays open for seconds while
     # the simulator runs only a few steps a second.
     config = SimConfig(hardware="h100", model="tiny", max_num_seqs=8192, speed=args.sim_speed)
+    policies = args.gc.split(",")
     with serving_sim(config) as sim:
         for workers in sorted({1, args.workers}):
-            out = tmp / f"late-{workers}"
-            schedule = f"{{kind: constant, rate: {rate:g}, duration_s: {args.lateness_duration:g}}}"
-            started = time.monotonic()
-            proc = subprocess.run(
-                rampwatch_cmd(sim.url, rate, schedule, workers, out, tokens), cwd=ROOT, capture_output=True, text=True
-            )
-            if proc.returncode not in (0, 1):
-                raise SystemExit(f"rampwatch run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-            recording = open_recording(out.with_suffix(".rwrec"))
-            records = recording.requests
-            peak = max((t.in_flight for t in recording.ticks), default=0)
-            recording.close()
-            late = sorted(r.sent_at - r.scheduled_at for r in records)
-            ok = sum(1 for r in records if r.ok)
-            print(
-                f"  rampwatch --workers {workers}: {len(records)} requests ({ok} ok), peak in flight {peak}, "
-                f"lateness p50 {quantile_ms(late, 0.5):.2f} ms  p99 {quantile_ms(late, 0.99):.2f} ms  max {late[-1] * 1000:.2f} ms  "
-                f"(wall {time.monotonic() - started:.0f} s, load {load_average()})",
-                flush=True,
-            )
+            for policy in policies:
+                out = tmp / f"late-{workers}-{policy}"
+                schedule = f"{{kind: constant, rate: {rate:g}, duration_s: {args.lateness_duration:g}}}"
+                started = time.monotonic()
+                # RAMPWATCH_LOAD_GC=python: Python's own GC policy during the load (before
+                # the load-phase policy), in every process of the run
+                env = dict(os.environ, RAMPWATCH_LOAD_GC=policy)
+                proc = subprocess.run(
+                    rampwatch_cmd(sim.url, rate, schedule, workers, out, tokens),
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
+                if proc.returncode not in (0, 1):
+                    raise SystemExit(f"rampwatch run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+                recording = open_recording(out.with_suffix(".rwrec"))
+                records = recording.requests
+                peak = max((t.in_flight for t in recording.ticks), default=0)
+                recording.close()
+                client = json.loads(out.with_suffix(".json").read_text()).get("rampwatch_client") or {}
+                late = sorted(r.sent_at - r.scheduled_at for r in records)
+                ok = sum(1 for r in records if r.ok)
+                print(
+                    f"  rampwatch --workers {workers}, GC {policy:6s}: {len(records)} requests ({ok} ok), "
+                    f"peak in flight {peak}, lateness p50 {quantile_ms(late, 0.5):.2f} ms  "
+                    f"p99 {quantile_ms(late, 0.99):.2f} ms  max {late[-1] * 1000:.2f} ms; "
+                    f"loop lag p99 {client.get('loop_lag_p99_ms') or 0:.2f} ms  max {client.get('loop_lag_max_ms') or 0:.1f} ms, "
+                    f"GC passes {'/'.join(map(str, client.get('gc_collections') or []))} "
+                    f"(longest {client.get('gc_max_pause_ms') or 0:.0f} ms)  "
+                    f"(wall {time.monotonic() - started:.0f} s, load {load_average()})",
+                    flush=True,
+                )
 
 
 def main() -> int:
@@ -195,6 +212,12 @@ def main() -> int:
     parser.add_argument("--lateness-duration", type=float, default=10.0)
     parser.add_argument("--output-tokens", type=int, default=16)
     parser.add_argument("--sim-speed", type=float, default=0.1, help="simulated seconds per wall second (lateness)")
+    parser.add_argument(
+        "--gc",
+        default="load,python",
+        help="GC policies of the lateness runs, comma-separated: load (rampwatch's, the default), python "
+        "(Python's own, as before the load-phase policy)",
+    )
     args = parser.parse_args()
     if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
         raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh` or --skip-vllm")

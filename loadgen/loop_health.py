@@ -48,6 +48,14 @@ LIVE_LAG_BOUND_MS = 20.0
 FULL_COLLECTION_GROWTH_BYTES = 1 << 30
 # Never reached: a full collection is only run on purpose while the load runs.
 _NO_AUTOMATIC_FULL = 1 << 30
+# ``RAMPWATCH_LOAD_GC=python`` leaves Python's own GC policy in place during the load (the
+# collections are still counted): to compare the two, or to rule the policy out.
+GC_ENV = "RAMPWATCH_LOAD_GC"
+
+
+def python_gc_policy() -> bool:
+    """Whether the load keeps Python's own GC policy (``GC_ENV``)."""
+    return os.environ.get(GC_ENV, "").strip().lower() == "python"
 
 
 def lag_bucket(lag_ms: float) -> int:
@@ -208,6 +216,7 @@ class LoadPhaseGC:
         self.counts = GcCounts()
         self.growth_bytes = growth_bytes
         self.active = False
+        self.applied = False  # the policy in force (not under RAMPWATCH_LOAD_GC=python)
         self._started: float | None = None
         self._rss_at_start: int | None = None
 
@@ -228,21 +237,23 @@ class LoadPhaseGC:
         global _policy_users, _saved_thresholds
         if self.active:
             return
-        if _policy_users == 0:
-            gc.collect()
-            gc.freeze()
-            _saved_thresholds = gc.get_threshold()
-            young, middle, _ = _saved_thresholds
-            gc.set_threshold(young, middle, _NO_AUTOMATIC_FULL)
-        _policy_users += 1
-        gc.callbacks.append(self._on_gc)
-        self._rss_at_start = _rss_bytes()
         self.active = True
+        self.applied = not python_gc_policy()
+        if self.applied:
+            if _policy_users == 0:
+                gc.collect()
+                gc.freeze()
+                _saved_thresholds = gc.get_threshold()
+                young, middle, _ = _saved_thresholds
+                gc.set_threshold(young, middle, _NO_AUTOMATIC_FULL)
+            _policy_users += 1
+            self._rss_at_start = _rss_bytes()
+        gc.callbacks.append(self._on_gc)  # after the start's own collection: the load's only
 
     def check_growth(self) -> float | None:
         """A full collection when the process grew past the bound since the load began
         (the bound then starts again from here); its pause in ms, else None."""
-        if not self.active or self._rss_at_start is None:
+        if not self.applied or self._rss_at_start is None:
             return None
         rss = _rss_bytes()
         if rss is None or rss - self._rss_at_start < self.growth_bytes:
@@ -259,6 +270,8 @@ class LoadPhaseGC:
         self.active = False
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        if not self.applied:
+            return
         _policy_users -= 1
         if _policy_users == 0:
             if _saved_thresholds is not None:

@@ -12,6 +12,7 @@ import pytest
 
 from rampwatch.core.timeline import NullSink, RequestRecord
 from rampwatch.loadgen.loop_health import (
+    GC_ENV,
     ClientFigures,
     ClientTotals,
     GcCounts,
@@ -309,3 +310,21 @@ def test_gc_counts_add_up_across_processes():
     a.merge(GcCounts([2, 0, 1], 40.0, 40.0))
     assert a.collections == [5, 1, 1] and a.max_pause_ms == 40.0 and a.total_pause_ms == 41.0
     assert GcCounts.from_dict(a.to_dict()) == a
+
+
+def test_pythons_own_policy_can_be_kept_and_its_full_collections_are_counted(monkeypatch):
+    monkeypatch.setenv(GC_ENV, "python")
+    before = gc.get_threshold()
+    policy = LoadPhaseGC()
+    policy.start()
+    kept = []
+    try:
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+        for _ in range(40):
+            kept.append(_long_lived_containers(20_000))
+            if policy.counts.collections[2]:
+                break
+    finally:
+        policy.stop()
+    assert policy.counts.collections[2] >= 1 and policy.counts.max_pause_ms > 0.0
+    assert gc.get_threshold() == before
