@@ -8,10 +8,10 @@ from pathlib import Path
 
 from rampwatch.core.timeline import NullSink
 from rampwatch.loadgen.runner import Run, RunOptions
+from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.loadgen.summary import client_lag_warning
 from rampwatch.record.analysis import summarise
 from rampwatch.record.reader import open_recording
-from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.record.replay import feed
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.sim.config import SimConfig
