@@ -328,3 +328,22 @@ def test_pythons_own_policy_can_be_kept_and_its_full_collections_are_counted(mon
         policy.stop()
     assert policy.counts.collections[2] >= 1 and policy.counts.max_pause_ms > 0.0
     assert gc.get_threshold() == before
+
+
+async def test_a_requests_client_state_forms_no_reference_cycles():
+    # What the load leaves to the collector: with full collections off while it runs, a
+    # cycle that outlived the young generations would stay until the load ends.
+    async with serve(INSTANT) as url:
+        run = Run(scenario(100, 1.0), RunOptions(target=url, model="tiny"), sinks=[NullSink()])
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            result = await run.execute()
+            gc.collect()
+            cyclic = {type(o).__module__ + "." + type(o).__qualname__ for o in gc.garbage}
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert result.counts.ended >= 90
+    clients = {name for name in cyclic if name.startswith(("rampwatch.loadgen", "rampwatch.core", "aiohttp.client"))}
+    assert clients == set()
