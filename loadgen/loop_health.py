@@ -40,6 +40,8 @@ CLIENT_LAG_FLOOR_MS = 1.0
 CLIENT_LAG_SHARE = 0.05
 # The live screen names the client's lag once a second's worst passes this.
 LIVE_LAG_BOUND_MS = 20.0
+# A load worker (a local process, a Ray actor) hands its window to the run this often.
+WORKER_WINDOW_EVERY_S = 0.5
 
 # A full collection is let run during the load only when the process has grown this much
 # since the load began (cycles of objects that lived long enough to reach the oldest

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import RequestRecord
 from rampwatch.loadgen.client import RequestCancelled
+from rampwatch.loadgen.loop_health import WORKER_WINDOW_EVERY_S, ClientHealth, GcCounts
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.workers import ClientSpec, WorkerCore, worker_of
 
@@ -152,6 +153,7 @@ class RayWorker:
         self.index = index
         self.core: WorkerCore | None = None
         self.sent = 0
+        self.health: ClientHealth | None = None
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -171,6 +173,17 @@ class RayWorker:
         origin = time.monotonic() - (time.time() - (t0_unix + offset_s))
         self.core = WorkerCore(spec, lambda: time.monotonic() - origin)
         await self.core.start()
+        # The actor checks itself as a local worker does: GC kept off its loop, its lag
+        # taken by the pool (``take_health``).
+        self.health = ClientHealth()
+        self.health.start()
+
+    def take_health(self) -> tuple[list[list[int]], float, dict[str, Any]]:
+        """The actor loop's lag samples since the last call, and its collections so far."""
+        if self.health is None:
+            return [], 0.0, {}
+        window = self.health.take()
+        return window.lag.pairs(), window.lag.max_ms, window.gc.to_dict()
 
     async def send(self, req: PreparedRequest, request_id: int, scheduled_at: float) -> RequestRecord:
         assert self.core is not None, "start() first"
@@ -185,6 +198,8 @@ class RayWorker:
         """Cancel what is still in flight, close the client; the number of requests sent."""
         if self.core is not None:
             await self.core.close()
+        if self.health is not None:
+            self.health.stop()
         return self.sent
 
 
@@ -222,8 +237,9 @@ class RayPool:
         self.max_clock_offset_s = max_clock_offset_s
         self.announce = announce or (lambda line: None)
         self.on_lost: Callable[[str], None] | None = None  # the run's, set by the run
-        # Ray's actors do not send their loop's lag (the run's own loop is still measured).
+        # The run's, set by the run: each actor's self-check, taken every WORKER_WINDOW_EVERY_S.
         self.on_lag: Callable[[Any, list, float, Any], None] | None = None
+        self._health_poll: asyncio.Task | None = None
         self.places: list[WorkerPlace] = []
         self.offsets: dict[str, ClockEstimate] = {}
         self.sent_by_worker: list[int] = []
@@ -346,6 +362,20 @@ class RayPool:
                 for actor, place in zip(self._actors, self.places)
             )
         )
+        self._health_poll = asyncio.get_running_loop().create_task(self._poll_health())
+
+    async def _poll_health(self) -> None:
+        """Each live actor's self-check to the run, every WORKER_WINDOW_EVERY_S (a lost actor's is left)."""
+        while True:
+            await asyncio.sleep(WORKER_WINDOW_EVERY_S)
+            live = [(i, a) for i, a in enumerate(self._actors) if i not in self._lost]
+            answers = await asyncio.gather(
+                *(_awaitable(a.take_health.remote()) for _, a in live), return_exceptions=True
+            )
+            for (index, _), answer in zip(live, answers):
+                if isinstance(answer, tuple) and self.on_lag is not None:
+                    pairs, max_ms, counts = answer
+                    self.on_lag(index, pairs, max_ms, GcCounts.from_dict(counts))
 
     async def send(self, req: PreparedRequest, request_id: int, scheduled_at: float) -> RequestRecord:
         index = worker_of(request_id, len(self._actors))
@@ -382,6 +412,9 @@ class RayPool:
 
     async def close(self) -> None:
         """End the actors (each cancels what it still has in flight) and disconnect."""
+        if self._health_poll is not None:
+            self._health_poll.cancel()
+            await asyncio.gather(self._health_poll, return_exceptions=True)
         if self._ray is None:
             return
         ray, actors = self._ray, self._actors

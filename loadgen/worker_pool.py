@@ -43,7 +43,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import CANCELLED, RequestRecord
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import RequestCancelled
-from rampwatch.loadgen.loop_health import ClientHealth, GcCounts
+from rampwatch.loadgen.loop_health import WORKER_WINDOW_EVERY_S, ClientHealth, GcCounts
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.workers import ClientSpec, WorkerCore, worker_of
 
@@ -64,9 +64,8 @@ READY = "ready"  # (READY, pid)
 FAILED = "failed"  # (FAILED, message): the worker could not start
 RECORD = "record"  # (RECORD, record)
 # (LAG, [[bucket, count], …], max ms, GcCounts.to_dict()): the worker's loop lag since its
-# last LAG and its collections so far, every LAG_EVERY_S from its READY on.
+# last LAG and its collections so far, every WORKER_WINDOW_EVERY_S from its READY on.
 LAG = "lag"
-LAG_EVERY_S = 0.5
 
 
 def encode_batch(messages: list[tuple]) -> bytes:
@@ -222,7 +221,7 @@ async def _serve(sock: socket.socket) -> None:
 
     async def report_lag() -> None:
         while True:
-            await asyncio.sleep(LAG_EVERY_S)
+            await asyncio.sleep(WORKER_WINDOW_EVERY_S)
             window = health.take()
             link.queue((LAG, window.lag.pairs(), window.lag.max_ms, window.gc.to_dict()))
 

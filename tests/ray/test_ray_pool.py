@@ -93,3 +93,36 @@ async def test_a_cancelled_request_is_cancelled_on_its_actor_and_comes_back_as_a
     with pytest.raises(RequestCancelled) as caught:
         await task
     assert actor.cancelled == [0] and caught.value.record.error_class == "cancelled"
+
+
+async def test_each_actors_self_check_reaches_the_run():
+    class Checked(StandIn):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.start = Method(self._start)
+            self.take_health = Method(self._take_health)
+            self.index = index
+
+        async def _start(self, spec, t0_unix, offset_s):
+            return None
+
+        async def _take_health(self):
+            return [[40, 100 + self.index]], 1.5 + self.index, {"collections": [3, 0, 0], "max_pause_ms": 0.2}
+
+    pool, _ = pool_over([Checked(0), Checked(1)])
+    seen: dict[int, tuple] = {}
+    both = asyncio.Event()
+
+    def on_lag(worker, pairs, max_ms, gc_counts):
+        seen[worker] = (pairs, max_ms, gc_counts.collections)
+        if len(seen) == 2:
+            both.set()
+
+    pool.on_lag = on_lag
+    pool(object(), 0.0, 0.0)
+    await pool.start()
+    try:
+        await asyncio.wait_for(both.wait(), 10.0)
+    finally:
+        pool._health_poll.cancel()
+    assert seen == {0: ([[40, 100]], 1.5, [3, 0, 0]), 1: ([[40, 101]], 2.5, [3, 0, 0])}
