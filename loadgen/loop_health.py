@@ -214,9 +214,12 @@ class LoadPhaseGC:
     by ``growth_bytes`` since the load began, and returns its pause in ms, else None.
     """
 
-    def __init__(self, growth_bytes: int = FULL_COLLECTION_GROWTH_BYTES) -> None:
+    def __init__(
+        self, growth_bytes: int = FULL_COLLECTION_GROWTH_BYTES, rss: Callable[[], int | None] = _rss_bytes
+    ) -> None:
         self.counts = GcCounts()
         self.growth_bytes = growth_bytes
+        self._rss = rss  # the process's resident bytes (None: unknown)
         self.active = False
         self.applied = False  # the policy in force (not under RAMPWATCH_LOAD_GC=python)
         self._started: float | None = None
@@ -249,7 +252,7 @@ class LoadPhaseGC:
                 young, middle, _ = _saved_thresholds
                 gc.set_threshold(young, middle, _NO_AUTOMATIC_FULL)
             _policy_users += 1
-            self._rss_at_start = _rss_bytes()
+            self._rss_at_start = self._rss()
         gc.callbacks.append(self._on_gc)  # after the start's own collection: the load's only
 
     def check_growth(self) -> float | None:
@@ -257,12 +260,12 @@ class LoadPhaseGC:
         (the bound then starts again from here); its pause in ms, else None."""
         if not self.applied or self._rss_at_start is None:
             return None
-        rss = _rss_bytes()
+        rss = self._rss()
         if rss is None or rss - self._rss_at_start < self.growth_bytes:
             return None
         started = time.perf_counter()
         gc.collect()
-        self._rss_at_start = _rss_bytes()
+        self._rss_at_start = self._rss()
         return (time.perf_counter() - started) * 1000.0
 
     def stop(self) -> None:

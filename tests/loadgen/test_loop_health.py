@@ -151,11 +151,15 @@ def test_overlapping_policies_restore_the_thresholds_once_both_end():
 
 
 def test_the_growth_valve_runs_one_full_collection_and_says_how_long_it_took():
-    policy = LoadPhaseGC(growth_bytes=1)
+    resident = [100 << 20]
+    policy = LoadPhaseGC(growth_bytes=64 << 20, rss=lambda: resident[0])
     policy.start()
     try:
-        _keep = _long_lived_containers(50_000)
+        resident[0] += 63 << 20
+        assert policy.check_growth() is None  # under the bound: no pause
+        resident[0] += 2 << 20
         pause = policy.check_growth()
+        assert policy.check_growth() is None  # the bound starts again from here
     finally:
         policy.stop()
     assert pause is not None and pause >= 0.0
