@@ -786,7 +786,8 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
     # A session workload's conversations under way (think time included): its load is
     # these, not the request rate alone.
     active = fmt("sessions_active", digits=0)
-    sessions = f" | sessions {active} active" if active != "-" else ""
+    has_sessions = session_target(snap.header) or users_target(snap.header)
+    sessions = f" | sessions {active} active" if has_sessions and active != "-" else ""
     # A closed loop's target is a number of users (schedule kind users).
     if users_target(snap.header):
         target = f"{users_for(snap.target_rps):3d} users"

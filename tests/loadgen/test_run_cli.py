@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -315,7 +316,7 @@ def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
 
 def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_second():
     from rampwatch.app.session import progress_line
-    from rampwatch.core.timeline import SERIES_NAMES, Snapshot
+    from rampwatch.core.timeline import SERIES_NAMES, RunHeader, Snapshot
 
     nan = float("nan")
     series = {name: [nan] * 6 for name in SERIES_NAMES}
@@ -345,8 +346,12 @@ def test_progress_line_averages_rates_over_the_interval_and_skips_the_filling_se
     series["client_queued"] = [0.0, 0.0, 3.0, 5.0, 12.0, 14.0]
     assert "| client queue 12 |" in progress_line(snap, window_s=3)  # the latest complete second
     assert "sessions" not in line  # not a session workload
+    series["sessions_active"] = [0.0] * 6  # what a run without sessions ticks
+    assert "sessions" not in progress_line(snap, window_s=3)
     series["sessions_active"] = [0.0, 2.0, 5.0, 9.0, 11.0, 12.0]
-    assert "| client queue 12 | sessions 11 active | out" in progress_line(snap, window_s=3)
+    sessions = RunHeader("0", 0.0, "http://x", "m", "s", scenario={"workload": {"sessions": {"turns": 3}}})
+    line = progress_line(dataclasses.replace(snap, header=sessions), window_s=3)
+    assert "| client queue 12 | sessions 11 active | out" in line
 
 
 @pytest.mark.parametrize("interval", [1, 5, 10])
