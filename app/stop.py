@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
     state = runs.resolve(args.run_id, directory)
     if state.state == runs.FINISHED:
         print(f"run {state.id}: already finished (exit {state.exit_code})")
-        return 0
+        return run_exit_code(state.exit_code)
     if runs.shown_state(state, directory) == runs.STALE:
         raise UserError(f"run {state.id}: its process (pid {state.pid}) is gone; nothing to stop")
     remote = None
@@ -64,4 +64,10 @@ def main(args: argparse.Namespace) -> int:
             print(f"run {state.id}: {remote.summary}")
     where = f"; recording: {final.recording}" if final.recording and Path(final.recording).exists() else ""
     print(f"run {state.id}: finished, exit {final.exit_code}{where}")
-    return 0
+    return run_exit_code(final.exit_code)
+
+
+def run_exit_code(code: int | None) -> int:
+    """``stop`` exits as the run did (a script reads the run's outcome from it, as from
+    ``wait``): 130 for a run stopped before its end; 1 when the run left none."""
+    return code if isinstance(code, int) else 1

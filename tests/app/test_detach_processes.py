@@ -133,7 +133,7 @@ def test_detach_attach_twice_and_stop_from_a_third_terminal(tmp_path, env, tmux)
     tmux.wait_for("b", f"read-only: attached to run {run_id}", "RAMPING")
 
     stopped = rampwatch(env, "stop", run_id)
-    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.returncode == 130, stopped.stderr  # the run's own exit code
     lines = stopped.stdout.splitlines()
     assert lines[0] == f"run {run_id}: stopping (in-flight requests drain, the recording is finished)"
     assert lines[-1] == f"run {run_id}: finished, exit 130; recording: {recording}"
@@ -192,7 +192,7 @@ def test_a_live_run_whose_terminal_closes_goes_on_detached(tmp_path, env, tmux):
     tmux.open("again", [*RAMPWATCH, "attach", run_id])
     tmux.wait_for("again", f"attached to run {run_id}", "RAMPING")
     stopped = rampwatch(env, "stop", run_id)
-    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.returncode == 130, stopped.stderr  # the run's own exit code
     assert stopped.stdout.splitlines()[-1] == f"run {run_id}: finished, exit 130; recording: {recording}"
     tmux.wait_for("again", "DONE", "run done after ")
     check_complete_recording(recording)
@@ -251,7 +251,7 @@ def test_a_hangup_during_the_server_start_lets_the_start_and_the_run_go_on(tmp_p
         assert time.monotonic() < deadline, row
         time.sleep(0.2)
     stopped = rampwatch(env, "stop", row["id"])
-    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.returncode == 130, stopped.stderr
     assert stopped.stdout.splitlines()[-1] == f"run {row['id']}: finished, exit 130; recording: {recording}"
     check_complete_recording(recording)
     assert wait_processes_gone(f"--record {recording}") == []
@@ -270,7 +270,7 @@ def test_stop_during_the_server_start_stops_the_start(tmp_path, env):
     try:
         wait_listed(env, "5a5a5a5a", shown_state="starting")
         stopped = rampwatch(env, "stop", "5a5a")
-        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.returncode == 130, stopped.stderr
         assert stopped.stdout.splitlines() == [
             "run 5a5a5a5a: stopping its server's start (nothing was sent yet)",
             "run 5a5a5a5a: finished, exit 130",  # nothing ran: nothing recorded

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -227,3 +228,18 @@ def test_the_detached_command_is_the_typed_one_headless_without_its_api_key():
 def test_where_a_run_that_left_its_terminal_logs(recording, log):
     path = runs.log_path_for("abcd0000", None if recording is None else Path(recording), Path("RUNS"))
     assert str(path) == log
+
+
+@pytest.mark.parametrize(("exit_code", "expected"), [(0, 0), (130, 130), (5, 5), (None, 1)])
+def test_stop_of_a_finished_run_exits_as_the_run_did(tmp_path, monkeypatch, capsys, exit_code, expected):
+    import argparse
+
+    from rampwatch.app import stop
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    directory = runs.checked_dir()
+    finished = state("fade0000", state=runs.FINISHED, exit_code=exit_code, finished_at=time.time())
+    runs.write_state(finished, directory)
+    args = argparse.Namespace(run_id="fade", no_wait=False, timeout=None)
+    assert stop.main(args) == expected
+    assert capsys.readouterr().out == f"run fade0000: already finished (exit {exit_code})\n"
