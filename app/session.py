@@ -38,6 +38,7 @@ from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
+from rampwatch.loadgen.gpu import NvmlReader, NvmlUnavailable
 from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS
 from rampwatch.loadgen.managed import (
@@ -141,9 +142,21 @@ class GpuTelemetryPlan:
     simulated: bool  # the embedded simulator serves its DCGM page (--gpu sim)
 
 
-def gpu_telemetry(mode: str, dcgm_urls: list[str], target: str | None) -> GpuTelemetryPlan:
+def nvml_missing() -> str | None:
+    """Why NVML cannot be read on this host (no library, no driver, no GPU); None when it can."""
+    try:
+        NvmlReader.open().close()
+    except NvmlUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def gpu_telemetry(
+    mode: str, dcgm_urls: list[str], target: str | None, nvml_check: Callable[[], str | None] = nvml_missing
+) -> GpuTelemetryPlan:
     """``--gpu MODE`` with the checked ``--gpu-metrics-url``s against ``target`` (None: the
-    embedded simulator, whose own page the run appends when ``simulated``)."""
+    embedded simulator, whose own page the run appends when ``simulated``). ``auto`` reads
+    NVML only where ``nvml_check`` finds it (so the run never claims a source it lacks)."""
     embedded = not target
     if mode == "sim" and not embedded:
         raise UserError(
@@ -155,7 +168,10 @@ def gpu_telemetry(mode: str, dcgm_urls: list[str], target: str | None) -> GpuTel
     # same GPUs: read twice, their power would be summed twice); --gpu nvml reads both.
     nvml = mode == "nvml" or (mode == "auto" and local and not dcgm_urls)
     note = None  # --gpu off asks for none: nothing to explain
-    if not nvml and not dcgm_urls and mode == "auto":
+    missing = nvml_check() if nvml and mode == "auto" else None
+    if missing is not None:
+        nvml, note = False, f"{missing}: GPU panel hidden"
+    elif not nvml and not dcgm_urls and mode == "auto":
         if embedded:
             note = "no GPU: the embedded simulator has none (--gpu sim simulates one): GPU panel hidden"
         else:

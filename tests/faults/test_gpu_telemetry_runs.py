@@ -134,6 +134,7 @@ def test_no_gpu_on_this_host_hides_the_panel_with_one_info_line(gpu_sim, tmp_pat
     proc = rampwatch("run", *RUN, "--target", gpu_sim, "--record", str(recording), env=env)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "GPU (NVML / DCGM)" not in proc.stdout
+    assert "GPU telemetry from" not in proc.stdout  # the banner claims no source it lacks
     with open_recording(recording) as rec:
         infos = [e.message for e in rec.events if e.kind == "info"]
         assert not any(s.is_gpu for s in rec.samples) and rec.header.gpu_sources == []
@@ -199,12 +200,22 @@ def test_this_hosts_own_name_is_local():
 def test_where_gpu_telemetry_comes_from(mode, urls, target, nvml, dcgm, note):
     from rampwatch.app.session import gpu_telemetry
 
-    plan = gpu_telemetry(mode, urls, target)
+    plan = gpu_telemetry(mode, urls, target, nvml_check=lambda: None)  # a host where NVML opens
     assert plan.nvml is nvml and plan.dcgm_urls == dcgm and plan.simulated is (mode == "sim")
     if note is None:
         assert plan.note is None
     else:
         assert note in plan.note and plan.note.endswith("GPU panel hidden")
+
+
+@pytest.mark.parametrize(("mode", "nvml"), [("auto", False), ("nvml", True)])
+def test_auto_reads_nvml_only_where_it_opens_and_says_why_not(mode, nvml):
+    from rampwatch.app.session import gpu_telemetry
+
+    plan = gpu_telemetry(mode, [], "http://127.0.0.1:8000", nvml_check=lambda: "no NVIDIA GPU: NVML sees none")
+    assert plan.nvml is nvml  # --gpu nvml asked for it: the run says why it got none
+    if mode == "auto":
+        assert plan.note == "no NVIDIA GPU: NVML sees none: GPU panel hidden"
 
 
 def test_bad_gpu_flags_are_one_line(gpu_sim):
