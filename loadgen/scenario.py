@@ -23,6 +23,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.loadgen.mixture import CLASS_KEYS, MIX_KEY, MixtureFactory, check_mix
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.schedules import (
+    SCHEDULE_FIELDS,
     TRACE_KIND,
     USERS_KIND,
     VLLM_KINDS,
@@ -663,9 +664,9 @@ def validate_scenario(
             return (0 if path == sp.path else 1, lines[path][0] if path else 10**9)
 
         ordered = sorted(p.items, key=order)
-        first = _locate(ordered[0], file, lines, overridden or [])
-        more = f" (and {len(ordered) - 1} more problem{'s' if len(ordered) > 2 else ''})" if len(ordered) > 1 else ""
-        raise UserError(first + more)
+        located = [_locate(problem, file, lines, overridden or []) for problem in ordered]
+        # Every problem, the most useful first: one fix at a time per run would take N runs.
+        raise UserError("\n".join([located[0], *(f"  also {where}" for where in located[1:])]))
     seed = int(seed)
     max_conc = None if max_conc is None else int(max_conc)
     schedule_obj = schedule_for(schedule, seed)
@@ -709,11 +710,28 @@ def load_scenario(
     file = _display_path(path)
     if isinstance(data, dict):
         pairs = flag_overrides(flags, data) + list(overrides or [])
+        file_schedule = data.get("schedule")
         data = apply_overrides(data, pairs)
+        _leave_out_the_old_kinds_keys(file_schedule, data.get("schedule"), {k for k, _ in pairs})
         overridden = [tuple(int(x) if x.isdigit() else x for x in k.split(".")) for k, _ in pairs]
     else:
         overridden = []
     return validate_scenario(data, file, lines, overridden, path.resolve().parent)
+
+
+def _leave_out_the_old_kinds_keys(before: Any, after: Any, set_keys: set[str]) -> None:
+    """``--set schedule.kind=K`` swaps the file's schedule for one of kind K: the file's
+    keys that K does not take (a ramp's ``start_rps`` under ``constant``) belong to the
+    old kind and are left out, so that ``--set schedule.kind=constant --set
+    schedule.rate=20`` works on a ramp's file. Keys the user set are kept (and checked)."""
+    if "schedule.kind" not in set_keys or not isinstance(before, dict) or not isinstance(after, dict):
+        return
+    kind = after.get("kind")
+    if kind == before.get("kind") or kind not in SCHEDULE_FIELDS:
+        return
+    takes = {"kind", *SCHEDULE_FIELDS[kind]}
+    for key in [k for k in after if k not in takes and f"schedule.{k}" not in set_keys]:
+        del after[key]
 
 
 def _display_path(path: Path) -> str:
