@@ -54,7 +54,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from rampwatch.core.errors import ModelNotServed, TargetUnreachable
+from rampwatch.core.errors import ModelNotServed, TargetUnreachable, UserError
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import printable, server_text
 from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
@@ -787,13 +787,22 @@ async def first_model(
 
 
 def first_model_of(answer: ModelsAnswer) -> str:
-    """``first_model`` of an answer already at hand."""
+    """``first_model`` of an answer already at hand. The server answered, so a failure
+    here is not "unreachable": a refusal (401/403) names the credentials, any other answer
+    without a models list (a gateway without the route: 404) asks for ``--model``."""
+    if answer.status in (401, 403):
+        raise UserError(
+            f"{answer.url}: HTTP {answer.status}: the server refused the request (does it expect --api-key "
+            f"or a --header?)"
+        )
     if answer.status != 200:
-        raise TargetUnreachable(f"{answer.url}: HTTP {answer.status}")
+        raise ModelNotServed(
+            f"{answer.url}: HTTP {answer.status}: the server answered without its models; pass --model"
+        )
     if answer.models is None:
-        raise TargetUnreachable(f"{answer.url}: not an OpenAI-compatible models list")
+        raise ModelNotServed(f"{answer.url}: not an OpenAI-compatible models list; pass --model")
     if not answer.models:
-        raise TargetUnreachable(f"{answer.url}: the server lists no models; pass --model")
+        raise ModelNotServed(f"{answer.url}: the server lists no models; pass --model")
     return answer.models[0]["id"]
 
 

@@ -295,3 +295,20 @@ def test_check_model_served_names_at_most_ten_models():
     with pytest.raises(ModelNotServed) as escaped:
         check_model_served("x", ModelsAnswer("http://h/v1/models", 200, [{"id": "evil\x1b[2J"}]))
     assert "\x1b" not in str(escaped.value) and "\\x1b" in str(escaped.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "says"),
+    [
+        # reachable, but no models list to take the model from: --model, not "unreachable"
+        (("--header", HEADER), 4, "/v1/models: HTTP 404: the server answered without its models; pass --model"),
+        # refused: the credentials are named
+        ((), 2, "/v1/models: HTTP 401: the server refused the request (does it expect --api-key or a --header?)"),
+    ],
+)
+def test_an_answering_server_without_a_models_list_is_not_called_unreachable(extra, code, says):
+    with Gateway(models_route=False) as gw:
+        proc = rampwatch(*short_run(gw.url, *extra), "--no-record")  # no --model: the server's first
+    line = assert_one_line(proc, code)
+    assert line == f"rampwatch run: error: {gw.url}{says}"
+    assert gw.hits["/v1/completions"] == 0
