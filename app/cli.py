@@ -8,6 +8,7 @@ heavy imports (transformers, textual app code) inside ``main``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -46,7 +47,25 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
         module = importlib.import_module(module_name)
         module.configure(p)
         mains[name] = module.main
+        SUBPARSERS[name] = p
     return parser, mains
+
+
+SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments" with the closest option of the command for
+    each misspelt flag (``--durations`` → ``--duration``)."""
+    options = [o for action in parser._actions for o in action.option_strings]  # noqa: SLF001
+    hints = []
+    for word in extras:
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--"):
+            close = difflib.get_close_matches(flag, options, n=1, cutoff=0.75)
+            if close:
+                hints.append(f"{flag}: did you mean {close[0]}?")
+    return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
 
 
 def on_a_terminal() -> bool:
@@ -59,7 +78,11 @@ def on_a_terminal() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser, mains = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        (SUBPARSERS.get(args.command or "") or parser).error(
+            unknown_arguments(SUBPARSERS.get(args.command or "") or parser, extras)
+        )
     # What was typed, for `rampwatch run --detach` to start the same run in the background.
     args.argv = list(argv if argv is not None else sys.argv[1:])
     if not args.command:

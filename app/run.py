@@ -102,7 +102,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="live screen: leave the mouse to the terminal, so text can be selected (over SSH too); c toggles it",
     )
     parser.add_argument(
-        "--duration", type=positive_float, metavar="SECONDS", help="ramp duration (schedule.duration_s)"
+        "--duration",
+        type=positive_float,
+        metavar="SECONDS",
+        help="ramp duration (schedule.duration_s; default: the scenario's)",
     )
     parser.add_argument("--start-rps", type=non_negative_float, metavar="R", help="rate at the start of the ramp")
     parser.add_argument("--end-rps", type=non_negative_float, metavar="R", help="rate at the end of the ramp")
@@ -136,7 +139,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "simulator) and no --gpu-metrics-url is given; nvml = NVML always; sim = the embedded simulator serves "
         "simulated GPU gauges; off = none (default auto; --gpu-metrics-url is read in every mode)",
     )
-    parser.add_argument("--scrape-interval", type=positive_float, default=1.0, metavar="SECONDS")
+    parser.add_argument(
+        "--scrape-interval",
+        type=positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often /metrics and the GPU telemetry pages are read (default 1)",
+    )
     parser.add_argument(
         "--metrics-max-bytes",
         type=positive_int,
@@ -215,13 +224,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="RPS",
         help="rate change of the +/- keys (default: about 10%% of the current rate)",
     )
-    parser.add_argument("--request-timeout", type=positive_float, default=600.0, metavar="SECONDS")
+    parser.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="a request with no end after this long fails as a timeout (default 600)",
+    )
     parser.add_argument(
         "--stop-grace",
         type=non_negative_float,
         default=10.0,
         metavar="SECONDS",
-        help="after a stop, how long in-flight requests may finish before they are cancelled",
+        help="after a stop, how long in-flight requests may finish before they are cancelled (default 10)",
     )
     load = parser.add_argument_group("load processes")
     load.add_argument(

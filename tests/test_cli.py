@@ -33,3 +33,34 @@ def test_console_script_runs():
 
 def test_no_command_is_an_error(capsys):
     assert main([]) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["run", "random", "--durations", "10"],
+            "rampwatch run: error: unrecognized arguments: --durations 10 (--durations: did you mean --duration?)",
+        ),
+        (
+            ["run", "random", "--scrape-intervall=2", "--zzz"],
+            "rampwatch run: error: unrecognized arguments: --scrape-intervall=2 --zzz "
+            "(--scrape-intervall: did you mean --scrape-interval?)",
+        ),
+        (["report", "x.rwrec", "--bogus"], "rampwatch report: error: unrecognized arguments: --bogus"),
+    ],
+)
+def test_a_misspelt_flag_names_the_closest_one(capsys, argv, line):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == line
+
+
+@pytest.mark.parametrize("flag", ["--scrape-interval", "--request-timeout", "--stop-grace", "--duration"])
+def test_run_flags_say_what_they_do_and_their_default(capsys, flag):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    described = text.rsplit(f"{flag} SECONDS", 1)[1].split(" --", 1)[0]  # its entry, after the usage
+    assert "default" in described and len(described) > 30
