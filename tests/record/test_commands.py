@@ -149,6 +149,11 @@ def test_export_csv_writes_requests_and_series(tmp_path):
     assert len(rows) == len(rec.requests)
     first = rec.requests[0]
     assert int(rows[0]["id"]) == first.id and float(rows[0]["ttft_s"]) == pytest.approx(first.ttft)
+    # differences of µs times, on the µs grid: never the float noise of a subtraction
+    for row in rows:
+        for column in ("ttft_s", "e2e_s", "tpot_s", "sent_at"):
+            if row[column]:
+                assert len(row[column].split(".")[1]) <= 6, (column, row[column])
     with open(tmp_path / "run-series.csv") as f:
         series = list(csv.DictReader(f))
     assert set(SERIES_NAMES) <= set(series[0])
