@@ -241,11 +241,21 @@ def format_table(runs: list[RunState], now: float | None = None, directory: Path
             state = s.run_state
         if s.detached and shown in (STARTING, RUNNING):
             state += " (detached)"
-        rows.append((s.id, s.scenario, s.target, state, _duration(s.elapsed_s), rate, s.recording or "-"))
+        rows.append((s.id, s.scenario, s.target, state, _duration(s.elapsed_s), rate, recording_cell(s, shown)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1] for row in rows
     )
+
+
+def recording_cell(s: RunState, shown: str) -> str:
+    """The recording a run wrote, or is writing: a path only where there is a file (a run
+    that ended before its load began — a server that never started — wrote none)."""
+    if not s.recording:
+        return "-"
+    if Path(s.recording).exists():
+        return s.recording
+    return f"{s.recording} (not yet)" if shown in (STARTING, RUNNING) else "- (none written)"
 
 
 def _duration(seconds: float) -> str:

@@ -152,19 +152,26 @@ def test_ps_keeps_finished_runs_a_day_and_at_most_twenty(directory):
     assert sorted(p.stem for p in directory.glob("*.json")) == sorted(listed)
 
 
-def test_the_ps_table(directory):
+def test_the_ps_table(directory, tmp_path):
+    written = tmp_path / "a.rwrec"
+    written.write_bytes(b"RWREC")
+    never = str(tmp_path / "never.rwrec")
     rows = [
-        state("aaaa0000", state=runs.RUNNING, run_state="ramping", elapsed_s=75, rate_rps=3.25, recording="/r/a.rwrec"),
+        state("aaaa0000", state=runs.RUNNING, run_state="ramping", elapsed_s=75, rate_rps=3.25, recording=str(written)),
         state("bbbb0000", state=runs.FINISHED, exit_code=130, elapsed_s=3700, detached=True),
         state("cccc0000", state=runs.RUNNING, pid=dead_pid(), detached=True),
-        state("dddd0000", detached=True),
+        state("dddd0000", detached=True, recording=never),
+        state("eeee0000", state=runs.FINISHED, exit_code=5, recording=never),  # its server never started
     ]
-    assert runs.format_table(rows, directory=directory).splitlines() == [
-        "ID        SCENARIO  TARGET      STATE                ELAPSED  RATE     RECORDING",
-        "aaaa0000  chat      http://h:1  ramping              1:15     3.2 rps  /r/a.rwrec",
-        "bbbb0000  chat      http://h:1  exit 130             1:01:40  -        -",
-        "cccc0000  chat      http://h:1  stale                0:00     -        -",
-        "dddd0000  chat      http://h:1  starting (detached)  0:00     -        -",
+    lines = runs.format_table(rows, directory=directory).splitlines()
+    assert [line.split("  ")[0] for line in lines[1:]] == ["aaaa0000", "bbbb0000", "cccc0000", "dddd0000", "eeee0000"]
+    assert [" ".join(line.split()[3:]) for line in lines] == [
+        "STATE ELAPSED RATE RECORDING",
+        f"ramping 1:15 3.2 rps {written}",
+        "exit 130 1:01:40 - -",
+        "stale 0:00 - -",
+        f"starting (detached) 0:00 - {never} (not yet)",
+        "exit 5 0:00 - - (none written)",
     ]
 
 
