@@ -32,12 +32,12 @@ import os
 import signal
 import socket
 import sys
-from array import array
 from collections.abc import Callable
 from pathlib import Path
 
+from rampwatch.sim.chunk_gaps import ChunkGaps, remove_files
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.server import SimServer, serve_until, write_chunk_gaps
+from rampwatch.sim.server import SimServer, serve_until
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # How long the parent waits for its processes to stop after SIGTERM before SIGKILL.
@@ -155,7 +155,7 @@ async def _serve_one(
     server = SimServer(config, rank=rank, api_server_count=count, keep_chunk_gaps=chunk_gaps_out is not None)
     await serve_until(server, host, 0, stop, on_ready=lambda _url: os.write(status_write, _READY), sock=sock)
     if chunk_gaps_out is not None and server.chunk_gaps is not None:
-        write_chunk_gaps(part_path(chunk_gaps_out, rank), server.chunk_gaps)
+        server.chunk_gaps.write(part_path(chunk_gaps_out, rank))
     return 0
 
 
@@ -205,14 +205,12 @@ async def _supervise(children: list[tuple[int, int]], url: str, on_ready: Callab
 
 def _merge_chunk_gaps(path: Path, count: int) -> None:
     """The processes' gap files joined into ``path`` (process 0's first), parts removed."""
-    import numpy as np
-
-    merged = array("d")
+    merged = ChunkGaps()
     for rank in range(count):
         part = part_path(path, rank)
         if not part.exists():
             print(f"rampwatch sim: process {rank} wrote no chunk gaps (it did not stop cleanly)", file=sys.stderr)
             continue
-        merged.frombytes(np.load(part).astype(np.float64).tobytes())
-        part.unlink()
-    write_chunk_gaps(path, merged)
+        merged.extend(ChunkGaps.read(part))
+        remove_files(part)
+    merged.write(path)

@@ -169,8 +169,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="keep, for every completed stream, the gaps between the writes of its successive token "
         "chunks (the server's side of the client's ITLs) and write them in seconds to FILE (float64 "
-        ".npy) on a clean stop (SIGINT/SIGTERM); with --api-server-count N the processes' gaps are "
-        "merged into FILE. Without it nothing is kept",
+        ".npy) on a clean stop (SIGINT/SIGTERM), with FILE.streams.npy: per stream, its number of gaps "
+        "and its answer text's key (sim.chunk_gaps); with --api-server-count N the processes' files "
+        "are merged. Without it nothing is kept",
     )
     parser.add_argument(
         "--gpu-telemetry",
@@ -268,7 +269,7 @@ def main(args: argparse.Namespace) -> int:
 
     from rampwatch.core.errors import UserError
     from rampwatch.sim.gpu_telemetry import DCGM_PATH
-    from rampwatch.sim.server import SimServer, serve_until, write_chunk_gaps
+    from rampwatch.sim.server import SimServer, serve_until
 
     config = config_from_args(args)
     if not 0 <= args.port <= 65535:
@@ -318,7 +319,7 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise cannot_listen(exc) from None
         if gaps_out is not None and server.chunk_gaps is not None:
-            write_chunk_gaps(gaps_out, server.chunk_gaps)
+            server.chunk_gaps.write(gaps_out)
 
     asyncio.run(run())
     return 0

@@ -23,12 +23,12 @@ import time
 from array import array
 from collections.abc import AsyncIterator
 from itertools import repeat
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
+from rampwatch.sim.chunk_gaps import ChunkGaps, text_key
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
 from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
@@ -227,14 +227,6 @@ def _note_write(gaps: array[float], last_write: float, token_chunks: int) -> flo
     return last_write
 
 
-def write_chunk_gaps(path: Path, gaps: array[float]) -> None:
-    """``gaps`` (seconds) as a float64 ``.npy`` file at exactly ``path``."""
-    import numpy as np
-
-    with open(path, "wb") as out:
-        np.save(out, np.frombuffer(gaps, dtype=np.float64))
-
-
 # ---------------------------------------------------------------------------- server
 
 
@@ -264,7 +256,7 @@ class SimServer:
         self.rank = rank
         # Ground truth for the client's ITL: per completed stream, the gaps between the
         # writes of its successive token chunks (see _stream_response); None: nothing kept.
-        self.chunk_gaps: array[float] | None = array("d") if keep_chunk_gaps else None
+        self.chunk_gaps = ChunkGaps() if keep_chunk_gaps else None
         self.created_unix = int(created)
         self._wake = [asyncio.Event() for _ in self.engines]
         self._tasks: list[asyncio.Task] = []
@@ -589,7 +581,10 @@ class SimServer:
                     await resp.write(b"".join(batch))
                     if gaps is not None and self.chunk_gaps is not None:
                         _note_write(gaps, last_write, token_chunks)
-                        self.chunk_gaps.extend(gaps)  # only completed streams: the client's ITLs are theirs
+                        # Only completed streams: the client's ITLs are theirs. The key is
+                        # the answer's text, which the client can keep too.
+                        text = generated_text(req.output_token_ids, continuation=not stream.chat)
+                        self.chunk_gaps.add_stream(gaps, text_key(text))
                     break
                 if batch:
                     await resp.write(b"".join(batch))

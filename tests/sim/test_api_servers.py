@@ -17,6 +17,7 @@ import pytest
 
 from rampwatch.app.cli import main as rampwatch_main
 from rampwatch.core.tokenizer import SimTokenizer
+from rampwatch.sim.chunk_gaps import ChunkGaps, text_key
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import Engine, SimRequest
 from rampwatch.sim.server import SimServer
@@ -80,19 +81,29 @@ def wait_until(condition, what: str) -> None:
         time.sleep(0.02)
 
 
-def complete(url: str, max_tokens: int, chat: bool = False) -> bytes:
+def complete(url: str, max_tokens: int, chat: bool = False, prompt: str = "hello there") -> bytes:
     """One streamed request on a new connection (urllib opens one per request)."""
     if chat:
-        path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": "hello there"}]}
+        path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]}
         body["max_completion_tokens"] = max_tokens
     else:
-        path, body = "/v1/completions", {"prompt": "hello there", "max_tokens": max_tokens}
+        path, body = "/v1/completions", {"prompt": prompt, "max_tokens": max_tokens}
     body.update(stream=True, ignore_eos=True, stream_options={"include_usage": True})
     request = urllib.request.Request(url + path, data=json.dumps(body).encode())
     with urllib.request.urlopen(request, timeout=DEADLINE_S) as answer:
         data = answer.read()
     assert data.endswith(b"data: [DONE]\n\n")
     return data
+
+
+def answer_text(data: bytes) -> str:
+    """The text a streamed answer carried (completion `text` or chat `delta.content`)."""
+    pieces = []
+    for event in data.split(b"\n\n"):
+        if event.startswith(b"data: {"):
+            for choice in json.loads(event[6:])["choices"]:
+                pieces.append(choice.get("text") or (choice.get("delta") or {}).get("content") or "")
+    return "".join(pieces)
 
 
 def completed_by_engine(url: str, engines: int) -> dict[str, int]:
@@ -198,9 +209,7 @@ def test_chunk_gaps_are_the_written_token_chunks_gaps(tmp_path):
         "--hardware", "h100", "--model", "tiny", "--step-overhead-ms", str(step_ms), "--chunk-gaps-out", str(out_file)
     )
     try:
-        complete(url, 8)
-        complete(url, 8)
-        complete(url, 5, chat=True)
+        answers = [complete(url, 8), complete(url, 8, prompt="hello again"), complete(url, 5, chat=True)]
         assert not out_file.exists()  # written at the stop, not before
         stop_sim(proc)
     finally:
@@ -208,6 +217,10 @@ def test_chunk_gaps_are_the_written_token_chunks_gaps(tmp_path):
             proc.kill()
     gaps = np.load(out_file)
     assert gaps.dtype == np.float64 and gaps.shape == (7 + 7 + 5,)
+    streams = ChunkGaps.read(out_file)
+    assert list(streams.counts) == [7, 7, 5]
+    assert list(streams.keys) == [text_key(answer_text(data)) for data in answers]
+    assert len(set(streams.keys)) == 3  # three prompts, three answers
     assert (gaps >= 0).all()
     assert gaps[14] == 0.0
     expected = decode_step_s(SimConfig(hardware="h100", model="tiny", step_overhead_s=step_ms / 1e3), 8)
@@ -229,12 +242,15 @@ def test_chunk_gaps_of_several_processes_are_merged_into_one_file(tmp_path):
             proc.kill()
     gaps = np.load(out_file)
     assert gaps.shape == (12 * 3,) and (gaps >= 0).all()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gaps.npy"]  # the parts are gone
+    assert list(ChunkGaps.read(out_file).counts) == [3] * 12
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gaps.npy", "gaps.npy.streams.npy"]  # the parts are gone
 
 
 def test_without_the_flag_no_gaps_are_kept():
     assert SimServer(SimConfig(hardware="instant", model="tiny")).chunk_gaps is None
-    assert SimServer(SimConfig(hardware="instant", model="tiny"), keep_chunk_gaps=True).chunk_gaps is not None
+    assert isinstance(
+        SimServer(SimConfig(hardware="instant", model="tiny"), keep_chunk_gaps=True).chunk_gaps, ChunkGaps
+    )
 
 
 def test_a_process_that_dies_stops_the_others_and_the_parent_fails():
