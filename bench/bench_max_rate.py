@@ -6,12 +6,19 @@ at a high rate with many long streams in flight.
     .venv/bin/python bench/bench_max_rate.py --skip-vllm     # without the vLLM venv
     .venv/bin/python bench/bench_max_rate.py --part lateness --lateness-rate 500 --workers 2
     .venv/bin/python bench/bench_max_rate.py --part lateness --lateness-rate 200 --workers 1 --gc load,python
+    .venv/bin/python bench/bench_max_rate.py --part max-rate --skip-vllm --sim-api-server-count 2
 
 (a) Max rate: against the instant simulator (in its own process), each client runs a
 constant-rate window of ``--window`` seconds at stepped rates (open loop, short answers);
 a rate is *sustained* when the client completes at least 95 % of it (the result JSON's
 ``request_throughput`` ≥ 0.95 × offered, every request answered). The figure is the
-highest sustained step before the first one that is not.
+highest sustained step before the first one that is not. ``--sim-api-server-count N``
+serves the simulator from N processes (``--data-parallel-size N --api-server-count N``;
+the instant engines take no time, so N engines change nothing but where requests wait).
+For each rampwatch step the CPU of every simulator and client process is sampled from
+/proc: each one's median share of a core over the seconds the load ran (those in which
+the simulator was busy), and which side saturated — a process at ≥ 90 % of a core, or
+both sides together at ≥ 90 % of the machine's cores.
 
 (b) Lateness: `rampwatch run` at ``--lateness-rate`` req/s against a simulated H100
 slowed to ``--sim-speed`` × real time, so that each ``--output-tokens``-token answer
@@ -29,10 +36,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +52,11 @@ from bench_client import TINY_MODEL, VLLM_PYTHON, vllm_cmd  # noqa: E402
 SUSTAINED = 0.95
 INPUT_TOKENS = 32
 OUTPUT_TOKENS = 8
+# A process using this share of one core or more is saturated; both sides together at
+# this share of every core: the machine is.
+SATURATED = 0.90
+CPU_SAMPLE_S = 0.25
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def load_average() -> str:
@@ -94,15 +108,89 @@ def rampwatch_cmd(url: str, rate: float, schedule: str, workers: int, out: Path,
     ]
 
 
-def rampwatch_step(url: str, rate: float, n: int, workers: int, tmp: Path) -> dict:
+def process_table() -> dict[int, tuple[int, int]]:
+    """Every process: pid → (parent pid, user + system CPU in clock ticks)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited between the listing and the read
+            table[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    return table
+
+
+def tree(table: dict[int, tuple[int, int]], root: int) -> list[int]:
+    """``root`` and its descendants."""
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, (parent, _) in table.items() if parent in frontier]
+        found += frontier
+    return [pid for pid in found if pid in table]
+
+
+class CpuSampler:
+    """The CPU of each process of two trees (the simulator's, the client's), sampled
+    from /proc while a step runs."""
+
+    def __init__(self, roots: dict[str, int]) -> None:
+        self.roots = roots
+        self.samples: list[tuple[float, dict[tuple[str, int], int]]] = []
+
+    def sample(self) -> None:
+        table = process_table()
+        ticks = {(side, pid): table[pid][1] for side, root in self.roots.items() for pid in tree(table, root)}
+        self.samples.append((time.monotonic(), ticks))
+
+    def loaded_shares(self) -> dict[tuple[str, int], float]:
+        """Each process's median share of a core over the 1 s spans in which the simulator
+        was busy (≥ 5 % of a core: the load was running; the client's start-up and its
+        read-back at the end are left out)."""
+        spans = []
+        step = max(1, round(1.0 / CPU_SAMPLE_S))
+        for (t0, a), (t1, b) in zip(self.samples[::step], self.samples[step::step]):
+            shares = {key: (b[key] - a.get(key, b[key])) / CLOCK_TICKS / (t1 - t0) for key in b}
+            if sum(v for (side, _), v in shares.items() if side == "sim") >= 0.05:
+                spans.append(shares)
+        keys = {key for shares in spans for key in shares}
+        return {key: statistics.median(shares.get(key, 0.0) for shares in spans) for key in sorted(keys)}
+
+
+def saturation(shares: dict[tuple[str, int], float]) -> str:
+    """Each process's share of a core, and which side saturated."""
+    if not shares:
+        return "CPU: no span with the simulator busy"
+    # Processes under 0.5 % of a core (the server's guard, the simulator's parent) are left out of the list.
+    by_side = {side: [v for (s, _), v in shares.items() if s == side and v >= 0.005] for side in ("sim", "client")}
+    text = "  ".join(f"{side} " + "+".join(f"{v:.0%}" for v in values) for side, values in by_side.items())
+    full = [side for side, values in by_side.items() if any(v >= SATURATED for v in values)]
+    if full:
+        verdict = " and ".join(full)
+    elif sum(shares.values()) >= SATURATED * (os.cpu_count() or 1):
+        verdict = "the machine (every core busy, no process at a full core)"
+    else:
+        verdict = "neither"
+    return f"CPU {text}: saturated: {verdict}"
+
+
+def rampwatch_step(url: str, rate: float, n: int, workers: int, tmp: Path, sim_pid: int) -> dict:
     out = tmp / f"rw-{workers}-{rate:g}"
     cmd = rampwatch_cmd(
         url, rate, f"{{kind: constant, rate: {rate:g}, num_requests: {n}}}", workers, out, OUTPUT_TOKENS
     )
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"rampwatch run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(out.with_suffix(".json").read_text())
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+        sampler = CpuSampler({"sim": sim_pid, "client": proc.pid})
+        while proc.poll() is None:
+            sampler.sample()
+            time.sleep(CPU_SAMPLE_S)
+        if proc.returncode not in (0, 1):
+            stderr.seek(0)
+            raise SystemExit(f"rampwatch run failed ({proc.returncode}):\n{stderr.read().decode()[-3000:]}")
+    result = json.loads(out.with_suffix(".json").read_text())
+    result["cpu"] = saturation(sampler.loaded_shares())
+    return result
 
 
 def max_rate(name: str, step, rates: list[float], window_s: float) -> float:
@@ -117,22 +205,40 @@ def max_rate(name: str, step, rates: list[float], window_s: float) -> float:
             f"{'sustained' if ok else 'NOT sustained'}  (load {load_average()})",
             flush=True,
         )
+        if "cpu" in result:
+            print(f"  {'':28s} {result['cpu']}", flush=True)
         if not ok:
             break
         best = rate
     return best
 
 
-def part_max_rate(args: argparse.Namespace, tmp: Path) -> None:
-    from rampwatch.app.session import serving_sim
+@contextmanager
+def instant_sim(api_server_count: int):
+    """The instant simulator, from ``api_server_count`` processes, as `rampwatch run`
+    starts it (a managed server)."""
+    from rampwatch.app.session import sim_serve_text
+    from rampwatch.loadgen.managed import ManagedServer, ServeCommand
     from rampwatch.sim.config import SimConfig
 
+    config = SimConfig(hardware="instant", model="tiny", max_num_seqs=4096, engines=api_server_count)
+    text = sim_serve_text(config) + f" --api-server-count {api_server_count}"
+    with ManagedServer(ServeCommand.parse(text)) as server:
+        server.start(30.0)
+        yield server
+
+
+def part_max_rate(args: argparse.Namespace, tmp: Path) -> None:
     rates = [float(r) for r in args.rates.split(",")]
+    n = args.sim_api_server_count
     print(
-        f"(a) maximum sustained rate: {args.window:g} s windows, {INPUT_TOKENS}→{OUTPUT_TOKENS} tokens, instant simulator"
+        f"(a) maximum sustained rate: {args.window:g} s windows, {INPUT_TOKENS}→{OUTPUT_TOKENS} tokens, instant "
+        f"simulator, {n} process{'es' if n > 1 else ''}"
     )
     results = {}
-    with serving_sim(SimConfig(hardware="instant", model="tiny", max_num_seqs=4096)) as sim:
+    with instant_sim(n) as sim:
+        sim_pid = sim.pid
+        assert sim_pid is not None
         if not args.skip_vllm:
             results["vllm bench serve"] = max_rate(
                 "vllm bench serve", lambda r, n: vllm_step(sim.url, r, n, tmp), rates, args.window
@@ -140,7 +246,7 @@ def part_max_rate(args: argparse.Namespace, tmp: Path) -> None:
         for workers in sorted({1, args.workers}):
             name = f"rampwatch --workers {workers}"
             results[name] = max_rate(
-                name, lambda r, n, w=workers: rampwatch_step(sim.url, r, n, w, tmp), rates, args.window
+                name, lambda r, n, w=workers: rampwatch_step(sim.url, r, n, w, tmp, sim_pid), rates, args.window
             )
     for name, best in results.items():
         print(f"  max sustained: {name:28s} {best:7.0f} req/s")
@@ -208,6 +314,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="N of --workers N (default: nproc)")
     parser.add_argument("--rates", default="100,200,300,400,600,800,1000,1200,1600,2000,2400,3200")
     parser.add_argument("--window", type=float, default=5.0, help="seconds per rate step")
+    parser.add_argument(
+        "--sim-api-server-count",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve the max-rate part's simulator from N processes (default 1)",
+    )
     parser.add_argument("--lateness-rate", type=float, default=500.0)
     parser.add_argument("--lateness-duration", type=float, default=10.0)
     parser.add_argument("--output-tokens", type=int, default=16)
@@ -219,6 +332,8 @@ def main() -> int:
         "(Python's own, as before the load-phase policy)",
     )
     args = parser.parse_args()
+    if args.sim_api_server_count < 1:
+        parser.error(f"--sim-api-server-count {args.sim_api_server_count}: must be at least 1")
     if not args.skip_vllm and not (VLLM_PYTHON.exists() and TINY_MODEL.exists()):
         raise SystemExit(f"missing {VLLM_PYTHON} or {TINY_MODEL}: run `bash scripts/setup_vllm.sh` or --skip-vllm")
     print(f"{os.cpu_count()} CPUs, load average {load_average()}")

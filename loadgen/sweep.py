@@ -434,6 +434,7 @@ SIM_ONLY_FLAGS = (
     "--metrics-error-rate",
     "--stall-at",
     "--stall-for",
+    "--chunk-gaps-out",
 )
 
 

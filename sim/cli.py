@@ -7,8 +7,10 @@ Also runnable as ``python -m rampwatch.sim.cli``. `rampwatch run` starts it as a
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rampwatch.sim.config import HARDWARE_PRESETS, KV_CACHE_DTYPES, MODEL_ALIASES, MODEL_PRESETS, ROUTING_CHOICES
@@ -151,6 +153,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--routing", default="least-loaded", help=f"data-parallel routing: {', '.join(ROUTING_CHOICES)}"
     )
     parser.add_argument(
+        "--api-server-count",
+        type=int,
+        metavar="N",
+        default=1,
+        help="serve the port from N processes (SO_REUSEPORT), for clients faster than one process; "
+        "vLLM's API servers share every engine, these cannot, so each runs its share of the "
+        "data-parallel engines: N must divide --data-parallel-size. A connection stays with one "
+        "process, and a /metrics scrape reaches one process and shows its engines only (default 1)",
+    )
+    parser.add_argument(
+        "--chunk-gaps-out",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="keep, for every completed stream, the gaps between the writes of its successive token "
+        "chunks (the server's side of the client's ITLs) and write them in seconds to FILE (float64 "
+        ".npy) on a clean stop (SIGINT/SIGTERM), with FILE.streams.npy: per stream, its number of gaps "
+        "and its answer text's key (sim.chunk_gaps); with --api-server-count N the processes' files "
+        "are merged. Without it nothing is kept",
+    )
+    parser.add_argument(
         "--gpu-telemetry",
         action="store_true",
         help="also serve simulated DCGM-exporter GPU gauges (utilisation, memory, power, SM clock) "
@@ -246,31 +269,57 @@ def main(args: argparse.Namespace) -> int:
 
     from rampwatch.core.errors import UserError
     from rampwatch.sim.gpu_telemetry import DCGM_PATH
-    from rampwatch.sim.server import serve_forever
+    from rampwatch.sim.server import SimServer, serve_until
 
     config = config_from_args(args)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port}: must be between 0 and 65535")
+    count = args.api_server_count
+    if count < 1:
+        raise UserError(f"--api-server-count {count}: must be at least 1")
+    if config.engines % count:
+        raise UserError(
+            f"--api-server-count {count}: each process runs its share of the engines, so it must divide "
+            f"--data-parallel-size ({config.engines}); e.g. add --data-parallel-size {count}"
+        )
+    gaps_out = args.chunk_gaps_out
+    if gaps_out is not None and not (gaps_out.parent.is_dir() and os.access(gaps_out.parent, os.W_OK)):
+        raise UserError(f"--chunk-gaps-out {gaps_out}: {gaps_out.parent} is not a writable directory")
 
     def ready(url: str) -> None:
         blocks = config.num_gpu_blocks * config.engines
+        processes = f", {count} API server processes" if count > 1 else ""
         print(
             f"rampwatch sim: serving {config.served_model_name} on {url} "
-            f"(hardware {config.hardware}, {blocks} KV blocks)",
+            f"(hardware {config.hardware}, {blocks} KV blocks{processes})",
             flush=True,
         )
         if config.gpu_telemetry:
             print(f"rampwatch sim: simulated DCGM GPU gauges on {url}{DCGM_PATH}", flush=True)
+
+    def cannot_listen(exc: OSError) -> UserError:
+        return UserError(f"--host {args.host} --port {args.port}: cannot listen: {exc.strerror or exc}")
+
+    if count > 1:
+        from rampwatch.sim.api_servers import serve_processes
+
+        try:
+            return serve_processes(config, args.host, args.port, count, ready, gaps_out)
+        except OSError as exc:
+            raise cannot_listen(exc) from None
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        server = SimServer(config, keep_chunk_gaps=gaps_out is not None)
         try:
-            await serve_forever(config, args.host, args.port, stop, on_ready=ready)
+            await serve_until(server, args.host, args.port, stop, on_ready=ready)
         except OSError as exc:
-            raise UserError(f"--host {args.host} --port {args.port}: cannot listen: {exc.strerror or exc}") from None
+            raise cannot_listen(exc) from None
+        if gaps_out is not None and server.chunk_gaps is not None:
+            server.chunk_gaps.write(gaps_out)
 
     asyncio.run(run())
     return 0

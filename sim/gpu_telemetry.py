@@ -38,8 +38,11 @@ _HELP = (
 class GpuTelemetry:
     """Busy intervals of each engine's steps and the page they give."""
 
-    def __init__(self, config: SimConfig, engines: int) -> None:
+    def __init__(self, config: SimConfig, engines: int, first_engine: int = 0) -> None:
         self.config = config
+        # GPUs are numbered across all engines: a process serving a share of them
+        # (--api-server-count) numbers its GPUs as the whole server would.
+        self.first_gpu = first_engine * config.tensor_parallel_size
         # A data-parallel engine drives a tensor-parallel group of GPUs in lockstep: each
         # GPU of the group is busy for the same GPU part of every step.
         self.gpus_per_engine = config.tensor_parallel_size
@@ -84,7 +87,7 @@ class GpuTelemetry:
         for name, help_text in _HELP:
             lines.append(f"# HELP {name} {help_text}")
             lines.append(f"# TYPE {name} gauge")
-            for i, gauges in enumerate(per_gpu):
+            for i, gauges in enumerate(per_gpu, start=self.first_gpu):
                 labels = (
                     f'gpu="{i}",UUID="GPU-00000000-0000-0000-0000-{i:012d}",pci_bus_id="00000000:{0x18 + i:02X}:00.0",'
                     f'device="nvidia{i}",modelName="{hw.description} (simulated)",Hostname="rampwatch-sim"'

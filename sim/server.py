@@ -18,13 +18,17 @@ import asyncio
 import contextlib
 import json
 import random
+import socket
 import time
+from array import array
 from collections.abc import AsyncIterator
+from itertools import repeat
 from typing import Any
 
 from aiohttp import web
 
 from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
+from rampwatch.sim.chunk_gaps import ChunkGaps, text_key
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
 from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
@@ -209,28 +213,57 @@ _CHAT_FINAL_TAILS = {
 _DONE = b"data: [DONE]\n\n"
 
 
+def _note_write(gaps: array[float], last_write: float, token_chunks: int) -> float:
+    """Add the gaps of a write of ``token_chunks`` token chunks that has just returned to
+    a stream's ``gaps`` (``last_write``: the time of its previous one, 0.0 before its
+    first); returns this write's time."""
+    now = time.monotonic()
+    if token_chunks:
+        if last_write:
+            gaps.append(now - last_write)
+        if token_chunks > 1:
+            gaps.extend(repeat(0.0, token_chunks - 1))
+        return now
+    return last_write
+
+
 # ---------------------------------------------------------------------------- server
 
 
 class SimServer:
-    """Engines, their drivers and the aiohttp application."""
+    """Engines, their drivers and the aiohttp application.
 
-    def __init__(self, config: SimConfig) -> None:
+    With ``api_server_count`` N > 1 this is process ``rank`` of N serving one port
+    (``sim.api_servers``): it runs its share of the data-parallel engines, engines
+    ``rank × engines/N`` … ``(rank + 1) × engines/N − 1`` under their global indices.
+    ``keep_chunk_gaps`` keeps the gaps between the token chunks it wrote (``chunk_gaps``).
+    """
+
+    def __init__(
+        self, config: SimConfig, rank: int = 0, api_server_count: int = 1, keep_chunk_gaps: bool = False
+    ) -> None:
         self.config = config.resolved()
         cfg = self.config
         created = time.time()
-        self.engines = [Engine(cfg, i, created=created) for i in range(cfg.engines)]
+        share = cfg.engines // api_server_count
+        first = rank * share
+        self.engines = [Engine(cfg, i, created=created) for i in range(first, first + share)]
         self.model_name: str = cfg.served_model_name  # type: ignore[assignment]
         self.model_json = json.dumps(self.model_name).encode()
         self.registry = make_registry(self.engines, self.model_name)
-        self.fault_rng = random.Random(cfg.seed)
+        # Rank 0 keeps the one-process sequence; the others draw their own faults.
+        self.fault_rng = random.Random(cfg.seed if rank == 0 else f"{cfg.seed}/{rank}")
+        self.rank = rank
+        # Ground truth for the client's ITL: per completed stream, the gaps between the
+        # writes of its successive token chunks (see _stream_response); None: nothing kept.
+        self.chunk_gaps = ChunkGaps() if keep_chunk_gaps else None
         self.created_unix = int(created)
         self._wake = [asyncio.Event() for _ in self.engines]
         self._tasks: list[asyncio.Task] = []
         self.router = Router(self.engines, cfg.routing)
         self._counter = 0
         self._t0_wall = 0.0
-        self.gpu_telemetry = GpuTelemetry(cfg, len(self.engines)) if cfg.gpu_telemetry else None
+        self.gpu_telemetry = GpuTelemetry(cfg, len(self.engines), first) if cfg.gpu_telemetry else None
         _word_tables()
 
     # -- clock
@@ -283,7 +316,8 @@ class SimServer:
 
     def _new_id(self) -> str:
         self._counter += 1
-        return f"{hash((self.config.seed, self._counter)) & 0xFFFFFFFFFFFFFFFF:016x}"
+        # The rank keeps the ids of several processes serving one port apart.
+        return f"{hash((self.config.seed, self.rank, self._counter)) & 0xFFFFFFFFFFFFFFFF:016x}"
 
     # -- app
 
@@ -515,6 +549,13 @@ class SimServer:
         await resp.prepare(request)
         req = stream.req
         abort_after = stream.abort_after
+        # The client's ITLs are the gaps between successive events with a non-empty
+        # `choices` (loadgen.client): every chunk in `batch` before the usage chunk and
+        # [DONE] (chat's role chunk too). Each write's time is read once it has returned,
+        # i.e. once its bytes are with the transport (written to the socket, or buffered
+        # when the socket is full); chunks of one write are 0 apart.
+        gaps = array("d") if self.chunk_gaps is not None else None
+        last_write = 0.0
         try:
             while True:
                 batch = await stream.next_batch()
@@ -526,6 +567,7 @@ class SimServer:
                         request.transport.abort()  # mid-stream abort: no [DONE], no final chunk
                     return resp
                 stream.sent += len(batch)
+                token_chunks = len(batch)
                 if stream.done and not stream.pending:
                     if include_usage:
                         n = len(req.output_token_ids)
@@ -537,9 +579,17 @@ class SimServer:
                         )
                     batch.append(_DONE)
                     await resp.write(b"".join(batch))
+                    if gaps is not None and self.chunk_gaps is not None:
+                        _note_write(gaps, last_write, token_chunks)
+                        # Only completed streams: the client's ITLs are theirs. The key is
+                        # the answer's text, which the client can keep too.
+                        text = generated_text(req.output_token_ids, continuation=not stream.chat)
+                        self.chunk_gaps.add_stream(gaps, text_key(text))
                     break
                 if batch:
                     await resp.write(b"".join(batch))
+                    if gaps is not None:
+                        last_write = _note_write(gaps, last_write, token_chunks)
         except (ConnectionResetError, ConnectionError):
             return resp
         await resp.write_eof()
@@ -641,8 +691,11 @@ async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> As
 
 
 @contextlib.asynccontextmanager
-async def run_server(server: SimServer, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
-    """Like ``serve`` for an already built ``SimServer`` (tests inspect its engines)."""
+async def run_server(
+    server: SimServer, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None
+) -> AsyncIterator[str]:
+    """Like ``serve`` for an already built ``SimServer`` (tests inspect its engines);
+    ``sock``: serve on this listening socket instead of binding ``host``:``port``."""
     # handler_cancellation: a client that disconnects cancels its handler, whose `finally`
     # aborts the request in the engine, as vLLM aborts a request whose client went away.
     # Without it the handler keeps waiting for tokens after the client left, the engine
@@ -650,10 +703,16 @@ async def run_server(server: SimServer, host: str = "127.0.0.1", port: int = 0) 
     # has already stopped.
     runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site: web.BaseSite
+    if sock is not None:
+        site = web.SockSite(runner, sock)
+        real_port = sock.getsockname()[1]
+    else:
+        site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
-    sockets = site._server.sockets if site._server is not None else []  # noqa: SLF001
-    real_port = sockets[0].getsockname()[1] if sockets else port
+    if sock is None:
+        sockets = site._server.sockets if site._server is not None else []  # noqa: SLF001
+        real_port = sockets[0].getsockname()[1] if sockets else port
     server.start_drivers()
     url_host = f"[{host}]" if ":" in host else host
     try:
@@ -663,9 +722,11 @@ async def run_server(server: SimServer, host: str = "127.0.0.1", port: int = 0) 
         await runner.cleanup()
 
 
-async def serve_forever(config: SimConfig, host: str, port: int, stop: asyncio.Event, on_ready=None) -> None:
-    """Serve until ``stop`` is set; ``on_ready(url)`` runs once listening."""
-    async with serve(config, host, port) as url:
+async def serve_until(
+    server: SimServer, host: str, port: int, stop: asyncio.Event, on_ready=None, sock: socket.socket | None = None
+) -> None:
+    """Serve ``server`` until ``stop`` is set; ``on_ready(url)`` runs once listening."""
+    async with run_server(server, host, port, sock) as url:
         if on_ready is not None:
             on_ready(url)
         await stop.wait()

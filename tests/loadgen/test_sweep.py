@@ -147,6 +147,11 @@ def test_apply_args(base, args, expected):
             None,
             "vllm serve MODEL --num-gpu-blocks-override=300 --block-size 32",
         ),
+        (  # --api-server-count is vLLM's too; the gaps file is the simulator's own
+            "rampwatch sim -dp 2 --api-server-count 2 --chunk-gaps-out /tmp/g.npy",
+            "m",
+            "vllm serve m -dp 2 --api-server-count 2",
+        ),
         ("vllm serve m --chat-template 'a b'", None, "vllm serve m --chat-template 'a b'"),  # already vllm: as is
     ],
 )
