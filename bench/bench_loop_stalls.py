@@ -28,9 +28,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
+import functools
 import io
 import json
 import os
+import pstats
 import sys
 import tempfile
 import threading
@@ -51,23 +54,31 @@ SLOW_S = 0.001
 class LoopProfile:
     """Per callback name: [count, total s, max s, count over SLOW_S, total over SLOW_S]."""
 
-    def __init__(self) -> None:
+    def __init__(self, cprofile: str | None = None) -> None:
+        self.cprofile = cprofile  # a callback name to profile function by function
+        self.profiler = cProfile.Profile()
         self.stats: dict[str, list[float]] = {}
-        self.flushes: list[tuple[float, float]] = []  # the recorder's (wall s, thread-CPU s)
+        self.flushes: list[tuple[float, float, float]] = []  # the recorder's (start, wall s, thread-CPU s)
+        self.slow: list[tuple[float, float]] = []  # (start, end) of each callback over SLOW_S
         self._original: Any = None
 
     def install(self) -> None:
         original = self._original = asyncio.events.Handle._run
-        stats = self.stats
+        stats, slow = self.stats, self.slow
         clock = time.perf_counter
+        profiled, profiler = self.cprofile, self.profiler
 
         def timed_run(handle: asyncio.events.Handle) -> None:
             name = callback_name(handle._callback)  # type: ignore[attr-defined]
+            if name == profiled:
+                profiler.enable()
             start = clock()
             try:
                 original(handle)
             finally:
                 took = clock() - start
+                if name == profiled:
+                    profiler.disable()
                 row = stats.get(name)
                 if row is None:
                     row = stats[name] = [0, 0.0, 0.0, 0, 0.0]
@@ -78,6 +89,7 @@ class LoopProfile:
                 if took > SLOW_S:
                     row[3] += 1
                     row[4] += took
+                    slow.append((start, start + took))
 
         asyncio.events.Handle._run = timed_run  # type: ignore[method-assign]
 
@@ -89,21 +101,33 @@ class LoopProfile:
         def timed_flush(writer: RecordingWriter) -> None:
             wall, cpu = time.perf_counter(), time.thread_time()
             flush(writer)
-            flushes.append((time.perf_counter() - wall, time.thread_time() - cpu))
+            flushes.append((wall, time.perf_counter() - wall, time.thread_time() - cpu))
 
         RecordingWriter.flush = timed_flush  # type: ignore[method-assign]
 
     def reset(self) -> None:
         self.stats.clear()
         self.flushes.clear()
+        self.slow.clear()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stats": self.stats, "flushes": self.flushes}
+        return {"stats": self.stats, "flushes": self.flushes, "slow": self.slow}
+
+
+@functools.cache
+def _package_dir() -> str:
+    import rampwatch.loadgen
+
+    return str(Path(rampwatch.loadgen.__file__).resolve().parent.parent)
 
 
 def _ours(coro: Any) -> bool:
+    """Whether ``coro`` is rampwatch's (wherever the package is imported from)."""
     code = getattr(coro, "cr_code", None)
-    return code is not None and code.co_filename.startswith(str(ROOT)) and "/bench/" not in code.co_filename
+    return code is not None and code.co_filename.startswith(_package_dir())
+
+
+PROFILE = LoopProfile()
 
 
 def callback_name(callback: Any) -> str:
@@ -141,14 +165,20 @@ def table(stats: dict[str, list[float]], top: int) -> str:
     return "\n".join(lines)
 
 
-def flush_line(flushes: list[tuple[float, float]]) -> str:
+def flush_line(flushes: list[tuple[float, float, float]], slow: list[tuple[float, float]]) -> str:
+    """The recorder thread's flushes, and the slow callbacks that overlapped one: the
+    thread's pure-Python work holds the GIL, which the loop's thread then waits for."""
     if not flushes:
         return "recorder flushes: none"
-    walls = sorted(w for w, _ in flushes)
+    walls = sorted(w for _, w, _ in flushes)
+    spans = sorted((start, start + wall) for start, wall, _ in flushes)
+    overlapping = [(a, b) for a, b in slow if any(start < b and a < end for start, end in spans)]
     return (
         f"recorder thread: {len(flushes)} flushes, wall total {sum(walls) * 1000:.0f} ms, "
         f"p50 {walls[len(walls) // 2] * 1000:.1f} ms, max {walls[-1] * 1000:.1f} ms; "
-        f"thread CPU total {sum(c for _, c in flushes) * 1000:.0f} ms"
+        f"thread CPU total {sum(c for _, _, c in flushes) * 1000:.0f} ms; "
+        f"callbacks over 1 ms during a flush: {len(overlapping)} of {len(slow)} "
+        f"({sum(b - a for a, b in overlapping) * 1000:.0f} ms)"
     )
 
 
@@ -212,14 +242,12 @@ def run_headless(url: str, args: argparse.Namespace, tmp: Path, profile: LoopPro
 def run_live(url: str, args: argparse.Namespace, tmp: Path, profile: LoopProfile) -> None:
     from rampwatch.app import bridge as bridge_module
     from rampwatch.app.cli import build_parser
-    from rampwatch.app.control import serve_run, shared_snapshots
-    from rampwatch.app.session import attach_hello, build_run, plan_run, run_progress
+    from rampwatch.app.live import start_live_prepared
+    from rampwatch.app.session import build_run, plan_run
 
     out = tmp / "live"
     parser, _ = build_parser()
-    parsed = parser.parse_args(run_args(url, args, out))
-    prepared = build_run(plan_run(parsed))
-    snapshot = shared_snapshots(prepared.run.snapshot)
+    prepared = build_run(plan_run(parser.parse_args(run_args(url, args, out))))
     stats_path = tmp / "live-stats.json"
     child_main = bridge_module._child_main
 
@@ -232,26 +260,16 @@ def run_live(url: str, args: argparse.Namespace, tmp: Path, profile: LoopProfile
 
     bridge_module._child_main = profiled_child  # type: ignore[assignment]
     try:
-        bridge = bridge_module.ProcessBridge(
-            serve_run(
-                None,
-                prepared.execute,
-                snapshot,
-                prepared.run,
-                hello=attach_hello(prepared),
-                progress=lambda: run_progress(prepared.run),
-            ),
-            snapshot,
-            prepared.run,
-        ).start()
+        # The live screen's run process, as `rampwatch run` starts it; its app is built,
+        # not run (the screen's drawing is the other process's and costs the run nothing).
+        bridge, _app = start_live_prepared(prepared, log_path=str(tmp / "live-run.log"))
         bridge.join()
         result = bridge.finish()
     finally:
         bridge_module._child_main = child_main  # type: ignore[assignment]
-    code = 0 if result is not None else 1
     report(
         f"live (the forked run process, snapshots published every {bridge_module.PUBLISH_INTERVAL_S * 1000:.0f} ms)",
-        code,
+        0 if result is not None else 1,
         json.loads(stats_path.read_text()),
         out,
         args,
@@ -261,8 +279,10 @@ def run_live(url: str, args: argparse.Namespace, tmp: Path, profile: LoopProfile
 def report(title: str, code: int, data: dict[str, Any], out: Path, args: argparse.Namespace) -> None:
     print(f"\n== {title}: exit {code}, load average {load_average()}")
     print(lateness_line(out.with_suffix(".rwrec")))
-    print(flush_line([tuple(f) for f in data["flushes"]]))  # type: ignore[misc]
+    print(flush_line([tuple(f) for f in data["flushes"]], [tuple(x) for x in data["slow"]]))  # type: ignore[misc]
     print(table(data["stats"], args.top), flush=True)
+    if args.cprofile and "live" not in title:
+        pstats.Stats(PROFILE.profiler).sort_stats("cumulative").print_stats(args.top * 2)
 
 
 def load_average() -> str:
@@ -272,12 +292,13 @@ def load_average() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=["both", "headless", "live"], default="both")
-    parser.add_argument("--rate", type=float, default=150.0, help="requests per second")
-    parser.add_argument("--duration", type=float, default=30.0, help="the schedule's seconds")
+    parser.add_argument("--rate", type=float, default=100.0, help="requests per second")
+    parser.add_argument("--duration", type=float, default=20.0, help="the schedule's seconds")
     parser.add_argument("--input-tokens", type=int, default=256)
     parser.add_argument("--output-tokens", type=int, default=16)
-    parser.add_argument("--sim-speed", type=float, default=0.1, help="simulated seconds per wall second")
+    parser.add_argument("--sim-speed", type=float, default=0.02, help="simulated seconds per wall second")
     parser.add_argument("--top", type=int, default=15, help="rows per table")
+    parser.add_argument("--cprofile", metavar="NAME", help="profile this callback's functions (headless)")
     args = parser.parse_args()
     if not TINY_MODEL.exists():
         raise SystemExit(f"missing {TINY_MODEL}: run `bash scripts/setup_vllm.sh`")
@@ -285,7 +306,8 @@ def main() -> int:
     from rampwatch.app.session import serving_sim
     from rampwatch.sim.config import SimConfig
 
-    profile = LoopProfile()
+    profile = PROFILE
+    profile.cprofile = args.cprofile
     profile.install()
     print(
         f"{os.cpu_count()} CPUs, load average {load_average()}; {args.rate:g} req/s for {args.duration:g} s, "
