@@ -13,7 +13,7 @@ favours the thread that just released it).
 So the factory's first ``PROBE_REQUESTS`` requests are built here, timed; if they took
 ``AHEAD_ABOVE_S`` or more each, the factory (its state after them) goes to a fresh
 interpreter that builds the rest in order and streams them back, pickled, ahead of
-their use; the loop only unpickles them (~10 µs each). The sequence is the factory's
+their use; the loop only unpickles each at its take (~10 µs). The sequence is the factory's
 own, request for request, either way. A process that cannot start leaves the building
 here, as before.
 """
@@ -42,6 +42,8 @@ AHEAD_ABOVE_S = 0.0003  # a mean build time from which the builder process pays 
 AHEAD = 64  # requests unpickled and waiting; more wait in the socket's buffers
 START_TIMEOUT_S = 60.0  # a fresh interpreter imports numpy and the tokenizer: ~1-2 s
 _LENGTH = struct.Struct("!I")
+# A frame from the builder: its length (of the tag and the pickle), a tag, the pickle.
+_REQUEST, _ERROR = b"R", b"E"
 
 
 class RequestsAhead:
@@ -52,7 +54,9 @@ class RequestsAhead:
     def __init__(self, factory: Any, ahead_above_s: float = AHEAD_ABOVE_S) -> None:
         self.factory = factory
         self.ahead_above_s = ahead_above_s
-        self._ready: collections.deque[PreparedRequest] = collections.deque()
+        # Built requests; those from the builder still pickled: each is unpickled at its
+        # take, so that a burst of arrivals costs the loop no long callback.
+        self._ready: collections.deque[PreparedRequest | bytes] = collections.deque()
         self._arrived: asyncio.Event | None = None
         self._failure: BaseException | None = None
         self._process: subprocess.Popen | None = None
@@ -120,17 +124,16 @@ class RequestsAhead:
         if self._paused and len(self._ready) <= AHEAD // 2 and self._transport is not None:
             self._paused = False
             self._transport.resume_reading()
-        return request
+        return pickle.loads(request) if isinstance(request, bytes) else request
 
-    def _received(self, message: tuple[str, Any]) -> None:
-        kind, value = message
-        if kind == "request":
-            self._ready.append(value)
+    def _received(self, tag: bytes, body: bytes) -> None:
+        if tag == _REQUEST:
+            self._ready.append(body)
             if len(self._ready) >= AHEAD and not self._paused and self._transport is not None:
                 self._paused = True  # the builder blocks once the socket's buffers are full
                 self._transport.pause_reading()
         else:  # the factory raised there: raised here, where it would have been
-            self._failure = value
+            self._failure = pickle.loads(body)
         if self._arrived is not None:
             self._arrived.set()
 
@@ -158,12 +161,11 @@ class BuilderLost(RuntimeError):
 
 
 class _BuiltRequests(asyncio.Protocol):
-    """Length-prefixed pickled messages from the builder process."""
+    """The builder process's frames, whole, to the owner."""
 
     def __init__(self, owner: RequestsAhead) -> None:
         self.owner = owner
         self.buffer = bytearray()
-        self.closing = False
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -173,7 +175,8 @@ class _BuiltRequests(asyncio.Protocol):
             end = start + _LENGTH.size + length
             if len(self.buffer) < end:
                 break
-            self.owner._received(pickle.loads(self.buffer[start + _LENGTH.size : end]))
+            tag = bytes(self.buffer[start + _LENGTH.size : start + _LENGTH.size + 1])
+            self.owner._received(tag, bytes(self.buffer[start + _LENGTH.size + 1 : end]))
             start = end
         del self.buffer[:start]
 
@@ -217,26 +220,28 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
 def builder_main(fd: int) -> None:
     """The builder process: the factory arrives pickled, its requests go back in order
     until the run closes the socket (or the factory raises: that goes back, then the end)."""
-    # The run stops this process (a terminal's Ctrl-C reaches the whole process group).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # The run stops this process (a terminal's Ctrl-C, or a TERM sent to the process
+    # group, reaches it too): it ends at the socket's end.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
     try:
         (length,) = _LENGTH.unpack(_read_exactly(sock, _LENGTH.size))
         factory = pickle.loads(_read_exactly(sock, length))
         while True:
+            tag = _REQUEST
             try:
-                message: tuple[str, Any] = ("request", factory.next_request())
+                built: Any = factory.next_request()
             except Exception as exc:
-                message = ("error", exc)
+                tag, built = _ERROR, exc
             try:
-                payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:  # an exception that cannot travel: its text does
-                exc = message[1] if message[0] == "error" else exc
-                message = ("error", RuntimeError(f"{type(exc).__name__}: {exc}"))
-                payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-            sock.sendall(_LENGTH.pack(len(payload)) + payload)
-            if message[0] == "error":
+                payload = pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # what cannot travel fails there: its text does
+                failed = built if tag == _ERROR else exc
+                tag = _ERROR
+                payload = pickle.dumps(RuntimeError(f"{type(failed).__name__}: {failed}"))
+            sock.sendall(_LENGTH.pack(len(payload) + 1) + tag + payload)
+            if tag == _ERROR:
                 return
     except (EOFError, OSError):
         return  # the run has ended
