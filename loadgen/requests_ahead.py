@@ -10,8 +10,8 @@ for each short encode and takes it back at once, and a thread that does that sta
 the loop's thread of the GIL for far longer than the build (CPython's GIL hand-over
 favours the thread that just released it).
 
-So the factory's first ``PROBE_REQUESTS`` requests are built here, timed; if they took
-``AHEAD_ABOVE_S`` or more each, the factory (its state after them) goes to a fresh
+So the factory's first ``PROBE_REQUESTS`` requests are built here, timed (but the first,
+which warms caches up); if they took ``AHEAD_ABOVE_S`` of CPU or more each, the factory (its state after them) goes to a fresh
 interpreter that builds the rest in order and streams them back, pickled, ahead of
 their use; the loop only unpickles each at its take (~10 µs). The sequence is the factory's
 own, request for request, either way. A process that cannot start leaves the building
@@ -37,8 +37,8 @@ from rampwatch.loadgen.requests import PreparedRequest
 
 log = logging.getLogger(__name__)
 
-PROBE_REQUESTS = 4
-AHEAD_ABOVE_S = 0.0003  # a mean build time from which the builder process pays for itself
+PROBE_REQUESTS = 5  # built here before the run's clock starts: the first untimed
+AHEAD_ABOVE_S = 0.0003  # a mean build time (CPU) from which the builder process pays for itself
 AHEAD = 64  # requests unpickled and waiting; more wait in the socket's buffers
 START_TIMEOUT_S = 60.0  # a fresh interpreter imports numpy and the tokenizer: ~1-2 s
 _LENGTH = struct.Struct("!I")
@@ -68,14 +68,16 @@ class RequestsAhead:
         return self._process is not None
 
     async def start(self) -> None:
-        started = time.perf_counter()
         try:
-            for _ in range(PROBE_REQUESTS):
+            # The first one warms the factory's caches up (milliseconds, once): not timed.
+            self._ready.append(self.factory.next_request())
+            started = time.thread_time()  # CPU time: a busy machine does not make them costly
+            for _ in range(PROBE_REQUESTS - 1):
                 self._ready.append(self.factory.next_request())
         except Exception as exc:  # e.g. a trace shorter than the probe: raised at its take
             self._failure = exc
             return
-        if (time.perf_counter() - started) / PROBE_REQUESTS < self.ahead_above_s:
+        if (time.thread_time() - started) / (PROBE_REQUESTS - 1) < self.ahead_above_s:
             return
         try:
             payload = pickle.dumps(self.factory, protocol=pickle.HIGHEST_PROTOCOL)
