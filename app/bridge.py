@@ -96,15 +96,31 @@ class SeriesMirror:
     now: Callable[[], float]
 
 
+# Items a UI that stopped reading (stalled at idle priority on a busy machine) has not
+# taken: past this, the run process stops forwarding and publishes its own snapshots.
+MIRROR_MAX_PENDING_BYTES = 64 * 1024 * 1024
+
+
 class ItemForwarder:
     """A ``TimelineSink`` in the run process: every item, pickled as it comes, until
-    ``take()`` hands the lot to the publisher."""
+    ``take()`` hands the lot to the publisher; ``given_up`` once more than
+    ``MIRROR_MAX_PENDING_BYTES`` waited (it then keeps nothing)."""
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
+        self._pending = 0
+        self.max_pending_bytes = MIRROR_MAX_PENDING_BYTES
+        self.given_up = False
 
     def _add(self, name: str, item: Any) -> None:
-        self._parts.append(pickle.dumps((name, item), protocol=pickle.HIGHEST_PROTOCOL))
+        if self.given_up:
+            return
+        part = pickle.dumps((name, item), protocol=pickle.HIGHEST_PROTOCOL)
+        self._parts.append(part)
+        self._pending += len(part)
+        if self._pending > self.max_pending_bytes:
+            self.given_up = True
+            self._parts, self._pending = [], 0
 
     def on_start(self, header: RunHeader) -> None:
         self._add("on_start", header)
@@ -125,7 +141,7 @@ class ItemForwarder:
         self._add("on_finish", t)
 
     def take(self) -> bytes:
-        parts, self._parts = self._parts, []
+        parts, self._parts, self._pending = self._parts, [], 0
         return b"".join(parts)
 
 
@@ -193,6 +209,7 @@ def _child_main(
 
         async def publisher() -> None:
             count = 0
+            mirrored = forwarder
             while True:
                 await asyncio.sleep(publish_interval)
                 if unread_bytes(fileno) > 0:
@@ -200,9 +217,12 @@ def _child_main(
                     # priority on a busy machine): skip this one rather than block the
                     # run's loop on a full socket (a mirror's items wait for the next).
                     continue
-                if forwarder is not None:
-                    conn.send(("items", (mirror.now(), forwarder.take())))
-                elif count % FULL_SNAPSHOT_EVERY == 0:
+                if mirrored is not None and not mirrored.given_up:
+                    conn.send(("items", (mirror.now(), mirrored.take())))
+                    continue
+                if mirrored is not None:  # the run's own snapshots from here on, a whole one first
+                    mirrored, count = None, 0
+                if count % FULL_SNAPSHOT_EVERY == 0:
                     conn.send(("snapshot", snapshot_fn()))
                 else:
                     conn.send(("delta", delta()))

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from rampwatch.app.bridge import ProcessBridge, SeriesMirror, tail_of, with_tail
+from rampwatch.app.bridge import ItemForwarder, ProcessBridge, SeriesMirror, feed_items, tail_of, with_tail
 from rampwatch.app.live import start_live
 from rampwatch.core.errors import UserError
-from rampwatch.core.timeline import FanoutSink, NullSink, RequestRecord, ServerSample, Snapshot, Tick
+from rampwatch.core.timeline import Event, FanoutSink, NullSink, RequestRecord, ServerSample, Snapshot, Tick
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.series import SeriesBuilder
 from tests.tui.fakes import FakeControl, fake_header, fake_mixed_snapshot, fake_snapshot
@@ -342,3 +342,35 @@ def test_a_mirrored_run_is_drawn_from_snapshots_built_in_the_ui_process_the_same
     timeline(expected, ItemsRun.SECONDS)
     assert repr(drawn) == repr(expected.snapshot(float(ItemsRun.SECONDS)))  # NaN == NaN in a repr
     assert len(drawn.times) == ItemsRun.SECONDS and drawn.summary["completed"] == 5 * ItemsRun.SECONDS
+
+
+def test_a_mirror_the_ui_does_not_keep_up_with_gives_way_to_the_runs_own_snapshots(monkeypatch):
+    import rampwatch.app.bridge as bridge_module
+
+    monkeypatch.setattr(bridge_module, "MIRROR_MAX_PENDING_BYTES", 1)  # the first item is too many
+    run = ItemsRun()
+    mirror = SeriesMirror(run.series, run.sink.sinks.append, lambda: run.t)
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.02, mirror=mirror).start()
+    deadline = time.monotonic() + PUBLISH_WAIT_S
+    while bridge.snapshot().t < ItemsRun.SECONDS:
+        assert time.monotonic() < deadline, f"the run's snapshots are at {bridge.snapshot().t} s"
+        threading.Event().wait(0.01)
+    drawn = bridge.snapshot()
+    result = bridge.finish(drain_timeout=10.0)
+    assert result["snapshots_built_on_the_loop"] > 0  # the run process built them
+    assert not mirror.builder.events  # nothing was fed to the mirror here
+    expected = SeriesBuilder()
+    timeline(expected, ItemsRun.SECONDS)
+    assert repr(drawn) == repr(expected.snapshot(float(ItemsRun.SECONDS)))
+
+
+def test_an_item_forwarder_keeps_nothing_once_too_much_waited():
+    forwarder = ItemForwarder()
+    forwarder.on_event(Event(1.0, "mark", "a"))
+    builder = SeriesBuilder()
+    feed_items(builder, forwarder.take())
+    assert [e.message for e in builder.events] == ["a"] and forwarder.take() == b""
+    forwarder.max_pending_bytes = 200
+    for i in range(10):
+        forwarder.on_event(Event(2.0 + i, "mark", "x" * 50))
+    assert forwarder.given_up and forwarder.take() == b""
