@@ -4,7 +4,8 @@ send.
 The run process owns the run (its coroutine, the series builder, the run control). The
 UI process only ever
 
-- reads the latest Snapshot the run process published over the pipe
+- reads the latest Snapshot the run process published over the pipe, or the one it
+  built from the run's items the run process forwarded (``SeriesMirror``)
   (``ProcessBridge.snapshot``), and
 - sends RunControl calls down the same pipe (``ProcessBridge.control``), which the run
   process applies on its own event loop,
@@ -17,13 +18,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import io
+import logging
 import math
+import pickle
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rampwatch.core.timeline import ClassFigures, RunControl, Snapshot
+from rampwatch.core.timeline import ClassFigures, Event, RequestRecord, RunControl, ServerSample, Snapshot, Tick
 from rampwatch.loadgen import eventloop
+
+if TYPE_CHECKING:
+    from rampwatch.core.timeline import RunHeader, TimelineSink
+    from rampwatch.loadgen.series import SeriesBuilder
+
+log = logging.getLogger(__name__)
 
 PUBLISH_INTERVAL_S = 0.25
 
@@ -70,13 +80,88 @@ class ForwardingControl:
         self._forward("restart_failed", message, exit_code, log_tail)
 
 
+@dataclasses.dataclass
+class SeriesMirror:
+    """The live screen's series built in the UI process, not on the run's loop: building
+    and pickling a snapshot there held the loop ~2-3 ms every 250 ms
+    (bench/bench_loop_stalls.py). The run process forwards each item its sinks get
+    (pickled one by one as it comes: a few µs each) and ships them every publish; the UI
+    process feeds ``builder`` with them, in the same order, and builds the snapshots
+    itself: the same ones, as a ``SeriesBuilder`` gives the same snapshot for the same
+    input. ``attach(sink)`` (called in the run process, before the run) adds the
+    forwarding sink to the run's; ``now()`` is the run's clock there."""
+
+    builder: SeriesBuilder  # the run's own, never fed in this process (the run is forked)
+    attach: Callable[[TimelineSink], None]
+    now: Callable[[], float]
+
+
+# Items a UI that stopped reading (stalled at idle priority on a busy machine) has not
+# taken: past this, the run process stops forwarding and publishes its own snapshots.
+MIRROR_MAX_PENDING_BYTES = 64 * 1024 * 1024
+
+
+class ItemForwarder:
+    """A ``TimelineSink`` in the run process: every item, pickled as it comes, until
+    ``take()`` hands the lot to the publisher; ``given_up`` once more than
+    ``MIRROR_MAX_PENDING_BYTES`` waited (it then keeps nothing)."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._pending = 0
+        self.max_pending_bytes = MIRROR_MAX_PENDING_BYTES
+        self.given_up = False
+
+    def _add(self, name: str, item: Any) -> None:
+        if self.given_up:
+            return
+        part = pickle.dumps((name, item), protocol=pickle.HIGHEST_PROTOCOL)
+        self._parts.append(part)
+        self._pending += len(part)
+        if self._pending > self.max_pending_bytes:
+            self.given_up = True
+            self._parts, self._pending = [], 0
+
+    def on_start(self, header: RunHeader) -> None:
+        self._add("on_start", header)
+
+    def on_request(self, record: RequestRecord) -> None:
+        self._add("on_request", record)
+
+    def on_scrape(self, sample: ServerSample) -> None:
+        self._add("on_scrape", sample)
+
+    def on_tick(self, tick: Tick) -> None:
+        self._add("on_tick", tick)
+
+    def on_event(self, event: Event) -> None:
+        self._add("on_event", event)
+
+    def on_finish(self, t: float) -> None:
+        self._add("on_finish", t)
+
+    def take(self) -> bytes:
+        parts, self._parts, self._pending = self._parts, [], 0
+        return b"".join(parts)
+
+
+def feed_items(builder: SeriesBuilder, items: bytes) -> None:
+    """``ItemForwarder.take()``'s items, into ``builder`` in their order."""
+    stream = io.BytesIO(items)
+    while stream.tell() < len(items):
+        name, item = pickle.load(stream)
+        getattr(builder, name)(item)
+
+
 # A thread is not enough: the UI's drawing is pure Python and holds the GIL, which
 # delays a run thread's wake-ups by tens of milliseconds at p99 (bench/bench_tui_lateness.py
 # --with-thread). The run therefore goes into a forked child process with its own
 # interpreter; the UI process keeps only a pipe to it.
 
 
-def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: float, log_path: str | None) -> None:
+def _child_main(
+    conn, run_coro_factory, snapshot_fn, control, publish_interval: float, log_path: str | None, mirror=None
+) -> None:
     import os
     import signal
 
@@ -117,16 +202,26 @@ def _child_main(conn, run_coro_factory, snapshot_fn, control, publish_interval: 
                 method(*args)
 
         delta = delta_of(snapshot_fn)
+        forwarder = None
+        if mirror is not None:
+            forwarder = ItemForwarder()
+            mirror.attach(forwarder)
 
         async def publisher() -> None:
             count = 0
+            mirrored = forwarder
             while True:
                 await asyncio.sleep(publish_interval)
                 if unread_bytes(fileno) > 0:
                     # The UI has not taken the last one yet (it is busy, or at idle
                     # priority on a busy machine): skip this one rather than block the
-                    # run's loop on a full socket.
+                    # run's loop on a full socket (a mirror's items wait for the next).
                     continue
+                if mirrored is not None and not mirrored.given_up:
+                    conn.send(("items", (mirror.now(), mirrored.take())))
+                    continue
+                if mirrored is not None:  # the run's own snapshots from here on, a whole one first
+                    mirrored, count = None, 0
                 if count % FULL_SNAPSHOT_EVERY == 0:
                     conn.send(("snapshot", snapshot_fn()))
                 else:
@@ -266,11 +361,16 @@ class ProcessBridge:
         *,
         publish_interval: float = PUBLISH_INTERVAL_S,
         log_path: str | None = None,
+        mirror: SeriesMirror | None = None,
+        mirror_priority: str = "normal",
     ) -> None:
         import multiprocessing
 
         self._ctx = multiprocessing.get_context("fork")
-        self._args = (run_coro_factory, snapshot_fn, control, publish_interval, log_path)
+        self._args = (run_coro_factory, snapshot_fn, control, publish_interval, log_path, mirror)
+        self._mirror = mirror
+        self._mirror_priority = mirror_priority  # lower_ui_priority's policy for the building
+        self._mirrored = 0  # item batches fed to the mirror
         self._conn, self._child_conn = self._ctx.Pipe(duplex=True)
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -300,12 +400,23 @@ class ProcessBridge:
 
     def _read_loop(self) -> None:
         # Always draining the pipe, so the run process never blocks on a full pipe.
+        if self._mirror is not None and self._mirror_priority != "normal":
+            # Building the screen's snapshots here is the UI's work: it yields the CPU to
+            # the run process as the drawing does (this thread began before the UI's
+            # priority was lowered, so it did not inherit it).
+            lower_ui_priority(self._mirror_priority)
         try:
             while True:
                 try:
                     kind, payload = self._conn.recv()
                 except (EOFError, OSError):
                     break
+                if kind == "items":  # a mirror's: the snapshot is built here
+                    try:
+                        kind, payload = "snapshot", self._mirrored_snapshot(*payload)
+                    except Exception:  # a bug here must not stop the pipe's draining
+                        log.exception("the live screen's snapshot could not be built")
+                        continue
                 if kind in ("snapshot", "delta"):
                     with self._lock:
                         base = self._latest
@@ -326,6 +437,25 @@ class ProcessBridge:
                 if self.failure is None and self._process.exitcode not in (0, None):
                     self.failure = RuntimeError(f"the run process exited with code {self._process.exitcode}")
             self.done = True
+
+    def _mirrored_snapshot(self, now: float, items: bytes) -> Snapshot:
+        """The run at ``now`` from the mirror, fed ``items`` (all it got up to ``now``): a
+        whole snapshot every FULL_SNAPSHOT_EVERY batches, else the last one with the
+        newest bins rebuilt (a day's bins as lists take ~1 s to build)."""
+        assert self._mirror is not None
+        builder = self._mirror.builder
+        feed_items(builder, items)
+        if self._mirrored % FULL_SNAPSHOT_EVERY == 0:
+            latest = builder.snapshot(now)
+        else:
+            with self._lock:
+                base = self._latest
+            try:
+                latest = with_tail(base, *tail_of(builder.snapshot(now, last_bins=TAIL_BINS)))
+            except ValueError:
+                latest = builder.snapshot(now)
+        self._mirrored += 1
+        return latest
 
     def _send(self, name: str, args: tuple) -> None:
         if self.done:

@@ -127,6 +127,7 @@ class RunChannel:
         self.refused = 0  # connections from another uid
         self._handlers: set[asyncio.Task] = set()
         self.listening = asyncio.Event()  # set once the socket accepts viewers
+        self._state_write: asyncio.Future | None = None  # the state file's update under way
 
     async def serve(self, run: Awaitable[Any]) -> Any:
         """Await ``run`` with the socket served; the viewers get the final snapshot and
@@ -146,6 +147,8 @@ class RunChannel:
             return await run
         finally:
             publisher.cancel()
+            if self._state_write is not None:  # done before the final state, never after it
+                await asyncio.gather(self._state_write, return_exceptions=True)
             final = fresh(self.snapshot_fn)()  # the run's end, not a snapshot shared before it
             self._update_state(progress_of(final))
             if server is not None:
@@ -225,7 +228,11 @@ class RunChannel:
             now = time.monotonic()
             if now - last_state >= STATE_EVERY_S:
                 last_state = now
-                self._update_state(progress_of(snapshot) if snapshot is not None else self.progress())
+                progress = progress_of(snapshot) if snapshot is not None else self.progress()
+                # In a thread: the registry's file lock (which the UI's process may hold),
+                # read and write held the run's loop ~1-2 ms each second.
+                self._state_write = asyncio.get_running_loop().run_in_executor(None, self._update_state, progress)
+                await asyncio.shield(self._state_write)
 
     def _update_state(self, progress: tuple[str, float, float]) -> None:
         state, elapsed, rate = progress

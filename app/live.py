@@ -16,7 +16,7 @@ from typing import Any
 from textual.app import App
 
 from rampwatch.app import runs
-from rampwatch.app.bridge import ProcessBridge, lower_ui_priority
+from rampwatch.app.bridge import ProcessBridge, SeriesMirror, lower_ui_priority
 from rampwatch.app.control import serve_run, shared_snapshots
 from rampwatch.app.detach import Hangup, detached_on_hangup
 from rampwatch.app.restart import ServerRestarter
@@ -60,6 +60,7 @@ def start_live(
     server: ManagedServer | None = None,
     on_server: Callable[[ManagedServer | None], None] = lambda server: None,
     on_restart_failure: Callable[[UserError], None] = lambda error: None,
+    mirror: SeriesMirror | None = None,
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """Fork the run into its own process and build the live app on it. The caller runs
     the app (``app.run()`` on a terminal, ``app.run_test()`` in tests) and then calls
@@ -68,7 +69,9 @@ def start_live(
     started server the run loads, which the screen's ``R`` restarts (``app.restart``;
     ``on_server`` is told of the server in service, ``on_restart_failure`` of a new one
     that did not start)."""
-    bridge = ProcessBridge(run_coro_factory, snapshot_fn, control, log_path=log_path).start()
+    bridge = ProcessBridge(
+        run_coro_factory, snapshot_fn, control, log_path=log_path, mirror=mirror, mirror_priority=ui_priority
+    ).start()
     restarter = None
     if server is not None:
         restarter = ServerRestarter(server, bridge.control, bridge, on_server=on_server, on_failure=on_restart_failure)
@@ -128,6 +131,8 @@ def start_live_prepared(
         server=server,
         on_server=lambda serving: setattr(prepared, "server", serving),
         on_restart_failure=lambda error: setattr(prepared, "restart_error", error),
+        # the screen's series are built here, from the run's items, not on the run's loop
+        mirror=SeriesMirror(prepared.run.series, prepared.run.sink.sinks.append, prepared.run.now),
     )
 
 

@@ -43,6 +43,7 @@ from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.loop_health import ClientHealth
+from rampwatch.loadgen.requests_ahead import RequestsAhead
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.schedules import USERS_KIND
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
@@ -218,6 +219,8 @@ class Run:
         self.options = options
         self.schedule = scenario.build_schedule()
         self.factory = factory or RequestFactory(scenario, options.tokenizer)
+        # The dispatcher's requests: built ahead, off the run's loop when that is costly.
+        self.requests = RequestsAhead(self.factory)
         # A session workload: each send time starts a session (or, kind users, the
         # schedule's value is a number of users); its turns are this run's requests.
         self.sessions: SessionDriver | None = None
@@ -512,6 +515,8 @@ class Run:
             # schedule's first seconds would be late.
             if opts.sender_factory is not None:
                 await opts.sender_factory.prepare(self.client_spec())
+            if self.sessions is None:  # a session's turns are built from its answers
+                await self.requests.start()
             self.health.start()  # a full collection and the heap frozen, before t = 0
             self._t0 = time.monotonic()
             started_at_unix = time.time()
@@ -606,6 +611,7 @@ class Run:
             )
         finally:
             self.health.stop()
+            await self.requests.close()
             if sender is not client:
                 await sender.close()
             await client.close()
@@ -628,6 +634,9 @@ class Run:
     async def _dispatch(self, client: Sender, semaphore: asyncio.Semaphore | None) -> None:
         assert self._schedule_changed is not None and self._none_in_flight is not None
         while not self._stopping:
+            # Waited for before a send time is handed out: a hold or rate change while the
+            # builder process is behind re-times the send as usual.
+            await self.requests.wait_ready()
             send_at = self.schedule.next_send_time()
             if send_at is None:
                 return
@@ -656,7 +665,7 @@ class Run:
             if self.sessions is not None:
                 self.sessions.start_session(send_at)
             else:
-                self._launch(client, semaphore, self.factory.next_request(), send_at)
+                self._launch(client, semaphore, self.requests.take(), send_at)
 
     async def _run_sessions(self, sessions: SessionDriver, client, semaphore) -> None:
         """A session workload's dispatch: sessions start at the schedule's send times (open

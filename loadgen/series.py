@@ -756,8 +756,11 @@ class SeriesBuilder:
         times, arrays = self._arrays(now)
         return times, {name: arrays[name] for name in SERIES_NAMES}
 
-    def _arrays(self, now: float | None) -> tuple[list[float], dict[str, np.ndarray]]:
-        """Every series plus the per-second prefix hit and query rates behind the ratio."""
+    def _arrays(self, now: float | None, unfrozen: bool = True) -> tuple[list[float], dict[str, np.ndarray]]:
+        """Every series plus the per-second prefix hit and query rates behind the ratio;
+        without ``unfrozen``, the latency percentiles of the seconds not frozen yet are
+        left NaN (their windows are most of the cost, and a reader of frozen seconds
+        only, the knee's, need not pay it)."""
         self._fold_queued()
         now = self.now if now is None else now
         n = max(0, self._n_bins(now))
@@ -780,7 +783,7 @@ class SeriesBuilder:
         out["_prefix_hits"], out["_prefix_queries"] = hits, queries
         for name in self._latency_series:
             out[name] = self._final[name].head(n).copy()
-        for b in range(min(self._final_upto, n), n):
+        for b in range(min(self._final_upto, n), n if unfrozen else 0):
             for name, value in zip(self._latency_series, self._latency_at(b)):
                 out[name][b] = value
         return [float(i) for i in range(n)], out
@@ -805,7 +808,7 @@ class SeriesBuilder:
         if not self._newly_final:
             return []
         seconds, self._newly_final = self._newly_final, []
-        _, arrays = self.series()
+        _, arrays = self._arrays(None, unfrozen=False)  # the seconds are frozen ones
         return [(float(b), {name: float(arrays[name][b]) for name in SERIES_NAMES}) for b in seconds]
 
     def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:

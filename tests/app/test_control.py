@@ -7,6 +7,7 @@ import asyncio
 import os
 import socket
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,33 @@ def test_a_snapshot_serves_both_publishers_for_a_tenth_of_a_second(monkeypatch):
     assert shared() is first and built == [100.0]
     clock[0] += 0.1
     assert shared() is not first and len(built) == 2
+
+
+async def test_the_state_file_is_updated_off_the_runs_loop_and_ends_with_the_final_state(directory, monkeypatch):
+    loop_thread = threading.get_ident()
+    writers: list[tuple[int, dict]] = []
+    written = asyncio.Event()
+    update = runs.update_state
+    loop = asyncio.get_running_loop()
+
+    def recorded(run_id, directory=None, **changes):
+        writers.append((threading.get_ident(), changes))
+        loop.call_soon_threadsafe(written.set)
+        return update(run_id, directory, **changes)
+
+    monkeypatch.setattr(runs, "update_state", recorded)
+    published = Published()
+    channel = RunChannel("abcd0000", published, FakeControl(), directory=directory, publish_interval=0.01,
+                         progress=lambda: ("ramping", 7.0, 3.0))  # fmt: skip
+    runs.write_state(runs.RunState("abcd0000", os.getpid(), "chat", "t"), directory)
+    served = asyncio.ensure_future(channel.serve(published.end.wait()))
+    while not any("run_state" in changes for _, changes in writers):  # a second's update
+        written.clear()
+        await written.wait()
+    published.end.set()
+    await served
+    periodic = [thread for thread, changes in writers[1:-1]]
+    assert periodic and loop_thread not in periodic
+    stored = runs.read_state(runs.state_path("abcd0000", directory))
+    assert stored is not None and stored.run_state == published.snapshot.state  # the final one stands
+    assert stored.elapsed_s == published.snapshot.t

@@ -12,6 +12,7 @@ import pytest
 from rampwatch.app.session import progress_line
 from rampwatch.core.errors import TargetUnreachable
 from rampwatch.core.timeline import NullSink, ServerSample
+from rampwatch.loadgen.requests_ahead import PROBE_REQUESTS
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
 from rampwatch.sim.config import FaultConfig, SimConfig
@@ -498,3 +499,16 @@ async def test_the_serve_commands_limits_reach_the_knee_detector_with_the_server
         "gpu_memory_utilization": "/metrics cache_config_info",
         "max_concurrency": "run options",
     }
+
+
+async def test_requests_built_in_their_own_process_are_all_sent_in_order():
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 40, "duration_s": 1.0}), sink)
+        run.requests.ahead_above_s = 0.0  # whatever they cost
+        result = await run.execute()
+    assert run.factory._count == PROBE_REQUESTS  # the rest were built in the builder process
+    records = sorted(sink.of("request"), key=lambda r: r.id)
+    assert [r.id for r in records] == list(range(40))
+    assert all(r.ok and r.prompt_tokens == 32 for r in records), [r.error for r in records if not r.ok]
+    assert not result.interrupted

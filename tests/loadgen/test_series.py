@@ -211,6 +211,23 @@ def test_completed_seconds_are_handed_out_once():
     assert b.take_completed_seconds() == []
 
 
+def test_completed_seconds_hold_the_series_values_while_seconds_are_still_filling():
+    """The knee's values of a frozen second are the series' own there, though the
+    seconds not frozen yet are left out of what they are read from."""
+    b = SeriesBuilder(grace_s=2.0)
+    items = stream(seconds=20)
+    for kind, item in items[: len(items) * 3 // 4]:  # mid-run: seconds still filling
+        getattr(b, f"on_{kind}")(item)
+    got = b.take_completed_seconds()
+    _, arrays = b.series()
+    assert got and len(arrays["ttft_p50"]) > len(got)  # newer seconds than the frozen ones
+    for t, values in got:
+        for name in SERIES_NAMES:
+            value, whole = values[name], float(arrays[name][int(t)])
+            assert value == whole or (math.isnan(value) and math.isnan(whole)), (t, name)  # exactly
+    assert any(not math.isnan(values["ttft_p99"]) for _, values in got)
+
+
 def test_an_hour_long_run_keeps_every_second():
     """The snapshot of 1 h of per-second data holds every second's values, not a window or
     a downsample. (Its cost is bench/bench_live_costs.py's business.)"""

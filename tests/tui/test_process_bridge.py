@@ -10,12 +10,13 @@ import time
 
 import pytest
 
-from rampwatch.app.bridge import ProcessBridge, tail_of, with_tail
+from rampwatch.app.bridge import ItemForwarder, ProcessBridge, SeriesMirror, feed_items, tail_of, with_tail
 from rampwatch.app.live import start_live
 from rampwatch.core.errors import UserError
-from rampwatch.core.timeline import Snapshot
+from rampwatch.core.timeline import Event, FanoutSink, NullSink, RequestRecord, ServerSample, Snapshot, Tick
 from rampwatch.loadgen import eventloop
-from tests.tui.fakes import FakeControl, fake_mixed_snapshot, fake_snapshot
+from rampwatch.loadgen.series import SeriesBuilder
+from tests.tui.fakes import FakeControl, fake_header, fake_mixed_snapshot, fake_snapshot
 
 # How long a test waits for the run process to publish: generous, since forking and
 # publishing may take seconds on a loaded machine; a passing test waits only as long as
@@ -269,3 +270,107 @@ async def test_app_leaves_when_the_run_fails():
     assert app.return_code == 1
     with pytest.raises(ValueError, match="boom"):
         bridge.finish()
+
+
+def timeline(sink, seconds: int) -> None:
+    """A run's items (requests, ticks, a scrape each second) for ``seconds`` seconds."""
+    sink.on_start(fake_header())
+    for s in range(seconds):
+        one_second(sink, s)
+
+
+def one_second(sink, s: int) -> None:
+    """Second ``s`` of ``timeline``."""
+    for j in range(5):
+        end = s + j / 5
+        sink.on_request(RequestRecord(5 * s + j, end - 0.5, end - 0.5, end, end - 0.4, [end - 0.4, end - 0.2], 9, 2))
+    sink.on_scrape(ServerSample(s + 0.5, "http://127.0.0.1:8000/metrics", True, "vllm", running=3, waiting=s))
+    sink.on_tick(Tick(s + 1.0, 5.0, "ramping", 2, 0, offered_total=5 * (s + 1), sent_total=5 * (s + 1)))
+
+
+class ItemsRun:
+    """A toy run whose sinks get a run's items, a second of them per loop pass; it counts
+    the snapshots its own loop builds."""
+
+    SECONDS = 30
+
+    def __init__(self) -> None:
+        self.series = SeriesBuilder()
+        self.sink = FanoutSink(self.series)
+        self.t = 0.0
+        self.snapshots_built = 0
+        self.stopped: asyncio.Event | None = None
+
+    async def run(self) -> dict:
+        self.stopped = asyncio.Event()
+        batch = FanoutSink()
+
+        class Clocked(NullSink):  # the run's clock follows its items
+            def on_tick(inner, tick: Tick) -> None:
+                self.t = tick.t
+
+        batch.sinks = [self.sink, Clocked()]
+        batch.on_start(fake_header())
+        for s in range(self.SECONDS):  # over several publishes
+            one_second(batch, s)
+            await asyncio.sleep(0.005)
+        await self.stopped.wait()
+        return {"snapshots_built_on_the_loop": self.snapshots_built}
+
+    def snapshot(self) -> Snapshot:
+        self.snapshots_built += 1
+        return self.series.snapshot(self.t)
+
+    def stop(self) -> None:
+        assert self.stopped is not None
+        self.stopped.set()
+
+
+def test_a_mirrored_run_is_drawn_from_snapshots_built_in_the_ui_process_the_same_as_the_runs():
+    run = ItemsRun()
+    mirror = SeriesMirror(run.series, run.sink.sinks.append, lambda: run.t)
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.02, mirror=mirror).start()
+    deadline = time.monotonic() + PUBLISH_WAIT_S
+    while bridge.snapshot().t < ItemsRun.SECONDS:  # every item has crossed
+        assert time.monotonic() < deadline, f"the mirror is at {bridge.snapshot().t} s"
+        threading.Event().wait(0.01)
+    drawn = bridge.snapshot()
+    assert bridge.snapshots_published > 1  # the newest bins rebuilt on the previous snapshot too
+    result = bridge.finish(drain_timeout=10.0)
+    assert result == {"snapshots_built_on_the_loop": 0}
+    expected = SeriesBuilder()
+    timeline(expected, ItemsRun.SECONDS)
+    assert repr(drawn) == repr(expected.snapshot(float(ItemsRun.SECONDS)))  # NaN == NaN in a repr
+    assert len(drawn.times) == ItemsRun.SECONDS and drawn.summary["completed"] == 5 * ItemsRun.SECONDS
+
+
+def test_a_mirror_the_ui_does_not_keep_up_with_gives_way_to_the_runs_own_snapshots(monkeypatch):
+    import rampwatch.app.bridge as bridge_module
+
+    monkeypatch.setattr(bridge_module, "MIRROR_MAX_PENDING_BYTES", 1)  # the first item is too many
+    run = ItemsRun()
+    mirror = SeriesMirror(run.series, run.sink.sinks.append, lambda: run.t)
+    bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.02, mirror=mirror).start()
+    deadline = time.monotonic() + PUBLISH_WAIT_S
+    while bridge.snapshot().t < ItemsRun.SECONDS:
+        assert time.monotonic() < deadline, f"the run's snapshots are at {bridge.snapshot().t} s"
+        threading.Event().wait(0.01)
+    drawn = bridge.snapshot()
+    result = bridge.finish(drain_timeout=10.0)
+    assert result["snapshots_built_on_the_loop"] > 0  # the run process built them
+    assert not mirror.builder.events  # nothing was fed to the mirror here
+    expected = SeriesBuilder()
+    timeline(expected, ItemsRun.SECONDS)
+    assert repr(drawn) == repr(expected.snapshot(float(ItemsRun.SECONDS)))
+
+
+def test_an_item_forwarder_keeps_nothing_once_too_much_waited():
+    forwarder = ItemForwarder()
+    forwarder.on_event(Event(1.0, "mark", "a"))
+    builder = SeriesBuilder()
+    feed_items(builder, forwarder.take())
+    assert [e.message for e in builder.events] == ["a"] and forwarder.take() == b""
+    forwarder.max_pending_bytes = 200
+    for i in range(10):
+        forwarder.on_event(Event(2.0 + i, "mark", "x" * 50))
+    assert forwarder.given_up and forwarder.take() == b""
