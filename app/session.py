@@ -711,6 +711,9 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
             code = 1
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)
+    for event in result.events:  # what stopped the run from inside the client: said, not only recorded
+        if event.kind == "error" and {"load_worker_lost", "request_builder_lost"} & set(event.data or {}):
+            print(f"rampwatch run: {event.message}", file=sys.stderr)
     if result.recording_error is not None:
         if prepared.recording_path is not None:
             what = f"recording {prepared.recording_path}"

@@ -43,7 +43,7 @@ from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee import feed as feed_knee
 from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.loop_health import ClientHealth
-from rampwatch.loadgen.requests_ahead import RequestsAhead
+from rampwatch.loadgen.requests_ahead import BuilderLost, RequestsAhead
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.schedules import USERS_KIND
 from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
@@ -664,8 +664,21 @@ class Run:
                 return
             if self.sessions is not None:
                 self.sessions.start_session(send_at)
-            else:
-                self._launch(client, semaphore, self.requests.take(), send_at)
+                continue
+            try:
+                request = self.requests.take()
+            except BuilderLost as lost:
+                self._builder_lost(str(lost))
+                return
+            self._launch(client, semaphore, request, send_at)
+
+    def _builder_lost(self, message: str) -> None:
+        """The process building the run's requests ahead is gone (killed, out of memory):
+        no further request can be built in order, so the run stops as for a lost load
+        worker (an ``error`` event, the usual stop: in-flight requests drain, the
+        recording and the summary are kept)."""
+        self.sink.on_event(Event(self.now(), "error", f"{message}: the run stops here", {"request_builder_lost": True}))
+        self.stop()
 
     async def _run_sessions(self, sessions: SessionDriver, client, semaphore) -> None:
         """A session workload's dispatch: sessions start at the schedule's send times (open

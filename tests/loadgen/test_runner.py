@@ -514,3 +514,26 @@ async def test_requests_built_in_their_own_process_are_all_sent_in_order():
     assert [r.id for r in records] == list(range(40))
     assert all(r.ok and r.prompt_tokens == 32 for r in records), [r.error for r in records if not r.ok]
     assert not result.interrupted
+
+
+async def test_a_request_builder_killed_mid_run_stops_the_run_with_its_records_kept():
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 40, "duration_s": 30.0}), sink)
+        run.requests.ahead_above_s = 0.0  # whatever they cost: built in the builder process
+
+        async def kill_the_builder() -> None:
+            while run._sent_total < 20:
+                await asyncio.sleep(0.01)
+            run.requests._process.kill()  # as the OOM killer would
+
+        killer = asyncio.create_task(kill_the_builder())
+        result = await run.execute()
+        await killer
+    assert result.interrupted  # stopped, not crashed: the summary and the recording follow
+    errors = [e for e in sink.of("event") if e.kind == "error"]
+    assert len(errors) == 1 and errors[0].data == {"request_builder_lost": True}
+    assert errors[0].message.startswith("the request builder process ")
+    records = sorted(sink.of("request"), key=lambda r: r.id)
+    assert [r.id for r in records] == list(range(len(records))) and len(records) >= 20  # none lost
+    assert sink.items[-1][0] == "finish"

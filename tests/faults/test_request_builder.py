@@ -1,0 +1,68 @@
+"""The process that builds a run's requests ahead, killed mid-run: the run stops with one
+line naming it, the summary, result JSON and recording kept, no request lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rampwatch.record.reader import open_recording
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def builder_pid(parent: int, deadline: float) -> int:
+    """The request builder among ``parent``'s children, once it runs."""
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat[1]) == parent and b"rampwatch.loadgen.requests_ahead" in cmdline:
+                return int(entry.name)
+        time.sleep(0.05)
+    raise AssertionError("no request builder process started")
+
+
+def test_a_killed_request_builder_stops_the_run_with_one_line(tmp_path):
+    recording, result = tmp_path / "run.rwrec", tmp_path / "run.json"
+    argv = ["run", "random", "--headless", "--sim-hardware", "instant", "--record", str(recording)]
+    argv += ["--result-json", str(result), "--progress-interval", "1"]
+    # 2,048-token prompts cost ~1 ms each to build: the builder process builds them
+    argv += ["--set", "schedule.kind=constant", "--set", "schedule.rate=60", "--set", "schedule.duration_s=60"]
+    argv += ["--set", "workload.input_tokens=2048", "--set", "workload.output_tokens=4"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rampwatch.app.cli", *argv],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        builder = builder_pid(proc.pid, time.monotonic() + 60)
+        assert proc.stdout is not None
+        seen = []
+        while not (line := proc.stdout.readline()).startswith("["):  # the load's first progress line
+            assert line, "".join(seen)
+            seen.append(line)
+        os.kill(builder, signal.SIGKILL)  # as the OOM killer would, mid-run
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.splitlines()[-2] == "rampwatch run: the request builder process exited: the run stops here"
+    assert "Successful requests:" in out and json.loads(result.read_text())["completed"] > 0
+    with open_recording(recording) as rec:
+        assert rec.finished
+        ids = sorted(r.id for r in rec.requests)
+        assert ids == list(range(len(ids)))  # every request sent is recorded
