@@ -45,6 +45,20 @@ class ListSink(NullSink):
         return [item for k, item in self.items if k == kind]
 
 
+class SentSink(ListSink):
+    """Sets ``reached`` at the first tick that counts ``n`` requests sent."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.reached = asyncio.Event()
+
+    def on_tick(self, tick):
+        super().on_tick(tick)
+        if (tick.sent_total or 0) >= self.n:
+            self.reached.set()
+
+
 def scenario(schedule: dict, output_tokens: int = 16, input_tokens: int = 32, max_concurrency: int | None = None):
     sets = [(f"schedule.{k}", str(v)) for k, v in schedule.items()]
     sets += [("workload.input_tokens", str(input_tokens)), ("workload.output_tokens", str(output_tokens))]
@@ -198,7 +212,7 @@ async def test_steering_changes_the_sends_and_every_call_is_an_event():
 
 async def test_stop_cancels_in_flight_after_the_grace_period():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")  # ~30 ms per decode step
-    sink = ListSink()
+    sink = SentSink(10)
     async with serve(slow) as url:
         run = make_run(
             url,
@@ -209,8 +223,7 @@ async def test_stop_cancels_in_flight_after_the_grace_period():
 
         async def stop_soon() -> float:
             # Ten requests sent (1 s of the run's clock, whatever its start-up took), then stop.
-            while run._sent_total < 10:
-                await asyncio.sleep(0.01)
+            await sink.reached.wait()
             run.interrupt()
             return run.now()
 
@@ -517,14 +530,13 @@ async def test_requests_built_in_their_own_process_are_all_sent_in_order():
 
 
 async def test_a_request_builder_killed_mid_run_stops_the_run_with_its_records_kept():
-    sink = ListSink()
+    sink = SentSink(20)
     async with serve(INSTANT) as url:
         run = make_run(url, scenario({"kind": "constant", "rate": 40, "duration_s": 30.0}), sink)
         run.requests.ahead_above_s = 0.0  # whatever they cost: built in the builder process
 
         async def kill_the_builder() -> None:
-            while run._sent_total < 20:
-                await asyncio.sleep(0.01)
+            await sink.reached.wait()
             run.requests._process.kill()  # as the OOM killer would
 
         killer = asyncio.create_task(kill_the_builder())
