@@ -198,7 +198,7 @@ class Tick:
     # the largest of them (ms), and its garbage collections so far, every load process's.
     loop_lag: list[list[int]] | None = None
     loop_lag_max_ms: float | None = None
-    client_gc: dict[str, Any] | None = None
+    client_counts: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,12 +32,18 @@ LAG_SAMPLE_INTERVAL_S = 0.005
 LAG_BASE_MS = 0.01
 LAG_BUCKET_RATIO = 1.1
 _LOG_RATIO = math.log(LAG_BUCKET_RATIO)
+# The last bucket: a day's lag and more (bucket 230); a bucket past it is a damaged file.
+MAX_LAG_BUCKET = 1 + int(math.log(86_400_000 / LAG_BASE_MS) / _LOG_RATIO)
 
-# The summary warns when the client's lag p99 passes this, or 5 % of the smallest p99 it
-# reports among TTFT and ITL when that is larger: a p99 can hold up to the lag p99 of
-# the client's own delay (see ``client_lag_warning``).
+# The summary warns of a TTFT or ITL p99 when the client's lag p99 passes this, or 5 % of
+# that p99 when larger: a p99 can hold up to the lag p99 of the client's own delay (see
+# ``summary.client_lag_warning``). Measured against the simulator's own write times
+# (docs/benchmarks.md), single ITLs moved by up to the lag p99, their p99 by less.
 CLIENT_LAG_FLOOR_MS = 1.0
 CLIENT_LAG_SHARE = 0.05
+# A loop thread that waited for a CPU this share of its busy time (or more) was starved
+# by the machine rather than held by its own work.
+CPU_STARVED_PCT = 20.0
 # The live screen names the client's lag once a second's worst passes this.
 LIVE_LAG_BOUND_MS = 20.0
 # A load worker (a local process, a Ray actor) hands its window to the run this often.
@@ -55,23 +61,26 @@ _NO_AUTOMATIC_FULL = 1 << 30
 GC_ENV = "RAMPWATCH_LOAD_GC"
 
 
+GC_POLICIES = ("load", "python")
+
+
 def python_gc_policy() -> bool:
     """Whether the load keeps Python's own GC policy (``GC_ENV``)."""
     return os.environ.get(GC_ENV, "").strip().lower() == "python"
 
 
 def lag_bucket(lag_ms: float) -> int:
-    """The histogram bucket of a lag of ``lag_ms``."""
+    """The histogram bucket of a lag of ``lag_ms`` (a day or more: the last one)."""
     if lag_ms < LAG_BASE_MS:
         return 0
-    return 1 + int(math.log(lag_ms / LAG_BASE_MS) / _LOG_RATIO)
+    return min(MAX_LAG_BUCKET, 1 + int(math.log(lag_ms / LAG_BASE_MS) / _LOG_RATIO))
 
 
 def bucket_ms(bucket: int) -> float:
     """The lag a bucket stands for: its geometric middle (0 for the lowest bucket)."""
     if bucket <= 0:
         return 0.0
-    return LAG_BASE_MS * LAG_BUCKET_RATIO ** (bucket - 0.5)
+    return LAG_BASE_MS * LAG_BUCKET_RATIO ** (min(bucket, MAX_LAG_BUCKET) - 0.5)
 
 
 @dataclass
@@ -158,34 +167,99 @@ class LoopLagProbe:
         return window
 
 
+def _count(value: Any) -> int | None:
+    """A count read back from a tick: a whole number ≥ 0, else None (a damaged file)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _ms(value: Any) -> float | None:
+    """Milliseconds read back from a tick: a finite number ≥ 0, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def lag_pairs(value: Any) -> list[tuple[int, int]] | None:
+    """A tick's ``loop_lag`` as ``(bucket, count)`` pairs, or None when it is not that (a
+    damaged or hostile file: a report reads past it rather than fail or loop on it)."""
+    if not isinstance(value, list):
+        return None
+    pairs = []
+    for item in value:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            return None
+        bucket, count = _count(item[0]), _count(item[1])
+        if bucket is None or count is None or bucket > MAX_LAG_BUCKET:
+            return None
+        pairs.append((bucket, count))
+    return pairs
+
+
+def _schedstat_ms() -> tuple[float, float] | None:
+    """This thread's CPU time and its time waiting for a CPU (runnable, not running), in
+    ms since it started (Linux's schedstat); None where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            on_cpu, waiting = f.read().split()[:2]
+        return int(on_cpu) / 1e6, int(waiting) / 1e6
+    except (OSError, ValueError):
+        return None
+
+
 @dataclass
-class GcCounts:
-    """Collections by generation and the longest pause, in one process or added up."""
+class ClientCounts:
+    """What a process's load loop cost so far: collections by generation and their longest
+    and total pause (wall clock), the loop thread's CPU time and its time waiting for a
+    CPU (None: unknown), and the GC policy in force; one process's or added up."""
 
     collections: list[int] = field(default_factory=lambda: [0, 0, 0])
     max_pause_ms: float = 0.0
     total_pause_ms: float = 0.0
+    cpu_ms: float | None = None
+    cpu_wait_ms: float | None = None
+    gc_policy: str = "load"
 
-    def merge(self, other: GcCounts) -> None:
+    def merge(self, other: ClientCounts) -> None:
         self.collections = [a + b for a, b in zip(self.collections, other.collections, strict=True)]
         self.max_pause_ms = max(self.max_pause_ms, other.max_pause_ms)
         self.total_pause_ms += other.total_pause_ms
+        if other.cpu_ms is not None and other.cpu_wait_ms is not None:
+            self.cpu_ms = (self.cpu_ms or 0.0) + other.cpu_ms
+            self.cpu_wait_ms = (self.cpu_wait_ms or 0.0) + other.cpu_wait_ms
+        self.gc_policy = other.gc_policy
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "collections": list(self.collections),
             "max_pause_ms": self.max_pause_ms,
             "total_pause_ms": self.total_pause_ms,
+            "cpu_ms": self.cpu_ms,
+            "cpu_wait_ms": self.cpu_wait_ms,
+            "gc_policy": self.gc_policy,
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> GcCounts:
-        d = d or {}
+    def from_dict(cls, d: Any) -> ClientCounts:
+        """Read back leniently: what is not a count or a duration is left at its default."""
+        d = d if isinstance(d, dict) else {}
+        collections = d.get("collections")
+        counts = [_count(c) for c in collections] if isinstance(collections, list) else []
+        policy = d.get("gc_policy")
         return cls(
-            list(d.get("collections") or [0, 0, 0]),
-            float(d.get("max_pause_ms") or 0.0),
-            float(d.get("total_pause_ms") or 0.0),
+            [c or 0 for c in counts] if len(counts) == 3 else [0, 0, 0],
+            _ms(d.get("max_pause_ms")) or 0.0,
+            _ms(d.get("total_pause_ms")) or 0.0,
+            _ms(d.get("cpu_ms")),
+            _ms(d.get("cpu_wait_ms")),
+            policy if policy in GC_POLICIES else "load",
         )
+
+    @property
+    def cpu_wait_pct(self) -> float | None:
+        """The share of the time the loop had work that it waited for a CPU (%)."""
+        if self.cpu_ms is None or self.cpu_wait_ms is None or self.cpu_ms + self.cpu_wait_ms <= 0:
+            return None
+        return 100.0 * self.cpu_wait_ms / (self.cpu_ms + self.cpu_wait_ms)
 
 
 def _rss_bytes() -> int | None:
@@ -217,7 +291,7 @@ class LoadPhaseGC:
     def __init__(
         self, growth_bytes: int = FULL_COLLECTION_GROWTH_BYTES, rss: Callable[[], int | None] = _rss_bytes
     ) -> None:
-        self.counts = GcCounts()
+        self.counts = ClientCounts()
         self.growth_bytes = growth_bytes
         self._rss = rss  # the process's resident bytes (None: unknown)
         self.active = False
@@ -290,50 +364,73 @@ class ClientWindow:
     tick: its lag samples, and its collections so far (cumulative)."""
 
     lag: LagHistogram = field(default_factory=LagHistogram)
-    gc: GcCounts = field(default_factory=GcCounts)
+    counts: ClientCounts = field(default_factory=ClientCounts)
 
 
 class ClientHealth:
-    """A process's self-check while its load runs: the lag probe and the GC policy, and
-    the windows its load workers send (``merge_worker``), handed to each tick (``take``)."""
+    """A process's self-check while its load runs: the lag probe, the GC policy and the
+    loop thread's CPU, and the windows its load workers send (``merge_worker``), handed to
+    each tick (``take``).
+
+    What a tick gets is the self-check of the loops that read the streams: this process's
+    own, or, once load workers send theirs, the workers' alone — a controller's loop reads
+    no stream, so its lag cannot move a TTFT or an ITL (it shows in the send lateness)."""
 
     def __init__(self, probe: LoopLagProbe | None = None, gc_policy: LoadPhaseGC | None = None) -> None:
         self.probe = probe or LoopLagProbe()
         self.gc_policy = gc_policy or LoadPhaseGC()
         self._workers_lag = LagHistogram()
-        self._workers_gc: dict[Any, GcCounts] = {}  # cumulative, by worker
+        self._workers_counts: dict[Any, ClientCounts] = {}  # cumulative, by worker
+        self._sched_at_start: tuple[float, float] | None = None
 
     def start(self) -> None:
-        """On the loop to watch, as the load begins."""
+        """On the loop to watch (its thread's CPU is read), as the load begins."""
         self.gc_policy.start()
         self.probe.start()
+        self._sched_at_start = _schedstat_ms()
 
     def stop(self) -> None:
         self.probe.stop()
         self.gc_policy.stop()
 
-    def merge_worker(self, worker: Any, pairs: Iterable[Iterable[int]], max_ms: float, gc_counts: GcCounts) -> None:
-        """A load worker's window: its lag samples since its last one, its collections so far."""
+    def merge_worker(self, worker: Any, pairs: Iterable[Iterable[int]], max_ms: float, counts: ClientCounts) -> None:
+        """A load worker's window: its lag samples since its last one, its counts so far."""
         self._workers_lag.merge(pairs, max_ms)
-        self._workers_gc[worker] = gc_counts
+        self._workers_counts[worker] = counts
+
+    def own_counts(self) -> ClientCounts:
+        """This process's counts so far (on the loop's thread: its CPU is this thread's)."""
+        counts = ClientCounts(gc_policy="load" if self.gc_policy.applied else "python")
+        counts.merge(self.gc_policy.counts)
+        now = _schedstat_ms()
+        if now is not None and self._sched_at_start is not None:
+            counts.cpu_ms = now[0] - self._sched_at_start[0]
+            counts.cpu_wait_ms = now[1] - self._sched_at_start[1]
+        return counts
 
     def take(self) -> ClientWindow:
-        """This process's and its workers' lag since the last call, and every process's
-        collections so far."""
-        lag = self.probe.take()
-        lag.merge(self._workers_lag.pairs(), self._workers_lag.max_ms)
-        self._workers_lag = LagHistogram()
-        counts = GcCounts()
-        counts.merge(self.gc_policy.counts)
-        for worker_counts in self._workers_gc.values():
+        """The stream-reading loops' lag since the last call and their counts so far."""
+        own = self.probe.take()
+        if not self._workers_counts:
+            return ClientWindow(own, self.own_counts())
+        lag, self._workers_lag = self._workers_lag, LagHistogram()
+        counts = ClientCounts()
+        for worker_counts in self._workers_counts.values():
             counts.merge(worker_counts)
         return ClientWindow(lag, counts)
 
 
+def _shown(ms: float | None) -> float | None:
+    """A lag read from its bucket, to the 0.01 ms (the bucket is ±5 %: more digits say
+    nothing)."""
+    return None if ms is None else round(ms, 2)
+
+
 @dataclass(frozen=True)
 class ClientFigures:
-    """The run's self-check as the summary shows it: the loops' lag (ms) and the
-    collections during the load."""
+    """The run's self-check as the summary shows it: the stream-reading loops' lag (ms),
+    their collections during the load, and how much of their busy time they waited for
+    a CPU (None: unknown)."""
 
     lag_p50_ms: float | None
     lag_p99_ms: float | None
@@ -341,6 +438,8 @@ class ClientFigures:
     lag_samples: int
     gc_collections: tuple[int, int, int]
     gc_max_pause_ms: float
+    cpu_wait_pct: float | None = None
+    gc_policy: str = "load"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -350,51 +449,58 @@ class ClientFigures:
             "loop_lag_samples": self.lag_samples,
             "gc_collections": list(self.gc_collections),
             "gc_max_pause_ms": self.gc_max_pause_ms,
+            "cpu_wait_pct": self.cpu_wait_pct,
+            "gc_policy": self.gc_policy,
         }
 
 
 class ClientTotals:
     """Folds ticks' self-check fields into the run's ``ClientFigures`` (the live
-    run-so-far summary and the read-back of a recording fold the same ticks)."""
+    run-so-far summary and the read-back of a recording fold the same ticks). A tick
+    whose fields are not what a run writes (a damaged file) adds nothing of them."""
 
     def __init__(self) -> None:
         self.lag = LagHistogram()
-        self.gc = GcCounts()
+        self.counts = ClientCounts()
         self.seen = False
 
-    def add(self, loop_lag: list | None, loop_lag_max_ms: float | None, client_gc: dict | None) -> None:
-        if loop_lag is not None:
+    def add(self, loop_lag: Any, loop_lag_max_ms: Any, client_counts: Any) -> None:
+        pairs = lag_pairs(loop_lag)
+        if pairs is not None:
             self.seen = True
-            self.lag.merge(loop_lag, loop_lag_max_ms or 0.0)
-        if client_gc is not None:
+            self.lag.merge(pairs, _ms(loop_lag_max_ms) or 0.0)
+        if isinstance(client_counts, dict):
             self.seen = True
-            self.gc = GcCounts.from_dict(client_gc)  # cumulative: the newest stands
+            self.counts = ClientCounts.from_dict(client_counts)  # cumulative: the newest stands
 
     def figures(self) -> ClientFigures | None:
         """None for a recording made before the self-check."""
         if not self.seen:
             return None
-        c = self.gc.collections
+        c = self.counts.collections
+        wait = self.counts.cpu_wait_pct
         return ClientFigures(
-            self.lag.percentile_ms(50),
-            self.lag.percentile_ms(99),
+            _shown(self.lag.percentile_ms(50)),
+            _shown(self.lag.percentile_ms(99)),
             self.lag.max_ms if self.lag.n else None,
             self.lag.n,
             (int(c[0]), int(c[1]), int(c[2])),
-            self.gc.max_pause_ms,
+            self.counts.max_pause_ms,
+            None if wait is None else round(wait, 1),
+            self.counts.gc_policy,
         )
 
     def export_state(self) -> dict[str, Any] | None:
         """JSON-able state for a series checkpoint; ``restore_state`` reads it back."""
         if not self.seen:
             return None
-        return {"lag": self.lag.pairs(), "lag_max_ms": self.lag.max_ms, "gc": self.gc.to_dict()}
+        return {"lag": self.lag.pairs(), "lag_max_ms": self.lag.max_ms, "counts": self.counts.to_dict()}
 
     @classmethod
     def restore_state(cls, state: dict[str, Any] | None) -> ClientTotals:
         totals = cls()
-        if state:
-            totals.add(state["lag"], state["lag_max_ms"], state["gc"])
+        if isinstance(state, dict):
+            totals.add(state.get("lag"), state.get("lag_max_ms"), state.get("counts"))
         return totals
 
 
@@ -402,5 +508,5 @@ def client_figures(ticks: Iterable[Any]) -> ClientFigures | None:
     """The run's self-check from its ticks (``core.timeline.Tick``), in time order."""
     totals = ClientTotals()
     for tick in ticks:
-        totals.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_gc)
+        totals.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_counts)
     return totals.figures()

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import RequestRecord
 from rampwatch.loadgen.client import RequestCancelled
-from rampwatch.loadgen.loop_health import WORKER_WINDOW_EVERY_S, ClientHealth, GcCounts
+from rampwatch.loadgen.loop_health import WORKER_WINDOW_EVERY_S, ClientCounts, ClientHealth
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.workers import ClientSpec, WorkerCore, worker_of
 
@@ -183,7 +183,7 @@ class RayWorker:
         if self.health is None:
             return [], 0.0, {}
         window = self.health.take()
-        return window.lag.pairs(), window.lag.max_ms, window.gc.to_dict()
+        return window.lag.pairs(), window.lag.max_ms, window.counts.to_dict()
 
     async def send(self, req: PreparedRequest, request_id: int, scheduled_at: float) -> RequestRecord:
         assert self.core is not None, "start() first"
@@ -375,7 +375,7 @@ class RayPool:
             for (index, _), answer in zip(live, answers):
                 if isinstance(answer, tuple) and self.on_lag is not None:
                     pairs, max_ms, counts = answer
-                    self.on_lag(index, pairs, max_ms, GcCounts.from_dict(counts))
+                    self.on_lag(index, pairs, max_ms, ClientCounts.from_dict(counts))
 
     async def send(self, req: PreparedRequest, request_id: int, scheduled_at: float) -> RequestRecord:
         index = worker_of(request_id, len(self._actors))

@@ -888,7 +888,7 @@ class Run:
             sessions_finished_total=self.sessions.finished_total if self.sessions is not None else 0,
             loop_lag=client.lag.pairs(),
             loop_lag_max_ms=client.lag.max_ms if client.lag.n else None,
-            client_gc=client.gc.to_dict(),
+            client_counts=client.counts.to_dict(),
         )
 
     def _check_knee(self) -> None:

@@ -570,7 +570,7 @@ class SeriesBuilder:
         self._last["sessions_active"].set(s, float(tick.active_sessions))
         if tick.loop_lag_max_ms is not None:
             self._last["client_lag_ms"].set(s, tick.loop_lag_max_ms)
-        self.client_totals.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_gc)
+        self.client_totals.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_counts)
         prev_t, prev_started, prev_finished = self._session_totals
         if tick.sessions_started_total != prev_started or tick.sessions_finished_total != prev_finished:
             self._spread_counts(

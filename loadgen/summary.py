@@ -32,7 +32,7 @@ import orjson
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
-from rampwatch.loadgen.loop_health import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE, ClientFigures
+from rampwatch.loadgen.loop_health import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE, CPU_STARVED_PCT, ClientFigures
 from rampwatch.loadgen.scrape import combine_samples
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -336,30 +336,45 @@ def lateness_warning(figures: Summary) -> str | None:
     return f"warning: the client sent late ({shown}): the offered rate was not fully met; see docs/scale.md"
 
 
-def client_lag_bound_ms(figures: Summary) -> float:
-    """The client's lag p99 above which it could have moved the p99s it reports:
-    ``CLIENT_LAG_FLOOR_MS``, or ``CLIENT_LAG_SHARE`` of the smallest p99 among TTFT and
-    ITL when that is larger (a 1 ms lag is noise on a 2 s TTFT, not on a 5 ms ITL)."""
-    p99s = [figures.latency(m).percentiles.get("p99") for m in ("ttft", "itl")]
-    present = [p for p in p99s if p is not None and p > 0 and not math.isnan(p)]
-    return max(CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE * min(present, default=0.0))
+def client_lag_bound_ms(p99_ms: float) -> float:
+    """The client's lag p99 above which it could have moved a p99 of ``p99_ms``:
+    ``CLIENT_LAG_FLOOR_MS``, or ``CLIENT_LAG_SHARE`` of it when that is larger (1 ms is
+    noise on a 2 s TTFT, not on a 5 ms ITL)."""
+    return max(CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE * p99_ms)
+
+
+def client_lag_cause(client: ClientFigures) -> str:
+    """Why the loops ran late, from what the run measured: waiting for a CPU (the machine
+    is short of cores), full collections, or the client's own work."""
+    if client.cpu_wait_pct is not None and client.cpu_wait_pct >= CPU_STARVED_PCT:
+        return f"it waited for a CPU {client.cpu_wait_pct:.0f} % of its busy time: this machine is short of cores"
+    full = client.gc_collections[2]
+    if full:
+        return f"{full} full GC pass{'es' if full != 1 else ''} during the load"
+    return "its own work held the loop"
 
 
 def client_lag_warning(figures: Summary) -> str | None:
-    """One line when the client's own loops ran late enough to move the TTFT or ITL
-    percentiles it reports (lag p99 over ``client_lag_bound_ms``), with how much they
-    could hold of the client's delay; else None. A full collection during the load is
-    named: it is the usual cause."""
+    """One line when the client's stream-reading loops ran late enough to move a TTFT or
+    ITL p99 it reports (its lag p99 over ``client_lag_bound_ms`` of that p99), naming
+    each figure it could have moved, by how much at most, and the likely cause; None
+    otherwise, and when no request gave a TTFT or an ITL."""
     client = figures.client
-    if client is None or client.lag_p99_ms is None or client.lag_p99_ms <= client_lag_bound_ms(figures):
+    if client is None or client.lag_p99_ms is None:
         return None
-    full = client.gc_collections[2]
-    cause = f"; {full} full GC pass{'es' if full != 1 else ''} during the load" if full else ""
+    lag = client.lag_p99_ms
+    moved = []
+    for metric, label in (("ttft", "TTFT"), ("itl", "ITL")):
+        p99 = figures.latency(metric).percentiles.get("p99")
+        if figures.completed == 0 or p99 is None or math.isnan(p99) or p99 <= 0 or lag <= client_lag_bound_ms(p99):
+            continue
+        moved.append(f"{label} p99 {p99:.1f} ms" + (" (all of it, as far as this run can tell)" if lag >= p99 else ""))
+    if not moved:
+        return None
     return (
-        f"warning: the client's own event loop ran late (lag p99 {client.lag_p99_ms:.1f} ms, "
-        f"max {client.lag_max_ms or 0.0:.0f} ms{cause}): its TTFT and ITL percentiles may hold up to "
-        f"{client.lag_p99_ms:.1f} ms of the client's delay at p99 ({client.lag_max_ms or 0.0:.0f} ms at worst); "
-        f"see docs/scale.md"
+        f"warning: the client ran late (loop lag p99 {lag:.1f} ms, max {client.lag_max_ms or 0.0:.0f} ms; "
+        f"{client_lag_cause(client)}): {' and '.join(moved)} may hold up to {lag:.1f} ms of the client's own "
+        f"delay; see docs/scale.md"
     )
 
 
@@ -882,7 +897,8 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         lines.append(_row("Client loop lag max (ms):", client["loop_lag_max_ms"]))
         young, middle, full = client["gc_collections"]
         lines.append(_row("GC passes young/middle/full:", f"{young}/{middle}/{full}", ""))
-        lines.append(_row("Longest GC pause (ms):", client["gc_max_pause_ms"]))
+        lines.append(_row("Longest GC pause, wall (ms):", client["gc_max_pause_ms"]))
+        lines.append(_row("Client waited for a CPU (% busy):", client.get("cpu_wait_pct"), ".1f"))
     server = summary.get("server") or {}
     lines.append("{s:{c}^{n}}".format(s="Server (/metrics)", n=50, c="-"))
     if server.get("available"):

@@ -43,7 +43,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import CANCELLED, RequestRecord
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import RequestCancelled
-from rampwatch.loadgen.loop_health import WORKER_WINDOW_EVERY_S, ClientHealth, GcCounts
+from rampwatch.loadgen.loop_health import WORKER_WINDOW_EVERY_S, ClientCounts, ClientHealth
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.workers import ClientSpec, WorkerCore, worker_of
 
@@ -63,7 +63,7 @@ LOADED = "loaded"  # (LOADED, pid): imported, waiting for its START
 READY = "ready"  # (READY, pid)
 FAILED = "failed"  # (FAILED, message): the worker could not start
 RECORD = "record"  # (RECORD, record)
-# (LAG, [[bucket, count], …], max ms, GcCounts.to_dict()): the worker's loop lag since its
+# (LAG, [[bucket, count], …], max ms, ClientCounts.to_dict()): the worker's loop lag since its
 # last LAG and its collections so far, every WORKER_WINDOW_EVERY_S from its READY on.
 LAG = "lag"
 
@@ -223,7 +223,7 @@ async def _serve(sock: socket.socket) -> None:
         while True:
             await asyncio.sleep(WORKER_WINDOW_EVERY_S)
             window = health.take()
-            link.queue((LAG, window.lag.pairs(), window.lag.max_ms, window.gc.to_dict()))
+            link.queue((LAG, window.lag.pairs(), window.lag.max_ms, window.counts.to_dict()))
 
     reporter = loop.create_task(report_lag())
     link.queue((READY, os.getpid()))
@@ -268,7 +268,7 @@ class WorkerPool:
         spec: ClientSpec,
         on_lost: Callable[[str], None] | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
-        on_lag: Callable[[Any, list, float, GcCounts], None] | None = None,
+        on_lag: Callable[[Any, list, float, ClientCounts], None] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a worker pool needs at least one worker")
@@ -343,7 +343,7 @@ class WorkerPool:
                     pending.future.set_result(record)
             elif kind == LAG:
                 if self.on_lag is not None:
-                    self.on_lag(worker.index, message[1], message[2], GcCounts.from_dict(message[3]))
+                    self.on_lag(worker.index, message[1], message[2], ClientCounts.from_dict(message[3]))
             elif kind == READY:
                 if not worker.ready.done():
                     worker.ready.set_result(message[1])
@@ -498,7 +498,7 @@ class LocalWorkers:
     def __init__(self, workers: int, on_lost: Callable[[str], None] | None = None) -> None:
         self.workers = workers
         self.on_lost = on_lost
-        self.on_lag: Callable[[Any, list, float, GcCounts], None] | None = None
+        self.on_lag: Callable[[Any, list, float, ClientCounts], None] | None = None
         self.pool: WorkerPool | None = None  # the run's, once prepared or made
 
     async def prepare(self, spec: ClientSpec) -> None:
@@ -523,7 +523,7 @@ class LocalWorkers:
         if self.on_lost is not None:
             self.on_lost(message)
 
-    def _lag(self, worker: Any, pairs: list, max_ms: float, gc_counts: GcCounts) -> None:
+    def _lag(self, worker: Any, pairs: list, max_ms: float, gc_counts: ClientCounts) -> None:
         if self.on_lag is not None:
             self.on_lag(worker, pairs, max_ms, gc_counts)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import threading
 import time
 
@@ -13,9 +14,11 @@ import pytest
 from rampwatch.core.timeline import NullSink, RequestRecord
 from rampwatch.loadgen.loop_health import (
     GC_ENV,
+    MAX_LAG_BUCKET,
+    ClientCounts,
     ClientFigures,
+    ClientHealth,
     ClientTotals,
-    GcCounts,
     LagHistogram,
     LoadPhaseGC,
     LoopLagProbe,
@@ -245,7 +248,7 @@ async def test_a_run_whose_loop_stalled_reports_the_stall_and_warns():
     assert ClientTotals.restore_state(None).figures() is None
     folded = ClientTotals()
     for tick in sink.ticks:
-        folded.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_gc)
+        folded.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_counts)
     assert folded.figures() == client
     warning = client_lag_warning(summary)
     assert warning is not None and f"max {client.lag_max_ms:.0f} ms" in warning
@@ -297,7 +300,8 @@ def test_the_warning_follows_the_p99s_the_client_reports(itl_ms, ttft_ms, lag_p9
     assert (warning is not None) is warns
     lines = format_summary(summary).splitlines()
     if warns:
-        assert lines[-1] == warning and f"lag p99 {lag_p99_ms:.1f} ms" in warning
+        assert lines[-1] == warning and f"loop lag p99 {lag_p99_ms:.1f} ms" in warning
+        assert f"ITL p99 {itl_ms:.1f} ms" in warning and "TTFT" not in warning  # only the p99 it could move
     else:
         assert lines[-1] == "=" * 50
 
@@ -310,10 +314,10 @@ def test_the_warning_names_full_collections_and_none_without_a_self_check():
 
 
 def test_gc_counts_add_up_across_processes():
-    a = GcCounts([3, 1, 0], 0.5, 1.0)
-    a.merge(GcCounts([2, 0, 1], 40.0, 40.0))
+    a = ClientCounts([3, 1, 0], 0.5, 1.0)
+    a.merge(ClientCounts([2, 0, 1], 40.0, 40.0))
     assert a.collections == [5, 1, 1] and a.max_pause_ms == 40.0 and a.total_pause_ms == 41.0
-    assert GcCounts.from_dict(a.to_dict()) == a
+    assert ClientCounts.from_dict(a.to_dict()) == a
 
 
 def test_pythons_own_policy_can_be_kept_and_its_full_collections_are_counted(monkeypatch):
@@ -351,3 +355,81 @@ async def test_a_requests_client_state_forms_no_reference_cycles():
     assert result.counts.ended >= 90
     clients = {name for name in cyclic if name.startswith(("rampwatch.loadgen", "rampwatch.core", "aiohttp.client"))}
     assert clients == set()
+
+
+@pytest.mark.parametrize(
+    ("loop_lag", "max_ms", "counts"),
+    [
+        ([[10_000, 5]], 5.0, {"collections": [1, 0, 0]}),  # a bucket past a day's lag
+        ([[1e9, 1]], "x", "junk"),
+        ([["abc", 3]], float("nan"), [1, 2, 3]),
+        ([[1, 2, 3]], float("inf"), {"collections": [1]}),
+        ({"a": 1}, -4.0, {"collections": ["a", 0, 0], "max_pause_ms": "zz", "cpu_ms": float("nan")}),
+        (5, None, {"collections": [-3, 0, 0], "gc_policy": "\x1b[2J"}),
+        ([[3, -328]], 5.0, None),
+        ([[True, 1]], 5.0, {"collections": [True, 0, 0]}),
+    ],
+)
+def test_a_damaged_ticks_self_check_is_read_past_not_folded(loop_lag, max_ms, counts):
+    totals = ClientTotals()
+    totals.add([[40, 10]], 0.6, {"collections": [4, 0, 0], "max_pause_ms": 0.5, "gc_policy": "load"})
+    totals.add(loop_lag, max_ms, counts)
+    figures = totals.figures()
+    assert figures is not None
+    assert figures.lag_samples == 10 and figures.lag_max_ms == 0.6  # the damaged window added nothing
+    assert all(c >= 0 for c in figures.gc_collections) and figures.gc_policy in ("load", "python")
+    assert figures.gc_max_pause_ms >= 0.0 and figures.cpu_wait_pct is None
+    assert json.loads(json.dumps(figures.to_dict(), allow_nan=False))  # valid JSON, no NaN or Infinity
+
+
+def test_lag_buckets_stop_at_a_days_lag():
+    assert lag_bucket(1e12) == MAX_LAG_BUCKET and bucket_ms(10**9) == bucket_ms(MAX_LAG_BUCKET)
+    assert bucket_ms(MAX_LAG_BUCKET) == pytest.approx(86_400_000, rel=0.05)
+
+
+def test_a_runs_self_check_is_its_stream_readers_once_workers_send_theirs():
+    health = ClientHealth()
+    health.probe._window.add(250.0)  # the controller's own loop: no stream is read there
+    alone = health.take()
+    assert alone.lag.max_ms == 250.0 and alone.counts.gc_policy in ("load", "python")
+    health.probe._window.add(250.0)
+    health.merge_worker(0, [[lag_bucket(2.0), 40]], 2.0, ClientCounts([3, 0, 0], 0.2, 0.4, 100.0, 5.0))
+    health.merge_worker(1, [[lag_bucket(3.0), 40]], 3.0, ClientCounts([2, 1, 0], 0.3, 0.5, 50.0, 45.0))
+    window = health.take()
+    assert window.lag.n == 80 and window.lag.max_ms == 3.0  # the workers' alone
+    assert window.counts.collections == [5, 1, 0] and window.counts.cpu_wait_pct == pytest.approx(25.0)
+
+
+def test_a_process_counts_its_loop_threads_cpu_and_its_wait_for_one():
+    health = ClientHealth()
+    health._sched_at_start = (0.0, 0.0)  # from the thread's start
+    counts = health.own_counts()
+    assert counts.cpu_ms is not None and counts.cpu_ms > 0 and counts.cpu_wait_ms is not None
+    assert 0.0 <= counts.cpu_wait_pct <= 100.0
+
+
+def test_no_warning_without_a_ttft_or_an_itl():
+    summary = _itl_run(30.0, 200.0, _client(40.0, 80.0))
+    nothing = summarise_requests(None, [], [], [], client=summary.client)
+    assert nothing.completed == 0 and client_lag_warning(nothing) is None
+
+
+@pytest.mark.parametrize(
+    ("cpu_wait_pct", "full", "cause"),
+    [
+        (45.0, 0, "it waited for a CPU 45 % of its busy time: this machine is short of cores"),
+        (45.0, 2, "it waited for a CPU 45 % of its busy time: this machine is short of cores"),
+        (5.0, 2, "2 full GC passes during the load"),
+        (5.0, 0, "its own work held the loop"),
+        (None, 0, "its own work held the loop"),
+    ],
+)
+def test_the_warning_names_the_likely_cause(cpu_wait_pct, full, cause):
+    client = ClientFigures(0.1, 42.0, 90.0, 1000, (40, 3, full), 1.0, cpu_wait_pct)
+    warning = client_lag_warning(_itl_run(3.7, 140.0, client)) or ""
+    assert f"; {cause}): " in warning
+    # a p99 under the lag is all the client's as far as the run can tell; the other one may hold some
+    assert warning.endswith(
+        ": TTFT p99 140.0 ms and ITL p99 3.7 ms (all of it, as far as this run can tell) may hold up to "
+        "42.0 ms of the client's own delay; see docs/scale.md"
+    )

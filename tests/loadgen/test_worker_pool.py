@@ -305,8 +305,8 @@ async def test_a_run_over_workers_folds_their_lag_into_its_ticks():
     own = LoopLagProbe().interval_s
     ticks = sink.of("tick")
     samples = sum(c for t in ticks for _, c in (t.loop_lag or []))
-    # The run's own probe gives one sample per 5 ms of the run; with two workers' the
-    # ticks carry about three times as many (the workers' arrive every half second).
-    assert samples > 1.5 * result.duration_s / own
+    # Each worker's probe gives one sample per 5 ms (from before the run's start): the
+    # ticks carry the two workers' (the stream readers'), about twice one loop's.
+    assert samples > 1.2 * result.duration_s / own
     assert result.live_summary.client is not None
     assert result.live_summary.client.lag_samples == samples

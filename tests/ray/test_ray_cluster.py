@@ -58,10 +58,10 @@ def test_a_ramp_through_two_ray_actors(ray_head, tmp_path):
     with open_recording(recording) as rec:
         header, requests, events = rec.header, rec.requests, rec.events
         assert rec.finished and not rec.warnings
-        # The run's own loop gives a lag sample per 5 ms; each actor's come on top.
+        # Each actor's loop gives a lag sample per 5 ms: the ticks carry the two actors'.
         lag_samples = sum(c for t in rec.ticks for _, c in (t.loop_lag or []))
-        assert lag_samples > 1.5 * rec.duration_s / 0.005
-        assert rec.ticks[-1].client_gc is not None and rec.ticks[-1].client_gc["collections"][2] == 0
+        assert lag_samples > 1.2 * rec.duration_s / 0.005
+        assert rec.ticks[-1].client_counts is not None and rec.ticks[-1].client_counts["collections"][2] == 0
     ids = sorted(r.id for r in requests)
     assert len(ids) >= 10 and ids == list(range(len(ids)))  # none lost
     assert all(r.ok for r in requests), [r.error for r in requests if not r.ok][:3]
