@@ -252,7 +252,10 @@ def main(args: argparse.Namespace) -> int:
         f"{side}: {text}" for side, f in zip("AB", figures) if (text := client_lag_warning(f)) is not None
     ]
     if args.json:
-        client = {side: summary.get("client") for side, summary in zip("ab", summaries)}
+        client = {
+            side: {"send_lateness_ms": summary.get("send_lateness_ms"), "self_check": summary.get("client")}
+            for side, summary in zip("ab", summaries)
+        }
         out = {"load_warning": warning, "rows": rows, "client": client, "client_warnings": client_warnings}
         print(json.dumps(out, indent=2))
     else:

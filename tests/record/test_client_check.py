@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -66,6 +67,12 @@ async def test_report_and_compare_read_the_runs_self_check_back(tmp_path):
     check = lines[lines.index("client self-check") :]
     assert check[3].split()[-2:] == ["n/a", f"{live.lag_max_ms:.1f}"]  # the fixture predates the check
     assert check[-1] == f"B: {warning}"
+
+    as_json = rampwatch("compare", str(FIXTURE), str(path), "--resamples", "50", "--json")
+    client = json.loads(as_json.stdout)["client"]
+    assert client["a"]["self_check"] is None and client["b"]["self_check"] == read_back.client.to_dict()
+    assert client["b"]["send_lateness_ms"] == read_back.send_lateness.to_dict()
+    assert json.loads(as_json.stdout)["client_warnings"] == [f"B: {warning}"]
 
 
 async def test_a_replay_resumed_from_a_checkpoint_has_the_runs_self_check(tmp_path):
