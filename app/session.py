@@ -122,6 +122,24 @@ def _check_url(flag: str, url: str) -> str:
     return url.rstrip("/")
 
 
+def _check_one_authorization(target: str, args: argparse.Namespace, connection: Connection) -> None:
+    """A ``user:password`` in ``--target`` is HTTP basic auth; an API key (or an
+    ``Authorization`` header) is another: aiohttp refuses a request with both, so the run
+    is refused before it starts, in one line that does not show the password."""
+    parts = urlsplit(target)
+    if parts.username is None and parts.password is None:
+        return
+    if any(name.lower() == "authorization" for name, _ in connection.headers):
+        other = "--header Authorization"
+    elif getattr(args, "api_key", None):
+        other = "--api-key"
+    elif connection.api_key:
+        other = "OPENAI_API_KEY (from the environment)"
+    else:
+        return
+    raise UserError(f"{other} and a user:password in --target: give one of them")
+
+
 def is_local_host(url: str) -> bool:
     """The URL's host is this machine: a loopback name or address, or this host's name."""
     host = (urlsplit(url).hostname or "").lower()
@@ -362,6 +380,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     if command is None:
         # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
         target = normalize_base_url(_check_url("--target", args.target))
+        _check_one_authorization(target, args, connection)
     else:
         target = command.base_url
     if gpu_plan is None:  # a server of the user's (started here or not): where it runs decides

@@ -1,0 +1,63 @@
+"""`rampwatch run` refusing, before anything starts, what it cannot do: two kinds of
+authorization at once (a password in `--target` and an API key). One line, naming what
+is at fault, no secret."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+REPO = Path(__file__).resolve().parents[2]
+PASSWORD = "pa55word"
+API_KEY = "sk-SECRET123"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rampwatch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    return subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "run", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **(env or {})},
+    )
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "extra, env, other",
+    [
+        (["--api-key", API_KEY], None, "--api-key"),
+        ([], {"OPENAI_API_KEY": API_KEY}, "OPENAI_API_KEY (from the environment)"),
+        (["--header", f"Authorization: Bearer {API_KEY}"], None, "--header Authorization"),
+    ],
+)
+def test_a_password_in_the_target_and_an_api_key_are_refused_in_one_line(extra, env, other):
+    # aiohttp refuses a request with both (a ValueError traceback, once): refused up front
+    target = f"http://user:{PASSWORD}@127.0.0.1:{closed_port()}"
+    proc = rampwatch("chat", "--target", target, *extra, "--headless", "--no-record", env=env)
+    line = one_error_line(proc)
+    assert proc.returncode == 2
+    assert line == f"rampwatch run: error: {other} and a user:password in --target: give one of them"
+    for secret in (PASSWORD, API_KEY):
+        assert secret not in proc.stdout + proc.stderr
