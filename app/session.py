@@ -40,7 +40,7 @@ from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_bas
 from rampwatch.loadgen.connection import Connection, ca_context
 from rampwatch.loadgen.gpu import NvmlReader, NvmlUnavailable
 from rampwatch.loadgen.knee_explain import ServerLimits
-from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS
+from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS, check_gc_policy
 from rampwatch.loadgen.managed import (
     DEFAULT_STARTUP_TIMEOUT_S,
     PHASE_STARTING,
@@ -356,6 +356,7 @@ class RunPlan:
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
+    check_gc_policy()  # RAMPWATCH_LOAD_GC: a value it does not know stops the run here
     scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     headers = list(getattr(args, "header", None) or [])

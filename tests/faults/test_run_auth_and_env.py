@@ -1,6 +1,6 @@
 """`rampwatch run` refusing, before anything starts, what it cannot do: two kinds of
-authorization at once (a password in `--target` and an API key). One line, naming what
-is at fault, no secret."""
+authorization at once (a password in `--target` and an API key), and a
+`RAMPWATCH_LOAD_GC` it does not know. One line, naming what is at fault, no secret."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rampwatch.core.errors import UserError
+from rampwatch.loadgen.loop_health import GC_ENV, check_gc_policy
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pa55word"
@@ -25,7 +27,7 @@ def closed_port() -> int:
 
 
 def rampwatch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", GC_ENV)}
     return subprocess.run(
         [sys.executable, "-m", "rampwatch.app.cli", "run", *args],
         cwd=REPO,
@@ -61,3 +63,25 @@ def test_a_password_in_the_target_and_an_api_key_are_refused_in_one_line(extra, 
     assert line == f"rampwatch run: error: {other} and a user:password in --target: give one of them"
     for secret in (PASSWORD, API_KEY):
         assert secret not in proc.stdout + proc.stderr
+
+
+def test_an_unknown_load_gc_policy_stops_the_run_before_it_starts():
+    # the target's port is closed: a run that started would end "cannot reach" (exit 3)
+    proc = rampwatch(
+        "chat", "--target", f"http://127.0.0.1:{closed_port()}", "--headless", "--no-record", env={GC_ENV: "garbage"}
+    )
+    assert one_error_line(proc) == "rampwatch run: error: RAMPWATCH_LOAD_GC='garbage': expected load or python"
+    assert proc.returncode == 2
+
+
+@pytest.mark.parametrize("value", ["", "load", "python", " Python ", "LOAD"])
+def test_the_known_load_gc_policies_are_accepted(monkeypatch, value):
+    monkeypatch.setenv(GC_ENV, value)
+    check_gc_policy()
+
+
+@pytest.mark.parametrize("value", ["garbage", "off", "0"])
+def test_other_load_gc_policies_are_refused(monkeypatch, value):
+    monkeypatch.setenv(GC_ENV, value)
+    with pytest.raises(UserError, match=rf"^RAMPWATCH_LOAD_GC='{value}': expected load or python$"):
+        check_gc_policy()
