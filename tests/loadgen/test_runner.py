@@ -207,10 +207,21 @@ async def test_stop_cancels_in_flight_after_the_grace_period():
             stop_grace_s=0.4,
         )
 
+        # Ten requests sent (1 s of the run's clock, whatever its start-up took), then stop.
+        ten_sent = asyncio.Event()
+        send, calls = run._send, 0
+
+        async def send_counted(*args):
+            nonlocal calls
+            calls += 1
+            if calls == 10:
+                ten_sent.set()  # the stopper runs after this step, which sends the tenth
+            return await send(*args)
+
+        run._send = send_counted  # type: ignore[method-assign]
+
         async def stop_soon() -> float:
-            # Ten requests sent (1 s of the run's clock, whatever its start-up took), then stop.
-            while run._sent_total < 10:
-                await asyncio.sleep(0.01)
+            await ten_sent.wait()
             run.interrupt()
             return run.now()
 
