@@ -351,8 +351,7 @@ def test_a_schedule_kind_that_is_not_a_name_is_one_line(tmp_path, value, got):
     with pytest.raises(UserError) as info:
         load_scenario("random", overrides=[("schedule.kind", value)])
     assert str(info.value) == (
-        "scenarios/random.yaml: schedule.kind (set on the command line): expected one of "
-        f"{', '.join(KINDS)}, got {got}"
+        f"scenarios/random.yaml: schedule.kind (set on the command line): expected one of {', '.join(KINDS)}, got {got}"
     )
     # the same kind written in a file
     path = write(tmp_path, f"name: k\nschedule:\n  kind: {value}\n  duration_s: 5\n" + GOOD_WORKLOAD)
