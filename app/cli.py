@@ -62,8 +62,9 @@ def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str
     for word in extras:
         flag = word.split("=", 1)[0]
         if flag.startswith("--"):
-            close = difflib.get_close_matches(flag, options, n=1, cutoff=0.75)
-            if close:
+            # Never the word itself: an option placed after ``--`` exists, and is not misspelt.
+            close = difflib.get_close_matches(flag, [o for o in options if o != flag], n=1, cutoff=0.75)
+            if close and flag not in options:
                 hints.append(f"{flag}: did you mean {close[0]}?")
     return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
 

@@ -57,7 +57,7 @@ def child_argv(argv: list[str], run_id: str, log: Path, recording: Path | None) 
     out += ["--headless", "--run-id", run_id, "--detached-log", str(log)]
     if recording is not None and "--record" not in out and not any(a.startswith("--record=") for a in out):
         out += ["--record", str(recording)]
-    return [sys.executable, "-m", "rampwatch.app.cli", *out]
+    return [sys.executable, "-P", "-m", "rampwatch.app.cli", *out]
 
 
 def launch(args: argparse.Namespace) -> int:

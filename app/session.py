@@ -40,7 +40,7 @@ from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_bas
 from rampwatch.loadgen.connection import Connection, ca_context
 from rampwatch.loadgen.gpu import NvmlReader, NvmlUnavailable
 from rampwatch.loadgen.knee_explain import ServerLimits
-from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS
+from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS, check_gc_policy
 from rampwatch.loadgen.managed import (
     DEFAULT_STARTUP_TIMEOUT_S,
     PHASE_STARTING,
@@ -120,6 +120,24 @@ def _check_url(flag: str, url: str) -> str:
     except ValueError as exc:
         raise UserError(f"{flag} {redact_text(url)!r}: {exc}") from None
     return url.rstrip("/")
+
+
+def _check_one_authorization(target: str, args: argparse.Namespace, connection: Connection) -> None:
+    """A ``user:password`` in ``--target`` is HTTP basic auth; an API key (or an
+    ``Authorization`` header) is another: aiohttp refuses a request with both, so the run
+    is refused before it starts, in one line that does not show the password."""
+    parts = urlsplit(target)
+    if parts.username is None and parts.password is None:
+        return
+    if any(name.lower() == "authorization" for name, _ in connection.headers):
+        other = "--header Authorization"
+    elif getattr(args, "api_key", None):
+        other = "--api-key"
+    elif connection.api_key:
+        other = "OPENAI_API_KEY (from the environment)"
+    else:
+        return
+    raise UserError(f"{other} and a user:password in --target: give one of them")
 
 
 def is_local_host(url: str) -> bool:
@@ -338,6 +356,7 @@ class RunPlan:
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
+    check_gc_policy()  # RAMPWATCH_LOAD_GC: a value it does not know stops the run here
     scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
     headers = list(getattr(args, "header", None) or [])
@@ -362,6 +381,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     if command is None:
         # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
         target = normalize_base_url(_check_url("--target", args.target))
+        _check_one_authorization(target, args, connection)
     else:
         target = command.base_url
     if gpu_plan is None:  # a server of the user's (started here or not): where it runs decides

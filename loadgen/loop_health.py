@@ -510,3 +510,13 @@ def client_figures(ticks: Iterable[Any]) -> ClientFigures | None:
     for tick in ticks:
         totals.add(tick.loop_lag, tick.loop_lag_max_ms, tick.client_counts)
     return totals.figures()
+
+
+def check_gc_policy() -> None:
+    """``GC_ENV`` names a policy this load knows (``load``, the default, or ``python``):
+    any other value stops the run before it starts, in one line."""
+    from rampwatch.core.errors import UserError
+
+    value = os.environ.get(GC_ENV, "")
+    if value.strip().lower() not in ("", "load", "python"):
+        raise UserError(f"{GC_ENV}={value!r}: expected load or python")

@@ -87,11 +87,12 @@ def _is_value(token: str) -> bool:
 
 def _entry_length(argv: list[str]) -> int:
     """How many leading words name the program rather than its arguments: ``vllm serve``,
-    ``rampwatch sim`` (resolved: ``python -m rampwatch.app.cli sim``), ``python -m MODULE``."""
-    if len(argv) >= 3 and argv[1] == "-m":
-        if argv[2] == "rampwatch.app.cli" and len(argv) >= 4 and not argv[3].startswith("-"):
-            return 4
-        return 3
+    ``rampwatch sim`` (resolved: ``python -P -m rampwatch.app.cli sim``), ``python -m MODULE``."""
+    m = 2 if len(argv) >= 3 and argv[1] in ("-P", "-I") and argv[2] == "-m" else 1
+    if len(argv) >= m + 2 and argv[m] == "-m":
+        if argv[m + 1] == "rampwatch.app.cli" and len(argv) >= m + 3 and not argv[m + 2].startswith("-"):
+            return m + 3
+        return m + 2
     if Path(argv[0]).name in ("vllm", "rampwatch") and len(argv) >= 2 and not argv[1].startswith("-"):
         return 2
     return 1
@@ -204,7 +205,7 @@ def _shown(text: str) -> str:
 def _resolve_program(words: list[str]) -> list[str]:
     program, rest = words[0], words[1:]
     if program == "rampwatch":  # this rampwatch, whatever PATH says
-        return [sys.executable, "-m", "rampwatch.app.cli", *rest]
+        return [sys.executable, "-P", "-m", "rampwatch.app.cli", *rest]
     if "/" in program:
         if not (os.path.isfile(program) and os.access(program, os.X_OK)):
             raise UserError(f"--serve: {program}: no such executable file")
@@ -367,7 +368,7 @@ class ManagedServer:
             except OSError as exc:
                 raise UserError(f"--server-log {self.log_path}: {exc.strerror or exc}") from None
         started = time.monotonic()
-        guard = [sys.executable, "-m", "rampwatch.loadgen.serve_guard", "--grace", repr(DEFAULT_GRACE_S), "--"]
+        guard = [sys.executable, "-P", "-m", "rampwatch.loadgen.serve_guard", "--grace", repr(DEFAULT_GRACE_S), "--"]
         self._process = subprocess.Popen(
             [*guard, *command.argv],
             stdin=subprocess.PIPE,

@@ -196,7 +196,7 @@ def spawn_builder(payload: bytes) -> tuple[subprocess.Popen, socket.socket]:
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(theirs.fileno())],
+            [sys.executable, "-P", "-m", __name__, str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
         )

@@ -727,7 +727,9 @@ def _leave_out_the_old_kinds_keys(before: Any, after: Any, set_keys: set[str]) -
     if "schedule.kind" not in set_keys or not isinstance(before, dict) or not isinstance(after, dict):
         return
     kind = after.get("kind")
-    if kind == before.get("kind") or kind not in SCHEDULE_FIELDS:
+    # Only a string can name a kind (a list or mapping is not hashable): anything else is
+    # left for the validation to report as a bad schedule.kind, in one line.
+    if not isinstance(kind, str) or kind == before.get("kind") or kind not in SCHEDULE_FIELDS:
         return
     takes = {"kind", *SCHEDULE_FIELDS[kind]}
     for key in [k for k in after if k not in takes and f"schedule.{k}" not in set_keys]:

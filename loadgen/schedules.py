@@ -229,7 +229,7 @@ def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
     if not isinstance(spec, dict):
         return {}, [SpecProblem((), f"expected a mapping with a 'kind' key, got {describe(spec)}")]
     kind = spec.get("kind")
-    if kind not in SCHEDULE_FIELDS:
+    if not isinstance(kind, str) or kind not in SCHEDULE_FIELDS:  # a list or mapping: not hashable
         if "kind" not in spec:
             return {}, [SpecProblem(("kind",), f"required key is missing (one of {', '.join(KINDS)})", True)]
         return {}, [SpecProblem(("kind",), choice_check(KINDS)(kind) or "")]

@@ -48,6 +48,9 @@ def test_no_command_is_an_error(capsys):
             "(--scrape-intervall: did you mean --scrape-interval?)",
         ),
         (["report", "x.rwrec", "--bogus"], "rampwatch report: error: unrecognized arguments: --bogus"),
+        # an option of the command after "--" is not misspelt: no "did you mean" the same flag
+        (["run", "chat", "--", "--duration"], "rampwatch run: error: unrecognized arguments: --duration"),
+        (["run", "chat", "--", "--header=X:1"], "rampwatch run: error: unrecognized arguments: --header=X:1"),
     ],
 )
 def test_a_misspelt_flag_names_the_closest_one(capsys, argv, line):

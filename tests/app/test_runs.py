@@ -219,8 +219,8 @@ def test_attach_to_a_finished_run_without_recording_or_a_killed_one_is_one_line(
 def test_the_detached_command_is_the_typed_one_headless_without_its_api_key():
     argv = ["run", "chat", "--detach", "--api-key", "sk-secret", "--api-key=sk-2", "--duration", "60"]
     out = child_argv(argv, "abcd0000", Path("/r/run.log"), Path("/r/run.rwrec"))
-    assert out[:3] == [sys.executable, "-m", "rampwatch.app.cli"]
-    assert out[3:] == [
+    assert out[:4] == [sys.executable, "-P", "-m", "rampwatch.app.cli"]  # -P: nothing from the current directory
+    assert out[4:] == [
         "run", "chat", "--duration", "60",
         "--headless", "--run-id", "abcd0000", "--detached-log", "/r/run.log", "--record", "/r/run.rwrec",
     ]  # fmt: skip

@@ -103,7 +103,8 @@ def test_where_the_server_listens_and_where_rampwatch_connects(text, target, bas
 
 def test_rampwatch_resolves_to_this_interpreter_and_env_words_become_environment():
     command = ServeCommand.parse("CUDA_VISIBLE_DEVICES=1 HF_TOKEN=hf_secret_value rampwatch sim --model tiny")
-    assert command.argv == (PY, "-m", "rampwatch.app.cli", "sim", "--model", "tiny")
+    # -P: the server's interpreter does not import from the current directory
+    assert command.argv == (PY, "-P", "-m", "rampwatch.app.cli", "sim", "--model", "tiny")
     assert command.env == (("CUDA_VISIBLE_DEVICES", "1"), ("HF_TOKEN", "hf_secret_value"))
     assert command.environment()["CUDA_VISIBLE_DEVICES"] == "1"
     assert (
@@ -195,6 +196,8 @@ def test_engine_args_spellings(args, expected, tmp_path, monkeypatch):
 def test_engine_args_of_python_module_and_rampwatch_sim_commands():
     module = ServeCommand.parse(f"{PY} -m vllm.entrypoints.openai.api_server --model /m --dtype float32")
     assert module.engine_args() == {"model": "/m", "dtype": "float32"}
+    safe = ServeCommand.parse(f"{PY} -P -m vllm.entrypoints.openai.api_server --model /m --dtype float32")
+    assert safe.engine_args() == {"model": "/m", "dtype": "float32"}
     sim = ServeCommand.parse("rampwatch sim --hardware l4 --max-num-seqs 32")
     assert sim.engine_args() == {"hardware": "l4", "max_num_seqs": "32"}
 

@@ -3,12 +3,16 @@ there and not on the run's loop, its failures raised where they would have been.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.requests_ahead import PROBE_REQUESTS, BuilderLost, RequestsAhead
 from rampwatch.loadgen.scenario import RequestFactory, load_scenario
 
+REPO = str(Path(__file__).resolve().parents[2])
 RANDOM = [("workload.input_tokens", "64"), ("workload.output_tokens", "8")]
 
 
@@ -80,7 +84,10 @@ async def test_a_factory_that_cannot_be_pickled_builds_here():
     assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(8)]
 
 
-async def test_the_factorys_error_is_raised_after_the_requests_built_before_it():
+async def test_the_factorys_error_is_raised_after_the_requests_built_before_it(monkeypatch):
+    # The builder unpickles FailingFactory from this module: it starts with -P (nothing
+    # from the current directory), so the repository is named on its path.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     ahead = RequestsAhead(FailingFactory(fail_at=PROBE_REQUESTS + 3), ahead_above_s=0.0)
     await ahead.start()
     try:

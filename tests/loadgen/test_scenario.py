@@ -12,6 +12,7 @@ from rampwatch.loadgen.scenario import (
     list_scenarios,
     load_scenario,
 )
+from rampwatch.loadgen.schedules import KINDS
 from rampwatch.loadgen.tokenizers import load_tokenizer
 
 SHIPPED = ["chat", "classification", "code-generation", "random", "prefix-heavy"]
@@ -342,3 +343,17 @@ def test_setting_another_schedule_kind_leaves_the_files_old_kind_keys_out():
         load_scenario("random", overrides=[("schedule.kind", "constant"), ("schedule.start_rps", "3")])
     with pytest.raises(UserError, match=r"schedule.rate: required key is missing"):
         load_scenario("random", overrides=[("schedule.kind", "constant")])
+
+
+@pytest.mark.parametrize("value, got", [("[1]", "a list"), ("{a: 1}", "a mapping")])
+def test_a_schedule_kind_that_is_not_a_name_is_one_line(tmp_path, value, got):
+    # --set schedule.kind=[1] once raised TypeError (unhashable) before the kind was checked
+    with pytest.raises(UserError) as info:
+        load_scenario("random", overrides=[("schedule.kind", value)])
+    assert str(info.value) == (
+        f"scenarios/random.yaml: schedule.kind (set on the command line): expected one of {', '.join(KINDS)}, got {got}"
+    )
+    # the same kind written in a file
+    path = write(tmp_path, f"name: k\nschedule:\n  kind: {value}\n  duration_s: 5\n" + GOOD_WORKLOAD)
+    with pytest.raises(UserError, match=rf"bad.yaml:3: schedule.kind: expected one of .*, got {got}$"):
+        load_scenario(path)

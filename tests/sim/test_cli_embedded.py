@@ -81,7 +81,7 @@ def test_the_embedded_simulator_is_a_managed_server_that_stops_cleanly():
     --serve command (tests/loadgen/test_managed.py covers the guard's stop paths)."""
     with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim:
         assert sim.url.startswith("http://127.0.0.1:") and sim.pid > 0
-        assert sim.command.argv[:4] == (sys.executable, "-m", "rampwatch.app.cli", "sim")
+        assert sim.command.argv[:5] == (sys.executable, "-P", "-m", "rampwatch.app.cli", "sim")
         with urllib.request.urlopen(sim.url + "/v1/models", timeout=5) as r:
             assert json.loads(r.read())["data"][0]["id"] == "tiny"
     assert sim.poll() == 0  # SIGTERM: a clean exit
