@@ -46,9 +46,24 @@ _READY = b"r"
 
 
 def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
-    """``count`` listening sockets on one ``host``:``port`` (port 0: a free one)."""
+    """``count`` listening sockets on one ``host``:``port`` (port 0: a free one).
+
+    Raises ``OSError`` (a bind error only) when the address cannot be had, and
+    ``errno.EADDRINUSE`` when anything listens there already: SO_REUSEPORT alone would
+    let a second ``rampwatch sim`` (or any process of this user) join the port, and the
+    kernel would spread the connections over two different servers. So the port is first
+    bound by a plain socket (SO_REUSEADDR only, as the one-process server binds: a port
+    with connections in TIME_WAIT is free, one with a listener is not), which is closed
+    before the group binds. A process that binds the port in between still joins it; the
+    probe makes that a race of microseconds rather than the rule."""
     addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = addresses[0]
+    if port != 0:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    # Port 0: the kernel gives the first socket a port that no socket holds, SO_REUSEPORT
+    # or not, and the others join it.
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):

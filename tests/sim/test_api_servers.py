@@ -266,3 +266,31 @@ def test_a_process_that_dies_stops_the_others_and_the_parent_fails():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_port_already_served_is_refused_not_shared():
+    """SO_REUSEPORT would let the second server join the first's port, and the kernel
+    would spread connections over two different simulators."""
+    proc, url, _ = start_sim(*INSTANT, "-dp", "2", "--api-server-count", "2")
+    port = url.rsplit(":", 1)[1]
+    second = subprocess.Popen(
+        [sys.executable, "-m", "rampwatch.app.cli", "sim", *INSTANT, "--hardware", "h100", "--port", port]
+        + ["-dp", "2", "--api-server-count", "2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Without the check the second prints its ready line and serves: fail at once.
+        assert second.stdout.readline() == ""
+        _, err = second.communicate(timeout=DEADLINE_S)
+        assert second.returncode == 2
+        assert err == f"rampwatch sim: error: --host 127.0.0.1 --port {port}: cannot listen: Address already in use\n"
+        complete(url, 2)  # the first still serves
+        stop_sim(proc)
+    finally:
+        for p in (second, proc):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
