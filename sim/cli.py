@@ -59,6 +59,10 @@ IGNORED_VLLM_SWITCHES = (
 if TYPE_CHECKING:
     from rampwatch.sim.config import SimConfig
 
+# More processes than this only fight over the CPUs (each is a whole server with its
+# engines' loop); vLLM's own API servers are a few per node.
+MAX_API_SERVER_COUNT = 64
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -159,8 +163,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="serve the port from N processes (SO_REUSEPORT), for clients faster than one process; "
         "vLLM's API servers share every engine, these cannot, so each runs its share of the "
-        "data-parallel engines: N must divide --data-parallel-size. A connection stays with one "
-        "process, and a /metrics scrape reaches one process and shows its engines only (default 1)",
+        "data-parallel engines: N must divide --data-parallel-size, and be at most "
+        f"{MAX_API_SERVER_COUNT}. A connection stays with one process, and a /metrics scrape "
+        "reaches one process and shows its engines only (default 1)",
     )
     parser.add_argument(
         "--chunk-gaps-out",
@@ -277,10 +282,16 @@ def main(args: argparse.Namespace) -> int:
     count = args.api_server_count
     if count < 1:
         raise UserError(f"--api-server-count {count}: must be at least 1")
+    if count > MAX_API_SERVER_COUNT:
+        raise UserError(
+            f"--api-server-count {count}: at most {MAX_API_SERVER_COUNT} processes (each is a whole server; "
+            "more only contend for the CPUs)"
+        )
     if config.engines % count:
         raise UserError(
             f"--api-server-count {count}: each process runs its share of the engines, so it must divide "
-            f"--data-parallel-size ({config.engines}); e.g. add --data-parallel-size {count}"
+            f"--data-parallel-size ({config.engines}); set --data-parallel-size to a multiple of {count}, "
+            f"or --api-server-count to a divisor of {config.engines}"
         )
     gaps_out = args.chunk_gaps_out
     if gaps_out is not None and not (gaps_out.parent.is_dir() and os.access(gaps_out.parent, os.W_OK)):

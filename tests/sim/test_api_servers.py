@@ -172,15 +172,35 @@ def test_the_processes_exit_when_the_parent_is_killed():
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Refused input must neither fork nor serve: either fails the test at once rather
+    than forking pytest or serving in it until the test's timeout."""
+    from rampwatch.sim import server
+
+    def started(*_args, **_kwargs):
+        raise AssertionError("a server started: the input was not refused")
+
+    monkeypatch.setattr(os, "fork", started)
+    monkeypatch.setattr(server, "serve_until", started)
+    yield
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # as serve_processes leaves it
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
         (["--api-server-count", "0"], "--api-server-count 0: must be at least 1"),
         (["-dp", "3", "--api-server-count", "2"], "--api-server-count 2: each process runs its share"),
+        (
+            ["-dp", "2", "--api-server-count", "3"],
+            "set --data-parallel-size to a multiple of 3, or --api-server-count to a divisor of 2",
+        ),
+        (["-dp", "1000", "--api-server-count", "1000"], "--api-server-count 1000: at most 64 processes"),
         (["--chunk-gaps-out", "/nonexistent-dir/gaps.npy"], "--chunk-gaps-out /nonexistent-dir/gaps.npy: "),
     ],
 )
-def test_bad_values_are_one_line_and_exit_2(capsys, args, expected):
+def test_bad_values_are_one_line_and_exit_2(capsys, nothing_starts, args, expected):
     assert rampwatch_main(["sim", *INSTANT, "--port", "0", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rampwatch sim: error: ") and expected in err and err.count("\n") == 1
