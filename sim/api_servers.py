@@ -90,13 +90,13 @@ def part_path(path: Path, rank: int) -> Path:
 def serve_processes(
     config: SimConfig,
     host: str,
-    port: int,
-    count: int,
+    sockets: list[socket.socket],
     on_ready: Callable[[str], None],
     chunk_gaps_out: Path | None,
 ) -> int:
-    """Serve from ``count`` forked processes until SIGINT/SIGTERM; the exit code."""
-    sockets = listening_sockets(host, port, count)
+    """Serve from one forked process per socket (``listening_sockets``) until
+    SIGINT/SIGTERM; the exit code. The sockets are closed here."""
+    count = len(sockets)
     real_port = sockets[0].getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     url = f"http://{url_host}:{real_port}"
@@ -107,32 +107,49 @@ def serve_processes(
     sys.stdout.flush()
     sys.stderr.flush()
     children: list[tuple[int, int]] = []  # (pid, read end of its status pipe)
-    for rank in range(count):
-        status_read, status_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
+    try:
+        for rank in range(count):
+            status_read, status_write = os.pipe()
             try:
-                os.close(life_write)  # only the parent's copy may keep the pipe open
+                pid = os.fork()
+            except OSError:
                 os.close(status_read)
-                for _, earlier in children:
-                    os.close(earlier)
-                for i, sock in enumerate(sockets):
-                    if i != rank:
-                        sock.close()  # a socket nobody accepts on would swallow connections
-                code = asyncio.run(
-                    _serve_one(config, host, rank, count, sockets[rank], life_read, status_write, chunk_gaps_out)
-                )
-            except BaseException as exc:  # noqa: BLE001 - a forked process must never return into the parent's code
-                print(f"rampwatch sim: process {rank}: {exc!r}", file=sys.stderr, flush=True)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        os.close(status_write)
-        children.append((pid, status_read))
-    for sock in sockets:
-        sock.close()
+                os.close(status_write)
+                raise
+            if pid == 0:
+                code = 1
+                try:
+                    os.close(life_write)  # only the parent's copy may keep the pipe open
+                    os.close(status_read)
+                    for _, earlier in children:
+                        os.close(earlier)
+                    for i, sock in enumerate(sockets):
+                        if i != rank:
+                            sock.close()  # a socket nobody accepts on would swallow connections
+                    code = asyncio.run(
+                        _serve_one(config, host, rank, count, sockets[rank], life_read, status_write, chunk_gaps_out)
+                    )
+                except BaseException as exc:  # noqa: BLE001 - a forked process must never return into the parent's code
+                    print(f"rampwatch sim: process {rank}: {exc!r}", file=sys.stderr, flush=True)
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            os.close(status_write)
+            children.append((pid, status_read))
+    except OSError:
+        # A fork or a pipe refused (process or descriptor limits): none may stay behind.
+        for pid, status_read in children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(status_read)
+        os.close(life_read)
+        os.close(life_write)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        raise
+    finally:
+        for sock in sockets:
+            sock.close()
     os.close(life_read)
     try:
         stopped_by_signal = asyncio.run(_supervise(children, url, on_ready))

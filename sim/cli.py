@@ -312,12 +312,16 @@ def main(args: argparse.Namespace) -> int:
         return UserError(f"--host {args.host} --port {args.port}: cannot listen: {exc.strerror or exc}")
 
     if count > 1:
-        from rampwatch.sim.api_servers import serve_processes
+        from rampwatch.sim.api_servers import listening_sockets, serve_processes
 
         try:
-            return serve_processes(config, args.host, args.port, count, ready, gaps_out)
+            sockets = listening_sockets(args.host, args.port, count)
         except OSError as exc:
             raise cannot_listen(exc) from None
+        try:
+            return serve_processes(config, args.host, sockets, ready, gaps_out)
+        except OSError as exc:  # a fork or a pipe refused: not the address's fault
+            raise UserError(f"--api-server-count {count}: cannot start the processes: {exc.strerror or exc}") from None
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

@@ -1,6 +1,7 @@
 """`rampwatch sim --api-server-count N` (N processes on one port) and `--chunk-gaps-out`
 (the gaps between the token chunks the server wrote), as processes."""
 
+import errno
 import json
 import os
 import re
@@ -27,6 +28,7 @@ INSTANT = ("--hardware", "instant", "--model", "tiny")
 # How long a condition may take to come true before the test fails (not a speed bound:
 # every wait below ends as soon as its condition holds).
 DEADLINE_S = 30.0
+REAL_FORK = os.fork  # before a test replaces it
 
 
 def start_sim(*args: str) -> tuple[subprocess.Popen, str, str]:
@@ -286,6 +288,29 @@ def test_a_process_that_dies_stops_the_others_and_the_parent_fails():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_refused_fork_is_not_blamed_on_the_address(capsys, nothing_starts, monkeypatch):
+    """Only binding the port is the address's fault (it was: every OSError of the
+    processes); and the process already forked does not stay behind."""
+    forked: list[int] = []
+
+    def fork_once():
+        if forked:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        pid = REAL_FORK()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork_once)
+    assert rampwatch_main(["sim", *INSTANT, "--port", "0", "-dp", "2", "--api-server-count", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "rampwatch sim: error: --api-server-count 2: cannot start the processes: Resource temporarily unavailable\n"
+    )
+    assert len(forked) == 1 and not running(forked[0])
+    assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 def test_a_port_already_served_is_refused_not_shared():
