@@ -87,6 +87,16 @@ def part_path(path: Path, rank: int) -> Path:
     return path.with_name(f"{path.name}.part-{rank}")
 
 
+def stale_parts(path: Path) -> list[Path]:
+    """Part files (and their streams files) beside ``path`` that a run killed before its
+    merge left behind: merged with this run's, they would pass for this run's gaps."""
+    prefix = f"{path.name}.part-"
+    try:
+        return sorted(entry for entry in path.parent.iterdir() if entry.name.startswith(prefix))
+    except OSError:
+        return []
+
+
 def serve_processes(
     config: SimConfig,
     host: str,
@@ -157,13 +167,12 @@ def serve_processes(
         os.close(life_write)
     # Every process has exited (its status pipe reached end-of-file) or been killed.
     codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid, _ in children]
-    if chunk_gaps_out is not None:
-        _merge_chunk_gaps(chunk_gaps_out, len(children))
+    merged = chunk_gaps_out is None or _merge_chunk_gaps(chunk_gaps_out, len(children))
     if not stopped_by_signal:
         failed = [f"process {rank} exited with {code}" for rank, code in enumerate(codes) if code != 0]
         print(f"rampwatch sim: {', '.join(failed) or 'a process exited'}; stopped the others", file=sys.stderr)
         return 1
-    return 0 if all(code == 0 for code in codes) else 1
+    return 0 if merged and all(code == 0 for code in codes) else 1
 
 
 async def _serve_one(
@@ -187,7 +196,12 @@ async def _serve_one(
     server = SimServer(config, rank=rank, api_server_count=count, keep_chunk_gaps=chunk_gaps_out is not None)
     await serve_until(server, host, 0, stop, on_ready=lambda _url: os.write(status_write, _READY), sock=sock)
     if chunk_gaps_out is not None and server.chunk_gaps is not None:
-        server.chunk_gaps.write(part_path(chunk_gaps_out, rank))
+        part = part_path(chunk_gaps_out, rank)
+        try:
+            server.chunk_gaps.write(part)
+        except OSError as exc:
+            print(f"rampwatch sim: process {rank}: cannot write {part}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -235,14 +249,37 @@ async def _supervise(children: list[tuple[int, int]], url: str, on_ready: Callab
     return stopped_by_signal
 
 
-def _merge_chunk_gaps(path: Path, count: int) -> None:
-    """The processes' gap files joined into ``path`` (process 0's first), parts removed."""
+def _merge_chunk_gaps(path: Path, count: int) -> bool:
+    """The processes' gap files joined into ``path`` (process 0's first); the parts are
+    removed once ``path`` is written, and kept (and named) when it cannot be. At most one
+    line says what is missing; False when some gaps are not in ``path``."""
     merged = ChunkGaps()
+    read: list[Path] = []
+    missing: list[str] = []
     for rank in range(count):
         part = part_path(path, rank)
         if not part.exists():
-            print(f"rampwatch sim: process {rank} wrote no chunk gaps (it did not stop cleanly)", file=sys.stderr)
+            missing.append(f"process {rank} left no part file")
             continue
-        merged.extend(ChunkGaps.read(part))
+        try:
+            merged.extend(ChunkGaps.read(part))
+        except (OSError, ValueError) as exc:
+            missing.append(f"{part} cannot be read, kept ({exc})")
+            continue
+        read.append(part)
+    try:
+        merged.write(path)
+    except OSError as exc:
+        kept = ", ".join(str(part) for part in read)
+        print(
+            f"rampwatch sim: error: --chunk-gaps-out {path}: cannot write: {exc.strerror or exc}"
+            + (f"; the processes' gaps are kept in {kept}" if kept else "")
+            + "".join(f"; {problem}" for problem in missing),
+            file=sys.stderr,
+        )
+        return False
+    for part in read:
         remove_files(part)
-    merged.write(path)
+    if missing:
+        print(f"rampwatch sim: --chunk-gaps-out {path}: lacks some gaps: {'; '.join(missing)}", file=sys.stderr)
+    return not missing

@@ -7,7 +7,6 @@ Also runnable as ``python -m rampwatch.sim.cli``. `rampwatch run` starts it as a
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from pathlib import Path
@@ -294,8 +293,19 @@ def main(args: argparse.Namespace) -> int:
             f"or --api-server-count to a divisor of {config.engines}"
         )
     gaps_out = args.chunk_gaps_out
-    if gaps_out is not None and not (gaps_out.parent.is_dir() and os.access(gaps_out.parent, os.W_OK)):
-        raise UserError(f"--chunk-gaps-out {gaps_out}: {gaps_out.parent} is not a writable directory")
+    if gaps_out is not None:
+        from rampwatch.sim.api_servers import stale_parts
+        from rampwatch.sim.chunk_gaps import check_writable
+
+        problem = check_writable(gaps_out)
+        if problem is not None:
+            raise UserError(f"--chunk-gaps-out {gaps_out}: cannot be written: {problem}")
+        stale = stale_parts(gaps_out) if count > 1 else []
+        if stale:
+            raise UserError(
+                f"--chunk-gaps-out {gaps_out}: {', '.join(p.name for p in stale)} in {gaps_out.parent} were left "
+                "by a run stopped before it merged them; move or remove them (this run would merge them as its own)"
+            )
 
     def ready(url: str) -> None:
         blocks = config.num_gpu_blocks * config.engines
@@ -323,7 +333,7 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:  # a fork or a pipe refused: not the address's fault
             raise UserError(f"--api-server-count {count}: cannot start the processes: {exc.strerror or exc}") from None
 
-    async def run() -> None:
+    async def run() -> int:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -334,10 +344,19 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise cannot_listen(exc) from None
         if gaps_out is not None and server.chunk_gaps is not None:
-            server.chunk_gaps.write(gaps_out)
+            try:
+                server.chunk_gaps.write(gaps_out)
+            except OSError as exc:
+                streams = len(server.chunk_gaps.counts)
+                print(
+                    f"rampwatch sim: error: --chunk-gaps-out {gaps_out}: cannot write: {exc.strerror or exc}; "
+                    f"the gaps of {streams} stream{'' if streams == 1 else 's'} are lost",
+                    file=sys.stderr,
+                )
+                return 1
+        return 0
 
-    asyncio.run(run())
-    return 0
+    return asyncio.run(run())
 
 
 def config_to_argv(config: SimConfig) -> list[str]:
