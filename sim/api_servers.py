@@ -46,9 +46,24 @@ _READY = b"r"
 
 
 def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
-    """``count`` listening sockets on one ``host``:``port`` (port 0: a free one)."""
+    """``count`` listening sockets on one ``host``:``port`` (port 0: a free one).
+
+    Raises ``OSError`` (a bind error only) when the address cannot be had, and
+    ``errno.EADDRINUSE`` when anything listens there already: SO_REUSEPORT alone would
+    let a second ``rampwatch sim`` (or any process of this user) join the port, and the
+    kernel would spread the connections over two different servers. So the port is first
+    bound by a plain socket (SO_REUSEADDR only, as the one-process server binds: a port
+    with connections in TIME_WAIT is free, one with a listener is not), which is closed
+    before the group binds. A process that binds the port in between still joins it; the
+    probe makes that a race of microseconds rather than the rule."""
     addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = addresses[0]
+    if port != 0:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    # Port 0: the kernel gives the first socket a port that no socket holds, SO_REUSEPORT
+    # or not, and the others join it.
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
@@ -72,16 +87,26 @@ def part_path(path: Path, rank: int) -> Path:
     return path.with_name(f"{path.name}.part-{rank}")
 
 
+def stale_parts(path: Path) -> list[Path]:
+    """Part files (and their streams files) beside ``path`` that a run killed before its
+    merge left behind: merged with this run's, they would pass for this run's gaps."""
+    prefix = f"{path.name}.part-"
+    try:
+        return sorted(entry for entry in path.parent.iterdir() if entry.name.startswith(prefix))
+    except OSError:
+        return []
+
+
 def serve_processes(
     config: SimConfig,
     host: str,
-    port: int,
-    count: int,
+    sockets: list[socket.socket],
     on_ready: Callable[[str], None],
     chunk_gaps_out: Path | None,
 ) -> int:
-    """Serve from ``count`` forked processes until SIGINT/SIGTERM; the exit code."""
-    sockets = listening_sockets(host, port, count)
+    """Serve from one forked process per socket (``listening_sockets``) until
+    SIGINT/SIGTERM; the exit code. The sockets are closed here."""
+    count = len(sockets)
     real_port = sockets[0].getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     url = f"http://{url_host}:{real_port}"
@@ -92,32 +117,49 @@ def serve_processes(
     sys.stdout.flush()
     sys.stderr.flush()
     children: list[tuple[int, int]] = []  # (pid, read end of its status pipe)
-    for rank in range(count):
-        status_read, status_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
+    try:
+        for rank in range(count):
+            status_read, status_write = os.pipe()
             try:
-                os.close(life_write)  # only the parent's copy may keep the pipe open
+                pid = os.fork()
+            except OSError:
                 os.close(status_read)
-                for _, earlier in children:
-                    os.close(earlier)
-                for i, sock in enumerate(sockets):
-                    if i != rank:
-                        sock.close()  # a socket nobody accepts on would swallow connections
-                code = asyncio.run(
-                    _serve_one(config, host, rank, count, sockets[rank], life_read, status_write, chunk_gaps_out)
-                )
-            except BaseException as exc:  # noqa: BLE001 - a forked process must never return into the parent's code
-                print(f"rampwatch sim: process {rank}: {exc!r}", file=sys.stderr, flush=True)
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        os.close(status_write)
-        children.append((pid, status_read))
-    for sock in sockets:
-        sock.close()
+                os.close(status_write)
+                raise
+            if pid == 0:
+                code = 1
+                try:
+                    os.close(life_write)  # only the parent's copy may keep the pipe open
+                    os.close(status_read)
+                    for _, earlier in children:
+                        os.close(earlier)
+                    for i, sock in enumerate(sockets):
+                        if i != rank:
+                            sock.close()  # a socket nobody accepts on would swallow connections
+                    code = asyncio.run(
+                        _serve_one(config, host, rank, count, sockets[rank], life_read, status_write, chunk_gaps_out)
+                    )
+                except BaseException as exc:  # noqa: BLE001 - a forked process must never return into the parent's code
+                    print(f"rampwatch sim: process {rank}: {exc!r}", file=sys.stderr, flush=True)
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            os.close(status_write)
+            children.append((pid, status_read))
+    except OSError:
+        # A fork or a pipe refused (process or descriptor limits): none may stay behind.
+        for pid, status_read in children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(status_read)
+        os.close(life_read)
+        os.close(life_write)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        raise
+    finally:
+        for sock in sockets:
+            sock.close()
     os.close(life_read)
     try:
         stopped_by_signal = asyncio.run(_supervise(children, url, on_ready))
@@ -125,13 +167,12 @@ def serve_processes(
         os.close(life_write)
     # Every process has exited (its status pipe reached end-of-file) or been killed.
     codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid, _ in children]
-    if chunk_gaps_out is not None:
-        _merge_chunk_gaps(chunk_gaps_out, len(children))
+    merged = chunk_gaps_out is None or _merge_chunk_gaps(chunk_gaps_out, len(children))
     if not stopped_by_signal:
         failed = [f"process {rank} exited with {code}" for rank, code in enumerate(codes) if code != 0]
         print(f"rampwatch sim: {', '.join(failed) or 'a process exited'}; stopped the others", file=sys.stderr)
         return 1
-    return 0 if all(code == 0 for code in codes) else 1
+    return 0 if merged and all(code == 0 for code in codes) else 1
 
 
 async def _serve_one(
@@ -155,7 +196,12 @@ async def _serve_one(
     server = SimServer(config, rank=rank, api_server_count=count, keep_chunk_gaps=chunk_gaps_out is not None)
     await serve_until(server, host, 0, stop, on_ready=lambda _url: os.write(status_write, _READY), sock=sock)
     if chunk_gaps_out is not None and server.chunk_gaps is not None:
-        server.chunk_gaps.write(part_path(chunk_gaps_out, rank))
+        part = part_path(chunk_gaps_out, rank)
+        try:
+            server.chunk_gaps.write(part)
+        except OSError as exc:
+            print(f"rampwatch sim: process {rank}: cannot write {part}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -203,14 +249,37 @@ async def _supervise(children: list[tuple[int, int]], url: str, on_ready: Callab
     return stopped_by_signal
 
 
-def _merge_chunk_gaps(path: Path, count: int) -> None:
-    """The processes' gap files joined into ``path`` (process 0's first), parts removed."""
+def _merge_chunk_gaps(path: Path, count: int) -> bool:
+    """The processes' gap files joined into ``path`` (process 0's first); the parts are
+    removed once ``path`` is written, and kept (and named) when it cannot be. At most one
+    line says what is missing; False when some gaps are not in ``path``."""
     merged = ChunkGaps()
+    read: list[Path] = []
+    missing: list[str] = []
     for rank in range(count):
         part = part_path(path, rank)
         if not part.exists():
-            print(f"rampwatch sim: process {rank} wrote no chunk gaps (it did not stop cleanly)", file=sys.stderr)
+            missing.append(f"process {rank} left no part file")
             continue
-        merged.extend(ChunkGaps.read(part))
+        try:
+            merged.extend(ChunkGaps.read(part))
+        except (OSError, ValueError) as exc:
+            missing.append(f"{part} cannot be read, kept ({exc})")
+            continue
+        read.append(part)
+    try:
+        merged.write(path)
+    except OSError as exc:
+        kept = ", ".join(str(part) for part in read)
+        print(
+            f"rampwatch sim: error: --chunk-gaps-out {path}: cannot write: {exc.strerror or exc}"
+            + (f"; the processes' gaps are kept in {kept}" if kept else "")
+            + "".join(f"; {problem}" for problem in missing),
+            file=sys.stderr,
+        )
+        return False
+    for part in read:
         remove_files(part)
-    merged.write(path)
+    if missing:
+        print(f"rampwatch sim: --chunk-gaps-out {path}: lacks some gaps: {'; '.join(missing)}", file=sys.stderr)
+    return not missing

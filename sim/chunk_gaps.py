@@ -14,6 +14,8 @@ Two files, written on a clean stop:
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from array import array
 from pathlib import Path
 
@@ -46,14 +48,30 @@ class ChunkGaps:
         self.keys.extend(other.keys)
 
     def write(self, path: Path) -> None:
-        """``path`` and its streams file (exactly those names)."""
+        """``path`` and its streams file (exactly those names), each written to a temporary
+        file beside it, then both renamed over their names: a write that fails (disk
+        full, directory gone) leaves no half-written file and nothing of a previous run's
+        replaced. Raises ``OSError``."""
         import numpy as np
 
-        with open(path, "wb") as out:
-            np.save(out, np.frombuffer(self.gaps, dtype=np.float64))
         streams = np.stack([np.frombuffer(self.counts, dtype=np.uint64), np.frombuffer(self.keys, dtype=np.uint64)])
-        with open(streams_path(path), "wb") as out:
-            np.save(out, streams.T.reshape(-1, 2))
+        pairs = [
+            (path, np.frombuffer(self.gaps, dtype=np.float64)),
+            (streams_path(path), streams.T.reshape(-1, 2)),
+        ]
+        written: list[Path] = []
+        try:
+            for target, values in pairs:
+                temporary = _temporary_path(target)
+                written.append(temporary)
+                with open(temporary, "wb") as out:
+                    np.save(out, values)
+            for (target, _), temporary in zip(pairs, written, strict=True):
+                os.replace(temporary, target)
+        except BaseException:
+            for temporary in written:
+                temporary.unlink(missing_ok=True)  # those renamed are gone already
+            raise
 
     @classmethod
     def read(cls, path: Path) -> ChunkGaps:
@@ -65,6 +83,29 @@ class ChunkGaps:
         read.counts.frombytes(np.ascontiguousarray(streams[:, 0]).tobytes())
         read.keys.frombytes(np.ascontiguousarray(streams[:, 1]).tobytes())
         return read
+
+
+def _temporary_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def check_writable(path: Path) -> str | None:
+    """Why ``path`` (and its streams file) could not be written at the stop, or None:
+    a directory in the way, or a directory in which a file cannot be created (tried, and
+    removed at once; ``os.access`` says yes to root on most read-only places)."""
+    for target in (path, streams_path(path)):
+        if target.is_dir():
+            return f"{target} is a directory"
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.probe-")
+    except OSError as exc:
+        return f"cannot create a file in {parent}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 def remove_files(path: Path) -> None:

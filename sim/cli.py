@@ -7,7 +7,6 @@ Also runnable as ``python -m rampwatch.sim.cli``. `rampwatch run` starts it as a
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from pathlib import Path
@@ -58,6 +57,10 @@ IGNORED_VLLM_SWITCHES = (
 
 if TYPE_CHECKING:
     from rampwatch.sim.config import SimConfig
+
+# More processes than this only fight over the CPUs (each is a whole server with its
+# engines' loop); vLLM's own API servers are a few per node.
+MAX_API_SERVER_COUNT = 64
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -159,8 +162,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="serve the port from N processes (SO_REUSEPORT), for clients faster than one process; "
         "vLLM's API servers share every engine, these cannot, so each runs its share of the "
-        "data-parallel engines: N must divide --data-parallel-size. A connection stays with one "
-        "process, and a /metrics scrape reaches one process and shows its engines only (default 1)",
+        "data-parallel engines: N must divide --data-parallel-size, and be at most "
+        f"{MAX_API_SERVER_COUNT}. A connection stays with one process, and a /metrics scrape "
+        "reaches one process and shows its engines only (default 1)",
     )
     parser.add_argument(
         "--chunk-gaps-out",
@@ -277,14 +281,31 @@ def main(args: argparse.Namespace) -> int:
     count = args.api_server_count
     if count < 1:
         raise UserError(f"--api-server-count {count}: must be at least 1")
+    if count > MAX_API_SERVER_COUNT:
+        raise UserError(
+            f"--api-server-count {count}: at most {MAX_API_SERVER_COUNT} processes (each is a whole server; "
+            "more only contend for the CPUs)"
+        )
     if config.engines % count:
         raise UserError(
             f"--api-server-count {count}: each process runs its share of the engines, so it must divide "
-            f"--data-parallel-size ({config.engines}); e.g. add --data-parallel-size {count}"
+            f"--data-parallel-size ({config.engines}); set --data-parallel-size to a multiple of {count}, "
+            f"or --api-server-count to a divisor of {config.engines}"
         )
     gaps_out = args.chunk_gaps_out
-    if gaps_out is not None and not (gaps_out.parent.is_dir() and os.access(gaps_out.parent, os.W_OK)):
-        raise UserError(f"--chunk-gaps-out {gaps_out}: {gaps_out.parent} is not a writable directory")
+    if gaps_out is not None:
+        from rampwatch.sim.api_servers import stale_parts
+        from rampwatch.sim.chunk_gaps import check_writable
+
+        problem = check_writable(gaps_out)
+        if problem is not None:
+            raise UserError(f"--chunk-gaps-out {gaps_out}: cannot be written: {problem}")
+        stale = stale_parts(gaps_out) if count > 1 else []
+        if stale:
+            raise UserError(
+                f"--chunk-gaps-out {gaps_out}: {', '.join(p.name for p in stale)} in {gaps_out.parent} were left "
+                "by a run stopped before it merged them; move or remove them (this run would merge them as its own)"
+            )
 
     def ready(url: str) -> None:
         blocks = config.num_gpu_blocks * config.engines
@@ -301,14 +322,18 @@ def main(args: argparse.Namespace) -> int:
         return UserError(f"--host {args.host} --port {args.port}: cannot listen: {exc.strerror or exc}")
 
     if count > 1:
-        from rampwatch.sim.api_servers import serve_processes
+        from rampwatch.sim.api_servers import listening_sockets, serve_processes
 
         try:
-            return serve_processes(config, args.host, args.port, count, ready, gaps_out)
+            sockets = listening_sockets(args.host, args.port, count)
         except OSError as exc:
             raise cannot_listen(exc) from None
+        try:
+            return serve_processes(config, args.host, sockets, ready, gaps_out)
+        except OSError as exc:  # a fork or a pipe refused: not the address's fault
+            raise UserError(f"--api-server-count {count}: cannot start the processes: {exc.strerror or exc}") from None
 
-    async def run() -> None:
+    async def run() -> int:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -319,10 +344,19 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise cannot_listen(exc) from None
         if gaps_out is not None and server.chunk_gaps is not None:
-            server.chunk_gaps.write(gaps_out)
+            try:
+                server.chunk_gaps.write(gaps_out)
+            except OSError as exc:
+                streams = len(server.chunk_gaps.counts)
+                print(
+                    f"rampwatch sim: error: --chunk-gaps-out {gaps_out}: cannot write: {exc.strerror or exc}; "
+                    f"the gaps of {streams} stream{'' if streams == 1 else 's'} are lost",
+                    file=sys.stderr,
+                )
+                return 1
+        return 0
 
-    asyncio.run(run())
-    return 0
+    return asyncio.run(run())
 
 
 def config_to_argv(config: SimConfig) -> list[str]:

@@ -1,6 +1,7 @@
 """`rampwatch sim --api-server-count N` (N processes on one port) and `--chunk-gaps-out`
 (the gaps between the token chunks the server wrote), as processes."""
 
+import errno
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,7 @@ INSTANT = ("--hardware", "instant", "--model", "tiny")
 # How long a condition may take to come true before the test fails (not a speed bound:
 # every wait below ends as soon as its condition holds).
 DEADLINE_S = 30.0
+REAL_FORK = os.fork  # before a test replaces it
 
 
 def start_sim(*args: str) -> tuple[subprocess.Popen, str, str]:
@@ -172,15 +175,40 @@ def test_the_processes_exit_when_the_parent_is_killed():
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Refused input must neither fork nor serve: either fails the test at once rather
+    than forking pytest or serving in it until the test's timeout."""
+    from rampwatch.sim import server
+
+    def started(*_args, **_kwargs):
+        raise AssertionError("a server started: the input was not refused")
+
+    monkeypatch.setattr(os, "fork", started)
+    monkeypatch.setattr(server, "serve_until", started)
+    yield
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # as serve_processes leaves it
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
         (["--api-server-count", "0"], "--api-server-count 0: must be at least 1"),
         (["-dp", "3", "--api-server-count", "2"], "--api-server-count 2: each process runs its share"),
+        (
+            ["-dp", "2", "--api-server-count", "3"],
+            "set --data-parallel-size to a multiple of 3, or --api-server-count to a divisor of 2",
+        ),
+        (["-dp", "1000", "--api-server-count", "1000"], "--api-server-count 1000: at most 64 processes"),
         (["--chunk-gaps-out", "/nonexistent-dir/gaps.npy"], "--chunk-gaps-out /nonexistent-dir/gaps.npy: "),
+        (["--chunk-gaps-out", "/proc/x"], "--chunk-gaps-out /proc/x: cannot be written: cannot create a file in /proc"),
+        (
+            ["-dp", "2", "--api-server-count", "2", "--chunk-gaps-out", "/proc/x"],
+            "--chunk-gaps-out /proc/x: cannot be written",
+        ),
     ],
 )
-def test_bad_values_are_one_line_and_exit_2(capsys, args, expected):
+def test_bad_values_are_one_line_and_exit_2(capsys, nothing_starts, args, expected):
     assert rampwatch_main(["sim", *INSTANT, "--port", "0", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rampwatch sim: error: ") and expected in err and err.count("\n") == 1
@@ -246,6 +274,52 @@ def test_chunk_gaps_of_several_processes_are_merged_into_one_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gaps.npy", "gaps.npy.streams.npy"]  # the parts are gone
 
 
+def test_a_gaps_file_that_cannot_be_written_at_the_stop_is_one_line(tmp_path):
+    """One process: its gaps cannot be kept anywhere else, and the line says so."""
+    out_file = tmp_path / "gaps.npy"
+    proc, url, _ = start_sim(*INSTANT, "--chunk-gaps-out", str(out_file))
+    try:
+        complete(url, 4)
+        out_file.mkdir()  # in the way by the time of the stop
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert err == (
+        f"rampwatch sim: error: --chunk-gaps-out {out_file}: cannot write: Is a directory; "
+        "the gaps of 1 stream are lost\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gaps.npy"]  # no temporary file left
+
+
+def test_the_parts_are_kept_when_the_merged_file_cannot_be_written(tmp_path):
+    """The merge writes the file before removing the parts (it removed them first)."""
+    out_file = tmp_path / "gaps.npy"
+    proc, url, _ = start_sim(*INSTANT, "-dp", "2", "--api-server-count", "2", "--chunk-gaps-out", str(out_file))
+    try:
+        for _ in range(8):
+            complete(url, 4)
+        out_file.mkdir()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    parts = [tmp_path / "gaps.npy.part-0", tmp_path / "gaps.npy.part-1"]
+    assert err == (
+        f"rampwatch sim: error: --chunk-gaps-out {out_file}: cannot write: Is a directory; "
+        f"the processes' gaps are kept in {parts[0]}, {parts[1]}\n"
+    )
+    counts = [c for part in parts for c in ChunkGaps.read(part).counts]
+    assert counts == [3] * 8  # every stream's gaps, in the parts
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["gaps.npy", "gaps.npy.part-0", "gaps.npy.part-0.streams.npy", "gaps.npy.part-1", "gaps.npy.part-1.streams.npy"]
+    )
+
+
 def test_without_the_flag_no_gaps_are_kept():
     assert SimServer(SimConfig(hardware="instant", model="tiny")).chunk_gaps is None
     assert isinstance(
@@ -266,3 +340,80 @@ def test_a_process_that_dies_stops_the_others_and_the_parent_fails():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.parametrize("processes", [[], ["-dp", "2", "--api-server-count", "2"]])
+def test_a_directory_as_the_gaps_file_is_refused_before_serving(capsys, nothing_starts, tmp_path, processes):
+    """Refused at the start, naming the flag, not found at the stop with the gaps lost
+    (nor blamed on --host/--port)."""
+    assert rampwatch_main(["sim", *INSTANT, "--port", "0", *processes, "--chunk-gaps-out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"rampwatch sim: error: --chunk-gaps-out {tmp_path}: cannot be written: {tmp_path} is a directory\n"
+    (tmp_path / "gaps.npy.streams.npy").mkdir()
+    assert rampwatch_main(["sim", *INSTANT, "--port", "0", "--chunk-gaps-out", str(tmp_path / "gaps.npy")]) == 2
+    assert "gaps.npy.streams.npy is a directory" in capsys.readouterr().err
+
+
+def test_parts_left_by_an_earlier_run_are_refused_not_merged(capsys, nothing_starts, tmp_path):
+    out_file = tmp_path / "gaps.npy"
+    stale = ChunkGaps()
+    stale.add_stream(array("d", [0.5, 0.5]), 7)
+    stale.write(tmp_path / "gaps.npy.part-3")  # from a run of 4 processes, killed before its merge
+    args = ["sim", *INSTANT, "--port", "0", "-dp", "2", "--api-server-count", "2", "--chunk-gaps-out", str(out_file)]
+    assert rampwatch_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rampwatch sim: error: --chunk-gaps-out {out_file}: gaps.npy.part-3, ")
+    assert "move or remove them" in err and err.count("\n") == 1
+    assert list(ChunkGaps.read(tmp_path / "gaps.npy.part-3").counts) == [2]  # left as it was
+    assert not out_file.exists()
+
+
+def test_a_refused_fork_is_not_blamed_on_the_address(capsys, nothing_starts, monkeypatch):
+    """Only binding the port is the address's fault (it was: every OSError of the
+    processes); and the process already forked does not stay behind."""
+    forked: list[int] = []
+
+    def fork_once():
+        if forked:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        pid = REAL_FORK()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork_once)
+    assert rampwatch_main(["sim", *INSTANT, "--port", "0", "-dp", "2", "--api-server-count", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "rampwatch sim: error: --api-server-count 2: cannot start the processes: Resource temporarily unavailable\n"
+    )
+    assert len(forked) == 1 and not running(forked[0])
+    assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_a_port_already_served_is_refused_not_shared():
+    """SO_REUSEPORT would let the second server join the first's port, and the kernel
+    would spread connections over two different simulators."""
+    proc, url, _ = start_sim(*INSTANT, "-dp", "2", "--api-server-count", "2")
+    port = url.rsplit(":", 1)[1]
+    second = subprocess.Popen(
+        [sys.executable, "-m", "rampwatch.app.cli", "sim", *INSTANT, "--hardware", "h100", "--port", port]
+        + ["-dp", "2", "--api-server-count", "2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Without the check the second prints its ready line and serves: fail at once.
+        assert second.stdout.readline() == ""
+        _, err = second.communicate(timeout=DEADLINE_S)
+        assert second.returncode == 2
+        assert err == f"rampwatch sim: error: --host 127.0.0.1 --port {port}: cannot listen: Address already in use\n"
+        complete(url, 2)  # the first still serves
+        stop_sim(proc)
+    finally:
+        for p in (second, proc):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
