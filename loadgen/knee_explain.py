@@ -15,7 +15,8 @@ The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds)
 - ``kv_full``: KV usage reached ``KV_FULL_PCT`` in the recent seconds, and requests were
   preempted or kept waiting;
 - ``batch_cap``: running requests sat at the cap (``CAP_FRACTION`` x ``max_num_seqs`` x
-  engines) for at least ``PLATEAU_S`` seconds while requests waited (recent mean at least
+  engines, or one below it while requests wait) for at least ``PLATEAU_S`` seconds while
+  requests waited (recent mean at least
   ``WAITING_MIN``). Without a known ``max_num_seqs``, a running count of at least
   ``MIN_INFERRED_CAP`` within one request of its top for the last ``PLATEAU_S`` seconds
   or more, at exactly the top in ``EXACT_SHARE`` of them, with requests waiting and the
@@ -447,7 +448,11 @@ def _at_cap(w: _Window, limits: ServerLimits) -> tuple[int, int, bool] | None:
     waiting = np.nan_to_num(w.get("waiting"), nan=0.0)
     cap = limits.running_cap
     if cap is not None:
-        seconds = _longest_run(np.nan_to_num(running, nan=0.0) >= CAP_FRACTION * cap)
+        # A scrape between a request's end and the next step's admission sees one slot
+        # free while requests wait (the engine fills it at its next step): still the cap.
+        known = np.nan_to_num(running, nan=0.0)
+        at_cap = (known >= CAP_FRACTION * cap) | ((known >= cap - 1) & (waiting >= 1.0))
+        seconds = _longest_run(at_cap)
         return (cap, seconds, False) if seconds >= PLATEAU_S else None
     # Unknown cap: a hard cap holds running exactly flat while requests wait (a full KV
     # cache does too: then the plateau says nothing of a cap).

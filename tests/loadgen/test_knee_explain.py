@@ -505,3 +505,19 @@ def test_an_inferred_cap_with_big_steps_says_a_small_budget_would_look_the_same(
     )
     known = explain_knee(series, ServerLimits(max_num_batched_tokens=8192))
     assert "tokens per step" not in known.evidence
+
+
+@pytest.mark.parametrize(
+    ("waiting", "limit"),
+    [
+        # a scrape between a request's end and the next step's admission sees a slot free
+        # while requests wait: still the batch cap (seen with max_num_seqs 8 on the simulator)
+        (ramp(0, 52, 30, N), "batch_cap"),
+        # a free slot and nobody waiting: not a cap that holds requests back
+        (flat(0.0), "undetermined"),
+    ],
+)
+def test_a_small_cap_with_a_slot_free_at_some_scrapes_is_still_the_cap(waiting, limit):
+    running = ramp(0, 6, 0, 30)[:30] + [8.0, 8.0, 7.0, 8.0, 8.0, 7.0, 8.0, 8.0, 7.0, 8.0]
+    why = explain_knee(window(running=running, waiting=waiting, kv_usage_pct=flat(3.0)), ServerLimits(max_num_seqs=8))
+    assert why.limit == limit, why
