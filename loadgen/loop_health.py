@@ -360,11 +360,13 @@ class LoadPhaseGC:
 
 @dataclass
 class ClientWindow:
-    """What one process (or all of a run's, merged) measured of itself since the last
-    tick: its lag samples, and its collections so far (cumulative)."""
+    """What the stream-reading loops measured of themselves since the last tick: their lag
+    samples and their counts so far (cumulative); and the pause of the full collection
+    this process ran for its growth meanwhile (``LoadPhaseGC.check_growth``), if any."""
 
     lag: LagHistogram = field(default_factory=LagHistogram)
     counts: ClientCounts = field(default_factory=ClientCounts)
+    full_gc_pause_ms: float | None = None
 
 
 class ClientHealth:
@@ -373,12 +375,17 @@ class ClientHealth:
     each tick (``take``).
 
     What a tick gets is the self-check of the loops that read the streams: this process's
-    own, or, once load workers send theirs, the workers' alone — a controller's loop reads
-    no stream, so its lag cannot move a TTFT or an ITL (it shows in the send lateness)."""
+    own (``reads_streams``), or else its load workers' alone — a controller's loop reads no
+    stream, so its lag cannot move a TTFT or an ITL (it shows in the send lateness), and
+    it is not probed. Every ``take`` also lets the GC policy run its growth valve, in the
+    run process, a load worker and a Ray actor alike."""
 
-    def __init__(self, probe: LoopLagProbe | None = None, gc_policy: LoadPhaseGC | None = None) -> None:
+    def __init__(
+        self, probe: LoopLagProbe | None = None, gc_policy: LoadPhaseGC | None = None, reads_streams: bool = True
+    ) -> None:
         self.probe = probe or LoopLagProbe()
         self.gc_policy = gc_policy or LoadPhaseGC()
+        self.reads_streams = reads_streams
         self._workers_lag = LagHistogram()
         self._workers_counts: dict[Any, ClientCounts] = {}  # cumulative, by worker
         self._sched_at_start: tuple[float, float] | None = None
@@ -386,8 +393,9 @@ class ClientHealth:
     def start(self) -> None:
         """On the loop to watch (its thread's CPU is read), as the load begins."""
         self.gc_policy.start()
-        self.probe.start()
-        self._sched_at_start = _schedstat_ms()
+        if self.reads_streams:
+            self.probe.start()
+            self._sched_at_start = _schedstat_ms()
 
     def stop(self) -> None:
         self.probe.stop()
@@ -410,14 +418,14 @@ class ClientHealth:
 
     def take(self) -> ClientWindow:
         """The stream-reading loops' lag since the last call and their counts so far."""
-        own = self.probe.take()
-        if not self._workers_counts:
-            return ClientWindow(own, self.own_counts())
+        pause_ms = self.gc_policy.check_growth()
+        if self.reads_streams:
+            return ClientWindow(self.probe.take(), self.own_counts(), pause_ms)
         lag, self._workers_lag = self._workers_lag, LagHistogram()
         counts = ClientCounts()
         for worker_counts in self._workers_counts.values():
             counts.merge(worker_counts)
-        return ClientWindow(lag, counts)
+        return ClientWindow(lag, counts, pause_ms)
 
 
 def _shown(ms: float | None) -> float | None:

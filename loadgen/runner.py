@@ -228,9 +228,9 @@ class Run:
             self.sessions = SessionDriver(SessionWorkload(self.factory), self.now, options.save_generated_texts)
         self.series = SeriesBuilder(slo=scenario.slo, gpu_price_per_hour=options.gpu_price_per_hour)
         self.collector = RunCollector(options.keep_records, options.save_generated_texts)
-        # The client's self-check: its loop's lag and the GC kept off it while the load
-        # runs, with its load workers' (each sends its own).
-        self.health = ClientHealth()
+        # The client's self-check: the lag of the loops that read the streams (this
+        # process's, or its load workers', each sending its own) and the GC kept off the load.
+        self.health = ClientHealth(reads_streams=options.sender_factory is None)
         if options.sender_factory is not None:  # a worker lost mid-run stops the run
             options.sender_factory.on_lost = self.worker_lost
             options.sender_factory.on_lag = self.health.merge_worker
@@ -849,29 +849,23 @@ class Run:
             t = self.now()
             self.sink.on_tick(self._tick(t))
             self._check_knee()
-            self._check_memory(t)
             next_t += interval
-
-    def _check_memory(self, t: float) -> None:
-        """The one full collection the load allows: when the process has grown past
-        ``loop_health.FULL_COLLECTION_GROWTH_BYTES`` (said, with its pause)."""
-        pause_ms = self.health.gc_policy.check_growth()
-        if pause_ms is not None:
-            self.sink.on_event(
-                Event(
-                    t,
-                    "info",
-                    f"the client ran a full garbage collection ({pause_ms:.0f} ms) as its memory grew: "
-                    f"requests in flight then were delayed by up to that",
-                    {"gc_pause_ms": pause_ms},
-                )
-            )
 
     def _tick(self, t: float) -> Tick:
         if not self._stopping and self.schedule.state != "done":
             # Once the schedule is over (or stopped) the last plan stands.
             self._planned_end = self.schedule.planned_end_s(t)
         client = self.health.take()
+        if client.full_gc_pause_ms is not None:  # the one full collection the load allows: said
+            self.sink.on_event(
+                Event(
+                    t,
+                    "info",
+                    f"the client ran a full garbage collection ({client.full_gc_pause_ms:.0f} ms) as its memory "
+                    f"grew: requests in flight then were delayed by up to that",
+                    {"gc_pause_ms": client.full_gc_pause_ms},
+                )
+            )
         return Tick(
             t,
             self.schedule.current_rate(t) if not self._stopping else 0.0,

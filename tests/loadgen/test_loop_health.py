@@ -387,11 +387,12 @@ def test_lag_buckets_stop_at_a_days_lag():
     assert bucket_ms(MAX_LAG_BUCKET) == pytest.approx(86_400_000, rel=0.05)
 
 
-def test_a_runs_self_check_is_its_stream_readers_once_workers_send_theirs():
+def test_a_runs_self_check_is_its_stream_readers_own_or_its_workers():
     health = ClientHealth()
-    health.probe._window.add(250.0)  # the controller's own loop: no stream is read there
+    health.probe._window.add(250.0)  # a run without workers reads the streams on its own loop
     alone = health.take()
     assert alone.lag.max_ms == 250.0 and alone.counts.gc_policy in ("load", "python")
+    health = ClientHealth(reads_streams=False)  # a controller: its workers read the streams
     health.probe._window.add(250.0)
     health.merge_worker(0, [[lag_bucket(2.0), 40]], 2.0, ClientCounts([3, 0, 0], 0.2, 0.4, 100.0, 5.0))
     health.merge_worker(1, [[lag_bucket(3.0), 40]], 3.0, ClientCounts([2, 1, 0], 0.3, 0.5, 50.0, 45.0))
@@ -433,3 +434,19 @@ def test_the_warning_names_the_likely_cause(cpu_wait_pct, full, cause):
         ": TTFT p99 140.0 ms and ITL p99 3.7 ms (all of it, as far as this run can tell) may hold up to "
         "42.0 ms of the client's own delay; see docs/scale.md"
     )
+
+
+def test_every_take_lets_the_growth_valve_run_and_says_its_pause():
+    resident = [100 << 20]
+    for reads_streams in (True, False):  # the run's own loop, or a controller over workers
+        health = ClientHealth(
+            gc_policy=LoadPhaseGC(growth_bytes=64 << 20, rss=lambda: resident[0]), reads_streams=reads_streams
+        )
+        health.gc_policy.start()
+        try:
+            assert health.take().full_gc_pause_ms is None
+            resident[0] += 65 << 20
+            window = health.take()
+        finally:
+            health.gc_policy.stop()
+        assert window.full_gc_pause_ms is not None and health.gc_policy.counts.collections[2] == 1
