@@ -81,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser, mains = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
-        (SUBPARSERS.get(args.command or "") or parser).error(
-            unknown_arguments(SUBPARSERS.get(args.command or "") or parser, extras)
-        )
+        command = SUBPARSERS.get(args.command or "", parser)
+        command.error(unknown_arguments(command, extras))
     # What was typed, for `rampwatch run --detach` to start the same run in the background.
     args.argv = list(argv if argv is not None else sys.argv[1:])
     if not args.command:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rampwatch.core.errors import UserError
+
 # The probe wakes on a fixed grid this far apart. Each grid point the loop passed late is
 # one sample (``now - due``), so a stall of S ms gives S / 5 samples: the samples are
 # spread evenly in time, and their distribution is how long an event arriving at a
@@ -59,14 +61,17 @@ _NO_AUTOMATIC_FULL = 1 << 30
 # ``RAMPWATCH_LOAD_GC=python`` leaves Python's own GC policy in place during the load (the
 # collections are still counted): to compare the two, or to rule the policy out.
 GC_ENV = "RAMPWATCH_LOAD_GC"
+GC_POLICIES = ("load", "python")  # the first is the default (also for an empty value)
 
 
-GC_POLICIES = ("load", "python")
+def gc_policy_named() -> str:
+    """The value of ``GC_ENV`` as a policy's name, lower-cased (empty: the default)."""
+    return os.environ.get(GC_ENV, "").strip().lower() or GC_POLICIES[0]
 
 
 def python_gc_policy() -> bool:
     """Whether the load keeps Python's own GC policy (``GC_ENV``)."""
-    return os.environ.get(GC_ENV, "").strip().lower() == "python"
+    return gc_policy_named() == "python"
 
 
 def lag_bucket(lag_ms: float) -> int:
@@ -523,8 +528,5 @@ def client_figures(ticks: Iterable[Any]) -> ClientFigures | None:
 def check_gc_policy() -> None:
     """``GC_ENV`` names a policy this load knows (``load``, the default, or ``python``):
     any other value stops the run before it starts, in one line."""
-    from rampwatch.core.errors import UserError
-
-    value = os.environ.get(GC_ENV, "")
-    if value.strip().lower() not in ("", "load", "python"):
-        raise UserError(f"{GC_ENV}={value!r}: expected load or python")
+    if gc_policy_named() not in GC_POLICIES:
+        raise UserError(f"{GC_ENV}={os.environ.get(GC_ENV, '')!r}: expected load or python")

@@ -336,9 +336,12 @@ class Run:
     def server_exited(self, message: str, exit_code: int | None, log_tail: list[str]) -> None:
         """The server this run started exited on its own: an ``error`` event saying so (with
         its exit code and last log lines), then the usual stop."""
+        self._stop_on_error(message, {"server_exit_code": exit_code, "server_log_tail": list(log_tail)})
+
+    def _stop_on_error(self, message: str, data: dict[str, Any]) -> None:
+        """An ``error`` event, then the usual stop (nothing once the run has finished)."""
         if self._finished:
             return
-        data = {"server_exit_code": exit_code, "server_log_tail": list(log_tail)}
         self.sink.on_event(Event(self.now(), "error", message, data))
         self.stop()
 
@@ -346,10 +349,7 @@ class Run:
         """A load worker (process or Ray actor) was lost mid-run (its requests in flight
         already failed):
         an ``error`` event saying so, then the usual stop."""
-        if self._finished:
-            return
-        self.sink.on_event(Event(self.now(), "error", message, {"load_worker_lost": True}))
-        self.stop()
+        self._stop_on_error(message, {"load_worker_lost": True})
 
     def cancel_in_flight(self) -> None:
         """End the drain now (the UI's key, a second Ctrl-C): stop, and cancel every
@@ -677,8 +677,7 @@ class Run:
         no further request can be built in order, so the run stops as for a lost load
         worker (an ``error`` event, the usual stop: in-flight requests drain, the
         recording and the summary are kept)."""
-        self.sink.on_event(Event(self.now(), "error", f"{message}: the run stops here", {"request_builder_lost": True}))
-        self.stop()
+        self._stop_on_error(f"{message}: the run stops here", {"request_builder_lost": True})
 
     async def _run_sessions(self, sessions: SessionDriver, client, semaphore) -> None:
         """A session workload's dispatch: sessions start at the schedule's send times (open
