@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from rampwatch.app import runs
 from rampwatch.app.control import serve_run
 from rampwatch.app.ray_run import ray_workers
-from rampwatch.core.bins import latest_complete, recent_mean
+from rampwatch.core.bins import latest_complete, recent_max, recent_mean
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import server_text
@@ -847,9 +847,10 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
         )
     if getattr(snap, "last_good_gpu_t", None) is not None:
         line += f" | GPU {fmt('gpu_util_pct', digits=0)}% {fmt('gpu_power_w', digits=0)} W"
-    lag = [v for v in s.get("client_lag_ms", [])[-1 - window : -1] if v is not None and not math.isnan(v)]
-    if lag and max(lag) > LIVE_LAG_BOUND_MS:  # the client's own delay, once it could show
-        line += f" | client lag {max(lag):.0f} ms"
+    lags = s.get("client_lag_ms", [])
+    lag = recent_max(lags, len(lags) - 1, window)  # the newest second is still filling
+    if lag is not None and lag > LIVE_LAG_BOUND_MS:  # the client's own delay, once it could show
+        line += f" | client lag {lag:.0f} ms"
     return line
 
 

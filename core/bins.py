@@ -37,3 +37,10 @@ def recent_mean(values: Sequence[float | None], complete: int, window: int) -> f
     done = values[: max(0, complete)]
     recent = _present(done[-max(1, window) :])
     return sum(recent) / len(recent) if recent else None
+
+
+def recent_max(values: Sequence[float | None], complete: int, window: int) -> float | None:
+    """The largest present value in the last ``window`` of the first ``complete`` bins (a
+    worst case over a few seconds); None when there is none."""
+    done = values[: max(0, complete)]
+    return max(_present(done[-max(1, window) :]), default=None)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rampwatch.core.bins import complete_bins, latest_complete, recent_mean
+from rampwatch.core.bins import complete_bins, latest_complete, recent_max, recent_mean
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS
 from rampwatch.loadgen.schedules import TRACE_KIND
@@ -82,9 +82,7 @@ def recent_client_lag_ms(snapshot: Snapshot, window_s: int = NOW_WINDOW_S) -> fl
     """The client's longest loop lag over its last ``window_s`` complete seconds when it
     passes ``LIVE_LAG_BOUND_MS`` (the screen names it then), else None."""
     values = snapshot.series.get("client_lag_ms", [])
-    done = values[: min(len(values), complete_bins(snapshot.times, snapshot.t))]
-    recent = [v for v in done[-window_s:] if v is not None and not math.isnan(v)]
-    worst = max(recent, default=None)
+    worst = recent_max(values, min(len(values), complete_bins(snapshot.times, snapshot.t)), window_s)
     return worst if worst is not None and worst > LIVE_LAG_BOUND_MS else None
 
 
