@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rampwatch.app import runs
 from rampwatch.core.errors import UserError
+from rampwatch.core.interpreter import module_command
 
 # How long --detach waits for the run's process to register (or fail its own checks).
 REGISTER_TIMEOUT_S = 30.0
@@ -57,7 +58,7 @@ def child_argv(argv: list[str], run_id: str, log: Path, recording: Path | None) 
     out += ["--headless", "--run-id", run_id, "--detached-log", str(log)]
     if recording is not None and "--record" not in out and not any(a.startswith("--record=") for a in out):
         out += ["--record", str(recording)]
-    return [sys.executable, "-P", "-m", "rampwatch.app.cli", *out]
+    return module_command("rampwatch.app.cli", *out)
 
 
 def launch(args: argparse.Namespace) -> int:

@@ -478,7 +478,9 @@ def spawn_headless(
     args: argparse.Namespace, log_path: Path, extra_env: dict[str, str] | None = None
 ) -> subprocess.Popen:
     """The same sweep run headless in a child process (the live screen's load side)."""
-    words = [sys.executable, "-P", "-m", "rampwatch.app.cli", "sweep", args.sweep, "--headless"]
+    from rampwatch.core.interpreter import module_command
+
+    words = module_command("rampwatch.app.cli", "sweep", args.sweep, "--headless")
     named = (
         ("--slo", args.slo),
         ("--output-dir", args.output_dir),

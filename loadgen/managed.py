@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from rampwatch.core.errors import ServerExited, TargetUnreachable, UserError
+from rampwatch.core.interpreter import module_command
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_value, secret_values
 from rampwatch.core.text import server_text
 from rampwatch.loadgen.connection import Connection
@@ -205,7 +205,7 @@ def _shown(text: str) -> str:
 def _resolve_program(words: list[str]) -> list[str]:
     program, rest = words[0], words[1:]
     if program == "rampwatch":  # this rampwatch, whatever PATH says
-        return [sys.executable, "-P", "-m", "rampwatch.app.cli", *rest]
+        return module_command("rampwatch.app.cli", *rest)
     if "/" in program:
         if not (os.path.isfile(program) and os.access(program, os.X_OK)):
             raise UserError(f"--serve: {program}: no such executable file")
@@ -368,7 +368,7 @@ class ManagedServer:
             except OSError as exc:
                 raise UserError(f"--server-log {self.log_path}: {exc.strerror or exc}") from None
         started = time.monotonic()
-        guard = [sys.executable, "-P", "-m", "rampwatch.loadgen.serve_guard", "--grace", repr(DEFAULT_GRACE_S), "--"]
+        guard = module_command("rampwatch.loadgen.serve_guard", "--grace", repr(DEFAULT_GRACE_S), "--")
         self._process = subprocess.Popen(
             [*guard, *command.argv],
             stdin=subprocess.PIPE,

@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.interpreter import module_command
 from rampwatch.loadgen.requests import PreparedRequest
 
 log = logging.getLogger(__name__)
@@ -196,7 +197,7 @@ def spawn_builder(payload: bytes) -> tuple[subprocess.Popen, socket.socket]:
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-P", "-m", __name__, str(theirs.fileno())],
+            module_command(__name__, str(theirs.fileno())),
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
         )

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.interpreter import module_command
 from rampwatch.core.timeline import CANCELLED, RequestRecord
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import RequestCancelled
@@ -443,7 +444,7 @@ def spawn_workers(workers: int) -> list[tuple[subprocess.Popen, socket.socket]]:
         ours, theirs = socket.socketpair()
         try:
             process = subprocess.Popen(
-                [sys.executable, "-P", "-m", __name__, str(theirs.fileno())],
+                module_command(__name__, str(theirs.fileno())),
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
             )
