@@ -31,6 +31,9 @@ Semantics follow vLLM v1 (``vllm/v1/core/sched/scheduler.py``,
   of a conversation, whose prompt repeats this one's prompt and answer, hits them. Admission
   reuses the longest run of cached blocks (at most ``tokens - 1``, the last token is always
   recomputed); a preempted request recomputing its prompt and output hits its own blocks.
+  A request's ``cache_salt`` is hashed into its first block, as vLLM puts it in the first
+  block's extra keys: requests with different salts (or one salted, one not) never share a
+  block, those with the same salt share as usual.
   Two requests computing the same block at once both keep a hashed copy; a lookup returns
   the older. Freed blocks keep their hash and join the tail of the free queue (a request's
   tail blocks ahead of its head blocks); freed blocks without a hash (partial blocks) join
@@ -71,6 +74,7 @@ class SimRequest:
     min_tokens: int = 0
     ignore_eos: bool = True
     seed: int | None = None  # the request's own `seed`, mixed into its token stream
+    cache_salt: str | None = None  # the request's `cache_salt`: only equal salts share cached blocks
     # Engine-owned state below.
     arrival: float = 0.0
     status: str = WAITING
@@ -248,17 +252,23 @@ class BlockPool:
             del self.duplicates[h]
 
 
-def block_hashes(token_ids: list[int], block_size: int) -> list[int]:
-    """Chained hash per full block: equal hashes mean equal content *and* equal prefix."""
+def block_hashes(token_ids: list[int], block_size: int, cache_salt: str | None = None) -> list[int]:
+    """Chained hash per full block: equal hashes mean equal content *and* equal prefix
+    (and equal ``cache_salt``)."""
     out: list[int] = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        out.append(next_block_hash(out, token_ids[start : start + block_size]))
+        out.append(next_block_hash(out, token_ids[start : start + block_size], cache_salt))
     return out
 
 
-def next_block_hash(hashes: list[int], block_tokens: list[int]) -> int:
-    """The hash of the block after those ``hashes`` cover (vLLM's ``hash_block_tokens``)."""
-    return hash((hashes[-1] if hashes else 0, tuple(block_tokens)))
+def next_block_hash(hashes: list[int], block_tokens: list[int], cache_salt: str | None = None) -> int:
+    """The hash of the block after those ``hashes`` cover (vLLM's ``hash_block_tokens``);
+    the salt counts in the first block only, whose hash every later one chains from."""
+    if hashes:
+        parent = hashes[-1]
+    else:
+        parent = 0 if cache_salt is None else hash(("cache_salt", cache_salt))
+    return hash((parent, tuple(block_tokens)))
 
 
 def request_rng_seed(seed: int, prompt_token_ids: list[int], request_seed: int | None) -> int:
@@ -431,7 +441,7 @@ class Engine:
             hit_blocks: list[int] = []
             if caching:
                 if req.block_hashes is None:  # first admission: no output yet; later ones keep them
-                    req.block_hashes = block_hashes(req.prompt_token_ids, bs)
+                    req.block_hashes = block_hashes(req.prompt_token_ids, bs, req.cache_salt)
                 hit_blocks = pool.lookup(req.block_hashes, (req.num_tokens - 1) // bs)
                 lookups.queries += req.num_tokens
                 lookups.hits += len(hit_blocks) * bs
@@ -494,7 +504,7 @@ class Engine:
                 # cached when its KV computation is scheduled (the next step's _cache_blocks).
                 start = prompt_len + n_out - bs
                 tokens = out[start - prompt_len :] if start >= prompt_len else req.prompt_token_ids[start:] + out
-                req.block_hashes.append(next_block_hash(req.block_hashes, tokens))
+                req.block_hashes.append(next_block_hash(req.block_hashes, tokens, req.cache_salt))
             emitted.append(req)
             stats.generation_tokens += 1
             if req.first_token_at is None:

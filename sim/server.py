@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from rampwatch.core.cache_salt import cache_salt_problem
 from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
 from rampwatch.sim.chunk_gaps import ChunkGaps, text_key
 from rampwatch.sim.config import SimConfig
@@ -94,6 +95,16 @@ class ApiError(Exception):
 
     def response(self) -> web.Response:
         return _json(self.body, self.status)
+
+
+def _cache_salt(value: Any) -> str | None:
+    """A request's ``cache_salt``, refused as vLLM refuses it."""
+    if value is None:
+        return None
+    problem = cache_salt_problem(value)
+    if problem is not None:
+        raise _bad(problem, "cache_salt", value)
+    return str(value)
 
 
 def _bad(message: str, param: str | None = None, value: Any = None) -> ApiError:
@@ -453,6 +464,7 @@ class SimServer:
         if not isinstance(stream_options, dict):
             raise _bad("stream_options must be an object.", "stream_options", stream_options)
         seed = body.get("seed")
+        cache_salt = _cache_salt(body.get("cache_salt"))
         options = {
             "max_tokens": max_tokens,
             "min_tokens": min_tokens,
@@ -461,6 +473,7 @@ class SimServer:
             "include_usage": bool(stream_options.get("include_usage", False)),
             "continuous_usage": bool(stream_options.get("continuous_usage_stats", False)),
             "seed": seed if isinstance(seed, int) else None,
+            "cache_salt": cache_salt,
         }
         return prompt_ids, max_tokens, options
 
@@ -514,6 +527,7 @@ class SimServer:
             min_tokens=opts["min_tokens"],
             ignore_eos=opts["ignore_eos"],
             seed=opts["seed"],
+            cache_salt=opts["cache_salt"],
         )
         prefix = b'data: {"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
             request_id.encode(),

@@ -294,3 +294,38 @@ def test_request_over_max_model_len_is_refused():
     engine = make_engine(max_model_len=100, num_gpu_blocks=100)
     with pytest.raises(ValueError):
         engine.add_request(SimRequest("a", prompt(90), max_tokens=20), now=0.0)
+
+
+@pytest.mark.parametrize(
+    "salt_a, salt_b, hits",
+    [
+        (None, None, 96),  # no salts: the shared 100 tokens hit (6 full blocks)
+        ("run-1", "run-1", 96),  # the same salt: shared as without one
+        ("run-1", "run-2", 0),  # different salts never share a block
+        (None, "run-2", 0),  # salted and unsalted neither
+        ("run-1", None, 0),
+    ],
+)
+def test_only_requests_with_the_same_cache_salt_share_prefix_blocks(salt_a, salt_b, hits):
+    engine = make_engine(block_size=16)
+    shared = prompt(100)
+    engine.add_request(SimRequest("a", shared + [5, 6, 7], max_tokens=2, cache_salt=salt_a), now=0.0)
+    run_to_completion(engine)
+    engine.add_request(SimRequest("b", shared + [8, 9], max_tokens=2, cache_salt=salt_b), now=1.0)
+    run_to_completion(engine, t=1.0)
+    assert engine.stats.prefix_hits == hits
+
+
+def test_a_salted_requests_generated_blocks_stay_salted():
+    """A prompt shorter than a block: its first block is completed by generated tokens,
+    whose hash must carry the salt too (a next turn with another salt must miss it)."""
+    engine = make_engine(block_size=16)
+    first = SimRequest("a", prompt(10), max_tokens=12, cache_salt="run-1")
+    engine.add_request(first, now=0.0)
+    run_to_completion(engine)
+    history = first.prompt_token_ids + first.output_token_ids  # 22 tokens: one full block
+    for name, salt, hits in (("b", "run-2", 0), ("c", "run-1", 16)):
+        before = engine.stats.prefix_hits
+        engine.add_request(SimRequest(name, history + [1, 2], max_tokens=1, cache_salt=salt), now=1.0)
+        run_to_completion(engine, t=1.0)
+        assert engine.stats.prefix_hits - before == hits

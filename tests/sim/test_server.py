@@ -299,3 +299,18 @@ async def test_round_robin_routing():
         for _ in range(6):
             await post(url, "/v1/completions", {"prompt": "a", "max_tokens": 1})
     assert [e.stats.finished["length"] for e in server.engines] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("salt", ["", 7, "a/b", "x" * 129])
+async def test_a_bad_cache_salt_is_refused_as_vllm_refuses_it(salt):
+    async with serve(SimConfig(**FAST)) as url:
+        status, body = await post(url, "/v1/completions", {"prompt": "a b c", "max_tokens": 2, "cache_salt": salt})
+    err = json.loads(body)["error"]
+    assert status == 400 and err["type"] == "BadRequestError" and "'cache_salt' must" in err["message"]
+    assert err["param"] == "cache_salt"
+
+
+async def test_a_valid_cache_salt_is_served():
+    async with serve(SimConfig(**FAST)) as url:
+        status, body = await post(url, "/v1/completions", {"prompt": "a b c", "max_tokens": 2, "cache_salt": "run-1"})
+    assert status == 200, body
