@@ -40,23 +40,30 @@ def _open(path: str) -> ReplayTimeline:
 
 
 def comparison_of(path_a: str, path_b: str) -> Callable[[], tuple[list[dict[str, Any]], str | None]]:
-    """What the compare panel shows: `rampwatch compare A B`'s rows and load warning.
+    """What the compare panel shows: `rampwatch compare A B`'s rows and its warnings
+    (different loads, a shared prefix cache) on one line.
     Called in the app's worker thread, on readers of its own (the replay's stay its own)."""
 
     def compare() -> tuple[list[dict[str, Any]], str | None]:
         from rampwatch.record.analysis import comparison_samples, summarise
-        from rampwatch.record.cli_compare import compare_rows, load_warning
+        from rampwatch.record.cli_compare import compare_rows, load_warning, shared_cache_warning
         from rampwatch.record.reader import open_recording
 
         recordings = [open_recording(path_a), open_recording(path_b)]
         try:
             summaries = [summarise(rec).to_dict() for rec in recordings]
             samples = [comparison_samples(rec) for rec in recordings]
-            scenarios = [rec.header.scenario if rec.header is not None else None for rec in recordings]
+            headers = [rec.header for rec in recordings]
         finally:
             for rec in recordings:
                 rec.close()
-        return compare_rows(summaries[0], summaries[1], samples[0], samples[1]), load_warning(*scenarios)
+        warnings = (
+            load_warning(*(h.scenario if h is not None else None for h in headers)),
+            shared_cache_warning(*headers),
+        )
+        return compare_rows(summaries[0], summaries[1], samples[0], samples[1]), " ".join(
+            w for w in warnings if w
+        ) or None
 
     return compare
 

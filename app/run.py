@@ -111,6 +111,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end-rps", type=non_negative_float, metavar="R", help="rate at the end of the ramp")
     parser.add_argument("--seed", type=int, metavar="N", help="seed for arrivals and prompts")
     parser.add_argument(
+        "--cache-salt",
+        default="auto",
+        metavar="auto|none|SALT",
+        help="vLLM cache_salt in every request: auto (default) a fresh one per run, so a repeat run never reads "
+        "an earlier run's prompts from the prefix cache; none: no salt; SALT: this one (runs with it share the cache)",
+    )
+    parser.add_argument(
         "--max-concurrency",
         type=positive_int,
         metavar="N",

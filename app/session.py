@@ -29,6 +29,7 @@ from rampwatch.app import runs
 from rampwatch.app.control import serve_run
 from rampwatch.app.ray_run import ray_workers
 from rampwatch.core.bins import latest_complete, recent_max, recent_mean
+from rampwatch.core.cache_salt import AUTO, cache_salt_choice, describe_cache_policy
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import server_text
@@ -353,6 +354,8 @@ class RunPlan:
     server: ManagedServer | None  # not started yet
     target: str
     gpu: GpuTelemetryPlan
+    # --cache-salt: the policy (core.cache_salt) and the salt every request carries.
+    cache_policy: tuple[str, str | None]
 
 
 def plan_run(args: argparse.Namespace) -> RunPlan:
@@ -370,6 +373,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
     result_json = result_json_path(args.result_json, recording_path)
     check_outputs(recording_path, result_json, [Path(scenario.path)] if scenario.path else [])
+    cache_policy = cache_salt_choice(getattr(args, "cache_salt", AUTO))
     tokenizer = load_tokenizer(args.tokenizer)
     gpu_urls = [_check_url("--gpu-metrics-url", u) for u in getattr(args, "gpu_metrics_url", None) or []]
     gpu_mode = getattr(args, "gpu", "auto")
@@ -405,6 +409,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         server=server,
         target=target,
         gpu=gpu_plan,
+        cache_policy=cache_policy,
     )
 
 
@@ -591,6 +596,8 @@ def build_run(plan: RunPlan) -> PreparedRun:
         gpu_metrics_urls=plan.gpu.dcgm_urls,
         gpu_nvml=plan.gpu.nvml,
         gpu_note=plan.gpu.note,
+        cache_salt_policy=plan.cache_policy[0],
+        cache_salt=plan.cache_policy[1],
         server_limits=ServerLimits.from_engine_args(plan.server.command.engine_args()) if plan.server else None,
         sender_factory=load_senders(args),
     )
@@ -930,6 +937,7 @@ def run_headless(args: argparse.Namespace) -> int:
         gpu_sources = (["NVML"] if options.gpu_nvml else []) + [redact_text(u) for u in options.gpu_metrics_urls]
         if gpu_sources:
             banner += f"; GPU telemetry from {', '.join(gpu_sources)}"
+        banner += f"; seed {prepared.run.scenario.seed}, {describe_cache_policy(options.cache_salt_policy, options.cache_salt)}"
         print(server_text(banner), flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)

@@ -257,6 +257,11 @@ class RunHeader:
     # Where GPU telemetry is read: "nvml" and/or DCGM exporter URLs (redacted). Added
     # later: headers of older recordings lack it ([]).
     gpu_sources: list[str] = field(default_factory=list)
+    # The run's prefix-cache policy (core.cache_salt: AUTO, NONE or FIXED, from
+    # --cache-salt) and the ``cache_salt`` every request carried (None: none). Added
+    # later: older recordings lack them (policy None: unknown).
+    cache_salt_policy: str | None = None
+    cache_salt: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -21,6 +21,7 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rampwatch.core.cache_salt import NONE
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import server_text
 from rampwatch.core.timeline import (
@@ -99,6 +100,9 @@ class RunOptions:
     # recording and its final figures are computed from there (app.session.finish_run),
     # so that its memory is bounded by what is in flight, not by its length.
     keep_records: bool = False
+    # --cache-salt: the policy (core.cache_salt) and the salt every request carries.
+    cache_salt_policy: str = NONE
+    cache_salt: str | None = None
 
 
 @dataclass
@@ -218,7 +222,7 @@ class Run:
         self.scenario = scenario
         self.options = options
         self.schedule = scenario.build_schedule()
-        self.factory = factory or RequestFactory(scenario, options.tokenizer)
+        self.factory = factory or RequestFactory(scenario, options.tokenizer, cache_salt=options.cache_salt)
         # The dispatcher's requests: built ahead, off the run's loop when that is costly.
         self.requests = RequestsAhead(self.factory)
         # A session workload: each send time starts a session (or, kind users, the
@@ -536,6 +540,8 @@ class Run:
                 host_info=host_info() | (opts.sender_factory.host_info() if opts.sender_factory else {}),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
+                cache_salt_policy=opts.cache_salt_policy,
+                cache_salt=opts.cache_salt,
             )
             self._header = header
             self.knee.limits = ServerLimits.of_run(header, opts.server_limits)

@@ -10,6 +10,7 @@ are applied before validation. The schema is documented in ``docs/scenarios.md``
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass, field
 from importlib import resources
@@ -488,6 +489,8 @@ def _check_workload(
         for key in extra:
             if key in reserved:
                 p.add(path + ("extra_body", key), "is set by rampwatch itself and cannot be overridden", True)
+            elif key == "cache_salt":  # one per run, recorded: the run's flag, not the file's
+                p.add(path + ("extra_body", key), "is the run's: use --cache-salt SALT (auto, none or a salt)", True)
         out["extra_body"] = dict(extra)
     return out
 
@@ -782,12 +785,17 @@ class _Conversation:
 class RequestFactory:
     """Builds the scenario's requests one by one; the same scenario (seed) and tokenizer
     give the same sequence. Prompt lengths are exact with the simulator's tokenizer; with
-    a sub-word tokenizer ``expected_prompt_tokens`` is the count actually achieved."""
+    a sub-word tokenizer ``expected_prompt_tokens`` is the count actually achieved.
 
-    def __init__(self, scenario: Scenario, tokenizer=None) -> None:
+    ``cache_salt`` (the run's ``--cache-salt``) goes in every request's body: vLLM never
+    lets requests with different salts share prefix-cache blocks, so a run's requests
+    share their declared prefixes with each other and with no other run's."""
+
+    def __init__(self, scenario: Scenario, tokenizer=None, cache_salt: str | None = None) -> None:
         from rampwatch.loadgen.tokenizers import load_tokenizer
 
         self.scenario = scenario
+        self.cache_salt = cache_salt
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(None)
         self.workload = scenario.workload
         self.endpoint = scenario.endpoint
@@ -819,7 +827,11 @@ class RequestFactory:
             ds = self.workload["dataset"]
             self.dataset = load_dataset(ds["path"], ds["format"])
         # A mixture: each class builds its requests with its own factory (loadgen.mixture).
-        self._mixture = MixtureFactory(scenario, self.tokenizer, RequestFactory) if MIX_KEY in self.workload else None
+        self._mixture = (
+            MixtureFactory(scenario, self.tokenizer, functools.partial(RequestFactory, cache_salt=cache_salt))
+            if MIX_KEY in self.workload
+            else None
+        )
 
     # -- shared parts (built once, identical in every request)
 
@@ -985,10 +997,13 @@ class RequestFactory:
     def finish_request(
         self, payload: dict[str, Any], expected: int, n_out: int, tag: str | None, extra: dict[str, Any]
     ) -> PreparedRequest:
-        """The request of a built body: ``ignore_eos`` and the workload's ``extra_body`` added."""
+        """The request of a built body: ``ignore_eos``, the workload's ``extra_body`` and
+        the run's ``cache_salt`` added."""
         if self.workload.get("ignore_eos", True):
             payload["ignore_eos"] = True
         payload.update(self.workload.get("extra_body") or {})
+        if self.cache_salt is not None:
+            payload["cache_salt"] = self.cache_salt
         return PreparedRequest(
             endpoint=self.endpoint,  # type: ignore[arg-type]
             payload=payload,

@@ -6,7 +6,10 @@ latencies and the error rate, per second for the throughputs) gets a bootstrap i
 for B − A (``record.significance``); B is "better" or "worse" only when that interval
 excludes 0 (and the change is at least 1%: else "negligible"), else "within noise". Counts, peaks, the knee and costs have no samples to
 resample: their change is shown without a verdict. When the two runs ran different loads
-(schedule, workload, endpoint, concurrency cap), one warning line says so first.
+(schedule, workload, endpoint, concurrency cap), one warning line says so first; when
+the later run could have read the earlier one's prompts from the server's prefix cache
+(same server, not restarted by the later run, same seed, the same cache salt or none),
+another says so.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import argparse
 import math
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
+from rampwatch.core.cache_salt import UNKNOWN, describe_cache_policy
+from rampwatch.core.timeline import RunHeader
 from rampwatch.loadgen.summary import client_lag_warning
 from rampwatch.record.significance import DEFAULT_CONFIDENCE, Samples, bootstrap_delta
 
@@ -142,6 +148,66 @@ def load_warning(scenario_a: Mapping[str, Any] | None, scenario_b: Mapping[str, 
     return f"warning: A and B ran different loads ({shown}): the deltas mix the load's change with the server's"
 
 
+def cache_policy(header: RunHeader | None) -> dict[str, Any]:
+    """A run's seed and prefix-cache policy as its recording has them (``UNKNOWN``:
+    recorded before the policy was)."""
+    if header is None:
+        return {"seed": None, "cache_salt_policy": UNKNOWN, "cache_salt": None}
+    return {
+        "seed": header.scenario.get("seed"),
+        "cache_salt_policy": header.cache_salt_policy or UNKNOWN,
+        "cache_salt": header.cache_salt,
+    }
+
+
+def describe_policy(header: RunHeader | None) -> str:
+    policy = cache_policy(header)
+    return f"seed {policy['seed'] if policy['seed'] is not None else '?'}, " + describe_cache_policy(
+        policy["cache_salt_policy"], policy["cache_salt"]
+    )
+
+
+def _salt_sent(header: RunHeader) -> str | None:
+    """The salt a run's requests carried: its header's, or for a recording made before
+    rampwatch recorded one, the scenario's own ``extra_body`` salt (else none was sent)."""
+    if header.cache_salt_policy is not None:
+        return header.cache_salt
+    extra = (header.scenario.get("workload") or {}).get("extra_body") or {}
+    salt = extra.get("cache_salt")
+    return salt if isinstance(salt, str) else None
+
+
+def _origin(target: str) -> tuple[str, str | None, int | None]:
+    parts = urlsplit(target)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.scheme, parts.hostname, port
+
+
+def shared_cache_warning(a: RunHeader | None, b: RunHeader | None) -> str | None:
+    """One line when the later of the two runs could have found the earlier one's prompts
+    in the server's prefix cache, flattering its TTFT and prompt throughput: the same
+    server (a server the later run started itself began empty), the same seed (the same
+    prompts) and the same cache salt, or none (vLLM shares blocks between equal salts only)."""
+    if a is None or b is None or a.started_at_unix == b.started_at_unix:  # a run compared with itself
+        return None
+    (first_side, first), (later_side, later) = sorted((("A", a), ("B", b)), key=lambda side: side[1].started_at_unix)
+    if later.server_info.get("managed_server") or _origin(a.target) != _origin(b.target):
+        return None
+    seed = a.scenario.get("seed")
+    if seed is None or seed != b.scenario.get("seed") or _salt_sent(a) != _salt_sent(b):
+        return None
+    salt = _salt_sent(a)
+    why = "no cache salt" if salt is None else f"the same cache salt {salt}"
+    return (
+        f"warning: {later_side} ran after {first_side} against the same server with the same seed ({seed}) and "
+        f"{why}: {later_side} may have read {first_side}'s prompts from the prefix cache (lower TTFT, fewer "
+        "prompt tokens computed); rerun with --cache-salt auto or another --seed"
+    )
+
+
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:,.2f}"
 
@@ -161,14 +227,19 @@ def verdict_text(row: Mapping[str, Any]) -> str:
 
 
 def format_comparison(
-    rows: list[dict[str, Any]], name_a: str, name_b: str, warning: str | None = None, confidence: float = 0.95
+    rows: list[dict[str, Any]],
+    name_a: str,
+    name_b: str,
+    warning: str | None = None,
+    confidence: float = 0.95,
+    cache_warning: str | None = None,
 ) -> str:
+    """The table; ``name_a``/``name_b`` are each run's line (its path, seed and cache policy)."""
     w = max(len(r["label"]) for r in rows) if rows else 10
     intervals = [format_interval(r) for r in rows]
     wi = max([len(f"B − A [{confidence:.0%} interval]"), *map(len, intervals)])
     lines = [f"A: {name_a}", f"B: {name_b}"]
-    if warning:
-        lines.append(warning)
+    lines += [line for line in (warning, cache_warning) if line]
     lines += ["", f"{'metric':<{w}}  {'A':>12}  {'B':>12}  {'change':>9}  {'B − A [95% interval]':<{wi}}  verdict"]
     lines.append("-" * (len(lines[-1]) + 8))
     for r, interval in zip(rows, intervals):
@@ -248,6 +319,7 @@ def main(args: argparse.Namespace) -> int:
     rows = compare_rows(summaries[0], summaries[1], samples[0], samples[1], resamples=args.resamples, seed=args.seed)
     headers = [rec.header for rec in recordings]
     warning = load_warning(*(h.scenario if h is not None else None for h in headers))
+    cache_warning = shared_cache_warning(*headers)
     client_warnings = [
         f"{side}: {text}" for side, f in zip("AB", figures) if (text := client_lag_warning(f)) is not None
     ]
@@ -256,9 +328,17 @@ def main(args: argparse.Namespace) -> int:
             side: {"send_lateness_ms": summary.get("send_lateness_ms"), "self_check": summary.get("client")}
             for side, summary in zip("ab", summaries)
         }
-        out = {"load_warning": warning, "rows": rows, "client": client, "client_warnings": client_warnings}
+        out = {
+            "load_warning": warning,
+            "cache_warning": cache_warning,
+            "cache": {side: cache_policy(h) for side, h in zip("ab", headers)},
+            "rows": rows,
+            "client": client,
+            "client_warnings": client_warnings,
+        }
         print(json.dumps(out, indent=2))
     else:
-        print(format_comparison(rows, str(recordings[0].path), str(recordings[1].path), warning))
+        names = [f"{rec.path} ({describe_policy(rec.header)})" for rec in recordings]
+        print(format_comparison(rows, names[0], names[1], warning, cache_warning=cache_warning))
         print(format_client_check(summaries[0], summaries[1], client_warnings))
     return max(print_warnings(rec, "compare") for rec in recordings)

@@ -33,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
         summarise,
         with_knee_explanation,
     )
+    from rampwatch.record.cli_compare import cache_policy, describe_policy
     from rampwatch.record.reader import open_recording, print_warnings
 
     recording = open_recording(args.recording)
@@ -42,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
     turns = recording_turns(recording)
     classes = class_figures(recording)
     if args.json:
-        out = {**summary.to_dict(), "steps": [step_json(row) for row in steps]}
+        out = {**summary.to_dict(), **cache_policy(recording.header), "steps": [step_json(row) for row in steps]}
         segments, summaries = configuration_segments(recording)
         if len(segments) > 1:
             out["configurations"] = [
@@ -66,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
         print(
             f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), {recording.duration_s:.1f} s recorded"
         )
+        print(describe_policy(h))
         print(format_summary(summary))
         timeline = format_timeline(recording.events)
         if timeline:
