@@ -596,6 +596,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         gpu_metrics_urls=plan.gpu.dcgm_urls,
         gpu_nvml=plan.gpu.nvml,
         gpu_note=plan.gpu.note,
+        gpu_simulated=plan.gpu.simulated,
         cache_salt_policy=plan.cache_policy[0],
         cache_salt=plan.cache_policy[1],
         server_limits=ServerLimits.from_engine_args(plan.server.command.engine_args()) if plan.server else None,

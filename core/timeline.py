@@ -257,6 +257,9 @@ class RunHeader:
     # Where GPU telemetry is read: "nvml" and/or DCGM exporter URLs (redacted). Added
     # later: headers of older recordings lack it ([]).
     gpu_sources: list[str] = field(default_factory=list)
+    # The DCGM page read is the embedded simulator's: its GPU figures are modelled, not
+    # measured. Added later: older recordings lack it (False).
+    gpu_simulated: bool = False
     # The run's prefix-cache policy (core.cache_salt: AUTO, NONE or FIXED, from
     # --cache-salt) and the ``cache_salt`` every request carried (None: none). Added
     # later: older recordings lack them (policy None: unknown).

@@ -100,6 +100,8 @@ class RunOptions:
     # recording and its final figures are computed from there (app.session.finish_run),
     # so that its memory is bounded by what is in flight, not by its length.
     keep_records: bool = False
+    # The DCGM page in gpu_metrics_urls is the embedded simulator's (the header says so).
+    gpu_simulated: bool = False
     # --cache-salt: the policy (core.cache_salt) and the salt every request carries.
     cache_salt_policy: str = NONE
     cache_salt: str | None = None
@@ -540,6 +542,7 @@ class Run:
                 host_info=host_info() | (opts.sender_factory.host_info() if opts.sender_factory else {}),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
+                gpu_simulated=opts.gpu_simulated,
                 cache_salt_policy=opts.cache_salt_policy,
                 cache_salt=opts.cache_salt,
             )

@@ -32,6 +32,7 @@ import orjson
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
+from rampwatch.loadgen.gpu import NVML_URL
 from rampwatch.loadgen.loop_health import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE, CPU_STARVED_PCT, ClientFigures
 from rampwatch.loadgen.scrape import combine_samples
 
@@ -735,7 +736,7 @@ class SummaryBuilder:
             client_queue=None
             if max_concurrency is None
             else LatencyMs.from_describe(self.client_queue.describe_ms(self.percentiles)),
-            gpu=gpu or None,
+            gpu={**gpu, "source": gpu_source(header)} if gpu else None,
             send_lateness=None if self.send_lateness is None else SendLatenessMs.of(self.send_lateness.values()),
             client=client,
         )
@@ -935,12 +936,33 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     return "\n".join(lines)
 
 
+SIMULATED_GPU = "simulated"
+
+
+def gpu_source(header: RunHeader | None) -> str | None:
+    """Where a run's GPU figures came from: ``SIMULATED_GPU`` (the embedded simulator's
+    modelled DCGM page), "NVML", "DCGM" or "NVML + DCGM"; None when the header does not say."""
+    if header is None:
+        return None
+    if header.gpu_simulated:
+        return SIMULATED_GPU
+    kinds = dict.fromkeys("NVML" if source == NVML_URL else "DCGM" for source in header.gpu_sources)
+    return " + ".join(kinds) or None
+
+
+def gpu_heading(source: str | None) -> str:
+    """The GPU section's heading: it names where the figures came from."""
+    if source == SIMULATED_GPU:
+        return "GPU (simulated, not measured)"
+    return f"GPU ({source})" if source else "GPU"
+
+
 def _gpu_lines(summary: dict[str, Any]) -> list[str]:
     """The GPU section: none without GPU telemetry, no energy lines without power."""
     gpu = summary.get("gpu") or {}
     if not gpu:
         return []
-    lines = ["{s:{c}^{n}}".format(s="GPU (NVML / DCGM)", n=50, c="-")]
+    lines = ["{s:{c}^{n}}".format(s=gpu_heading(gpu.get("source")), n=50, c="-")]
     lines.append(_row("GPUs:", gpu.get("gpus")))
     lines.append(_row("Mean GPU utilization (%):", gpu.get("mean_util_pct"), ".1f"))
     lines.append(_row("Max GPU memory used (GiB):", gpu.get("max_mem_used_gib"), ".1f"))

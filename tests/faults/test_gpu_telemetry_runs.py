@@ -95,6 +95,7 @@ def test_a_run_reads_records_and_replays_the_gpu_series_and_reports_tokens_per_j
     assert result["rampwatch_tokens_per_joule"] == pytest.approx(output_tokens / energy, rel=1e-6)
     assert result["rampwatch_energy_wh"] == pytest.approx(energy / 3600, rel=1e-6)
     assert "Output tokens per joule:" in proc.stdout and "GPU energy (Wh):" in proc.stdout
+    assert "GPU (DCGM)" in proc.stdout  # a page at a URL of the user's: the run cannot tell it is simulated
 
     report = rampwatch("report", str(recording))
     assert report.returncode == 0, report.stderr
@@ -110,7 +111,7 @@ def test_a_failing_gpu_url_is_an_event_and_the_run_goes_on(gpu_sim, tmp_path):
     proc = rampwatch("run", *RUN, "--target", gpu_sim, "--gpu-metrics-url", dead, "--record", str(recording))
     assert proc.returncode == 0, proc.stderr  # as with a failing --metrics-url
     assert "Traceback" not in proc.stderr and "Successful requests:" in proc.stdout
-    assert "Output tokens per joule:" not in proc.stdout and "GPU (NVML / DCGM)" not in proc.stdout
+    assert "Output tokens per joule:" not in proc.stdout and "Mean GPU utilization (%)" not in proc.stdout
     with open_recording(recording) as rec:
         errors = [e for e in rec.events if e.kind == "scrape_error"]
         failed = [s for s in rec.samples if s.is_gpu]
@@ -133,7 +134,7 @@ def test_no_gpu_on_this_host_hides_the_panel_with_one_info_line(gpu_sim, tmp_pat
     env = {**__import__("os").environ, "PYTHONPATH": str(fake)}
     proc = rampwatch("run", *RUN, "--target", gpu_sim, "--record", str(recording), env=env)
     assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr and "GPU (NVML / DCGM)" not in proc.stdout
+    assert "Traceback" not in proc.stderr and "Mean GPU utilization (%)" not in proc.stdout
     assert "GPU telemetry from" not in proc.stdout  # the banner claims no source it lacks
     with open_recording(recording) as rec:
         infos = [e.message for e in rec.events if e.kind == "info"]
@@ -232,3 +233,17 @@ def test_bad_gpu_flags_are_one_line(gpu_sim):
     proc = rampwatch("run", *RUN, "--target", gpu_sim, "--gpu-metrics-url", "gpu-node:9400/metrics", "--no-record")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "--gpu-metrics-url 'gpu-node:9400/metrics': expected an http:// or https:// URL" in proc.stderr
+
+
+def test_the_embedded_simulators_gpu_figures_are_headed_simulated(tmp_path):
+    from rampwatch.record.reader import open_recording
+
+    recording = tmp_path / "simgpu.rwrec"
+    proc = rampwatch("run", *RUN, "--gpu", "sim", "--record", str(recording))
+    assert proc.returncode == 0, proc.stderr
+    headings = [line.strip("-") for line in proc.stdout.splitlines() if line.startswith("---")]
+    assert "GPU (simulated, not measured)" in headings and not any("NVML" in h or "DCGM" in h for h in headings)
+    with open_recording(recording) as rec:
+        assert rec.header.gpu_simulated
+    report = rampwatch("report", str(recording))
+    assert "GPU (simulated, not measured)" in report.stdout

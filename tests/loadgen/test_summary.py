@@ -464,3 +464,23 @@ def test_one_warning_line_when_the_schedule_was_not_kept(lateness_ms, cap, says)
     # under a cap the wait for a slot is part of the lateness: the line does not blame the client
     assert ("client sent late" in warning) is (cap is None)
     assert ("docs/scale.md" in warning) is (cap is None)
+
+
+GPU_FIGURES = {"gpus": 1, "samples": 3, "mean_util_pct": 50.0, "max_mem_used_gib": 10.0, "max_power_w": 300.0}
+
+
+@pytest.mark.parametrize(
+    "simulated, sources, source, heading",
+    [
+        (True, ["http://127.0.0.1:8000/dcgm/metrics"], "simulated", "GPU (simulated, not measured)"),
+        (False, ["nvml"], "NVML", "GPU (NVML)"),
+        (False, ["http://gpu-1:9400/metrics"], "DCGM", "GPU (DCGM)"),
+        (False, ["nvml", "http://gpu-1:9400/metrics", "http://gpu-2:9400/metrics"], "NVML + DCGM", "GPU (NVML + DCGM)"),
+    ],
+)
+def test_the_gpu_heading_names_where_the_figures_came_from(simulated, sources, source, heading):
+    header = RunHeader("0", 0.0, "http://t", "m", "s", gpu_sources=sources, gpu_simulated=simulated)
+    summary = SummaryBuilder().build(header, gpu=GPU_FIGURES)
+    lines = [line.strip("-") for line in format_summary(summary).splitlines() if line.startswith("-")]
+    assert heading in lines and "GPU (NVML / DCGM)" not in lines
+    assert summary.to_dict()["gpu"]["source"] == source
