@@ -43,7 +43,11 @@ def main(args: argparse.Namespace) -> int:
     turns = recording_turns(recording)
     classes = class_figures(recording)
     if args.json:
-        out = {**summary.to_dict(), **cache_policy(recording.header), "steps": [step_json(row) for row in steps]}
+        out = {
+            **summary.to_dict(),
+            "cache": cache_policy(recording.header),  # the run's seed and prefix-cache policy
+            "steps": [step_json(row) for row in steps],
+        }
         segments, summaries = configuration_segments(recording)
         if len(segments) > 1:
             out["configurations"] = [

@@ -140,4 +140,4 @@ def test_repeat_runs_against_one_server_record_their_salts_and_compare_warns_onl
     report = rampwatch("report", auto).stdout.splitlines()
     assert report[1].startswith("seed 9, cache salt rampwatch-") and report[1].endswith("(fresh for this run)")
     report_json = json.loads(rampwatch("report", plain_1, "--json").stdout)
-    assert (report_json["seed"], report_json["cache_salt_policy"], report_json["cache_salt"]) == (9, "none", None)
+    assert report_json["cache"] == {"seed": 9, "cache_salt_policy": "none", "cache_salt": None}
