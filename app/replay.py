@@ -61,9 +61,8 @@ def comparison_of(path_a: str, path_b: str) -> Callable[[], tuple[list[dict[str,
             load_warning(*(h.scenario if h is not None else None for h in headers)),
             shared_cache_warning(*headers),
         )
-        return compare_rows(summaries[0], summaries[1], samples[0], samples[1]), " ".join(
-            w for w in warnings if w
-        ) or None
+        warning = " ".join(w for w in warnings if w) or None
+        return compare_rows(summaries[0], summaries[1], samples[0], samples[1]), warning
 
     return compare
 

@@ -178,12 +178,14 @@ def _salt_sent(header: RunHeader) -> str | None:
 
 
 def _origin(target: str) -> tuple[str, str | None, int | None]:
+    """The server a target URL names: its scheme, host and port (the scheme's default
+    when none is written), whatever the path."""
     parts = urlsplit(target)
     try:
         port = parts.port
     except ValueError:
         port = None
-    return parts.scheme, parts.hostname, port
+    return parts.scheme, parts.hostname, port or {"http": 80, "https": 443}.get(parts.scheme)
 
 
 def shared_cache_warning(a: RunHeader | None, b: RunHeader | None) -> str | None:

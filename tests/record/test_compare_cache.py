@@ -57,6 +57,7 @@ LATER = 2000.0
         (header(started=LATER, seed=1), False),  # other prompts
         (header(started=LATER, target="http://gpu-2:8000"), False),  # another server
         (header(started=LATER, target="http://gpu-1:8001"), False),
+        (header(started=LATER, target="https://gpu-1:8000"), False),
         (header(started=LATER, managed=True), False),  # B started its server: it began empty
         (header(started=LATER, policy=None), True),  # an old recording: unknown, and the seeds match
         (header(started=LATER, policy=None, seed=4), False),
@@ -84,6 +85,11 @@ def test_equal_salts_share_like_no_salts(a, b, warns):
     assert (warning is not None) == warns
     if warns:
         assert "the same cache salt k" in warning
+
+
+def test_a_default_port_is_the_same_server_written_either_way():
+    a, b = header(target="http://gpu-1"), header(started=LATER, target="http://gpu-1:80/v1")
+    assert shared_cache_warning(a, b) is not None
 
 
 def test_the_warning_names_whichever_ran_later():
@@ -141,3 +147,8 @@ def test_repeat_runs_against_one_server_record_their_salts_and_compare_warns_onl
     assert report[1].startswith("seed 9, cache salt rampwatch-") and report[1].endswith("(fresh for this run)")
     report_json = json.loads(rampwatch("report", plain_1, "--json").stdout)
     assert report_json["cache"] == {"seed": 9, "cache_salt_policy": "none", "cache_salt": None}
+
+    from rampwatch.app.replay import comparison_of
+
+    _rows, panel_warning = comparison_of(plain_1, plain_2)()  # replay --compare's B-vs-A panel
+    assert panel_warning == shared["cache_warning"]
