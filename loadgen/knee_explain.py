@@ -1,16 +1,25 @@
 """Why the knee: which limit the server (or the client) hit, from the series around it.
 
-``explain_knee(window, limits)`` is a pure function of the 1-second series of the seconds
-before the knee was declared (``window``: ``SERIES_NAMES`` -> values, oldest first, NaN
-where a second has no figure) and of the limits the run knows (``ServerLimits``: from the
-``vllm serve`` command line, the server's ``vllm:cache_config_info`` and the run's own
+``explain_knee(window, limits, after)`` is a pure function of the 1-second series of the
+seconds before the knee was declared (``window``: ``SERIES_NAMES`` -> values, oldest
+first, NaN where a second has no figure), optionally of those after it in the same
+overload (``after``), and of the limits the run knows (``ServerLimits``: from the ``vllm
+serve`` command line, the server's ``vllm:cache_config_info`` and the run's own
 ``--max-concurrency``). It checks each limit's rule (below) and names the first that holds,
-in ``PRIORITY`` order, with the evidence as numbers and the argument to try next; any other
-rule that holds too is mentioned under ``also``. When no rule holds, the limit is
-``undetermined`` and the evidence is the figures that were looked at: never a guess
-presented as a finding.
+in ``PRIORITY`` order, with the evidence as numbers, the seconds it read (``window``) and
+the argument to try next; any other rule that holds too is mentioned under ``also``, and
+when the KV cache binds while the batch cap or the token budget held too, ``conflict``
+says so. When no rule holds, the limit is ``undetermined`` and the evidence is the figures
+that were looked at: never a guess presented as a finding.
 
-The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds):
+The explanation the knee event carries is provisional: it read only the seconds before
+the knee, when a KV cache that fills a little later is still at 86 %. ``KneeReview``
+explains it again with the ``REVIEW_S`` seconds after it (fewer when the server recovers,
+the load pauses for a restart or the run ends first) and settles it with an ``info``
+event; the summary, the result JSON, the banner and the report read that one.
+
+The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds before
+the knee, and every second after it when those are given):
 
 - ``kv_full``: KV usage reached ``KV_FULL_PCT`` in the recent seconds, and requests were
   preempted or kept waiting;
@@ -41,6 +50,12 @@ The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds)
 first ``RECENT_S`` seconds. ``PRIORITY`` puts the hard limits the server reached first —
 the KV cache (raising the batch cap would not help while it is full), then the batch cap,
 then the token budget — then the client's cap, then the soft compute bound.
+
+The advice is a change that can matter: a batch cap is raised to twice its value, or to
+what keeps KV under ``KV_ROOM_TARGET_PCT``, and only when that is at least ``MIN_RAISE``
+times the cap — else the KV cache is the next limit and its advice comes first. A full
+cache: ``--gpu-memory-utilization`` ``MEMORY_TOP``, an FP8 cache (twice the tokens), half
+the sequences, the cache split over twice the GPUs, shorter contexts.
 """
 
 from __future__ import annotations
