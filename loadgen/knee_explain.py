@@ -523,7 +523,7 @@ def _kv_full(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
         return None
     full = np.nan_to_num(w.get("kv_usage_pct"), nan=0.0) >= KV_FULL_PCT
     held = w.mean(w.get("running")[full])  # the batch the full cache held
-    parts = [f"KV {kv:.0f} % for {_longest_run(full)} s", f"{preempted:.0f} preemptions", _waiting_text(w)]
+    parts = [f"KV {kv:.0f} % for {_longest_run(full)} s", f"{preempted:.0f} preemptions in {w.n} s", _waiting_text(w)]
     if held is not None:
         parts.append(f"running {_n(held)} while full")
     if limits.kv_tokens is not None:

@@ -142,7 +142,7 @@ COMPUTE = dict(
             KV_FULL,
             ServerLimits(max_num_seqs=256, gpu_memory_utilization=0.9),
             "kv_full",
-            ["KV 99 %", "30 preemptions", "waiting 0→30"],
+            ["KV 99 %", "30 preemptions in 40 s", "waiting 0→30"],
             "--gpu-memory-utilization 0.95",
         ),
         (
@@ -572,7 +572,7 @@ def test_the_readmes_run_is_kv_bound_once_the_seconds_after_the_knee_are_weighed
     while running had sat at the cap. KV binds; the conflict is said."""
     why = explain_knee(RECORDED["before"], CHAT_LIMITS, after=RECORDED["after"])
     assert why.limit == "kv_full"
-    assert why.evidence.startswith("KV 100 % for 22 s, 111 preemptions, waiting 0→447")
+    assert why.evidence.startswith("KV 100 % for 22 s, 111 preemptions in 75 s, waiting 0→447")
     assert "cache 99,296 tokens" in why.evidence
     assert why.try_next == "--gpu-memory-utilization 0.95"
     assert "--kv-cache-dtype fp8 (twice the tokens in the same memory: ~198,592 tokens)" in why.alternatives
@@ -797,7 +797,7 @@ def test_the_summary_reads_the_settled_explanation_with_its_conflict_and_what_it
     assert to_bench_result(summary, None, [])["rampwatch_knee_explanation"] == final
     lines = format_summary(summary).splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("Knee at offered rate"))
-    assert lines[at + 1].startswith("  why: KV cache full (KV 100 % for 22 s, 111 preemptions")
+    assert lines[at + 1].startswith("  why: KV cache full (KV 100 % for 22 s, 111 preemptions in 75 s")
     assert lines[at + 1].endswith("→ try --gpu-memory-utilization 0.95")
     assert lines[at + 2] == f"  {final['conflict']}"
     assert lines[at + 3] == (

@@ -176,7 +176,7 @@ def test_the_banner_shows_the_settled_explanation_and_that_it_was_revised():
     why = explain_recorded_knee(knee, snapshot)
     assert why.limit == "kv_full" and why.provisional is not None
     assert knee_banner_text(knee, why).plain.startswith(
-        " K  01:18 knee at ~14.0 req/s, revised: KV cache full (KV 100 % for 30 s, 120 preemptions"
+        " K  01:18 knee at ~14.0 req/s, revised: KV cache full (KV 100 % for 30 s, 120 preemptions in 70 s"
     )
     # before the review, the knee's own explanation, not marked
     assert ", revised" not in knee_banner_text(knee, WHY).plain
