@@ -617,6 +617,7 @@ def _batch_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
         # The cache would fill before a batch large enough to matter: it is the next limit.
         assert kv is not None  # without a KV figure the cap is always doubled
         room = max(0, int(cap * KV_ROOM_TARGET_PCT / kv) - cap)
+        parts[-1] += f": room for ~{room} more sequences"  # why the advice is the cache's
         more_kv = _more_kv(limits, cap)
         try_next = more_kv[0]
         alternatives = (

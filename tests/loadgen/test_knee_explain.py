@@ -557,7 +557,7 @@ def test_the_readmes_run_provisionally_at_the_batch_cap_advises_no_raise_of_8():
     not advised; the KV cache is the next limit."""
     why = explain_knee(RECORDED["before"], CHAT_LIMITS)
     assert why.limit == "batch_cap"
-    assert "running 256 = max_num_seqs 256 for 8 s" in why.evidence and "KV 86 %" in why.evidence
+    assert why.evidence == "running 256 = max_num_seqs 256 for 8 s, waiting 0→48, KV 86 %: room for ~12 more sequences"
     assert why.try_next == "--gpu-memory-utilization 0.95"
     assert why.alternatives[0] == (
         "raising --max-num-seqs alone is not worth a restart: KV 86 % at 256 running leaves room for ~12 more; "
