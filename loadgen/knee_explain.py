@@ -1,16 +1,25 @@
 """Why the knee: which limit the server (or the client) hit, from the series around it.
 
-``explain_knee(window, limits)`` is a pure function of the 1-second series of the seconds
-before the knee was declared (``window``: ``SERIES_NAMES`` -> values, oldest first, NaN
-where a second has no figure) and of the limits the run knows (``ServerLimits``: from the
-``vllm serve`` command line, the server's ``vllm:cache_config_info`` and the run's own
+``explain_knee(window, limits, after)`` is a pure function of the 1-second series of the
+seconds before the knee was declared (``window``: ``SERIES_NAMES`` -> values, oldest
+first, NaN where a second has no figure), optionally of those after it in the same
+overload (``after``), and of the limits the run knows (``ServerLimits``: from the ``vllm
+serve`` command line, the server's ``vllm:cache_config_info`` and the run's own
 ``--max-concurrency``). It checks each limit's rule (below) and names the first that holds,
-in ``PRIORITY`` order, with the evidence as numbers and the argument to try next; any other
-rule that holds too is mentioned under ``also``. When no rule holds, the limit is
-``undetermined`` and the evidence is the figures that were looked at: never a guess
-presented as a finding.
+in ``PRIORITY`` order, with the evidence as numbers, the seconds it read (``window``) and
+the argument to try next; any other rule that holds too is mentioned under ``also``, and
+when the KV cache binds while the batch cap or the token budget held too, ``conflict``
+says so. When no rule holds, the limit is ``undetermined`` and the evidence is the figures
+that were looked at: never a guess presented as a finding.
 
-The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds):
+The explanation the knee event carries is provisional: it read only the seconds before
+the knee, when a KV cache that fills a little later is still at 86 %. ``KneeReview``
+explains it again with the ``REVIEW_S`` seconds after it (fewer when the server recovers,
+the load pauses for a restart or the run ends first) and settles it with an ``info``
+event; the summary, the result JSON, the banner and the report read that one.
+
+The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds before
+the knee, and every second after it when those are given):
 
 - ``kv_full``: KV usage reached ``KV_FULL_PCT`` in the recent seconds, and requests were
   preempted or kept waiting;
@@ -41,22 +50,31 @@ The rules, over the whole window unless "recent" (its last ``RECENT_S`` seconds)
 first ``RECENT_S`` seconds. ``PRIORITY`` puts the hard limits the server reached first —
 the KV cache (raising the batch cap would not help while it is full), then the batch cap,
 then the token budget — then the client's cap, then the soft compute bound.
+
+The advice is a change that can matter: a batch cap is raised to twice its value, or to
+what keeps KV under ``KV_ROOM_TARGET_PCT``, and only when that is at least ``MIN_RAISE``
+times the cap — else the KV cache is the next limit and its advice comes first. A full
+cache: ``--gpu-memory-utilization`` ``MEMORY_TOP``, an FP8 cache (twice the tokens), half
+the sequences, the cache split over twice the GPUs, shorter contexts.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from rampwatch.core.timeline import Event, RunHeader, Snapshot
-from rampwatch.loadgen.summary import concurrency_cap
+from rampwatch.loadgen.summary import KNEE_REVIEW, concurrency_cap, knee_review, provisional_text
 
 KV_FULL_PCT = 95.0  # KV usage at or above which the cache counts as full (the knee detector's kv_pressure level)
 KV_ROOM_TARGET_PCT = 90.0  # a larger batch is sized so KV usage would stay under this
+MIN_RAISE = 1.5  # a larger batch cap worth a restart: at least this many times the cap
+MEMORY_TOP = 0.95  # the --gpu-memory-utilization a full KV cache is pointed to (leaves room for activations)
 CAP_FRACTION = 0.95  # running at or above this share of the batch cap counts as "at the cap"
 PLATEAU_S = 3  # seconds at the cap (or flat, when inferred) before it counts: the knee is often declared ~5 s after the cap is reached
 EXACT_SHARE = 0.8  # an inferred cap: the share of the plateau's seconds at exactly its top
@@ -74,6 +92,7 @@ ITL_GROWTH = 1.5  # ITL p50 growing this many times over counts as the step time
 RUNNING_GROWTH = 1.3  # running growing this many times over counts as the batch growing
 RECENT_S = 10  # seconds at the end of the window that describe the knee; as many at its start are the baseline
 WINDOW_S = 45  # seconds of series the knee detector keeps for the explanation
+REVIEW_S = 30  # seconds after the knee that settle its explanation (fewer when the overload or the run ends first)
 
 PRIORITY = ("kv_full", "batch_cap", "token_budget", "client_cap", "compute_bound")
 TITLES = {
@@ -278,6 +297,14 @@ class KneeExplanation:
     try_is: str = "engine argument"  # or "rampwatch flag"
     alternatives: tuple[str, ...] = ()
     also: tuple[dict[str, str], ...] = ()  # other limits that held: {"limit", "title", "evidence"}
+    # Two hard limits held: which binds first and what that means for the advice.
+    conflict: str | None = None
+    window: str = ""  # the seconds the rules read: "45 s before the knee, 30 s after"
+    # The explanation declared at the knee, when the seconds after it changed the limit
+    # or the advice: {"limit", "title", "try"}.
+    provisional: dict[str, str | None] | None = None
+    # A few words of the evidence, for another limit's conflict line; not kept.
+    brief: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable form kept in the knee event's data (``explanation``), the result
@@ -290,6 +317,9 @@ class KneeExplanation:
             "try_is": self.try_is,
             "alternatives": list(self.alternatives),
             "also": [dict(a) for a in self.also],
+            "conflict": self.conflict,
+            "window": self.window,
+            "provisional": dict(self.provisional) if self.provisional else None,
         }
 
     @classmethod
@@ -299,6 +329,7 @@ class KneeExplanation:
             return None
         alternatives = data.get("alternatives")
         also = data.get("also")
+        provisional = data.get("provisional")
         return cls(
             limit=data["limit"],
             title=str(data.get("title") or TITLES.get(data["limit"], data["limit"])),
@@ -309,6 +340,11 @@ class KneeExplanation:
             also=tuple({k: str(v) for k, v in a.items()} for a in also if isinstance(a, Mapping))
             if isinstance(also, list)
             else (),
+            conflict=str(data["conflict"]) if data.get("conflict") else None,
+            window=str(data.get("window") or ""),
+            provisional={k: None if v is None else str(v) for k, v in provisional.items()}
+            if isinstance(provisional, Mapping)
+            else None,
         )
 
     def line(self) -> str:
@@ -326,22 +362,65 @@ class KneeExplanation:
             out.append(f"try next: {self.try_next}{whose}")
         out.extend(f"or: {a}" for a in self.alternatives)
         out.extend(f"also: {a.get('title', a.get('limit', ''))} ({a.get('evidence', '')})" for a in self.also)
+        if self.conflict:
+            out.append(self.conflict)
+        if self.window:
+            out.append(f"window: {self.window}")
+        if self.provisional:
+            out.append(f"at the knee it read: {provisional_text(self.provisional)}")
         return out
 
 
 # -- the figures the rules read --------------------------------------------------------
 
 
+def _padded(values: Sequence[float] | None, n: int) -> np.ndarray:
+    """``values`` as ``n`` seconds, NaN for the missing oldest ones (or all)."""
+    a = np.asarray(values if values is not None else [], dtype=float)[-n:] if n else np.zeros(0)
+    return np.concatenate([np.full(n - a.size, math.nan), a])
+
+
 class _Window:
-    def __init__(self, window: Mapping[str, Sequence[float]]) -> None:
-        self.arrays = {name: np.asarray(values, dtype=float) for name, values in window.items()}
-        self.n = max((a.size for a in self.arrays.values()), default=0)
+    """The seconds before the knee and, once known, those after it in the same overload.
+    "Recent" is the overload: the last ``RECENT_S`` seconds before the knee and every
+    second after it; the baseline (``early``) is the window's first ``RECENT_S``."""
+
+    def __init__(
+        self, window: Mapping[str, Sequence[float]], after: Mapping[str, Sequence[float]] | None = None
+    ) -> None:
+        before = {name: np.asarray(values, dtype=float) for name, values in window.items()}
+        self.knee_at = max((a.size for a in before.values()), default=0)
+        self.after_n = max((len(v) for v in (after or {}).values()), default=0)
+        if self.after_n:
+            names = set(before) | set(after or {})
+            self.arrays = {
+                name: np.concatenate(
+                    [_padded(window.get(name), self.knee_at), _padded((after or {}).get(name), self.after_n)]
+                )
+                for name in names
+            }
+        else:
+            self.arrays = before
+        self.n = self.knee_at + self.after_n
+        self.recent_start = max(0, self.knee_at - RECENT_S)
 
     def get(self, name: str) -> np.ndarray:
         return self.arrays.get(name, np.full(self.n, math.nan))
 
     def recent(self, name: str) -> np.ndarray:
-        return self.get(name)[-RECENT_S:]
+        return self.overload(self.get(name))
+
+    def overload(self, a: np.ndarray) -> np.ndarray:
+        """The recent part of any of the window's arrays."""
+        return a[self.recent_start :] if self.after_n else a[-RECENT_S:]
+
+    def before(self, a: np.ndarray) -> np.ndarray:
+        """The seconds up to the knee of any of the window's arrays."""
+        return a[: self.knee_at]
+
+    def text(self) -> str:
+        """The seconds the rules read, said: ``45 s before the knee, 30 s after``."""
+        return f"{self.knee_at} s before the knee" + (f", {self.after_n} s after" if self.after_n else "")
 
     def early(self, name: str) -> np.ndarray:
         return self.get(name)[:RECENT_S]
@@ -412,6 +491,28 @@ def _waiting_text(w: _Window) -> str:
 Rule = Callable[[_Window, ServerLimits], KneeExplanation | None]
 
 
+def _more_kv(limits: ServerLimits, running: float | None) -> list[str]:
+    """What gives the sequences more KV cache, each with its size, the cheapest first:
+    the memory share (up to ``MEMORY_TOP``), an FP8 cache, fewer sequences sharing it,
+    the cache split over more GPUs, shorter contexts."""
+    out = []
+    memory = limits.gpu_memory_utilization
+    if memory is None:
+        out.append(f"--gpu-memory-utilization {MEMORY_TOP:.2f} (vLLM's default is 0.90)")
+    elif memory < MEMORY_TOP - 0.005:
+        out.append(f"--gpu-memory-utilization {MEMORY_TOP:.2f}")
+    if limits.kv_cache_dtype is None or "fp8" not in limits.kv_cache_dtype:
+        doubled = f": ~{2 * limits.kv_tokens:,} tokens" if limits.kv_tokens is not None else ""
+        out.append(f"--kv-cache-dtype fp8 (twice the tokens in the same memory{doubled})")
+    cap = limits.max_num_seqs or (running / max(1, limits.engines) if running else None)
+    out.append(
+        f"--max-num-seqs {max(1, int(cap) // 2)} (fewer sequences share the cache)" if cap else "--max-num-seqs down"
+    )
+    out.append(f"--tensor-parallel-size {limits.tensor_parallel_size * 2} (the cache split across GPUs)")
+    out.append("--max-model-len shorter (when long contexts are rare)")
+    return out
+
+
 def _kv_full(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
     kv = w.peak(w.recent("kv_usage_pct"))
     if kv is None or kv < KV_FULL_PCT:
@@ -420,26 +521,23 @@ def _kv_full(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
     waiting = w.mean(w.recent("waiting")) or 0.0
     if preempted <= 0 and waiting < WAITING_MIN:
         return None
-    seconds_full = _longest_run(np.nan_to_num(w.get("kv_usage_pct"), nan=0.0) >= KV_FULL_PCT)
-    parts = [f"KV {kv:.0f} % for {seconds_full} s", f"{preempted:.0f} preemptions", _waiting_text(w)]
+    full = np.nan_to_num(w.get("kv_usage_pct"), nan=0.0) >= KV_FULL_PCT
+    held = w.mean(w.get("running")[full])  # the batch the full cache held
+    parts = [f"KV {kv:.0f} % for {_longest_run(full)} s", f"{preempted:.0f} preemptions in {w.n} s", _waiting_text(w)]
+    if held is not None:
+        parts.append(f"running {_n(held)} while full")
     if limits.kv_tokens is not None:
-        parts.append(f"cache {limits.kv_tokens:,} tokens")
-    memory = limits.gpu_memory_utilization
-    alternatives = []
-    if memory is not None and memory >= 0.95:
-        first = "--kv-cache-dtype fp8 (twice the tokens in the same memory)"
-    else:
-        step = f"{min(0.95, memory + 0.05):.2f}" if memory is not None else "up"
-        first = f"--gpu-memory-utilization {step}"
-        if limits.kv_cache_dtype is None or "fp8" not in limits.kv_cache_dtype:
-            alternatives.append("--kv-cache-dtype fp8 (twice the tokens in the same memory)")
-    cap = limits.max_num_seqs
-    alternatives.append(
-        f"--max-num-seqs {max(1, cap // 2)} (fewer sequences share the cache)" if cap else "--max-num-seqs down"
+        each = f" (~{_n(limits.kv_tokens / held)} a sequence)" if held else ""
+        parts.append(f"cache {limits.kv_tokens:,} tokens{each}")
+    advice = _more_kv(limits, held)
+    return KneeExplanation(
+        "kv_full",
+        TITLES["kv_full"],
+        ", ".join(parts),
+        advice[0],
+        alternatives=tuple(advice[1:]),
+        brief=f"KV {kv:.0f} % with {preempted:.0f} preemptions",
     )
-    alternatives.append(f"--tensor-parallel-size {limits.tensor_parallel_size * 2} (the cache split across GPUs)")
-    alternatives.append("--max-model-len shorter (when long contexts are rare)")
-    return KneeExplanation("kv_full", TITLES["kv_full"], ", ".join(parts), first, alternatives=tuple(alternatives))
 
 
 def _at_cap(w: _Window, limits: ServerLimits) -> tuple[int, int, bool] | None:
@@ -447,7 +545,9 @@ def _at_cap(w: _Window, limits: ServerLimits) -> tuple[int, int, bool] | None:
     running = w.get("running")
     waiting = np.nan_to_num(w.get("waiting"), nan=0.0)
     cap = limits.running_cap
-    if cap is not None:
+    if cap is None:  # an inferred cap is the plateau up to the knee
+        running, waiting = w.before(running), w.before(waiting)
+    else:
         # A scrape between a request's end and the next step's admission sees one slot
         # free while requests wait (the engine fills it at its next step): still the cap.
         known = np.nan_to_num(running, nan=0.0)
@@ -480,15 +580,18 @@ def _at_cap(w: _Window, limits: ServerLimits) -> tuple[int, int, bool] | None:
     return (int(round(top)), seconds, True) if exact >= EXACT_SHARE else None
 
 
-def _larger_batch(cap: int, kv_pct: float | None, engines: int) -> int:
-    """The next --max-num-seqs to try: twice the cap, or less when the KV cache would
-    not hold it (running scales KV about linearly), a multiple of 8 above the cap."""
+def _larger_batch(cap: int, kv_pct: float | None, engines: int) -> int | None:
+    """The next --max-num-seqs to try: twice the cap, or less when the KV cache would not
+    hold it (running scales KV about linearly: sized to keep it under
+    ``KV_ROOM_TARGET_PCT``), a round number; None when the cache leaves room for less than
+    ``MIN_RAISE`` times the cap: a smaller step is not worth a restart."""
     per_engine = cap // max(1, engines)
     target = 2 * per_engine
     if kv_pct is not None and kv_pct > 0:
         target = min(target, int(per_engine * KV_ROOM_TARGET_PCT / kv_pct))
-    target = (target // 8) * 8
-    return max(target, per_engine + 8)
+    step = 16 if target >= 64 else 8 if target >= 16 else 1
+    target = target // step * step
+    return target if target >= math.ceil(MIN_RAISE * per_engine) else None
 
 
 def _batch_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
@@ -506,12 +609,22 @@ def _batch_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
     parts.append(_waiting_text(w))
     if kv is not None:
         parts.append(f"KV {kv:.0f} %")
-    if kv is not None and kv >= KV_ROOM_TARGET_PCT:
-        try_next = None  # no room for a larger batch: kv_full's advice applies
-        alternatives: tuple[str, ...] = ("the KV cache has no room for a larger batch",)
+    larger = _larger_batch(cap, kv, limits.engines)
+    if larger is not None:
+        try_next: str | None = f"--max-num-seqs {larger}"
+        alternatives: tuple[str, ...] = ("a larger batch lengthens each step: ITL rises",)
     else:
-        try_next = f"--max-num-seqs {_larger_batch(cap, kv, limits.engines)}"
-        alternatives = ("a larger batch lengthens each step: ITL rises",)
+        # The cache would fill before a batch large enough to matter: it is the next limit.
+        assert kv is not None  # without a KV figure the cap is always doubled
+        room = max(0, int(cap * KV_ROOM_TARGET_PCT / kv) - cap)
+        parts[-1] += f": room for ~{room} more sequences"  # why the advice is the cache's
+        more_kv = _more_kv(limits, cap)
+        try_next = more_kv[0]
+        alternatives = (
+            f"raising --max-num-seqs alone is not worth a restart: KV {kv:.0f} % at {cap} running leaves room "
+            f"for ~{room} more; the KV cache is the next limit",
+            *(a for a in more_kv[1:] if not a.startswith("--max-num-seqs")),
+        )
     tokens = _tokens_per_step(w)
     if inferred and limits.max_num_batched_tokens is None and tokens is not None and tokens >= BIG_STEP_TOKENS:
         # A small token budget holds running as flat: the cap is inferred, the budget unknown.
@@ -519,7 +632,14 @@ def _batch_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
         alternatives += (
             f"if --max-num-batched-tokens is about {_n(tokens)}, the token budget holds running flat too: raise it",
         )
-    return KneeExplanation("batch_cap", TITLES["batch_cap"], ", ".join(parts), try_next, alternatives=alternatives)
+    return KneeExplanation(
+        "batch_cap",
+        TITLES["batch_cap"],
+        ", ".join(parts),
+        try_next,
+        alternatives=alternatives,
+        brief=f"running at the cap {cap} for {seconds} s",
+    )
 
 
 def _computed_prompt_tps(w: _Window) -> np.ndarray:
@@ -531,7 +651,7 @@ def _computed_prompt_tps(w: _Window) -> np.ndarray:
 def _tokens_per_step(w: _Window) -> float | None:
     """Tokens each step computed over the recent seconds: (computed prompt tok/s +
     generation tok/s) x the step time, which is the client's ITL p50."""
-    prompt = w.mean(_computed_prompt_tps(w)[-RECENT_S:])
+    prompt = w.mean(w.overload(_computed_prompt_tps(w)))
     generation = w.mean(w.recent("server_generation_tps")) or 0.0
     step = w.mean(w.recent("itl_p50"))
     if prompt is None or step is None or step <= 0:
@@ -543,7 +663,7 @@ def _prompt_flat(w: _Window) -> tuple[float, float] | None:
     """(recent mean, relative spread) of the computed prompt tok/s when it stopped
     growing: flat to ``FLAT_SPREAD`` over the recent seconds and near the window's top."""
     prompt = _computed_prompt_tps(w)
-    recent = prompt[-RECENT_S:]
+    recent = w.overload(prompt)
     recent = recent[np.isfinite(recent)]
     whole = prompt[np.isfinite(prompt)]
     if recent.size < PLATEAU_S or recent.mean() <= 0:
@@ -576,6 +696,7 @@ def _token_budget(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
             return None
         parts = [f"~{_n(tokens)} tokens per step of max_num_batched_tokens {budget:,} ({tokens / budget * 100:.0f} %)"]
         try_next = f"--max-num-batched-tokens {budget * 2}"
+        brief = f"steps at {tokens / budget * 100:.0f} % of the token budget"
     else:
         # The budget unknown: prompt throughput that stopped growing while requests queue,
         # with the KV cache and the batch not at their limits, is the budget at work.
@@ -591,6 +712,7 @@ def _token_budget(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
             f"~{_n(tokens)} tokens per step (the budget, inferred)",
         ]
         try_next = f"--max-num-batched-tokens {_doubled_budget(tokens)}"
+        brief = "prompt tok/s flat at the inferred token budget"
     parts += [f"TTFT p50 {_ms(ttft[0])}→{_ms(ttft[1])}", f"ITL p50 {_ms(itl[0])}→{_ms(itl[1])}", _waiting_text(w)]
     return KneeExplanation(
         "token_budget",
@@ -598,6 +720,7 @@ def _token_budget(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
         ", ".join(parts),
         try_next,
         alternatives=("a larger budget puts more prefill in each step: ITL rises",),
+        brief=brief,
     )
 
 
@@ -671,6 +794,14 @@ RULES: dict[str, Rule] = {
 }
 
 
+# Two hard limits held at once: why the first in PRIORITY binds, in the terms of the
+# other's advice.
+CONFLICTS = {
+    ("kv_full", "batch_cap"): "KV binds first, raising --max-num-seqs would not help",
+    ("kv_full", "token_budget"): "KV binds first, a larger --max-num-batched-tokens would not help",
+}
+
+
 def _undetermined(w: _Window) -> KneeExplanation:
     parts = []
     for name, label in (("running", "running"), ("waiting", "waiting"), ("client_queued", "client queue")):
@@ -688,19 +819,30 @@ def _undetermined(w: _Window) -> KneeExplanation:
     return KneeExplanation("undetermined", TITLES["undetermined"], evidence)
 
 
-def explain_knee(window: Mapping[str, Sequence[float]], limits: ServerLimits | None = None) -> KneeExplanation:
-    """The limit behind a knee, from the seconds before it was declared (see the module
-    docstring for the rules and their order)."""
-    w = _Window(window)
+def explain_knee(
+    window: Mapping[str, Sequence[float]],
+    limits: ServerLimits | None = None,
+    after: Mapping[str, Sequence[float]] | None = None,
+) -> KneeExplanation:
+    """The limit behind a knee, from the seconds before it was declared (``window``) and,
+    for the final explanation, the seconds after it in the same overload (``after``; see
+    the module docstring for the rules, their order and the conflicts)."""
+    w = _Window(window, after)
     limits = limits or ServerLimits()
-    held = [(name, found) for name in PRIORITY if (found := RULES[name](w, limits)) is not None]
+    held = [found for name in PRIORITY if (found := RULES[name](w, limits)) is not None]
     if not held:
-        return _undetermined(w)
-    first = held[0][1]
-    also = tuple({"limit": e.limit, "title": e.title, "evidence": e.evidence} for _, e in held[1:])
-    return KneeExplanation(
-        first.limit, first.title, first.evidence, first.try_next, first.try_is, first.alternatives, also
+        return replace(_undetermined(w), window=w.text())
+    first = held[0]
+    also = tuple({"limit": e.limit, "title": e.title, "evidence": e.evidence} for e in held[1:])
+    conflict = next(
+        (
+            f"signals conflict: {other.brief} AND {first.brief}: {CONFLICTS[first.limit, other.limit]}"
+            for other in held[1:]
+            if (first.limit, other.limit) in CONFLICTS
+        ),
+        None,
     )
+    return replace(first, also=also, conflict=conflict, window=w.text())
 
 
 def first_knee(events: Sequence[Event]) -> Event | None:
@@ -715,11 +857,12 @@ def knee_explanation_of(snapshot: Snapshot) -> tuple[Event, KneeExplanation] | N
 
 
 def explain_recorded_knee(knee: Event, snapshot: Snapshot) -> KneeExplanation:
-    """Why ``knee`` happened: as its event recorded it, or — for a knee recorded before
-    explanations — worked out now from the snapshot's series of the ``WINDOW_S`` seconds
-    before it, with the limits its header tells (the cache config, the concurrency cap;
-    the batch cap is then inferred)."""
-    recorded = KneeExplanation.from_dict(knee.data.get("explanation"))
+    """Why ``knee`` happened: as its review settled it (``KneeReview``), else as its event
+    declared it, or — for a knee recorded before explanations — worked out now from the
+    snapshot's series of the ``WINDOW_S`` seconds before it, with the limits its header
+    tells (the cache config, the concurrency cap; the batch cap is then inferred)."""
+    review = knee_review(snapshot.events, knee)
+    recorded = KneeExplanation.from_dict((review or knee).data.get("explanation"))
     if recorded is not None:
         return recorded
     picked = [i for i, t in enumerate(snapshot.times) if knee.t - WINDOW_S <= t and t + 1 <= knee.t]
@@ -729,3 +872,71 @@ def explain_recorded_knee(knee: Event, snapshot: Snapshot) -> KneeExplanation:
         if len(values) == len(snapshot.times)
     }
     return explain_knee(window, ServerLimits.of_run(snapshot.header))
+
+
+class KneeReview:
+    """The knee's explanation is provisional: declared from the seconds before the knee,
+    it is judged again with the seconds after it in the same overload — a KV cache that
+    fills later, preemptions, a queue that keeps growing — and settled by an ``info``
+    event (``data``: ``knee_review``, ``knee_t``, ``explanation``, ``revised``) whose
+    message says whether the seconds after changed it. It is settled ``REVIEW_S`` seconds
+    after the knee, when the server recovers (the overload is over), or at ``finish``
+    (the run's end, a restart of the server), whichever comes first.
+
+    ``update`` takes each completed second and the knee detector's event for it, and
+    returns the events to publish, in order."""
+
+    def __init__(self, review_s: int = REVIEW_S) -> None:
+        self.review_s = review_s
+        self._before: deque[Mapping[str, float]] = deque(maxlen=WINDOW_S)
+        self._knee: Event | None = None
+        self._window: list[Mapping[str, float]] = []
+        self._after: list[Mapping[str, float]] = []
+
+    def update(self, t: float, values: Mapping[str, float], event: Event | None) -> list[Event]:
+        out: list[Event] = []
+        if self._knee is not None:
+            self._after.append(values)
+            recovered = event is not None and bool(event.data.get("knee_recovered"))
+            if recovered or len(self._after) >= self.review_s or (event is not None and event.kind == "knee"):
+                out += self.finish(t)
+        self._before.append(values)
+        if event is not None:
+            out.append(event)
+            if event.kind == "knee" and isinstance(event.data.get("explanation"), Mapping):
+                # the detector's explanation read the seconds up to this one
+                self._knee, self._window, self._after = event, list(self._before), []
+        return out
+
+    def finish(self, t: float) -> list[Event]:
+        """The pending knee's review, settled with the seconds seen so far after it."""
+        knee, self._knee = self._knee, None
+        if knee is None:
+            return []
+        first = KneeExplanation.from_dict(knee.data.get("explanation"))
+        assert first is not None  # only knees with an explanation are reviewed
+        final = explain_knee(
+            _columns(self._window), ServerLimits.from_dict(knee.data.get("limits") or {}), _columns(self._after)
+        )
+        revised = (final.limit, final.try_next) != (first.limit, first.try_next)
+        if revised:
+            final = replace(final, provisional={"limit": first.limit, "title": first.title, "try": first.try_next})
+        message = f"knee {'revised' if revised else 'confirmed'} with the {len(self._after)} s after it: {final.title}"
+        if final.try_next:
+            message += f" → try {final.try_next}"
+        if final.provisional:
+            message += f" (at the knee: {provisional_text(final.provisional)})"
+        self._window, self._after = [], []
+        return [
+            Event(
+                t,
+                "info",
+                message,
+                {KNEE_REVIEW: True, "knee_t": knee.t, "explanation": final.to_dict(), "revised": revised},
+            )
+        ]
+
+
+def _columns(seconds: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
+    names = {name for values in seconds for name in values}
+    return {name: [values.get(name, math.nan) for values in seconds] for name in names}

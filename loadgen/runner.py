@@ -41,8 +41,7 @@ from rampwatch.loadgen.client import ModelsAnswer, RequestCancelled, StreamingCl
 from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.knee import KneeDetector
-from rampwatch.loadgen.knee import feed as feed_knee
-from rampwatch.loadgen.knee_explain import ServerLimits
+from rampwatch.loadgen.knee_explain import KneeReview, ServerLimits
 from rampwatch.loadgen.loop_health import ClientHealth
 from rampwatch.loadgen.requests_ahead import BuilderLost, RequestsAhead
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
@@ -242,6 +241,7 @@ class Run:
             options.sender_factory.on_lag = self.health.merge_worker
         self.sink = FanoutSink(self.series, self.collector, *(sinks or []))
         self.knee = KneeDetector()
+        self.knee_review = KneeReview()  # settles each knee's explanation with the seconds after it
         self._header: RunHeader | None = None
         # The managed server's engine arguments as they stand (a restart's diff applies to
         # them): the knee's explanation judges against the configuration that is serving.
@@ -376,6 +376,7 @@ class Run:
             return
         t = self.now()
         self._restart = (t, self.schedule.state == "holding", self.schedule.current_rate(t))
+        self._settle_knee(t)  # the overload of this configuration ends here
         event = self.schedule.set_rate(t, 0.0)
         event.message = "load paused for a server restart"
         event.data["restart"] = True
@@ -604,6 +605,7 @@ class Run:
             final = self._tick(end)
             final.state, final.target_rps = "done", 0.0
             self.sink.on_tick(final)
+            self._settle_knee(end)
             self.sink.on_event(Event(end, "stop", "run finished", {"interrupted": self._interrupted}))
             self.sink.on_finish(end)
             return RunResult(
@@ -894,5 +896,10 @@ class Run:
         )
 
     def _check_knee(self) -> None:
-        for event in feed_knee(self.series, self.knee):
+        for t, values in self.series.take_completed_seconds():
+            for event in self.knee_review.update(t, values, self.knee.update(t, values)):
+                self.sink.on_event(event)
+
+    def _settle_knee(self, t: float) -> None:
+        for event in self.knee_review.finish(t):
             self.sink.on_event(event)

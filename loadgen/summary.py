@@ -245,12 +245,26 @@ def knee_rps(events: Sequence[Event]) -> float | None:
     return None
 
 
+KNEE_REVIEW = "knee_review"  # an info event's data key: it settles a knee's explanation
+
+
+def knee_review(events: Sequence[Event], knee: Event) -> Event | None:
+    """The event that settled ``knee``'s explanation with the seconds after it
+    (``knee_explain.KneeReview``); None before then, or for a run made before reviews."""
+    return next(
+        (e for e in events if e.kind == "info" and e.data.get(KNEE_REVIEW) and e.data.get("knee_t") == knee.t),
+        None,
+    )
+
+
 def knee_explanation(events: Sequence[Event]) -> dict[str, Any] | None:
-    """Why the first knee happened (``knee_explain.KneeExplanation.to_dict``), as its
-    event recorded it; None without a knee or for a knee recorded before explanations."""
+    """Why the first knee happened (``knee_explain.KneeExplanation.to_dict``): as its
+    review settled it, else as the knee's event declared it; None without a knee or for
+    a knee recorded before explanations."""
     for e in events:
         if e.kind == "knee":
-            why = e.data.get("explanation")
+            review = knee_review(events, e)
+            why = (review or e).data.get("explanation")
             return dict(why) if isinstance(why, dict) else None
     return None
 
@@ -830,14 +844,30 @@ def summarise_requests(
     )
 
 
-def knee_why_line(why: dict[str, Any]) -> str:
-    """The line under the summary's knee: ``  why: batch-size cap (…) → try --max-num-seqs 128``."""
+def knee_why_lines(why: dict[str, Any]) -> list[str]:
+    """The lines under the summary's knee: ``  why: batch-size cap (…) → try
+    --max-num-seqs 128``, then any conflict between limits, and the seconds judged (with
+    what the knee said first when those after it changed the explanation)."""
     text = f"  why: {why.get('title', why.get('limit'))} ({why.get('evidence', '')})"
     if why.get("try"):
         text += f" → try {why['try']}"
         if why.get("try_is") == "rampwatch flag":
             text += " (a rampwatch flag)"
-    return text
+    lines = [text]
+    if why.get("conflict"):
+        lines.append(f"  {why['conflict']}")
+    judged = [f"judged on the {why['window']}"] if why.get("window") else []
+    if isinstance(why.get("provisional"), dict):
+        judged.append(f"revised: at the knee it read {provisional_text(why['provisional'])}")
+    if judged:
+        lines.append("  " + "; ".join(judged))
+    return lines
+
+
+def provisional_text(provisional: dict[str, Any]) -> str:
+    """``batch-size cap → try --max-num-seqs 264``: what a knee's explanation said first."""
+    text = str(provisional.get("title") or provisional.get("limit") or "")
+    return text + (f" → try {provisional['try']}" if provisional.get("try") else "")
 
 
 def _row(label: str, value: Any, fmt: str = ".2f") -> str:
@@ -919,7 +949,7 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         lines.append(_row("Knee at offered rate (req/s):", summary["knee_rps"]))
         why = summary.get("knee_explanation")
         if why:
-            lines.append(knee_why_line(why))
+            lines.extend(knee_why_lines(why))
     if summary.get("cost_per_1m_output_tokens") is not None:
         lines.append(_row("Cost per 1M output tokens:", summary["cost_per_1m_output_tokens"]))
         lines.append(_row("Cost per 1M total tokens:", summary["cost_per_1m_total_tokens"]))

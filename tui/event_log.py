@@ -26,6 +26,7 @@ from textual.widgets.option_list import Option
 
 from rampwatch.core.timeline import Event, ScrapeErrorLine, Snapshot
 from rampwatch.loadgen.knee_explain import KneeExplanation
+from rampwatch.loadgen.summary import KNEE_REVIEW
 from rampwatch.tui.chart_data import errors_by_class, format_duration
 
 KIND_STYLES = {
@@ -81,7 +82,8 @@ def limits_text(limits: dict) -> str:
 def event_row(event: Event) -> EventRow:
     detail = [f"{format_duration(event.t)}  {event.kind}", "", event.message]
     data = dict(event.data)
-    why = KneeExplanation.from_dict(data.pop("explanation", None)) if event.kind == "knee" else None
+    explained = event.kind == "knee" or bool(data.get(KNEE_REVIEW))  # a knee, or the review that settled it
+    why = KneeExplanation.from_dict(data.pop("explanation", None)) if explained else None
     if why is not None:  # the knee's why, a line per item rather than a dict
         detail += ["", *why.lines()]
         limits = data.pop("limits", None)

@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen.knee_explain import KneeExplanation, explain_recorded_knee
+from rampwatch.loadgen.summary import knee_review
 from rampwatch.tui.chart_data import format_duration
 
 
@@ -17,12 +18,17 @@ def latest_knee(snapshot: Snapshot) -> Event | None:
 
 
 def knee_banner_text(knee: Event, why: KneeExplanation) -> Text:
-    """``K 01:23 knee at ~42.0 req/s: batch-size cap (running = …) → try --max-num-seqs 128``."""
+    """``K 01:23 knee at ~42.0 req/s: batch-size cap (running = …) → try --max-num-seqs 128``;
+    ``knee at ~42.0 req/s, revised: KV cache full (…)`` once the seconds after the knee
+    changed what it said at first (``knee_explain.KneeReview``)."""
     text = Text(no_wrap=True, overflow="ellipsis", end="")
     text.append(" K ", style="bold white on red")
     text.append(f" {format_duration(knee.t)} ", style="dim")
     rate = knee.data.get("offered_rps")
-    text.append("knee" + (f" at ~{rate:.1f} req/s" if isinstance(rate, (int, float)) else "") + ": ")
+    text.append("knee" + (f" at ~{rate:.1f} req/s" if isinstance(rate, (int, float)) else ""))
+    if why.provisional:
+        text.append(", revised", style="bold yellow")
+    text.append(": ")
     text.append(why.title, style="bold")
     text.append(f" ({why.evidence})", style="")
     if why.try_next:
@@ -34,7 +40,9 @@ def knee_banner_text(knee: Event, why: KneeExplanation) -> Text:
 
 
 class KneeBanner(Static):
-    """Hidden until a knee; its explanation is worked out once per knee. A knee without
+    """Hidden until a knee; its explanation is worked out once per knee, and again when
+    its review settles it (a replay sought back before the review shows the knee's own
+    again). A knee without
     a recorded explanation (a recording made before them) is explained from the series
     when ``explain_missing`` (replay); live, every knee carries its own, and one without
     is left unexplained rather than guessed from a series the run may have tailed."""
@@ -43,19 +51,20 @@ class KneeBanner(Static):
         super().__init__(id=id)
         self.display = False
         self.explain_missing = explain_missing
-        self._knee_t: float | None = None
+        self._shown: tuple[float, bool] | None = None  # the knee's time, and whether its review was in
 
     def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
         knee = latest_knee(snapshot)
         if knee is None:
-            if self._knee_t is not None:  # a replay sought back before the knee
-                self._knee_t = None
+            if self._shown is not None:  # a replay sought back before the knee
+                self._shown = None
                 self.display = False
             return
-        if knee.t == self._knee_t:
+        shown = (knee.t, knee_review(snapshot.events, knee) is not None)
+        if shown == self._shown:
             return
         if "explanation" not in knee.data and not self.explain_missing:
             return
-        self._knee_t = knee.t
+        self._shown = shown
         self.update(knee_banner_text(knee, explain_recorded_knee(knee, snapshot)))
         self.display = True

@@ -3,7 +3,9 @@ once: the priority picks, the other is mentioned) and the undetermined ones."""
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee_explain import (
     PRIORITY,
     KneeExplanation,
+    KneeReview,
     ServerLimits,
     explain_knee,
     vllm_batch_defaults,
@@ -139,7 +142,7 @@ COMPUTE = dict(
             KV_FULL,
             ServerLimits(max_num_seqs=256, gpu_memory_utilization=0.9),
             "kv_full",
-            ["KV 99 %", "30 preemptions", "waiting 0→30"],
+            ["KV 99 %", "30 preemptions in 40 s", "waiting 0→30"],
             "--gpu-memory-utilization 0.95",
         ),
         (
@@ -402,7 +405,18 @@ def test_explanation_dict_round_trip_and_old_data():
     why = explain_knee(window(**{**KV_FULL, "running": ramp(10, 64, 0, 15)}), ServerLimits(max_num_seqs=64))
     assert why.also  # a whole explanation: alternatives and a second limit
     data = why.to_dict()
-    assert set(data) == {"limit", "title", "evidence", "try", "try_is", "alternatives", "also"}
+    assert set(data) == {
+        "limit",
+        "title",
+        "evidence",
+        "try",
+        "try_is",
+        "alternatives",
+        "also",
+        "conflict",
+        "window",
+        "provisional",
+    }
     assert KneeExplanation.from_dict(data) == why
     assert KneeExplanation.from_dict(None) is None
     assert KneeExplanation.from_dict({"offered_rps": 3.0}) is None
@@ -521,3 +535,274 @@ def test_a_small_cap_with_a_slot_free_at_some_scrapes_is_still_the_cap(waiting, 
     running = ramp(0, 6, 0, 30)[:30] + [8.0, 8.0, 7.0, 8.0, 8.0, 7.0, 8.0, 8.0, 7.0, 8.0]
     why = explain_knee(window(running=running, waiting=waiting, kv_usage_pct=flat(3.0)), ServerLimits(max_num_seqs=8))
     assert why.limit == limit, why
+
+
+# -- the final explanation: the seconds after the knee weighed with those before ---------
+
+RECORDED = json.loads((DATA / "knee-chat-sim.json").read_text())
+CHAT_LIMITS = ServerLimits.from_dict(RECORDED["limits"])
+A = 30  # seconds after the knee, as KneeReview takes them
+
+
+def after(**series: list[float]) -> dict[str, list[float]]:
+    """The seconds after a knee: the end of ``window``'s defaults held, ``series`` replacing them."""
+    base = {name: [values[-1]] * A for name, values in window().items()}
+    base.update(series)
+    return base
+
+
+def test_the_readmes_run_provisionally_at_the_batch_cap_advises_no_raise_of_8():
+    """The README's first command (recorded): running sat at max_num_seqs 256 for 8 s with
+    KV at 86 %. A raise the cache can hold (to 90 %) is +3 %: not worth a restart, and
+    not advised; the KV cache is the next limit."""
+    why = explain_knee(RECORDED["before"], CHAT_LIMITS)
+    assert why.limit == "batch_cap"
+    assert why.evidence == "running 256 = max_num_seqs 256 for 8 s, waiting 0→48, KV 86 %: room for ~12 more sequences"
+    assert why.try_next == "--gpu-memory-utilization 0.95"
+    assert why.alternatives[0] == (
+        "raising --max-num-seqs alone is not worth a restart: KV 86 % at 256 running leaves room for ~12 more; "
+        "the KV cache is the next limit"
+    )
+    assert not any(a.startswith("--max-num-seqs") for a in why.alternatives)
+    assert why.window == "45 s before the knee"
+
+
+def test_the_readmes_run_is_kv_bound_once_the_seconds_after_the_knee_are_weighed():
+    """The same run, with the 30 s after its knee: the cache filled (100 %) and preempted
+    while running had sat at the cap. KV binds; the conflict is said."""
+    why = explain_knee(RECORDED["before"], CHAT_LIMITS, after=RECORDED["after"])
+    assert why.limit == "kv_full"
+    assert why.evidence.startswith("KV 100 % for 22 s, 111 preemptions in 75 s, waiting 0→447")
+    assert "cache 99,296 tokens" in why.evidence
+    assert why.try_next == "--gpu-memory-utilization 0.95"
+    assert "--kv-cache-dtype fp8 (twice the tokens in the same memory: ~198,592 tokens)" in why.alternatives
+    assert why.conflict == (
+        "signals conflict: running at the cap 256 for 26 s AND KV 100 % with 111 preemptions: "
+        "KV binds first, raising --max-num-seqs would not help"
+    )
+    assert [a["limit"] for a in why.also] == ["batch_cap"]
+    assert why.window == "45 s before the knee, 30 s after"
+
+
+CAPPED_BEFORE = dict(  # running at the cap 256 for the last 8 s before the knee, KV 89 %
+    running=ramp(100, 256, 0, 32),
+    waiting=ramp(0, 49, 32, N),
+    kv_usage_pct=ramp(40, 89, 0, N),
+    ttft_p50=ramp(0.08, 0.4, 30, N),
+)
+
+
+@pytest.mark.parametrize(
+    ("before", "later", "limits", "limit", "try_next", "conflict"),
+    [
+        # the issue's case: at the cap first, then KV 100 % with 710 preemptions in the same overload
+        (
+            CAPPED_BEFORE,
+            after(
+                running=[256.0] * 5 + [240.0] * 25,
+                waiting=ramp(49, 300, 0, A)[:A],
+                kv_usage_pct=[100.0] * A,
+                preemptions=[23.0] * 10 + [24.0] * 20,
+            ),
+            ServerLimits(max_num_seqs=256, gpu_memory_utilization=0.9),
+            "kv_full",
+            "--gpu-memory-utilization 0.95",
+            "signals conflict: running at the cap 256 for 16 s AND KV 100 % with 710 preemptions: "
+            "KV binds first, raising --max-num-seqs would not help",
+        ),
+        # batch-bound: at the cap with the cache half empty after the knee too
+        (
+            {**CAPPED_BEFORE, "kv_usage_pct": flat(40.0)},
+            after(running=[256.0] * A, waiting=ramp(49, 200, 0, A)[:A], kv_usage_pct=[42.0] * A),
+            ServerLimits(max_num_seqs=256),
+            "batch_cap",
+            "--max-num-seqs 512",
+            None,
+        ),
+        # token-budget-bound: steps full of prefill, TTFT rising while ITL holds
+        (
+            TOKEN_BUDGET,
+            after(
+                waiting=ramp(25, 60, 0, A)[:A],
+                server_prompt_tps=[95_000.0] * A,
+                ttft_p50=ramp(0.8, 2.0, 0, A)[:A],
+                itl_p50=[0.022] * A,
+                server_generation_tps=[1500.0] * A,
+                running=[30.0] * A,
+            ),
+            ServerLimits(max_num_seqs=256, max_num_batched_tokens=2048),
+            "token_budget",
+            "--max-num-batched-tokens 4096",
+            None,
+        ),
+        # client-capped: rampwatch's own queue keeps growing, the server has room
+        (
+            CLIENT_CAP,
+            after(running=[32.0] * A, client_queued=ramp(35, 90, 0, A)[:A]),
+            ServerLimits(max_num_seqs=256, max_concurrency=32),
+            "client_cap",
+            "--max-concurrency 64",
+            None,
+        ),
+        # compute-bound: the batch below the cap, each step slower as it grows
+        (
+            COMPUTE,
+            after(running=ramp(120, 150, 0, A)[:A], itl_p50=ramp(0.05, 0.07, 0, A)[:A], kv_usage_pct=[60.0] * A),
+            ServerLimits(max_num_seqs=256),
+            "compute_bound",
+            "more GPUs: --data-parallel-size 2 (a model that fits one GPU) or --tensor-parallel-size 2",
+            None,
+        ),
+        # not reached: TTFT moved, nothing else did, before or after
+        (
+            {"ttft_p50": ramp(0.08, 0.9, 20, N), "waiting": [0.0, 2.0] * (N // 2)},
+            after(ttft_p50=[0.9] * A, waiting=[0.0, 2.0] * (A // 2)),
+            ServerLimits(max_num_seqs=256),
+            "undetermined",
+            None,
+            None,
+        ),
+    ],
+    ids=["kv-after-the-cap", "batch-bound", "token-budget-bound", "client-capped", "compute-bound", "not-reached"],
+)
+def test_the_final_explanation_names_the_binding_limit(before, later, limits, limit, try_next, conflict):
+    why = explain_knee(window(**before), limits, after=later)
+    assert why.limit == limit, why
+    assert why.try_next == try_next
+    assert why.conflict == conflict
+    assert why.window == f"{N} s before the knee, {A} s after"
+
+
+@pytest.mark.parametrize(
+    ("cap", "kv_pct", "try_next"),
+    [
+        (256, 40.0, "--max-num-seqs 512"),  # room for twice the batch
+        (256, 55.0, "--max-num-seqs 416"),  # 256 x 90 / 55 = 418: to 90 %, a round number
+        (256, 60.0, "--max-num-seqs 384"),  # 1.5x: the smallest raise worth a restart
+        (256, 62.0, "--gpu-memory-utilization 0.95"),  # 371 < 384: the cache is the next limit
+        (256, 89.0, "--gpu-memory-utilization 0.95"),  # the issue's +8
+        (64, 60.0, "--max-num-seqs 96"),
+        (8, 20.0, "--max-num-seqs 16"),
+        (8, 55.0, "--max-num-seqs 13"),  # 8 x 90 / 55 = 13.1: small caps step by one
+    ],
+)
+def test_a_larger_batch_cap_is_advised_only_when_it_can_matter(cap, kv_pct, try_next):
+    series = window(running=ramp(cap / 4, cap, 0, 15), waiting=ramp(0, 41, 15, N), kv_usage_pct=flat(kv_pct))
+    why = explain_knee(series, ServerLimits(max_num_seqs=cap, gpu_memory_utilization=0.9))
+    assert why.limit == "batch_cap"
+    assert why.try_next == try_next
+    if try_next.startswith("--max-num-seqs"):
+        assert int(try_next.split()[1]) >= 1.5 * cap
+    else:
+        assert "raising --max-num-seqs alone is not worth a restart" in why.alternatives[0]
+
+
+# -- the review: provisional at the knee, settled by the seconds after it ----------------
+
+
+def knee_event(t: float, why: KneeExplanation, limits: ServerLimits) -> Event:
+    return Event(t, "knee", "k", {"offered_rps": 10.3, "explanation": why.to_dict(), "limits": limits.to_dict()})
+
+
+def seconds_of(columns: dict[str, list[float]]) -> list[dict[str, float]]:
+    n = max(len(v) for v in columns.values())
+    return [{name: (math.nan if v[i] is None else v[i]) for name, v in columns.items()} for i in range(n)]
+
+
+def review_of_recorded(review: KneeReview, knee: Event, after_seconds: int) -> list[Event]:
+    """Feed the recorded seconds: those up to the knee, the knee, ``after_seconds`` after."""
+    out: list[Event] = []
+    before = seconds_of(RECORDED["before"])
+    for i, values in enumerate(before):
+        out += review.update(float(i), values, knee if i == len(before) - 1 else None)
+    for i, values in enumerate(seconds_of(RECORDED["after"])[:after_seconds]):
+        out += review.update(float(len(before) + i), values, None)
+    return out
+
+
+def test_the_review_revises_the_knee_with_the_seconds_after_it_and_says_so():
+    first = explain_knee(RECORDED["before"], CHAT_LIMITS)
+    knee = knee_event(44.0, first, CHAT_LIMITS)
+    events = review_of_recorded(KneeReview(), knee, A)
+    assert events[0] is knee
+    assert len(events) == 2
+    review = events[1]
+    assert (review.t, review.kind, review.data["knee_t"], review.data["revised"]) == (74.0, "info", 44.0, True)
+    assert review.message == (
+        "knee revised with the 30 s after it: KV cache full → try --gpu-memory-utilization 0.95 "
+        "(at the knee: batch-size cap → try --gpu-memory-utilization 0.95)"
+    )
+    final = KneeExplanation.from_dict(review.data["explanation"])
+    assert final is not None and final.limit == "kv_full"
+    assert final.provisional == {
+        "limit": "batch_cap",
+        "title": "batch-size cap",
+        "try": "--gpu-memory-utilization 0.95",
+    }
+    # the rules of explain_knee over the seconds before and after, nothing else
+    assert final == replace(
+        explain_knee(RECORDED["before"], CHAT_LIMITS, after=RECORDED["after"]), provisional=final.provisional
+    )
+
+
+def test_a_review_that_agrees_confirms_the_knee():
+    first = explain_knee(window(**BATCH_CAP), ServerLimits(max_num_seqs=64))
+    review = KneeReview(review_s=5)
+    events = []
+    for i, values in enumerate(seconds_of(window(**BATCH_CAP))):
+        events += review.update(
+            float(i), values, knee_event(39.0, first, ServerLimits(max_num_seqs=64)) if i == N - 1 else None
+        )
+    for i in range(5):
+        events += review.update(float(N + i), {**seconds_of(window(**BATCH_CAP))[-1]}, None)
+    settled = events[-1]
+    assert settled.data["revised"] is False
+    assert settled.message == "knee confirmed with the 5 s after it: batch-size cap → try --max-num-seqs 128"
+    assert KneeExplanation.from_dict(settled.data["explanation"]).provisional is None
+
+
+@pytest.mark.parametrize(
+    ("after_seconds", "end", "settled_at"),
+    [
+        (10, "recovered", 54.0),  # the overload is over: settled with what came
+        (10, "finish", 60.0),  # the run ends (or the server restarts) first
+        (A, None, 74.0),  # REVIEW_S after the knee
+    ],
+)
+def test_the_review_settles_at_the_first_of_its_ends(after_seconds, end, settled_at):
+    first = explain_knee(RECORDED["before"], CHAT_LIMITS)
+    review = KneeReview()
+    events = review_of_recorded(review, knee_event(44.0, first, CHAT_LIMITS), after_seconds - (end == "recovered"))
+    if end == "recovered":
+        recovered = Event(54.0, "info", "server keeping up again after the knee", {"knee_recovered": True})
+        events += review.update(54.0, seconds_of(RECORDED["after"])[after_seconds - 1], recovered)
+        assert events[-1] is recovered  # the review belongs to the overload: it comes first
+        events.pop()
+    elif end == "finish":
+        events += review.finish(60.0)
+    reviews = [e for e in events if e.data.get("knee_review")]
+    assert [e.t for e in reviews] == [settled_at]
+    assert review.finish(99.0) == []  # settled once
+
+
+def test_the_summary_reads_the_settled_explanation_with_its_conflict_and_what_it_replaced():
+    from rampwatch.loadgen.summary import format_summary, summarise_requests, to_bench_result
+
+    first = explain_knee(RECORDED["before"], CHAT_LIMITS)
+    knee = knee_event(44.0, first, CHAT_LIMITS)
+    events = review_of_recorded(KneeReview(), knee, A)
+    summary = summarise_requests(None, [], [], events, duration_s=80.0)
+    final = events[1].data["explanation"]
+    assert summary.knee_explanation == final
+    assert to_bench_result(summary, None, [])["rampwatch_knee_explanation"] == final
+    lines = format_summary(summary).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Knee at offered rate"))
+    assert lines[at + 1].startswith("  why: KV cache full (KV 100 % for 22 s, 111 preemptions in 75 s")
+    assert lines[at + 1].endswith("→ try --gpu-memory-utilization 0.95")
+    assert lines[at + 2] == f"  {final['conflict']}"
+    assert lines[at + 3] == (
+        "  judged on the 45 s before the knee, 30 s after; "
+        "revised: at the knee it read batch-size cap → try --gpu-memory-utilization 0.95"
+    )
+    # before the review: the knee's own, provisional explanation
+    assert summarise_requests(None, [], [], [knee], duration_s=50.0).knee_explanation == first.to_dict()

@@ -10,6 +10,7 @@ arguments rampwatch does not know is covered by tests/loadgen/test_knee_explain.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def rampwatch(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def headless_ramp(server: list[str], tmp_path: Path) -> tuple[str, dict]:
+def headless_ramp(server: list[str], tmp_path: Path, duration_s: int) -> tuple[str, dict]:
     result_json = tmp_path / "result.json"
     proc = subprocess.run(
         [
@@ -44,7 +45,7 @@ def headless_ramp(server: list[str], tmp_path: Path) -> tuple[str, dict]:
             "--result-json",
             str(result_json),
             "--duration",
-            "12",
+            str(duration_s),
             "--start-rps",
             "4",
             "--end-rps",
@@ -66,32 +67,40 @@ def headless_ramp(server: list[str], tmp_path: Path) -> tuple[str, dict]:
 
 
 @pytest.mark.parametrize(
-    ("config", "started", "limit", "evidence", "try_next"),
+    ("config", "started", "duration_s", "limit", "evidence", "try_next"),
     [
         # 8 running at most, plenty of KV: requests queue with the cache nearly empty;
         # rampwatch started the server, so it knows the cap from the command
-        ({"max_num_seqs": 8}, True, "batch_cap", "running 8 = max_num_seqs 8", "--max-num-seqs 16"),
+        ({"max_num_seqs": 8}, True, 12, "batch_cap", "running 8 = max_num_seqs 8", "--max-num-seqs 16"),
         # 96 blocks of 16 tokens: ~9 requests of 160 tokens fill the cache; a server
-        # rampwatch only connects to: the KV size comes from its vllm:cache_config_info
-        ({"num_gpu_blocks": 96}, False, "kv_full", "preemptions", "--gpu-memory-utilization 0.95"),
+        # rampwatch only connects to: the KV size comes from its vllm:cache_config_info.
+        # A longer ramp: on a loaded machine 12 s once ended with KV at 99 % and no knee
+        # declared yet (it needs 5 s of two signals together).
+        ({"num_gpu_blocks": 96}, False, 20, "kv_full", "preemptions", "--gpu-memory-utilization 0.95"),
     ],
     ids=["batch-cap", "kv-full"],
 )
-def test_a_headless_run_names_the_limit_behind_its_knee(tmp_path, config, started, limit, evidence, try_next):
+def test_a_headless_run_names_the_limit_behind_its_knee(
+    tmp_path, config, started, duration_s, limit, evidence, try_next
+):
     sim_config = SimConfig(hardware="l4", model="llama-3.1-8b", speed=6.0, **config)
     if started:
-        out, why = headless_ramp(["--serve", sim_serve_text(sim_config)], tmp_path)
+        out, why = headless_ramp(["--serve", sim_serve_text(sim_config)], tmp_path, duration_s)
     else:
         with serving_sim(sim_config) as sim:
-            out, why = headless_ramp(["--target", sim.url], tmp_path)
+            out, why = headless_ramp(["--target", sim.url], tmp_path, duration_s)
     assert why is not None, out
     assert why["limit"] == limit, why
     assert evidence in why["evidence"], why
     assert why["try"] == try_next
+    # the settled explanation: judged with the seconds after the knee too (the run's end
+    # settles it when the ramp ends sooner than the review's 30 s)
+    assert re.fullmatch(r"\d+ s before the knee, [1-9]\d* s after", why["window"]), why
     lines = out.splitlines()
     knee = next(i for i, line in enumerate(lines) if line.startswith("Knee at offered rate"))
     assert lines[knee + 1].startswith(f"  why: {why['title']} (")
     assert lines[knee + 1].endswith(f"→ try {try_next}")
+    assert lines[knee + 2].startswith(f"  judged on the {why['window']}")
 
     # the recording carries it: the report, the HTML and JSON exports say the same
     report = rampwatch("report", str(tmp_path / "run.rwrec"))
