@@ -32,7 +32,7 @@ from rampwatch.core.bins import latest_complete, recent_max, recent_mean
 from rampwatch.core.cache_salt import AUTO, cache_salt_choice, describe_cache_policy
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_options, redact_text
-from rampwatch.core.text import server_text
+from rampwatch.core.text import fill_to, server_text, terminal_width
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
@@ -714,11 +714,12 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     print(format_summary(summary), file=out)
     if figures.note is not None:
         print(f"({figures.note})", file=out)
+    width = terminal_width(out)  # a terminal's: the tables wrap whole words, never mid-word
     if turns is not None:
-        print(f"\nTurns ({TURNS_NOTE})\n{turns.text()}", file=out)
+        print(f"\n{fill_to(f'Turns ({TURNS_NOTE})', width)}\n{turns.text()}", file=out)
     if classes:  # a mixture: its classes side by side, as `rampwatch report` prints them
         table = class_table({name: s.to_dict() for name, s in classes.items()})
-        print(f"\nClasses ({CLASS_NOTE})\n{table.text()}", file=out)
+        print(f"\n{fill_to(f'Classes ({CLASS_NOTE})', width)}\n{table.text(width)}", file=out)
     code = 0
     if prepared.result_json_path is not None:
         try:

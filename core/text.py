@@ -3,8 +3,11 @@ log or a recording: control characters such as ANSI escapes must not reach a ter
 
 from __future__ import annotations
 
+import os
 import re
+import textwrap
 from collections.abc import Iterable
+from typing import TextIO
 
 from rampwatch.core.redact import redact_text, scrub
 
@@ -26,3 +29,18 @@ def server_text(text: str, api_key: str | Iterable[str] | None = None) -> str:
     escapes, on one line."""
     secrets = {api_key} if isinstance(api_key, str) else {s for s in api_key or () if s}
     return printable(redact_text(scrub(text, {s for s in secrets if s})), one_line=True)
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """How many columns the terminal ``stream`` writes to has; None for a file or a pipe
+    (whose lines are not wrapped by anyone)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a StringIO), closed
+        return None
+
+
+def fill_to(text: str, width: int | None) -> str:
+    """``text`` wrapped at word boundaries to ``width`` columns (None: as it is), so that a
+    terminal never breaks a word."""
+    return text if width is None else textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)

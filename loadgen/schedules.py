@@ -381,6 +381,23 @@ class _TimeProfile:
     def time_inv(self, s: float) -> float:
         return min(s, self.end)
 
+    def ramp_range(self) -> tuple[float, float] | None:
+        """The lowest and highest rate its ramps (non-constant segments) go through;
+        None for a profile without one (constant, steps)."""
+        ramps = [r for seg in self.segments if seg.shape != "const" and seg.r0 != seg.r1 for r in (seg.r0, seg.r1)]
+        return (min(ramps), max(ramps)) if ramps else None
+
+    def coordinate_at_rate(self, rate: float) -> float | None:
+        """The first ramp coordinate where a ramp segment's rate is ``rate``; None when
+        no ramp goes through it."""
+        for seg in self.segments:
+            if seg.shape == "const" or seg.r0 == seg.r1 or not min(seg.r0, seg.r1) <= rate <= max(seg.r0, seg.r1):
+                continue
+            if seg.shape == "linear":
+                return seg.start + seg.length * (rate - seg.r0) / (seg.r1 - seg.r0)
+            return seg.start + seg.length * math.log(rate / seg.r0) / math.log(seg.r1 / seg.r0)
+        return None
+
 
 class _IndexProfile:
     """Rate by request index (vllm bench serve): request i arrives ``delays[i]`` after
@@ -499,6 +516,7 @@ class ArrivalSchedule:
         self._finished = False
         self._holding = False
         self._held_rate = 0.0
+        self._set_by_hand = False  # the held rate is one set_rate gave, not the ramp's
         self._anchor_t = 0.0
         self._anchor_c = 0.0
         self._anchor_w = 0.0
@@ -589,19 +607,49 @@ class ArrivalSchedule:
         if self._holding:
             return self._event(t, "hold", f"already holding at {before:g} req/s", before, before, applied=False)
         self._rebase(t)
-        self._holding, self._held_rate = True, before
+        self._holding, self._held_rate, self._set_by_hand = True, before, False
         return self._event(t, "hold", f"hold at {before:.3g} req/s", before, before)
 
     def resume(self, t: float) -> Event:
+        """End a hold. After a rate set by hand (``set_rate``, ``+``/``-``) a ramp goes on
+        from that rate: from the first point where the ramp runs at it, ahead of where it
+        was held or back, so the rest of the plan moves with it. A schedule without a
+        ramp, or a rate outside the ramp's, resumes where it was held, and the event's
+        message says that the rate set by hand ends there and why."""
         before = self.current_rate(t)
         if self.state == "done":
             return self._event(t, "resume", "schedule already finished", before, before, applied=False)
         if not self._holding:
             return self._event(t, "resume", "not holding", before, before, applied=False)
         self._rebase(t)
-        self._holding = False
-        after = self._profile.rate(self._anchor_c)
-        return self._event(t, "resume", f"resume ramp at {after:.3g} req/s", before, after)
+        held_at = self._profile.rate(self._anchor_c)
+        set_by_hand = self._set_by_hand and not math.isclose(before, held_at, rel_tol=1e-9, abs_tol=1e-9)
+        self._holding = self._set_by_hand = False
+        if not set_by_hand:
+            return self._event(t, "resume", f"resume ramp at {held_at:.3g} req/s", before, held_at)
+        ramp = self._profile.ramp_range() if isinstance(self._profile, _TimeProfile) else None
+        coordinate = self._profile.coordinate_at_rate(before) if isinstance(self._profile, _TimeProfile) else None
+        if coordinate is not None:
+            self._anchor_c = coordinate
+            message = (
+                f"resume ramp at {before:.3g} req/s, the rate set by hand: the ramp goes on from where it "
+                f"reaches {before:.3g} (it was held at {held_at:.3g})"
+            )
+            event = self._event(t, "resume", message, before, before)
+        elif ramp is not None:
+            message = (
+                f"resume ramp at {held_at:.3g} req/s, where it was held: the rate set by hand, {before:.3g}, "
+                f"is outside the ramp's {ramp[0]:.3g}–{ramp[1]:.3g} req/s"
+            )
+            event = self._event(t, "resume", message, before, held_at)
+        else:
+            message = (
+                f"resume schedule at {held_at:.3g} req/s: the rate set by hand, {before:.3g}, ends "
+                f"(a {self.kind} schedule has no ramp to go on from it)"
+            )
+            event = self._event(t, "resume", message, before, held_at)
+        event.data["set_rps"] = before
+        return event
 
     def set_rate(self, t: float, rps: float) -> Event:
         if not is_number(rps) or rps < 0:
@@ -610,7 +658,7 @@ class ArrivalSchedule:
         if self.state == "done":
             return self._event(t, "set_rate", "schedule already finished", before, before, applied=False)
         self._rebase(t)
-        self._holding, self._held_rate = True, float(rps)
+        self._holding, self._held_rate, self._set_by_hand = True, float(rps), True
         return self._event(t, "set_rate", f"hold at {rps:.3g} req/s", before, float(rps))
 
     def step_rate(self, t: float, delta: float) -> Event:
@@ -627,7 +675,7 @@ class ArrivalSchedule:
         if self.state == "done":
             return self._event(t, "resume", "schedule already finished", before, before, applied=False)
         self._rebase(t)
-        self._holding, self._anchor_c = False, 0.0
+        self._holding, self._set_by_hand, self._anchor_c = False, False, 0.0
         after = self._profile.rate(0.0)
         return self._event(t, "resume", f"ramp restarted from its start at {after:.3g} req/s", before, after)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -265,19 +266,66 @@ class SegmentTable:
     rows: list[tuple[str, list[str]]]
     argument_count: int  # the first rows that are engine arguments
 
-    def text(self) -> str:
-        """The table as fixed-width text (``rampwatch report``)."""
+    def text(self, width: int | None = None) -> str:
+        """The table as fixed-width text (``rampwatch report``, a run's summary). Given a
+        terminal's ``width``, a cell of several words wraps within its column (never
+        mid-word) and, when the columns still do not fit, they are printed in groups,
+        each under the labels again."""
         label_w = max(len(label) for label, _ in self.rows)
         widths = [max(len(col), *(len(cells[i]) for _, cells in self.rows)) for i, col in enumerate(self.columns)]
-        lines = [" " * label_w + "  " + "  ".join(c.rjust(w) for c, w in zip(self.columns, widths, strict=True))]
+        if width is not None:
+            widths = self._narrowed(widths, width - label_w - 2)
+        groups = [list(range(len(self.columns)))] if width is None else _column_groups(widths, width - label_w - 2)
+        blocks = [self._block(group, label_w, widths) for group in groups]
+        lines = "\n\n".join(blocks).split("\n")
+        lines += [f"{col}: {cmd}" for col, cmd in zip(self.columns, self.commands, strict=True) if cmd]
+        return "\n".join(lines)
+
+    def _narrowed(self, widths: list[int], room: int) -> list[int]:
+        """The columns' widths once cells of several words may wrap, the widest narrowed
+        first, until the table fits ``room`` or no column can narrow further (none below
+        its header or its longest word)."""
+        floors = [
+            max(len(col), *(len(word) for _, cells in self.rows for word in cells[i].split()))
+            for i, col in enumerate(self.columns)
+        ]
+        widths = list(widths)
+        while sum(widths) + 2 * (len(widths) - 1) > room:
+            narrowable = [i for i, w in enumerate(widths) if w > floors[i]]
+            if not narrowable:
+                break
+            widest = max(narrowable, key=lambda i: widths[i])
+            widths[widest] -= 1
+        return widths
+
+    def _block(self, group: list[int], label_w: int, widths: list[int]) -> str:
+        lines = [" " * label_w + "  " + "  ".join(self.columns[i].rjust(widths[i]) for i in group)]
         for n, (label, cells) in enumerate(self.rows):
             if n == self.argument_count and n:
                 lines.append("-" * len(lines[0]))
-            lines.append(
-                label.ljust(label_w) + "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
-            )
-        lines += [f"{col}: {cmd}" for col, cmd in zip(self.columns, self.commands, strict=True) if cmd]
-        return "\n".join(lines)
+            wrapped = [textwrap.wrap(cells[i], widths[i]) or [""] for i in group]
+            for k in range(max(len(parts) for parts in wrapped)):
+                parts = [p[k] if k < len(p) else "" for p in wrapped]
+                lines.append(
+                    (label if k == 0 else "").ljust(label_w)
+                    + "  "
+                    + "  ".join(part.rjust(widths[i]) for part, i in zip(parts, group, strict=True))
+                )
+        return "\n".join(line.rstrip() for line in lines)
+
+
+def _column_groups(widths: list[int], room: int) -> list[list[int]]:
+    """The columns' indices in runs that each fit ``room`` (two spaces between columns);
+    a column wider than the room alone is a run of its own."""
+    groups: list[list[int]] = [[]]
+    used = 0
+    for i, w in enumerate(widths):
+        if groups[-1] and used + 2 + w > room:
+            groups.append([])
+            used = 0
+        used += w if not groups[-1] else 2 + w
+        groups[-1].append(i)
+    return groups
 
 
 def segment_table(segments: Sequence[ConfigSegment], summaries: Sequence[Summary]) -> SegmentTable:

@@ -16,7 +16,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     import json
+    import sys
 
+    from rampwatch.core.text import fill_to, terminal_width
     from rampwatch.loadgen.classes import CLASS_NOTE
     from rampwatch.loadgen.segments import SEGMENT_NOTE
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
@@ -76,17 +78,18 @@ def main(args: argparse.Namespace) -> int:
         timeline = format_timeline(recording.events)
         if timeline:
             print(timeline)
+        width = terminal_width(sys.stdout)  # a terminal's: tables wrap whole words, never mid-word
         configurations = configuration_table(recording)
         if configurations is not None:
-            print(f"\nConfigurations ({SEGMENT_NOTE})")
-            print(configurations.text())
+            print("\n" + fill_to(f"Configurations ({SEGMENT_NOTE})", width))
+            print(configurations.text(width))
         if turns is not None:
-            print(f"\nTurns ({TURNS_NOTE})")
+            print("\n" + fill_to(f"Turns ({TURNS_NOTE})", width))
             print(turns.text())
         table = classes_table(classes)
         if table is not None:
-            print(f"\nClasses ({CLASS_NOTE})")
-            print(table.text())
+            print("\n" + fill_to(f"Classes ({CLASS_NOTE})", width))
+            print(table.text(width))
         if steps:
             print(f"\nSteps ({STEP_TABLE_NOTE})")
             print(step_table_text(steps))

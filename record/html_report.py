@@ -128,6 +128,29 @@ def line_segments(
     return segments
 
 
+# The marks' labels: at most this many characters, each ~MARK_CHAR_PX wide at font-size 10
+# (an overestimate, so that close labels go to another row rather than touch), in rows
+# MARK_ROW_PX apart.
+MARK_LABEL_CHARS = 24
+MARK_CHAR_PX = 6.5
+MARK_ROW_PX = 12
+
+
+def label_rows(labels: Sequence[tuple[float, str]]) -> list[int]:
+    """The row each label (its left x, its text) goes on, in order, so that no two
+    labels on a row overlap: the first row where it starts past the previous label's end."""
+    row_ends: list[float] = []
+    rows = [0] * len(labels)
+    for index in sorted(range(len(labels)), key=lambda i: labels[i][0]):
+        left, text = labels[index]
+        row = next((i for i, end in enumerate(row_ends) if left >= end), len(row_ends))
+        if row == len(row_ends):
+            row_ends.append(0.0)
+        row_ends[row] = left + MARK_CHAR_PX * len(text) + 4
+        rows[index] = row
+    return rows
+
+
 def svg_chart(
     title: str,
     unit: str,
@@ -152,8 +175,7 @@ def svg_chart(
         return PAD_T + plot_h * (1 - v / y_max)
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{html.escape(title)}">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" {fluid_size(WIDTH, HEIGHT)} role="img" aria-label="{html.escape(title)}">',
         f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
         f'<text x="{PAD_L}" y="18" font-size="14" font-weight="bold">{html.escape(title)} ({html.escape(unit)})</text>',
     ]
@@ -194,6 +216,7 @@ def svg_chart(
         )
         out.append(f'<text x="{WIDTH - PAD_R + 38}" y="{ly}" font-size="12">{html.escape(label)}</text>')
     configs = 1
+    labels: list[tuple[float, str, str]] = []  # (x, text, colour)
     for e in (m for m in marks if m.kind in CHART_MARK_KINDS):
         color = MARK_COLOURS.get(e.kind, "#555555")
         xx = x(e.t)
@@ -206,10 +229,12 @@ def svg_chart(
             f'<line class="mark-{e.kind}" x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" '
             f'stroke="{color}" stroke-width="1.5"{dash}><title>{html.escape(e.message)}</title></line>'
         )
-        # A restart's label goes a line lower: the schedule's resume is drawn at the same time.
-        label_y = PAD_T + (23 if e.kind == CONFIG_EVENT else 11)
+        labels.append((xx + 3, label[:MARK_LABEL_CHARS], color))
+    rows = label_rows([(lx, text) for lx, text, _ in labels])
+    for (lx, text, color), row in zip(labels, rows, strict=True):
         out.append(
-            f'<text x="{xx + 3:.1f}" y="{label_y}" font-size="10" fill="{color}">{html.escape(label[:24])}</text>'
+            f'<text class="mark-label" x="{lx:.1f}" y="{PAD_T + 11 + MARK_ROW_PX * row}" font-size="10" '
+            f'fill="{color}">{html.escape(text)}</text>'
         )
     out.append("</svg>")
     return "\n".join(out)
@@ -326,7 +351,7 @@ def turns_svg(table: TurnTable) -> str:
         return TURNS_PAD_T + plot_h * (1 - fraction)
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{TURNS_W}" height="{TURNS_H}" viewBox="0 0 {TURNS_W} {TURNS_H}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" {fluid_size(TURNS_W, TURNS_H)} '
         f'role="img" aria-label="TTFT p50 and prefix-cache hit rate by turn">',
         f'<rect x="0" y="0" width="{TURNS_W}" height="{TURNS_H}" fill="#ffffff"/>',
         f'<text x="{TURNS_PAD_L}" y="18" font-size="14" font-weight="bold">By turn: '
@@ -370,22 +395,33 @@ def turns_section(table: TurnTable) -> str:
     hint = "" if table.hit_rate_reported else f'<p class="warn">{html.escape(NO_HIT_RATE_HINT)}</p>'
     return (
         f'<h2 id="turns">Turns</h2><p class="sub">{html.escape(TURNS_NOTE)}</p>'
-        f'<section class="chart" style="width: {TURNS_W}px">{turns_svg(table)}</section>'
+        f'<section class="chart" style="max-width: {TURNS_W}px">{turns_svg(table)}</section>'
         f'<table class="turns"><tr>{head}</tr>{body}</table>'
         f"<p>{html.escape(sessions_line(table.sessions))}</p>{hint}"
     )
 
 
+def fluid_size(width: int, height: int) -> str:
+    """An inline SVG's size attributes: drawn in a ``width`` × ``height`` box (its
+    viewBox) and scaled to its frame's width by the page's CSS, legends and labels with it."""
+    return f'viewBox="0 0 {width} {height}" width="100%" preserveAspectRatio="xMinYMin meet"'
+
+
 def page_style(chart_width: int) -> str:
     """The CSS every rampwatch HTML page shares (the run report, the sweep report): the
-    page, headings, chart frames of ``chart_width`` px, tables and preformatted text."""
+    page, headings, chart frames at most ``chart_width`` px wide and as wide as the
+    window below that (their SVGs scale), tables and preformatted text. Nothing makes
+    the page wider than the window: a wide table or text scrolls in its own box."""
     return f"""body {{ font-family: system-ui, sans-serif; margin: 20px; color: #222; background: #fafafa; }}
 h1 {{ font-size: 20px; margin-bottom: 2px; }}
 .sub {{ color: #666; margin-top: 0; }}
-.chart {{ background: #fff; border: 1px solid #ddd; margin: 10px 0; width: {chart_width}px; }}
-table {{ border-collapse: collapse; background: #fff; margin: 10px 0; }}
+.chart {{ background: #fff; border: 1px solid #ddd; margin: 10px 0; width: 100%; max-width: {chart_width}px; box-sizing: border-box; }}
+.chart svg {{ display: block; width: 100%; height: auto; }}
+table {{ border-collapse: collapse; background: #fff; margin: 10px 0; display: block; max-width: 100%; overflow-x: auto; }}
 td, th {{ border: 1px solid #ddd; padding: 3px 8px; font-size: 13px; }}
-pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; }}"""
+pre {{ background: #fff; border: 1px solid #ddd; padding: 8px; font-size: 12px; max-width: 100%; overflow-x: auto; box-sizing: border-box; }}
+.cols {{ display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; max-width: 100%; }}
+.cols > * {{ min-width: 0; }}"""
 
 
 def render_html(
@@ -446,7 +482,6 @@ def render_html(
 td, th {{ text-align: left; }}
 td {{ text-align: right; font-variant-numeric: tabular-nums; }}
 .warn {{ color: #a15c00; }}
-.cols {{ display: flex; gap: 24px; align-items: flex-start; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 <p class="sub">{html.escape(subtitle)}</p>

@@ -9,11 +9,40 @@ from pathlib import Path
 from typing import Any
 
 from rampwatch.loadgen.sweep import table_cells
-from rampwatch.record.html_report import PAD_B, PAD_L, PAD_T, PALETTE, _fmt_tick, _nice_max, page_style
+from rampwatch.record.html_report import (
+    MARK_CHAR_PX,
+    PAD_B,
+    PAD_L,
+    PAD_T,
+    PALETTE,
+    _fmt_tick,
+    _nice_max,
+    fluid_size,
+    page_style,
+)
 
 WIDTH, HEIGHT = 900, 460
 PAD_R = 40
 FRONT_COLOUR = "#d62728"
+
+
+# A point label's line height at font-size 11 (its width: html_report's MARK_CHAR_PX a character).
+LABEL_LINE_PX = 13
+
+
+def point_labels(labels: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """Labels (x, baseline y, text) with those that would overlap an earlier one merged
+    into it ("#2,#3", at the first one's place): close points never overprint."""
+    out: list[tuple[float, float, str]] = []
+    for lx, ly, text in labels:
+        for i, (ox, oy, other) in enumerate(out):
+            overlaps_x = lx < ox + MARK_CHAR_PX * len(other) + 2 and ox < lx + MARK_CHAR_PX * len(text) + 2
+            if overlaps_x and abs(ly - oy) < LABEL_LINE_PX:
+                out[i] = (ox, oy, f"{other},{text}")
+                break
+        else:
+            out.append((lx, ly, text))
+    return out
 
 
 def pareto_svg(rows: list[dict[str, Any]]) -> str:
@@ -33,8 +62,7 @@ def pareto_svg(rows: list[dict[str, Any]]) -> str:
         return PAD_T + plot_h * (1 - v / y_max)
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        'role="img" aria-label="Pareto front">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" {fluid_size(WIDTH, HEIGHT)} role="img" aria-label="Pareto front">',
         f'<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
         f'<text x="{PAD_L}" y="18" font-size="14" font-weight="bold">Pareto front: output tok/s per GPU vs tok/s per user</text>',
     ]
@@ -56,6 +84,7 @@ def pareto_svg(rows: list[dict[str, Any]]) -> str:
     if len(front) > 1:
         path = " ".join(f"{x(r['tps_per_user']):.1f},{y(r['tps_per_gpu']):.1f}" for r in front)
         out.append(f'<polyline class="front" fill="none" stroke="{FRONT_COLOUR}" stroke-width="1.5" points="{path}"/>')
+    placed = []
     for r in points:
         colour = FRONT_COLOUR if r.get("pareto") else PALETTE[0]
         cx, cy = x(r["tps_per_user"]), y(r["tps_per_gpu"])
@@ -63,7 +92,9 @@ def pareto_svg(rows: list[dict[str, Any]]) -> str:
         out.append(
             f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{colour}"><title>{html.escape(tip)}</title></circle>'
         )
-        out.append(f'<text x="{cx + 7:.1f}" y="{cy - 6:.1f}" font-size="11">#{r["index"] + 1}</text>')
+        placed.append((cx + 7, cy - 6, f"#{r['index'] + 1}"))
+    for lx, ly, text in point_labels(placed):
+        out.append(f'<text class="point-label" x="{lx:.1f}" y="{ly:.1f}" font-size="11">{text}</text>')
     out.append("</svg>")
     return "\n".join(out)
 

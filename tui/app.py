@@ -173,8 +173,9 @@ class RampwatchApp(App[int]):
         Binding("c", "toggle_mouse", "mouse", show=False),
         # live
         Binding("space", "toggle_hold", "hold"),
-        Binding("plus,equals_sign", "rate_up", "+rate", key_display="+"),
-        Binding("minus,underscore", "rate_down", "-rate", key_display="-"),
+        # the footer shows the pair once, "+ - rate": at 80 columns every live key fits whole
+        Binding("plus,equals_sign", "rate_up", "rate", key_display="+ -"),
+        Binding("minus,underscore", "rate_down", "rate down", show=False),
         Binding("m", "mark", "mark"),
         Binding("s", "stop_run", "stop"),
         Binding("x", "end_drain", "cancel"),
@@ -432,6 +433,7 @@ class RampwatchApp(App[int]):
         playing, speed = replay.playing, replay.speed
         for header in self.main_screen.query(HeaderBar):
             header.replay_status = f"{'▶' if playing else '⏸'} {speed:g}×"
+            header.replay_duration_s = replay.duration
         letters = {"knee": "K", "mark": "M", "hold": "H", "config": "C"}
         bar_marks = [(t, letters[kind]) for t, kind in self._replay_marks(replay) if kind in letters]
         for bar in self.main_screen.query(PositionBar):

@@ -205,6 +205,34 @@ def markers(events: Iterable[Event]) -> list[Marker]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class MarkerLabel:
+    """The text drawn at the top of one or more markers' lines, from the first one's."""
+
+    t: float
+    kind: str  # the first marker's (its colour)
+    text: str
+
+
+def marker_labels(marks: Sequence[Marker], left: float, right: float, cells: int) -> list[MarkerLabel]:
+    """The markers' labels placed on a ``cells``-wide time axis from ``left`` to ``right``
+    so that none overprints another: a label that would start within the previous one
+    (or the cell after it) joins it, "R,M1", at the earlier line's place."""
+    span = max(right - left, 1e-9)
+    out: list[MarkerLabel] = []
+    end = -1.0  # the first cell free after the last label placed
+    for mark in sorted(marks, key=lambda m: m.t):
+        cell = (mark.t - left) / span * max(cells, 1)
+        if out and cell < end + 1:
+            last = out[-1]
+            out[-1] = MarkerLabel(last.t, last.kind, f"{last.text},{mark.label}")
+            end += 1 + len(mark.label)
+        else:
+            out.append(MarkerLabel(mark.t, mark.kind, mark.label))
+            end = cell + len(mark.label)
+    return out
+
+
 def format_duration(seconds: float | None) -> str:
     if seconds is None or math.isnan(seconds):
         return "--:--"

@@ -48,6 +48,11 @@ def managed_startup_s(snapshot: Snapshot) -> float | None:
 
 
 class HeaderBar(Static):
+    """Line 1: where the run is now; line 2: what runs against what. When line 1 does
+    not fit the terminal (80 columns), it keeps the state, the time and the ETA, its
+    load figures (target, in flight, drain) open line 2 and the run's identity follows
+    them there: what a narrow terminal cuts is what changes least."""
+
     def __init__(
         self,
         *,
@@ -60,44 +65,53 @@ class HeaderBar(Static):
         self.mode = mode
         self.recording = recording
         self.compare_label = compare_label
+        self._snapshot: Snapshot | None = None
         self._shown: Text | None = None
         self.replay_status = ""  # e.g. "▶ 2×", set by the app in replay mode
+        self.replay_duration_s: float | None = None  # the recording's length, set in replay mode
 
     def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
-        text = self.render_text(snapshot)
+        self._snapshot = snapshot
+        text = self.render_text(snapshot, self.size.width or None)
         if text != self._shown:
             self._shown = text
             self.update(text)
 
+    def on_resize(self) -> None:
+        if self._snapshot is not None:
+            self.show_snapshot(self._snapshot)
+
     def append_elapsed(self, line: Text, snapshot: Snapshot) -> None:
-        """Elapsed / planned: the plan moves on while the ramp is held."""
+        """Elapsed / planned (the plan moves on while the ramp is held); in a replay, the
+        position in the recording and its length."""
+        if self.mode == "replay":
+            line.append(f"  {format_duration(snapshot.t)} / {format_duration(self.replay_duration_s)}")
+            line.append(" recorded", style="dim")
+            return
         header = snapshot.header
         planned = snapshot.planned_duration_s or (header.planned_duration_s if header else None)
         line.append("  ")
         line.append(f"{format_duration(snapshot.t)} / {format_duration(planned)}")
 
     def append_time_left(self, line: Text, snapshot: Snapshot) -> None:
-        """What is left of the schedule and of the drain, and the wall-clock ETA, drain
-        included; in a replay, as it was at that moment."""
-        left = time_left(snapshot)
+        """What is left of the schedule, or of the drain, and the wall-clock ETA, drain
+        included (and said so). Live only: a replay's ETA would be the original run's."""
+        left = time_left(snapshot) if self.mode == "live" else None
         if left is None:
             return
-        if snapshot.state not in DRAIN_STATES and left.schedule_s is not None:
+        draining = snapshot.state in DRAIN_STATES
+        if not draining and left.schedule_s is not None:
             line.append("  left ", style="dim")
             line.append(format_duration(left.schedule_s))
-        elif snapshot.state in DRAIN_STATES and left.drain_s is not None:
+        elif draining and left.drain_s is not None:
             line.append("  drain ", style="dim")
             line.append("overdue" if left.drain_s == 0 else f"~{format_duration(left.drain_s)}")
         eta = eta_unix(snapshot, left)
         if eta is not None:
             line.append("  ETA ", style="dim")
             line.append(time.strftime("%H:%M:%S", time.localtime(eta)))
-
-    def append_drain_estimate(self, line: Text, snapshot: Snapshot) -> None:
-        """Before the drain: how long it is expected to take (the ETA includes it)."""
-        left = time_left(snapshot)
-        if left is not None and left.drain_s is not None:
-            line.append(f"  ETA incl. ~{format_duration(left.drain_s)} drain", style="dim")
+            if not draining and left.drain_s is not None:
+                line.append(f" incl. ~{format_duration(left.drain_s)} drain", style="dim")
 
     def append_in_flight(self, line: Text, snapshot: Snapshot) -> None:
         line.append("  in flight ", style="dim")
@@ -120,60 +134,88 @@ class HeaderBar(Static):
             line.append("  x", style="bold reverse")
             line.append(" cancels them now", style="dim")
 
-    def render_text(self, snapshot: Snapshot) -> Text:
-        """Line 1: where the run is now (most important, first). Line 2: what runs against what."""
+    @staticmethod
+    def append_target(line: Text, snapshot: Snapshot) -> None:
+        """The schedule's rate now: "target", as in the Stats panel (whose "offered" is
+        the requests the schedule actually released per second)."""
         header = snapshot.header
-        state = "replay" if self.mode == "replay" else snapshot.state
-        line1 = Text(no_wrap=True, overflow="ellipsis")
-        line1.append(" rampwatch ", style="bold reverse")
-        line1.append(" ")
-        label = f"REPLAY {self.replay_status}".strip() if self.mode == "replay" else state.upper()
-        line1.append(label, style=STATE_STYLES.get(state, "bold"))
-        if self.mode == "replay" and snapshot.state not in ("replay", ""):
-            line1.append(f" ({snapshot.state})", style=STATE_STYLES.get(snapshot.state, ""))
-        state_health = health(snapshot) if snapshot.times else None
-        self.append_health(line1, state_health)
-        # What matters most comes first: a narrow terminal cuts the line's end.
-        self.append_elapsed(line1, snapshot)
-        if snapshot.state in DRAIN_STATES:
-            self.append_drain(line1, snapshot)
-            self.append_time_left(line1, snapshot)
-            self.append_drain_key(line1, snapshot)
-            self.append_health_detail(line1, state_health)
+        if users_target(header):  # a closed loop: its target is users, not a rate
+            line.append("  users ", style="dim")
+            line.append(f"{users_for(snapshot.target_rps)}", style="bold")
+        elif session_target(header):  # an open-loop session workload: sessions started
+            line.append("  target ", style="dim")
+            line.append(f"{format_rate(snapshot.target_rps)} sessions/s", style="bold")
         else:
-            self.append_time_left(line1, snapshot)
-            if users_target(header):  # a closed loop: its target is users, not a rate
-                line1.append("  users ", style="dim")
-                line1.append(f"{users_for(snapshot.target_rps)}", style="bold")
-            elif session_target(header):  # an open-loop session workload: sessions started
-                line1.append("  sessions ", style="dim")
-                line1.append(f"{format_rate(snapshot.target_rps)}/s", style="bold")
-            else:
-                line1.append("  offered ", style="dim")
-                line1.append(f"{format_rate(snapshot.target_rps)} rps", style="bold")
-            self.append_in_flight(line1, snapshot)
-            self.append_power(line1, snapshot)
-            self.append_health_detail(line1, state_health)
-            self.append_drain_estimate(line1, snapshot)
+            line.append("  target ", style="dim")
+            line.append(f"{format_rate(snapshot.target_rps)} req/s", style="bold")
 
-        line2 = Text(no_wrap=True, overflow="ellipsis")
-        line2.append(" scenario ", style="dim")
-        line2.append(header.scenario_name if header else "–")
-        line2.append("  model ", style="dim")
-        line2.append(header.model if header else "–")
-        line2.append("  target ", style="dim")
-        line2.append(header.target if header else "–")
+    def status_line(self, snapshot: Snapshot, state_health: Health | None, *, brand: bool) -> Text:
+        """State, health, time and what is left of it: the part no terminal may lose."""
+        state = "replay" if self.mode == "replay" else snapshot.state
+        line = Text(no_wrap=True, overflow="ellipsis")
+        if brand:
+            line.append(" rampwatch ", style="bold reverse")
+        line.append(" ")
+        label = f"REPLAY {self.replay_status}".strip() if self.mode == "replay" else state.upper()
+        line.append(label, style=STATE_STYLES.get(state, "bold"))
+        if self.mode == "replay" and snapshot.state not in ("replay", ""):
+            line.append(f" ({snapshot.state})", style=STATE_STYLES.get(snapshot.state, ""))
+        self.append_health(line, state_health)
+        self.append_elapsed(line, snapshot)
+        self.append_time_left(line, snapshot)
+        return line
+
+    def load_parts(self, snapshot: Snapshot) -> Text:
+        """The load now: target and in flight (while draining, what is still out)."""
+        line = Text(no_wrap=True, overflow="ellipsis")
+        if snapshot.state in DRAIN_STATES:
+            self.append_drain(line, snapshot)
+            self.append_drain_key(line, snapshot)
+        else:
+            self.append_target(line, snapshot)
+            self.append_in_flight(line, snapshot)
+            self.append_power(line, snapshot)
+        return line
+
+    def identity_parts(self, snapshot: Snapshot) -> Text:
+        """What runs against what: scenario, model, server, recording."""
+        header = snapshot.header
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append("  scenario ", style="dim")
+        line.append(header.scenario_name if header else "–")
+        line.append("  model ", style="dim")
+        line.append(header.model if header else "–")
+        line.append("  server ", style="dim")
+        line.append(header.target if header else "–")
         startup_s = managed_startup_s(snapshot)
-        if startup_s is not None:
-            line2.append("  server ready in ", style="dim")
-            line2.append(f"{startup_s:.1f} s")
+        if startup_s is not None and self.mode == "live":  # a replay's server is long gone
+            line.append(f" (ready in {startup_s:.1f} s)", style="dim")
         recording = self.recording or (header.options.get("record") if header else None)
-        line2.append("  rec ", style="dim")
-        line2.append(str(recording) if recording else "off")
+        line.append("  rec ", style="dim")
+        line.append(str(recording) if recording else "off")
         if self.compare_label:
-            line2.append("  vs ", style="dim")
-            line2.append(f"{self.compare_label} (B, dimmed)", style="dim")
-        return Text("\n", no_wrap=True, overflow="ellipsis").join([line1, line2])
+            line.append("  vs ", style="dim")
+            line.append(f"{self.compare_label} (B, dimmed)", style="dim")
+        return line
+
+    def render_text(self, snapshot: Snapshot, width: int | None = None) -> Text:
+        """The two lines for a terminal ``width`` cells wide (None: wide enough). The
+        health's detail ends the load figures; it gives way first, so whether the load
+        figures fit on line 1 is decided without it."""
+        state_health = health(snapshot) if snapshot.times else None
+        load = self.load_parts(snapshot)
+        detail = Text()
+        self.append_health_detail(detail, state_health)
+        line1 = self.status_line(snapshot, state_health, brand=True) + load
+        if width is None or line1.cell_len <= width:
+            lines = [line1 + detail, self.identity_parts(snapshot)]
+        else:
+            lines = [
+                self.status_line(snapshot, state_health, brand=False),
+                load + detail + self.identity_parts(snapshot),
+            ]
+        lines[1] = Text(" ") + lines[1][2:]  # each part leads with two spaces; a line with one
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
 
     @staticmethod
     def append_power(line: Text, snapshot: Snapshot) -> None:

@@ -1,4 +1,5 @@
-"""One line under the header once the run has a knee: when, at what offered rate, which
+"""A line under the header once the run has a knee (wrapped to two or three at narrow
+widths, never cut): when, at what offered rate, which
 limit it hit and what to try next (``loadgen.knee_explain``). Hidden until then; the
 Events panel's knee line opens the whole explanation."""
 
@@ -21,7 +22,7 @@ def knee_banner_text(knee: Event, why: KneeExplanation) -> Text:
     """``K 01:23 knee at ~42.0 req/s: batch-size cap (running = …) → try --max-num-seqs 128``;
     ``knee at ~42.0 req/s, revised: KV cache full (…)`` once the seconds after the knee
     changed what it said at first (``knee_explain.KneeReview``)."""
-    text = Text(no_wrap=True, overflow="ellipsis", end="")
+    text = Text(end="")  # wrapped by the banner at its width (at most three lines)
     text.append(" K ", style="bold white on red")
     text.append(f" {format_duration(knee.t)} ", style="dim")
     rate = knee.data.get("offered_rps")

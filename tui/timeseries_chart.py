@@ -20,6 +20,7 @@ from rampwatch.tui.chart_data import (
     linear_ticks,
     log10_or_missing,
     log_axis,
+    marker_labels,
     markers,
     metrics_url,
     segments,
@@ -48,6 +49,11 @@ COLOURS: dict[str, RGB] = {
     "yellow": (225, 200, 0),
     "gray": (127, 127, 127),
 }
+# A compared run's marker's kind: drawn in the compared run's colour.
+COMPARED = "compared"
+# The chart's cells outside its plot (border, both axes' labels): at least, so that the
+# plot's width is not overestimated and close labels are merged rather than overprinted.
+PLOT_MARGIN_CELLS = 14
 MARKER_COLOURS: dict[str, RGB] = {
     "knee": COLOURS["red"],
     "hold": COLOURS["cyan"],
@@ -284,10 +290,9 @@ class TimeSeriesChart(PlotextPlot):
             self.border_subtitle = self._legend_subtitle + (Content(f" · {status}") if status else Content(""))
         else:
             self.border_subtitle = status
-        self._draw_markers(markers(snapshot.events), tops.get(False, tops.get(True, 1.0)), False)
-        if compare is not None:
-            # the compared run's knee, holds and marks too, dimmed and labelled (B)
-            self._draw_markers(markers(compare.events), tops.get(False, tops.get(True, 1.0)), True)
+        # the compared run's knee, holds and marks too, dimmed and labelled (B)
+        compared = [] if compare is None else [Marker(m.t, COMPARED, f"{m.label}(B)") for m in markers(compare.events)]
+        self._draw_markers(markers(snapshot.events) + compared, left, right, tops.get(False, tops.get(True, 1.0)))
 
     def _colour(self, colour: RGB) -> RGB | str:
         return "default" if self.monochrome else colour
@@ -300,10 +305,15 @@ class TimeSeriesChart(PlotextPlot):
             self.plt.plot(xs, ys, color=self._colour(colour), marker=marker, yside=yside)
         return bool(parts)
 
-    def _draw_markers(self, marks: list[Marker], y_top: float, dimmed: bool) -> None:
+    def _draw_markers(self, marks: list[Marker], left: float, right: float, y_top: float) -> None:
+        """A line per marker; their labels placed so that none overprints another."""
         yside = "left" if any(not s.right_axis for s in self.SERIES) else "right"
         for mark in marks:
-            colour = self._colour(COMPARE_COLOUR if dimmed else MARKER_COLOURS.get(mark.kind, COLOURS["white"]))
-            self.plt.vertical_line(mark.t, color=colour)
-            label = f"{mark.label}(B)" if dimmed else mark.label
-            self.plt.text(label, mark.t, y_top, color=colour, yside=yside, alignment="left")
+            self.plt.vertical_line(mark.t, color=self._marker_colour(mark.kind))
+        cells = max(1, (self.size.width or 80) - PLOT_MARGIN_CELLS)
+        for label in marker_labels(marks, left, right, cells):
+            colour = self._marker_colour(label.kind)
+            self.plt.text(label.text, label.t, y_top, color=colour, yside=yside, alignment="left")
+
+    def _marker_colour(self, kind: str) -> RGB | str:
+        return self._colour(COMPARE_COLOUR if kind == COMPARED else MARKER_COLOURS.get(kind, COLOURS["white"]))

@@ -139,19 +139,21 @@ async def test_footer_shows_the_replay_keys_and_no_live_ones():
 
 async def test_compare_shows_b_marks_holds_and_resumes_dimmed():
     from rampwatch.tui.chart_data import markers
+    from rampwatch.tui.timeseries_chart import COMPARED
 
     app = make_replay_app(FakeReplay(position=30.0), compare=FrozenSource(fake_snapshot(120.0)))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause(0.3)
         chart = app.main_screen.query_one("#w-latency", LatencyChart)
         drawn = []
-        chart._draw_markers = lambda marks, top, dimmed, _draw=chart._draw_markers: (  # type: ignore[method-assign]
-            drawn.append((dimmed, [m.label for m in marks])),
-            _draw(marks, top, dimmed),
+        chart._draw_markers = lambda marks, left, right, top, _draw=chart._draw_markers: (  # type: ignore[method-assign]
+            drawn.extend(marks),
+            _draw(marks, left, right, top),
         )
         chart.draw(app.latest, app.compare_snapshot)
-        assert (True, [m.label for m in markers(fake_snapshot(120.0).events)]) in drawn
-        assert {"K", "H", "R", "M1"} <= set(next(labels for dimmed, labels in drawn if dimmed))
+        compared = [m.label for m in drawn if m.kind == COMPARED]
+        assert compared == [f"{m.label}(B)" for m in markers(fake_snapshot(120.0).events)]
+        assert {"K(B)", "H(B)", "R(B)", "M1(B)"} <= set(compared)
 
 
 async def test_compare_panel_of_a_recording_with_itself_is_within_noise():

@@ -148,7 +148,7 @@ async def test_o_toggles_the_server_log_and_a_run_without_a_server_has_none():
         await pilot.pause()
         panel = app.query_one("#server-log", ServerLogPanel)
         assert not panel.display
-        assert "server ready in 31.2 s" in app.query_one("#header").render_text(app.latest).plain
+        assert "(ready in 31.2 s)" in app.query_one("#header").render_text(app.latest).plain
         await pilot.press("o")
         assert panel.display
         await pilot.press("o")
@@ -157,7 +157,7 @@ async def test_o_toggles_the_server_log_and_a_run_without_a_server_has_none():
     async with plain.run_test(size=(160, 48)) as pilot:
         await pilot.press("o")
         assert not plain.query("#server-log")
-        assert "server ready" not in plain.query_one("#header").render_text(plain.latest).plain
+        assert "ready in" not in plain.query_one("#header").render_text(plain.latest).plain
 
 
 async def test_a_server_that_exits_mid_run_is_said_once_and_its_log_shown():

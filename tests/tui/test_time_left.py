@@ -89,14 +89,14 @@ def header_line(snapshot, mode="live") -> str:
 
 def test_header_while_held_shows_the_moved_plan_time_left_and_eta():
     line = header_line(snap(73.0, "holding", planned=130.0, e2e_ms=9000.0))
-    assert "01:13 / 02:10  left 00:57  ETA 22:15:39  offered" in line  # 1_700_000_000 (22:13:20 UTC) + 139 s
-    assert line.endswith("ETA incl. ~00:09 drain")
+    # 1_700_000_000 (22:13:20 UTC) + 139 s, the drain's 9 s included and said so
+    assert "01:13 / 02:10  left 00:57  ETA 22:15:39 incl. ~00:09 drain  target" in line
 
 
 def test_header_while_draining_shows_in_flight_the_oldest_and_the_key():
     line = header_line(snap(131.0, "draining", e2e_ms=9000.0, in_flight=37, oldest=79.0))
     assert line.startswith(" rampwatch  DRAINING ")  # then the health label (the fake run has errors)
-    assert "02:11 / 02:00  in flight 37  oldest 00:52  drain overdue  ETA 22:15:31  x cancels them now" in line
+    assert "02:11 / 02:00  drain overdue  ETA 22:15:31  in flight 37  oldest 00:52  x cancels them now" in line
     replayed = header_line(snap(131.0, "draining", e2e_ms=9000.0, in_flight=37, oldest=79.0), mode="replay")
     assert "in flight 37  oldest 00:52" in replayed and "x cancels" not in replayed  # no key in a replay
 
