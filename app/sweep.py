@@ -174,7 +174,9 @@ class ConfigRun:
         recording = sweep.out_dir / f"{run_slug(row['slug'], self.repeat)}.rwrec"
         argv = apply_args(sweep.base_argv, row["args"])
         started = time.monotonic()
-        row.update(status="starting", started_at=time.time(), reason=None, recording=None)
+        row.update(status="starting", reason=None, recording=None)
+        if not self.repeat:  # the ETA reads how long the configuration, all its runs, has run
+            row["started_at"] = time.time()
         sweep.save(current=row["index"], line="starting the server")
         plan = plan_run(sweep.run_args(command_line(argv), recording))
         server = plan.server

@@ -21,7 +21,14 @@ Definitions (docs/tuning.md says the same):
 - *tok/s per user*: at the knee, output tokens over the summed request latencies, which
   is the output throughput divided by the mean number of requests in flight (Little's
   law) — what ``vllm bench sweep plot_pareto`` plots as tokens/s/user;
-- *GPUs*: tensor × pipeline × data parallel size of the configuration's arguments.
+- *GPUs*: tensor × pipeline × data parallel size of the configuration's arguments;
+- *knee ±*: how far the per-second offered rates the knee detector's window averaged
+  reach from its estimate (the knee event's ``offered_rps_range``);
+- *loaded to its limit*: a knee was declared, or the requests sent in the load's last
+  ``KNEE_WINDOW_S`` seconds broke the SLO; a configuration that was not is never on the
+  front nor best (``BEST_RULE``);
+- *repeats*: each figure the median of the runs, ``spread`` the min–max of the
+  ``SPREAD_KEYS``.
 """
 
 from __future__ import annotations
@@ -949,7 +956,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         if row.get("status") not in ("done", None) and row.get("reason"):
             lines.append(f"#{row['index'] + 1} {row['status']}: {row['reason']}")
-    lines += TABLE_LEGEND
+    lines += ["", *TABLE_LEGEND]
     return "\n".join(lines)
 
 

@@ -30,6 +30,7 @@ from rampwatch.loadgen.sweep import (
     peak_target_rps,
     place_labels,
     table_cells,
+    verdict_text,
     vllm_serve_argv,
 )
 
@@ -499,3 +500,56 @@ def test_the_tokens_per_joule_column_shows_only_with_gpu_power():
     )
     header, first, second = format_table(rows).splitlines()[:3]
     assert "tok/J" in header and first.split()[-2] == "—" and second.split()[-2] == "1.23"
+
+
+def verdict_of(rows, repeats=1):
+    rows = [
+        dict(row, index=i, config=f"--max-num-seqs {4 * 2**i}", command="vllm serve m") for i, row in enumerate(rows)
+    ]
+    mark_pareto(rows)
+    state = {"slo": "ttft_p99<500ms", "rows": rows, "repeats": repeats, **choose_best(rows)}
+    return verdict_text(state).splitlines()
+
+
+@pytest.mark.parametrize(
+    ("rows", "repeats", "lines"),
+    [
+        (
+            [
+                dict(row, knee_rps=10.0 if row["reached"] else None, knee_rps_pm=1.5, peak_offered_rps=40.0)
+                for row in ISSUE_SWEEP
+            ],
+            1,
+            [
+                "best under ttft_p99<500ms (of those loaded to their limit, on the Pareto front, the highest max "
+                "good-put): #4 --max-num-seqs 32 — 5.5 good req/s, knee 10.0 ±1.5 rps",
+                "  vllm serve m",
+                "#3 --max-num-seqs 16: not reached; extend the load (kept up to 40.0 rps offered) — not judged",
+            ],
+        ),
+        (
+            [config(15.0, 966, 85, reached=False, peak_offered_rps=40.0)],
+            1,
+            [
+                "best under ttft_p99<500ms: none — no configuration was loaded to its limit: extend the load "
+                "(a higher end_rps or longer ramp)",
+                "#1 --max-num-seqs 4: not reached; extend the load (kept up to 40.0 rps offered) — not judged",
+            ],
+        ),
+        (
+            [
+                config(5.5, 1000, 60, knee_rps=8.0, spread={"max_goodput_rps": [5.0, 6.0]}),
+                config(5.2, 900, 70, knee_rps=7.0, spread={"max_goodput_rps": [4.5, 5.4]}),
+            ],
+            3,
+            [
+                "best under ttft_p99<500ms (of those loaded to their limit, on the Pareto front, the highest max "
+                "good-put): #1 --max-num-seqs 4 — 5.5 good req/s, knee 8.0 rps",
+                "  vllm serve m",
+                "#1 and #2 overlap (good-put over 3 runs): not distinguishable at 3 repeats",
+            ],
+        ),
+    ],
+)
+def test_the_verdict_names_the_best_what_it_cannot_tell_apart_and_what_was_not_judged(rows, repeats, lines):
+    assert verdict_of(rows, repeats) == lines
