@@ -982,11 +982,12 @@ def verdict_text(state: dict[str, Any]) -> str:
     not_reached = state.get("not_reached") or []
     lines = []
     if best is None:
-        why = (
-            "no configuration was loaded to its limit: extend the load (a higher end_rps or longer ramp)"
-            if not_reached and not any(loaded_to_limit(r) for r in rows)
-            else "no configuration loaded to its limit served a request meeting the SLO"
-        )
+        if not any(r.get("status") == "done" for r in rows):
+            why = "no configuration completed"
+        elif not any(loaded_to_limit(r) for r in rows):
+            why = "no configuration was loaded to its limit: extend the load (a higher end_rps or longer ramp)"
+        else:
+            why = "no configuration loaded to its limit served a request meeting the SLO"
         lines.append(f"best under {slo}: none — {why}")
     else:
         row = rows[best]

@@ -537,6 +537,16 @@ def verdict_of(rows, repeats=1):
             ],
         ),
         (
+            [config(None, None, None, status="failed"), config(0.0, 500, 50, knee_rps=3.0)],
+            1,
+            ["best under ttft_p99<500ms: none — no configuration loaded to its limit served a request meeting the SLO"],
+        ),
+        (
+            [config(None, None, None, status="failed")],
+            1,
+            ["best under ttft_p99<500ms: none — no configuration completed"],
+        ),
+        (
             [
                 config(5.5, 1000, 60, knee_rps=8.0, spread={"max_goodput_rps": [5.0, 6.0]}),
                 config(5.2, 900, 70, knee_rps=7.0, spread={"max_goodput_rps": [4.5, 5.4]}),
