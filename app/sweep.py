@@ -62,6 +62,7 @@ def read_state(path: Path) -> dict[str, Any] | None:
 
 def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
     from rampwatch.loadgen.sweep import (
+        BEST_RULE,
         apply_args,
         config_label,
         config_slug,
@@ -94,6 +95,8 @@ def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
         "serve": shown_command(base_argv),
         "slo": spec.slo.text,
         "schedule": spec.schedule,
+        "repeats": spec.repeats,
+        "best_rule": BEST_RULE,
         "started_at": time.time(),
         "finished": False,
         "current": None,
@@ -114,13 +117,21 @@ def resume_state(old: dict[str, Any], fresh: dict[str, Any], out_dir: Path) -> d
             f"--resume: {out_dir / SWEEP_STATE} is a sweep of other configurations; "
             "give another --output-dir or the same matrix"
         )
+    if old.get("repeats", 1) != fresh["repeats"]:
+        raise UserError(
+            f"--resume: {out_dir / SWEEP_STATE} is a sweep of {old.get('repeats', 1)} run(s) a configuration; "
+            "give the same repeats or another --output-dir"
+        )
     for i, row in enumerate(old["rows"]):
-        recording = out_dir / str(row.get("recording", ""))
-        if row.get("status") == "done" and row.get("recording") and recording.is_file():
+        recordings = row.get("recordings") or [row.get("recording")]
+        if row.get("status") == "done" and all(r and (out_dir / str(r)).is_file() for r in recordings):
             fresh["rows"][i] = row
         else:
-            for suffix in (".rwrec", ".rwrec.server.log"):
-                (out_dir / f"{fresh['rows'][i]['slug']}{suffix}").unlink(missing_ok=True)
+            slug = fresh["rows"][i]["slug"]
+            repeats = [None] if fresh["repeats"] == 1 else list(range(fresh["repeats"]))
+            for repeat in repeats:
+                for suffix in (".rwrec", ".rwrec.server.log"):
+                    (out_dir / f"{run_slug(slug, repeat)}{suffix}").unlink(missing_ok=True)
     fresh["started_at"] = old.get("started_at", fresh["started_at"])
     return fresh
 
@@ -147,10 +158,12 @@ class ConfigRun:
     the server, build the run, execute it, watch the server), with the early stop added
     and the outcome written to its row rather than ending the sweep."""
 
-    def __init__(self, sweep: Sweep, row: dict[str, Any]) -> None:
+    def __init__(self, sweep: Sweep, row: dict[str, Any], repeat: int | None = None) -> None:
         self.sweep = sweep
         self.row = row
+        self.repeat = repeat  # which of the configuration's repeated runs (None: it runs once)
         self.stop_reason: str | None = None
+        self.figures: dict[str, Any] = {}
 
     def execute(self) -> None:
         from rampwatch.app.session import plan_run
@@ -158,10 +171,12 @@ class ConfigRun:
         from rampwatch.loadgen.sweep import apply_args, command_line
 
         sweep, row = self.sweep, self.row
-        recording = sweep.out_dir / f"{row['slug']}.rwrec"
+        recording = sweep.out_dir / f"{run_slug(row['slug'], self.repeat)}.rwrec"
         argv = apply_args(sweep.base_argv, row["args"])
         started = time.monotonic()
-        row.update(status="starting", started_at=time.time(), reason=None, recording=None)
+        row.update(status="starting", reason=None, recording=None)
+        if not self.repeat:  # the ETA reads how long the configuration, all its runs, has run
+            row["started_at"] = time.time()
         sweep.save(current=row["index"], line="starting the server")
         plan = plan_run(sweep.run_args(command_line(argv), recording))
         server = plan.server
@@ -213,17 +228,17 @@ class ConfigRun:
         row["recording"] = recording.name
         result = eventloop.run(self._execute(prepared, loop_holder))
         requests, samples, unreadable = _recorded(recording, result)
-        row.update(
-            _finite(
-                config_row(
-                    requests,
-                    samples,
-                    result.events,
-                    sweep.spec.slo,
-                    load_end_s=run.schedule.planned_duration_s,
-                )
+        self.figures = _finite(
+            config_row(
+                requests,
+                samples,
+                result.events,
+                sweep.spec.slo,
+                load_end_s=run.schedule.planned_duration_s,
+                schedule=sweep.spec.schedule,
             )
         )
+        row.update(self.figures)
         row["early_stop"] = self.stop_reason
         if result.recording_error:
             self._failed(f"recording {recording.name} failed: {result.recording_error}", None)
@@ -269,6 +284,12 @@ class ConfigRun:
             watcher.cancel()
 
 
+def run_slug(slug: str, repeat: int | None) -> str:
+    """A run's recording name: the configuration's, and its repeat's number when it runs
+    more than once."""
+    return slug if repeat is None else f"{slug}-r{repeat + 1}"
+
+
 def _last_line(server: Any) -> str:
     tail = [line for line in server.tail if line.strip()]
     return f"last log line: {tail[-1]}" if tail else "no log output"
@@ -285,7 +306,7 @@ class Sweep:
 
         self.args = args
         self.out = out
-        self.spec = load_sweep(args.sweep, slo_text=args.slo, output_dir=args.output_dir)
+        self.spec = load_sweep(args.sweep, slo_text=args.slo, output_dir=args.output_dir, repeats=args.repeats)
         self.base_argv = shlex.split(self.spec.serve)
         self.out_dir = Path(self.spec.output_dir)
         self.startup_timeout_s = args.startup_timeout or self.spec.startup_timeout_s
@@ -308,7 +329,7 @@ class Sweep:
         self.save()
 
     def save(self, current: int | None | str = "keep", line: str | None = None) -> None:
-        from rampwatch.loadgen.sweep import best_config, mark_pareto
+        from rampwatch.loadgen.sweep import choose_best, mark_pareto
 
         if current != "keep":
             self.state["current"] = current
@@ -316,7 +337,10 @@ class Sweep:
             self.state["current_line"] = line
         rows = self.state["rows"]
         mark_pareto(rows)
-        self.state["best"] = best_config(rows)
+        verdict = choose_best(rows)
+        self.state["best"] = verdict["best"]
+        self.state["not_reached"] = verdict["not_reached"]
+        self.state["overlap"] = verdict["overlap"]
         try:
             write_state(self.state_path, self.state)
         except OSError as exc:  # the disk filled: the sweep goes on, the end says so
@@ -393,15 +417,47 @@ class Sweep:
             # Inside the try: a signal landing while the start line is written (after the
             # flush, before say returns) interrupts this configuration, which was announced.
             self.say(f"{n} start: {row['config']}")
-            ConfigRun(self, row).execute()
+            self._runs(row, n)
         except KeyboardInterrupt:
             self.interrupted = True
             row.update(status="interrupted", reason="the sweep was stopped during this configuration")
         self.save(current=None, line="")
         self.say(f"{n} {row['status']} in {row.get('duration_s', 0):.0f} s: {row['config']}; {end_summary(row)}")
 
+    def _runs(self, row: dict[str, Any], n: str) -> None:
+        """The configuration run ``repeats`` times (to the first that does not complete);
+        its row then holds the median of each figure and the spread (``combine_runs``)."""
+        from rampwatch.loadgen.sweep import combine_runs
+
+        repeats = self.spec.repeats
+        if repeats == 1:
+            ConfigRun(self, row).execute()
+            return
+        runs: list[dict[str, Any]] = []
+        duration = 0.0
+        for repeat in range(repeats):
+            if self.interrupted:
+                break
+            config_run = ConfigRun(self, row, repeat)
+            try:
+                config_run.execute()
+            finally:
+                duration += row.get("duration_s", 0.0)
+                row["duration_s"] = duration
+            if row["status"] != "done":
+                return
+            runs.append({**config_run.figures, "recording": row["recording"], "early_stop": row.get("early_stop")})
+            if repeat + 1 < repeats:
+                self.say(f"{n} run {repeat + 1}/{repeats} done: {end_summary(row)}")
+        if len(runs) < repeats:  # stopped between two runs
+            row.update(status="interrupted", reason="the sweep was stopped during this configuration")
+            return
+        figures = [{k: v for k, v in run.items() if k not in ("recording", "early_stop")} for run in runs]
+        row.update(_finite(combine_runs(figures)))
+        row.update(runs=runs, recordings=[run["recording"] for run in runs])
+
     def finish(self) -> int:
-        from rampwatch.loadgen.sweep import format_pareto, format_table
+        from rampwatch.loadgen.sweep import format_pareto, format_table, verdict_text
         from rampwatch.record.sweep_report import write_sweep_report
 
         rows = self.state["rows"]
@@ -410,7 +466,7 @@ class Sweep:
         self.say("")
         self.say(format_pareto(rows))
         self.say("")
-        self.say(best_text(self.state))
+        self.say(verdict_text(self.state))
         report = self.out_dir / SWEEP_REPORT
         try:
             write_sweep_report(self.state, report)
@@ -438,7 +494,9 @@ class Sweep:
 def end_summary(row: dict[str, Any]) -> str:
     if row.get("status") != "done":
         return str(row.get("reason") or row.get("status"))
-    knee = "none" if row.get("knee_rps") is None else f"{row['knee_rps']:.1f} rps"
+    from rampwatch.loadgen.sweep import knee_text
+
+    knee = knee_text(row)
     goodput = row.get("max_goodput_rps") or 0.0
     text = f"knee {knee}, good-put {goodput:.1f} req/s, limit {row.get('limit') or '—'}"
     if row.get("try_next"):
@@ -446,26 +504,6 @@ def end_summary(row: dict[str, Any]) -> str:
     if row.get("early_stop"):
         text += f" (early stop: {row['early_stop']})"
     return text
-
-
-def best_text(state: dict[str, Any]) -> str:
-    """The best configuration under the SLO, as commands ready to paste."""
-    best = state.get("best")
-    slo = state.get("slo")
-    if best is None:
-        return f"best under {slo}: none — no configuration completed with a request meeting the SLO"
-    row = state["rows"][best]
-    lines = [
-        f"best under {slo} (highest max good-put): #{best + 1} {row['config']} — "
-        f"{row['max_goodput_rps']:.1f} good req/s, "
-        + ("no knee within the load" if row.get("knee_rps") is None else f"knee {row['knee_rps']:.1f} rps"),
-    ]
-    if row.get("vllm_command"):
-        lines.append(f"  {row['vllm_command']}")
-        lines.append(f"  (simulator: {row['command']})")
-    else:
-        lines.append(f"  {row['command']}")
-    return "\n".join(lines)
 
 
 def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -486,6 +524,7 @@ def spawn_headless(
         ("--output-dir", args.output_dir),
         ("--startup-timeout", args.startup_timeout),
         ("--stop-grace", args.stop_grace),
+        ("--repeats", args.repeats),
     )
     for flag, value in named:
         if value is not None:

@@ -21,6 +21,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--output-dir", metavar="DIR", help="where the recordings and sweep.json go (default: the file's output_dir:)"
     )
     parser.add_argument(
+        "--repeats",
+        type=repeat_count,
+        metavar="N",
+        help="run each configuration N times; the table gives each figure's median and min–max "
+        "(default: the file's repeats:, else 1)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue the sweep in the output dir: completed configurations are kept, the others run",
@@ -42,6 +49,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long a server may take to serve (default: the file's startup_timeout_s:, else 600)",
     )
+
+
+def repeat_count(text: str) -> int:
+    from rampwatch.loadgen.sweep import MAX_REPEATS
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_REPEATS:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_REPEATS}, got {text!r}")
+    return value
 
 
 def main(args: argparse.Namespace) -> int:

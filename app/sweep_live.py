@@ -31,7 +31,9 @@ def _tail(path: Path, lines: int = 3) -> str:
 def run_sweep_live(args: argparse.Namespace) -> int:
     from rampwatch.tui.sweep_view import SweepApp
 
-    spec = load_sweep(args.sweep, slo_text=args.slo, output_dir=args.output_dir)  # a bad file: one line, no screen
+    spec = load_sweep(
+        args.sweep, slo_text=args.slo, output_dir=args.output_dir, repeats=args.repeats
+    )  # a bad file: one line, no screen
     out_dir = Path(spec.output_dir)
     check_output_dir(out_dir, args.resume)
     state_path = out_dir / SWEEP_STATE

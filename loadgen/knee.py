@@ -21,7 +21,10 @@ completed rate trails the offered rate by one request latency, and TTFT creeps u
 batches grow, while the server is still keeping up — the queue tells them apart. A
 server without ``/metrics`` is judged on the two client signals. The reported
 ``offered_rps`` is the windowed offered rate at the *onset*: the second from which
-enough signals have held together without a break. After ``recover_s`` seconds with no signal, one ``info`` event says the server
+enough signals have held together without a break; ``offered_rps_range`` is the lowest
+and highest per-second offered rate of the window that mean was taken over: the knee
+lies somewhere among those seconds' loads, so half its width is the estimate's
+uncertainty (a ramp's slope times half the window; a slower ramp narrows it). After ``recover_s`` seconds with no signal, one ``info`` event says the server
 recovered and the detector re-arms (a later knee is reported again).
 
 The knee event also says *why* (``knee_explain.explain_knee`` over the last
@@ -80,6 +83,7 @@ class KneeDetector:
         self._explain_hist: deque[dict[str, float]] = deque(maxlen=max(WINDOW_S, window_s))
         self.limits = limits or ServerLimits()
         self._offered_at: dict[float, float] = {}
+        self._offered_span_at: dict[float, tuple[float, float]] = {}
         self._since: dict[str, float | None] = dict.fromkeys(SIGNALS)
         self._streak_start: float | None = None
         self._ttft_floor = math.inf
@@ -94,6 +98,16 @@ class KneeDetector:
     def _offered(self) -> float | None:
         target = self._mean("target_rps")
         return target if target is not None and target > 0 else self._mean("offered_rps")
+
+    def _offered_span(self) -> tuple[float, float] | None:
+        """The lowest and highest per-second offered rate of the window ``_offered``
+        averages (the same series it reads)."""
+        target = self._offered_rates("target_rps")
+        rates = target if target and sum(target) > 0 else self._offered_rates("offered_rps")
+        return (min(rates), max(rates)) if rates else None
+
+    def _offered_rates(self, key: str) -> list[float]:
+        return [h[key] for h in self._hist if _finite(h.get(key))]
 
     def signals(self) -> dict[str, str]:
         """Signals active in the current window, with a human-readable reason each."""
@@ -137,8 +151,13 @@ class KneeDetector:
         offered = self._offered()
         if offered is not None:
             self._offered_at[t] = offered
+        span = self._offered_span()
+        if span is not None:
+            self._offered_span_at[t] = span
         for old in [k for k in self._offered_at if k < t - 4 * self.window_s - self.persist_s]:
             del self._offered_at[old]
+        for old in [k for k in self._offered_span_at if k < t - 4 * self.window_s - self.persist_s]:
+            del self._offered_span_at[old]
         active = self.signals()
         for name in SIGNALS:
             if name in active:
@@ -160,6 +179,7 @@ class KneeDetector:
                 onset = self._streak_start
                 # the windowed rate at the onset second describes the load that began the trouble
                 rate = self._offered_at.get(onset, offered)
+                span = self._offered_span_at.get(onset)
                 self.in_knee = True
                 self.knees += 1
                 self._quiet_since = None
@@ -179,6 +199,7 @@ class KneeDetector:
                     data={
                         "offered_rps": rate,
                         "onset_t": onset,
+                        "offered_rps_range": None if span is None else list(span),
                         "evidence": evidence,
                         "occurrence": self.knees,
                         "explanation": why.to_dict(),

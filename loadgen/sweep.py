@@ -21,7 +21,14 @@ Definitions (docs/tuning.md says the same):
 - *tok/s per user*: at the knee, output tokens over the summed request latencies, which
   is the output throughput divided by the mean number of requests in flight (Little's
   law) — what ``vllm bench sweep plot_pareto`` plots as tokens/s/user;
-- *GPUs*: tensor × pipeline × data parallel size of the configuration's arguments.
+- *GPUs*: tensor × pipeline × data parallel size of the configuration's arguments;
+- *knee ±*: how far the per-second offered rates the knee detector's window averaged
+  reach from its estimate (the knee event's ``offered_rps_range``);
+- *loaded to its limit*: a knee was declared, or the requests sent in the load's last
+  ``KNEE_WINDOW_S`` seconds broke the SLO; a configuration that was not is never on the
+  front nor best (``BEST_RULE``);
+- *repeats*: each figure the median of the runs, ``spread`` the min–max of the
+  ``SPREAD_KEYS``.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.loadgen.scenario import BUILTIN_SCENARIOS, SWEEP_PREFIX, Path_, _read_yaml, dotted, resolve_scenario_path
 from rampwatch.loadgen.schedules import describe, is_number, unknown_key_message
 from rampwatch.loadgen.slo import Slo, parse_slo
-from rampwatch.loadgen.summary import gpu_figures, server_figures, tokens_per_joule
+from rampwatch.loadgen.summary import gpu_figures, knee_explanation, server_figures, tokens_per_joule
 
 GOODPUT_WINDOW_S = 10.0
 KNEE_WINDOW_S = 10.0
@@ -63,7 +70,9 @@ TOP_KEYS = (
     "output_dir",
     "startup_timeout_s",
     "stop_grace_s",
+    "repeats",
 )
+MAX_REPEATS = 20
 MATRIX_KEYS = ("product", "sets")
 LOAD_KEYS = ("ramp", "rates", "hold_s", "arrival")
 RAMP_KEYS = ("start_rps", "end_rps", "duration_s")
@@ -103,6 +112,7 @@ class SweepSpec:
     stop_grace_s: float = 5.0
     vllm_model: str | None = None
     description: str = ""
+    repeats: int = 1  # runs of each configuration: the table gives their median and spread
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -225,9 +235,11 @@ def _sets(p: _Problems, value: Any) -> list[tuple[str, Any]]:
     raise p.fail(("set",), f"expected a mapping of scenario keys (or KEY=VALUE strings), got {describe(value)}")
 
 
-def load_sweep(path: str | Path, slo_text: str | None = None, output_dir: str | None = None) -> SweepSpec:
-    """Reads and checks a SWEEP.yaml; ``slo_text`` (``--slo``) and ``output_dir``
-    (``--output-dir``) override its keys. Any problem raises one ``UserError`` line naming
+def load_sweep(
+    path: str | Path, slo_text: str | None = None, output_dir: str | None = None, repeats: int | None = None
+) -> SweepSpec:
+    """Reads and checks a SWEEP.yaml; ``slo_text`` (``--slo``), ``output_dir``
+    (``--output-dir``) and ``repeats`` (``--repeats``) override its keys. Any problem raises one ``UserError`` line naming
     the file, line and key (or the flag)."""
     file_path = Path(path)
     if not file_path.is_file():
@@ -304,6 +316,17 @@ def load_sweep(path: str | Path, slo_text: str | None = None, output_dir: str | 
     if vllm_model is not None and not (isinstance(vllm_model, str) and vllm_model.strip()):
         raise p.fail(("vllm_model",), f"expected a model name, got {describe(vllm_model)}")
     name = data.get("name", file_path.stem)
+    if repeats is None:
+        repeats_value = data.get("repeats", 1)
+        if (
+            isinstance(repeats_value, bool)
+            or not isinstance(repeats_value, int)
+            or not 1 <= repeats_value <= MAX_REPEATS
+        ):
+            raise p.fail(
+                ("repeats",), f"expected a whole number from 1 to {MAX_REPEATS}, got {describe(repeats_value)}"
+            )
+        repeats = repeats_value
     return SweepSpec(
         name=str(name),
         path=file,
@@ -319,6 +342,7 @@ def load_sweep(path: str | Path, slo_text: str | None = None, output_dir: str | 
         stop_grace_s=grace,
         vllm_model=vllm_model,
         description=str(data.get("description", "") or ""),
+        repeats=repeats,
         raw=data,
     )
 
@@ -516,12 +540,6 @@ def knee_event(events: Sequence[Event]) -> Event | None:
     return next((e for e in events if e.kind == "knee"), None)
 
 
-def knee_explanation(event: Event | None) -> KneeExplanation | None:
-    """The limit behind a knee, as the knee event gives it (``knee_explain``); None for a
-    knee without one (recordings made before knees were explained)."""
-    return None if event is None else KneeExplanation.from_dict(event.data.get("explanation"))
-
-
 def delivered_tps(requests: Sequence[RequestRecord], t_from: float, t_to: float) -> float | None:
     """Output tokens per second the server delivered in ``[t_from, t_to]``: the tokens of
     the requests that ended OK in it, over its length (None for an empty span)."""
@@ -553,16 +571,55 @@ def window_figures(requests: Sequence[RequestRecord], t_from: float, t_to: float
     }
 
 
+def slo_breaks(window: Sequence[RequestRecord], slo: Slo) -> list[str]:
+    """What of the SLO these requests break (cancelled ones aside): a latency percentile
+    over its bound (TTFT and ITL of the successful ones) or the failed fraction over the
+    SLO's error rate; empty when they meet it."""
+    judged = [r for r in window if r.error_class != CANCELLED]
+    if not judged:
+        return []
+    ok = [r for r in judged if r.ok and r.first_token_at is not None]
+    values = {
+        "ttft": np.array([r.ttft for r in ok], dtype=float),
+        "itl": np.concatenate([stats.itl_array(r) for r in ok]) if ok else np.zeros(0),
+        "tpot": np.array([r.tpot for r in ok if r.tpot is not None], dtype=float),
+        "e2el": np.array([r.e2e for r in ok], dtype=float),
+    }
+    failed = sum(1 for r in judged if not r.ok)
+    return slo.violations(values, failed / len(judged))
+
+
+def peak_target_rps(schedule: dict[str, Any], t: float) -> float | None:
+    """The highest rate a sweep's load (``SweepSpec.schedule``: a linear ramp or steps)
+    asked for up to run time ``t`` (its last send): what a configuration that never
+    reached its limit was shown to keep up with."""
+    if schedule.get("kind") == "linear":
+        start, end, duration = schedule["start_rps"], schedule["end_rps"], schedule["duration_s"]
+        reached = start + (end - start) * min(1.0, max(0.0, t / duration))
+        return max(start, reached)
+    if schedule.get("kind") == "steps":
+        rates: list[float] = []
+        elapsed = 0.0
+        for step in schedule["steps"]:
+            if elapsed > t and rates:
+                break
+            rates.append(step["rate"])
+            elapsed += step["duration_s"]
+        return max(rates, default=None)
+    return None
+
+
 def config_row(
     requests: Sequence[RequestRecord],
     samples: Sequence[ServerSample],
     events: Sequence[Event],
     slo: Slo,
     load_end_s: float | None = None,
+    schedule: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The table's figures for one configuration's run (see the module's definitions)."""
     knee = knee_event(events)
-    why = knee_explanation(knee)
+    why = KneeExplanation.from_dict(knee_explanation(events))  # as the review settled it
     sends = [r.sent_at for r in requests if r.error_class != CANCELLED]
     last_send = max(sends, default=0.0)
     if knee is not None:
@@ -571,7 +628,8 @@ def config_row(
         at = min(load_end_s, last_send) if load_end_s is not None else last_send
     # The window starts no earlier than the load (a knee 6 s into a run has 6 s before it).
     first_send = min(sends, default=0.0)
-    figures = window_figures(requests, max(first_send, at - KNEE_WINDOW_S), at + (0 if knee is not None else 1e-9))
+    window = (max(first_send, at - KNEE_WINDOW_S), at + (0 if knee is not None else 1e-9))
+    figures = window_figures(requests, *window)
     # The server's output once saturated: from the knee's onset on (to the last answer at
     # most); without a knee, over the load's last seconds.
     last_end = max((r.end_at for r in requests if r.ok), default=at)
@@ -579,12 +637,20 @@ def config_row(
         figures["output_tps"] = delivered_tps(requests, at, min(at + KNEE_WINDOW_S, last_end))
     else:
         figures["output_tps"] = delivered_tps(requests, max(first_send, at - KNEE_WINDOW_S), at)
+    # Without a knee, the load still reached the configuration's limit when the requests
+    # sent in its last seconds broke the SLO: more load would not serve more users.
+    broken = [] if knee is not None else slo_breaks([r for r in requests if window[0] <= r.sent_at < window[1]], slo)
     server = server_figures(samples)
     judged = [r for r in requests if r.error_class != CANCELLED]
     failed = sum(1 for r in judged if not r.ok)
+    knee_rps = float(knee.data["offered_rps"]) if knee is not None and "offered_rps" in knee.data else None
     return {
-        "knee_rps": float(knee.data["offered_rps"]) if knee is not None and "offered_rps" in knee.data else None,
+        "knee_rps": knee_rps,
+        "knee_rps_pm": knee_uncertainty(knee_rps, None if knee is None else knee.data.get("offered_rps_range")),
         "knee_t": at if knee is not None else None,
+        "reached": knee is not None or bool(broken),
+        "slo_broken_at_end": "; ".join(broken) or None,
+        "peak_offered_rps": None if schedule is None else peak_target_rps(schedule, last_send),
         "max_goodput_rps": max_goodput_rps(requests, slo),
         **figures,
         "peak_kv_pct": server.get("max_kv_usage_pct"),
@@ -600,6 +666,50 @@ def config_row(
         "failed": failed,
         "error_rate": failed / len(judged) if judged else 0.0,
     }
+
+
+def knee_uncertainty(knee_rps: float | None, offered_range: Sequence[float] | None) -> float | None:
+    """The ± of a knee estimate: how far the offered rates its window averaged reach
+    from it on either side (``KneeDetector``'s ``offered_rps_range``); None without them."""
+    if knee_rps is None or not offered_range or len(offered_range) != 2:
+        return None
+    lo, hi = float(offered_range[0]), float(offered_range[1])
+    return max(knee_rps - lo, hi - knee_rps, 0.0)
+
+
+# A configuration's figures that repeats give a median and a min–max spread of.
+SPREAD_KEYS = ("knee_rps", "max_goodput_rps", "output_tps", "tps_per_user")
+
+
+def combine_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's row from the figures of its repeated runs (``config_row``'s):
+    each figure's median over the runs that have it, ``spread`` the min and max of the
+    ``SPREAD_KEYS``; reached only when every run reached its limit (a limit that one run
+    of three missed is not established); the limit the runs named most. One run is
+    itself."""
+    if len(runs) == 1:
+        return dict(runs[0])
+    out: dict[str, Any] = {}
+    for key in {k for run in runs for k in run}:
+        values = [run.get(key) for run in runs]
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if numbers and len(numbers) == len([v for v in values if v is not None]):
+            out[key] = float(np.median(numbers))
+        else:
+            present = [v for v in values if v is not None]
+            out[key] = max(present, key=present.count) if present else None
+    out["reached"] = all(run.get("reached") for run in runs)
+    limits = [run.get("limit") for run in runs if run.get("limit")]
+    if limits:
+        common = max(limits, key=limits.count)
+        first = next(run for run in runs if run.get("limit") == common)
+        out.update(limit=common, limit_key=first.get("limit_key"), try_next=first.get("try_next"))
+    out["spread"] = {
+        key: [min(vals), max(vals)]
+        for key in SPREAD_KEYS
+        if (vals := [float(run[key]) for run in runs if run.get(key) is not None])
+    }
+    return out
 
 
 def pareto_front(points: Sequence[tuple[float | None, float | None]]) -> list[bool]:
@@ -622,32 +732,71 @@ def pareto_front(points: Sequence[tuple[float | None, float | None]]) -> list[bo
     return out
 
 
-def best_config(rows: Sequence[dict[str, Any]]) -> int | None:
-    """The index of the best completed configuration: the highest max good-put under the
-    SLO; a tie goes to fewer GPUs, then to the higher output tok/s. None when no
-    configuration completed with any good request."""
-    candidates = [
-        i for i, row in enumerate(rows) if row.get("status") == "done" and (row.get("max_goodput_rps") or 0) > 0
-    ]
-    if not candidates:
-        return None
-    return max(
-        candidates,
-        key=lambda i: (rows[i]["max_goodput_rps"], -rows[i].get("gpus", 1), rows[i].get("output_tps") or 0.0),
-    )
+BEST_RULE = (
+    "best: of the configurations loaded to their limit (a knee, or the SLO broken), those on the "
+    "Pareto front (tok/s/user vs out tok/s per GPU), the highest max good-put (tie: fewer GPUs, "
+    "then out tok/s); a configuration whose load never reached its limit is never best"
+)
+
+
+def limit_reached(row: dict[str, Any]) -> bool:
+    """Whether a configuration's load reached its limit (a row from before the sweep
+    judged that: whether it had a knee)."""
+    return bool(row["reached"]) if "reached" in row else row.get("knee_rps") is not None
+
+
+def loaded_to_limit(row: dict[str, Any]) -> bool:
+    """A completed configuration whose load reached its limit: its figures are its
+    capacity, not whatever load the sweep happened to stop at."""
+    return row.get("status") == "done" and limit_reached(row)
 
 
 def mark_pareto(rows: list[dict[str, Any]]) -> None:
-    """Set each row's ``tps_per_gpu`` and ``pareto`` (on the front of tok/s per user vs
-    tok/s per GPU, among the completed configurations)."""
+    """Set each row's ``tps_per_gpu`` and ``pareto``: on the front of tok/s per user vs
+    tok/s per GPU among the configurations loaded to their limit (one that never was has
+    figures from below its limit, so it is not compared)."""
     points: list[tuple[float | None, float | None]] = []
     for row in rows:
         out = row.get("output_tps")
         row["tps_per_gpu"] = None if out is None else out / max(1, row.get("gpus", 1))
-        done = row.get("status") == "done"
-        points.append((row.get("tps_per_user"), row["tps_per_gpu"]) if done else (None, None))
+        points.append((row.get("tps_per_user"), row["tps_per_gpu"]) if loaded_to_limit(row) else (None, None))
     for row, on in zip(rows, pareto_front(points), strict=True):
         row["pareto"] = on
+
+
+def choose_best(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The sweep's verdict by ``BEST_RULE`` over rows ``mark_pareto`` has marked: ``best``
+    (an index, or None), ``not_reached`` (completed configurations whose load never
+    reached their limit: extend the load to judge them) and ``overlap`` (configurations
+    whose good-put spread over repeats overlaps the best's: not distinguishable from it)."""
+    not_reached = [i for i, row in enumerate(rows) if row.get("status") == "done" and not limit_reached(row)]
+    candidates = [
+        i
+        for i, row in enumerate(rows)
+        if loaded_to_limit(row) and row.get("pareto") and (row.get("max_goodput_rps") or 0) > 0
+    ]
+    best = (
+        max(
+            candidates,
+            key=lambda i: (rows[i]["max_goodput_rps"], -rows[i].get("gpus", 1), rows[i].get("output_tps") or 0.0),
+        )
+        if candidates
+        else None
+    )
+    overlap: list[int] = []
+    if best is not None and "max_goodput_rps" in (rows[best].get("spread") or {}):
+        lo, hi = rows[best]["spread"]["max_goodput_rps"]
+        for i, row in enumerate(rows):
+            other = (row.get("spread") or {}).get("max_goodput_rps")
+            if i != best and loaded_to_limit(row) and other and other[0] <= hi and lo <= other[1]:
+                overlap.append(i)
+    return {"best": best, "not_reached": not_reached, "overlap": overlap}
+
+
+def best_config(rows: Sequence[dict[str, Any]]) -> int | None:
+    """The index of the best configuration by ``BEST_RULE`` (rows marked by
+    ``mark_pareto``); None when no configuration loaded to its limit served a good request."""
+    return choose_best(rows)["best"]
 
 
 # --------------------------------------------------------------------------- early stop
@@ -690,15 +839,7 @@ class EarlyStopRule(NullSink):
         """Why these requests break the SLO (None: they meet it, or are too few)."""
         if len(window) < self.rule.min_requests:
             return None
-        ok = [r for r in window if r.ok and r.first_token_at is not None]
-        values = {
-            "ttft": np.array([r.ttft for r in ok], dtype=float),
-            "itl": np.concatenate([stats.itl_array(r) for r in ok]) if ok else np.zeros(0),
-            "tpot": np.array([r.tpot for r in ok if r.tpot is not None], dtype=float),
-            "e2el": np.array([r.e2e for r in ok], dtype=float),
-        }
-        failed = sum(1 for r in window if not r.ok)
-        broken = self.slo.violations(values, failed / len(window))
+        broken = slo_breaks(window, self.slo)
         if not broken:
             return None
         return f"past the knee, the last {self.rule.window_s:g} s break the SLO: " + "; ".join(broken)
@@ -726,18 +867,45 @@ TABLE_COLUMNS = (
 OPTIONAL_COLUMNS = ("tokens_per_joule",)
 
 
+NOT_REACHED = "not reached; extend the load"
+TABLE_LEGEND = (
+    "knee rps: the offered rate at the knee ± how far the rates its 15 s window averaged reach "
+    "(a slower ramp narrows it); >R: no knee up to R req/s offered",
+    "* on the Pareto front; " + BEST_RULE,
+)
+
+
+def _number(value: float, spread: Sequence[float] | None) -> str:
+    """A figure, and with repeats the min–max of the runs after it."""
+    text = f"{value:.1f}"
+    return text if not spread else f"{text} ({spread[0]:.1f}–{spread[1]:.1f})"
+
+
 def _cell(key: str, row: dict[str, Any]) -> str:
     value = row.get(key)
+    done = row.get("status") == "done"
+    spread = (row.get("spread") or {}).get(key)
     if key == "index":
         return f"{int(row['index']) + 1}{'*' if row.get('pareto') else ''}"
     if key == "config":
         return str(value)
     if key == "limit":
-        if row.get("status") not in ("done", None):
+        if not done and row.get("status") is not None:
             return str(row.get("status"))
+        if done and not limit_reached(row):
+            return NOT_REACHED
+        if done and value is None and row.get("slo_broken_at_end"):
+            return "SLO broken, no knee"
         return str(value) if value else "—"
+    if key == "knee_rps" and done and value is None:
+        peak = row.get("peak_offered_rps")
+        return f">{peak:.1f}" if peak is not None and not limit_reached(row) else "none"
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—" if key != "knee_rps" or row.get("status") != "done" else "none"
+        return "—"
+    if key == "knee_rps":
+        pm = row.get("knee_rps_pm")
+        text = f"{value:.1f}" if pm is None else f"{value:.1f} ±{pm:.1f}"
+        return text if not spread else f"{text} ({spread[0]:.1f}–{spread[1]:.1f})"
     if key == "peak_kv_pct":
         return f"{value:.0f}%"
     if key == "preemptions":
@@ -746,7 +914,7 @@ def _cell(key: str, row: dict[str, Any]) -> str:
         return f"{value:.2f}"
     if key.endswith("_ms"):
         return f"{value:.0f}"
-    return f"{value:.1f}"
+    return _number(value, spread)
 
 
 def table_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
@@ -782,14 +950,85 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         if row.get("status") not in ("done", None) and row.get("reason"):
             lines.append(f"#{row['index'] + 1} {row['status']}: {row['reason']}")
+    lines += ["", *TABLE_LEGEND]
     return "\n".join(lines)
+
+
+def knee_text(row: dict[str, Any]) -> str:
+    """The knee as the end lines say it: its rate and uncertainty, or that the load
+    never reached the configuration's limit (and the most it offered)."""
+    if row.get("knee_rps") is None:
+        if limit_reached(row):
+            return "none (the SLO broke first)"
+        peak = row.get("peak_offered_rps")
+        return NOT_REACHED + ("" if peak is None else f" (kept up to {peak:.1f} rps offered)")
+    pm = row.get("knee_rps_pm")
+    return f"{row['knee_rps']:.1f}" + ("" if pm is None else f" ±{pm:.1f}") + " rps"
+
+
+def verdict_text(state: dict[str, Any]) -> str:
+    """The sweep's verdict by ``loadgen.sweep.BEST_RULE``: the best configuration as
+    commands ready to paste, the ones its repeats cannot tell from it, and the
+    configurations whose load never reached their limit (not judged)."""
+    best = state.get("best")
+    slo = state.get("slo")
+    rows = state["rows"]
+    not_reached = state.get("not_reached") or []
+    lines = []
+    if best is None:
+        if not any(r.get("status") == "done" for r in rows):
+            why = "no configuration completed"
+        elif not any(loaded_to_limit(r) for r in rows):
+            why = "no configuration was loaded to its limit: extend the load (a higher end_rps or longer ramp)"
+        else:
+            why = "no configuration loaded to its limit served a request meeting the SLO"
+        lines.append(f"best under {slo}: none — {why}")
+    else:
+        row = rows[best]
+        lines.append(
+            f"best under {slo} (of those loaded to their limit, on the Pareto front, the highest max good-put): "
+            f"#{best + 1} {row['config']} — {row['max_goodput_rps']:.1f} good req/s, knee {knee_text(row)}"
+        )
+        if row.get("vllm_command"):
+            lines.append(f"  {row['vllm_command']}")
+            lines.append(f"  (simulator: {row['command']})")
+        else:
+            lines.append(f"  {row['command']}")
+        repeats = state.get("repeats", 1)
+        for i in state.get("overlap") or []:
+            lines.append(
+                f"#{best + 1} and #{i + 1} overlap (good-put over {repeats} runs): not distinguishable at {repeats} repeats"
+            )
+    for i in not_reached:
+        lines.append(f"#{i + 1} {rows[i]['config']}: {knee_text(rows[i])} — not judged")
+    return "\n".join(lines)
+
+
+def place_labels(points: Sequence[tuple[int, int, str]], width: int, height: int) -> list[tuple[int, int, str]]:
+    """Grid positions (row, column, label) for labels wanted at (row, column): each keeps
+    a blank cell from the ones placed before it, moving right, then to the rows above and
+    below, so that two close points never print as one number (``23`` for #2 and #3)."""
+    taken: set[tuple[int, int]] = set()
+    placed = []
+    for row, col, label in points:
+        spots = [(row + dr, col + dc) for dr in (0, -1, 1, -2, 2) for dc in range(0, width)]
+        for r, c in spots:
+            cells = {(r, k) for k in range(c - 1, c + len(label) + 1)}
+            if 0 <= r < height and 0 <= c and c + len(label) <= width and not cells & taken:
+                break
+        else:
+            r, c = row, col  # no room anywhere: overprint rather than drop a point
+        taken |= {(r, k) for k in range(c, c + len(label))}
+        placed.append((r, c, label))
+    return placed
 
 
 def format_pareto(rows: Sequence[dict[str, Any]], width: int = 50, height: int = 12) -> str:
     """The Pareto plane as text: tok/s per user across, tok/s per GPU up; each completed
-    configuration is its number, ``*`` beside those on the front."""
+    configuration is its number, ``*`` beside those on the front, in brackets when its
+    load never reached its limit (its point is below its capacity)."""
     pts = [
-        (row["index"], row["tps_per_user"], row["tps_per_gpu"], bool(row.get("pareto")))
+        (row["index"], row["tps_per_user"], row["tps_per_gpu"], bool(row.get("pareto")), limit_reached(row))
         for row in rows
         if row.get("status") == "done" and row.get("tps_per_user") is not None and row.get("tps_per_gpu") is not None
     ]
@@ -798,18 +1037,25 @@ def format_pareto(rows: Sequence[dict[str, Any]], width: int = 50, height: int =
     xmax = max(p[1] for p in pts) * 1.05 or 1.0
     ymax = max(p[2] for p in pts) * 1.05 or 1.0
     grid = [[" "] * width for _ in range(height)]
-    for index, x, y, on in pts:
-        col = min(width - 3, int(x / xmax * (width - 3)))
-        row = height - 1 - min(height - 1, int(y / ymax * (height - 1)))
+    wanted = []
+    for index, x, y, on, reached in pts:
         label = f"{index + 1}{'*' if on else ''}"
+        wanted.append(
+            (
+                height - 1 - min(height - 1, int(y / ymax * (height - 1))),
+                min(width - 4, int(x / xmax * (width - 4))),
+                label if reached else f"({label})",
+            )
+        )
+    for row, col, label in place_labels(wanted, width, height):
         for k, ch in enumerate(label):
             if col + k < width:
                 grid[row][col + k] = ch
     lines = [f"tok/s per GPU (top {ymax:.0f})"]
     lines += ["│" + "".join(r).rstrip() for r in grid]
     lines.append("└" + "─" * width)
-    lines.append(
-        f" tok/s per user → (right edge {xmax:.1f});  * on the Pareto front: "
-        + ", ".join(f"#{p[0] + 1}" for p in pts if p[3])
-    )
+    front = ", ".join(f"#{p[0] + 1}" for p in pts if p[3]) or "none"
+    lines.append(f" tok/s per user → (right edge {xmax:.1f});  * on the Pareto front: {front}")
+    if any(not p[4] for p in pts):
+        lines.append(" (n): not loaded to its limit — below its capacity, not compared")
     return "\n".join(lines)

@@ -8,9 +8,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-from rampwatch.loadgen.sweep import table_cells
+from rampwatch.loadgen.sweep import TABLE_LEGEND, limit_reached, table_cells, verdict_text
 from rampwatch.record.html_report import (
-    MARK_CHAR_PX,
     PAD_B,
     PAD_L,
     PAD_T,
@@ -24,24 +23,30 @@ from rampwatch.record.html_report import (
 WIDTH, HEIGHT = 900, 460
 PAD_R = 40
 FRONT_COLOUR = "#d62728"
+LABEL_H, LABEL_CHAR_W = 13.0, 7.0  # a label's box at font-size 11
 
 
-# A point label's line height at font-size 11 (its width: html_report's MARK_CHAR_PX a character).
-LABEL_LINE_PX = 13
-
-
-def point_labels(labels: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
-    """Labels (x, baseline y, text) with those that would overlap an earlier one merged
-    into it ("#2,#3", at the first one's place): close points never overprint."""
-    out: list[tuple[float, float, str]] = []
-    for lx, ly, text in labels:
-        for i, (ox, oy, other) in enumerate(out):
-            overlaps_x = lx < ox + MARK_CHAR_PX * len(other) + 2 and ox < lx + MARK_CHAR_PX * len(text) + 2
-            if overlaps_x and abs(ly - oy) < LABEL_LINE_PX:
-                out[i] = (ox, oy, f"{other},{text}")
+def label_positions(points: list[tuple[float, float, str]]) -> list[tuple[float, float]]:
+    """Where each point's label goes (its text's left end and baseline): up and right of
+    the point, or the first of the other spots around it whose box overlaps no label
+    placed before it, so that close points never print as one (``#2#3``)."""
+    boxes: list[tuple[float, float, float, float]] = []
+    out = []
+    for cx, cy, text in points:
+        w = LABEL_CHAR_W * len(text)
+        spots = [(cx + 7, cy - 6), (cx + 7, cy + 14), (cx - 7 - w, cy - 6), (cx - 7 - w, cy + 14)]
+        spots += [(cx + 7, cy - 6 - k * LABEL_H) for k in range(1, 6)] + [
+            (cx + 7, cy + 14 + k * LABEL_H) for k in range(1, 6)
+        ]
+        for x, y in spots:
+            box = (x, y - LABEL_H + 3, x + w, y + 3)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes):
                 break
         else:
-            out.append((lx, ly, text))
+            x, y = spots[0]
+            box = (x, y - LABEL_H + 3, x + w, y + 3)
+        boxes.append(box)
+        out.append((x, y))
     return out
 
 
@@ -84,17 +89,16 @@ def pareto_svg(rows: list[dict[str, Any]]) -> str:
     if len(front) > 1:
         path = " ".join(f"{x(r['tps_per_user']):.1f},{y(r['tps_per_gpu']):.1f}" for r in front)
         out.append(f'<polyline class="front" fill="none" stroke="{FRONT_COLOUR}" stroke-width="1.5" points="{path}"/>')
-    placed = []
-    for r in points:
+    labels = [f"#{r['index'] + 1}" + ("" if limit_reached(r) else " (not reached)") for r in points]
+    centres = [(x(r["tps_per_user"]), y(r["tps_per_gpu"])) for r in points]
+    placed = label_positions([(cx, cy, label) for (cx, cy), label in zip(centres, labels, strict=True)])
+    for r, (cx, cy), label, (lx, ly) in zip(points, centres, labels, placed, strict=True):
         colour = FRONT_COLOUR if r.get("pareto") else PALETTE[0]
-        cx, cy = x(r["tps_per_user"]), y(r["tps_per_gpu"])
+        # a configuration never loaded to its limit: hollow (its point is below its capacity)
+        fill = f'fill="{colour}"' if limit_reached(r) else f'fill="#ffffff" stroke="{colour}" stroke-width="1.5"'
         tip = f"#{r['index'] + 1} {r['config']}: {r['tps_per_user']:.1f} tok/s/user, {r['tps_per_gpu']:.0f} tok/s/GPU"
-        out.append(
-            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{colour}"><title>{html.escape(tip)}</title></circle>'
-        )
-        placed.append((cx + 7, cy - 6, f"#{r['index'] + 1}"))
-    for lx, ly, text in point_labels(placed):
-        out.append(f'<text class="point-label" x="{lx:.1f}" y="{ly:.1f}" font-size="11">{text}</text>')
+        out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" {fill}><title>{html.escape(tip)}</title></circle>')
+        out.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="11">{html.escape(label)}</text>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -111,14 +115,8 @@ def render_sweep_html(state: dict[str, Any]) -> str:
         for r in rows
         if r.get("status") != "done" and r.get("reason")
     )
-    best = state.get("best")
-    best_html = (
-        "<p>No configuration completed with a request meeting the SLO.</p>"
-        if best is None
-        else f"<p>Best under the SLO (highest max good-put): #{best + 1}</p><pre>"
-        + html.escape(rows[best].get("vllm_command") or rows[best]["command"])
-        + "</pre>"
-    )
+    best_html = "<pre>" + html.escape(verdict_text(state)) + "</pre>"
+    legend = "".join(f"<li>{html.escape(line)}</li>" for line in TABLE_LEGEND)
     recordings = "".join(
         f"<li>#{r['index'] + 1}: {html.escape(str(r['recording']))}</li>" for r in rows if r.get("recording")
     )
@@ -138,6 +136,7 @@ pre {{ white-space: pre-wrap; }}
 <h2>Configurations</h2>
 <table><tr>{head}</tr>{body}</table>
 <ul>{notes}</ul>
+<ul class="legend">{legend}</ul>
 {best_html}
 <h2>Recordings</h2><ul>{recordings}</ul>
 </body></html>

@@ -73,8 +73,13 @@ def test_headless_sweep_records_each_configuration_and_prints_the_table(tmp_path
     assert "limit" in lines[header] and "good-put" in lines[header]
     assert lines[header + 1].split()[1:3] == ["--max-num-seqs", "2"]
     assert lines[header + 2].split()[1:3] == ["--max-num-seqs", "32"]
-    assert "best under ttft_p99<500ms,itl_p99<50ms (highest max good-put)" in out
-    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs" in out
+    # the verdict: a best loaded to its limit, or none and why; an unloaded row is named
+    best = state["best"]
+    if best is not None:
+        assert state["rows"][best]["reached"] and state["rows"][best]["pareto"]
+        assert "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs" in out
+    for i in state["not_reached"]:
+        assert f"#{i + 1} {state['rows'][i]['config']}: not reached; extend the load (kept up to" in out
     assert (tmp_path / "out" / "sweep.html").read_text().count("<circle") == 2
     # the simulator's GPU gauges are read (--gpu-telemetry): tokens per joule in the table
     assert all(r["tokens_per_joule"] > 0 for r in state["rows"]) and "tok/J" in lines[header]
@@ -94,7 +99,7 @@ def test_a_configuration_whose_server_fails_is_a_row_and_the_sweep_goes_on(tmp_p
     assert "no memory left for the KV cache" in failed["reason"]
     assert ok["status"] == "done"
     assert f"#1 failed: {failed['reason']}" in done.stdout
-    assert state["best"] == 1
+    assert state["best"] == (1 if ok["reached"] else None)  # never the failed one
 
 
 def test_bad_slo_flag_is_one_line(tmp_path):
@@ -104,6 +109,29 @@ def test_bad_slo_flag_is_one_line(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "rampwatch sweep: error: --slo 'ttft<500ms': 'ttft<500ms': name a percentile, e.g. ttft_p99"
     ]
+
+
+@pytest.mark.parametrize("value", ["0", "x", "21"])
+def test_a_bad_repeats_flag_is_one_line(tmp_path, value):
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
+    done = rampwatch("sweep", str(path), "--headless", "--repeats", value)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"rampwatch sweep: error: argument --repeats: expected a whole number from 1 to 20, got '{value}'"
+    )
+
+
+def test_resume_refuses_another_number_of_repeats(tmp_path):
+    from rampwatch.app.sweep import new_state, resume_state
+    from rampwatch.core.errors import UserError
+    from rampwatch.loadgen.sweep import load_sweep
+
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
+    spec = load_sweep(path)
+    old = new_state(spec, ["rampwatch", "sim"])
+    again = new_state(load_sweep(path, repeats=3), ["rampwatch", "sim"])
+    with pytest.raises(UserError, match=r"is a sweep of 1 run\(s\) a configuration; give the same repeats"):
+        resume_state(old, again, tmp_path)
 
 
 def port_free(port: int) -> bool:
@@ -215,21 +243,77 @@ def test_sigterm_stops_the_sweep_with_its_table_and_no_server_left(tmp_path, whe
     assert port_free(port)
 
 
-def test_the_shipped_example_names_each_knees_limit_and_the_best_command(tmp_path):
-    """scenarios/sweep-sim.yaml as shipped (by name), into a temporary output dir."""
+def test_the_shipped_example_loads_every_configuration_past_its_knee_and_names_the_best(tmp_path):
+    """scenarios/sweep-sim.yaml as shipped (by name), into a temporary output dir: every
+    configuration is loaded to its limit, so the verdict is about capacities (~2 min)."""
     done = rampwatch("sweep", "sweep-sim", "--headless", "--output-dir", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     state = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert [r["config"] for r in state["rows"]] == [
         "--max-num-seqs 4",
         "--max-num-seqs 8",
-        "--max-num-seqs 64",
-        "--max-num-seqs 64 --gpu-memory-utilization 0.22",
+        "--max-num-seqs 16",
+        "--max-num-seqs 16 --gpu-memory-utilization 0.22",
     ]
-    assert all(r["status"] == "done" for r in state["rows"])
-    small_batch, _, large_batch, small_kv = state["rows"]
-    assert small_batch["limit"] == "batch-size cap" and small_kv["limit"] == "KV cache full"
+    assert all(r["status"] == "done" and r["reached"] and r["knee_rps"] is not None for r in state["rows"])
+    assert state["not_reached"] == []
+    cap4, cap8, cap16, small_kv = state["rows"]
+    assert {cap4["limit"], cap8["limit"], cap16["limit"]} == {"batch-size cap"} and small_kv["limit"] == "KV cache full"
     assert small_kv["peak_kv_pct"] > 90 and small_kv["preemptions"] > 0
-    assert large_batch["max_goodput_rps"] > small_batch["max_goodput_rps"]
-    best = state["rows"][state["best"]]
-    assert f"  vllm serve meta-llama/Llama-3.1-8B-Instruct {best['config']}\n" in done.stdout
+    # a larger cap keeps up with more (the issue's 4 came out above 8)
+    assert cap4["knee_rps"] < cap16["knee_rps"] and cap8["knee_rps"] < cap16["knee_rps"]
+    assert all(0 < r["knee_rps_pm"] < r["knee_rps"] for r in state["rows"])
+    assert state["best"] == 2 and cap16["pareto"]  # the largest batch with its whole cache
+    assert "  vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 16\n" in done.stdout
+
+
+def small_sim_sweep(tmp_path: Path, caps: str) -> Path:
+    """sweep-sim's shape made small: its workload and ramp slope (0.43 req/s a second),
+    batch caps whose knees the ramp passes well before its end."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            scenario: chat
+            set:
+              workload.output_tokens: {{dist: uniform, min: 80, max: 240}}
+              workload.input_tokens: {{dist: uniform, min: 200, max: 600}}
+            serve: rampwatch sim --hardware h100 --model llama-3.1-8b --port {free_port()}
+            matrix:
+              product: {{max-num-seqs: {caps}}}
+            load:
+              ramp: {{start_rps: 1, end_rps: 14, duration_s: 30}}
+            early_stop: {{window_s: 3, min_requests: 5}}
+            stop_grace_s: 1
+            """
+        )
+    )
+    return path
+
+
+def test_a_sweep_loaded_past_its_knees_gives_the_same_verdict_twice(tmp_path):
+    """Run twice: the same best, and each knee within the two estimates' stated
+    uncertainty (~2 min)."""
+    path = small_sim_sweep(tmp_path, "[4, 8]")
+    first, second = (sweep_state(path, tmp_path / out) for out in ("first", "second"))
+    assert first["best"] == second["best"] == 1
+    for a, b in zip(first["rows"], second["rows"], strict=True):
+        assert a["knee_rps"] is not None and b["knee_rps"] is not None
+        assert abs(a["knee_rps"] - b["knee_rps"]) <= a["knee_rps_pm"] + b["knee_rps_pm"]
+
+
+def test_repeats_give_the_median_and_spread_of_each_configurations_runs(tmp_path):
+    path = small_sim_sweep(tmp_path, "[4]")
+    state = sweep_state(path, tmp_path / "out", "--repeats", "2")
+    (row,) = state["rows"]
+    assert state["repeats"] == 2 and row["status"] == "done"
+    assert len(row["runs"]) == 2 and all((tmp_path / "out" / r).is_file() for r in row["recordings"])
+    for key in ("max_goodput_rps", "output_tps"):
+        values = sorted(run[key] for run in row["runs"])
+        assert row["spread"][key] == values and row[key] == pytest.approx(sum(values) / 2)
+
+
+def sweep_state(path: Path, out: Path, *flags: str) -> dict:
+    done = rampwatch("sweep", str(path), "--headless", "--output-dir", str(out), *flags)
+    assert done.returncode == 0, done.stderr
+    return json.loads((out / "sweep.json").read_text())

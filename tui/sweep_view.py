@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
-from rampwatch.loadgen.sweep import format_pareto, table_cells
+from rampwatch.loadgen.sweep import NOT_REACHED, format_pareto, table_cells
 from rampwatch.tui.chart_data import format_duration
 
 FINISHED = ("done", "failed", "interrupted")
@@ -141,15 +141,17 @@ class SweepPanel(Widget):
             texts = [row_cells[i] if i != 1 else cut_left(row_cells[i], room) for i in shown]
             table.add_row(*texts, style=style)
         best = state.get("best")
-        best_text = Text()
+        verdict = Text()
         if best is not None:
             best_row = rows[best]
-            best_text.append("best so far (max good-put): ", style="bold")
-            best_text.append(f"#{best + 1} {best_row['config']}\n", style="green")
-            best_text.append(f"  {best_row.get('vllm_command') or best_row['command']}", style="dim")
+            verdict.append("best so far (on the front, max good-put): ", style="bold")
+            verdict.append(f"#{best + 1} {best_row['config']}\n", style="green")
+            verdict.append(f"  {best_row.get('vllm_command') or best_row['command']}", style="dim")
+        for i in state.get("not_reached") or []:
+            verdict.append(f"\n#{i + 1} {NOT_REACHED}: not judged", style="yellow")
         parts: list[Any] = [head, Text(""), now_text, Text(""), table, Text("")]
-        if best is not None:
-            parts += [best_text, Text("")]
+        if verdict:
+            parts += [verdict, Text("")]
         if self.size.height >= 30:
             parts.append(Text(format_pareto(rows, width=60, height=8)))
         return Group(*parts)

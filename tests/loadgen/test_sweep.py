@@ -8,19 +8,29 @@ from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event, RequestRecord, Tick
 from rampwatch.loadgen.slo import parse_slo
 from rampwatch.loadgen.sweep import (
+    NOT_REACHED,
     EarlyStop,
     EarlyStopRule,
     apply_args,
     best_config,
+    choose_best,
+    combine_runs,
     command_line,
     config_row,
     expand_matrix,
+    format_pareto,
     format_table,
     good_requests,
     gpu_count,
+    knee_uncertainty,
     load_sweep,
+    mark_pareto,
     max_window_rate,
     pareto_front,
+    peak_target_rps,
+    place_labels,
+    table_cells,
+    verdict_text,
     vllm_serve_argv,
 )
 
@@ -87,6 +97,20 @@ def test_errors_name_the_file_line_and_key(tmp_path, change, says):
     with pytest.raises(UserError) as err:
         load_sweep(path)
     assert str(err.value).startswith(str(path).replace("s.yaml", "")) and says in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "given", "repeats"),
+    [("", None, 1), ("repeats: 3\n", None, 3), ("repeats: 3\n", 2, 2)],
+)
+def test_repeats_from_the_file_or_the_flag(tmp_path, line, given, repeats):
+    assert load_sweep(write(tmp_path, GOOD_SWEEP + line), repeats=given).repeats == repeats
+
+
+@pytest.mark.parametrize("value", ["0", "2.5", "yes", "21"])
+def test_a_bad_repeats_names_its_line(tmp_path, value):
+    with pytest.raises(UserError, match=r"s.yaml:8: repeats: expected a whole number from 1 to 20"):
+        load_sweep(write(tmp_path, GOOD_SWEEP + f"repeats: {value}\n"))
 
 
 def test_a_missing_file_and_a_bad_flag_slo(tmp_path):
@@ -196,30 +220,160 @@ def test_pareto_front(points, front):
     assert pareto_front(points) == front
 
 
+def config(goodput, out, per_user, reached=True, status="done", gpus=1, **more):
+    """A completed configuration's figures as the best rule reads them."""
+    return dict(
+        status=status,
+        reached=reached,
+        max_goodput_rps=goodput,
+        output_tps=out,
+        tps_per_user=per_user,
+        gpus=gpus,
+        **more,
+    )
+
+
+# The issue's sweep (rampwatch sweep sweep-sim before its ramp was lengthened): #3 was
+# never loaded (its 8 s ramp ended first) and #4 beat it on both axes of the front.
+ISSUE_SWEEP = [
+    config(1.9, 554.4, 50.6),
+    config(2.6, 935.7, 80.6),
+    config(15.0, 965.9, 84.7, reached=False),
+    config(5.5, 1195.5, 96.2),
+]
+
+
 @pytest.mark.parametrize(
-    ("rows", "best"),
+    ("rows", "best", "not_reached"),
     [
-        ([{"status": "done", "max_goodput_rps": 3.0}, {"status": "done", "max_goodput_rps": 5.0}], 1),
-        ([{"status": "failed", "max_goodput_rps": 9.0}, {"status": "done", "max_goodput_rps": 5.0}], 1),
-        ([{"status": "done", "max_goodput_rps": 0.0}], None),
+        (ISSUE_SWEEP, 3, [2]),  # the one on the front: never the unloaded #3
+        ([config(3.0, 900, 50), config(5.0, 1000, 60)], 1, []),
+        ([config(9.0, 500, 50, status="failed"), config(5.0, 400, 40)], 1, []),
+        ([config(0.0, 500, 50)], None, []),  # no good request
+        ([config(15.0, 966, 85, reached=False), config(9.0, 900, 80, reached=False)], None, [0, 1]),
+        # more good-put but dominated on both axes of the front: not best
+        ([config(10.0, 1000, 50), config(8.0, 1100, 60)], 1, []),
+        # both on the front (one faster per user, one more throughput): the higher good-put
+        ([config(6.0, 1500, 40), config(8.0, 1000, 90)], 1, []),
+        # the same figures: fewer GPUs are more tok/s per GPU, hence the front
+        ([config(5.0, 1000, 60, gpus=2), config(5.0, 1000, 60, gpus=1)], 1, []),
+        # the SLO broken without a knee is a limit reached
+        ([config(4.0, 800, 70, reached=True, slo_broken_at_end="TTFT p99 900 ms > 500 ms")], 0, []),
+    ],
+)
+def test_the_best_is_on_the_front_of_the_configurations_loaded_to_their_limit(rows, best, not_reached):
+    rows = [dict(row, index=i) for i, row in enumerate(rows)]
+    mark_pareto(rows)
+    verdict = choose_best(rows)
+    assert (verdict["best"], verdict["not_reached"]) == (best, not_reached)
+    assert best_config(rows) == best
+    if best is not None:
+        assert rows[best]["pareto"] and rows[best]["reached"]  # never dominated, never unloaded
+
+
+def test_an_unloaded_configuration_is_off_the_front_whatever_its_figures():
+    rows = [dict(row, index=i) for i, row in enumerate(ISSUE_SWEEP)]
+    mark_pareto(rows)
+    assert [row["pareto"] for row in rows] == [False, False, False, True]
+
+
+@pytest.mark.parametrize(
+    ("spreads", "overlap"),
+    [
+        ([[5.0, 6.0], [4.0, 5.5], [1.0, 2.0]], [1]),  # #2 reaches into #1's range
+        ([[5.0, 6.0], [3.0, 4.9], [1.0, 2.0]], []),
+    ],
+)
+def test_repeats_whose_good_put_overlaps_the_best_are_named(spreads, overlap):
+    rows = [
+        dict(config(sum(s) / 2, 1000 - 100 * i, 60 + 10 * i), index=i, spread={"max_goodput_rps": s})
+        for i, s in enumerate(spreads)
+    ]
+    mark_pareto(rows)
+    verdict = choose_best(rows)
+    assert verdict["best"] == 0 and verdict["overlap"] == overlap
+
+
+def test_combine_runs_gives_medians_spreads_and_reached_only_when_every_run_was():
+    runs = [
+        {"knee_rps": 10.0, "knee_rps_pm": 1.0, "max_goodput_rps": 5.0, "output_tps": 900.0, "reached": True,
+         "limit": "batch-size cap", "limit_key": "batch_cap", "try_next": "--max-num-seqs 16", "peak_kv_pct": 3.0},
+        {"knee_rps": 12.0, "knee_rps_pm": 1.4, "max_goodput_rps": 6.0, "output_tps": 1000.0, "reached": True,
+         "limit": "batch-size cap", "limit_key": "batch_cap", "try_next": "--max-num-seqs 16", "peak_kv_pct": 5.0},
+        {"knee_rps": 11.0, "knee_rps_pm": 1.2, "max_goodput_rps": 7.0, "output_tps": 950.0, "reached": True,
+         "limit": "undetermined", "limit_key": "undetermined", "try_next": None, "peak_kv_pct": 4.0},
+    ]  # fmt: skip
+    row = combine_runs(runs)
+    assert (row["knee_rps"], row["knee_rps_pm"], row["max_goodput_rps"], row["output_tps"]) == (11.0, 1.2, 6.0, 950.0)
+    assert row["spread"] == {"knee_rps": [10.0, 12.0], "max_goodput_rps": [5.0, 7.0], "output_tps": [900.0, 1000.0]}
+    assert (row["limit"], row["try_next"], row["reached"]) == ("batch-size cap", "--max-num-seqs 16", True)
+    assert not combine_runs([*runs[:2], {**runs[2], "reached": False, "knee_rps": None}])["reached"]
+    assert combine_runs(runs[:1]) == runs[0]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "t", "peak"),
+    [
+        ({"kind": "linear", "start_rps": 1.0, "end_rps": 21.0, "duration_s": 40.0}, 20.0, 11.0),
+        ({"kind": "linear", "start_rps": 1.0, "end_rps": 21.0, "duration_s": 40.0}, 45.0, 21.0),  # drained past it
+        ({"kind": "steps", "steps": [{"rate": 2.0, "duration_s": 10}, {"rate": 4.0, "duration_s": 10}]}, 12.0, 4.0),
+        ({"kind": "steps", "steps": [{"rate": 2.0, "duration_s": 10}, {"rate": 4.0, "duration_s": 10}]}, 5.0, 2.0),
+    ],
+)
+def test_peak_target_rps(schedule, t, peak):
+    assert peak_target_rps(schedule, t) == pytest.approx(peak)
+
+
+@pytest.mark.parametrize(
+    ("knee", "offered_range", "pm"),
+    [(11.5, [10.3, 12.7], 1.2), (11.5, [11.0, 14.5], 3.0), (11.5, None, None), (None, [1, 2], None)],
+)
+def test_knee_uncertainty_covers_the_window_on_either_side(knee, offered_range, pm):
+    assert knee_uncertainty(knee, offered_range) == (None if pm is None else pytest.approx(pm))
+
+
+@pytest.mark.parametrize(
+    ("figures", "knee", "limit"),
+    [
         (
-            [
-                {"status": "done", "max_goodput_rps": 5.0, "gpus": 2},
-                {"status": "done", "max_goodput_rps": 5.0, "gpus": 1},
-            ],
-            1,
+            {"knee_rps": 11.5, "knee_rps_pm": 1.24, "reached": True, "limit": "KV cache full"},
+            "11.5 ±1.2",
+            "KV cache full",
+        ),
+        ({"knee_rps": None, "reached": False, "peak_offered_rps": 24.0}, ">24.0", NOT_REACHED),
+        (
+            {"knee_rps": None, "reached": True, "slo_broken_at_end": "TTFT p99 900 ms > 500 ms"},
+            "none",
+            "SLO broken, no knee",
         ),
         (
-            [
-                {"status": "done", "max_goodput_rps": 5.0, "output_tps": 10.0},
-                {"status": "done", "max_goodput_rps": 5.0, "output_tps": 20.0},
-            ],
-            1,
+            {"knee_rps": 11.0, "knee_rps_pm": 1.2, "reached": True, "spread": {"knee_rps": [10.0, 12.0]}},
+            "11.0 ±1.2 (10.0–12.0)",
+            "—",
         ),
     ],
 )
-def test_best_config(rows, best):
-    assert best_config(rows) == best
+def test_the_table_says_the_knee_with_its_uncertainty_and_an_unloaded_configuration(figures, knee, limit):
+    rows = [{"index": 0, "config": "--max-num-seqs 8", "status": "done", **figures}]
+    header, cells = table_cells(rows)
+    assert cells[header.index("knee rps")] == knee and cells[header.index("limit")] == limit
+
+
+def test_labels_of_close_points_do_not_print_as_one_number():
+    placed = place_labels([(3, 10, "2"), (3, 11, "3*"), (3, 10, "4")], width=20, height=6)
+    cells = [(r, c + k) for r, c, label in placed for k in range(len(label))]
+    assert len(cells) == len(set(cells))  # no cell written twice
+    for (r, c, _), (r2, c2, _) in zip(placed, placed[1:], strict=False):
+        assert r != r2 or abs(c - c2) > 1  # and a blank between neighbours on a line
+    assert placed[0] == (3, 10, "2")  # the first keeps its place
+
+
+def test_the_text_plane_brackets_an_unloaded_configuration():
+    rows = [dict(row, index=i, config=f"c{i}") for i, row in enumerate(ISSUE_SWEEP)]
+    mark_pareto(rows)
+    text = format_pareto(rows)
+    assert "(3)" in text and "4*" in text and "* on the Pareto front: #4" in text
+    assert "(n): not loaded to its limit" in text
 
 
 @pytest.mark.parametrize(
@@ -276,6 +430,20 @@ def test_config_row_reads_the_knee_window_and_its_explanation():
     assert row["output_tps"] == pytest.approx(20 * 11 / 9.875)
     assert row["tps_per_user"] == pytest.approx(11 / 0.375)
     assert row["max_goodput_rps"] == pytest.approx(2.0)
+    # the seconds after the knee settled another limit: the row gives the settled one
+    review = Event(
+        45.0,
+        "info",
+        "knee revised",
+        {
+            "knee_review": True,
+            "knee_t": 15.0,
+            "explanation": {"limit": "kv_full", "try": "--gpu-memory-utilization 0.95"},
+            "revised": True,
+        },
+    )
+    settled = config_row(records, [], [knee, review], slo)
+    assert settled["limit"] == "KV cache full" and settled["try_next"] == "--gpu-memory-utilization 0.95"
     no_knee = config_row(records, [], [], slo, load_end_s=20.0)
     assert no_knee["knee_rps"] is None and no_knee["limit"] is None
     # the load's last 10 s: sends up to 19.5 s, answers ending in [9.5, 19.5]: 20 of them (i = 19..38)
@@ -339,8 +507,73 @@ def test_format_table_marks_the_front_and_says_why_a_row_failed():
 
 
 def test_the_tokens_per_joule_column_shows_only_with_gpu_power():
-    rows = [{"index": 0, "config": "--max-num-seqs 8", "status": "done", "tokens_per_joule": None}]
+    rows = [{"index": 0, "config": "--max-num-seqs 8", "status": "done", "reached": True, "tokens_per_joule": None}]
     assert "tok/J" not in format_table(rows)
-    rows.append({"index": 1, "config": "--max-num-seqs 64", "status": "done", "tokens_per_joule": 1.234})
-    header, first, second = format_table(rows).splitlines()
+    rows.append(
+        {"index": 1, "config": "--max-num-seqs 64", "status": "done", "reached": True, "tokens_per_joule": 1.234}
+    )
+    header, first, second = format_table(rows).splitlines()[:3]
     assert "tok/J" in header and first.split()[-2] == "—" and second.split()[-2] == "1.23"
+
+
+def verdict_of(rows, repeats=1):
+    rows = [
+        dict(row, index=i, config=f"--max-num-seqs {4 * 2**i}", command="vllm serve m") for i, row in enumerate(rows)
+    ]
+    mark_pareto(rows)
+    state = {"slo": "ttft_p99<500ms", "rows": rows, "repeats": repeats, **choose_best(rows)}
+    return verdict_text(state).splitlines()
+
+
+@pytest.mark.parametrize(
+    ("rows", "repeats", "lines"),
+    [
+        (
+            [
+                dict(row, knee_rps=10.0 if row["reached"] else None, knee_rps_pm=1.5, peak_offered_rps=40.0)
+                for row in ISSUE_SWEEP
+            ],
+            1,
+            [
+                "best under ttft_p99<500ms (of those loaded to their limit, on the Pareto front, the highest max "
+                "good-put): #4 --max-num-seqs 32 — 5.5 good req/s, knee 10.0 ±1.5 rps",
+                "  vllm serve m",
+                "#3 --max-num-seqs 16: not reached; extend the load (kept up to 40.0 rps offered) — not judged",
+            ],
+        ),
+        (
+            [config(15.0, 966, 85, reached=False, peak_offered_rps=40.0)],
+            1,
+            [
+                "best under ttft_p99<500ms: none — no configuration was loaded to its limit: extend the load "
+                "(a higher end_rps or longer ramp)",
+                "#1 --max-num-seqs 4: not reached; extend the load (kept up to 40.0 rps offered) — not judged",
+            ],
+        ),
+        (
+            [config(None, None, None, status="failed"), config(0.0, 500, 50, knee_rps=3.0)],
+            1,
+            ["best under ttft_p99<500ms: none — no configuration loaded to its limit served a request meeting the SLO"],
+        ),
+        (
+            [config(None, None, None, status="failed")],
+            1,
+            ["best under ttft_p99<500ms: none — no configuration completed"],
+        ),
+        (
+            [
+                config(5.5, 1000, 60, knee_rps=8.0, spread={"max_goodput_rps": [5.0, 6.0]}),
+                config(5.2, 900, 70, knee_rps=7.0, spread={"max_goodput_rps": [4.5, 5.4]}),
+            ],
+            3,
+            [
+                "best under ttft_p99<500ms (of those loaded to their limit, on the Pareto front, the highest max "
+                "good-put): #1 --max-num-seqs 4 — 5.5 good req/s, knee 8.0 rps",
+                "  vllm serve m",
+                "#1 and #2 overlap (good-put over 3 runs): not distinguishable at 3 repeats",
+            ],
+        ),
+    ],
+)
+def test_the_verdict_names_the_best_what_it_cannot_tell_apart_and_what_was_not_judged(rows, repeats, lines):
+    assert verdict_of(rows, repeats) == lines

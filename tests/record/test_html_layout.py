@@ -9,7 +9,7 @@ import pytest
 
 from rampwatch.core.timeline import Event
 from rampwatch.record.html_report import MARK_CHAR_PX, label_rows, page_style, svg_chart
-from rampwatch.record.sweep_report import point_labels, render_sweep_html
+from rampwatch.record.sweep_report import render_sweep_html
 from tests.record.test_html_report import _chart, report
 
 
@@ -70,17 +70,22 @@ def test_the_report_is_fluid_an_800px_window_does_not_scroll_sideways():
     assert re.search(r"pre \{[^}]*max-width: 100%;[^}]*overflow-x: auto;", css)
 
 
-def test_the_sweep_report_shares_the_fluid_page_and_merges_close_point_labels():
+def test_the_sweep_report_shares_the_fluid_page_and_keeps_close_point_labels_apart():
     assert "max-width: 900px" in page_style(900)
-    placed = point_labels([(100.0, 50.0, "#1"), (104.0, 52.0, "#2"), (300.0, 50.0, "#3"), (100.0, 200.0, "#4")])
-    assert placed == [(100.0, 50.0, "#1,#2"), (300.0, 50.0, "#3"), (100.0, 200.0, "#4")]
     rows = [
         {"index": i, "status": "done", "config": f"c{i}", "tps_per_user": u, "tps_per_gpu": g, "command": "x"}
         for i, (u, g) in enumerate([(40.0, 1000.0), (40.2, 1001.0), (80.0, 500.0)])
     ]
     page = render_sweep_html({"rows": rows, "sweep": "s", "serve": "vllm serve m", "slo": "-", "best": None})
-    labels = re.findall(r'<text class="point-label"[^>]*>([^<]*)</text>', page)
-    assert sorted(labels) == ["#1,#2", "#3"]
+    labels = re.findall(r'<text x="[^"]*" y="[^"]*" font-size="11">(#[^<]*)</text>', page)
+    assert sorted(label.split()[0] for label in labels) == ["#1", "#2", "#3"]
+    boxes = [
+        (float(x), float(y), len(text))
+        for x, y, text in re.findall(r'<text x="([^"]*)" y="([^"]*)" font-size="11">(#[^<]*)</text>', page)
+    ]
+    for i, (x1, y1, n1) in enumerate(boxes):  # no two labels' boxes touch
+        for x2, y2, n2 in boxes[i + 1 :]:
+            assert x1 + 7 * n1 <= x2 or x2 + 7 * n2 <= x1 or abs(y1 - y2) >= 13
     svg_tag = re.search(r"<svg [^>]*>", page)
     assert svg_tag is not None and 'width="100%"' in svg_tag.group(0)
 

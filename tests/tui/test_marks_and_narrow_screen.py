@@ -70,7 +70,7 @@ async def test_at_80x24_the_header_keeps_in_flight_and_eta_and_the_footer_every_
         for item in ("RAMPING", "01:35 / 02:00", "left 00:25", "ETA ", "target 15.7 req/s", "in flight 57"):
             assert item in header
         # the knee banner wraps rather than cuts what to try next
-        assert "try --max-num-seqs 40" in "".join(lines[2:5])
+        assert "try --max-num-seqs 64" in "".join(lines[2:5])
         footer = lines[-1]
         for key in ("? help", "q quit", "space hold", "+ - rate", "m mark", "s stop", "x cancel", "R restart"):
             assert key in footer, footer

@@ -148,3 +148,19 @@ def test_cut_left_keeps_the_values(text, width, shown):
     from rampwatch.tui.sweep_view import cut_left
 
     assert cut_left(text, width) == shown
+
+
+async def test_a_configuration_never_loaded_to_its_limit_is_named_not_judged():
+    from rich.text import Text
+
+    state = state_mid_sweep()
+    state["rows"][2].update(
+        status="done", duration_s=18.0, reached=False, peak_offered_rps=20.0, max_goodput_rps=15.0, output_tps=900.0
+    )
+    state.update(current=None, not_reached=[2])
+    app = SweepApp(lambda: state, clock=lambda: T0 + 60)
+    async with app.run_test(size=(160, 40)):
+        group = app.query_one(SweepPanel).render()
+        lines = "\n".join(part.plain for part in group.renderables if isinstance(part, Text))
+    assert "best so far (on the front, max good-put): #2 --max-num-seqs 16" in lines
+    assert "#3 not reached; extend the load: not judged" in lines
