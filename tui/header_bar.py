@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
+from rampwatch.loadgen.drain import drain_policy_of
 from rampwatch.loadgen.sessions import session_target, users_for, users_target
 from rampwatch.tui.chart_data import (
     DRAIN_STATES,
@@ -85,9 +86,12 @@ class HeaderBar(Static):
         if snapshot.state not in DRAIN_STATES and left.schedule_s is not None:
             line.append("  left ", style="dim")
             line.append(format_duration(left.schedule_s))
-        elif snapshot.state in DRAIN_STATES and left.drain_s is not None:
+        elif snapshot.state in DRAIN_STATES:
             line.append("  drain ", style="dim")
-            line.append("overdue" if left.drain_s == 0 else f"~{format_duration(left.drain_s)}")
+            if left.drain_s is None:
+                line.append("unknown")  # nothing has ended yet: no pace to go by
+            else:
+                line.append("overdue" if left.drain_s == 0 else f"~{format_duration(left.drain_s)}")
         eta = eta_unix(snapshot, left)
         if eta is not None:
             line.append("  ETA ", style="dim")
@@ -170,6 +174,10 @@ class HeaderBar(Static):
         recording = self.recording or (header.options.get("record") if header else None)
         line2.append("  rec ", style="dim")
         line2.append(str(recording) if recording else "off")
+        drain = drain_policy_of(header.options if header else None)
+        if drain.mode != "wait":  # waiting for every request is vllm bench's way: said only otherwise
+            line2.append("  drain ", style="dim")
+            line2.append(str(drain))
         if self.compare_label:
             line2.append("  vs ", style="dim")
             line2.append(f"{self.compare_label} (B, dimmed)", style="dim")
