@@ -414,6 +414,7 @@ class StepRow:
     sent: int
     errors: int  # of the requests sent in the row
     succeeded: int  # requests sent in the row that ended OK (so far: see ``pending``)
+    cancelled: int  # requests sent in the row that the run cancelled (neither OK nor failed)
     completed: int  # requests that ended OK in the row, whenever sent
     achieved_rps: float  # succeeded / row length: comparable with the target rate (NaN: the drain)
     completed_rps: float  # completed / row length: what ended meanwhile, behind the sends by an E2E latency

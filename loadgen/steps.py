@@ -19,7 +19,9 @@ achieved rate is the row's requests that ended OK per second of the row: compara
 its target, whatever the answers' length (a count of the requests that *ended* in the
 row lags the sends by an end-to-end latency, and read 2.7 req/s in a row offered 5–6 that
 the server kept up with). While some of the row's requests are in flight it is a lower
-bound (``pending``: the oldest request in flight was sent before the row's end). The
+bound (``pending``: the oldest request in flight was sent before the row's end), and so
+it is when some were cancelled (a stop, the drain policy: whether they would have ended
+OK is not known). The
 completion rate (requests that ended OK in the row per second of it) is kept beside it;
 output tok/s counts the tokens streamed in the row, by chunk arrival (what the server
 delivered meanwhile). KV cache % is the maximum (and mean) of the scrapes in the row;
@@ -97,6 +99,7 @@ class _Row:
         "sent",
         "errors",
         "succeeded",
+        "cancelled",
         "completed",
         "output_tokens",
         "ttft",
@@ -117,6 +120,7 @@ class _Row:
         self.sent = 0
         self.errors = 0
         self.succeeded = 0
+        self.cancelled = 0
         self.completed = 0
         self.output_tokens = 0.0
         self.ttft = LogHistogram()
@@ -149,6 +153,7 @@ class _Row:
             self.ttft.total,
             self.itl.total,
             self.succeeded,
+            self.cancelled,
         ]
 
 
@@ -241,7 +246,7 @@ class StepTracker:
         sent_row.sent += 1
         sent_row.cached = None
         if record.error_class == CANCELLED:
-            pass
+            sent_row.cancelled += 1
         elif record.ok:
             sent_row.succeeded += 1
             if record.ttft is not None:
@@ -326,6 +331,7 @@ class StepTracker:
             sent=row.sent,
             errors=row.errors,
             succeeded=row.succeeded,
+            cancelled=row.cancelled,
             completed=row.completed,
             # the drain offers nothing: its row has no rate to compare with a target
             achieved_rps=row.succeeded / length if timed and kind != "drain" else math.nan,
@@ -379,6 +385,7 @@ class StepTracker:
             # checkpoints written before the achieved rate counted the row's own requests
             # lack it: the row's requests that did not fail (cancelled ones aside) is the nearest
             row.succeeded = int(scalars[15]) if len(scalars) > 15 else max(0, row.sent - row.errors)
+            row.cancelled = int(scalars[16]) if len(scalars) > 16 else 0
             row.kv_sum, row.kv_n, row.kv_max, row.waiting_max = float(kv_sum), int(kv_n), kv_max, waiting_max
             for hist, total, j in ((row.ttft, nt, 0), (row.itl, ni, 1)):
                 hist._counts = np.array(arrays["steps.hists"][k, j], dtype=np.int64)
@@ -447,7 +454,7 @@ def step_cells(row: StepRow) -> dict[str, str]:
         "kind": row.kind,
         "target rps": "–" if row.kind == "drain" else _rate_range(row.target_lo_rps, row.target_hi_rps),
         "achieved rps": _num(row.achieved_rps, 2 if row.achieved_rps < 10 else 1)
-        + ("+" if row.pending and not math.isnan(row.achieved_rps) else ""),
+        + ("+" if (row.pending or row.cancelled) and not math.isnan(row.achieved_rps) else ""),
         "out tok/s": _num(row.output_tps, 0),
         "TTFT p50": _ms(row.ttft_p50),
         "TTFT p99": _ms(row.ttft_p99),
@@ -473,7 +480,7 @@ def step_table_text(rows: list[StepRow]) -> str:
 
 STEP_TABLE_NOTE = (
     "latencies (ms), errors and achieved: requests sent in the row; achieved: those that ended OK, per second "
-    "of the row (N+: some still in flight, at least N); out tok/s: tokens streamed in the row; "
+    "of the row (N+: at least N, some still in flight or cancelled); out tok/s: tokens streamed in the row; "
     "KV % and waiting: the most over the row's scrapes"
 )
 

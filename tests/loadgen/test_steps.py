@@ -298,3 +298,19 @@ def test_a_row_with_requests_still_in_flight_shows_its_achieved_rate_as_a_lower_
     first, second, _drain = b2.snapshot().steps
     assert not first.pending and second.pending
     assert step_cells(first)["achieved rps"] == "1.90"
+
+
+def test_a_row_whose_requests_were_cancelled_shows_its_achieved_rate_as_a_lower_bound():
+    t = StepTracker()
+    t.configure("steps", 20.0)
+    t.on_tick(0.0, "ramping", 2.0)
+    t.on_tick(10.0, "ramping", 4.0)
+    t.on_event(Event(t=20.0, kind="stop"))
+    t.on_request(ok(0, 1.0, 0.05, 9.0))
+    t.on_request(ok(1, 11.0, 0.05, 19.0))
+    cancelled = RequestRecord(id=2, scheduled_at=12.0, sent_at=12.0, end_at=50.0, error_class="cancelled")
+    t.on_request(cancelled)
+    first, second, _drain = t.rows(50.0)
+    assert (second.sent, second.succeeded, second.cancelled, second.errors) == (2, 1, 1, 0)
+    assert step_cells(first)["achieved rps"] == "0.10"
+    assert step_cells(second)["achieved rps"] == "0.10+"  # would the cancelled one have ended OK? unknown
