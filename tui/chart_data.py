@@ -413,9 +413,10 @@ def drain_estimate_s(snapshot: Snapshot, drained_s: float) -> float | None:
     The larger of two figures: the run-so-far p99 E2E latency less the time drained (a
     request sent just before the schedule's end needs about one; 0 once requests outlive
     it: a stalled drain is overdue, not "a few more seconds"), and the requests in flight
-    or waiting for a slot divided by the rate requests ended at over the last complete
-    ``DRAIN_RATE_WINDOW_S`` seconds (an overloaded server ends them at its own pace: 886 in flight at 5 a second
-    is three minutes, whatever one request's latency was)."""
+    or waiting for a slot divided by the rate requests ended at over the last
+    ``DRAIN_RATE_WINDOW_S`` complete seconds (an overloaded server ends them at its own
+    pace: 886 in flight at 5 a second is three minutes, whatever one request's latency
+    was)."""
     summary = snapshot.summary or {}
     e2e_ms = summary.get("p99_e2el_ms")
     # Before any request has completed there is no latency to go by (the summary says 0).
