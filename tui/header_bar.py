@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from rich.text import Text
@@ -91,7 +92,8 @@ class HeaderBar(Static):
             if left.drain_s is None:
                 line.append("unknown")  # nothing has ended yet: no pace to go by
             else:
-                line.append("overdue" if left.drain_s == 0 else f"~{format_duration(left.drain_s)}")
+                # rounded up: "~00:00" with requests still out would read as "over"
+                line.append("overdue" if left.drain_s == 0 else f"~{format_duration(math.ceil(left.drain_s))}")
         eta = eta_unix(snapshot, left)
         if eta is not None:
             line.append("  ETA ", style="dim")

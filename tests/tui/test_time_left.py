@@ -160,3 +160,8 @@ def test_header_names_a_drain_policy_that_cancels_before_the_run_starts():
     assert line2({"drain": "cap:30"}).endswith("drain cap:30")
     assert line2({"drain": "cancel"}).endswith("drain cancel")
     assert "drain" not in line2({"drain": "wait"})  # vllm bench's way: said only otherwise
+
+
+def test_a_drain_of_under_a_second_reads_as_one_not_zero():
+    line = header_line(snap(131.0, "draining", e2e_ms=9000.0, in_flight=2, ended_rps=20.0))
+    assert "in flight 2  drain ~00:01  ETA" in line
