@@ -53,6 +53,16 @@ def header_pair(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def drain_policy(text: str):
+    """An argparse type for ``--drain``: wait, cap:SECONDS or cancel."""
+    from rampwatch.loadgen.drain import parse_drain
+
+    try:
+        return parse_drain(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", metavar="SCENARIO", help="scenario name (chat, classification, …) or YAML path")
     parser.add_argument(
@@ -244,6 +254,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         metavar="SECONDS",
         help="after a stop, how long in-flight requests may finish before they are cancelled (default 10)",
+    )
+    parser.add_argument(
+        "--drain",
+        type=drain_policy,
+        metavar="POLICY",
+        help="when the schedule ends: wait for every request in flight (wait, as vllm bench does), "
+        "wait at most SECONDS and cancel the rest (cap:SECONDS), or cancel them at once (cancel); "
+        "cancelled requests are counted as such and do not make the run interrupted "
+        "(default: the scenario's drain:, else wait)",
     )
     load = parser.add_argument_group("load processes")
     load.add_argument(

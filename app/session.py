@@ -39,6 +39,7 @@ from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
 from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.connection import Connection, ca_context
+from rampwatch.loadgen.drain import DrainPolicy
 from rampwatch.loadgen.gpu import NvmlReader, NvmlUnavailable
 from rampwatch.loadgen.knee_explain import ServerLimits
 from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS, check_gc_policy
@@ -506,11 +507,17 @@ def run_progress(run: Run) -> tuple[str, float, float]:
     return run.series.state, run.now(), run.series.target_rps
 
 
+def drain_policy(plan: RunPlan) -> DrainPolicy:
+    """The run's drain policy: ``--drain``, else the scenario's ``drain:``, else wait."""
+    return getattr(plan.args, "drain", None) or plan.scenario.drain or DrainPolicy()
+
+
 def recorded_options(plan: RunPlan) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """What the recording's header keeps of the run's options (the header's ``options``,
     redacted by the runner) and of the server it started (``server_info.managed_server``)."""
     cli_options = {k: v for k, v in vars(plan.args).items() if k not in ("func", "argv")}
     cli_options["target"] = plan.target
+    cli_options["drain"] = str(drain_policy(plan))  # the one in force: the flag's, else the scenario's
     cli_options["header"] = plan.connection.header_names()  # header values are secrets
     managed = None
     if plan.server is not None:
@@ -587,6 +594,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         metrics_max_bytes=args.metrics_max_bytes,
         request_timeout_s=args.request_timeout,
         stop_grace_s=args.stop_grace,
+        drain=drain_policy(plan),
         rate_step_rps=args.rate_step,
         tokenizer=plan.tokenizer,
         cli_options=cli_options,
@@ -777,6 +785,14 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     if not result.counts.ended:
         print("rampwatch run: no request was sent", file=sys.stderr)
         return 1
+    drained = [e for e in result.events if e.kind == "cancel" and "drain" in e.data]
+    if drained:
+        cancelled = sum(int(e.data.get("requests", 0)) for e in drained)
+        print(
+            f"rampwatch run: the drain policy ({drained[0].data['drain']}) cancelled {cancelled:,} requests still "
+            "in flight at its end; the summary counts them as cancelled, not failed",
+            file=sys.stderr,
+        )
     if result.interrupted:
         print(
             f"rampwatch run: stopped before the end (exit {INTERRUPTED_EXIT}): the summary covers "
@@ -941,6 +957,7 @@ def run_headless(args: argparse.Namespace) -> int:
             banner += f"; GPU telemetry from {', '.join(gpu_sources)}"
         banner += f"; seed {prepared.run.scenario.seed}, {describe_cache_policy(options.cache_salt_policy, options.cache_salt)}"
         print(server_text(banner), flush=True)
+        print(f"{options.drain.describe()} (--drain)", flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)
         if prepared.server is not None and prepared.server.log_path is not None:

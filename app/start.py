@@ -41,6 +41,9 @@ def details_text(raw: dict[str, Any]) -> str:
     mix = workload.get("mix")
     if isinstance(mix, list) and mix:
         parts.append(f"mix of {len(mix)}: " + ", ".join(str(c.get("name")) for c in mix if isinstance(c, dict)))
+    drain = raw.get("drain")
+    if drain is not None and drain != "wait":  # what the schedule's end does, before the run starts
+        parts.append(f"drain {drain}")
     return " · ".join(parts)
 
 

@@ -408,9 +408,10 @@ def metrics_stale_after_s(header: RunHeader | None) -> float:
 class StepRow:
     """One row of the per-step results table (``loadgen.steps``): a stretch of the run at
     one target rate (a step, a hold, a manual rate), a tenth of a ramp, or the drain
-    after a stop. Latencies and errors belong to the requests *sent* in the row;
-    achieved rate and output tokens to those that *ended* in it (what the server
-    delivered meanwhile). Latencies are seconds; NaN/None when there is nothing yet."""
+    after a stop. Latencies, errors and the achieved rate belong to the requests *sent*
+    in the row (the load it offered, whenever those requests end); the completion rate
+    to those that *ended* in it and output tokens to those streamed in it (what the
+    server delivered meanwhile). Latencies are seconds; NaN/None when there is nothing yet."""
 
     index: int  # 1, 2, … in time order
     kind: str  # "step", "ramp", "hold", "rate" (a manual rate), "drain"
@@ -420,9 +421,13 @@ class StepRow:
     target_hi_rps: float
     sent: int
     errors: int  # of the requests sent in the row
-    completed: int  # requests that ended OK in the row
-    achieved_rps: float  # completed / row length
-    output_tps: float  # completion tokens of those requests / row length
+    succeeded: int  # requests sent in the row that ended OK (so far: see ``pending``)
+    cancelled: int  # requests sent in the row that the run cancelled (neither OK nor failed)
+    completed: int  # requests that ended OK in the row, whenever sent
+    achieved_rps: float  # succeeded / row length: comparable with the target rate (NaN: the drain)
+    completed_rps: float  # completed / row length: what ended meanwhile, behind the sends by an E2E latency
+    output_tps: float  # output tokens streamed in the row (by chunk arrival) / row length
+    pending: bool  # some requests sent in the row may be in flight still: achieved is a lower bound
     ttft_p50: float
     ttft_p99: float
     itl_p50: float

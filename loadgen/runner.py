@@ -39,6 +39,7 @@ from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
 from rampwatch.loadgen.client import ModelsAnswer, RequestCancelled, StreamingClient
 from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.drain import DrainPolicy
 from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee_explain import KneeReview, ServerLimits
@@ -73,6 +74,7 @@ class RunOptions:
     metrics_max_bytes: int = DEFAULT_MAX_BODY_BYTES
     request_timeout_s: float = 600.0
     stop_grace_s: float = 10.0  # in-flight requests get this long after a stop, then are cancelled
+    drain: DrainPolicy = DrainPolicy()  # what the schedule's end does with the requests in flight
     rate_step_rps: float | None = None  # the TUI's +/- step; None: about 10% of the current rate
     tokenizer: Any = None  # TokenizerLike for the fallback token count
     cli_options: dict[str, Any] = field(default_factory=dict)  # for the header; secrets removed here
@@ -437,7 +439,9 @@ class Run:
         self.sink.on_event(Event(self.now(), "error", message, data))
         self.stop()
 
-    def _cancel(self, tasks: list[asyncio.Task], why: str, interrupts: bool = True) -> None:
+    def _cancel(
+        self, tasks: list[asyncio.Task], why: str, interrupts: bool = True, data: dict[str, Any] | None = None
+    ) -> None:
         pending = [task for task in tasks if not task.done()]
         if not pending:
             return
@@ -449,7 +453,7 @@ class Run:
                 self.now(),
                 "cancel",
                 f"{why}: cancelling {len(pending)} requests ({sent} in flight)",
-                {"requests": len(pending), "in_flight": sent},
+                {"requests": len(pending), "in_flight": sent, **(data or {})},
             )
         )
         for task in pending:
@@ -537,7 +541,7 @@ class Run:
                 model=opts.model,
                 scenario_name=self.scenario.name,
                 scenario=self.scenario.raw,
-                options=redact_options(opts.cli_options),
+                options={**redact_options(opts.cli_options), "drain": str(opts.drain)},
                 planned_duration_s=self.schedule.planned_duration_s,
                 server_info=server_info,
                 host_info=host_info() | (opts.sender_factory.host_info() if opts.sender_factory else {}),
@@ -550,7 +554,14 @@ class Run:
             self._header = header
             self.knee.limits = ServerLimits.of_run(header, opts.server_limits)
             self.sink.on_start(header)
-            self.sink.on_event(Event(0.0, "start", f"run started: {self.scenario.name} against {header.target}"))
+            self.sink.on_event(
+                Event(
+                    0.0,
+                    "start",
+                    f"run started: {self.scenario.name} against {header.target}; {opts.drain.describe()}",
+                    {"drain": str(opts.drain)},
+                )
+            )
             models_error = server_info["errors"].get("/v1/models")
             if models_error is not None:  # e.g. a gateway without the route: go on, unchecked
                 warning = f"--model {opts.model!r} not checked: /v1/models: {models_error}"
@@ -787,26 +798,49 @@ class Run:
         self._publish(record, on_record)
 
     async def _drain(self) -> None:
-        """Wait for in-flight requests: without limit after the schedule ends (as vllm
-        bench does), but only ``stop_grace_s`` once a stop is requested — also a stop
-        that arrives while already draining."""
+        """Wait for in-flight requests as the drain policy says (``wait``: without limit,
+        as vllm bench does; ``cap:S``: at most S seconds; ``cancel``: not at all), but only
+        ``stop_grace_s`` once a stop is requested — also a stop that arrives while already
+        draining. What the policy cancels is part of the plan: recorded as cancelled, it
+        does not make the run interrupted."""
         assert self._schedule_changed is not None and self._none_in_flight is not None
+        loop = asyncio.get_running_loop()
+        policy = self.options.drain
+        deadline = None if policy.limit_s is None else loop.time() + policy.limit_s
         # Two waiters, not one per request: asyncio.wait over thousands of queued requests
         # re-registers a callback on each of them every time one finishes.
         while self._in_flight and not self._stopping:
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                # A request sent at the schedule's last moment may not have started yet: a
+                # task cancelled before its first step would leave no record. One pass of
+                # the loop starts it, so that its cancel is recorded.
+                await asyncio.sleep(0)
+                why = (
+                    "the drain policy cancels"
+                    if policy.mode == "cancel"
+                    else f"the drain's {policy.cap_s:g} s cap is over"
+                )
+                pending = set(self._in_flight)
+                self._cancel(list(pending), why, interrupts=False, data={"drain": str(policy)})
+                await asyncio.gather(*pending, return_exceptions=True)
+                return
             self._schedule_changed.clear()
             waiters = {
                 asyncio.ensure_future(self._none_in_flight.wait()),
                 asyncio.ensure_future(self._schedule_changed.wait()),
             }
             try:
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for waiter in waiters:
                     waiter.cancel()
         pending = set(self._in_flight)
+        grace = self.options.stop_grace_s
+        if deadline is not None:  # the policy's cap still holds after a stop
+            grace = max(0.0, min(grace, deadline - loop.time()))
         if pending:
-            done, pending = await asyncio.wait(pending, timeout=self.options.stop_grace_s)
+            done, pending = await asyncio.wait(pending, timeout=grace)
         if pending:
             self._cancel(list(pending), f"the {self.options.stop_grace_s:g} s grace period is over")
             await asyncio.gather(*pending, return_exceptions=True)

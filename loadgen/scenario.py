@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 
 from rampwatch.core.errors import UserError
+from rampwatch.loadgen.drain import DrainPolicy, parse_drain
 from rampwatch.loadgen.mixture import CLASS_KEYS, MIX_KEY, MixtureFactory, check_mix
 from rampwatch.loadgen.requests import PreparedRequest
 from rampwatch.loadgen.schedules import (
@@ -61,7 +62,18 @@ THINK_DISTS = ("fixed", "uniform", "exponential", "lognormal")
 SESSION_KEYS = ("turns", "think_time_s")
 DOC_PICKS = ("uniform", "zipf")
 DATASET_FORMATS = ("auto", "sharegpt", "prompts", "messages")
-TOP_KEYS = ("name", "description", "endpoint", "model", "seed", "max_concurrency", "schedule", "workload", "slo")
+TOP_KEYS = (
+    "name",
+    "description",
+    "endpoint",
+    "model",
+    "seed",
+    "max_concurrency",
+    "schedule",
+    "workload",
+    "slo",
+    "drain",
+)
 WORKLOAD_KEYS = (
     "prompt_format",
     "input_tokens",
@@ -569,6 +581,7 @@ class Scenario:
     model: str | None = None
     description: str = ""
     workload: dict[str, Any] = field(default_factory=dict)
+    drain: DrainPolicy | None = None  # the scenario's drain policy (None: not set, the run's default)
 
     def build_schedule(self) -> ArrivalSchedule:
         return schedule_for(self.schedule_spec, self.seed)
@@ -656,6 +669,12 @@ def validate_scenario(
             ("schedule", "kind"), "users (a closed loop) needs workload.sessions: each user runs sessions back to back"
         )
     slo = _check_slo(p, ("slo",), data.get("slo"))
+    drain: DrainPolicy | None = None
+    if data.get("drain") is not None:
+        try:
+            drain = parse_drain(data["drain"])
+        except ValueError as exc:
+            p.add(("drain",), str(exc))
     if p.items:
 
         def order(sp: SpecProblem) -> tuple[int, int]:
@@ -684,6 +703,8 @@ def validate_scenario(
         "workload": workload,
         "slo": slo,
     }
+    if drain is not None:
+        raw["drain"] = str(drain)
     return Scenario(
         name=name,
         path=file,
@@ -697,6 +718,7 @@ def validate_scenario(
         model=model,
         description=description,
         workload=workload,
+        drain=drain,
     )
 
 

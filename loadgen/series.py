@@ -586,7 +586,7 @@ class SeriesBuilder:
         # The run's exact peak when the tick has it (older recordings: the ticks' own counts).
         peak = tick.in_flight if tick.peak_in_flight is None else tick.peak_in_flight
         self.summary.peak_in_flight = max(self.summary.peak_in_flight, peak)
-        self.steps.on_tick(tick.t, tick.state, tick.target_rps)
+        self.steps.on_tick(tick.t, tick.state, tick.target_rps, tick.in_flight, tick.oldest_sent_at)
         if tick.offered_total is not None and tick.sent_total is not None:
             prev_t, prev_offered, prev_sent = self._tick_totals or (0.0, 0, 0)
             self._spread_counts(

@@ -13,11 +13,19 @@ serve`` runs, one row per request rate. Where the rows split (``step_key``):
   event on; a resume starts a new row; so does a stop (the drain: no new requests).
 
 What each row counts (``core.timeline.StepRow``): latencies (TTFT, ITL p50/p99, from
-log histograms, ~1 %) and errors belong to the requests *sent* in the row, so they
-describe the load the row offered even when the requests end later; achieved req/s and
-output tok/s count the requests that *ended OK* in the row over its length (what the
-server delivered meanwhile, as ``vllm bench``'s request throughput). KV cache % is the
-maximum (and mean) of the scrapes in the row; waiting is the maximum.
+log histograms, ~1 %), errors and the achieved rate belong to the requests *sent* in the
+row, so they describe the load the row offered even when the requests end later. The
+achieved rate is the row's requests that ended OK per second of the row: comparable with
+its target, whatever the answers' length (a count of the requests that *ended* in the
+row lags the sends by an end-to-end latency, and read 2.7 req/s in a row offered 5–6 that
+the server kept up with). While some of the row's requests are in flight it is a lower
+bound (``pending``: the oldest request in flight was sent before the row's end), and so
+it is when some were cancelled (a stop, the drain policy: whether they would have ended
+OK is not known). The
+completion rate (requests that ended OK in the row per second of it) is kept beside it;
+output tok/s counts the tokens streamed in the row, by chunk arrival (what the server
+delivered meanwhile). KV cache % is the maximum (and mean) of the scrapes in the row;
+waiting is the maximum.
 
 ``StepTracker`` is bounded: per row a few counters and two histograms, never request
 records. Rows arrive in time order; a request's row is found by bisecting the row
@@ -90,6 +98,8 @@ class _Row:
         "hi",
         "sent",
         "errors",
+        "succeeded",
+        "cancelled",
         "completed",
         "output_tokens",
         "ttft",
@@ -109,8 +119,10 @@ class _Row:
         self.hi = math.nan
         self.sent = 0
         self.errors = 0
+        self.succeeded = 0
+        self.cancelled = 0
         self.completed = 0
-        self.output_tokens = 0
+        self.output_tokens = 0.0
         self.ttft = LogHistogram()
         self.itl = LogHistogram()
         self.kv_sum = 0.0
@@ -140,6 +152,8 @@ class _Row:
             self.waiting_max,
             self.ttft.total,
             self.itl.total,
+            self.succeeded,
+            self.cancelled,
         ]
 
 
@@ -154,6 +168,9 @@ class StepTracker:
         self._held_kind = "hold"
         self._held_s = 0.0
         self._last_tick: tuple[float, str] | None = None
+        # When the oldest request in flight was sent (None: none in flight): the rows that
+        # end after it may have requests in flight still.
+        self._unsettled_from: float | None = None
 
     def configure(self, schedule_kind: str | None, planned_s: float | None) -> None:
         self.schedule_kind = schedule_kind
@@ -177,7 +194,12 @@ class StepTracker:
         i = max(0, bisect.bisect_right(self._starts, t) - 1)
         return self._rows[i]
 
-    def on_tick(self, t: float, state: str, target_rps: float) -> None:
+    def on_tick(
+        self, t: float, state: str, target_rps: float, in_flight: int = 0, oldest_sent_at: float | None = None
+    ) -> None:
+        """``oldest_sent_at``: when the oldest request in flight was sent (ticks of older
+        recordings lack it: any request in flight then leaves every row pending)."""
+        self._unsettled_from = None if in_flight <= 0 else (oldest_sent_at if oldest_sent_at is not None else 0.0)
         if self._last_tick is not None and self._last_tick[1] in ("holding", "restarting"):
             self._held_s += max(0.0, t - self._last_tick[0])
         self._last_tick = (t, state)
@@ -224,18 +246,42 @@ class StepTracker:
         sent_row.sent += 1
         sent_row.cached = None
         if record.error_class == CANCELLED:
-            pass
+            sent_row.cancelled += 1
         elif record.ok:
+            sent_row.succeeded += 1
             if record.ttft is not None:
                 sent_row.ttft.add((record.ttft,))
             sent_row.itl.add(itl_array(record) if itls is None else itls)
             end_row = self._row_at(record.end_at)
             end_row.completed += 1
-            end_row.output_tokens += int(record.completion_tokens)
             end_row.cached = None
+            self._add_streamed(record)
         else:
             sent_row.errors += 1
         self._touch(self._rows[-1], record.end_at)
+
+    def _add_streamed(self, record: RequestRecord) -> None:
+        """The record's output tokens to the rows its chunks arrived in, spread evenly over
+        its chunks (a chunk may carry several tokens; the usage gives only the total)."""
+        tokens = float(record.completion_tokens)
+        chunks = record.chunk_times
+        first = record.first_token_at
+        if first is None or not chunks:
+            row = self._row_at(record.end_at if first is None else first)
+            row.output_tokens += tokens
+            row.cached = None
+            return
+        first_row, last_row = self._row_at(first), self._row_at(chunks[-1])
+        if first_row is last_row:  # the usual case: no numpy
+            first_row.output_tokens += tokens
+            first_row.cached = None
+            return
+        times = np.concatenate(([first], np.asarray(chunks, dtype=np.float64)))
+        rows = np.maximum(np.searchsorted(self._starts, times, side="right") - 1, 0)
+        per_row = np.bincount(rows) * (tokens / times.size)
+        for i in np.flatnonzero(per_row):
+            self._rows[i].output_tokens += float(per_row[i])
+            self._rows[i].cached = None
 
     def on_gauges(self, t: float, waiting: float | None, kv_pct: float | None) -> None:
         row = self._row_at(t)
@@ -257,16 +303,18 @@ class StepTracker:
         out: list[StepRow] = []
         for i, row in enumerate(self._rows):
             end = self._rows[i + 1].start if i + 1 < len(self._rows) else max(now, row.last)
-            if row.cached is not None and row.cached[0] == end:
+            pending = self._unsettled_from is not None and end > self._unsettled_from
+            if row.cached is not None and row.cached[0] == end and row.cached[1].pending == pending:
                 out.append(row.cached[1])
                 continue
-            step = self._build(i, row, end)
+            step = self._build(i, row, end, pending)
             row.cached = (end, step)
             out.append(step)
         return out
 
-    def _build(self, i: int, row: _Row, end: float) -> StepRow:
+    def _build(self, i: int, row: _Row, end: float, pending: bool) -> StepRow:
         length = end - row.start
+        timed = length >= MIN_RATE_S
         ttft50, ttft99 = row.ttft.quantiles((0.5, 0.99))
         itl50, itl99 = row.itl.quantiles((0.5, 0.99))
         if row.key is not None:
@@ -282,9 +330,14 @@ class StepTracker:
             target_hi_rps=row.hi,
             sent=row.sent,
             errors=row.errors,
+            succeeded=row.succeeded,
+            cancelled=row.cancelled,
             completed=row.completed,
-            achieved_rps=row.completed / length if length >= MIN_RATE_S else math.nan,
-            output_tps=row.output_tokens / length if length >= MIN_RATE_S else math.nan,
+            # the drain offers nothing: its row has no rate to compare with a target
+            achieved_rps=row.succeeded / length if timed and kind != "drain" else math.nan,
+            completed_rps=row.completed / length if timed else math.nan,
+            output_tps=row.output_tokens / length if timed else math.nan,
+            pending=pending and kind != "drain",
             ttft_p50=ttft50,
             ttft_p99=ttft99,
             itl_p50=itl50,
@@ -304,6 +357,7 @@ class StepTracker:
             "held_kind": self._held_kind,
             "held_s": self._held_s,
             "last_tick": list(self._last_tick) if self._last_tick is not None else None,
+            "unsettled_from": self._unsettled_from,
             "rows": [r.scalars() for r in self._rows],
         }
 
@@ -315,13 +369,23 @@ class StepTracker:
         tracker._held_s = float(state["held_s"])
         last_tick = state["last_tick"]
         tracker._last_tick = (float(last_tick[0]), str(last_tick[1])) if last_tick is not None else None
+        tracker._unsettled_from = state.get("unsettled_from")
         for k, scalars in enumerate(state["rows"]):
             key, start, last, lo, hi, sent, errors, completed, output, kv_sum, kv_n, kv_max, waiting_max, nt, ni = (
-                scalars
+                scalars[:15]
             )
             row = _Row(tuple(key) if key is not None else None, float(start))
             row.last, row.lo, row.hi = float(last), float(lo), float(hi)
-            row.sent, row.errors, row.completed, row.output_tokens = int(sent), int(errors), int(completed), int(output)
+            row.sent, row.errors, row.completed, row.output_tokens = (
+                int(sent),
+                int(errors),
+                int(completed),
+                float(output),
+            )
+            # checkpoints written before the achieved rate counted the row's own requests
+            # lack it: the row's requests that did not fail (cancelled ones aside) is the nearest
+            row.succeeded = int(scalars[15]) if len(scalars) > 15 else max(0, row.sent - row.errors)
+            row.cancelled = int(scalars[16]) if len(scalars) > 16 else 0
             row.kv_sum, row.kv_n, row.kv_max, row.waiting_max = float(kv_sum), int(kv_n), kv_max, waiting_max
             for hist, total, j in ((row.ttft, nt, 0), (row.itl, ni, 1)):
                 hist._counts = np.array(arrays["steps.hists"][k, j], dtype=np.int64)
@@ -389,7 +453,8 @@ def step_cells(row: StepRow) -> dict[str, str]:
         "start": _clock(row.start_s),
         "kind": row.kind,
         "target rps": "–" if row.kind == "drain" else _rate_range(row.target_lo_rps, row.target_hi_rps),
-        "achieved rps": _num(row.achieved_rps, 2 if row.achieved_rps < 10 else 1),
+        "achieved rps": _num(row.achieved_rps, 2 if row.achieved_rps < 10 else 1)
+        + ("+" if (row.pending or row.cancelled) and not math.isnan(row.achieved_rps) else ""),
         "out tok/s": _num(row.output_tps, 0),
         "TTFT p50": _ms(row.ttft_p50),
         "TTFT p99": _ms(row.ttft_p99),
@@ -414,8 +479,9 @@ def step_table_text(rows: list[StepRow]) -> str:
 
 
 STEP_TABLE_NOTE = (
-    "latencies: requests sent in the row (ms); achieved and out tok/s: requests that ended OK in the row, "
-    "per second of it; KV % and waiting: the most over the row's scrapes"
+    "latencies (ms), errors and achieved: requests sent in the row; achieved: those that ended OK, per second "
+    "of the row (N+: at least N, some still in flight or cancelled); out tok/s: tokens streamed in the row; "
+    "KV % and waiting: the most over the row's scrapes"
 )
 
 

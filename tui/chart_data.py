@@ -12,6 +12,7 @@ from typing import Any
 
 from rampwatch.core.bins import complete_bins, latest_complete, recent_max, recent_mean
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.loadgen.drain import drain_policy_of
 from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS
 from rampwatch.loadgen.schedules import TRACE_KIND
 
@@ -428,37 +429,68 @@ def grace_period_s(snapshot: Snapshot, stop: Event | None) -> float | None:
     return float(grace) if isinstance(grace, (int, float)) else None
 
 
-def time_left(snapshot: Snapshot) -> TimeLeft | None:
-    """The schedule's time left (its current plan less the time now) and the drain's.
+# The drain's pace is read over this many complete seconds: steadier than the stats
+# panel's "now", still recent enough to follow a server slowing down.
+DRAIN_RATE_WINDOW_S = 10
 
-    A request sent just before the schedule ends needs about one end-to-end latency to
-    finish, so the drain is estimated as the run-so-far p99 E2E latency, less the time
-    already spent draining (since the schedule's end, or the stop that cut it short; 0
-    once requests outlive it: a stalled drain is overdue, not "a few more seconds");
-    after a stop it is at most the rest of the grace period, after which the run cancels
-    what is left. None once the run is done."""
-    state = snapshot.state
-    if state not in SCHEDULE_STATES and state not in DRAIN_STATES:
-        return None
+
+def drain_estimate_s(snapshot: Snapshot, drained_s: float) -> float | None:
+    """How long the requests still out should take to end, ``drained_s`` into the drain
+    (None: cannot know — no request has ended yet, so there is no rate or latency to go by).
+
+    The larger of two figures: the run-so-far p99 E2E latency less the time drained (a
+    request sent just before the schedule's end needs about one; 0 once requests outlive
+    it: a stalled drain is overdue, not "a few more seconds"), and the requests in flight
+    or waiting for a slot divided by the rate requests ended at over the last
+    ``DRAIN_RATE_WINDOW_S`` complete seconds (an overloaded server ends them at its own
+    pace: 886 in flight at 5 a second is three minutes, whatever one request's latency
+    was)."""
     summary = snapshot.summary or {}
     e2e_ms = summary.get("p99_e2el_ms")
     # Before any request has completed there is no latency to go by (the summary says 0).
-    known = isinstance(e2e_ms, (int, float)) and math.isfinite(e2e_ms) and summary.get("completed", 1) > 0
-    e2e = e2e_ms / 1000.0 if known else None
+    if not (isinstance(e2e_ms, (int, float)) and math.isfinite(e2e_ms) and summary.get("completed", 1) > 0):
+        return None
+    by_latency = max(0.0, e2e_ms / 1000.0 - drained_s)
+    queued = current_value(snapshot, "client_queued")
+    left = snapshot.in_flight + (int(queued) if queued is not None else 0)
+    ended = sum(recent_rate(snapshot, name, DRAIN_RATE_WINDOW_S) or 0.0 for name in ("completed_rps", "error_rps"))
+    if left <= 0 or ended <= 0:
+        return by_latency
+    return max(by_latency, left / ended)
+
+
+def time_left(snapshot: Snapshot) -> TimeLeft | None:
+    """The schedule's time left (its current plan less the time now) and the drain's
+    (``drain_estimate_s``, from the schedule's end or the stop that cut it short), bounded
+    by what the run will wait: the drain policy's cap (``cancel``: 0) and, after a stop,
+    the rest of its grace period, after which the run cancels what is left. None once the
+    run is done."""
+    state = snapshot.state
+    if state not in SCHEDULE_STATES and state not in DRAIN_STATES:
+        return None
     planned = snapshot.planned_duration_s
+    policy = drain_policy_of(snapshot.header.options if snapshot.header else None)
     if state in SCHEDULE_STATES:
         schedule = None if planned is None else max(0.0, planned - snapshot.t)
-        return TimeLeft(schedule, e2e)
+        return TimeLeft(schedule, _at_most(drain_estimate_s(snapshot, 0.0), policy.limit_s))
     # The drain began when the schedule ended, or at the stop that cut it short.
     stop = stop_request(snapshot) if state == "stopping" else None
     began = stop.t if stop is not None and (planned is None or stop.t < planned) else planned
     drained = max(0.0, snapshot.t - began) if began is not None else 0.0
-    drain = None if e2e is None else max(0.0, e2e - drained)
+    drain = drain_estimate_s(snapshot, drained)
+    if policy.limit_s is not None and began is not None:
+        drain = _at_most(drain, max(0.0, began + policy.limit_s - snapshot.t))
     grace = grace_period_s(snapshot, stop)
     if stop is not None and grace is not None:
-        grace_left = max(0.0, stop.t + grace - snapshot.t)
-        drain = grace_left if drain is None else min(drain, grace_left)
+        drain = _at_most(drain, max(0.0, stop.t + grace - snapshot.t))
     return TimeLeft(0.0, drain)
+
+
+def _at_most(estimate: float | None, limit: float | None) -> float | None:
+    """An estimate bounded by what the run will wait (an unknown one is the limit)."""
+    if limit is None:
+        return estimate
+    return limit if estimate is None else min(estimate, limit)
 
 
 def eta_unix(snapshot: Snapshot, left: TimeLeft | None) -> float | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from rich.text import Text
 from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
+from rampwatch.loadgen.drain import drain_policy_of
 from rampwatch.loadgen.sessions import session_target, users_for, users_target
 from rampwatch.tui.chart_data import (
     DRAIN_STATES,
@@ -103,15 +105,19 @@ class HeaderBar(Static):
         if not draining and left.schedule_s is not None:
             line.append("  left ", style="dim")
             line.append(format_duration(left.schedule_s))
-        elif draining and left.drain_s is not None:
+        elif draining:
             line.append("  drain ", style="dim")
-            line.append("overdue" if left.drain_s == 0 else f"~{format_duration(left.drain_s)}")
+            if left.drain_s is None:
+                line.append("unknown")  # nothing has ended yet: no pace to go by
+            else:
+                # rounded up: "~00:00" with requests still out would read as "over"
+                line.append("overdue" if left.drain_s == 0 else f"~{format_duration(math.ceil(left.drain_s))}")
         eta = eta_unix(snapshot, left)
         if eta is not None:
             line.append("  ETA ", style="dim")
             line.append(time.strftime("%H:%M:%S", time.localtime(eta)))
             if not draining and left.drain_s is not None:
-                line.append(f" incl. ~{format_duration(left.drain_s)} drain", style="dim")
+                line.append(f" incl. ~{format_duration(math.ceil(left.drain_s))} drain", style="dim")
 
     def append_in_flight(self, line: Text, snapshot: Snapshot) -> None:
         line.append("  in flight ", style="dim")
@@ -193,6 +199,10 @@ class HeaderBar(Static):
         recording = self.recording or (header.options.get("record") if header else None)
         line.append("  rec ", style="dim")
         line.append(str(recording) if recording else "off")
+        drain = drain_policy_of(header.options if header else None)
+        if drain.mode != "wait":  # waiting for every request is vllm bench's way: said only otherwise
+            line.append("  drain ", style="dim")
+            line.append(str(drain))
         if self.compare_label:
             line.append("  vs ", style="dim")
             line.append(f"{self.compare_label} (B, dimmed)", style="dim")

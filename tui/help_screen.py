@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
+from rampwatch.loadgen.drain import drain_policy_of
 from rampwatch.tui.chart_data import format_duration, rate_step, schedule_text
 
 # (keys, action, setting name or None): the setting's text comes from ``help_settings``.
@@ -22,7 +23,7 @@ LIVE_KEYS = (
     ("+  -", "raise / lower the rate by a step (holds the ramp)", "step"),
     ("m", "add a mark with a note", None),
     ("s", "stop gracefully (no new requests, drain, finish)", "grace"),
-    ("x", "while draining or stopping: cancel the in-flight requests now", None),
+    ("x", "while draining or stopping: cancel the in-flight requests now", "drain"),
     ("R", "restart the server with other arguments (a server rampwatch started)", "serve"),
     ("o", "server log: show / hide (a run that started its server: --serve, the simulator)", None),
     ("q  ctrl+c  ctrl+q", "quit (asks while a run is active; ctrl+c again: yes)", None),
@@ -100,6 +101,7 @@ def help_settings(
     out["grace"] = (f"{grace:g} s" if grace is not None else "--stop-grace") + (
         " for in-flight requests (--stop-grace, default 10 s)"
     )
+    out["drain"] = f"{drain_policy_of(options).describe()} (--drain, or the scenario's drain:)"
     serve = options.get("serve")
     if isinstance(serve, str) and serve:
         out["serve"] = f"started with: {serve}"

@@ -39,7 +39,7 @@ class StepTable(Widget):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.border_title = "Steps"
-        self.border_subtitle = "latencies ms, of requests sent in the row · achieved: ended OK in the row"
+        self.border_subtitle = "sent in the row: latencies ms · achieved: ended OK (N+: at least N)"
         self._rows: list[StepRow] = []
         self._shown: list[dict[str, str]] | None = None
 

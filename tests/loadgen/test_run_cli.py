@@ -479,3 +479,41 @@ def test_without_a_readable_recording_the_summary_is_the_live_one_said_so_and_a_
     assert len(err) == 1 and "r.rwrec" in err[0]
     assert ("No space left on device" in err[0]) == recording_failed
     assert json.loads((tmp_path / "r.json").read_text())["completed"] == 5
+
+
+def test_the_drain_policy_is_shown_before_the_run_and_its_cancellations_are_counted_not_interrupting(tmp_path):
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
+    with serving_sim(slow) as sim:
+        proc = rampwatch(
+            "random",
+            "--headless",
+            "--target",
+            sim.url,
+            "--duration",
+            "1",
+            "--start-rps",
+            "8",
+            "--end-rps",
+            "8",
+            "--set",
+            "workload.output_tokens=2000",  # a minute's answers: the drain would wait that long
+            "--drain",
+            "cap:1",
+            "--result-json",
+            str(tmp_path / "r.json"),
+            "--record",
+            str(tmp_path / "r.rwrec"),
+        )
+    assert proc.returncode == 0, proc.stderr  # the plan, not an interrupted run
+    lines = proc.stdout.splitlines()
+    plan = next(i for i, line in enumerate(lines) if line.startswith("drain: "))
+    assert lines[plan] == "drain: at most 1 s after the schedule, then cancel what is left (--drain)"
+    assert plan < next(i for i, line in enumerate(lines) if line.startswith("Successful requests:"))
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert (
+        result["rampwatch_cancelled"] >= 4
+        and result["completed"] + result["rampwatch_cancelled"] == result["num_prompts"]
+    )
+    assert (
+        f"the drain policy (cap:1) cancelled {result['rampwatch_cancelled']:,} requests still in flight" in proc.stderr
+    )

@@ -12,6 +12,7 @@ import pytest
 from rampwatch.app.session import progress_line
 from rampwatch.core.errors import TargetUnreachable
 from rampwatch.core.timeline import NullSink, ServerSample
+from rampwatch.loadgen.drain import DrainPolicy
 from rampwatch.loadgen.requests_ahead import PROBE_REQUESTS
 from rampwatch.loadgen.runner import Run, RunOptions
 from rampwatch.loadgen.scenario import load_scenario
@@ -549,3 +550,45 @@ async def test_a_request_builder_killed_mid_run_stops_the_run_with_its_records_k
     records = sorted(sink.of("request"), key=lambda r: r.id)
     assert [r.id for r in records] == list(range(len(records))) and len(records) >= 20  # none lost
     assert sink.items[-1][0] == "finish"
+
+
+@pytest.mark.parametrize(
+    ("policy", "lasts_at_least", "lasts_under"),
+    [
+        (DrainPolicy("cap", 0.6), 0.5 + 0.6, 0.5 + 0.6 + 1.0),  # 2000 tokens each: a minute's drain, cut at 0.6 s
+        (DrainPolicy("cancel"), 0.5, 0.5 + 1.0),
+    ],
+)
+async def test_a_drain_policy_cancels_what_is_left_as_planned_not_interrupted(policy, lasts_at_least, lasts_under):
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
+    sink = ListSink()
+    async with serve(slow) as url:
+        run = make_run(
+            url,
+            scenario({"kind": "constant", "rate": 10, "duration_s": 0.5}, output_tokens=2000),
+            sink,
+            drain=policy,
+        )
+        result = await run.execute()
+    assert lasts_at_least <= result.duration_s < lasts_under
+    cancelled = [r for r in result.requests if r.error_class == "cancelled"]
+    assert len(cancelled) == len(result.requests) >= 4  # every request recorded: cancelled, never lost
+    assert not result.interrupted and result.error_rate == 0.0  # the plan, not a stop
+    (cancel,) = [e for e in sink.of("event") if e.kind == "cancel"]
+    assert cancel.data == {"requests": len(cancelled), "in_flight": len(cancelled), "drain": str(policy)}
+    start = sink.of("start")[0]
+    assert start.options["drain"] == str(policy)
+    assert policy.describe() in sink.of("event")[0].message
+
+
+async def test_the_wait_policy_waits_for_every_request_and_a_cap_longer_than_the_drain_cancels_nothing():
+    slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=2.0)
+    for policy in (DrainPolicy(), DrainPolicy("cap", 60.0)):
+        sink = ListSink()
+        async with serve(slow) as url:
+            run = make_run(
+                url, scenario({"kind": "constant", "rate": 10, "duration_s": 0.5}, output_tokens=64), sink, drain=policy
+            )
+            result = await run.execute()
+        assert result.requests and all(r.ok for r in result.requests)
+        assert not [e for e in sink.of("event") if e.kind == "cancel"]

@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
@@ -187,8 +188,9 @@ def test_a_row_younger_than_a_second_has_no_achieved_rate_yet():
     t.on_tick(5.0, "ramping", 4.0)
     t.on_request(ok(0, 4.9, 0.01, 5.2))
     first, second = t.rows(5.5)
-    assert first.achieved_rps == 0.0 and math.isnan(second.achieved_rps) and second.completed == 1
-    assert t.rows(6.0)[1].achieved_rps == pytest.approx(1.0)
+    assert first.achieved_rps == pytest.approx(1 / 5.0)  # sent in the first row
+    assert math.isnan(second.completed_rps) and math.isnan(second.output_tps) and second.completed == 1
+    assert t.rows(6.0)[1].completed_rps == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("resume", ["current", "start"])
@@ -239,3 +241,76 @@ def test_a_held_trace_is_one_row_while_its_target_follows_the_trace():
         ("ramp", 10.0),
     ]
     assert (rows[3].target_lo_rps, rows[3].target_hi_rps) == (4.0, 20.0)
+
+
+def feed_long_answers(b: SeriesBuilder, until: float) -> None:
+    """Chat-like: 2 rps for 10 s then 4 rps until 21 s, every answer streaming for 15 s, nothing
+    queued: the server keeps up, requests just last longer than a row. Ticks (with the
+    oldest request in flight) and ended requests up to ``until``."""
+    b.on_start(header("steps", 20.0))
+    sends = [s + 0.5 + k / (2 if s < 10 else 4) for s in range(20) for k in range(2 if s < 10 else 4)]
+    for step in range(int(until * 10) + 1):
+        now = step / 10
+        for i, sent in enumerate(sends):
+            if now - 0.1 < sent + 15.0 <= now:
+                b.on_request(ok(i, sent, 0.05, sent + 15.0, tokens=300, chunks=list(sent + 0.05 * np.arange(1, 301))))
+        flying = [s for s in sends if s <= now < s + 15.0]
+        state = "ramping" if now < 21 else "draining" if flying else "done"
+        b.on_tick(
+            Tick(
+                t=now,
+                target_rps=2.0 if now < 10.5 else 4.0,
+                state=state,
+                in_flight=len(flying),
+                oldest_sent_at=flying[0] if flying else None,
+            )
+        )
+
+
+def test_achieved_counts_the_rows_own_requests_so_a_server_that_keeps_up_achieves_the_offered_rate():
+    b = SeriesBuilder()
+    feed_long_answers(b, until=36.0)
+    first, second, drain = b.snapshot().steps
+    # every request sent in a row ended OK: achieved = offered (the old count, of requests
+    # that *ended* in the row, read 0 and ~1.9 for a server with nothing waiting)
+    assert first.achieved_rps == pytest.approx(20 / 10.5, rel=0.01) and not first.pending
+    assert second.achieved_rps == pytest.approx(40 / 10.5, rel=0.01) and not second.pending
+    assert step_cells(first)["achieved rps"] == "1.90"
+    # what ended in the row, per second of it, is kept as the completion rate
+    assert first.completed_rps == 0.0 and second.completed_rps == pytest.approx(12 / 10.5)  # sent 0.5–6.0
+    assert drain.kind == "drain" and math.isnan(drain.achieved_rps) and drain.completed_rps > 0
+    # the output tokens a row delivered are those streamed in it: a request sent at x
+    # streamed (10.5 - x) / 0.05 tokens before the row's end
+    streamed = sum((10.5 - (0.5 + k / 2)) / 0.05 for k in range(20))
+    assert first.output_tps == pytest.approx(streamed / 10.5, rel=0.01)
+
+
+def test_a_row_with_requests_still_in_flight_shows_its_achieved_rate_as_a_lower_bound():
+    b = SeriesBuilder()
+    feed_long_answers(b, until=22.0)  # the first row's requests ended at 15.5–25.0
+    first, second, _drain = b.snapshot().steps
+    assert first.pending and second.pending
+    assert first.achieved_rps == pytest.approx(14 / 10.5, rel=0.01)
+    assert step_cells(first)["achieved rps"] == "1.33+"
+    assert step_cells(second)["achieved rps"] == "0.00+"
+    b2 = SeriesBuilder()
+    feed_long_answers(b2, until=26.0)  # the first row's are all over, the second's are not
+    first, second, _drain = b2.snapshot().steps
+    assert not first.pending and second.pending
+    assert step_cells(first)["achieved rps"] == "1.90"
+
+
+def test_a_row_whose_requests_were_cancelled_shows_its_achieved_rate_as_a_lower_bound():
+    t = StepTracker()
+    t.configure("steps", 20.0)
+    t.on_tick(0.0, "ramping", 2.0)
+    t.on_tick(10.0, "ramping", 4.0)
+    t.on_event(Event(t=20.0, kind="stop"))
+    t.on_request(ok(0, 1.0, 0.05, 9.0))
+    t.on_request(ok(1, 11.0, 0.05, 19.0))
+    cancelled = RequestRecord(id=2, scheduled_at=12.0, sent_at=12.0, end_at=50.0, error_class="cancelled")
+    t.on_request(cancelled)
+    first, second, _drain = t.rows(50.0)
+    assert (second.sent, second.succeeded, second.cancelled, second.errors) == (2, 1, 1, 0)
+    assert step_cells(first)["achieved rps"] == "0.10"
+    assert step_cells(second)["achieved rps"] == "0.10+"  # would the cancelled one have ended OK? unknown

@@ -38,7 +38,7 @@ def shown(snapshot, width: int, mode: str = "live") -> list[str]:
     [
         ("ramping", 60.0, ["RAMPING", "01:00 / 02:00", "left 01:00", "ETA ", "incl. ~00:05 drain", "in flight 34"]),
         ("holding", 42.0, ["HOLDING", "left ", "ETA ", "target ", "in flight 34 (peak 48)"]),
-        ("draining", 123.0, ["DRAINING", "drain ~00:02", "ETA ", "in flight 34", "oldest 00:08"]),
+        ("draining", 123.0, ["DRAINING", "drain ~00:03", "ETA ", "in flight 34", "oldest 00:08"]),
     ],
 )
 def test_the_header_keeps_the_state_time_eta_drain_and_in_flight_at_every_width(state, t, must_show, width):

@@ -315,11 +315,15 @@ def test_help_settings_show_the_values_in_use_and_their_flags():
     assert live["ramp"] == "ramp: linear 1 → 20 req/s over 120 s, poisson arrivals"
     assert live["step"] == "step now 1 req/s (default: ~10% of the rate; --rate-step)"
     assert live["grace"] == "10 s for in-flight requests (--stop-grace, default 10 s)"
+    assert live["drain"] == "drain: wait for every request in flight (--drain, or the scenario's drain:)"
     assert live["scenario"] == "scenario chat · no concurrency cap · SLO TTFT 2000 ms, TPOT 100 ms"
     assert help_settings(snap, configured_step=2.5)["step"] == "step 2.5 req/s (--rate-step)"
-    header = replace(snap.header, options={"rate_step": 3, "stop_grace": 4}, scenario={"max_concurrency": 8})
+    header = replace(
+        snap.header, options={"rate_step": 3, "stop_grace": 4, "drain": "cap:30"}, scenario={"max_concurrency": 8}
+    )
     from_header = help_settings(replace(snap, header=header))
     assert from_header["step"] == "step 3 req/s (--rate-step)" and from_header["grace"].startswith("4 s ")
+    assert from_header["drain"].startswith("drain: at most 30 s after the schedule, then cancel what is left")
     assert "ramp" not in from_header and from_header["scenario"] == "scenario chat · max concurrency 8"
     replay = help_settings(snap, speed=4.0, knee_at=78.0, mark_count=2)
     assert replay["speed"] == "now 4× (--speed, default 1×)" and replay["knee"] == "knee at 01:18"

@@ -50,6 +50,7 @@ def test_details_text():
         "128 tokens out"
     )
     assert details_text({"schedule": {"kind": "constant", "rate": 5}}).startswith("constant 5 req/s")
+    assert details_text({**raw, "drain": "cap:30"}).endswith("128 tokens out · drain cap:30")
     trace = {"kind": "trace", "path": "/data/mooncake_trace.jsonl", "format": "mooncake", "speed": 2}
     assert details_text({"schedule": trace}).startswith("trace mooncake_trace.jsonl (mooncake) at speed ×2 · ")
     ramp = {**trace, "speed": {"start": 1, "end": 4}}

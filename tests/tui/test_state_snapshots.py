@@ -19,8 +19,10 @@ def with_summary(snapshot, **figures):
 
 
 def draining_with_stalled_streams():
-    """11 s after the schedule's end, 37 requests still out, the oldest sent 52 s ago
-    (far past the p99 E2E of 9 s: the drain is overdue)."""
+    """11 s after the schedule's end, 37 requests still out, the oldest sent 52 s ago (far
+    past the p99 E2E of 9 s); the others still end at ~13 a second (the fake's completed
+    rate), so the drain estimate follows that pace (~00:03) rather than reading overdue
+    (a drain where none ended lately: tests/tui/test_time_left.py)."""
     snapshot = fake_snapshot(131.0, state="draining")
     return with_summary(
         dataclasses.replace(snapshot, target_rps=0.0, in_flight=37, oldest_in_flight_sent_at=79.0),

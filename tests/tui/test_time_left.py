@@ -11,16 +11,32 @@ from rampwatch.tui.header_bar import HeaderBar
 from tests.tui.fakes import fake_snapshot
 
 
-def snap(t: float, state: str, *, planned=120.0, e2e_ms=None, events=(), in_flight=5, oldest=None, grace=None):
+def snap(
+    t: float,
+    state: str,
+    *,
+    planned=120.0,
+    e2e_ms=None,
+    events=(),
+    in_flight=5,
+    oldest=None,
+    grace=None,
+    ended_rps=0.0,
+    options=None,
+):
+    """The fake run at ``t``, its requests ending at ``ended_rps`` a second throughout (0:
+    the drain estimate goes by latency alone)."""
     base = fake_snapshot(t, state=state)
+    series = {**base.series, "completed_rps": [ended_rps] * len(base.times), "error_rps": [0.0] * len(base.times)}
     summary = dict(base.summary)
     if e2e_ms is not None:
         summary["p99_e2el_ms"] = e2e_ms
     header = base.header
-    if grace is not None:
-        header = dataclasses.replace(header, options={"stop_grace": grace})
+    if grace is not None or options is not None:
+        header = dataclasses.replace(header, options={"stop_grace": grace, **(options or {})})
     return dataclasses.replace(
         base,
+        series=series,
         planned_duration_s=planned,
         summary=summary,
         events=list(events),
@@ -51,7 +67,36 @@ def test_no_drain_estimate_before_a_request_has_completed():
     s = dataclasses.replace(s, summary={**s.summary, "completed": 0})
     assert time_left(s) == TimeLeft(0.0, None)  # not "overdue"
     line = header_line(s)
-    assert "drain" not in line and "ETA" not in line  # neither "overdue" nor an ETA of "now"
+    assert "drain unknown" in line and "ETA" not in line  # neither "overdue" nor an ETA of "now"
+
+
+@pytest.mark.parametrize(
+    "t, state, in_flight, ended_rps, expected_drain",
+    [
+        # 886 in flight, ending at 5 a second: three minutes, not "p99 E2E 20 s less 10 s drained"
+        (130.0, "draining", 886, 5.0, 886 / 5.0),
+        (60.0, "ramping", 300, 6.0, 50.0),  # before the drain: what is out now, at the pace it ends
+        (130.0, "draining", 12, 6.0, 10.0),  # few left: the last one still needs its latency
+        (130.0, "draining", 886, 0.0, 10.0),  # none ended lately: the latency alone
+    ],
+)
+def test_the_drain_follows_the_rate_requests_end_at(t, state, in_flight, ended_rps, expected_drain):
+    left = time_left(snap(t, state, e2e_ms=20000.0, in_flight=in_flight, ended_rps=ended_rps))
+    assert left is not None and left.drain_s == pytest.approx(expected_drain)
+
+
+@pytest.mark.parametrize(
+    "drain, t, state, expected_drain",
+    [
+        ("cap:30", 60.0, "ramping", 30.0),  # 886 / 5 s would be 177 s: the cap cancels at 30
+        ("cap:30", 130.0, "draining", 20.0),  # 10 s into the drain
+        ("cancel", 60.0, "ramping", 0.0),
+        ("wait", 130.0, "draining", 886 / 5.0),
+    ],
+)
+def test_the_drain_policy_bounds_the_estimate(drain, t, state, expected_drain):
+    left = time_left(snap(t, state, e2e_ms=20000.0, in_flight=886, ended_rps=5.0, options={"drain": drain}))
+    assert left is not None and left.drain_s == pytest.approx(expected_drain)
 
 
 def test_nothing_left_once_done():
@@ -105,3 +150,18 @@ def test_header_shows_the_peak_in_flight():
     s = snap(60.0, "ramping")
     s = dataclasses.replace(s, summary={**s.summary, "max_concurrent_requests": 48})
     assert "in flight 5 (peak 48)" in header_line(s)
+
+
+def test_header_names_a_drain_policy_that_cancels_before_the_run_starts():
+    def line2(options):
+        s = snap(0.0, "starting", options=options)
+        return HeaderBar(mode="live").render_text(s).plain.split("\n")[1]
+
+    assert line2({"drain": "cap:30"}).endswith("drain cap:30")
+    assert line2({"drain": "cancel"}).endswith("drain cancel")
+    assert "drain" not in line2({"drain": "wait"})  # vllm bench's way: said only otherwise
+
+
+def test_a_drain_of_under_a_second_reads_as_one_not_zero():
+    line = header_line(snap(131.0, "draining", e2e_ms=9000.0, in_flight=2, ended_rps=20.0))
+    assert "drain ~00:01  ETA" in line and "in flight 2" in line
