@@ -64,7 +64,9 @@ def child_argv(argv: list[str], run_id: str, log: Path, recording: Path | None) 
 def launch(args: argparse.Namespace) -> int:
     from rampwatch.app.session import plan_run
 
-    plan = plan_run(args)  # a bad scenario, flag or path: one line here, nothing started
+    # A bad scenario, flag or path: one line here, nothing started; the outputs are
+    # claimed by the process started below, which runs with the same --record and --force.
+    plan = plan_run(args, claim=False)
     directory = runs.checked_dir()
     run_id = runs.new_run_id()
     while runs.state_path(run_id, directory).exists():

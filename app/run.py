@@ -222,6 +222,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-record", action="store_true", help="do not record the session")
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a recording, result JSON or server log that exists already (never one another run is writing)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -333,4 +338,7 @@ def main(args: argparse.Namespace) -> int:
         code = getattr(exc, "exit_code", 1)
         raise
     finally:
+        from rampwatch.core.files import release_all
+
+        release_all()  # the run's outputs, whichever way it ended (finish_run let them go already)
         runs.finished(args.run_id, code)  # for `rampwatch ps` and `rampwatch stop`

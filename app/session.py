@@ -31,6 +31,7 @@ from rampwatch.app.ray_run import ray_workers
 from rampwatch.core.bins import latest_complete, recent_max, recent_mean
 from rampwatch.core.cache_salt import AUTO, cache_salt_choice, describe_cache_policy
 from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.files import OutputClaim, check_replaceable, claim_outputs, private_file
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import fill_to, server_text, terminal_width
 from rampwatch.core.timeline import Event, RunHeader
@@ -357,9 +358,24 @@ class RunPlan:
     gpu: GpuTelemetryPlan
     # --cache-salt: the policy (core.cache_salt) and the salt every request carries.
     cache_policy: tuple[str, str | None]
+    # The recording, result JSON and server log, held by this run (``core.files``) until
+    # ``finish_run`` has written them; None when the plan only checks (``--detach``).
+    outputs: OutputClaim | None = None
 
 
-def plan_run(args: argparse.Namespace) -> RunPlan:
+def unused_default_path(path: Path) -> Path:
+    """The default recording's path, or ``…-2.rwrec``, ``…-3.rwrec`` when a run of the
+    same scenario started in the same second has it (or its result JSON or server log)."""
+    candidate, n = path, 1
+    while any(p.exists() for p in (candidate, result_json_path(None, candidate), server_log_path(candidate))):
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
+def plan_run(args: argparse.Namespace, claim: bool = True) -> RunPlan:
+    """The run's inputs checked and its outputs claimed (``claim``; else only checked:
+    ``--detach`` checks, the process it starts claims)."""
     check_gc_policy()  # RAMPWATCH_LOAD_GC: a value it does not know stops the run here
     scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
@@ -371,7 +387,11 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
     metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
     recording_path = None
     if not args.no_record:
-        recording_path = Path(args.record) if args.record else default_recording_path(scenario.name, time.time())
+        recording_path = (
+            Path(args.record)
+            if args.record
+            else unused_default_path(default_recording_path(scenario.name, time.time()))
+        )
     result_json = result_json_path(args.result_json, recording_path)
     check_outputs(recording_path, result_json, [Path(scenario.path)] if scenario.path else [])
     cache_policy = cache_salt_choice(getattr(args, "cache_salt", AUTO))
@@ -399,6 +419,17 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         if log_path is None and recording_path is not None:
             log_path = server_log_path(recording_path)
         server = ManagedServer(command, log_path=log_path, connection=connection)
+    named = [("--record", recording_path), ("--result-json", result_json)]
+    if server is not None:
+        named.append(("--server-log", server.log_path))
+    named_outputs = [(flag, path) for flag, path in named if path is not None]
+    force = bool(getattr(args, "force", False))
+    outputs = None
+    if claim:  # last: nothing after it can fail and leave the outputs held
+        outputs = claim_outputs(named_outputs, force)
+    else:
+        for flag, path in named_outputs:
+            check_replaceable(flag, path, force)
     return RunPlan(
         args=args,
         scenario=scenario,
@@ -411,6 +442,7 @@ def plan_run(args: argparse.Namespace) -> RunPlan:
         target=target,
         gpu=gpu_plan,
         cache_policy=cache_policy,
+        outputs=outputs,
     )
 
 
@@ -448,6 +480,7 @@ class PreparedRun:
     # --no-record: the run's records still go to a recording, this one, in a temporary
     # directory removed once the final figures are computed (``finish_run``).
     scratch_path: Path | None = None
+    outputs: OutputClaim | None = None  # the plan's, released by ``finish_run``
 
     @property
     def records_path(self) -> Path | None:
@@ -628,6 +661,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         recording_path=plan.recording_path,
         result_json_path=plan.result_json_path,
         scratch_path=scratch,
+        outputs=plan.outputs,
     )
 
 
@@ -705,6 +739,8 @@ def finish_run(prepared: PreparedRun, result: RunResult, out: TextIO = sys.stdou
         return _finish_run(prepared, result, out)
     finally:
         prepared.remove_scratch()
+        if prepared.outputs is not None:
+            prepared.outputs.release()
 
 
 def _finish_run(prepared: PreparedRun, result: RunResult, out: TextIO) -> int:
@@ -741,7 +777,8 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
                 bench = to_bench_result(summary, result.header, result.requests, detailed=detailed)
                 if classes:  # a mixture: each class's figures in the same schema
                     bench["per_class"] = per_class_results(result.header, result.requests, classes, detailed=detailed)
-                prepared.result_json_path.write_bytes(dumps_bench_result({**bench, **turn_sections(turns)}))
+                with private_file(prepared.result_json_path, "wb") as fh:
+                    fh.write(dumps_bench_result({**bench, **turn_sections(turns)}))
             print(f"result JSON: {prepared.result_json_path}", file=out)
         except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
             print(f"rampwatch run: cannot write {prepared.result_json_path}: {exc.strerror or exc}", file=sys.stderr)

@@ -37,8 +37,11 @@ STATUS_INTERVAL_S = 2.0
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
     """``sweep.json`` replaced whole (a reader never sees half a file)."""
+    from rampwatch.core.files import private_file
+
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=1, allow_nan=False, default=_jsonable) + "\n", encoding="utf-8")
+    with private_file(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(state, indent=1, allow_nan=False, default=_jsonable) + "\n")
     os.replace(tmp, path)
 
 
@@ -201,6 +204,8 @@ class ConfigRun:
                 )
         finally:
             server.stop()
+            if plan.outputs is not None:
+                plan.outputs.release()  # this configuration's recording is written
             row["duration_s"] = time.monotonic() - started
 
     def _failed(self, reason: str, code: int | None) -> None:
@@ -534,7 +539,9 @@ def spawn_headless(
     env = dict(os.environ, **(extra_env or {}))
     if args.api_key:
         env["OPENAI_API_KEY"] = args.api_key  # not on the command line: the process table shows it
-    log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - the child writes it until it ends
+    from rampwatch.core.files import private_file
+
+    log = private_file(log_path, "w", encoding="utf-8")
     try:
         return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     finally:

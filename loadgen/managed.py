@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from rampwatch.core.errors import ServerExited, TargetUnreachable, UserError
+from rampwatch.core.files import private_file
 from rampwatch.core.interpreter import module_command
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_value, secret_values
 from rampwatch.core.text import server_text
@@ -363,7 +364,7 @@ class ManagedServer:
         if self.log_path is not None:
             try:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.log_path, "a", encoding="utf-8") as log:
+                with private_file(self.log_path, "a", encoding="utf-8") as log:
                     log.write(f"$ {command.shown}\n")
             except OSError as exc:
                 raise UserError(f"--server-log {self.log_path}: {exc.strerror or exc}") from None
@@ -505,7 +506,7 @@ class ManagedServer:
         log: IO[str] | None = None
         if self.log_path is not None:
             try:
-                log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+                log = private_file(self.log_path, "a", encoding="utf-8")
             except OSError as exc:
                 self.log_error = str(exc.strerror or exc)
         pending = b""

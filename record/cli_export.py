@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.files import private_file
 
 REQUEST_COLUMNS = (
     "id",
@@ -90,6 +91,11 @@ def _write_atomically(path: Path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _write_text(path: Path, text: str) -> None:
+    with private_file(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 # A recording keeps times to the microsecond: a difference of two of them printed in
 # full reads 7.566339999999999 for 7.56634. Values go out rounded to the µs grid
 # (seconds), which every figure of the files is already exact to, or finer.
@@ -105,7 +111,7 @@ def _num(v):
 
 
 def write_requests_csv(records, path: Path) -> None:
-    with open(path, "w", newline="") as f:
+    with private_file(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(REQUEST_COLUMNS)
         for r in records:
@@ -135,7 +141,7 @@ def write_requests_csv(records, path: Path) -> None:
 
 def write_series_csv(snapshot, path: Path) -> None:
     names = list(snapshot.series)
-    with open(path, "w", newline="") as f:
+    with private_file(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["t", *names])
         for i, t in enumerate(snapshot.times):
@@ -242,7 +248,7 @@ def write_bench_result(
                 f.write("]")
         f.write("\n}")
 
-    with open(path, "w") as f:
+    with private_file(path, "w") as f:
         write_object(f, result, summary, None)
         f.write("\n")
 
@@ -290,7 +296,7 @@ def main(args: argparse.Namespace) -> int:
             turns=recording_turns(recording),
             classes=classes_table(class_figures(recording)),
         )
-        _write_atomically(outputs[0], lambda tmp: tmp.write_text(page, encoding="utf-8"))
+        _write_atomically(outputs[0], lambda tmp: _write_text(tmp, page))
     for path in outputs:
         print(path)
     return print_warnings(recording, "export")

@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from rampwatch.core.files import private_file
 from rampwatch.loadgen.sweep import TABLE_LEGEND, limit_reached, table_cells, verdict_text
 from rampwatch.record.html_report import (
     PAD_B,
@@ -144,4 +145,5 @@ pre {{ white-space: pre-wrap; }}
 
 
 def write_sweep_report(state: dict[str, Any], path: Path) -> None:
-    path.write_text(render_sweep_html(state), encoding="utf-8")
+    with private_file(path, "w", encoding="utf-8") as fh:
+        fh.write(render_sweep_html(state))

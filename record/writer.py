@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.files import private_file
 from rampwatch.core.redact import redact_options, scrub, secret_values
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.record import format as fmt
@@ -80,7 +81,7 @@ class RecordingWriter:
         self._samples: list[ServerSample] = []
         self._ticks: list[Tick] = []
         self._events: list[Event] = []
-        self._file: BinaryIO | None = None
+        self._file: IO[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.error: BaseException | None = None
@@ -99,7 +100,7 @@ class RecordingWriter:
         clean = RunHeader(**d)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "wb")
+            self._file = private_file(self.path, "wb")
         except (FileExistsError, NotADirectoryError) as exc:
             raise UserError(f"cannot write recording {self.path}: a parent of it is not a directory") from exc
         except OSError as exc:
