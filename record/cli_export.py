@@ -7,10 +7,15 @@ import csv
 import json
 import math
 import os
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.files import private_file
+
+# ``-o -``: the export goes to standard output (json and html; csv is two files).
+STDOUT = "-"
 
 REQUEST_COLUMNS = (
     "id",
@@ -44,7 +49,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "<stem>-series.csv; html: offline report with charts (default: json)",
     )
     parser.add_argument(
-        "-o", "--output", help="output file (csv: its stem names the two files); default: beside the recording"
+        "-o",
+        "--output",
+        help="output file (csv: its stem names the two files; json, html: - for standard output); "
+        "default: beside the recording",
     )
     parser.add_argument("--force", action="store_true", help="overwrite output files that already exist")
     parser.add_argument(
@@ -202,13 +210,14 @@ def _block_list(recording, info, key: str, summary, texts: dict[int, str] | None
 
 
 def write_bench_result(
-    recording, summary, path: Path, detailed: bool = False, texts: dict[int, str] | None = None
+    recording, summary, path: Path | TextIO, detailed: bool = False, texts: dict[int, str] | None = None
 ) -> None:
     """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
     every chunk gap of the run) are never all in memory at once. A mixture's ``per_class``
     section has each class's result in the top level's schema: its figures, its requests'
     lists (streamed the same way), and ``None`` for a run-wide figure that no class has
-    alone (the GPUs' energy). ``texts``: the answers by request id (a run that kept them)."""
+    alone (the GPUs' energy). ``texts``: the answers by request id (a run that kept them).
+    ``path``: a file (made 0600), or a stream (``export -o -``: standard output)."""
     from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
     from rampwatch.loadgen.turns import turn_sections
     from rampwatch.record.analysis import class_figures, recording_turns
@@ -248,6 +257,10 @@ def write_bench_result(
                 f.write("]")
         f.write("\n}")
 
+    if not isinstance(path, Path):
+        write_object(path, result, summary, None)
+        path.write("\n")
+        return
     with private_file(path, "w") as f:
         write_object(f, result, summary, None)
         f.write("\n")
@@ -267,15 +280,21 @@ def main(args: argparse.Namespace) -> int:
     from rampwatch.record.html_report import render_html
     from rampwatch.record.reader import open_recording, print_warnings
 
+    to_stdout = args.output == STDOUT
+    if to_stdout and args.format == "csv":
+        raise UserError("-o -: a csv export is two files (requests and series); give -o a path whose stem names them")
     recording = open_recording(args.recording)
     src = Path(args.recording)
-    outputs = output_paths(src, args.format, args.output)
+    outputs = [] if to_stdout else output_paths(src, args.format, args.output)
     check_outputs(src, outputs, args.force)
     if args.format == "json":
         summary = summarise(recording)
         if summary.knee_rps is not None and summary.knee_explanation is None:  # an older recording's knee
             summary = with_knee_explanation(summary, final_snapshot(recording))
-        _write_atomically(outputs[0], lambda tmp: write_bench_result(recording, summary, tmp, args.save_detailed))
+        if to_stdout:
+            write_bench_result(recording, summary, sys.stdout, args.save_detailed)
+        else:
+            _write_atomically(outputs[0], lambda tmp: write_bench_result(recording, summary, tmp, args.save_detailed))
     elif args.format == "csv":
         _write_atomically(outputs[0], lambda tmp: write_requests_csv(recording.iter_requests(), tmp))
         _write_atomically(outputs[1], lambda tmp: write_series_csv(final_snapshot(recording), tmp))
@@ -296,7 +315,10 @@ def main(args: argparse.Namespace) -> int:
             turns=recording_turns(recording),
             classes=classes_table(class_figures(recording)),
         )
-        _write_atomically(outputs[0], lambda tmp: _write_text(tmp, page))
-    for path in outputs:
+        if to_stdout:
+            sys.stdout.write(page)
+        else:
+            _write_atomically(outputs[0], lambda tmp: _write_text(tmp, page))
+    for path in outputs:  # with -o -, nothing but the export goes to standard output
         print(path)
     return print_warnings(recording, "export")
