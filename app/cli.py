@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
+import select
 import sys
 
 from rampwatch.core.errors import UserError
@@ -77,7 +79,44 @@ def on_a_terminal() -> bool:
         return False
 
 
+# The exit code of a command whose standard output was closed by its reader (`| head -1`):
+# the shell's for a process ended by SIGPIPE (128 + 13), as `cat` or `grep` give there.
+CLOSED_STDOUT_EXIT = 141
+
+
+def stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has gone: it polls as
+    an error. A broken pipe elsewhere (a server's socket, a child's pipe) is not this."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def silence_stdout() -> None:
+    """Standard output to /dev/null: what is still buffered, and the flush at exit, go
+    nowhere instead of raising again (Python's own "Exception ignored" line)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Every command: its reader closing standard output early (`rampwatch report REC |
+    head -1`) ends it quietly with ``CLOSED_STDOUT_EXIT``, never a traceback."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
+        silence_stdout()
+        return CLOSED_STDOUT_EXIT
+
+
+def _main(argv: list[str] | None) -> int:
     parser, mains = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
@@ -99,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
         # the choice runs exactly as `rampwatch run ...` typed on the command line
-        return 0 if run_args is None else main(["run", *run_args])
+        return 0 if run_args is None else _main(["run", *run_args])
     try:
         return int(mains[args.command](args) or 0)
     except UserError as exc:

@@ -752,9 +752,35 @@ def _finish_run(prepared: PreparedRun, result: RunResult, out: TextIO) -> int:
             figures.recording.close()
 
 
+def write_result_json(prepared: PreparedRun, result: RunResult, figures: FinalFigures) -> str | None:
+    """The run's result JSON (if it has one); why it could not be written, else None."""
+    path, args = prepared.result_json_path, prepared.args
+    if path is None:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        detailed = args.save_detailed or args.save_generated_texts
+        if figures.recording is not None:  # the per-request lists streamed from the recording
+            write_bench_result(figures.recording, figures.summary, path, detailed, result.generated_texts)
+        else:
+            bench = to_bench_result(figures.summary, result.header, result.requests, detailed=detailed)
+            if figures.classes:  # a mixture: each class's figures in the same schema
+                bench["per_class"] = per_class_results(
+                    result.header, result.requests, figures.classes, detailed=detailed
+                )
+            with private_file(path, "wb") as fh:
+                fh.write(dumps_bench_result({**bench, **turn_sections(figures.turns)}))
+    except OSError as exc:  # e.g. the disk filled up during the run: the summary stands
+        return str(exc.strerror or exc)
+    return None
+
+
 def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures, out: TextIO) -> int:
     args = prepared.args
     summary, turns, classes = figures.summary, figures.turns, figures.classes
+    # Written before anything is printed: a reader of the output that leaves early
+    # (`| head`) ends the printing, never the run's files.
+    result_json_error = write_result_json(prepared, result, figures)
     print(format_summary(summary), file=out)
     if figures.note is not None:
         print(f"({figures.note})", file=out)
@@ -765,24 +791,11 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
         table = class_table({name: s.to_dict() for name, s in classes.items()})
         print(f"\n{fill_to(f'Classes ({CLASS_NOTE})', width)}\n{table.text(width)}", file=out)
     code = 0
-    if prepared.result_json_path is not None:
-        try:
-            prepared.result_json_path.parent.mkdir(parents=True, exist_ok=True)
-            detailed = args.save_detailed or args.save_generated_texts
-            if figures.recording is not None:  # the per-request lists streamed from the recording
-                write_bench_result(
-                    figures.recording, summary, prepared.result_json_path, detailed, result.generated_texts
-                )
-            else:
-                bench = to_bench_result(summary, result.header, result.requests, detailed=detailed)
-                if classes:  # a mixture: each class's figures in the same schema
-                    bench["per_class"] = per_class_results(result.header, result.requests, classes, detailed=detailed)
-                with private_file(prepared.result_json_path, "wb") as fh:
-                    fh.write(dumps_bench_result({**bench, **turn_sections(turns)}))
-            print(f"result JSON: {prepared.result_json_path}", file=out)
-        except OSError as exc:  # e.g. the disk filled up during the run: the summary above stands
-            print(f"rampwatch run: cannot write {prepared.result_json_path}: {exc.strerror or exc}", file=sys.stderr)
-            code = 1
+    if result_json_error is not None:
+        print(f"rampwatch run: cannot write {prepared.result_json_path}: {result_json_error}", file=sys.stderr)
+        code = 1
+    elif prepared.result_json_path is not None:
+        print(f"result JSON: {prepared.result_json_path}", file=out)
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)
     for event in result.events:  # what stopped the run from inside the client: said, not only recorded
@@ -857,7 +870,14 @@ class ProgressPrinter:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            print(progress_line(self.snapshot(), self.interval_s), file=self.out, flush=True)
+            try:
+                print(progress_line(self.snapshot(), self.interval_s), file=self.out, flush=True)
+            except BrokenPipeError:  # `| head` has left: the run goes on, its output to /dev/null
+                from rampwatch.app.cli import silence_stdout, stdout_reader_gone
+
+                if not stdout_reader_gone():
+                    raise
+                silence_stdout()
 
 
 # Bins a progress line reads beyond its interval: the filling second and a gauge's look-back.

@@ -4,11 +4,14 @@ named `-`), and a reader that goes away early (`| head -1`) ends any command qui
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from rampwatch.app.cli import CLOSED_STDOUT_EXIT
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
 
@@ -39,3 +42,50 @@ def test_a_csv_export_to_dash_is_one_line(tmp_path):
         "give -o a path whose stem names them\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("report", str(FIXTURE)),
+        ("report", str(FIXTURE), "--json"),
+        ("export", str(FIXTURE), "--format", "html", "-o", "-"),
+        ("compare", str(FIXTURE), str(FIXTURE)),
+    ],
+)
+def test_a_reader_that_has_gone_ends_the_command_quietly(args):
+    """What `| head -1` does to a long output: the pipe's reader has gone when the
+    command writes. Its read end is closed before the command starts, so the first write
+    meets the broken pipe every time."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = rampwatch(*args, stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == ""  # no traceback, no "Exception ignored" from the flush at exit
+    assert proc.returncode == CLOSED_STDOUT_EXIT
+
+
+def test_a_run_whose_reader_leaves_goes_on_and_keeps_its_files_and_exit_code(tmp_path):
+    """`rampwatch run --headless | head`: once the reader has gone, the run goes on
+    silently; its recording, result JSON and own exit code are kept."""
+    recording = tmp_path / "r.rwrec"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", "--record", str(recording)]
+        + ["--duration", "3", "--start-rps", "4", "--end-rps", "4", "--set", "workload.output_tokens=8"]
+        + ["--progress-interval", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    for line in proc.stdout:
+        if line.startswith("["):  # the first progress line: the next meets a closed pipe
+            break
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, err
+    assert err == ""
+    assert json.loads((tmp_path / "r.json").read_text())["completed"] > 0
+    assert recording.stat().st_size > 0
