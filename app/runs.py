@@ -123,12 +123,12 @@ def write_state(state: RunState, directory: Path | None = None) -> None:
 def update_state(run_id: str, directory: Path | None = None, **changes: Any) -> RunState | None:
     """The stored state with ``changes`` (None: no such run, or it cannot be written —
     the registry never fails a run). Two processes update a run's file (its owner and
-    the one executing it): each update holds the run's lock, so none is lost."""
+    the one executing it): each update holds the runs directory's ``flock`` (a lock on
+    the directory itself, so no lock file is left behind), so none is lost."""
     import fcntl
 
-    lock_path = (directory or runtime_dir()) / f".{run_id}.lock"
     try:
-        fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        fd = os.open(directory or runtime_dir(), os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return None
     try:
@@ -198,12 +198,21 @@ def list_runs(directory: Path | None = None, now: float | None = None, clean: bo
     if clean:
         for run_id in drop:
             forget(run_id, directory)
+        live = {s.id for s in states if s.id not in drop and shown_state(s, directory) in (STARTING, RUNNING)}
+        remove_old_lock_files(directory, live)
     return [s for s in states if s.id not in drop]
 
 
+def remove_old_lock_files(directory: Path, live: set[str]) -> None:
+    """``.ID.lock``: the per-run lock files that earlier versions left behind, one a run
+    (updates now lock the directory). Those of runs not running now are removed."""
+    for lock in directory.glob(".*.lock"):
+        if lock.name[1 : -len(".lock")] not in live:
+            lock.unlink(missing_ok=True)
+
+
 def forget(run_id: str, directory: Path | None = None) -> None:
-    lock = (directory or runtime_dir()) / f".{run_id}.lock"
-    for path in (state_path(run_id, directory), socket_path(run_id, directory), lock):
+    for path in (state_path(run_id, directory), socket_path(run_id, directory)):
         try:
             path.unlink()
         except OSError:
@@ -287,6 +296,7 @@ def register(
             detached=detached,
         )
         write_state(state, directory)
+        list_runs(directory)  # what `ps` cleans, cleaned at each start too
         return state
     except (UserError, OSError) as exc:
         print(f"rampwatch run: no attach for this run: {exc}", file=sys.stderr, flush=True)
