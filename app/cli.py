@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import os
-import select
 import sys
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.files import silence_stdout, stdout_reader_gone
 from rampwatch.core.version import rampwatch_version
 
 # name -> (module, one-line help)
@@ -82,26 +81,6 @@ def on_a_terminal() -> bool:
 # The exit code of a command whose standard output was closed by its reader (`| head -1`):
 # the shell's for a process ended by SIGPIPE (128 + 13), as `cat` or `grep` give there.
 CLOSED_STDOUT_EXIT = 141
-
-
-def stdout_reader_gone() -> bool:
-    """Whether standard output is a pipe (or socket) whose reader has gone: it polls as
-    an error. A broken pipe elsewhere (a server's socket, a child's pipe) is not this."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):
-        return False
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    return any(events & select.POLLERR for _, events in poller.poll(0))
-
-
-def silence_stdout() -> None:
-    """Standard output to /dev/null: what is still buffered, and the flush at exit, go
-    nowhere instead of raising again (Python's own "Exception ignored" line)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,14 @@ from rampwatch.app.ray_run import ray_workers
 from rampwatch.core.bins import latest_complete, recent_max, recent_mean
 from rampwatch.core.cache_salt import AUTO, cache_salt_choice, describe_cache_policy
 from rampwatch.core.errors import ServerExited, UserError
-from rampwatch.core.files import OutputClaim, check_replaceable, claim_outputs, private_file
+from rampwatch.core.files import (
+    OutputClaim,
+    check_replaceable,
+    claim_outputs,
+    private_file,
+    silence_stdout,
+    stdout_reader_gone,
+)
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import fill_to, server_text, terminal_width
 from rampwatch.core.timeline import Event, RunHeader
@@ -873,8 +880,6 @@ class ProgressPrinter:
             try:
                 print(progress_line(self.snapshot(), self.interval_s), file=self.out, flush=True)
             except BrokenPipeError:  # `| head` has left: the run goes on, its output to /dev/null
-                from rampwatch.app.cli import silence_stdout, stdout_reader_gone
-
                 if not stdout_reader_gone():
                     raise
                 silence_stdout()

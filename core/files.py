@@ -5,16 +5,23 @@ never replaced without ``--force`` and written by one run at a time.
 A run claims its outputs before anything starts (``claim_outputs``): each is created
 exclusively (``O_EXCL``), or with ``--force`` opened as it is, and held under an
 exclusive ``flock`` until the run has written it. A second run naming the same path is
-refused with one line, whether it came a moment later or with ``--force``. A claim that
+refused with one line, whether it came a moment later or with ``--force``. An empty file
+that no run holds (a run killed before it wrote) has nothing to lose and is taken. A claim that
 ends with its file still empty (the run stopped before writing it) removes the file it
-created, so a refused or failed start leaves nothing behind."""
+created, so a refused or failed start leaves nothing behind.
+
+Standard output, the file every command writes: ``stdout_reader_gone`` tells a closed
+pipe (`| head` has left) from any other broken pipe, ``silence_stdout`` sends the rest
+to /dev/null (``app.cli``: exit 141; a headless run goes on)."""
 
 from __future__ import annotations
 
 import atexit
 import fcntl
 import os
+import select
 import stat
+import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -81,12 +88,13 @@ def _held(flag: str, path: Path) -> UserError:
 
 
 def check_replaceable(flag: str, path: Path, force: bool) -> None:
-    """Before a run: ``path`` may be written — new, or ``--force`` over a file no run holds."""
+    """Before a run: ``path`` may be written — new or empty, or ``--force`` over a file no
+    run holds."""
     if _is_special(path) or not path.exists():
         return
     if held_by_another(path):
         raise _held(flag, path)
-    if not force:
+    if not force and path.stat().st_size > 0:
         raise _exists(flag, path)
 
 
@@ -111,8 +119,6 @@ class OutputClaim:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, PRIVATE_MODE)
         except FileExistsError:
-            if not force:
-                raise _exists(flag, path) from None
             created = False
             fd = os.open(path, os.O_RDWR)
         try:
@@ -120,6 +126,14 @@ class OutputClaim:
         except BlockingIOError:
             os.close(fd)
             raise _held(flag, path) from None
+        if not created:
+            empty = os.fstat(fd).st_size == 0
+            if not empty and not force:
+                os.close(fd)
+                raise _exists(flag, path)
+            # An empty file (a claim of a run killed before it wrote) holds nothing to
+            # lose: taken as if created, and removed again if this run writes nothing.
+            created = empty
         self._held.append(_Held(path, fd, created))
 
     def release(self) -> None:
@@ -166,3 +180,26 @@ def release_all() -> None:
     """Every claim this process still holds (its run ended some other way)."""
     for claim in list(_CLAIMS):
         claim.release()
+
+
+# ---- standard output: a reader that leaves early (`| head`)
+
+
+def stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has gone: it polls as
+    an error. A broken pipe elsewhere (a server's socket, a child's pipe) is not this."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def silence_stdout() -> None:
+    """Standard output to /dev/null: what is still buffered, and the flush at exit, go
+    nowhere instead of raising again (Python's own "Exception ignored" line)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
