@@ -29,6 +29,7 @@ from rampwatch.loadgen.segments import (
     segment_table,
 )
 from rampwatch.loadgen.summary import (
+    KNEE_REVIEW,
     RequestBlock,
     Summary,
     SummaryBuilder,
@@ -228,9 +229,18 @@ TABLE_MARK_KINDS = ("start", "knee", "hold", "resume", "set_rate", "mark", "conf
 
 
 def timeline_marks(events: Sequence[Event]) -> list[Event]:
-    """Start, knee, holds, resumes, rate changes, marks, restarts, the stop, and the
-    started server's exit or failed start, in time order."""
-    return sorted((e for e in events if e.kind in TABLE_MARK_KINDS or _server_exit(e)), key=lambda e: e.t)
+    """Start, knee, the review that settled the knee's explanation, holds, resumes, rate
+    changes, marks, restarts, the stop, and the started server's exit or failed start,
+    in time order."""
+    return sorted(
+        (e for e in events if e.kind in TABLE_MARK_KINDS or _server_exit(e) or _knee_review(e)), key=lambda e: e.t
+    )
+
+
+def _knee_review(event: Event) -> bool:
+    """The info event that settled (revised or confirmed) a knee's explanation: without
+    it the timeline would show only the knee's provisional reading."""
+    return event.kind == "info" and bool(event.data.get(KNEE_REVIEW))
 
 
 def _server_exit(event: Event) -> bool:
@@ -250,7 +260,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart", "error": "server"}
+MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart", "error": "server", "info": "knee review"}
 
 
 def format_timeline(events: Sequence[Event]) -> str:

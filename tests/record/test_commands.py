@@ -76,6 +76,25 @@ def test_timeline_lists_holds_and_rate_changes_on_one_line_each():
     assert format_timeline([Event(1.0, "info", "x")]) == ""
 
 
+def test_timeline_shows_the_review_that_settled_the_knee_after_the_knee():
+    from rampwatch.core.timeline import Event
+    from rampwatch.record.analysis import format_timeline, timeline_marks
+
+    knee = Event(76.0, "knee", "batch-size cap at ~11.4 req/s offered", {"offered_rps": 11.4})
+    review = Event(
+        106.0,
+        "info",
+        "knee revised with the 30 s after it: KV cache full",
+        {"knee_review": True, "knee_t": 76.0, "explanation": {"limit": "kv_full"}, "revised": True},
+    )
+    other = Event(90.0, "info", "scrape slow")
+    assert timeline_marks([review, other, knee]) == [knee, review]
+    assert format_timeline([knee, other, review]).splitlines()[1:] == [
+        "01:16.0  knee         batch-size cap at ~11.4 req/s offered",
+        "01:46.0  knee review  knee revised with the 30 s after it: KV cache full",
+    ]
+
+
 def test_report_prints_the_step_table_as_the_replay_shows_it():
     from rampwatch.loadgen.steps import step_table_text
 
