@@ -44,3 +44,36 @@ def fill_to(text: str, width: int | None) -> str:
     """``text`` wrapped at word boundaries to ``width`` columns (None: as it is), so that a
     terminal never breaks a word."""
     return text if width is None else textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+
+
+def fit_lines(text: str, width: int | None) -> str:
+    """Each line of ``text`` longer than ``width`` wrapped at word boundaries, its
+    continuation lines indented two more than the line itself (None: as it is): a summary's
+    long lines (the knee's evidence, a timeline note) read whole on a narrow terminal."""
+    if width is None:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+        out.extend(
+            textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+            or [line]
+        )
+    return "\n".join(out)
+
+
+def column_groups(widths: list[int], room: float) -> list[list[int]]:
+    """The columns' indices in runs that each fit ``room`` (two spaces between columns);
+    a column wider than the room alone is a run of its own."""
+    groups: list[list[int]] = [[]]
+    used = 0
+    for i, w in enumerate(widths):
+        if groups[-1] and used + 2 + w > room:
+            groups.append([])
+            used = 0
+        used += w if not groups[-1] else 2 + w
+        groups[-1].append(i)
+    return groups

@@ -168,6 +168,14 @@ def test_cells_and_text_table():
     text = step_table_text(rows).splitlines()
     assert len(text) == 3 and "TTFT p50 ms" in text[0] and "achieved rps" in text[0]
     assert all(len(line) == len(text[0]) for line in text)
+    # on an 80-column terminal: column groups, each under the row number, no line folded
+    for width in (80, 50):
+        narrow = step_table_text(rows, width).split("\n\n")
+        assert len(narrow) > 1
+        assert all(len(line) <= width for block in narrow for line in block.splitlines())
+        assert all([line.split()[0] for line in block.splitlines()] == ["#", "1", "2"] for block in narrow)
+        headers = " ".join(block.splitlines()[0] for block in narrow)
+        assert all(name in headers for name in ("achieved rps", "TTFT p99 ms", "waiting max"))
 
 
 def test_a_row_without_requests_shows_dashes():

@@ -56,6 +56,23 @@ def test_report_prints_the_summary():
     ]
 
 
+@pytest.mark.parametrize("width", [80, 60])
+def test_report_on_a_narrow_terminal_folds_no_line(monkeypatch, capsys, width):
+    """The terminal folds a line longer than itself mid-word; the report wraps its own
+    lines at words and puts the step table's columns in groups instead."""
+    import argparse
+
+    from rampwatch.core import text
+    from rampwatch.record import cli_report
+
+    monkeypatch.setattr(text, "terminal_width", lambda stream: width)
+    cli_report.main(argparse.Namespace(recording=str(FIXTURE), json=False))
+    out = capsys.readouterr().out
+    assert "Steps (" in out and "Timeline" in out
+    too_long = [line for line in out.splitlines() if len(line) > width]
+    assert too_long == []
+
+
 def test_timeline_lists_holds_and_rate_changes_on_one_line_each():
     from rampwatch.core.timeline import Event
     from rampwatch.record.analysis import format_timeline
