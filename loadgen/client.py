@@ -68,6 +68,8 @@ _USAGE_MARK = sse.USAGE_MARK
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 500
+# A finish reason is a word ("stop", "length"); a longer one is cut here.
+_MAX_FINISH_REASON = 100
 TRANSPORT_ENV = "RAMPWATCH_HTTP_CLIENT"
 # How long a stream that sent [DONE] may take to end its HTTP body before its
 # connection is dropped instead of reused.
@@ -695,7 +697,8 @@ class _StreamState:
         choices = body.get("choices")
         first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         if first.get("finish_reason") and not (keep_known and rec.finish_reason is not None):
-            rec.finish_reason = str(first["finish_reason"])
+            # a word such as "stop" from a well-behaved server; shown and recorded as it is
+            rec.finish_reason = printable(str(first["finish_reason"])[:_MAX_FINISH_REASON], one_line=True)
         # continuous usage stats: keep the latest
         if isinstance(body.get("usage"), dict) and not (keep_known and self.usage is not None):
             self.usage = body["usage"]

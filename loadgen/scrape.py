@@ -29,7 +29,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from rampwatch.core.redact import redact_text
-from rampwatch.core.text import server_text
+from rampwatch.core.text import printable_value, server_text
 from rampwatch.core.timeline import ServerSample
 from rampwatch.loadgen import backends
 
@@ -68,7 +68,8 @@ def read_samples(text: str) -> list[backends.Sample]:
     out: list[backends.Sample] = []
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for s in family.samples:
-            out.append((s.name, s.labels, float(s.value)))
+            # label values (model_name, gpu, …) are the server's text: safe before anything shows them
+            out.append((s.name, printable_value(s.labels, one_line=True), float(s.value)))
     return out
 
 
