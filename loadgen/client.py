@@ -338,7 +338,9 @@ class StreamingClient:
             self._fail(rec, f"http_{rec.status}", msg or f"HTTP {rec.status}")
             return rec
         self._finish(rec, state, req.keep_text)
-        if conn.handler is exchange:
+        if exchange.oversized:
+            conn.abandon()
+        elif conn.handler is exchange:
             # [DONE] came before the end of the HTTP body (vLLM ends it right after): wait
             # for it so the connection goes back to the pool instead of a new one opening.
             exchange.body_ended = asyncio.get_running_loop().create_future()
@@ -374,7 +376,12 @@ class StreamingClient:
                     return rec
                 decoder = sse.SSEDecoder()
                 async for data in resp.content.iter_any():
-                    if state.consume(decoder.feed(data), rec, clock):
+                    try:
+                        events = decoder.feed(data)
+                    except sse.EventTooLarge as exc:  # leaving the response closes its connection
+                        state.error_message = str(exc)
+                        break
+                    if state.consume(events, rec, clock):
                         break
                 else:
                     state.consume(decoder.flush(), rec, clock)
@@ -537,6 +544,7 @@ class _StreamExchange:
         "error_body_size",
         "redirected",
         "body_ended",
+        "oversized",
     )
 
     def __init__(
@@ -554,6 +562,7 @@ class _StreamExchange:
         self.error_body_size = 0
         self.redirected = False
         self.body_ended: asyncio.Future[None] | None = None
+        self.oversized = False  # an event passed the decoder's cap: the connection is dropped
 
     def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
         if self.finished.done():
@@ -585,7 +594,14 @@ class _StreamExchange:
             if state.keep_text:
                 state.raw_chunks.append(data)  # whole events; text() splits them
             return
-        if state.consume(self.decoder.feed(data), self.rec, self.clock):
+        try:
+            events = self.decoder.feed(data)
+        except sse.EventTooLarge as exc:  # the request fails; the rest of its body is not read
+            state.error_message = str(exc)
+            self.oversized = True
+            self.finished.set_result(None)
+            return
+        if state.consume(events, self.rec, self.clock):
             self.finished.set_result(None)
 
     def on_end(self) -> None:
