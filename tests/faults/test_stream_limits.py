@@ -109,3 +109,24 @@ def test_an_event_of_many_lines_or_one_long_line_is_capped(lines):
             decoder.feed(line[:200])
             decoder.feed(line[200:] + b"\n")
         decoder.feed(b"data: " + b"z" * 400)
+
+
+@pytest.mark.parametrize(
+    "shape, error",
+    [
+        (
+            "html",
+            "HTTP 200 with text/html, not an event stream: '<html><body><h1>Gateway login</h1></body></html>'",
+        ),
+        ("gzip", "the stream came gzip-encoded (rampwatch asks for identity and does not decode it); no [DONE] read"),
+    ],
+)
+async def test_a_200_that_is_not_a_plain_event_stream_fails_saying_what_came(shaped, shape, error):
+    client = make_client(shaped.url)
+    await client.start()
+    try:
+        rec = await client.send(request(shape), 0, 0.0)
+    finally:
+        await client.close()
+    assert (rec.status, rec.error_class, rec.error) == (200, "stream_aborted", error)
+    assert shaped.accept_encoding == ["identity"]
