@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from aiohttp import web
+from textual.widgets._toast import Toast
 
 from rampwatch.core.text import printable
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
@@ -20,7 +21,7 @@ from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.tui.app import make_live_app, make_replay_app
 from tests.faults.hostile_server import HOSTILE, RAW_MARKERS, hostile_app
-from tests.tui.fakes import FakeControl, FrozenSource
+from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 # What a safe output shows instead: the escapes written out, the markup as text.
@@ -153,3 +154,15 @@ def test_a_recording_holding_a_servers_raw_text_reads_back_printable(tmp_path):
         printable(HOSTILE),
     ]
     assert all("\x1b" not in text for text in read)
+
+
+async def test_a_toast_shows_a_servers_markup_as_text():
+    # a restart's config event carries the new server's command and what it said
+    snapshot = fake_snapshot(50.0)
+    said = "serving [bold red]mark[/] [link=http://evil/]here[/link]"
+    snapshot.events.append(Event(49.0, "config", said))
+    app = make_live_app(FrozenSource(snapshot), FakeControl())
+    async with app.run_test(size=(200, 50), notifications=True) as pilot:
+        await pilot.pause()
+        shown = [str(toast.render()) for toast in app.screen.query(Toast)]
+    assert shown == [said]
