@@ -197,7 +197,7 @@ def decode_checkpoint(
     (``checkpoint_base`` tells which)."""
     raw = inflate(payload)
     (jl,) = struct.unpack_from("<I", raw, 0)
-    head = json.loads(raw[4 : 4 + jl])
+    head = _loads_printable(raw[4 : 4 + jl])
     base = 4 + jl
     arrays = {}
     for name, dtype, shape, offset, *rest in head["arrays"]:
