@@ -93,7 +93,8 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
     try:
         samples = read_samples(text)
     except ValueError as exc:
-        return ServerSample(t=t, url=url, ok=False, error=f"unparsable /metrics: {exc}"[:300])
+        # the parser quotes the page's line: the server's text
+        return ServerSample(t=t, url=url, ok=False, error=server_text(f"unparsable /metrics: {exc}")[:300])
     backend = backends.detect_backend(name for name, _, _ in samples)
     fields, per_engine, created = backends.extract_fields(backend, samples)
     raw = {sample_key(name, labels): value for name, labels, value in samples if not name.endswith("_created")}
@@ -148,7 +149,8 @@ def parse_dcgm(text: str, url: str, t: float) -> ServerSample:
                 gpu = server_text(s.labels.get("gpu") or s.labels.get("UUID") or "0")[:40]
                 gpus.setdefault(gpu, {})[DCGM_GAUGES[s.name]] = float(s.value)
     except ValueError as exc:
-        return ServerSample(t=t, url=url, ok=False, backend="dcgm", error=f"unparsable DCGM page: {exc}"[:300])
+        error = server_text(f"unparsable DCGM page: {exc}")[:300]
+        return ServerSample(t=t, url=url, ok=False, backend="dcgm", error=error)
     if not gpus:
         return ServerSample(
             t=t,

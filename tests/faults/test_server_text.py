@@ -11,11 +11,13 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 from textual.widgets._toast import Toast
 
 from rampwatch.core.text import printable
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.loadgen.scrape import parse_dcgm, parse_metrics
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.writer import RecordingWriter
@@ -166,3 +168,17 @@ async def test_a_toast_shows_a_servers_markup_as_text():
         await pilot.pause()
         shown = [str(toast.render()) for toast in app.screen.query(Toast)]
     assert shown == [said]
+
+
+@pytest.mark.parametrize(
+    "parse, line",
+    [
+        (parse_metrics, 'vllm:num_requests_running{a="b",\x1b[2J} 1'),
+        (parse_dcgm, 'DCGM_FI_DEV_GPU_UTIL{gpu="0",\x1b]0;pwned\x07} 1'),
+    ],
+)
+def test_an_unparsable_metrics_line_is_quoted_printable(parse, line):
+    # the parser's message quotes the page's line, the server's text
+    sample = parse(line + "\n", "u", 0.0)
+    assert not sample.ok and sample.error.startswith("unparsable")
+    assert "\\x1b" in sample.error and not any(marker in sample.error for marker in RAW_MARKERS)
