@@ -70,10 +70,10 @@ class SSEDecoder:
                 self._check_size()
                 return []
             buf = bytes(self._pending)
+            self._pending.clear()
+            self._scanned = 0
         else:
             buf = chunk
-        self._pending = bytearray()
-        self._scanned = 0
         if b"\r" not in buf and not self._data_lines:
             events = self._feed_events(buf)
         elif b"\r" in buf:
