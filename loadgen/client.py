@@ -46,7 +46,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,6 +68,10 @@ _USAGE_MARK = sse.USAGE_MARK
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 500
+# A finish reason is a word ("stop", "length"); a longer one is cut here.
+_MAX_FINISH_REASON = 100
+# How much of an answer that is not an event stream its failure shows.
+_HEAD_SHOWN = 120
 TRANSPORT_ENV = "RAMPWATCH_HTTP_CLIENT"
 # How long a stream that sent [DONE] may take to end its HTTP body before its
 # connection is dropped instead of reused.
@@ -164,7 +168,13 @@ class StreamingClient:
         self._keep_text = fallback_tokenizer is not None or keep_generated_text
         self.connection = connection if connection is not None else Connection(api_key=api_key or None)
         self._secrets = self.connection.secrets()
-        self._headers = {"Content-Type": "application/json", **self.connection.request_headers()}
+        # identity: a compressed stream is buffered by the compressor, which would move the
+        # token times rampwatch measures (a --header Accept-Encoding still wins)
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept-Encoding": "identity",
+            **self.connection.request_headers(),
+        }
         self._session: aiohttp.ClientSession | None = None
         self._pool: http_stream.ConnectionPool | None = None
         self._started = False
@@ -202,7 +212,8 @@ class StreamingClient:
             timeout = aiohttp.ClientTimeout(
                 total=self.request_timeout_s, sock_connect=min(self.connect_timeout_s, self.request_timeout_s)
             )
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            # as http_stream: an encoded stream is not decoded but failed, naming its encoding
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         return self._session
 
     async def close(self) -> None:
@@ -336,7 +347,9 @@ class StreamingClient:
             self._fail(rec, f"http_{rec.status}", msg or f"HTTP {rec.status}")
             return rec
         self._finish(rec, state, req.keep_text)
-        if conn.handler is exchange:
+        if exchange.oversized:
+            conn.abandon()
+        elif conn.handler is exchange:
             # [DONE] came before the end of the HTTP body (vLLM ends it right after): wait
             # for it so the connection goes back to the pool instead of a new one opening.
             exchange.body_ended = asyncio.get_running_loop().create_future()
@@ -370,9 +383,17 @@ class StreamingClient:
                     msg = sse.error_message(sse.decode_json(raw)) or resp.reason or raw[:200].decode("utf-8", "replace")
                     self._fail(rec, f"http_{resp.status}", msg or f"HTTP {resp.status}")
                     return rec
+                state.received(resp.headers)
                 decoder = sse.SSEDecoder()
                 async for data in resp.content.iter_any():
-                    if state.consume(decoder.feed(data), rec, clock):
+                    if state.head is None:
+                        state.head = data[:_HEAD_SHOWN]
+                    try:
+                        events = decoder.feed(data)
+                    except sse.EventTooLarge as exc:  # leaving the response closes its connection
+                        state.error_message = str(exc)
+                        break
+                    if state.consume(events, rec, clock):
                         break
                 else:
                     state.consume(decoder.flush(), rec, clock)
@@ -422,7 +443,7 @@ class StreamingClient:
             self._fail(rec, "stream_error", state.error_message)
         elif not state.done:
             rec.end_at = now
-            self._fail(rec, "stream_aborted", "connection closed before [DONE]")
+            self._fail(rec, "stream_aborted", state.unfinished(rec.first_token_at is not None))
         elif rec.first_token_at is None:
             rec.end_at = now
             self._fail(rec, "stream_error", "stream ended without any token chunk")
@@ -535,6 +556,7 @@ class _StreamExchange:
         "error_body_size",
         "redirected",
         "body_ended",
+        "oversized",
     )
 
     def __init__(
@@ -552,6 +574,7 @@ class _StreamExchange:
         self.error_body_size = 0
         self.redirected = False
         self.body_ended: asyncio.Future[None] | None = None
+        self.oversized = False  # an event passed the decoder's cap: the connection is dropped
 
     def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
         if self.finished.done():
@@ -563,6 +586,7 @@ class _StreamExchange:
             return
         self.rec.status = status
         self.reason = reason
+        self.state.received(headers)
 
     def on_body(self, pieces: list[bytes]) -> None:
         if self.finished.done():
@@ -583,7 +607,16 @@ class _StreamExchange:
             if state.keep_text:
                 state.raw_chunks.append(data)  # whole events; text() splits them
             return
-        if state.consume(self.decoder.feed(data), self.rec, self.clock):
+        if state.head is None:
+            state.head = data[:_HEAD_SHOWN]
+        try:
+            events = self.decoder.feed(data)
+        except sse.EventTooLarge as exc:  # the request fails; the rest of its body is not read
+            state.error_message = str(exc)
+            self.oversized = True
+            self.finished.set_result(None)
+            return
+        if state.consume(events, self.rec, self.clock):
             self.finished.set_result(None)
 
     def on_end(self) -> None:
@@ -611,7 +644,17 @@ class _StreamState:
     ``raw_chunks`` (kept only for a fallback tokenizer) holds event payloads and, from
     ``token_events_only`` reads, whole ``data: ...\n\n`` runs of token events."""
 
-    __slots__ = ("done", "usage", "error_message", "keep_text", "raw_chunks", "last_fast_read")
+    __slots__ = (
+        "done",
+        "usage",
+        "error_message",
+        "keep_text",
+        "raw_chunks",
+        "last_fast_read",
+        "content_type",
+        "content_encoding",
+        "head",
+    )
 
     def __init__(self, keep_text: bool) -> None:
         self.done = False
@@ -620,6 +663,33 @@ class _StreamState:
         self.keep_text = keep_text
         self.raw_chunks: list[bytes] = []
         self.last_fast_read: bytes | None = None  # the last read token_events_only took
+        # What the answer said it is, and its first bytes (from a read that was not all
+        # token events): what a stream without [DONE] is described by.
+        self.content_type = ""
+        self.content_encoding = ""
+        self.head: bytes | None = None
+
+    def received(self, headers: Mapping[str, str]) -> None:
+        """The answer's head: its content type and encoding (``headers``: lower-case names,
+        or aiohttp's case-insensitive ones)."""
+        self.content_type = headers.get("content-type") or ""
+        self.content_encoding = headers.get("content-encoding") or ""
+
+    def unfinished(self, got_tokens: bool) -> str:
+        """Why a stream that ended without ``[DONE]`` failed, saying what came instead: an
+        encoded body, something that is not an event stream, or a stream cut short."""
+        encoding = self.content_encoding.strip().lower()
+        if encoding not in ("", "identity"):
+            return (
+                f"the stream came {encoding}-encoded (rampwatch asks for identity and does not decode it); "
+                "no [DONE] read"
+            )
+        kind = self.content_type.split(";")[0].strip().lower()
+        if not got_tokens and kind != "text/event-stream":
+            first = " ".join((self.head or b"").decode("utf-8", "replace").split())[:_HEAD_SHOWN]
+            shown = f": {first!r}" if first else " (an empty body)"
+            return f"HTTP 200 with {kind or 'no content type'}, not an event stream{shown}"
+        return "connection closed before [DONE]"
 
     def settle_fast_reads(self, rec: RequestRecord) -> None:
         """Finish reason and usage from the last token event of the fast path's last read,
@@ -695,7 +765,8 @@ class _StreamState:
         choices = body.get("choices")
         first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         if first.get("finish_reason") and not (keep_known and rec.finish_reason is not None):
-            rec.finish_reason = str(first["finish_reason"])
+            # a word such as "stop" from a well-behaved server; shown and recorded as it is
+            rec.finish_reason = printable(str(first["finish_reason"])[:_MAX_FINISH_REASON], one_line=True)
         # continuous usage stats: keep the latest
         if isinstance(body.get("usage"), dict) and not (keep_known and self.usage is not None):
             self.usage = body["usage"]

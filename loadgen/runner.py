@@ -23,7 +23,7 @@ from typing import Any
 
 from rampwatch.core.cache_salt import NONE
 from rampwatch.core.redact import redact_options, redact_text
-from rampwatch.core.text import server_text
+from rampwatch.core.text import printable, printable_value, server_text
 from rampwatch.core.timeline import (
     CANCELLED,
     Event,
@@ -538,12 +538,12 @@ class Run:
                 rampwatch_version=rampwatch_version(),
                 started_at_unix=started_at_unix,
                 target=redact_text(opts.target),  # what every screen, file and log shows
-                model=opts.model,
+                model=printable(opts.model, one_line=True),  # the server's first model, maybe
                 scenario_name=self.scenario.name,
                 scenario=self.scenario.raw,
                 options={**redact_options(opts.cli_options), "drain": str(opts.drain)},
                 planned_duration_s=self.schedule.planned_duration_s,
-                server_info=server_info,
+                server_info=printable_value(server_info, one_line=True),
                 host_info=host_info() | (opts.sender_factory.host_info() if opts.sender_factory else {}),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],

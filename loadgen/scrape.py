@@ -29,7 +29,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from rampwatch.core.redact import redact_text
-from rampwatch.core.text import server_text
+from rampwatch.core.text import printable_value, server_text
 from rampwatch.core.timeline import ServerSample
 from rampwatch.loadgen import backends
 
@@ -68,7 +68,8 @@ def read_samples(text: str) -> list[backends.Sample]:
     out: list[backends.Sample] = []
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for s in family.samples:
-            out.append((s.name, s.labels, float(s.value)))
+            # label values (model_name, gpu, …) are the server's text: safe before anything shows them
+            out.append((s.name, printable_value(s.labels, one_line=True), float(s.value)))
     return out
 
 
@@ -92,7 +93,8 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
     try:
         samples = read_samples(text)
     except ValueError as exc:
-        return ServerSample(t=t, url=url, ok=False, error=f"unparsable /metrics: {exc}"[:300])
+        # the parser quotes the page's line: the server's text
+        return ServerSample(t=t, url=url, ok=False, error=server_text(f"unparsable /metrics: {exc}")[:300])
     backend = backends.detect_backend(name for name, _, _ in samples)
     fields, per_engine, created = backends.extract_fields(backend, samples)
     raw = {sample_key(name, labels): value for name, labels, value in samples if not name.endswith("_created")}
@@ -147,7 +149,8 @@ def parse_dcgm(text: str, url: str, t: float) -> ServerSample:
                 gpu = server_text(s.labels.get("gpu") or s.labels.get("UUID") or "0")[:40]
                 gpus.setdefault(gpu, {})[DCGM_GAUGES[s.name]] = float(s.value)
     except ValueError as exc:
-        return ServerSample(t=t, url=url, ok=False, backend="dcgm", error=f"unparsable DCGM page: {exc}"[:300])
+        error = server_text(f"unparsable DCGM page: {exc}")[:300]
+        return ServerSample(t=t, url=url, ok=False, backend="dcgm", error=error)
     if not gpus:
         return ServerSample(
             t=t,

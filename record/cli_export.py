@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 from rampwatch.core.errors import UserError
@@ -104,6 +105,21 @@ def _num(v):
     return v
 
 
+# What a spreadsheet reads as the start of a formula (OWASP's list: a tab or CR before
+# one is skipped by some), unless the cell is a number such as -5 or +1e3.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def spreadsheet_text(text: str) -> str:
+    """A text cell a spreadsheet shows and does not execute: one that would start a
+    formula (a server's error message ``=HYPERLINK(…)``) gets a leading ``'``, as
+    spreadsheet-safe CSV writers do; the text stays readable after it."""
+    if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
 def write_requests_csv(records, path: Path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -124,11 +140,11 @@ def write_requests_csv(records, path: Path) -> None:
                     r.prompt_tokens,
                     r.completion_tokens,
                     int(r.tokens_from_usage),
-                    r.finish_reason or "",
+                    spreadsheet_text(r.finish_reason or ""),
                     "" if r.status is None else r.status,
-                    r.error_class or "",
-                    r.error or "",
-                    r.scenario_tag or "",
+                    spreadsheet_text(r.error_class or ""),
+                    spreadsheet_text(r.error or ""),
+                    spreadsheet_text(r.scenario_tag or ""),
                 ]
             )
 
@@ -137,7 +153,7 @@ def write_series_csv(snapshot, path: Path) -> None:
     names = list(snapshot.series)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["t", *names])
+        w.writerow(["t", *(spreadsheet_text(n) for n in names)])
         for i, t in enumerate(snapshot.times):
             w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
 

@@ -226,7 +226,7 @@ def svg_chart(
             configs += 1
             label, dash = f"C{configs}", ""
         out.append(
-            f'<line class="mark-{e.kind}" x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" '
+            f'<line class="mark-{html.escape(e.kind)}" x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" '
             f'stroke="{color}" stroke-width="1.5"{dash}><title>{html.escape(e.message)}</title></line>'
         )
         labels.append((xx + 3, label[:MARK_LABEL_CHARS], color))
