@@ -78,6 +78,10 @@ def test_no_drain_estimate_before_a_request_has_completed():
         (60.0, "ramping", 300, 6.0, 50.0),  # before the drain: what is out now, at the pace it ends
         (130.0, "draining", 12, 6.0, 10.0),  # few left: the last one still needs its latency
         (130.0, "draining", 886, 0.0, 10.0),  # none ended lately: the latency alone
+        # a handful ended lately (4 in 10 s): their pace would read 50 s, then 100 s at 2;
+        # the latency alone, which does not swing with each request that ends
+        (130.0, "draining", 20, 0.4, 10.0),
+        (130.0, "draining", 20, 1.0, 20.0),  # 10 ended: a pace to go by
     ],
 )
 def test_the_drain_follows_the_rate_requests_end_at(t, state, in_flight, ended_rps, expected_drain):
