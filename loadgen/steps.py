@@ -426,7 +426,7 @@ def _clock(seconds: float) -> str:
 def _num(value: float | None, digits: int = 1) -> str:
     if value is None or math.isnan(value):
         return "–"
-    if abs(value) >= 100:
+    if abs(round(value, digits)) >= 100:  # 99.96 reads 100 like 100.0 does, not "100.0"
         return f"{value:.0f}"
     return f"{value:.{digits}f}"
 

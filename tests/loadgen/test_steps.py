@@ -322,3 +322,13 @@ def test_a_row_whose_requests_were_cancelled_shows_its_achieved_rate_as_a_lower_
     assert (second.sent, second.succeeded, second.cancelled, second.errors) == (2, 1, 1, 0)
     assert step_cells(first)["achieved rps"] == "0.10"
     assert step_cells(second)["achieved rps"] == "0.10+"  # would the cancelled one have ended OK? unknown
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "text"),
+    [(100.0, 1, "100"), (99.96, 1, "100"), (99.94, 1, "99.9"), (5.0, 0, "5"), (float("nan"), 1, "–"), (None, 1, "–")],
+)
+def test_a_cell_reads_the_same_whatever_side_of_100_it_rounds_from(value, digits, text):
+    from rampwatch.loadgen.steps import _num
+
+    assert _num(value, digits) == text
