@@ -179,8 +179,11 @@ class ServeCommand:
         return ServeCommand.parse(text, target=self.target)
 
     def secrets(self) -> set[str]:
-        """Secret values in the command (to scrub from its log: vLLM prints its arguments)."""
-        return secret_values(list(self.argv)) | secret_values(dict(self.env))
+        """Secret values the server is given, to scrub from its log (vLLM prints its
+        arguments; a server may print its environment): those in the command and the
+        secret-named values of its environment (``HF_TOKEN``, ``OPENAI_API_KEY`` … from
+        rampwatch's own or the command's ``NAME=VALUE`` words)."""
+        return secret_values(list(self.argv)) | secret_values(self.environment())
 
     def environment(self) -> dict[str, str]:
         """The server's environment: rampwatch's, unbuffered Python output (a Python server
