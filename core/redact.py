@@ -27,6 +27,8 @@ _SECRET_LAST_WORDS = frozenset({"key", "apikey", "auth", "pat", "passphrase"})
 _PATH_LAST_WORDS = frozenset({"file", "path", "dir", "keyfile", "certfile"})
 _PATH_NAMES = frozenset({"googleapplicationcredentials"})
 _WORD_BREAK = re.compile(r"[-_.\s]+|(?<=[a-z0-9])(?=[A-Z])")
+# NAME=VALUE, as a shell reads an environment assignment before a command (HF_TOKEN=… vllm serve)
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _BEARER = re.compile(r"\b(Bearer|Basic)\s+\S+", re.IGNORECASE)
 # scheme://userinfo@ — userinfo is everything up to the last "@" before the host
 _URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s/?#]*)@")
@@ -58,7 +60,7 @@ def _is_flag(item: Any) -> bool:
 
 
 def _redact_argv(items: list[Any]) -> list[Any]:
-    """Command lines as lists: `--api-key VALUE` and `--api-key=VALUE` forms."""
+    """Command lines as lists: `--api-key VALUE`, `--api-key=VALUE` and `HF_TOKEN=VALUE` forms."""
     out: list[Any] = []
     hide_next = False
     for item in items:
@@ -76,6 +78,10 @@ def _redact_argv(items: list[Any]) -> list[Any]:
                     out.append(item)
                     hide_next = True
                 continue
+        assignment = _ASSIGNMENT.match(item) if isinstance(item, str) else None
+        if assignment is not None and is_secret_key(assignment.group(1)):
+            out.append(f"{assignment.group(1)}={REDACTED}")
+            continue
         out.append(redact_value(item))
     return out
 
@@ -149,6 +155,10 @@ def secret_values(options: Any) -> set[str]:
                         elif not eq:
                             hide_next = True
                         continue
+                assignment = _ASSIGNMENT.match(item) if isinstance(item, str) else None
+                if assignment is not None and is_secret_key(assignment.group(1)):
+                    found.add(assignment.group(2))
+                    continue
                 walk(item, secret)
         elif isinstance(value, str):
             if secret and value:

@@ -113,3 +113,11 @@ def test_the_server_log_masks_the_environment_the_serve_line_and_the_connection(
     assert f"env OPENAI_API_KEY={REDACTED}" in tail
     assert f"env HUGGING_FACE_HUB_TOKEN={REDACTED}" in tail
     assert f"--api-key {REDACTED}" in tail
+
+
+def test_a_sweeps_serve_line_masks_its_environment_prefix():
+    from rampwatch.loadgen.sweep import shown_command
+
+    argv = ["HF_TOKEN=hf-abcdef123", "CUDA_VISIBLE_DEVICES=0", "vllm", "serve", "m", "--api-key", "sk-abcdef123"]
+    assert shown_command(argv) == f"'HF_TOKEN={REDACTED}' CUDA_VISIBLE_DEVICES=0 vllm serve m --api-key '{REDACTED}'"
+    assert secret_values(argv) == {"hf-abcdef123", "sk-abcdef123"}
