@@ -404,6 +404,7 @@ class ManagedServer:
     async def _wait_ready(self, deadline: float, timeout_s: float, on_phase: Callable[[str], None] | None) -> None:
         import aiohttp
 
+        from rampwatch.loadgen import redirects
         from rampwatch.loadgen.client import probe_models
 
         base = self.command.base_url
@@ -424,7 +425,9 @@ class ManagedServer:
                     )
                 if not healthy:
                     try:
-                        async with session.get(base + "/health", headers=self.connection.request_headers()) as resp:
+                        async with redirects.request(
+                            session, "GET", base + "/health", headers=self.connection.request_headers()
+                        ) as resp:
                             healthy = resp.status == 200
                     except (aiohttp.ClientError, TimeoutError):
                         healthy = False
