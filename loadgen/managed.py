@@ -39,7 +39,7 @@ from rampwatch.core.errors import ServerExited, TargetUnreachable, UserError
 from rampwatch.core.interpreter import module_command
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_value, secret_values
 from rampwatch.core.text import server_text
-from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.connection import HEADERS_ENV, Connection
 from rampwatch.loadgen.serve_guard import DEFAULT_GRACE_S, PID_LINE_PREFIX, exit_code_of, group_alive, signal_group
 
 __all__ = ["ManagedServer", "ServeCommand", "ServerExited", "diff_engine_args", "server_log_path"]
@@ -186,10 +186,12 @@ class ServeCommand:
         return secret_values(list(self.argv)) | secret_values(self.environment())
 
     def environment(self) -> dict[str, str]:
-        """The server's environment: rampwatch's, unbuffered Python output (a Python server
+        """The server's environment: rampwatch's (less the run's own ``--header`` values),
+        unbuffered Python output (a Python server
         writing to a pipe would otherwise hold its log back in blocks), then the command's
         own NAME=VALUE words."""
-        return {"PYTHONUNBUFFERED": "1", **os.environ, **dict(self.env)}
+        inherited = {name: value for name, value in os.environ.items() if name != HEADERS_ENV}
+        return {"PYTHONUNBUFFERED": "1", **inherited, **dict(self.env)}
 
 
 def _shown(text: str) -> str:
