@@ -7,7 +7,8 @@ The key: ``--api-key KEY``, ``--api-key-file PATH`` (``-``: stdin; its first lin
 ``--header-file PATH`` (``-``: stdin; one ``NAME: VALUE`` a line, ``#`` comments and blank
 lines skipped) and ``$RAMPWATCH_HEADERS`` (the same lines); a later one of the same name
 wins: the environment's, then the file's, then the flags'. A key or a secret-named header
-given on the command line is used, with one warning line saying how to keep it out.
+given on the command line is used, with one warning line saying how to keep it out, and
+is overwritten in the process table once rampwatch has started (``hide_in_process_table``).
 
 A process rampwatch starts for the run (``--detach``'s, a sweep's) gets them through its
 environment (``child_environment``), never its argument list (``without_secret_flags``).
@@ -16,6 +17,7 @@ environment (``child_environment``), never its argument list (``without_secret_f
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
 from collections.abc import Sequence
@@ -143,6 +145,15 @@ def resolve(args: argparse.Namespace, stdin: TextIO | None = None) -> list[str]:
     return warnings
 
 
+def typed_secrets(args: argparse.Namespace) -> list[str]:
+    """What ``hide_in_process_table`` hides: the key, and the values of secret-named
+    headers (a value not on the command line is simply not found there)."""
+    from rampwatch.core.redact import is_secret_key
+
+    headers = getattr(args, "header", None) or []
+    return [v for v in [getattr(args, "api_key", None), *(v for n, v in headers if is_secret_key(n))] if v]
+
+
 def without_secret_flags(argv: Sequence[str]) -> list[str]:
     """``argv`` without the flags whose values are secrets (``--api-key X``,
     ``--header=…`` …): what a child process may show in the process table."""
@@ -171,3 +182,30 @@ def child_environment(args: argparse.Namespace, base: dict[str, str] | None = No
     if headers is not None:
         env[HEADERS_ENV] = "".join(f"{name}: {value}\n" for name, value in headers)
     return env
+
+
+def hide_in_process_table(values: Sequence[str]) -> bool:
+    """Overwrite ``values`` with ``*`` in this process's command line as the kernel shows
+    it (``/proc/self/cmdline``, ``ps``), as setproctitle does: from now on other users see
+    no secret there (they may have seen it while rampwatch started). ``sys.argv`` is
+    Python's copy and keeps them. Linux only; returns whether anything was hidden."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        # fields 48 and 49 of stat (1-based; the list starts at field 3): the argument area
+        start, end = int(fields[45]), int(fields[46])
+        with open("/proc/self/cmdline", "rb") as f:
+            shown = f.read()
+    except (OSError, IndexError, ValueError):
+        return False
+    if not start or end <= start or ctypes.string_at(start, end - start) != shown:
+        return False  # not the memory the kernel reads: leave it alone
+    hidden = False
+    for value in {v for v in values if v}:
+        needle = value.encode()
+        at = shown.find(needle)
+        while at >= 0:
+            ctypes.memset(start + at, ord("*"), len(needle))
+            hidden = True
+            at = shown.find(needle, at + len(needle))
+    return hidden

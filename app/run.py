@@ -287,6 +287,7 @@ def main(args: argparse.Namespace) -> int:
     check_ray_flags(args)
     for warning in credentials.resolve(args):
         print(f"rampwatch run: warning: {warning}", file=sys.stderr)
+    credentials.hide_in_process_table(credentials.typed_secrets(args))
     if args.detach:
         from rampwatch.app.detach import launch
 

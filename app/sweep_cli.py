@@ -71,6 +71,7 @@ def main(args: argparse.Namespace) -> int:
 
     for warning in credentials.resolve(args):
         print(f"rampwatch sweep: warning: {warning}", file=sys.stderr)
+    credentials.hide_in_process_table(credentials.typed_secrets(args))
     if want_tui(args):
         from rampwatch.app.sweep_live import run_sweep_live
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -144,3 +145,20 @@ def test_a_run_with_its_header_on_stdin_reaches_the_gateway_without_a_warning():
         f"host (ps); pass it in --header-file PATH (- : stdin) or ${HEADERS_ENV} instead"
     ]
     assert TOKEN not in proc.stdout + proc.stderr + typed.stdout + typed.stderr
+
+
+def test_a_key_typed_on_the_command_line_is_overwritten_in_the_process_table():
+    script = (
+        "import json, sys\n"
+        "from rampwatch.app.credentials import hide_in_process_table\n"
+        "hidden = hide_in_process_table([sys.argv[2], sys.argv[4].split(': ')[1]])\n"
+        "shown = open('/proc/self/cmdline', 'rb').read().decode().split('\\0')\n"
+        "print(json.dumps([hidden, shown[3:-1], sys.argv[1:]]))\n"
+    )
+    argv = ["--api-key", "sk-typed-4", "--header", "X-Token: g-secret-5", "--rate", "5"]
+    proc = subprocess.run([sys.executable, "-c", script, *argv], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    hidden, shown, kept = json.loads(proc.stdout)
+    assert hidden is True
+    assert shown == ["--api-key", "**********", "--header", "X-Token: **********", "--rate", "5"]  # what ps shows
+    assert kept == argv  # Python's own copy
