@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from rampwatch.app import credentials
+
 SWEEP_STATE = "sweep.json"
 SWEEP_REPORT = "sweep.html"
 INTERRUPTED_EXIT = 130
@@ -531,9 +533,8 @@ def spawn_headless(
             words += [flag, str(value)]
     if args.resume:
         words.append("--resume")
-    env = dict(os.environ, **(extra_env or {}))
-    if args.api_key:
-        env["OPENAI_API_KEY"] = args.api_key  # not on the command line: the process table shows it
+    # the key in its environment, not on its command line: the process table shows that
+    env = credentials.child_environment(args, dict(os.environ, **(extra_env or {})))
     log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - the child writes it until it ends
     try:
         return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)

@@ -35,7 +35,9 @@ response within ``request_timeout_s``), ``stream_aborted`` (body ended or broke 
 Transports: for a plain ``http://`` target the streamed requests go through
 ``loadgen.http_stream`` (an ``asyncio.Protocol`` that parses every network read inside
 ``data_received``: no task wake-up per streamed chunk); ``https://`` targets, URLs with
-credentials, redirects and ``RAMPWATCH_HTTP_CLIENT=aiohttp`` use aiohttp. Both produce
+credentials, redirects within the server's origin (``loadgen.redirects``: one to another
+origin fails the request as ``http_<status>``) and ``RAMPWATCH_HTTP_CLIENT=aiohttp`` use
+aiohttp. Both produce
 the same records: the same decoder and stream state turn the same body bytes into the
 same fields, and errors map to the same classes.
 """
@@ -58,7 +60,7 @@ from rampwatch.core.errors import ModelNotServed, TargetUnreachable, UserError
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import printable, server_text
 from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
-from rampwatch.loadgen import http_stream, sse
+from rampwatch.loadgen import http_stream, redirects, sse
 from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.requests import PreparedRequest
 
@@ -332,8 +334,12 @@ class StreamingClient:
             self._fail(rec, "connect", f"cannot connect to {pool.host}:{pool.port}: {_describe(exc)}")
             return rec
         assert exchange is not None and conn is not None
-        if exchange.redirected:
+        if exchange.redirected is not None:
             conn.abandon()
+            status, location = exchange.redirected
+            refused = redirects.refusal(status, self.url_for(req.endpoint), location)
+            if refused is not None:
+                return self._refused(rec, refused)
             return await self._send_aiohttp(req, rec)
         if exchange.error is not None:
             rec.end_at = clock()
@@ -368,8 +374,8 @@ class StreamingClient:
         clock = self.clock
         state = _StreamState(keep_text=self._keep_text or req.keep_text)
         try:
-            async with session.post(
-                self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
+            async with redirects.request(
+                session, "POST", self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
             ) as resp:
                 rec.status = resp.status
                 if resp.status != 200:
@@ -413,6 +419,8 @@ class StreamingClient:
             rec.end_at = clock()
             self._fail(rec, "connect", _describe(exc))
             return rec
+        except redirects.RedirectRefused as exc:
+            return self._refused(rec, exc)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             rec.end_at = clock()
             if rec.status is None:
@@ -425,6 +433,13 @@ class StreamingClient:
             self._fail(rec, "connect" if rec.status is None else "stream_aborted", _describe(exc))
             return rec
         self._finish(rec, state, req.keep_text)
+        return rec
+
+    def _refused(self, rec: RequestRecord, refused: redirects.RedirectRefused) -> RequestRecord:
+        """A redirect the policy does not follow: the server's answer, as an HTTP error."""
+        rec.end_at = self.clock()
+        rec.status = refused.status
+        self._fail(rec, f"http_{refused.status}", str(refused))
         return rec
 
     def _fail(self, rec: RequestRecord, error_class: str, message: str) -> None:
@@ -572,7 +587,7 @@ class _StreamExchange:
         self.reason = ""
         self.error_body: list[bytes] = []
         self.error_body_size = 0
-        self.redirected = False
+        self.redirected: tuple[int, str] | None = None  # (status, Location)
         self.body_ended: asyncio.Future[None] | None = None
         self.oversized = False  # an event passed the decoder's cap: the connection is dropped
 
@@ -580,8 +595,9 @@ class _StreamExchange:
         if self.finished.done():
             return
         self.response_started = True
-        if status in (301, 302, 303, 307, 308) and headers.get("location"):
-            self.redirected = True
+        location = headers.get("location")
+        if status in redirects.REDIRECT_STATUSES and location:
+            self.redirected = (status, location)
             self.finished.set_result(None)
             return
         self.rec.status = status
@@ -817,7 +833,7 @@ async def probe_models(
         async with aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector
         ) as session:
-            async with session.get(url, headers=connection.request_headers()) as resp:
+            async with redirects.request(session, "GET", url, headers=connection.request_headers()) as resp:
                 models = None
                 if resp.status == 200:
                     try:
@@ -829,6 +845,8 @@ async def probe_models(
                 return ModelsAnswer(shown, resp.status, models)
     except TimeoutError:
         raise TargetUnreachable(f"cannot reach {redact_text(base)} : no answer within {timeout_s:g} s") from None
+    except redirects.RedirectRefused as exc:  # it answered: not "cannot reach"
+        raise UserError(f"{shown}: {exc}") from None
     except aiohttp.ClientError as exc:
         raise TargetUnreachable(
             f"cannot reach {redact_text(base)} : "
@@ -949,7 +967,7 @@ async def fetch_server_info(
         ) as session:
             for path in ("/version", "/metrics"):
                 try:
-                    async with session.get(base + path, headers=headers) as resp:
+                    async with redirects.request(session, "GET", base + path, headers=headers) as resp:
                         if resp.status != 200:
                             info["errors"][path] = f"HTTP {resp.status}"
                             continue

@@ -44,6 +44,7 @@ from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nv
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee_explain import KneeReview, ServerLimits
 from rampwatch.loadgen.loop_health import ClientHealth
+from rampwatch.loadgen.redirects import REDIRECT_STATUSES
 from rampwatch.loadgen.requests_ahead import BuilderLost, RequestsAhead
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.schedules import USERS_KIND
@@ -53,6 +54,10 @@ from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.loadgen.sessions import SessionDriver, SessionWorkload, users_for, users_message
 from rampwatch.loadgen.summary import Summary
 from rampwatch.loadgen.workers import ClientSpec, Sender, SenderFactory
+
+# A request's record with one of these classes was redirected and not followed
+# (``loadgen.redirects``).
+_REDIRECT_CLASSES = frozenset(f"http_{status}" for status in REDIRECT_STATUSES)
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +270,7 @@ class Run:
         self._next_id = 0
         self._interrupted = False
         self._scrape_failing: dict[str, tuple[str, int]] = {}  # url -> (reason, failures in a row)
+        self._redirect_told = False  # a request's redirect not followed has been an event
         # While the server restarts: (when the load paused, held before?, rate before).
         self._restart: tuple[float, bool, float] | None = None
         self._restart_drain: asyncio.Task | None = None
@@ -751,6 +757,10 @@ class Run:
         if on_record is not None:
             on_record(record)
         self.sink.on_request(record)
+        if not self._redirect_told and record.error_class in _REDIRECT_CLASSES:
+            # Said once: each such request's record carries it too.
+            self._redirect_told = True
+            self.sink.on_event(Event(record.end_at, "info", f"requests redirected: {record.error}"))
 
     async def _one_request(
         self, client, semaphore, request, request_id: int, scheduled_at: float, on_record=None

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import printable_value, server_text
 from rampwatch.core.timeline import ServerSample
-from rampwatch.loadgen import backends
+from rampwatch.loadgen import backends, redirects
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +344,8 @@ def describe_scrape_failure(exc: BaseException) -> str:
     """What went wrong with a scrape, in a few words on one line: aiohttp's own messages
     repeat the host and the socket call, and wrap into several lines on a narrow panel.
     The URL is not in it (the sample carries it)."""
+    if isinstance(exc, redirects.RedirectRefused):
+        return str(exc)
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return f"cannot resolve the host ({exc.os_error.strerror or exc.os_error})"
     if isinstance(exc, aiohttp.ClientConnectorError):
@@ -424,7 +426,7 @@ class MetricsPoller:
             )
 
         try:
-            async with session.get(url, headers=self._headers) as resp:
+            async with redirects.request(session, "GET", url, headers=self._headers) as resp:
                 if resp.status != 200:
                     return failed(f"HTTP {resp.status}")
                 body = await read_capped(resp, self.max_body_bytes)
