@@ -147,6 +147,9 @@ class ServerSample:
     # A GPU sample's (``backend`` in GPU_BACKENDS) gauges per GPU: {"0": {"power_w": 312.0, ...}},
     # keys from GPU_FIELDS. Added later: samples of older recordings lack it ({}).
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Series of the page left out, {series: reason}: NaN, infinite or negative values, or a
+    # series given twice (scrape.screen_samples). Added later: older recordings lack it ({}).
+    rejected: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_gpu(self) -> bool:

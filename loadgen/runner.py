@@ -56,6 +56,9 @@ from rampwatch.loadgen.workers import ClientSpec, Sender, SenderFactory
 
 log = logging.getLogger(__name__)
 
+# Series said unusable in a run's events, at most (each scrape's sample still names its own).
+MAX_REJECTED_EVENTS = 20
+
 
 @dataclass
 class RunOptions:
@@ -265,6 +268,7 @@ class Run:
         self._next_id = 0
         self._interrupted = False
         self._scrape_failing: dict[str, tuple[str, int]] = {}  # url -> (reason, failures in a row)
+        self._rejected_seen: set[tuple[str, str]] = set()  # (url, series) already said unusable
         # While the server restarts: (when the load paused, held before?, rate before).
         self._restart: tuple[float, bool, float] | None = None
         self._restart_drain: asyncio.Task | None = None
@@ -867,6 +871,7 @@ class Run:
         event, not one per second (the samples, recorded too, carry every failure; the
         events panel shows their counts from them)."""
         self.sink.on_scrape(sample)
+        self._note_rejected(sample)
         failing = self._scrape_failing.get(sample.url)
         if sample.ok:
             if failing is not None:
@@ -884,6 +889,16 @@ class Run:
         if failing is None or failing[0] != error:
             self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {error}", {"url": sample.url}))
         self._scrape_failing[sample.url] = (error, 1 + (failing[1] if failing else 0))
+
+    def _note_rejected(self, sample: ServerSample) -> None:
+        """One event per series a URL's pages gave unusable (NaN, infinite, negative) or
+        twice, the first time: the figures go on without it (``scrape.screen_samples``)."""
+        for series, note in sample.rejected.items():
+            if (sample.url, series) in self._rejected_seen or len(self._rejected_seen) >= MAX_REJECTED_EVENTS:
+                continue
+            self._rejected_seen.add((sample.url, series))
+            message = server_text(f"{sample.url}: /metrics {series}: {note}", self.connection.secrets())
+            self.sink.on_event(Event(sample.t, "info", message, {"url": sample.url, "rejected_series": series}))
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_interval_s
