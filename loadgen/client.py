@@ -222,7 +222,11 @@ class StreamingClient:
         await self.close()
 
     async def fetch_server_info(
-        self, timeout_s: float = 5.0, require_model: bool = False, answer: ModelsAnswer | None = None
+        self,
+        timeout_s: float = 5.0,
+        require_model: bool = False,
+        answer: ModelsAnswer | None = None,
+        extras_timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """``/v1/models``, ``/version`` and the cache config; see ``fetch_server_info``."""
         return await fetch_server_info(
@@ -231,6 +235,7 @@ class StreamingClient:
             connection=self.connection,
             model=self.model if require_model else None,
             answer=answer,
+            extras_timeout_s=extras_timeout_s,
         )
 
     async def check_reachable(self, timeout_s: float = 5.0) -> int:
@@ -837,9 +842,11 @@ async def fetch_server_info(
     connection: Connection | None = None,
     model: str | None = None,
     answer: ModelsAnswer | None = None,
+    extras_timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """What the recording's header keeps about the server, from one ``/v1/models`` probe
-    (``probe_models``) and ``/version`` and ``/metrics``.
+    (``probe_models``) and ``/version`` and ``/metrics`` (asked together, each given
+    ``extras_timeout_s``, default ``timeout_s``).
 
     Keys: ``models`` (the ``/v1/models`` data list), ``version`` (``/version``'s value),
     ``cache_config`` (labels of ``vllm:cache_config_info`` from ``/metrics``) and
@@ -871,25 +878,29 @@ async def fetch_server_info(
         if model is not None:
             raise
         info["errors"]["/v1/models"] = str(exc)
+
+    async def read(session: aiohttp.ClientSession, path: str) -> None:
+        try:
+            async with session.get(base + path, headers=headers) as resp:
+                if resp.status != 200:
+                    info["errors"][path] = f"HTTP {resp.status}"
+                    return
+                if path == "/metrics":
+                    info["cache_config"] = cache_config_from_metrics(await resp.text())
+                    return
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            info["errors"][path] = server_text(_describe(exc), secrets)
+            return
+        info["version"] = body.get("version") if isinstance(body, dict) else body
+
     try:
         connector = aiohttp.TCPConnector(ssl=connection.ssl())
-        async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector
-        ) as session:
-            for path in ("/version", "/metrics"):
-                try:
-                    async with session.get(base + path, headers=headers) as resp:
-                        if resp.status != 200:
-                            info["errors"][path] = f"HTTP {resp.status}"
-                            continue
-                        if path == "/metrics":
-                            info["cache_config"] = cache_config_from_metrics(await resp.text())
-                            continue
-                        body = await resp.json(content_type=None)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    info["errors"][path] = server_text(_describe(exc), secrets)
-                    continue
-                info["version"] = body.get("version") if isinstance(body, dict) else body
+        # Both asked at once, each for at most extras_timeout_s: a /metrics that hangs
+        # delays the run's start by that, not by the sum of the waits.
+        timeout = aiohttp.ClientTimeout(total=extras_timeout_s if extras_timeout_s is not None else timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            await asyncio.gather(read(session, "/version"), read(session, "/metrics"))
     except Exception as exc:  # the header must be written whatever the server does
         info["errors"]["session"] = type(exc).__name__
     return info

@@ -251,7 +251,7 @@ class Run:
         # The managed server's engine arguments as they stand (a restart's diff applies to
         # them): the knee's explanation judges against the configuration that is serving.
         self._engine_args: dict[str, Any] = dict((options.managed_server or {}).get("engine_args") or {})
-        self._t0 = time.monotonic()
+        self._t0: float | None = None  # the run's t = 0, set once the start's checks are done
         self._stopping = False
         self._schedule_changed: asyncio.Event | None = None
         self._in_flight: set[asyncio.Task] = set()  # every request's task, waiting for a slot or sent
@@ -275,7 +275,9 @@ class Run:
 
     # -- clock -------------------------------------------------------------------------
     def now(self) -> float:
-        return time.monotonic() - self._t0
+        """Seconds since the run's t = 0; 0 while it starts (probing the server, the first
+        requests built), so that its clock never runs backwards: one clock, from one origin."""
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0
 
     # -- RunControl ----------------------------------------------------------------------
     def _steering(self) -> bool:
@@ -520,7 +522,9 @@ class Run:
         try:
             # One /v1/models probe: is the server there, does it serve the model, and
             # what the recording's header keeps about it.
-            server_info = await client.fetch_server_info(require_model=True, answer=opts.models_answer)
+            server_info = await client.fetch_server_info(
+                require_model=True, answer=opts.models_answer, extras_timeout_s=opts.scrape_timeout_s
+            )
             if opts.managed_server is not None:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
@@ -533,10 +537,10 @@ class Run:
             if self.sessions is None:  # a session's turns are built from its answers
                 await self.requests.start()
             self.health.start()  # a full collection and the heap frozen, before t = 0
-            self._t0 = time.monotonic()
+            self._t0 = t0 = time.monotonic()
             started_at_unix = time.time()
             if opts.sender_factory is not None:
-                sender = opts.sender_factory(self.client_spec(), self._t0, started_at_unix)
+                sender = opts.sender_factory(self.client_spec(), t0, started_at_unix)
                 await sender.start()
             header = RunHeader(
                 rampwatch_version=rampwatch_version(),
