@@ -29,7 +29,8 @@ stream ended with ``[DONE]``. Otherwise ``error_class`` is one of:
 unreachable, or no connection within ``connect_timeout_s``), ``timeout`` (no complete
 response within ``request_timeout_s``), ``stream_aborted`` (body ended or broke before ``[DONE]``),
 ``stream_error`` (an error event inside the stream, or ``[DONE]`` without any token),
-``cancelled`` (see ``RequestCancelled``). The API key only ever goes into the
+``cancelled`` (see ``RequestCancelled``), ``client_limit`` (the client ran out of file
+descriptors opening a connection: its own limit, ``loadgen.open_files``). The API key only ever goes into the
 ``Authorization`` header; messages are scrubbed of it before they reach a record.
 
 Transports: for a plain ``http://`` target the streamed requests go through
@@ -57,9 +58,10 @@ import orjson
 from rampwatch.core.errors import ModelNotServed, TargetUnreachable, UserError
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import printable, server_text
-from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
+from rampwatch.core.timeline import CLIENT_LIMIT, MAX_TOKEN_COUNT, RequestRecord
 from rampwatch.loadgen import http_stream, sse
 from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.open_files import out_of_files
 from rampwatch.loadgen.requests import PreparedRequest
 
 _TOKEN_MARK = sse.TOKEN_MARK
@@ -321,9 +323,9 @@ class StreamingClient:
             rec.end_at = clock()
             self._fail(rec, "connect", _describe(exc))
             return rec
-        except OSError as exc:  # refused, unreachable, name resolution
+        except OSError as exc:  # refused, unreachable, name resolution; out of descriptors
             rec.end_at = clock()
-            self._fail(rec, "connect", f"cannot connect to {pool.host}:{pool.port}: {_describe(exc)}")
+            self._fail_connect(rec, exc, f"cannot connect to {pool.host}:{pool.port}: {_describe(exc)}")
             return rec
         assert exchange is not None and conn is not None
         if exchange.redirected:
@@ -395,12 +397,12 @@ class StreamingClient:
             return rec
         except aiohttp.ClientConnectorError as exc:
             rec.end_at = clock()
-            self._fail(rec, "connect", _describe(exc))
+            self._fail_connect(rec, exc, _describe(exc))
             return rec
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             rec.end_at = clock()
             if rec.status is None:
-                self._fail(rec, "connect", _describe(exc))
+                self._fail_connect(rec, exc, _describe(exc))
             else:
                 self._fail(rec, "stream_aborted", _describe(exc))
             return rec
@@ -410,6 +412,14 @@ class StreamingClient:
             return rec
         self._finish(rec, state, req.keep_text)
         return rec
+
+    def _fail_connect(self, rec: RequestRecord, exc: BaseException, message: str) -> None:
+        """No connection: ``client_limit`` when the client is out of file descriptors (its
+        own limit, not the server), else ``connect``."""
+        if out_of_files(exc):
+            self._fail(rec, CLIENT_LIMIT, f"the client is out of open files (ulimit -n), not the server: {message}")
+        else:
+            self._fail(rec, "connect", message)
 
     def _fail(self, rec: RequestRecord, error_class: str, message: str) -> None:
         rec.error_class = error_class

@@ -44,6 +44,7 @@ from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nv
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee_explain import KneeReview, ServerLimits
 from rampwatch.loadgen.loop_health import ClientHealth
+from rampwatch.loadgen.open_files import raise_open_files_limit
 from rampwatch.loadgen.requests_ahead import BuilderLost, RequestsAhead
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.schedules import USERS_KIND
@@ -506,6 +507,7 @@ class Run:
         self._none_in_flight = asyncio.Event()
         opts = self.options
         concurrency = self.scenario.max_concurrency
+        open_files_warning = raise_open_files_limit(concurrency)  # before any socket, and the workers
         client = StreamingClient(
             opts.target,
             opts.model,
@@ -577,6 +579,9 @@ class Run:
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
             if gpu_note is not None:
                 self.sink.on_event(Event(0.0, "info", gpu_note, {"gpu": "hidden"}))
+            if open_files_warning is not None:
+                log.warning(open_files_warning)
+                self.sink.on_event(Event(0.0, "info", open_files_warning, {"open_files": "short"}))
             for note, data in opts.sender_factory.start_notes if opts.sender_factory else ():  # where they are
                 self.sink.on_event(Event(0.0, "info", note, data))
             # A first tick at once: the screen shows the run's state (and takes steering

@@ -30,7 +30,7 @@ import numpy as np
 import orjson
 
 from rampwatch.core import strict_json
-from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.core.timeline import CANCELLED, CLIENT_LIMIT, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.gpu import NVML_URL
@@ -349,13 +349,27 @@ def lateness_warning(figures: Summary) -> str | None:
     if late is None or late.p99 <= late_send_bound_ms(figures):
         return None
     shown = f"p99 {late.p99:.0f} ms, max {late.max:.0f} ms"
-    if figures.max_concurrency is not None:
+    # A client out of open files failed its requests itself: the slots were not the wait.
+    if figures.max_concurrency is not None and not figures.errors_by_class.get(CLIENT_LIMIT):
         return (
             f"warning: requests were sent late ({shown}) as they waited for one of the "
             f"{figures.max_concurrency} --max-concurrency slots: the schedule's rate was not offered "
             f"in full; the wait is part of the lateness, so it does not show whether the client kept up"
         )
     return f"warning: the client sent late ({shown}): the offered rate was not fully met; see docs/scale.md"
+
+
+def client_limit_warning(figures: Summary) -> str | None:
+    """One line when requests failed because the client ran out of open files: its own
+    limit, to raise before the figures say anything about the server."""
+    failed = figures.errors_by_class.get(CLIENT_LIMIT, 0)
+    if not failed:
+        return None
+    above = f" above --max-concurrency {figures.max_concurrency}" if figures.max_concurrency else ""
+    return (
+        f"warning: {failed:,} requests failed in the client, not at the server: it ran out of open files "
+        f"({CLIENT_LIMIT}); raise its limit (ulimit -n){above} and run again"
+    )
 
 
 def client_lag_bound_ms(p99_ms: float) -> float:
@@ -965,9 +979,9 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     if errors:
         lines.append("{s:{c}^{n}}".format(s="Errors", n=50, c="-"))
         for name, count in errors.items():
-            lines.append(_row(f"{name}:", count))
+            lines.append(_row(f"{name} (the client's own):" if name == CLIENT_LIMIT else f"{name}:", count))
     lines.append("=" * 50)
-    for warning in (lateness_warning(figures), client_lag_warning(figures)):
+    for warning in (client_limit_warning(figures), lateness_warning(figures), client_lag_warning(figures)):
         if warning is not None:
             lines.append(warning)
     return "\n".join(lines)
