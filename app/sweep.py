@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import shlex
 import signal
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rampwatch.app import credentials
+from rampwatch.core import strict_json
 
 SWEEP_STATE = "sweep.json"
 SWEEP_REPORT = "sweep.html"
@@ -40,18 +40,8 @@ STATUS_INTERVAL_S = 2.0
 def write_state(path: Path, state: dict[str, Any]) -> None:
     """``sweep.json`` replaced whole (a reader never sees half a file)."""
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=1, allow_nan=False, default=_jsonable) + "\n", encoding="utf-8")
+    tmp.write_text(strict_json.dumps(state, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def _finite(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
 def read_state(path: Path) -> dict[str, Any] | None:
@@ -230,7 +220,7 @@ class ConfigRun:
         row["recording"] = recording.name
         result = eventloop.run(self._execute(prepared, loop_holder))
         requests, samples, unreadable = _recorded(recording, result)
-        self.figures = _finite(
+        self.figures = strict_json.finite(
             config_row(
                 requests,
                 samples,
@@ -455,7 +445,7 @@ class Sweep:
             row.update(status="interrupted", reason="the sweep was stopped during this configuration")
             return
         figures = [{k: v for k, v in run.items() if k not in ("recording", "early_stop")} for run in runs]
-        row.update(_finite(combine_runs(figures)))
+        row.update(strict_json.finite(combine_runs(figures)))
         row.update(runs=runs, recordings=[run["recording"] for run in runs])
 
     def finish(self) -> int:

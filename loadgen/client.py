@@ -29,7 +29,8 @@ stream ended with ``[DONE]``. Otherwise ``error_class`` is one of:
 unreachable, or no connection within ``connect_timeout_s``), ``timeout`` (no complete
 response within ``request_timeout_s``), ``stream_aborted`` (body ended or broke before ``[DONE]``),
 ``stream_error`` (an error event inside the stream, or ``[DONE]`` without any token),
-``cancelled`` (see ``RequestCancelled``). The API key only ever goes into the
+``cancelled`` (see ``RequestCancelled``), ``client_limit`` (the client ran out of file
+descriptors opening a connection: its own limit, ``loadgen.open_files``). The API key only ever goes into the
 ``Authorization`` header; messages are scrubbed of it before they reach a record.
 
 Transports: for a plain ``http://`` target the streamed requests go through
@@ -59,9 +60,10 @@ import orjson
 from rampwatch.core.errors import ModelNotServed, TargetUnreachable, UserError
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import printable, server_text
-from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
+from rampwatch.core.timeline import CLIENT_LIMIT, MAX_TOKEN_COUNT, RequestRecord
 from rampwatch.loadgen import http_stream, redirects, sse
 from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.open_files import out_of_files
 from rampwatch.loadgen.requests import PreparedRequest
 
 _TOKEN_MARK = sse.TOKEN_MARK
@@ -235,7 +237,11 @@ class StreamingClient:
         await self.close()
 
     async def fetch_server_info(
-        self, timeout_s: float = 5.0, require_model: bool = False, answer: ModelsAnswer | None = None
+        self,
+        timeout_s: float = 5.0,
+        require_model: bool = False,
+        answer: ModelsAnswer | None = None,
+        extras_timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """``/v1/models``, ``/version`` and the cache config; see ``fetch_server_info``."""
         return await fetch_server_info(
@@ -244,6 +250,7 @@ class StreamingClient:
             connection=self.connection,
             model=self.model if require_model else None,
             answer=answer,
+            extras_timeout_s=extras_timeout_s,
         )
 
     async def check_reachable(self, timeout_s: float = 5.0) -> int:
@@ -329,9 +336,9 @@ class StreamingClient:
             rec.end_at = clock()
             self._fail(rec, "connect", _describe(exc))
             return rec
-        except OSError as exc:  # refused, unreachable, name resolution
+        except OSError as exc:  # refused, unreachable, name resolution; out of descriptors
             rec.end_at = clock()
-            self._fail(rec, "connect", f"cannot connect to {pool.host}:{pool.port}: {_describe(exc)}")
+            self._fail_connect(rec, exc, f"cannot connect to {pool.host}:{pool.port}: {_describe(exc)}")
             return rec
         assert exchange is not None and conn is not None
         if exchange.redirected is not None:
@@ -417,14 +424,14 @@ class StreamingClient:
             return rec
         except aiohttp.ClientConnectorError as exc:
             rec.end_at = clock()
-            self._fail(rec, "connect", _describe(exc))
+            self._fail_connect(rec, exc, _describe(exc))
             return rec
         except redirects.RedirectRefused as exc:
             return self._refused(rec, exc)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             rec.end_at = clock()
             if rec.status is None:
-                self._fail(rec, "connect", _describe(exc))
+                self._fail_connect(rec, exc, _describe(exc))
             else:
                 self._fail(rec, "stream_aborted", _describe(exc))
             return rec
@@ -441,6 +448,14 @@ class StreamingClient:
         rec.status = refused.status
         self._fail(rec, f"http_{refused.status}", str(refused))
         return rec
+
+    def _fail_connect(self, rec: RequestRecord, exc: BaseException, message: str) -> None:
+        """No connection: ``client_limit`` when the client is out of file descriptors (its
+        own limit, not the server), else ``connect``."""
+        if out_of_files(exc):
+            self._fail(rec, CLIENT_LIMIT, f"the client is out of open files (ulimit -n), not the server: {message}")
+        else:
+            self._fail(rec, "connect", message)
 
     def _fail(self, rec: RequestRecord, error_class: str, message: str) -> None:
         rec.error_class = error_class
@@ -926,9 +941,11 @@ async def fetch_server_info(
     connection: Connection | None = None,
     model: str | None = None,
     answer: ModelsAnswer | None = None,
+    extras_timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """What the recording's header keeps about the server, from one ``/v1/models`` probe
-    (``probe_models``) and ``/version`` and ``/metrics``.
+    (``probe_models``) and ``/version`` and ``/metrics`` (asked together, each given
+    ``extras_timeout_s``, default ``timeout_s``).
 
     Keys: ``models`` (the ``/v1/models`` data list), ``version`` (``/version``'s value),
     ``cache_config`` (labels of ``vllm:cache_config_info`` from ``/metrics``) and
@@ -960,25 +977,29 @@ async def fetch_server_info(
         if model is not None:
             raise
         info["errors"]["/v1/models"] = str(exc)
+
+    async def read(session: aiohttp.ClientSession, path: str) -> None:
+        try:
+            async with redirects.request(session, "GET", base + path, headers=headers) as resp:
+                if resp.status != 200:
+                    info["errors"][path] = f"HTTP {resp.status}"
+                    return
+                if path == "/metrics":
+                    info["cache_config"] = cache_config_from_metrics(await resp.text())
+                    return
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            info["errors"][path] = server_text(_describe(exc), secrets)
+            return
+        info["version"] = body.get("version") if isinstance(body, dict) else body
+
     try:
         connector = aiohttp.TCPConnector(ssl=connection.ssl())
-        async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector
-        ) as session:
-            for path in ("/version", "/metrics"):
-                try:
-                    async with redirects.request(session, "GET", base + path, headers=headers) as resp:
-                        if resp.status != 200:
-                            info["errors"][path] = f"HTTP {resp.status}"
-                            continue
-                        if path == "/metrics":
-                            info["cache_config"] = cache_config_from_metrics(await resp.text())
-                            continue
-                        body = await resp.json(content_type=None)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    info["errors"][path] = server_text(_describe(exc), secrets)
-                    continue
-                info["version"] = body.get("version") if isinstance(body, dict) else body
+        # Both asked at once, each for at most extras_timeout_s: a /metrics that hangs
+        # delays the run's start by that, not by the sum of the waits.
+        timeout = aiohttp.ClientTimeout(total=extras_timeout_s if extras_timeout_s is not None else timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            await asyncio.gather(read(session, "/version"), read(session, "/metrics"))
     except Exception as exc:  # the header must be written whatever the server does
         info["errors"]["session"] = type(exc).__name__
     return info

@@ -44,6 +44,7 @@ from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nv
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee_explain import KneeReview, ServerLimits
 from rampwatch.loadgen.loop_health import ClientHealth
+from rampwatch.loadgen.open_files import raise_open_files_limit
 from rampwatch.loadgen.redirects import REDIRECT_STATUSES
 from rampwatch.loadgen.requests_ahead import BuilderLost, RequestsAhead
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
@@ -60,6 +61,9 @@ from rampwatch.loadgen.workers import ClientSpec, Sender, SenderFactory
 _REDIRECT_CLASSES = frozenset(f"http_{status}" for status in REDIRECT_STATUSES)
 
 log = logging.getLogger(__name__)
+
+# Series said unusable in a run's events, at most (each scrape's sample still names its own).
+MAX_REJECTED_EVENTS = 20
 
 
 @dataclass
@@ -253,7 +257,7 @@ class Run:
         # The managed server's engine arguments as they stand (a restart's diff applies to
         # them): the knee's explanation judges against the configuration that is serving.
         self._engine_args: dict[str, Any] = dict((options.managed_server or {}).get("engine_args") or {})
-        self._t0 = time.monotonic()
+        self._t0: float | None = None  # the run's t = 0, set once the start's checks are done
         self._stopping = False
         self._schedule_changed: asyncio.Event | None = None
         self._in_flight: set[asyncio.Task] = set()  # every request's task, waiting for a slot or sent
@@ -271,13 +275,16 @@ class Run:
         self._interrupted = False
         self._scrape_failing: dict[str, tuple[str, int]] = {}  # url -> (reason, failures in a row)
         self._redirect_told = False  # a request's redirect not followed has been an event
+        self._rejected_seen: set[tuple[str, str]] = set()  # (url, series) already said unusable
         # While the server restarts: (when the load paused, held before?, rate before).
         self._restart: tuple[float, bool, float] | None = None
         self._restart_drain: asyncio.Task | None = None
 
     # -- clock -------------------------------------------------------------------------
     def now(self) -> float:
-        return time.monotonic() - self._t0
+        """Seconds since the run's t = 0; 0 while it starts (probing the server, the first
+        requests built), so that its clock never runs backwards: one clock, from one origin."""
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0
 
     # -- RunControl ----------------------------------------------------------------------
     def _steering(self) -> bool:
@@ -506,6 +513,7 @@ class Run:
         self._none_in_flight = asyncio.Event()
         opts = self.options
         concurrency = self.scenario.max_concurrency
+        open_files_warning = raise_open_files_limit(concurrency)  # before any socket, and the workers
         client = StreamingClient(
             opts.target,
             opts.model,
@@ -522,7 +530,9 @@ class Run:
         try:
             # One /v1/models probe: is the server there, does it serve the model, and
             # what the recording's header keeps about it.
-            server_info = await client.fetch_server_info(require_model=True, answer=opts.models_answer)
+            server_info = await client.fetch_server_info(
+                require_model=True, answer=opts.models_answer, extras_timeout_s=opts.scrape_timeout_s
+            )
             if opts.managed_server is not None:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
@@ -535,10 +545,10 @@ class Run:
             if self.sessions is None:  # a session's turns are built from its answers
                 await self.requests.start()
             self.health.start()  # a full collection and the heap frozen, before t = 0
-            self._t0 = time.monotonic()
+            self._t0 = t0 = time.monotonic()
             started_at_unix = time.time()
             if opts.sender_factory is not None:
-                sender = opts.sender_factory(self.client_spec(), self._t0, started_at_unix)
+                sender = opts.sender_factory(self.client_spec(), t0, started_at_unix)
                 await sender.start()
             header = RunHeader(
                 rampwatch_version=rampwatch_version(),
@@ -575,6 +585,9 @@ class Run:
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
             if gpu_note is not None:
                 self.sink.on_event(Event(0.0, "info", gpu_note, {"gpu": "hidden"}))
+            if open_files_warning is not None:
+                log.warning(open_files_warning)
+                self.sink.on_event(Event(0.0, "info", open_files_warning, {"open_files": "short"}))
             for note, data in opts.sender_factory.start_notes if opts.sender_factory else ():  # where they are
                 self.sink.on_event(Event(0.0, "info", note, data))
             # A first tick at once: the screen shows the run's state (and takes steering
@@ -877,6 +890,7 @@ class Run:
         event, not one per second (the samples, recorded too, carry every failure; the
         events panel shows their counts from them)."""
         self.sink.on_scrape(sample)
+        self._note_rejected(sample)
         failing = self._scrape_failing.get(sample.url)
         if sample.ok:
             if failing is not None:
@@ -894,6 +908,16 @@ class Run:
         if failing is None or failing[0] != error:
             self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {error}", {"url": sample.url}))
         self._scrape_failing[sample.url] = (error, 1 + (failing[1] if failing else 0))
+
+    def _note_rejected(self, sample: ServerSample) -> None:
+        """One event per series a URL's pages gave unusable (NaN, infinite, negative) or
+        twice, the first time: the figures go on without it (``scrape.screen_samples``)."""
+        for series, note in sample.rejected.items():
+            if (sample.url, series) in self._rejected_seen or len(self._rejected_seen) >= MAX_REJECTED_EVENTS:
+                continue
+            self._rejected_seen.add((sample.url, series))
+            message = server_text(f"{sample.url}: /metrics {series}: {note}", self.connection.secrets())
+            self.sink.on_event(Event(sample.t, "info", message, {"url": sample.url, "rejected_series": series}))
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_interval_s

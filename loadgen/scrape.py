@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -80,6 +81,44 @@ def sample_key(name: str, labels: dict[str, str]) -> str:
     return f"{name}{{{inner}}}"
 
 
+# A sample's rejected series kept to name them (a hostile page may hold thousands).
+MAX_REJECTED_SERIES = 20
+
+
+def _unusable(value: float) -> str | None:
+    """Why a value is none a server could mean, or None if it is usable: every series read
+    (request counts, token counters, KV usage, `_sum`/`_count`, bucket counts, GPU gauges)
+    is finite and at least zero."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value < 0:
+        return f"negative ({value:g})"
+    return None
+
+
+def screen_samples(samples: list[backends.Sample]) -> tuple[list[backends.Sample], dict[str, str]]:
+    """``(kept, rejected)``: NaN, infinite and negative values dropped, and a series given
+    twice on one page (same name and labels) kept once, at its last value, never summed;
+    ``rejected`` says for each series dropped or doubled (``sample_key``) what was done,
+    for at most ``MAX_REJECTED_SERIES`` of them."""
+    kept: dict[str, backends.Sample] = {}
+    rejected: dict[str, str] = {}
+    for name, labels, value in samples:
+        key = sample_key(name, labels)
+        unusable = _unusable(value)
+        note: str | None
+        if unusable is not None:
+            note = f"{unusable}: dropped"
+        else:
+            note = "given twice on the page: the last value kept, not the sum" if key in kept else None
+            kept[key] = (name, labels, value)
+        if note is not None and len(rejected) < MAX_REJECTED_SERIES:
+            rejected.setdefault(key, note)
+    return list(kept.values()), rejected
+
+
 # A vLLM page keeps ~150 series after the line filter; data-parallel engines times LoRA
 # adapters a few thousand. A page with more keeps its summed fields but not its raw series:
 # handing 95k of them to the load process each second costs it ~25 ms of unpickling, and
@@ -91,7 +130,7 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
     """One scrape's text -> ``ServerSample`` (``ok=False`` if the text cannot be parsed)."""
     started = time.perf_counter()
     try:
-        samples = read_samples(text)
+        samples, rejected = screen_samples(read_samples(text))
     except ValueError as exc:
         # the parser quotes the page's line: the server's text
         return ServerSample(t=t, url=url, ok=False, error=server_text(f"unparsable /metrics: {exc}")[:300])
@@ -109,6 +148,7 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         per_engine=per_engine,
         created=created,
         raw=raw,
+        rejected=rejected,
         # fields holds only ServerSample's float | None gauge and counter fields (extract_fields)
         **fields,  # type: ignore[arg-type]
     )
@@ -147,7 +187,8 @@ def parse_dcgm(text: str, url: str, t: float) -> ServerSample:
             for s in family.samples:
                 # the label is shown on screen: made safe like any text from a server
                 gpu = server_text(s.labels.get("gpu") or s.labels.get("UUID") or "0")[:40]
-                gpus.setdefault(gpu, {})[DCGM_GAUGES[s.name]] = float(s.value)
+                if _unusable(float(s.value)) is None:  # a NaN or negative gauge is no reading
+                    gpus.setdefault(gpu, {})[DCGM_GAUGES[s.name]] = float(s.value)
     except ValueError as exc:
         error = server_text(f"unparsable DCGM page: {exc}")[:300]
         return ServerSample(t=t, url=url, ok=False, backend="dcgm", error=error)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from rampwatch.core import strict_json
 from rampwatch.core.cache_salt import UNKNOWN, describe_cache_policy
 from rampwatch.core.timeline import RunHeader
 from rampwatch.loadgen.summary import client_lag_warning
@@ -309,7 +310,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import json
 
     from rampwatch.record.analysis import comparison_samples, summarise
     from rampwatch.record.reader import open_recording, print_warnings
@@ -338,7 +338,7 @@ def main(args: argparse.Namespace) -> int:
             "client": client,
             "client_warnings": client_warnings,
         }
-        print(json.dumps(out, indent=2))
+        print(strict_json.dumps(out, indent=2))
     else:
         names = [f"{rec.path} ({describe_policy(rec.header)})" for rec in recordings]
         print(format_comparison(rows, names[0], names[1], warning, cache_warning=cache_warning))

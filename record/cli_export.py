@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from rampwatch.core import strict_json
 from rampwatch.core.errors import UserError
 
 REQUEST_COLUMNS = (
@@ -245,7 +246,7 @@ def write_bench_result(
                     write_object(f, class_fields, class_summary, name)
                 f.write("}")
             elif key not in PER_REQUEST_KEYS:
-                f.write(json.dumps(value, default=str))  # NaN as vLLM writes it (dumps_bench_result)
+                f.write(strict_json.dumps(value, default=str))  # NaN as null (dumps_bench_result)
             else:
                 f.write("[")
                 first = True

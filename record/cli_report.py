@@ -15,9 +15,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import json
     import sys
 
+    from rampwatch.core import strict_json
     from rampwatch.core.text import fill_to, fit_lines, terminal_width
     from rampwatch.loadgen.classes import CLASS_NOTE
     from rampwatch.loadgen.segments import SEGMENT_NOTE
@@ -67,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
         out.update(turn_sections(turns))
         if classes:  # a mixture: each class's figures in the same schema
             out["per_class"] = {name: figures.to_dict() for name, figures in classes.items()}
-        print(json.dumps(out, indent=2, default=str))
+        print(strict_json.dumps(out, indent=2, default=str))
     else:
         h = recording.header
         width = terminal_width(sys.stdout)  # a terminal's: lines and tables wrap whole words, never mid-word

@@ -29,6 +29,10 @@ def rampwatch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )
 
 
+def refuse_non_json(word: str) -> None:
+    pytest.fail(f"not strict JSON: {word}")
+
+
 def test_fixture_has_what_the_ui_tests_need():
     rec = open_recording(FIXTURE)
     assert rec.finished and rec.warnings == []
@@ -162,7 +166,7 @@ def test_export_json_follows_the_vllm_schema(tmp_path):
 
 def test_export_json_of_a_summary_with_a_nan_figure(tmp_path):
     """A run whose every request failed has no peak token rate (NaN): the export writes it
-    as vLLM's own file does, as the run's result JSON does, instead of stopping."""
+    as null, as the run's result JSON does, so strict JSON parsers read the file."""
     from rampwatch.record.synthetic import SyntheticRun, play_synthetic
     from rampwatch.record.writer import RecordingWriter
 
@@ -172,8 +176,8 @@ def test_export_json_of_a_summary_with_a_nan_figure(tmp_path):
     writer.close()
     out = rampwatch("export", str(path), "--format", "json", "-o", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
-    result = json.loads((tmp_path / "r.json").read_text())
-    assert math.isnan(result["max_output_tokens_per_s"]) and result["completed"] == 0 and result["failed"] > 0
+    result = json.loads((tmp_path / "r.json").read_text(), parse_constant=refuse_non_json)
+    assert result["max_output_tokens_per_s"] is None and result["completed"] == 0 and result["failed"] > 0
 
 
 def test_export_csv_writes_requests_and_series(tmp_path):
