@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.core.timeline import CANCELLED, Event, Snapshot
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.classes import ClassSummaries, class_table
 from rampwatch.loadgen.knee_explain import knee_explanation_of
@@ -164,7 +164,8 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
     """A recording's values that ``rampwatch compare`` resamples (``record.significance``).
 
     Per request: ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (successful requests, as the summary
-    takes them) and ``error_pct`` (100 for a failed request, 0 otherwise); ``itl_ms``, every
+    takes them) and ``error_pct`` (100 for a failed request, 0 for a completed one; a cancelled one is
+    neither, as in the summary's error rate); ``itl_ms``, every
     chunk gap grouped by its request. Per second of the run's window (first send to last
     completion): ``completed_per_s``, ``output_tokens_per_s`` and ``total_tokens_per_s``
     (completion and prompt tokens of the requests that completed in the second). The ITLs
@@ -178,7 +179,9 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
         c = recording.request_columns(info, with_chunks=True)
         ok = _succeeded(c)
         has_first = c.has_first.astype(bool)
-        errors.append(np.where(ok, 0.0, 100.0))
+        # as the summary's error rate: failed over ended, a cancelled request neither
+        counted = np.array([e != CANCELLED for e in c.strings["error_class"]], dtype=bool)
+        errors.append(np.where(ok, 0.0, 100.0)[counted])
         sent.append(c.sent_at)
         use = ok & has_first
         ttft.append((c.first_token_at - c.sent_at)[use] * 1000)
