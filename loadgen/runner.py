@@ -829,7 +829,9 @@ class Run:
         assert self._schedule_changed is not None and self._none_in_flight is not None
         loop = asyncio.get_running_loop()
         policy = self.options.drain
-        deadline = None if policy.limit_s is None else loop.time() + policy.limit_s
+        # The policy is the plan for the schedule's end; a stop that cut the schedule short
+        # gives its whole grace period, whatever the policy (cancel would give none).
+        deadline = None if policy.limit_s is None or self._stopping else loop.time() + policy.limit_s
         # Two waiters, not one per request: asyncio.wait over thousands of queued requests
         # re-registers a callback on each of them every time one finishes.
         while self._in_flight and not self._stopping:

@@ -481,7 +481,8 @@ def time_left(snapshot: Snapshot) -> TimeLeft | None:
     began = stop.t if stop is not None and (planned is None or stop.t < planned) else planned
     drained = max(0.0, snapshot.t - began) if began is not None else 0.0
     drain = drain_estimate_s(snapshot, drained)
-    if policy.limit_s is not None and began is not None:
+    cut_short = began is not None and stop is not None and began == stop.t  # a stop ended the schedule
+    if policy.limit_s is not None and began is not None and not cut_short:  # its grace alone bounds it
         drain = _at_most(drain, max(0.0, began + policy.limit_s - snapshot.t))
     grace = grace_period_s(snapshot, stop)
     if stop is not None and grace is not None:

@@ -121,6 +121,13 @@ def test_a_stop_bounds_the_drain_by_its_grace_period(events, grace, expected_dra
     assert left == TimeLeft(0.0, expected_drain)
 
 
+@pytest.mark.parametrize("drain", ["cancel", "cap:1"])
+def test_a_stop_that_cut_the_schedule_short_gets_its_grace_whatever_the_drain_policy(drain):
+    stop = Event(60.0, "stop", "stop requested", {"grace_s": 10.0})
+    left = time_left(snap(62.0, "stopping", planned=120.0, e2e_ms=30000.0, events=[stop], options={"drain": drain}))
+    assert left == TimeLeft(0.0, 8.0)  # the grace's 8 s left, not the policy's 0 (or 1 s from the stop)
+
+
 def test_eta_is_the_start_plus_elapsed_plus_what_is_left():
     s = snap(30.0, "ramping", e2e_ms=8000.0)
     assert eta_unix(s, time_left(s)) == s.header.started_at_unix + 30.0 + 90.0 + 8.0
