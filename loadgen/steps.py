@@ -419,7 +419,7 @@ NARROW_DROP = ("out tok/s", "kind", "start")
 
 
 def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
+    seconds = max(0, round(seconds))  # a row starting at 4.9996 s reads 0:05, not 0:04
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 

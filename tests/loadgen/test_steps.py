@@ -332,3 +332,12 @@ def test_a_cell_reads_the_same_whatever_side_of_100_it_rounds_from(value, digits
     from rampwatch.loadgen.steps import _num
 
     assert _num(value, digits) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(4.9996, "0:05"), (4.4, "0:04"), (0.0, "0:00"), (-0.2, "0:00"), (599.6, "10:00")]
+)
+def test_a_rows_start_reads_to_the_nearest_second(seconds, text):
+    from rampwatch.loadgen.steps import _clock
+
+    assert _clock(seconds) == text
