@@ -354,9 +354,18 @@ def test_compare_of_a_run_with_itself_is_within_noise(tmp_path):
     out = rampwatch("compare", str(FIXTURE), str(FIXTURE), "--json", "--resamples", "200")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["load_warning"] is None
+    assert data["load_warning"] is None and data["same_recording"] is True
     tested = [r for r in data["rows"] if r["verdict"] != "-"]
     assert len(tested) >= 10 and all(r["verdict"] == "within noise" for r in tested)
+    # the same file under another name: said in the text's first line
+    link = tmp_path / "again.rwrec"
+    link.symlink_to(FIXTURE)
+    text = rampwatch("compare", str(FIXTURE), str(link), "--resamples", "50")
+    assert text.stdout.splitlines()[0].startswith("note: A and B are the same recording")
+    copy = tmp_path / "copy.rwrec"  # equal bytes, another file: two runs as far as compare can tell
+    copy.write_bytes(FIXTURE.read_bytes())
+    other = rampwatch("compare", str(FIXTURE), str(copy), "--json", "--resamples", "50")
+    assert json.loads(other.stdout)["same_recording"] is False
 
 
 @pytest.mark.parametrize("bad", ["0", "-3", "many"])
