@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import shlex
@@ -171,6 +172,8 @@ class ConfigRun:
             row["started_at"] = time.time()
         sweep.save(current=row["index"], line="starting the server")
         plan = plan_run(sweep.run_args(command_line(argv), recording))
+        if self.repeat:  # other arrivals and prompts each repeat: the spread holds that noise too
+            plan = dataclasses.replace(plan, scenario=repeat_scenario(plan.scenario, self.repeat))
         server = plan.server
         assert server is not None  # --serve always names one
         try:
@@ -274,6 +277,14 @@ class ConfigRun:
         finally:
             sweep.on_signal = None
             watcher.cancel()
+
+
+def repeat_scenario(scenario: Any, repeat: int) -> Any:
+    """The scenario of a configuration's run ``repeat`` (0-based): its seed moved on by
+    ``repeat``, so that repeats draw other arrival gaps and prompt lengths (with one seed
+    the spread of repeats left that sampling noise out, and a knee range read 11.7-11.7)."""
+    seed = scenario.seed + repeat
+    return dataclasses.replace(scenario, seed=seed, raw={**scenario.raw, "seed": seed})
 
 
 def run_slug(slug: str, repeat: int | None) -> str:

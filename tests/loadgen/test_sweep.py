@@ -588,3 +588,15 @@ def verdict_of(rows, repeats=1):
 )
 def test_the_verdict_names_the_best_what_it_cannot_tell_apart_and_what_was_not_judged(rows, repeats, lines):
     assert verdict_of(rows, repeats) == lines
+
+
+def test_a_repeat_moves_the_seed_on_so_its_arrivals_differ():
+    from rampwatch.app.sweep import repeat_scenario
+    from rampwatch.loadgen.scenario import load_scenario
+
+    first = load_scenario("chat")
+    second = repeat_scenario(first, 1)
+    assert second.seed == first.seed + 1 and second.raw["seed"] == second.seed
+    assert first.raw["seed"] == first.seed  # the first run's scenario is left as it was
+    gaps = [[s.next_send_time() for _ in range(20)] for s in (first.build_schedule(), second.build_schedule())]
+    assert gaps[0] != gaps[1]
