@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from rampwatch.loadgen.classes import CLASS_NOTE
 from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.loadgen.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
-from rampwatch.loadgen.summary import Summary
+from rampwatch.loadgen.summary import Summary, knee_review
 from rampwatch.loadgen.turns import NO_HIT_RATE_HINT, TEXT_COLUMNS, TURNS_NOTE, TurnTable, sessions_line
 from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
 
@@ -306,6 +307,17 @@ def classes_section(table: SegmentTable, snapshot: Snapshot, marks: Sequence[Eve
     )
 
 
+def with_knee_reviews(marks: Sequence[Event]) -> list[Event]:
+    """The marks, a knee's text followed by the review that settled its explanation: a
+    chart's knee line (its tooltip) would otherwise give only what the knee read at first,
+    under a knee section that says another limit."""
+    out = []
+    for e in marks:
+        review = knee_review(marks, e) if e.kind == "knee" else None
+        out.append(e if review is None else replace(e, message=f"{e.message}; then {review.message}"))
+    return out
+
+
 def knee_section(summary: Summary) -> str:
     """Why the knee: the limit, its evidence and what to try next (empty without a knee)."""
     why = KneeExplanation.from_dict(summary.knee_explanation)
@@ -441,6 +453,7 @@ def render_html(
     ``turns``: a session workload's figures by turn (``loadgen.turns``), None without;
     ``classes``: a mixture's classes side by side (``loadgen.classes``), None otherwise."""
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
+    chart_marks = with_knee_reviews(marks)
     charts = []
     with_gpu = snapshot.last_good_gpu_t is not None
     for chart_title, unit, names, scale, y_top in CHARTS + (GPU_CHARTS if with_gpu else []):
@@ -451,7 +464,7 @@ def render_html(
                 continue
             lines.append((label, [v * scale if v is not None else v for v in values]))
         charts.append(
-            f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, marks, t_max, y_top)}</section>'
+            f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, chart_marks, t_max, y_top)}</section>'
         )
     rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"
