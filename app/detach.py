@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rampwatch.app import runs
+from rampwatch.app import credentials, runs
 from rampwatch.core.errors import UserError
 from rampwatch.core.interpreter import module_command
 
@@ -39,22 +39,10 @@ LOAD_START_TIMEOUT_S = 10.0
 
 def child_argv(argv: list[str], run_id: str, log: Path, recording: Path | None) -> list[str]:
     """The command the detached process runs: what was typed, without ``--detach`` and
-    without an ``--api-key`` (it goes through the environment, not the process list), as
-    a headless run with the id, its log and its recording path fixed here."""
-    out: list[str] = []
-    skip = False
-    for item in argv:
-        if skip:
-            skip = False
-            continue
-        if item == "--detach":
-            continue
-        if item == "--api-key":
-            skip = True
-            continue
-        if item.startswith("--api-key="):
-            continue
-        out.append(item)
+    without the key and the headers (they go through its environment, not the process
+    list: ``credentials.child_environment``), as a headless run with the id, its log and
+    its recording path fixed here."""
+    out = [item for item in credentials.without_secret_flags(argv) if item != "--detach"]
     out += ["--headless", "--run-id", run_id, "--detached-log", str(log)]
     if recording is not None and "--record" not in out and not any(a.startswith("--record=") for a in out):
         out += ["--record", str(recording)]
@@ -74,9 +62,7 @@ def launch(args: argparse.Namespace) -> int:
     recording = None if plan.recording_path is None else plan.recording_path.resolve()
     log = runs.log_path_for(run_id, recording, directory)
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    if args.api_key:
-        env["OPENAI_API_KEY"] = args.api_key
+    env = credentials.child_environment(args)
     argv = child_argv(getattr(args, "argv", None) or sys.argv[1:], run_id, log, recording)
     try:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict
 
 from rampwatch.app import runs
+from rampwatch.core import strict_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +18,7 @@ def main(args: argparse.Namespace) -> int:
     listed = runs.list_runs(directory)
     if args.json:
         for state in listed:
-            print(json.dumps({**asdict(state), "shown_state": runs.shown_state(state, directory)}))
+            print(strict_json.dumps({**asdict(state), "shown_state": runs.shown_state(state, directory)}))
         return 0
     if not listed:
         print("no runs (rampwatch run … --detach starts one in the background)")

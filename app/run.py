@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import TextIO
 
+from rampwatch.app import credentials
 from rampwatch.loadgen.managed import DEFAULT_STARTUP_TIMEOUT_S
 
 DEFAULT_PROGRESS_INTERVAL_S = 5.0
@@ -40,17 +41,6 @@ positive_float = _number(float, lambda v: 0 < v < float("inf"), "a number above 
 non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number ≥ 0")
 fraction = _number(float, lambda v: 0 <= v <= 1, "a fraction from 0 to 1")
 positive_int = _number(int, lambda v: v > 0, "a whole number above 0")
-
-
-def header_pair(text: str) -> tuple[str, str]:
-    """An argparse type for ``--header NAME:VALUE``; its errors never quote the value (a
-    header is often a token)."""
-    from rampwatch.loadgen.connection import parse_header
-
-    try:
-        return parse_header(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def drain_policy(text: str):
@@ -174,16 +164,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokenizer", metavar="NAME_OR_PATH", help="HF tokenizer for exact prompt lengths (default: the simulator's)"
     )
-    parser.add_argument("--api-key", metavar="KEY", help="bearer token (default: $OPENAI_API_KEY)")
-    parser.add_argument(
-        "--header",
-        action="append",
-        type=header_pair,
-        default=[],
-        metavar="NAME:VALUE",
-        help="extra HTTP header on every request and /metrics scrape, e.g. for a gateway (repeatable); "
-        "values are never shown or recorded, only names",
-    )
+    credentials.add_flags(parser, headers=True)
     tls = parser.add_mutually_exclusive_group()
     tls.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
     tls.add_argument("--ca-cert", metavar="PEM", help="verify the server's TLS certificate against this CA file")
@@ -309,6 +290,9 @@ def main(args: argparse.Namespace) -> int:
     from rampwatch.app.ray_run import check_ray_flags
 
     check_ray_flags(args)
+    for warning in credentials.resolve(args):
+        print(f"rampwatch run: warning: {warning}", file=sys.stderr)
+    credentials.hide_in_process_table(credentials.typed_secrets(args))
     if args.detach:
         from rampwatch.app.detach import launch
 

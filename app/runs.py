@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rampwatch.core import strict_json
 from rampwatch.core.errors import UserError
 
 # Finished runs stay listed for a day, at most this many of them.
@@ -116,7 +117,7 @@ def write_state(state: RunState, directory: Path | None = None) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(asdict(state), fh)
+        fh.write(strict_json.dumps(asdict(state)))
     os.replace(tmp, path)
 
 

@@ -40,7 +40,7 @@ from rampwatch.core.files import (
     stdout_reader_gone,
 )
 from rampwatch.core.redact import redact_options, redact_text
-from rampwatch.core.text import fill_to, server_text, terminal_width
+from rampwatch.core.text import fill_to, fit_lines, server_text, terminal_width
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen import eventloop
@@ -788,10 +788,10 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     # Written before anything is printed: a reader of the output that leaves early
     # (`| head`) ends the printing, never the run's files.
     result_json_error = write_result_json(prepared, result, figures)
-    print(format_summary(summary), file=out)
+    width = terminal_width(out)  # a terminal's: lines and tables wrap whole words, never mid-word
+    print(fit_lines(format_summary(summary), width), file=out)
     if figures.note is not None:
-        print(f"({figures.note})", file=out)
-    width = terminal_width(out)  # a terminal's: the tables wrap whole words, never mid-word
+        print(fit_lines(f"({figures.note})", width), file=out)
     if turns is not None:
         print(f"\n{fill_to(f'Turns ({TURNS_NOTE})', width)}\n{turns.text()}", file=out)
     if classes:  # a mixture: its classes side by side, as `rampwatch report` prints them

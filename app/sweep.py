@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
-import math
 import os
 import shlex
 import signal
@@ -25,6 +25,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+
+from rampwatch.app import credentials
+from rampwatch.core import strict_json
 
 SWEEP_STATE = "sweep.json"
 SWEEP_REPORT = "sweep.html"
@@ -41,18 +44,8 @@ def write_state(path: Path, state: dict[str, Any]) -> None:
 
     tmp = path.with_suffix(".json.tmp")
     with private_file(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(state, indent=1, allow_nan=False, default=_jsonable) + "\n")
+        fh.write(strict_json.dumps(state, indent=1) + "\n")
     os.replace(tmp, path)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def _finite(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
 def read_state(path: Path) -> dict[str, Any] | None:
@@ -182,6 +175,8 @@ class ConfigRun:
             row["started_at"] = time.time()
         sweep.save(current=row["index"], line="starting the server")
         plan = plan_run(sweep.run_args(command_line(argv), recording))
+        if self.repeat:  # other arrivals and prompts each repeat: the spread holds that noise too
+            plan = dataclasses.replace(plan, scenario=repeat_scenario(plan.scenario, self.repeat))
         server = plan.server
         assert server is not None  # --serve always names one
         try:
@@ -233,7 +228,7 @@ class ConfigRun:
         row["recording"] = recording.name
         result = eventloop.run(self._execute(prepared, loop_holder))
         requests, samples, unreadable = _recorded(recording, result)
-        self.figures = _finite(
+        self.figures = strict_json.finite(
             config_row(
                 requests,
                 samples,
@@ -287,6 +282,14 @@ class ConfigRun:
         finally:
             sweep.on_signal = None
             watcher.cancel()
+
+
+def repeat_scenario(scenario: Any, repeat: int) -> Any:
+    """The scenario of a configuration's run ``repeat`` (0-based): its seed moved on by
+    ``repeat``, so that repeats draw other arrival gaps and prompt lengths (with one seed
+    the spread of repeats left that sampling noise out, and a knee range read 11.7-11.7)."""
+    seed = scenario.seed + repeat
+    return dataclasses.replace(scenario, seed=seed, raw={**scenario.raw, "seed": seed})
 
 
 def run_slug(slug: str, repeat: int | None) -> str:
@@ -458,7 +461,7 @@ class Sweep:
             row.update(status="interrupted", reason="the sweep was stopped during this configuration")
             return
         figures = [{k: v for k, v in run.items() if k not in ("recording", "early_stop")} for run in runs]
-        row.update(_finite(combine_runs(figures)))
+        row.update(strict_json.finite(combine_runs(figures)))
         row.update(runs=runs, recordings=[run["recording"] for run in runs])
 
     def finish(self) -> int:
@@ -536,9 +539,8 @@ def spawn_headless(
             words += [flag, str(value)]
     if args.resume:
         words.append("--resume")
-    env = dict(os.environ, **(extra_env or {}))
-    if args.api_key:
-        env["OPENAI_API_KEY"] = args.api_key  # not on the command line: the process table shows it
+    # the key in its environment, not on its command line: the process table shows that
+    env = credentials.child_environment(args, dict(os.environ, **(extra_env or {})))
     from rampwatch.core.files import private_file
 
     log = private_file(log_path, "w", encoding="utf-8")

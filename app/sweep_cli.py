@@ -5,6 +5,9 @@ sweep is asked for."""
 from __future__ import annotations
 
 import argparse
+import sys
+
+from rampwatch.app import credentials
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--headless", action="store_true", help="no UI: one line per configuration, the table at the end"
     )
-    parser.add_argument("--api-key", metavar="KEY", help="bearer token of the servers (default: $OPENAI_API_KEY)")
+    credentials.add_flags(parser, headers=False, whose=" of the servers")
     parser.add_argument(
         "--stop-grace",
         type=non_negative_float,
@@ -66,6 +69,9 @@ def repeat_count(text: str) -> int:
 def main(args: argparse.Namespace) -> int:
     from rampwatch.app.run import want_tui
 
+    for warning in credentials.resolve(args):
+        print(f"rampwatch sweep: warning: {warning}", file=sys.stderr)
+    credentials.hide_in_process_table(credentials.typed_secrets(args))
     if want_tui(args):
         from rampwatch.app.sweep_live import run_sweep_live
 

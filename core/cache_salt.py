@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.text import printable
 
 # vLLM 0.32's limits (entrypoints/generate/base/protocol.py, validate_cache_salt).
 MAX_CACHE_SALT_LENGTH = 128
@@ -49,11 +50,12 @@ def cache_salt_choice(value: str) -> tuple[str, str | None]:
         return AUTO, fresh_cache_salt()
     if value == NONE:
         return NONE, None
-    problem = cache_salt_problem(value)
-    if problem is not None:
+    # Control characters vLLM would take, but the salt is shown in banners and reports.
+    if cache_salt_problem(value) is not None or not value.isprintable():
+        shown = printable(value[:40], one_line=True) + ("…" if len(value) > 40 else "")
         raise UserError(
-            f"--cache-salt {value!r}: expected auto, none or a salt of 1 to {MAX_CACHE_SALT_LENGTH} characters "
-            "without '@', '/', '\\' or NUL (vLLM refuses others)"
+            f"--cache-salt {shown!r}: expected auto, none or a salt of 1 to {MAX_CACHE_SALT_LENGTH} printable "
+            "characters without '@', '/' or '\\' (vLLM refuses those)"
         )
     return FIXED, value
 

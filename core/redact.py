@@ -11,49 +11,65 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
 
-# Compared after lower-casing and dropping "-" / "_", so "api-key", "API_KEY" and
-# "apiKey" all match. "token" alone is deliberately absent: "max_tokens" is not a secret.
-_SECRET_KEYS = {
-    "apikey",
-    "authorization",
-    "auth",
-    "password",
-    "passwd",
-    "secret",
-    "token",
-    "accesstoken",
-    "authtoken",
-    "bearertoken",
-    "hftoken",
-    "hfapitoken",
-    "cookie",
-    "proxyauthorization",
-}
-_SECRET_SUFFIXES = ("apikey", "secret", "password", "accesstoken", "authtoken", "bearertoken", "hftoken")
+# A name (an option's key, a flag, an environment variable, a header) is split into words
+# at "-", "_", "." and lower-to-upper case changes, and compared lower-case. It names a
+# secret when a word holds "secret", "password", "passwd" or "credential", or is "cookie"
+# or "authorization" (AWS_SECRET_ACCESS_KEY, DB_PASSWORD, Proxy-Authorization), or when
+# its last word ends in "token" or is "key", "apikey", "auth", "pat" or "passphrase"
+# (HF_TOKEN, HUGGING_FACE_HUB_TOKEN, AWS_SESSION_TOKEN, OPENAI_API_KEY, AZURE_OPENAI_KEY,
+# x-api-key, apiKey, hftoken). "token" elsewhere is not enough: "max_tokens",
+# "--return-tokens-as-token-ids" are not secrets. A name whose last word says it holds a
+# path (GOOGLE_APPLICATION_CREDENTIALS, *_FILE, *_PATH, --ssl-keyfile) names a file, not
+# a secret: rampwatch never reads the file, and its path is worth showing.
+_SECRET_PARTS = ("secret", "password", "passwd", "credential")
+_SECRET_WORDS = frozenset({"cookie", "authorization"})
+_SECRET_LAST_WORDS = frozenset({"key", "apikey", "auth", "pat", "passphrase"})
+_PATH_LAST_WORDS = frozenset({"file", "path", "dir", "keyfile", "certfile"})
+_PATH_NAMES = frozenset({"googleapplicationcredentials"})
+_WORD_BREAK = re.compile(r"[-_.\s]+|(?<=[a-z0-9])(?=[A-Z])")
+# NAME=VALUE, as a shell reads an environment assignment before a command (HF_TOKEN=… vllm serve)
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _BEARER = re.compile(r"\b(Bearer|Basic)\s+\S+", re.IGNORECASE)
 # scheme://userinfo@ — userinfo is everything up to the last "@" before the host
 _URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s/?#]*)@")
 
 
-def _normalise(key: str) -> str:
-    return key.lower().replace("-", "").replace("_", "")
-
-
 def is_secret_key(key: str) -> bool:
-    k = _normalise(str(key)).lstrip("-")
-    return k in _SECRET_KEYS or k.endswith(_SECRET_SUFFIXES)
+    """Whether a value under this name is a secret (see the rule above)."""
+    words = [w.lower() for w in _WORD_BREAK.split(str(key).lstrip("-")) if w]
+    if not words or "".join(words) in _PATH_NAMES or words[-1] in _PATH_LAST_WORDS:
+        return False
+    last = words[-1]
+    return (
+        last.endswith("token")
+        or last in _SECRET_LAST_WORDS
+        or any(w in _SECRET_WORDS or any(part in w for part in _SECRET_PARTS) for w in words)
+    )
+
+
+def _is_flag(item: Any) -> bool:
+    """Whether a command line's word is a flag rather than a value (``-1`` is a value): a
+    secret-named flag followed by another flag takes no value (``--enable-auth --port 1``)."""
+    if not isinstance(item, str) or not item.startswith("-") or item == "-":
+        return False
+    try:
+        float(item)
+    except ValueError:
+        return True
+    return False
 
 
 def _redact_argv(items: list[Any]) -> list[Any]:
-    """Command lines as lists: `--api-key VALUE` and `--api-key=VALUE` forms."""
+    """Command lines as lists: `--api-key VALUE`, `--api-key=VALUE` and `HF_TOKEN=VALUE` forms."""
     out: list[Any] = []
     hide_next = False
     for item in items:
-        if hide_next:
+        if hide_next and not _is_flag(item):
             out.append(REDACTED)
             hide_next = False
             continue
-        if isinstance(item, str) and item.startswith("-"):
+        hide_next = False
+        if _is_flag(item):
             flag, eq, _value = item.partition("=")
             if is_secret_key(flag):
                 if eq:
@@ -62,6 +78,10 @@ def _redact_argv(items: list[Any]) -> list[Any]:
                     out.append(item)
                     hide_next = True
                 continue
+        assignment = _ASSIGNMENT.match(item) if isinstance(item, str) else None
+        if assignment is not None and is_secret_key(assignment.group(1)):
+            out.append(f"{assignment.group(1)}={REDACTED}")
+            continue
         out.append(redact_value(item))
     return out
 
@@ -122,12 +142,12 @@ def secret_values(options: Any) -> set[str]:
         elif isinstance(value, (list, tuple)):
             hide_next = False
             for item in value:
-                if hide_next and isinstance(item, str):
+                if hide_next and isinstance(item, str) and not _is_flag(item):
                     found.add(item)
                     hide_next = False
                     continue
                 hide_next = False
-                if isinstance(item, str) and item.startswith("-"):
+                if _is_flag(item):
                     flag, eq, v = item.partition("=")
                     if is_secret_key(flag):
                         if eq and v:
@@ -135,6 +155,10 @@ def secret_values(options: Any) -> set[str]:
                         elif not eq:
                             hide_next = True
                         continue
+                assignment = _ASSIGNMENT.match(item) if isinstance(item, str) else None
+                if assignment is not None and is_secret_key(assignment.group(1)):
+                    found.add(assignment.group(2))
+                    continue
                 walk(item, secret)
         elif isinstance(value, str):
             if secret and value:

@@ -100,13 +100,17 @@ _ERROR_GROUP_OF = {
     # The client failed on what the server sent (an unexpected exception while streaming).
     "client_error": "protocol",
 }
+# The client's own failure, in no server group: it could not open a connection as it ran out
+# of file descriptors (EMFILE, ENFILE; loadgen.open_files). Counted as failed, never as the
+# server's connection error (which would make the header say SERVER DOWN).
+CLIENT_LIMIT = "client_limit"
 
 
 def error_group(error_class: str | None) -> str | None:
     """Which of ``ERROR_GROUPS`` a request's ``error_class`` falls in: None for a success
     and for ``cancelled`` (the run ended it, not the server); an unknown class (a newer
     client's) counts as a protocol failure."""
-    if error_class is None or error_class == "cancelled":
+    if error_class is None or error_class in ("cancelled", CLIENT_LIMIT):
         return None
     if error_class.startswith("http_"):
         return "http"
@@ -147,6 +151,9 @@ class ServerSample:
     # A GPU sample's (``backend`` in GPU_BACKENDS) gauges per GPU: {"0": {"power_w": 312.0, ...}},
     # keys from GPU_FIELDS. Added later: samples of older recordings lack it ({}).
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Series of the page left out, {series: reason}: NaN, infinite or negative values, or a
+    # series given twice (scrape.screen_samples). Added later: older recordings lack it ({}).
+    rejected: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_gpu(self) -> bool:

@@ -29,13 +29,16 @@ stream ended with ``[DONE]``. Otherwise ``error_class`` is one of:
 unreachable, or no connection within ``connect_timeout_s``), ``timeout`` (no complete
 response within ``request_timeout_s``), ``stream_aborted`` (body ended or broke before ``[DONE]``),
 ``stream_error`` (an error event inside the stream, or ``[DONE]`` without any token),
-``cancelled`` (see ``RequestCancelled``). The API key only ever goes into the
+``cancelled`` (see ``RequestCancelled``), ``client_limit`` (the client ran out of file
+descriptors opening a connection: its own limit, ``loadgen.open_files``). The API key only ever goes into the
 ``Authorization`` header; messages are scrubbed of it before they reach a record.
 
 Transports: for a plain ``http://`` target the streamed requests go through
 ``loadgen.http_stream`` (an ``asyncio.Protocol`` that parses every network read inside
 ``data_received``: no task wake-up per streamed chunk); ``https://`` targets, URLs with
-credentials, redirects and ``RAMPWATCH_HTTP_CLIENT=aiohttp`` use aiohttp. Both produce
+credentials, redirects within the server's origin (``loadgen.redirects``: one to another
+origin fails the request as ``http_<status>``) and ``RAMPWATCH_HTTP_CLIENT=aiohttp`` use
+aiohttp. Both produce
 the same records: the same decoder and stream state turn the same body bytes into the
 same fields, and errors map to the same classes.
 """
@@ -46,7 +49,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,9 +60,10 @@ import orjson
 from rampwatch.core.errors import ModelNotServed, TargetUnreachable, UserError
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import printable, server_text
-from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
-from rampwatch.loadgen import http_stream, sse
+from rampwatch.core.timeline import CLIENT_LIMIT, MAX_TOKEN_COUNT, RequestRecord
+from rampwatch.loadgen import http_stream, redirects, sse
 from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.open_files import out_of_files
 from rampwatch.loadgen.requests import PreparedRequest
 
 _TOKEN_MARK = sse.TOKEN_MARK
@@ -68,6 +72,10 @@ _USAGE_MARK = sse.USAGE_MARK
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 500
+# A finish reason is a word ("stop", "length"); a longer one is cut here.
+_MAX_FINISH_REASON = 100
+# How much of an answer that is not an event stream its failure shows.
+_HEAD_SHOWN = 120
 TRANSPORT_ENV = "RAMPWATCH_HTTP_CLIENT"
 # How long a stream that sent [DONE] may take to end its HTTP body before its
 # connection is dropped instead of reused.
@@ -164,7 +172,13 @@ class StreamingClient:
         self._keep_text = fallback_tokenizer is not None or keep_generated_text
         self.connection = connection if connection is not None else Connection(api_key=api_key or None)
         self._secrets = self.connection.secrets()
-        self._headers = {"Content-Type": "application/json", **self.connection.request_headers()}
+        # identity: a compressed stream is buffered by the compressor, which would move the
+        # token times rampwatch measures (a --header Accept-Encoding still wins)
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept-Encoding": "identity",
+            **self.connection.request_headers(),
+        }
         self._session: aiohttp.ClientSession | None = None
         self._pool: http_stream.ConnectionPool | None = None
         self._started = False
@@ -202,7 +216,8 @@ class StreamingClient:
             timeout = aiohttp.ClientTimeout(
                 total=self.request_timeout_s, sock_connect=min(self.connect_timeout_s, self.request_timeout_s)
             )
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            # as http_stream: an encoded stream is not decoded but failed, naming its encoding
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         return self._session
 
     async def close(self) -> None:
@@ -222,7 +237,11 @@ class StreamingClient:
         await self.close()
 
     async def fetch_server_info(
-        self, timeout_s: float = 5.0, require_model: bool = False, answer: ModelsAnswer | None = None
+        self,
+        timeout_s: float = 5.0,
+        require_model: bool = False,
+        answer: ModelsAnswer | None = None,
+        extras_timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """``/v1/models``, ``/version`` and the cache config; see ``fetch_server_info``."""
         return await fetch_server_info(
@@ -231,6 +250,7 @@ class StreamingClient:
             connection=self.connection,
             model=self.model if require_model else None,
             answer=answer,
+            extras_timeout_s=extras_timeout_s,
         )
 
     async def check_reachable(self, timeout_s: float = 5.0) -> int:
@@ -316,13 +336,17 @@ class StreamingClient:
             rec.end_at = clock()
             self._fail(rec, "connect", _describe(exc))
             return rec
-        except OSError as exc:  # refused, unreachable, name resolution
+        except OSError as exc:  # refused, unreachable, name resolution; out of descriptors
             rec.end_at = clock()
-            self._fail(rec, "connect", f"cannot connect to {pool.host}:{pool.port}: {_describe(exc)}")
+            self._fail_connect(rec, exc, f"cannot connect to {pool.host}:{pool.port}: {_describe(exc)}")
             return rec
         assert exchange is not None and conn is not None
-        if exchange.redirected:
+        if exchange.redirected is not None:
             conn.abandon()
+            status, location = exchange.redirected
+            refused = redirects.refusal(status, self.url_for(req.endpoint), location)
+            if refused is not None:
+                return self._refused(rec, refused)
             return await self._send_aiohttp(req, rec)
         if exchange.error is not None:
             rec.end_at = clock()
@@ -336,7 +360,9 @@ class StreamingClient:
             self._fail(rec, f"http_{rec.status}", msg or f"HTTP {rec.status}")
             return rec
         self._finish(rec, state, req.keep_text)
-        if conn.handler is exchange:
+        if exchange.oversized:
+            conn.abandon()
+        elif conn.handler is exchange:
             # [DONE] came before the end of the HTTP body (vLLM ends it right after): wait
             # for it so the connection goes back to the pool instead of a new one opening.
             exchange.body_ended = asyncio.get_running_loop().create_future()
@@ -355,8 +381,8 @@ class StreamingClient:
         clock = self.clock
         state = _StreamState(keep_text=self._keep_text or req.keep_text)
         try:
-            async with session.post(
-                self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
+            async with redirects.request(
+                session, "POST", self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
             ) as resp:
                 rec.status = resp.status
                 if resp.status != 200:
@@ -370,9 +396,17 @@ class StreamingClient:
                     msg = sse.error_message(sse.decode_json(raw)) or resp.reason or raw[:200].decode("utf-8", "replace")
                     self._fail(rec, f"http_{resp.status}", msg or f"HTTP {resp.status}")
                     return rec
+                state.received(resp.headers)
                 decoder = sse.SSEDecoder()
                 async for data in resp.content.iter_any():
-                    if state.consume(decoder.feed(data), rec, clock):
+                    if state.head is None:
+                        state.head = data[:_HEAD_SHOWN]
+                    try:
+                        events = decoder.feed(data)
+                    except sse.EventTooLarge as exc:  # leaving the response closes its connection
+                        state.error_message = str(exc)
+                        break
+                    if state.consume(events, rec, clock):
                         break
                 else:
                     state.consume(decoder.flush(), rec, clock)
@@ -390,12 +424,14 @@ class StreamingClient:
             return rec
         except aiohttp.ClientConnectorError as exc:
             rec.end_at = clock()
-            self._fail(rec, "connect", _describe(exc))
+            self._fail_connect(rec, exc, _describe(exc))
             return rec
+        except redirects.RedirectRefused as exc:
+            return self._refused(rec, exc)
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             rec.end_at = clock()
             if rec.status is None:
-                self._fail(rec, "connect", _describe(exc))
+                self._fail_connect(rec, exc, _describe(exc))
             else:
                 self._fail(rec, "stream_aborted", _describe(exc))
             return rec
@@ -405,6 +441,21 @@ class StreamingClient:
             return rec
         self._finish(rec, state, req.keep_text)
         return rec
+
+    def _refused(self, rec: RequestRecord, refused: redirects.RedirectRefused) -> RequestRecord:
+        """A redirect the policy does not follow: the server's answer, as an HTTP error."""
+        rec.end_at = self.clock()
+        rec.status = refused.status
+        self._fail(rec, f"http_{refused.status}", str(refused))
+        return rec
+
+    def _fail_connect(self, rec: RequestRecord, exc: BaseException, message: str) -> None:
+        """No connection: ``client_limit`` when the client is out of file descriptors (its
+        own limit, not the server), else ``connect``."""
+        if out_of_files(exc):
+            self._fail(rec, CLIENT_LIMIT, f"the client is out of open files (ulimit -n), not the server: {message}")
+        else:
+            self._fail(rec, "connect", message)
 
     def _fail(self, rec: RequestRecord, error_class: str, message: str) -> None:
         rec.error_class = error_class
@@ -422,7 +473,7 @@ class StreamingClient:
             self._fail(rec, "stream_error", state.error_message)
         elif not state.done:
             rec.end_at = now
-            self._fail(rec, "stream_aborted", "connection closed before [DONE]")
+            self._fail(rec, "stream_aborted", state.unfinished(rec.first_token_at is not None))
         elif rec.first_token_at is None:
             rec.end_at = now
             self._fail(rec, "stream_error", "stream ended without any token chunk")
@@ -535,6 +586,7 @@ class _StreamExchange:
         "error_body_size",
         "redirected",
         "body_ended",
+        "oversized",
     )
 
     def __init__(
@@ -550,19 +602,22 @@ class _StreamExchange:
         self.reason = ""
         self.error_body: list[bytes] = []
         self.error_body_size = 0
-        self.redirected = False
+        self.redirected: tuple[int, str] | None = None  # (status, Location)
         self.body_ended: asyncio.Future[None] | None = None
+        self.oversized = False  # an event passed the decoder's cap: the connection is dropped
 
     def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
         if self.finished.done():
             return
         self.response_started = True
-        if status in (301, 302, 303, 307, 308) and headers.get("location"):
-            self.redirected = True
+        location = headers.get("location")
+        if status in redirects.REDIRECT_STATUSES and location:
+            self.redirected = (status, location)
             self.finished.set_result(None)
             return
         self.rec.status = status
         self.reason = reason
+        self.state.received(headers)
 
     def on_body(self, pieces: list[bytes]) -> None:
         if self.finished.done():
@@ -583,7 +638,16 @@ class _StreamExchange:
             if state.keep_text:
                 state.raw_chunks.append(data)  # whole events; text() splits them
             return
-        if state.consume(self.decoder.feed(data), self.rec, self.clock):
+        if state.head is None:
+            state.head = data[:_HEAD_SHOWN]
+        try:
+            events = self.decoder.feed(data)
+        except sse.EventTooLarge as exc:  # the request fails; the rest of its body is not read
+            state.error_message = str(exc)
+            self.oversized = True
+            self.finished.set_result(None)
+            return
+        if state.consume(events, self.rec, self.clock):
             self.finished.set_result(None)
 
     def on_end(self) -> None:
@@ -611,7 +675,17 @@ class _StreamState:
     ``raw_chunks`` (kept only for a fallback tokenizer) holds event payloads and, from
     ``token_events_only`` reads, whole ``data: ...\n\n`` runs of token events."""
 
-    __slots__ = ("done", "usage", "error_message", "keep_text", "raw_chunks", "last_fast_read")
+    __slots__ = (
+        "done",
+        "usage",
+        "error_message",
+        "keep_text",
+        "raw_chunks",
+        "last_fast_read",
+        "content_type",
+        "content_encoding",
+        "head",
+    )
 
     def __init__(self, keep_text: bool) -> None:
         self.done = False
@@ -620,6 +694,33 @@ class _StreamState:
         self.keep_text = keep_text
         self.raw_chunks: list[bytes] = []
         self.last_fast_read: bytes | None = None  # the last read token_events_only took
+        # What the answer said it is, and its first bytes (from a read that was not all
+        # token events): what a stream without [DONE] is described by.
+        self.content_type = ""
+        self.content_encoding = ""
+        self.head: bytes | None = None
+
+    def received(self, headers: Mapping[str, str]) -> None:
+        """The answer's head: its content type and encoding (``headers``: lower-case names,
+        or aiohttp's case-insensitive ones)."""
+        self.content_type = headers.get("content-type") or ""
+        self.content_encoding = headers.get("content-encoding") or ""
+
+    def unfinished(self, got_tokens: bool) -> str:
+        """Why a stream that ended without ``[DONE]`` failed, saying what came instead: an
+        encoded body, something that is not an event stream, or a stream cut short."""
+        encoding = self.content_encoding.strip().lower()
+        if encoding not in ("", "identity"):
+            return (
+                f"the stream came {encoding}-encoded (rampwatch asks for identity and does not decode it); "
+                "no [DONE] read"
+            )
+        kind = self.content_type.split(";")[0].strip().lower()
+        if not got_tokens and kind != "text/event-stream":
+            first = " ".join((self.head or b"").decode("utf-8", "replace").split())[:_HEAD_SHOWN]
+            shown = f": {first!r}" if first else " (an empty body)"
+            return f"HTTP 200 with {kind or 'no content type'}, not an event stream{shown}"
+        return "connection closed before [DONE]"
 
     def settle_fast_reads(self, rec: RequestRecord) -> None:
         """Finish reason and usage from the last token event of the fast path's last read,
@@ -695,7 +796,8 @@ class _StreamState:
         choices = body.get("choices")
         first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         if first.get("finish_reason") and not (keep_known and rec.finish_reason is not None):
-            rec.finish_reason = str(first["finish_reason"])
+            # a word such as "stop" from a well-behaved server; shown and recorded as it is
+            rec.finish_reason = printable(str(first["finish_reason"])[:_MAX_FINISH_REASON], one_line=True)
         # continuous usage stats: keep the latest
         if isinstance(body.get("usage"), dict) and not (keep_known and self.usage is not None):
             self.usage = body["usage"]
@@ -746,7 +848,7 @@ async def probe_models(
         async with aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector
         ) as session:
-            async with session.get(url, headers=connection.request_headers()) as resp:
+            async with redirects.request(session, "GET", url, headers=connection.request_headers()) as resp:
                 models = None
                 if resp.status == 200:
                     try:
@@ -758,6 +860,8 @@ async def probe_models(
                 return ModelsAnswer(shown, resp.status, models)
     except TimeoutError:
         raise TargetUnreachable(f"cannot reach {redact_text(base)} : no answer within {timeout_s:g} s") from None
+    except redirects.RedirectRefused as exc:  # it answered: not "cannot reach"
+        raise UserError(f"{shown}: {exc}") from None
     except aiohttp.ClientError as exc:
         raise TargetUnreachable(
             f"cannot reach {redact_text(base)} : "
@@ -837,9 +941,11 @@ async def fetch_server_info(
     connection: Connection | None = None,
     model: str | None = None,
     answer: ModelsAnswer | None = None,
+    extras_timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """What the recording's header keeps about the server, from one ``/v1/models`` probe
-    (``probe_models``) and ``/version`` and ``/metrics``.
+    (``probe_models``) and ``/version`` and ``/metrics`` (asked together, each given
+    ``extras_timeout_s``, default ``timeout_s``).
 
     Keys: ``models`` (the ``/v1/models`` data list), ``version`` (``/version``'s value),
     ``cache_config`` (labels of ``vllm:cache_config_info`` from ``/metrics``) and
@@ -871,25 +977,29 @@ async def fetch_server_info(
         if model is not None:
             raise
         info["errors"]["/v1/models"] = str(exc)
+
+    async def read(session: aiohttp.ClientSession, path: str) -> None:
+        try:
+            async with redirects.request(session, "GET", base + path, headers=headers) as resp:
+                if resp.status != 200:
+                    info["errors"][path] = f"HTTP {resp.status}"
+                    return
+                if path == "/metrics":
+                    info["cache_config"] = cache_config_from_metrics(await resp.text())
+                    return
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            info["errors"][path] = server_text(_describe(exc), secrets)
+            return
+        info["version"] = body.get("version") if isinstance(body, dict) else body
+
     try:
         connector = aiohttp.TCPConnector(ssl=connection.ssl())
-        async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector
-        ) as session:
-            for path in ("/version", "/metrics"):
-                try:
-                    async with session.get(base + path, headers=headers) as resp:
-                        if resp.status != 200:
-                            info["errors"][path] = f"HTTP {resp.status}"
-                            continue
-                        if path == "/metrics":
-                            info["cache_config"] = cache_config_from_metrics(await resp.text())
-                            continue
-                        body = await resp.json(content_type=None)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    info["errors"][path] = server_text(_describe(exc), secrets)
-                    continue
-                info["version"] = body.get("version") if isinstance(body, dict) else body
+        # Both asked at once, each for at most extras_timeout_s: a /metrics that hangs
+        # delays the run's start by that, not by the sum of the waits.
+        timeout = aiohttp.ClientTimeout(total=extras_timeout_s if extras_timeout_s is not None else timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            await asyncio.gather(read(session, "/version"), read(session, "/metrics"))
     except Exception as exc:  # the header must be written whatever the server does
         info["errors"]["session"] = type(exc).__name__
     return info

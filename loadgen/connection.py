@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from rampwatch.core.errors import UserError
 
+# The environment variable that holds ``NAME: VALUE`` header lines (``app.credentials``):
+# how a run's headers reach a process it starts without its command line.
+HEADERS_ENV = "RAMPWATCH_HEADERS"
 # Headers the HTTP framing owns: a user's value would break the request.
 FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 

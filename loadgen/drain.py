@@ -12,7 +12,7 @@ only the stop's grace period, whatever the policy.
 
 from __future__ import annotations
 
-import math
+import re
 from dataclasses import dataclass
 
 DRAIN_MODES = ("wait", "cap", "cancel")
@@ -42,21 +42,22 @@ class DrainPolicy:
 
 
 def parse_drain(text: object) -> DrainPolicy:
-    """``wait``, ``cap:SECONDS`` (``cap:30``, ``cap:30s``) or ``cancel``; ValueError with
-    what was expected otherwise."""
+    """``wait``, ``cap:SECONDS`` (``cap:30``, ``cap:2.5s``; at most ``MAX_CAP_S``) or
+    ``cancel`` (case and spaces around aside); ValueError with what was expected otherwise."""
     value = str(text).strip().lower()
     if value in ("wait", "cancel"):
         return DrainPolicy(value)
+    match = _CAP.fullmatch(value)
+    if match is not None and float(match.group(1)) <= MAX_CAP_S:
+        return DrainPolicy("cap", float(match.group(1)))
     if value.startswith("cap:"):
-        number = value[4:].removesuffix("s").strip()
-        try:
-            seconds = float(number)
-        except ValueError:
-            seconds = math.nan
-        if math.isfinite(seconds) and seconds >= 0:
-            return DrainPolicy("cap", seconds)
-        raise ValueError(f"expected cap:SECONDS with SECONDS a number ≥ 0, got {text!r}")
+        raise ValueError(f"expected cap:SECONDS with SECONDS from 0 to {MAX_CAP_S:g} (a day), got {text!r}")
     raise ValueError(f"expected {DRAIN_SYNTAX}, got {text!r}")
+
+
+# Digits, an optional fraction and s: not Python's float syntax (1_0, 1e20, " 5", inf).
+_CAP = re.compile(r"cap:(\d+(?:\.\d+)?)s?")
+MAX_CAP_S = 86400.0
 
 
 def drain_policy_of(options: dict[str, object] | None) -> DrainPolicy:

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -75,6 +75,11 @@ KV_FULL_PCT = 95.0  # KV usage at or above which the cache counts as full (the k
 KV_ROOM_TARGET_PCT = 90.0  # a larger batch is sized so KV usage would stay under this
 MIN_RAISE = 1.5  # a larger batch cap worth a restart: at least this many times the cap
 MEMORY_TOP = 0.95  # the --gpu-memory-utilization a full KV cache is pointed to (leaves room for activations)
+DEFAULT_MEMORY = 0.90  # vLLM's --gpu-memory-utilization when the run does not know it
+# A memory share within this of MEMORY_TOP gives a few % more cache at most (0.90 -> 0.95:
+# 5 % of the GPU's memory, against a cache that holds most of what is left after the
+# weights): not the first advice, and said to be small.
+SMALL_MEMORY_STEP = 0.10
 CAP_FRACTION = 0.95  # running at or above this share of the batch cap counts as "at the cap"
 PLATEAU_S = 3  # seconds at the cap (or flat, when inferred) before it counts: the knee is often declared ~5 s after the cap is reached
 EXACT_SHARE = 0.8  # an inferred cap: the share of the plateau's seconds at exactly its top
@@ -491,26 +496,42 @@ def _waiting_text(w: _Window) -> str:
 Rule = Callable[[_Window, ServerLimits], KneeExplanation | None]
 
 
-def _more_kv(limits: ServerLimits, running: float | None) -> list[str]:
-    """What gives the sequences more KV cache, each with its size, the cheapest first:
-    the memory share (up to ``MEMORY_TOP``), an FP8 cache, fewer sequences sharing it,
-    the cache split over more GPUs, shorter contexts."""
+def _more_kv(limits: ServerLimits, running: float | None) -> list[tuple[str, str]]:
+    """What gives the sequences more KV cache, as (argument, what it gives), the one that
+    can matter most first: the memory share when it is well under ``MEMORY_TOP`` (within
+    ``SMALL_MEMORY_STEP`` of it, vLLM's default 0.90 included, it gives a few % more
+    cache: then after the FP8 cache, and said to be small), an FP8 cache, fewer sequences
+    sharing it, the cache split over more GPUs, shorter contexts."""
     out = []
     memory = limits.gpu_memory_utilization
-    if memory is None:
-        out.append(f"--gpu-memory-utilization {MEMORY_TOP:.2f} (vLLM's default is 0.90)")
-    elif memory < MEMORY_TOP - 0.005:
-        out.append(f"--gpu-memory-utilization {MEMORY_TOP:.2f}")
+    small_share = None
+    if memory is None or memory < MEMORY_TOP - 0.005:
+        now = DEFAULT_MEMORY if memory is None else memory
+        share = f"--gpu-memory-utilization {MEMORY_TOP:.2f}"
+        if MEMORY_TOP - now < SMALL_MEMORY_STEP:
+            default = ", vLLM's default" if memory is None else ""
+            small_share = (share, f"a small step from {now:.2f}{default}: a few % more cache")
+        else:
+            out.append((share, f"from {now:.2f}: the cache grows by more than the share"))
     if limits.kv_cache_dtype is None or "fp8" not in limits.kv_cache_dtype:
         doubled = f": ~{2 * limits.kv_tokens:,} tokens" if limits.kv_tokens is not None else ""
-        out.append(f"--kv-cache-dtype fp8 (twice the tokens in the same memory{doubled})")
+        out.append(("--kv-cache-dtype fp8", f"twice the tokens in the same memory{doubled}"))
+    if small_share is not None:
+        out.append(small_share)
     cap = limits.max_num_seqs or (running / max(1, limits.engines) if running else None)
     out.append(
-        f"--max-num-seqs {max(1, int(cap) // 2)} (fewer sequences share the cache)" if cap else "--max-num-seqs down"
+        (f"--max-num-seqs {max(1, int(cap) // 2)}", "fewer sequences share the cache")
+        if cap
+        else ("--max-num-seqs down", "fewer sequences share the cache")
     )
-    out.append(f"--tensor-parallel-size {limits.tensor_parallel_size * 2} (the cache split across GPUs)")
-    out.append("--max-model-len shorter (when long contexts are rare)")
+    out.append((f"--tensor-parallel-size {limits.tensor_parallel_size * 2}", "the cache split across GPUs"))
+    out.append(("--max-model-len shorter", "when long contexts are rare"))
     return out
+
+
+def _with_sizes(advice: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """``(argument, what it gives)`` pairs as the alternatives list them."""
+    return tuple(f"{argument} ({gives})" for argument, gives in advice)
 
 
 def _kv_full(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
@@ -534,8 +555,8 @@ def _kv_full(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
         "kv_full",
         TITLES["kv_full"],
         ", ".join(parts),
-        advice[0],
-        alternatives=tuple(advice[1:]),
+        advice[0][0],
+        alternatives=_with_sizes(advice[1:]),
         brief=f"KV {kv:.0f} % with {preempted:.0f} preemptions",
     )
 
@@ -619,11 +640,11 @@ def _batch_cap(w: _Window, limits: ServerLimits) -> KneeExplanation | None:
         room = max(0, int(cap * KV_ROOM_TARGET_PCT / kv) - cap)
         parts[-1] += f": room for ~{room} more sequences"  # why the advice is the cache's
         more_kv = _more_kv(limits, cap)
-        try_next = more_kv[0]
+        try_next = more_kv[0][0]
         alternatives = (
             f"raising --max-num-seqs alone is not worth a restart: KV {kv:.0f} % at {cap} running leaves room "
             f"for ~{room} more; the KV cache is the next limit",
-            *(a for a in more_kv[1:] if not a.startswith("--max-num-seqs")),
+            *_with_sizes(a for a in more_kv[1:] if not a[0].startswith("--max-num-seqs")),
         )
     tokens = _tokens_per_step(w)
     if inferred and limits.max_num_batched_tokens is None and tokens is not None and tokens >= BIG_STEP_TOKENS:

@@ -40,7 +40,7 @@ from rampwatch.core.files import private_file
 from rampwatch.core.interpreter import module_command
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_value, secret_values
 from rampwatch.core.text import server_text
-from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.connection import HEADERS_ENV, Connection
 from rampwatch.loadgen.serve_guard import DEFAULT_GRACE_S, PID_LINE_PREFIX, exit_code_of, group_alive, signal_group
 
 __all__ = ["ManagedServer", "ServeCommand", "ServerExited", "diff_engine_args", "server_log_path"]
@@ -180,14 +180,19 @@ class ServeCommand:
         return ServeCommand.parse(text, target=self.target)
 
     def secrets(self) -> set[str]:
-        """Secret values in the command (to scrub from its log: vLLM prints its arguments)."""
-        return secret_values(list(self.argv)) | secret_values(dict(self.env))
+        """Secret values the server is given, to scrub from its log (vLLM prints its
+        arguments; a server may print its environment): those in the command and the
+        secret-named values of its environment (``HF_TOKEN``, ``OPENAI_API_KEY`` … from
+        rampwatch's own or the command's ``NAME=VALUE`` words)."""
+        return secret_values(list(self.argv)) | secret_values(self.environment())
 
     def environment(self) -> dict[str, str]:
-        """The server's environment: rampwatch's, unbuffered Python output (a Python server
+        """The server's environment: rampwatch's (less the run's own ``--header`` values),
+        unbuffered Python output (a Python server
         writing to a pipe would otherwise hold its log back in blocks), then the command's
         own NAME=VALUE words."""
-        return {"PYTHONUNBUFFERED": "1", **os.environ, **dict(self.env)}
+        inherited = {name: value for name, value in os.environ.items() if name != HEADERS_ENV}
+        return {"PYTHONUNBUFFERED": "1", **inherited, **dict(self.env)}
 
 
 def _shown(text: str) -> str:
@@ -402,6 +407,7 @@ class ManagedServer:
     async def _wait_ready(self, deadline: float, timeout_s: float, on_phase: Callable[[str], None] | None) -> None:
         import aiohttp
 
+        from rampwatch.loadgen import redirects
         from rampwatch.loadgen.client import probe_models
 
         base = self.command.base_url
@@ -422,7 +428,9 @@ class ManagedServer:
                     )
                 if not healthy:
                     try:
-                        async with session.get(base + "/health", headers=self.connection.request_headers()) as resp:
+                        async with redirects.request(
+                            session, "GET", base + "/health", headers=self.connection.request_headers()
+                        ) as resp:
                             healthy = resp.status == 200
                     except (aiohttp.ClientError, TimeoutError):
                         healthy = False

@@ -23,7 +23,7 @@ from typing import Any
 
 from rampwatch.core.cache_salt import NONE
 from rampwatch.core.redact import redact_options, redact_text
-from rampwatch.core.text import server_text
+from rampwatch.core.text import printable, printable_value, server_text
 from rampwatch.core.timeline import (
     CANCELLED,
     Event,
@@ -44,6 +44,8 @@ from rampwatch.loadgen.gpu import NVML_URL, NvmlReader, NvmlUnavailable, poll_nv
 from rampwatch.loadgen.knee import KneeDetector
 from rampwatch.loadgen.knee_explain import KneeReview, ServerLimits
 from rampwatch.loadgen.loop_health import ClientHealth
+from rampwatch.loadgen.open_files import raise_open_files_limit
+from rampwatch.loadgen.redirects import REDIRECT_STATUSES
 from rampwatch.loadgen.requests_ahead import BuilderLost, RequestsAhead
 from rampwatch.loadgen.scenario import RequestFactory, Scenario
 from rampwatch.loadgen.schedules import USERS_KIND
@@ -54,7 +56,14 @@ from rampwatch.loadgen.sessions import SessionDriver, SessionWorkload, users_for
 from rampwatch.loadgen.summary import Summary
 from rampwatch.loadgen.workers import ClientSpec, Sender, SenderFactory
 
+# A request's record with one of these classes was redirected and not followed
+# (``loadgen.redirects``).
+_REDIRECT_CLASSES = frozenset(f"http_{status}" for status in REDIRECT_STATUSES)
+
 log = logging.getLogger(__name__)
+
+# Series said unusable in a run's events, at most (each scrape's sample still names its own).
+MAX_REJECTED_EVENTS = 20
 
 
 @dataclass
@@ -248,7 +257,7 @@ class Run:
         # The managed server's engine arguments as they stand (a restart's diff applies to
         # them): the knee's explanation judges against the configuration that is serving.
         self._engine_args: dict[str, Any] = dict((options.managed_server or {}).get("engine_args") or {})
-        self._t0 = time.monotonic()
+        self._t0: float | None = None  # the run's t = 0, set once the start's checks are done
         self._stopping = False
         self._schedule_changed: asyncio.Event | None = None
         self._in_flight: set[asyncio.Task] = set()  # every request's task, waiting for a slot or sent
@@ -265,13 +274,17 @@ class Run:
         self._next_id = 0
         self._interrupted = False
         self._scrape_failing: dict[str, tuple[str, int]] = {}  # url -> (reason, failures in a row)
+        self._redirect_told = False  # a request's redirect not followed has been an event
+        self._rejected_seen: set[tuple[str, str]] = set()  # (url, series) already said unusable
         # While the server restarts: (when the load paused, held before?, rate before).
         self._restart: tuple[float, bool, float] | None = None
         self._restart_drain: asyncio.Task | None = None
 
     # -- clock -------------------------------------------------------------------------
     def now(self) -> float:
-        return time.monotonic() - self._t0
+        """Seconds since the run's t = 0; 0 while it starts (probing the server, the first
+        requests built), so that its clock never runs backwards: one clock, from one origin."""
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0
 
     # -- RunControl ----------------------------------------------------------------------
     def _steering(self) -> bool:
@@ -500,6 +513,7 @@ class Run:
         self._none_in_flight = asyncio.Event()
         opts = self.options
         concurrency = self.scenario.max_concurrency
+        open_files_warning = raise_open_files_limit(concurrency)  # before any socket, and the workers
         client = StreamingClient(
             opts.target,
             opts.model,
@@ -516,7 +530,9 @@ class Run:
         try:
             # One /v1/models probe: is the server there, does it serve the model, and
             # what the recording's header keeps about it.
-            server_info = await client.fetch_server_info(require_model=True, answer=opts.models_answer)
+            server_info = await client.fetch_server_info(
+                require_model=True, answer=opts.models_answer, extras_timeout_s=opts.scrape_timeout_s
+            )
             if opts.managed_server is not None:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]
@@ -529,21 +545,21 @@ class Run:
             if self.sessions is None:  # a session's turns are built from its answers
                 await self.requests.start()
             self.health.start()  # a full collection and the heap frozen, before t = 0
-            self._t0 = time.monotonic()
+            self._t0 = t0 = time.monotonic()
             started_at_unix = time.time()
             if opts.sender_factory is not None:
-                sender = opts.sender_factory(self.client_spec(), self._t0, started_at_unix)
+                sender = opts.sender_factory(self.client_spec(), t0, started_at_unix)
                 await sender.start()
             header = RunHeader(
                 rampwatch_version=rampwatch_version(),
                 started_at_unix=started_at_unix,
                 target=redact_text(opts.target),  # what every screen, file and log shows
-                model=opts.model,
+                model=printable(opts.model, one_line=True),  # the server's first model, maybe
                 scenario_name=self.scenario.name,
                 scenario=self.scenario.raw,
                 options={**redact_options(opts.cli_options), "drain": str(opts.drain)},
                 planned_duration_s=self.schedule.planned_duration_s,
-                server_info=server_info,
+                server_info=printable_value(server_info, one_line=True),
                 host_info=host_info() | (opts.sender_factory.host_info() if opts.sender_factory else {}),
                 metrics_urls=[redact_text(url) for url in metrics_urls],
                 gpu_sources=([NVML_URL] if nvml is not None else []) + [redact_text(u) for u in opts.gpu_metrics_urls],
@@ -569,6 +585,9 @@ class Run:
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
             if gpu_note is not None:
                 self.sink.on_event(Event(0.0, "info", gpu_note, {"gpu": "hidden"}))
+            if open_files_warning is not None:
+                log.warning(open_files_warning)
+                self.sink.on_event(Event(0.0, "info", open_files_warning, {"open_files": "short"}))
             for note, data in opts.sender_factory.start_notes if opts.sender_factory else ():  # where they are
                 self.sink.on_event(Event(0.0, "info", note, data))
             # A first tick at once: the screen shows the run's state (and takes steering
@@ -751,6 +770,10 @@ class Run:
         if on_record is not None:
             on_record(record)
         self.sink.on_request(record)
+        if not self._redirect_told and record.error_class in _REDIRECT_CLASSES:
+            # Said once: each such request's record carries it too.
+            self._redirect_told = True
+            self.sink.on_event(Event(record.end_at, "info", f"requests redirected: {record.error}"))
 
     async def _one_request(
         self, client, semaphore, request, request_id: int, scheduled_at: float, on_record=None
@@ -806,7 +829,9 @@ class Run:
         assert self._schedule_changed is not None and self._none_in_flight is not None
         loop = asyncio.get_running_loop()
         policy = self.options.drain
-        deadline = None if policy.limit_s is None else loop.time() + policy.limit_s
+        # The policy is the plan for the schedule's end; a stop that cut the schedule short
+        # gives its whole grace period, whatever the policy (cancel would give none).
+        deadline = None if policy.limit_s is None or self._stopping else loop.time() + policy.limit_s
         # Two waiters, not one per request: asyncio.wait over thousands of queued requests
         # re-registers a callback on each of them every time one finishes.
         while self._in_flight and not self._stopping:
@@ -867,6 +892,7 @@ class Run:
         event, not one per second (the samples, recorded too, carry every failure; the
         events panel shows their counts from them)."""
         self.sink.on_scrape(sample)
+        self._note_rejected(sample)
         failing = self._scrape_failing.get(sample.url)
         if sample.ok:
             if failing is not None:
@@ -884,6 +910,16 @@ class Run:
         if failing is None or failing[0] != error:
             self.sink.on_event(Event(sample.t, "scrape_error", f"{sample.url}: {error}", {"url": sample.url}))
         self._scrape_failing[sample.url] = (error, 1 + (failing[1] if failing else 0))
+
+    def _note_rejected(self, sample: ServerSample) -> None:
+        """One event per series a URL's pages gave unusable (NaN, infinite, negative) or
+        twice, the first time: the figures go on without it (``scrape.screen_samples``)."""
+        for series, note in sample.rejected.items():
+            if (sample.url, series) in self._rejected_seen or len(self._rejected_seen) >= MAX_REJECTED_EVENTS:
+                continue
+            self._rejected_seen.add((sample.url, series))
+            message = server_text(f"{sample.url}: /metrics {series}: {note}", self.connection.secrets())
+            self.sink.on_event(Event(sample.t, "info", message, {"url": sample.url, "rejected_series": series}))
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_interval_s

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -29,9 +30,9 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from rampwatch.core.redact import redact_text
-from rampwatch.core.text import server_text
+from rampwatch.core.text import printable_value, server_text
 from rampwatch.core.timeline import ServerSample
-from rampwatch.loadgen import backends
+from rampwatch.loadgen import backends, redirects
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,8 @@ def read_samples(text: str) -> list[backends.Sample]:
     out: list[backends.Sample] = []
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for s in family.samples:
-            out.append((s.name, s.labels, float(s.value)))
+            # label values (model_name, gpu, …) are the server's text: safe before anything shows them
+            out.append((s.name, printable_value(s.labels, one_line=True), float(s.value)))
     return out
 
 
@@ -77,6 +79,44 @@ def sample_key(name: str, labels: dict[str, str]) -> str:
         return name
     inner = ",".join(f'{k}="{labels[k]}"' for k in sorted(labels))
     return f"{name}{{{inner}}}"
+
+
+# A sample's rejected series kept to name them (a hostile page may hold thousands).
+MAX_REJECTED_SERIES = 20
+
+
+def _unusable(value: float) -> str | None:
+    """Why a value is none a server could mean, or None if it is usable: every series read
+    (request counts, token counters, KV usage, `_sum`/`_count`, bucket counts, GPU gauges)
+    is finite and at least zero."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value < 0:
+        return f"negative ({value:g})"
+    return None
+
+
+def screen_samples(samples: list[backends.Sample]) -> tuple[list[backends.Sample], dict[str, str]]:
+    """``(kept, rejected)``: NaN, infinite and negative values dropped, and a series given
+    twice on one page (same name and labels) kept once, at its last value, never summed;
+    ``rejected`` says for each series dropped or doubled (``sample_key``) what was done,
+    for at most ``MAX_REJECTED_SERIES`` of them."""
+    kept: dict[str, backends.Sample] = {}
+    rejected: dict[str, str] = {}
+    for name, labels, value in samples:
+        key = sample_key(name, labels)
+        unusable = _unusable(value)
+        note: str | None
+        if unusable is not None:
+            note = f"{unusable}: dropped"
+        else:
+            note = "given twice on the page: the last value kept, not the sum" if key in kept else None
+            kept[key] = (name, labels, value)
+        if note is not None and len(rejected) < MAX_REJECTED_SERIES:
+            rejected.setdefault(key, note)
+    return list(kept.values()), rejected
 
 
 # A vLLM page keeps ~150 series after the line filter; data-parallel engines times LoRA
@@ -90,9 +130,10 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
     """One scrape's text -> ``ServerSample`` (``ok=False`` if the text cannot be parsed)."""
     started = time.perf_counter()
     try:
-        samples = read_samples(text)
+        samples, rejected = screen_samples(read_samples(text))
     except ValueError as exc:
-        return ServerSample(t=t, url=url, ok=False, error=f"unparsable /metrics: {exc}"[:300])
+        # the parser quotes the page's line: the server's text
+        return ServerSample(t=t, url=url, ok=False, error=server_text(f"unparsable /metrics: {exc}")[:300])
     backend = backends.detect_backend(name for name, _, _ in samples)
     fields, per_engine, created = backends.extract_fields(backend, samples)
     raw = {sample_key(name, labels): value for name, labels, value in samples if not name.endswith("_created")}
@@ -107,6 +148,7 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         per_engine=per_engine,
         created=created,
         raw=raw,
+        rejected=rejected,
         # fields holds only ServerSample's float | None gauge and counter fields (extract_fields)
         **fields,  # type: ignore[arg-type]
     )
@@ -145,9 +187,11 @@ def parse_dcgm(text: str, url: str, t: float) -> ServerSample:
             for s in family.samples:
                 # the label is shown on screen: made safe like any text from a server
                 gpu = server_text(s.labels.get("gpu") or s.labels.get("UUID") or "0")[:40]
-                gpus.setdefault(gpu, {})[DCGM_GAUGES[s.name]] = float(s.value)
+                if _unusable(float(s.value)) is None:  # a NaN or negative gauge is no reading
+                    gpus.setdefault(gpu, {})[DCGM_GAUGES[s.name]] = float(s.value)
     except ValueError as exc:
-        return ServerSample(t=t, url=url, ok=False, backend="dcgm", error=f"unparsable DCGM page: {exc}"[:300])
+        error = server_text(f"unparsable DCGM page: {exc}")[:300]
+        return ServerSample(t=t, url=url, ok=False, backend="dcgm", error=error)
     if not gpus:
         return ServerSample(
             t=t,
@@ -341,6 +385,8 @@ def describe_scrape_failure(exc: BaseException) -> str:
     """What went wrong with a scrape, in a few words on one line: aiohttp's own messages
     repeat the host and the socket call, and wrap into several lines on a narrow panel.
     The URL is not in it (the sample carries it)."""
+    if isinstance(exc, redirects.RedirectRefused):
+        return str(exc)
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return f"cannot resolve the host ({exc.os_error.strerror or exc.os_error})"
     if isinstance(exc, aiohttp.ClientConnectorError):
@@ -421,7 +467,7 @@ class MetricsPoller:
             )
 
         try:
-            async with session.get(url, headers=self._headers) as resp:
+            async with redirects.request(session, "GET", url, headers=self._headers) as resp:
                 if resp.status != 200:
                     return failed(f"HTTP {resp.status}")
                 body = await read_capped(resp, self.max_body_bytes)

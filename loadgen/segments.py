@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rampwatch.core.text import column_groups
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen.summary import RequestBlock, Summary, SummaryBuilder, knee_rps, server_figures
 
@@ -275,7 +276,7 @@ class SegmentTable:
         widths = [max(len(col), *(len(cells[i]) for _, cells in self.rows)) for i, col in enumerate(self.columns)]
         if width is not None:
             widths = self._narrowed(widths, width - label_w - 2)
-        groups = [list(range(len(self.columns)))] if width is None else _column_groups(widths, width - label_w - 2)
+        groups = [list(range(len(self.columns)))] if width is None else column_groups(widths, width - label_w - 2)
         blocks = [self._block(group, label_w, widths) for group in groups]
         lines = "\n\n".join(blocks).split("\n")
         lines += [f"{col}: {cmd}" for col, cmd in zip(self.columns, self.commands, strict=True) if cmd]
@@ -312,20 +313,6 @@ class SegmentTable:
                     + "  ".join(part.rjust(widths[i]) for part, i in zip(parts, group, strict=True))
                 )
         return "\n".join(line.rstrip() for line in lines)
-
-
-def _column_groups(widths: list[int], room: int) -> list[list[int]]:
-    """The columns' indices in runs that each fit ``room`` (two spaces between columns);
-    a column wider than the room alone is a run of its own."""
-    groups: list[list[int]] = [[]]
-    used = 0
-    for i, w in enumerate(widths):
-        if groups[-1] and used + 2 + w > room:
-            groups.append([])
-            used = 0
-        used += w if not groups[-1] else 2 + w
-        groups[-1].append(i)
-    return groups
 
 
 def segment_table(segments: Sequence[ConfigSegment], summaries: Sequence[Summary]) -> SegmentTable:

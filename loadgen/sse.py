@@ -38,30 +38,71 @@ _USAGE_OBJECT = b'"usage":{'
 TOKEN_MARK, FINISH_MARK, USAGE_MARK = _CHOICES_NONEMPTY, _FINISH_SET, _USAGE_OBJECT
 
 
+# The most one event (its data lines, or one line still without its end) may hold: a
+# token chunk is a few hundred bytes; a first chunk with prompt logprobs can be megabytes.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+class EventTooLarge(ValueError):
+    """A stream event passed ``MAX_EVENT_BYTES``: the request fails with this message."""
+
+
 class SSEDecoder:
-    """Feed raw bytes with ``feed``; call ``flush`` once the body has ended."""
+    """Feed raw bytes with ``feed``; call ``flush`` once the body has ended.
 
-    __slots__ = ("_pending", "_data_lines")
+    A line that arrives over many reads is kept in one buffer and only the new bytes are
+    searched for its end, so a long line costs work in proportion to its length, and an
+    event that passes ``max_event_bytes`` raises ``EventTooLarge`` as soon as it does."""
 
-    def __init__(self) -> None:
-        self._pending = b""
+    __slots__ = ("_pending", "_scanned", "_data_lines", "_data_bytes", "max_event_bytes")
+
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self._pending = bytearray()
+        self._scanned = 0  # how much of _pending is known to hold no line end
         self._data_lines: list[bytes] = []
+        self._data_bytes = 0
+        self.max_event_bytes = MAX_EVENT_BYTES if max_event_bytes is None else max_event_bytes
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        buf = self._pending + chunk if self._pending else chunk
+        if self._pending:
+            self._pending += chunk
+            if not self._line_ended():
+                self._check_size()
+                return []
+            buf = bytes(self._pending)
+            self._pending.clear()
+            self._scanned = 0
+        else:
+            buf = chunk
         if b"\r" not in buf and not self._data_lines:
-            return self._feed_events(buf)
-        if b"\r" in buf:
+            events = self._feed_events(buf)
+        elif b"\r" in buf:
             held = b""
             if buf.endswith(b"\r"):
                 buf, held = buf[:-1], b"\r"
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
             lines = buf.split(b"\n")
-            self._pending = lines.pop() + held
+            self._pending += lines.pop() + held
+            events = self._take_lines(lines)
         else:
             lines = buf.split(b"\n")
-            self._pending = lines.pop()
-        return self._take_lines(lines)
+            self._pending += lines.pop()
+            events = self._take_lines(lines)
+        self._check_size()
+        return events
+
+    def _line_ended(self) -> bool:
+        """Whether the pending bytes past those already searched hold a line end."""
+        pending, start = self._pending, self._scanned
+        if pending.find(b"\n", start) >= 0 or pending.find(b"\r", start) >= 0:
+            return True
+        self._scanned = len(pending)
+        return False
+
+    def _check_size(self) -> None:
+        if len(self._pending) + self._data_bytes > self.max_event_bytes:
+            size = self.max_event_bytes / 2**20
+            raise EventTooLarge(f"a stream event passed {size:g} MiB, the most rampwatch reads of one event")
 
     def token_events_only(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds when it is nothing but whole one-line token
@@ -96,7 +137,7 @@ class SSEDecoder:
         """The common case (``\\n`` line ends, nothing half-parsed): split on blank lines,
         so an event that is one ``data:`` line costs a slice, not a per-line loop."""
         parts = buf.split(b"\n\n")
-        self._pending = parts.pop()
+        self._pending += parts.pop()
         events: list[bytes] = []
         for part in parts:
             if part.startswith(b"data: ") and b"\n" not in part:
@@ -107,29 +148,38 @@ class SSEDecoder:
 
     def flush(self) -> list[bytes]:
         """Events left when the body ends without a final blank line."""
-        rest = self._pending.replace(b"\r", b"")
-        self._pending = b""
+        rest = bytes(self._pending).replace(b"\r", b"")
+        self._pending = bytearray()
+        self._scanned = 0
         events = self._take_lines(rest.split(b"\n")) if rest else []
         if self._data_lines:
             events.append(b"\n".join(self._data_lines))
             self._data_lines = []
+            self._data_bytes = 0
         return events
 
     def _take_lines(self, lines: list[bytes]) -> list[bytes]:
         events: list[bytes] = []
         data_lines = self._data_lines
+        data_bytes = self._data_bytes
         for line in lines:
             if not line:
                 if data_lines:
                     events.append(data_lines[0] if len(data_lines) == 1 else b"\n".join(data_lines))
                     data_lines = []
+                    data_bytes = 0
                 continue
             if line.startswith(b"data:"):
                 value = line[5:]
                 if value.startswith(b" "):
                     value = value[1:]
                 data_lines.append(value)
+                data_bytes += len(value) + 1
+                if data_bytes > self.max_event_bytes:
+                    self._data_bytes = data_bytes
+                    self._check_size()
         self._data_lines = data_lines
+        self._data_bytes = data_bytes
         return events
 
 

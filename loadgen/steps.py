@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from rampwatch.core.text import column_groups
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, StepRow
 from rampwatch.loadgen.schedules import TRACE_KIND
 from rampwatch.loadgen.stats import LogHistogram, itl_array
@@ -418,14 +419,14 @@ NARROW_DROP = ("out tok/s", "kind", "start")
 
 
 def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
+    seconds = max(0, round(seconds))  # a row starting at 4.9996 s reads 0:05, not 0:04
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def _num(value: float | None, digits: int = 1) -> str:
     if value is None or math.isnan(value):
         return "–"
-    if abs(value) >= 100:
+    if abs(round(value, digits)) >= 100:  # 99.96 reads 100 like 100.0 does, not "100.0"
         return f"{value:.0f}"
     return f"{value:.{digits}f}"
 
@@ -466,16 +467,23 @@ def step_cells(row: StepRow) -> dict[str, str]:
     }
 
 
-def step_table_text(rows: list[StepRow]) -> str:
-    """The table as aligned plain text (``rampwatch report``); latencies in ms."""
+def step_table_text(rows: list[StepRow], width: int | None = None) -> str:
+    """The table as aligned plain text (``rampwatch report``); latencies in ms. Given a
+    terminal's ``width``, columns that do not fit go in groups, each under the row
+    number again (the terminal never folds a row)."""
     headers = [name for name, _ in STEP_COLUMNS]
     cells = [[step_cells(row)[name] for name in headers] for row in rows]
     headers = [h + " ms" if h.startswith(("TTFT", "ITL")) else h for h in headers]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
-    for c in cells:
-        lines.append("  ".join(v.rjust(w) for v, w in zip(c, widths)))
-    return "\n".join(lines)
+    rest = list(range(1, len(headers)))  # column 0, the row number, leads every group
+    room = math.inf if width is None else width - widths[0] - 2
+    blocks = []
+    for group in ([rest[k] for k in g] for g in column_groups([widths[i] for i in rest], room)):
+        columns = [0, *group]
+        lines = ["  ".join(headers[i].rjust(widths[i]) for i in columns)]
+        lines += ["  ".join(c[i].rjust(widths[i]) for i in columns) for c in cells]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 STEP_TABLE_NOTE = (

@@ -24,12 +24,13 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import orjson
 
-from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, RunHeader, ServerSample
+from rampwatch.core import strict_json
+from rampwatch.core.timeline import CANCELLED, CLIENT_LIMIT, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
 from rampwatch.loadgen.gpu import NVML_URL
@@ -50,6 +51,12 @@ def cost_per_million_tokens(price_per_hour: float | None, tokens_per_s: float) -
     if price_per_hour is None or tokens_per_s <= 0:
         return None
     return price_per_hour / tokens_per_s * 1e6 / 3600
+
+
+def _usable(gauge: float | None) -> TypeGuard[float]:
+    """A gauge reading to take: scrapes drop NaN, infinite and negative values
+    (``scrape.screen_samples``), but recordings made before kept them."""
+    return gauge is not None and math.isfinite(gauge) and gauge >= 0
 
 
 def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
@@ -82,11 +89,11 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
             covered[s.url] = covered.get(s.url, 0.0) + dt
         latest[s.url] = s
         combined = combine_samples(list(latest.values()))
-        if combined.running is not None:
+        if _usable(combined.running):
             max_running = combined.running if max_running is None else max(max_running, combined.running)
-        if combined.waiting is not None:
+        if _usable(combined.waiting):
             max_waiting = combined.waiting if max_waiting is None else max(max_waiting, combined.waiting)
-        if combined.kv_usage is not None:
+        if _usable(combined.kv_usage):
             kv = combined.kv_usage * 100
             max_kv = kv if max_kv is None else max(max_kv, kv)
     span = max(covered.values()) if covered else 0.0  # replicas are scraped in parallel
@@ -342,13 +349,27 @@ def lateness_warning(figures: Summary) -> str | None:
     if late is None or late.p99 <= late_send_bound_ms(figures):
         return None
     shown = f"p99 {late.p99:.0f} ms, max {late.max:.0f} ms"
-    if figures.max_concurrency is not None:
+    # A client out of open files failed its requests itself: the slots were not the wait.
+    if figures.max_concurrency is not None and not figures.errors_by_class.get(CLIENT_LIMIT):
         return (
             f"warning: requests were sent late ({shown}) as they waited for one of the "
             f"{figures.max_concurrency} --max-concurrency slots: the schedule's rate was not offered "
             f"in full; the wait is part of the lateness, so it does not show whether the client kept up"
         )
     return f"warning: the client sent late ({shown}): the offered rate was not fully met; see docs/scale.md"
+
+
+def client_limit_warning(figures: Summary) -> str | None:
+    """One line when requests failed because the client ran out of open files: its own
+    limit, to raise before the figures say anything about the server."""
+    failed = figures.errors_by_class.get(CLIENT_LIMIT, 0)
+    if not failed:
+        return None
+    above = f" above --max-concurrency {figures.max_concurrency}" if figures.max_concurrency else ""
+    return (
+        f"warning: {failed:,} requests failed in the client, not at the server: it ran out of open files "
+        f"({CLIENT_LIMIT}); raise its limit (ulimit -n){above} and run again"
+    )
 
 
 def client_lag_bound_ms(p99_ms: float) -> float:
@@ -958,9 +979,9 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     if errors:
         lines.append("{s:{c}^{n}}".format(s="Errors", n=50, c="-"))
         for name, count in errors.items():
-            lines.append(_row(f"{name}:", count))
+            lines.append(_row(f"{name} (the client's own):" if name == CLIENT_LIMIT else f"{name}:", count))
     lines.append("=" * 50)
-    for warning in (lateness_warning(figures), client_lag_warning(figures)):
+    for warning in (client_limit_warning(figures), lateness_warning(figures), client_lag_warning(figures)):
         if warning is not None:
             lines.append(warning)
     return "\n".join(lines)
@@ -1038,14 +1059,15 @@ def dump_list(values: Sequence[Any]) -> bytes:
     """A per-request list as JSON. orjson writes floats ~18x faster than ``json``, which
     matters for ``itls`` (every chunk gap of the run); the values read back identical."""
     try:
-        return orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)  # NaN as null
     except TypeError:  # e.g. a lone surrogate in an error text
-        return json.dumps(values).encode()
+        return strict_json.dumps(values).encode()
 
 
 def dumps_bench_result(result: dict[str, Any]) -> bytes:
-    """``json.dumps(result)`` (NaN written as vLLM's own file has it), with the
-    per-request lists encoded by ``dump_list``, those of each class of a mixture too."""
+    """``result`` as strict JSON (a NaN or infinite figure written as null, where vLLM's
+    own file writes the bare word NaN that strict parsers reject), with the per-request
+    lists encoded by ``dump_list``, those of each class of a mixture too."""
 
     def encode(key: str, value: Any) -> bytes:
         if key in PER_REQUEST_KEYS:
@@ -1056,7 +1078,7 @@ def dumps_bench_result(result: dict[str, Any]) -> bytes:
                 + b", ".join(json.dumps(k).encode() + b": " + dumps_bench_result(v) for k, v in value.items())
                 + b"}"
             )
-        return json.dumps(value).encode()
+        return strict_json.dumps(value).encode()
 
     parts = [json.dumps(key).encode() + b": " + encode(key, value) for key, value in result.items()]
     return b"{" + b", ".join(parts) + b"}"

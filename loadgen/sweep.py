@@ -966,6 +966,22 @@ def knee_text(row: dict[str, Any]) -> str:
     return f"{row['knee_rps']:.1f}" + ("" if pm is None else f" ±{pm:.1f}") + " rps"
 
 
+def knee_breaches(row: dict[str, Any], slo: str | None) -> list[str]:
+    """The SLO's percentile bounds that the row's figures at its knee break ("TTFT p99
+    814 ms > 500 ms"): the table shows them beside a best chosen by good-put, which
+    judges each request, so the verdict says so rather than leave them to contradict it."""
+    try:
+        bounds = parse_slo(slo).bounds if slo else ()
+    except UserError:
+        return []
+    out = []
+    for b in bounds:
+        value = row.get(f"{b.metric}_p{b.percentile:g}_ms")
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > b.limit_ms:
+            out.append(f"{b.metric.upper()} p{b.percentile:g} {value:.0f} ms > {b.limit_ms:g} ms")
+    return out
+
+
 def verdict_text(state: dict[str, Any]) -> str:
     """The sweep's verdict by ``loadgen.sweep.BEST_RULE``: the best configuration as
     commands ready to paste, the ones its repeats cannot tell from it, and the
@@ -994,6 +1010,12 @@ def verdict_text(state: dict[str, Any]) -> str:
             lines.append(f"  (simulator: {row['command']})")
         else:
             lines.append(f"  {row['command']}")
+        breaches = knee_breaches(row, slo)
+        if breaches:
+            lines.append(
+                f"  at its knee #{best + 1} breaks the SLO ({', '.join(breaches)}): good-put judges each request "
+                f"against the bounds, so run it at its max good-put ({row['max_goodput_rps']:.1f} req/s), not its knee"
+            )
         repeats = state.get("repeats", 1)
         for i in state.get("overlap") or []:
             lines.append(

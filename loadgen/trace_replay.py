@@ -40,28 +40,30 @@ from rampwatch.loadgen.schedules import (
     describe,
     is_number,
 )
-from rampwatch.loadgen.traces import Trace, load_trace, local_rate, mean_rate, window
+from rampwatch.loadgen.traces import Trace, load_trace, local_rate, mean_rate
 
 # --------------------------------------------------------------------------- loading
 
-_LOADED: dict[tuple[str, str, int, int], Trace] = {}
+_LOADED: dict[tuple[str, str, int, int, float, float | None], Trace] = {}
 
 
 def trace_of(spec: dict[str, Any]) -> Trace:
-    """The rows a trace schedule replays (its window of its file). The file is read once
-    while it is unchanged: a scenario's check, its schedule and its requests share it."""
+    """The rows a trace schedule replays (its window of its file, read no further than
+    the window's end). The file is read once while it and the window are unchanged: a
+    scenario's check, its schedule and its requests share it."""
     path = Path(spec["path"])
     try:
         stat = path.stat()
     except OSError:
         raise UserError(f"{path}: trace file not found") from None
-    key = (str(path.resolve()), spec["format"], stat.st_mtime_ns, stat.st_size)
-    full = _LOADED.get(key)
-    if full is None:
-        full = load_trace(path, spec["format"])
+    start_s, duration_s = float(spec.get("start_s") or 0.0), spec.get("duration_s")
+    key = (str(path.resolve()), spec["format"], stat.st_mtime_ns, stat.st_size, start_s, duration_s)
+    trace = _LOADED.get(key)
+    if trace is None:
+        trace = load_trace(path, spec["format"], start_s, duration_s)
         _LOADED.clear()  # one trace at a time: a large one is tens of MB
-        _LOADED[key] = full
-    return window(full, float(spec.get("start_s") or 0.0), spec.get("duration_s"))
+        _LOADED[key] = trace
+    return trace
 
 
 def speeds(speed: Any) -> tuple[float, float]:

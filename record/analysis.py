@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.core.timeline import CANCELLED, Event, Snapshot
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.classes import ClassSummaries, class_table
 from rampwatch.loadgen.knee_explain import knee_explanation_of
@@ -29,6 +29,7 @@ from rampwatch.loadgen.segments import (
     segment_table,
 )
 from rampwatch.loadgen.summary import (
+    KNEE_REVIEW,
     RequestBlock,
     Summary,
     SummaryBuilder,
@@ -163,7 +164,8 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
     """A recording's values that ``rampwatch compare`` resamples (``record.significance``).
 
     Per request: ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (successful requests, as the summary
-    takes them) and ``error_pct`` (100 for a failed request, 0 otherwise); ``itl_ms``, every
+    takes them) and ``error_pct`` (100 for a failed request, 0 for a completed one; a cancelled one is
+    neither, as in the summary's error rate); ``itl_ms``, every
     chunk gap grouped by its request. Per second of the run's window (first send to last
     completion): ``completed_per_s``, ``output_tokens_per_s`` and ``total_tokens_per_s``
     (completion and prompt tokens of the requests that completed in the second). The ITLs
@@ -177,7 +179,9 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
         c = recording.request_columns(info, with_chunks=True)
         ok = _succeeded(c)
         has_first = c.has_first.astype(bool)
-        errors.append(np.where(ok, 0.0, 100.0))
+        # as the summary's error rate: failed over ended, a cancelled request neither
+        counted = np.array([e != CANCELLED for e in c.strings["error_class"]], dtype=bool)
+        errors.append(np.where(ok, 0.0, 100.0)[counted])
         sent.append(c.sent_at)
         use = ok & has_first
         ttft.append((c.first_token_at - c.sent_at)[use] * 1000)
@@ -228,9 +232,18 @@ TABLE_MARK_KINDS = ("start", "knee", "hold", "resume", "set_rate", "mark", "conf
 
 
 def timeline_marks(events: Sequence[Event]) -> list[Event]:
-    """Start, knee, holds, resumes, rate changes, marks, restarts, the stop, and the
-    started server's exit or failed start, in time order."""
-    return sorted((e for e in events if e.kind in TABLE_MARK_KINDS or _server_exit(e)), key=lambda e: e.t)
+    """Start, knee, the review that settled the knee's explanation, holds, resumes, rate
+    changes, marks, restarts, the stop, and the started server's exit or failed start,
+    in time order."""
+    return sorted(
+        (e for e in events if e.kind in TABLE_MARK_KINDS or _server_exit(e) or _knee_review(e)), key=lambda e: e.t
+    )
+
+
+def _knee_review(event: Event) -> bool:
+    """The info event that settled (revised or confirmed) a knee's explanation: without
+    it the timeline would show only the knee's provisional reading."""
+    return event.kind == "info" and bool(event.data.get(KNEE_REVIEW))
 
 
 def _server_exit(event: Event) -> bool:
@@ -250,7 +263,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart", "error": "server"}
+MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart", "error": "server", "info": "knee review"}
 
 
 def format_timeline(events: Sequence[Event]) -> str:

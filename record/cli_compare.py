@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from rampwatch.core import strict_json
 from rampwatch.core.cache_salt import UNKNOWN, describe_cache_policy
 from rampwatch.core.timeline import RunHeader
 from rampwatch.loadgen.summary import client_lag_warning
@@ -308,8 +310,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap (default 0)")
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether the two paths name one file (a link, a relative and an absolute path)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def main(args: argparse.Namespace) -> int:
-    import json
 
     from rampwatch.record.analysis import comparison_samples, summarise
     from rampwatch.record.reader import open_recording, print_warnings
@@ -325,12 +334,14 @@ def main(args: argparse.Namespace) -> int:
     client_warnings = [
         f"{side}: {text}" for side, f in zip("AB", figures) if (text := client_lag_warning(f)) is not None
     ]
+    same = same_file(args.a, args.b)
     if args.json:
         client = {
             side: {"send_lateness_ms": summary.get("send_lateness_ms"), "self_check": summary.get("client")}
             for side, summary in zip("ab", summaries)
         }
         out = {
+            "same_recording": same,
             "load_warning": warning,
             "cache_warning": cache_warning,
             "cache": {side: cache_policy(h) for side, h in zip("ab", headers)},
@@ -338,9 +349,11 @@ def main(args: argparse.Namespace) -> int:
             "client": client,
             "client_warnings": client_warnings,
         }
-        print(json.dumps(out, indent=2))
+        print(strict_json.dumps(out, indent=2))
     else:
         names = [f"{rec.path} ({describe_policy(rec.header)})" for rec in recordings]
+        if same:
+            print("note: A and B are the same recording: a comparison with itself, every change 0")
         print(format_comparison(rows, names[0], names[1], warning, cache_warning=cache_warning))
         print(format_client_check(summaries[0], summaries[1], client_warnings))
     return max(print_warnings(rec, "compare") for rec in recordings)

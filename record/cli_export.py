@@ -7,10 +7,12 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TextIO
 
+from rampwatch.core import strict_json
 from rampwatch.core.errors import UserError
 from rampwatch.core.files import private_file
 
@@ -118,6 +120,21 @@ def _num(v):
     return v
 
 
+# What a spreadsheet reads as the start of a formula (OWASP's list: a tab or CR before
+# one is skipped by some), unless the cell is a number such as -5 or +1e3.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def spreadsheet_text(text: str) -> str:
+    """A text cell a spreadsheet shows and does not execute: one that would start a
+    formula (a server's error message ``=HYPERLINK(…)``) gets a leading ``'``, as
+    spreadsheet-safe CSV writers do; the text stays readable after it."""
+    if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
 def write_requests_csv(records, path: Path) -> None:
     with private_file(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -138,11 +155,11 @@ def write_requests_csv(records, path: Path) -> None:
                     r.prompt_tokens,
                     r.completion_tokens,
                     int(r.tokens_from_usage),
-                    r.finish_reason or "",
+                    spreadsheet_text(r.finish_reason or ""),
                     "" if r.status is None else r.status,
-                    r.error_class or "",
-                    r.error or "",
-                    r.scenario_tag or "",
+                    spreadsheet_text(r.error_class or ""),
+                    spreadsheet_text(r.error or ""),
+                    spreadsheet_text(r.scenario_tag or ""),
                 ]
             )
 
@@ -151,7 +168,7 @@ def write_series_csv(snapshot, path: Path) -> None:
     names = list(snapshot.series)
     with private_file(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["t", *names])
+        w.writerow(["t", *(spreadsheet_text(n) for n in names)])
         for i, t in enumerate(snapshot.times):
             w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
 
@@ -244,7 +261,7 @@ def write_bench_result(
                     write_object(f, class_fields, class_summary, name)
                 f.write("}")
             elif key not in PER_REQUEST_KEYS:
-                f.write(json.dumps(value, default=str))  # NaN as vLLM writes it (dumps_bench_result)
+                f.write(strict_json.dumps(value, default=str))  # NaN as null (dumps_bench_result)
             else:
                 f.write("[")
                 first = True

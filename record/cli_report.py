@@ -15,10 +15,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import json
     import sys
 
-    from rampwatch.core.text import fill_to, terminal_width
+    from rampwatch.core import strict_json
+    from rampwatch.core.text import fill_to, fit_lines, terminal_width
     from rampwatch.loadgen.classes import CLASS_NOTE
     from rampwatch.loadgen.segments import SEGMENT_NOTE
     from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
@@ -67,18 +67,19 @@ def main(args: argparse.Namespace) -> int:
         out.update(turn_sections(turns))
         if classes:  # a mixture: each class's figures in the same schema
             out["per_class"] = {name: figures.to_dict() for name, figures in classes.items()}
-        print(json.dumps(out, indent=2, default=str))
+        print(strict_json.dumps(out, indent=2, default=str))
     else:
         h = recording.header
-        print(
+        width = terminal_width(sys.stdout)  # a terminal's: lines and tables wrap whole words, never mid-word
+        first = (
             f"{recording.path}: {h.scenario_name} against {h.target} ({h.model}), {recording.duration_s:.1f} s recorded"
         )
-        print(describe_policy(h))
-        print(format_summary(summary))
+        print(fit_lines(first, width))
+        print(fit_lines(describe_policy(h), width))
+        print(fit_lines(format_summary(summary), width))
         timeline = format_timeline(recording.events)
         if timeline:
-            print(timeline)
-        width = terminal_width(sys.stdout)  # a terminal's: tables wrap whole words, never mid-word
+            print(fit_lines(timeline, width))
         configurations = configuration_table(recording)
         if configurations is not None:
             print("\n" + fill_to(f"Configurations ({SEGMENT_NOTE})", width))
@@ -91,6 +92,6 @@ def main(args: argparse.Namespace) -> int:
             print("\n" + fill_to(f"Classes ({CLASS_NOTE})", width))
             print(table.text(width))
         if steps:
-            print(f"\nSteps ({STEP_TABLE_NOTE})")
-            print(step_table_text(steps))
+            print("\n" + fill_to(f"Steps ({STEP_TABLE_NOTE})", width))
+            print(step_table_text(steps, width))
     return print_warnings(recording, "report")

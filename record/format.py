@@ -14,6 +14,7 @@ See docs/recording-format.md for the reasons behind each choice.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rampwatch.core.text import printable_value
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 
 MAGIC = b"RWREC\x00\r\n"
@@ -119,8 +121,24 @@ def encode_header(header: RunHeader) -> bytes:
     return zlib.compress(_json_bytes(header.to_dict()), ZLIB_LEVEL)
 
 
+# A JSON-escaped control character other than tab and newline (json.dumps writes every
+# one as \u00XX), or one written raw by another encoder.
+_JSON_CONTROL = re.compile(
+    rb"\\u00(?:0[0-8bcef]|1[0-9a-f]|7f|[89][0-9a-f])|[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]", re.I
+)
+
+
+def _loads_printable(text: bytes) -> Any:
+    """``json.loads`` with every control character in its strings shown as ``\\xNN``:
+    recordings made before rampwatch made a server's text safe as it came in (or
+    written by anything else) cannot put an escape sequence on a screen. Only a block
+    that holds one is walked."""
+    value = json.loads(text)
+    return printable_value(value) if _JSON_CONTROL.search(text) else value
+
+
 def decode_header(payload: bytes) -> RunHeader:
-    d = json.loads(inflate(payload))
+    d = _loads_printable(inflate(payload))
     known = set(RunHeader.__dataclass_fields__)
     return RunHeader(**{k: v for k, v in d.items() if k in known})
 
@@ -179,7 +197,7 @@ def decode_checkpoint(
     (``checkpoint_base`` tells which)."""
     raw = inflate(payload)
     (jl,) = struct.unpack_from("<I", raw, 0)
-    head = json.loads(raw[4 : 4 + jl])
+    head = _loads_printable(raw[4 : 4 + jl])
     base = 4 + jl
     arrays = {}
     for name, dtype, shape, offset, *rest in head["arrays"]:
@@ -229,7 +247,7 @@ def decode_meta(payload: bytes, with_raw: bool = True) -> tuple[list[ServerSampl
     """A meta block's items; ``with_raw=False`` leaves each scrape's ``raw`` series empty
     (no figure reads them, and a vLLM page's ~140 of them, as a dict a second, are most
     of the memory an hour of decoded scrapes takes)."""
-    body = json.loads(inflate(payload))
+    body = _loads_printable(inflate(payload))
     samples = body.get("samples", [])
     if not with_raw:
         for d in samples:
@@ -397,7 +415,7 @@ def decode_request_columns(payload: bytes, with_chunks: bool = True) -> RequestC
     pos = _REQ_HEAD.size
     scalars = inflate(payload[pos : pos + ls], _scalars_limit(n))
     (jl,) = struct.unpack_from("<I", scalars, 0)
-    strings = json.loads(scalars[4 : 4 + jl])
+    strings = _loads_printable(scalars[4 : 4 + jl])
     p = 4 + jl
     rel = _unshuffle(scalars[p : p + 40 * n], np.int64, 5 * n).reshape(5, n)
     p += 40 * n

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from rampwatch.loadgen.classes import CLASS_NOTE
 from rampwatch.loadgen.knee_explain import KneeExplanation
 from rampwatch.loadgen.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
-from rampwatch.loadgen.summary import Summary
+from rampwatch.loadgen.summary import Summary, knee_review
 from rampwatch.loadgen.turns import NO_HIT_RATE_HINT, TEXT_COLUMNS, TURNS_NOTE, TurnTable, sessions_line
 from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
 
@@ -226,7 +227,7 @@ def svg_chart(
             configs += 1
             label, dash = f"C{configs}", ""
         out.append(
-            f'<line class="mark-{e.kind}" x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" '
+            f'<line class="mark-{html.escape(e.kind)}" x1="{xx:.1f}" x2="{xx:.1f}" y1="{PAD_T}" y2="{PAD_T + plot_h}" '
             f'stroke="{color}" stroke-width="1.5"{dash}><title>{html.escape(e.message)}</title></line>'
         )
         labels.append((xx + 3, label[:MARK_LABEL_CHARS], color))
@@ -304,6 +305,17 @@ def classes_section(table: SegmentTable, snapshot: Snapshot, marks: Sequence[Eve
         f'<h2 id="classes">Classes</h2><p class="sub">{html.escape(CLASS_NOTE)}</p>'
         f"<table><tr><th></th>{head}</tr>{body}</table>{charts}"
     )
+
+
+def with_knee_reviews(marks: Sequence[Event]) -> list[Event]:
+    """The marks, a knee's text followed by the review that settled its explanation: a
+    chart's knee line (its tooltip) would otherwise give only what the knee read at first,
+    under a knee section that says another limit."""
+    out = []
+    for e in marks:
+        review = knee_review(marks, e) if e.kind == "knee" else None
+        out.append(e if review is None else replace(e, message=f"{e.message}; then {review.message}"))
+    return out
 
 
 def knee_section(summary: Summary) -> str:
@@ -441,6 +453,7 @@ def render_html(
     ``turns``: a session workload's figures by turn (``loadgen.turns``), None without;
     ``classes``: a mixture's classes side by side (``loadgen.classes``), None otherwise."""
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
+    chart_marks = with_knee_reviews(marks)
     charts = []
     with_gpu = snapshot.last_good_gpu_t is not None
     for chart_title, unit, names, scale, y_top in CHARTS + (GPU_CHARTS if with_gpu else []):
@@ -451,7 +464,7 @@ def render_html(
                 continue
             lines.append((label, [v * scale if v is not None else v for v in values]))
         charts.append(
-            f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, marks, t_max, y_top)}</section>'
+            f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, chart_marks, t_max, y_top)}</section>'
         )
     rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"

@@ -311,6 +311,14 @@ def test_repeats_give_the_median_and_spread_of_each_configurations_runs(tmp_path
     for key in ("max_goodput_rps", "output_tps"):
         values = sorted(run[key] for run in row["runs"])
         assert row["spread"][key] == values and row[key] == pytest.approx(sum(values) / 2)
+    # each repeat draws its own arrivals and prompts: the seed moves on, and is recorded
+    from rampwatch.record.reader import open_recording
+
+    seeds = []
+    for name in row["recordings"]:
+        with open_recording(tmp_path / "out" / name) as rec:
+            seeds.append(rec.header.scenario["seed"])
+    assert seeds == [seeds[0], seeds[0] + 1]
 
 
 def sweep_state(path: Path, out: Path, *flags: str) -> dict:

@@ -450,8 +450,10 @@ class RampwatchApp(App[int]):
         title: str = "",
         severity="information",
         timeout: float | None = None,
-        markup: bool = True,
+        markup: bool = False,
     ) -> None:
+        # Toasts say what events, files and servers say: their text is shown, never read
+        # as markup (a server's "[link=…]" or a path with "[" in it).
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
         # Once the toast has gone, repaint the whole screen: the panels under it are redrawn
         # only when their own content changes (the events panel may not change for minutes),

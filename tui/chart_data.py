@@ -432,6 +432,9 @@ def grace_period_s(snapshot: Snapshot, stop: Event | None) -> float | None:
 # The drain's pace is read over this many complete seconds: steadier than the stats
 # panel's "now", still recent enough to follow a server slowing down.
 DRAIN_RATE_WINDOW_S = 10
+# Fewer requests than this ended over that window: their pace is noise (20 left at 4 in
+# 10 s reads 50 s, at 2 reads 100 s), and the estimate goes by latency alone.
+DRAIN_PACE_MIN_ENDED = 10
 
 
 def drain_estimate_s(snapshot: Snapshot, drained_s: float) -> float | None:
@@ -444,7 +447,7 @@ def drain_estimate_s(snapshot: Snapshot, drained_s: float) -> float | None:
     or waiting for a slot divided by the rate requests ended at over the last
     ``DRAIN_RATE_WINDOW_S`` complete seconds (an overloaded server ends them at its own
     pace: 886 in flight at 5 a second is three minutes, whatever one request's latency
-    was)."""
+    was), once at least ``DRAIN_PACE_MIN_ENDED`` ended in that window."""
     summary = snapshot.summary or {}
     e2e_ms = summary.get("p99_e2el_ms")
     # Before any request has completed there is no latency to go by (the summary says 0).
@@ -454,7 +457,7 @@ def drain_estimate_s(snapshot: Snapshot, drained_s: float) -> float | None:
     queued = current_value(snapshot, "client_queued")
     left = snapshot.in_flight + (int(queued) if queued is not None else 0)
     ended = sum(recent_rate(snapshot, name, DRAIN_RATE_WINDOW_S) or 0.0 for name in ("completed_rps", "error_rps"))
-    if left <= 0 or ended <= 0:
+    if left <= 0 or ended * DRAIN_RATE_WINDOW_S < DRAIN_PACE_MIN_ENDED:
         return by_latency
     return max(by_latency, left / ended)
 
@@ -478,7 +481,8 @@ def time_left(snapshot: Snapshot) -> TimeLeft | None:
     began = stop.t if stop is not None and (planned is None or stop.t < planned) else planned
     drained = max(0.0, snapshot.t - began) if began is not None else 0.0
     drain = drain_estimate_s(snapshot, drained)
-    if policy.limit_s is not None and began is not None:
+    cut_short = began is not None and stop is not None and began == stop.t  # a stop ended the schedule
+    if policy.limit_s is not None and began is not None and not cut_short:  # its grace alone bounds it
         drain = _at_most(drain, max(0.0, began + policy.limit_s - snapshot.t))
     grace = grace_period_s(snapshot, stop)
     if stop is not None and grace is not None:

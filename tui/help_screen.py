@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -143,13 +143,17 @@ class HelpScreen(ModalScreen[None]):
         self.settings = dict(settings or {})
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help-box"):
+        # focused, so ↑ ↓ pgup pgdn home end scroll it: at 80×24 the keys do not fit
+        with VerticalScroll(id="help-box"):
             yield Static(f"rampwatch — {self.mode} keys", classes="dialog-title")
             if self.settings.get("scenario"):
                 yield Static(Text(self.settings["scenario"], style="dim"), classes="help-scenario")
             yield Static(keys_table(self.mode, self.settings))
             yield Static(CHART_KEY, classes="dialog-hint")
-            yield Static("esc or ? to close", classes="dialog-hint")
+            yield Static("↑ ↓ pgup pgdn home end scroll · esc or ? to close", classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-box").focus()
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

@@ -7,6 +7,7 @@ the load resumes: from the start of the ramp or at the current rate.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -61,11 +62,11 @@ class RestartDialog(ModalScreen[tuple[str, str] | None]):
             preview = self.server.preview(text)
         except UserError as exc:
             self.problem = str(exc)
-            diff.update(f"✗ {exc}")
+            diff.update(Text(f"✗ {exc}"))
             diff.set_class(True, "refused")
             return
         self.problem = None
-        diff.update(f"changes: {preview}")
+        diff.update(Text(f"changes: {preview}"))
         diff.set_class(False, "refused")
 
     def on_input_changed(self, event: Input.Changed) -> None:

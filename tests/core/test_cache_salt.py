@@ -36,6 +36,21 @@ def test_a_salt_vllm_would_refuse_is_one_line_naming_the_flag(value):
     assert cache_salt_problem(value) is not None
 
 
+@pytest.mark.parametrize("value", ["a\x1b[31mred\x07", "two\nlines", "tab\there", "bidi\u202eevil"])
+def test_a_salt_with_control_characters_is_refused_without_reaching_the_terminal(value):
+    """vLLM would take it, but banners, reports and comparisons show the salt."""
+    with pytest.raises(UserError) as err:
+        cache_salt_choice(value)
+    message = str(err.value)
+    assert message.startswith("--cache-salt ") and message.isprintable()
+
+
+def test_a_long_refused_salt_is_not_repeated_whole():
+    with pytest.raises(UserError) as err:
+        cache_salt_choice("@" * 5000)
+    assert len(str(err.value)) < 300
+
+
 @pytest.mark.parametrize(
     "policy, salt, words",
     [

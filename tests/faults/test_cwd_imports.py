@@ -83,7 +83,7 @@ def test_the_sweeps_headless_child_imports_nothing_from_the_current_directory(tm
     monkeypatch.chdir(tmp_path)
     args = Namespace(
         sweep="no-such-sweep.yaml", slo=None, output_dir=None, startup_timeout=None, stop_grace=None, resume=False,
-        api_key=None,
+        api_key=None, repeats=None,
     )  # fmt: skip
     child = spawn_headless(args, tmp_path / "sweep.log")
     assert child.wait(timeout=120) == 2  # the sweep file is missing: its one line, from rampwatch

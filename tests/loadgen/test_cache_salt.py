@@ -109,6 +109,5 @@ def test_a_bad_cache_salt_flag_is_one_line_before_anything_starts(tmp_path, valu
         timeout=60,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "server:" not in proc.stdout
-    assert (
-        proc.stderr.strip().splitlines()[-1].startswith(f"rampwatch run: error: --cache-salt {value!r}: expected auto")
-    )
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rampwatch run: error: --cache-salt '{value[:40]}") and ": expected auto" in last

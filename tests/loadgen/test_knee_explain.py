@@ -143,14 +143,21 @@ COMPUTE = dict(
             ServerLimits(max_num_seqs=256, gpu_memory_utilization=0.9),
             "kv_full",
             ["KV 99 %", "30 preemptions in 40 s", "waiting 0→30"],
-            "--gpu-memory-utilization 0.95",
+            "--kv-cache-dtype fp8",
         ),
         (
             KV_FULL,
             ServerLimits(gpu_memory_utilization=0.95),
             "kv_full",
             ["KV 99 %"],
-            "--kv-cache-dtype fp8 (twice the tokens in the same memory)",
+            "--kv-cache-dtype fp8",
+        ),
+        (  # a memory share well under the top: raising it is the cheapest large step
+            KV_FULL,
+            ServerLimits(gpu_memory_utilization=0.5),
+            "kv_full",
+            ["KV 99 %"],
+            "--gpu-memory-utilization 0.95",
         ),
         (
             TOKEN_BUDGET,
@@ -198,6 +205,7 @@ COMPUTE = dict(
         "batch-cap-dp",
         "kv-full",
         "kv-full-memory-maxed",
+        "kv-full-memory-low",
         "token-budget",
         "token-budget-inferred",
         "budget-not-an-inferred-cap",
@@ -259,7 +267,7 @@ def test_two_limits_at_once_pick_by_priority_and_mention_the_other(series, limit
 def test_kv_full_and_batch_cap_tells_not_to_raise_the_cap():
     series = {**BATCH_CAP, "kv_usage_pct": flat(97.0), "preemptions": flat(1.0)}
     why = explain_knee(window(**series), ServerLimits(max_num_seqs=64, gpu_memory_utilization=0.9))
-    assert why.try_next == "--gpu-memory-utilization 0.95"
+    assert why.try_next == "--kv-cache-dtype fp8"
     assert "--max-num-seqs 32 (fewer sequences share the cache)" in why.alternatives
 
 
@@ -558,7 +566,7 @@ def test_the_readmes_run_provisionally_at_the_batch_cap_advises_no_raise_of_8():
     why = explain_knee(RECORDED["before"], CHAT_LIMITS)
     assert why.limit == "batch_cap"
     assert why.evidence == "running 256 = max_num_seqs 256 for 8 s, waiting 0→48, KV 86 %: room for ~12 more sequences"
-    assert why.try_next == "--gpu-memory-utilization 0.95"
+    assert why.try_next == "--kv-cache-dtype fp8"
     assert why.alternatives[0] == (
         "raising --max-num-seqs alone is not worth a restart: KV 86 % at 256 running leaves room for ~12 more; "
         "the KV cache is the next limit"
@@ -574,8 +582,9 @@ def test_the_readmes_run_is_kv_bound_once_the_seconds_after_the_knee_are_weighed
     assert why.limit == "kv_full"
     assert why.evidence.startswith("KV 100 % for 22 s, 111 preemptions in 75 s, waiting 0→447")
     assert "cache 99,296 tokens" in why.evidence
-    assert why.try_next == "--gpu-memory-utilization 0.95"
-    assert "--kv-cache-dtype fp8 (twice the tokens in the same memory: ~198,592 tokens)" in why.alternatives
+    # the server runs at 0.90 already: the memory share's step to 0.95 is small, and said so
+    assert why.try_next == "--kv-cache-dtype fp8"
+    assert why.alternatives[0] == "--gpu-memory-utilization 0.95 (a small step from 0.90: a few % more cache)"
     assert why.conflict == (
         "signals conflict: running at the cap 256 for 26 s AND KV 100 % with 111 preemptions: "
         "KV binds first, raising --max-num-seqs would not help"
@@ -606,7 +615,7 @@ CAPPED_BEFORE = dict(  # running at the cap 256 for the last 8 s before the knee
             ),
             ServerLimits(max_num_seqs=256, gpu_memory_utilization=0.9),
             "kv_full",
-            "--gpu-memory-utilization 0.95",
+            "--kv-cache-dtype fp8",
             "signals conflict: running at the cap 256 for 16 s AND KV 100 % with 710 preemptions: "
             "KV binds first, raising --max-num-seqs would not help",
         ),
@@ -679,8 +688,8 @@ def test_the_final_explanation_names_the_binding_limit(before, later, limits, li
         (256, 40.0, "--max-num-seqs 512"),  # room for twice the batch
         (256, 55.0, "--max-num-seqs 416"),  # 256 x 90 / 55 = 418: to 90 %, a round number
         (256, 60.0, "--max-num-seqs 384"),  # 1.5x: the smallest raise worth a restart
-        (256, 62.0, "--gpu-memory-utilization 0.95"),  # 371 < 384: the cache is the next limit
-        (256, 89.0, "--gpu-memory-utilization 0.95"),  # the issue's +8
+        (256, 62.0, "--kv-cache-dtype fp8"),  # 371 < 384: the cache is the next limit
+        (256, 89.0, "--kv-cache-dtype fp8"),  # the issue's +8
         (64, 60.0, "--max-num-seqs 96"),
         (8, 20.0, "--max-num-seqs 16"),
         (8, 55.0, "--max-num-seqs 13"),  # 8 x 90 / 55 = 13.1: small caps step by one
@@ -729,15 +738,15 @@ def test_the_review_revises_the_knee_with_the_seconds_after_it_and_says_so():
     review = events[1]
     assert (review.t, review.kind, review.data["knee_t"], review.data["revised"]) == (74.0, "info", 44.0, True)
     assert review.message == (
-        "knee revised with the 30 s after it: KV cache full → try --gpu-memory-utilization 0.95 "
-        "(at the knee: batch-size cap → try --gpu-memory-utilization 0.95)"
+        "knee revised with the 30 s after it: KV cache full → try --kv-cache-dtype fp8 "
+        "(at the knee: batch-size cap → try --kv-cache-dtype fp8)"
     )
     final = KneeExplanation.from_dict(review.data["explanation"])
     assert final is not None and final.limit == "kv_full"
     assert final.provisional == {
         "limit": "batch_cap",
         "title": "batch-size cap",
-        "try": "--gpu-memory-utilization 0.95",
+        "try": "--kv-cache-dtype fp8",
     }
     # the rules of explain_knee over the seconds before and after, nothing else
     assert final == replace(
@@ -798,11 +807,11 @@ def test_the_summary_reads_the_settled_explanation_with_its_conflict_and_what_it
     lines = format_summary(summary).splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("Knee at offered rate"))
     assert lines[at + 1].startswith("  why: KV cache full (KV 100 % for 22 s, 111 preemptions in 75 s")
-    assert lines[at + 1].endswith("→ try --gpu-memory-utilization 0.95")
+    assert lines[at + 1].endswith("→ try --kv-cache-dtype fp8")
     assert lines[at + 2] == f"  {final['conflict']}"
     assert lines[at + 3] == (
         "  judged on the 45 s before the knee, 30 s after; "
-        "revised: at the knee it read batch-size cap → try --gpu-memory-utilization 0.95"
+        "revised: at the knee it read batch-size cap → try --kv-cache-dtype fp8"
     )
     # before the review: the knee's own, provisional explanation
     assert summarise_requests(None, [], [], [knee], duration_s=50.0).knee_explanation == first.to_dict()

@@ -76,7 +76,7 @@ def headless_ramp(server: list[str], tmp_path: Path, duration_s: int) -> tuple[s
         # rampwatch only connects to: the KV size comes from its vllm:cache_config_info.
         # A longer ramp: on a loaded machine 12 s once ended with KV at 99 % and no knee
         # declared yet (it needs 5 s of two signals together).
-        ({"num_gpu_blocks": 96}, False, 20, "kv_full", "preemptions", "--gpu-memory-utilization 0.95"),
+        ({"num_gpu_blocks": 96}, False, 20, "kv_full", "preemptions", "--kv-cache-dtype fp8"),
     ],
     ids=["batch-cap", "kv-full"],
 )

@@ -210,7 +210,10 @@ def test_without_a_tty_the_run_is_headless(sim_url, tmp_path):
 
 def test_unreachable_target_is_one_line_naming_the_url(tmp_path):
     url = closed_port_url()
-    proc = rampwatch("random", "--headless", "--target", url, "--duration", "2", "--no-record", "--api-key", API_KEY)
+    proc = rampwatch(
+        "random", "--headless", "--target", url, "--duration", "2", "--no-record",
+        env={**os.environ, "OPENAI_API_KEY": API_KEY},
+    )  # fmt: skip
     assert proc.returncode not in (0, 1)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and url in lines[0]

@@ -211,7 +211,13 @@ async def test_steering_changes_the_sends_and_every_call_is_an_event():
     assert ticks[-1].state == "done"
 
 
-async def test_stop_cancels_in_flight_after_the_grace_period():
+@pytest.mark.parametrize(
+    "drain",
+    # a stop that cuts the schedule short gives its grace whatever the policy for the
+    # schedule's end says: cancel (none at all) or a cap shorter than the grace
+    [DrainPolicy(), DrainPolicy("cancel"), DrainPolicy("cap", 0.1)],
+)
+async def test_stop_cancels_in_flight_after_the_grace_period(drain):
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")  # ~30 ms per decode step
     sink = SentSink(10)
     async with serve(slow) as url:
@@ -220,6 +226,7 @@ async def test_stop_cancels_in_flight_after_the_grace_period():
             scenario({"kind": "constant", "rate": 10, "duration_s": 30}, output_tokens=2000),
             sink,
             stop_grace_s=0.4,
+            drain=drain,
         )
 
         async def stop_soon() -> float:

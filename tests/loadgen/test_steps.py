@@ -168,6 +168,14 @@ def test_cells_and_text_table():
     text = step_table_text(rows).splitlines()
     assert len(text) == 3 and "TTFT p50 ms" in text[0] and "achieved rps" in text[0]
     assert all(len(line) == len(text[0]) for line in text)
+    # on an 80-column terminal: column groups, each under the row number, no line folded
+    for width in (80, 50):
+        narrow = step_table_text(rows, width).split("\n\n")
+        assert len(narrow) > 1
+        assert all(len(line) <= width for block in narrow for line in block.splitlines())
+        assert all([line.split()[0] for line in block.splitlines()] == ["#", "1", "2"] for block in narrow)
+        headers = " ".join(block.splitlines()[0] for block in narrow)
+        assert all(name in headers for name in ("achieved rps", "TTFT p99 ms", "waiting max"))
 
 
 def test_a_row_without_requests_shows_dashes():
@@ -314,3 +322,22 @@ def test_a_row_whose_requests_were_cancelled_shows_its_achieved_rate_as_a_lower_
     assert (second.sent, second.succeeded, second.cancelled, second.errors) == (2, 1, 1, 0)
     assert step_cells(first)["achieved rps"] == "0.10"
     assert step_cells(second)["achieved rps"] == "0.10+"  # would the cancelled one have ended OK? unknown
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "text"),
+    [(100.0, 1, "100"), (99.96, 1, "100"), (99.94, 1, "99.9"), (5.0, 0, "5"), (float("nan"), 1, "–"), (None, 1, "–")],
+)
+def test_a_cell_reads_the_same_whatever_side_of_100_it_rounds_from(value, digits, text):
+    from rampwatch.loadgen.steps import _num
+
+    assert _num(value, digits) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(4.9996, "0:05"), (4.4, "0:04"), (0.0, "0:00"), (-0.2, "0:00"), (599.6, "10:00")]
+)
+def test_a_rows_start_reads_to_the_nearest_second(seconds, text):
+    from rampwatch.loadgen.steps import _clock
+
+    assert _clock(seconds) == text

@@ -573,7 +573,30 @@ def verdict_of(rows, repeats=1):
                 "#1 and #2 overlap (good-put over 3 runs): not distinguishable at 3 repeats",
             ],
         ),
+        (  # the best's p99 at its knee breaks the SLO its good-put was judged by: said, not left to contradict it
+            [config(7.6, 1640, 86, knee_rps=10.8, ttft_p99_ms=814.0, ttft_p50_ms=371.0)],
+            1,
+            [
+                "best under ttft_p99<500ms (of those loaded to their limit, on the Pareto front, the highest max "
+                "good-put): #1 --max-num-seqs 4 — 7.6 good req/s, knee 10.8 rps",
+                "  vllm serve m",
+                "  at its knee #1 breaks the SLO (TTFT p99 814 ms > 500 ms): good-put judges each request against "
+                "the bounds, so run it at its max good-put (7.6 req/s), not its knee",
+            ],
+        ),
     ],
 )
 def test_the_verdict_names_the_best_what_it_cannot_tell_apart_and_what_was_not_judged(rows, repeats, lines):
     assert verdict_of(rows, repeats) == lines
+
+
+def test_a_repeat_moves_the_seed_on_so_its_arrivals_differ():
+    from rampwatch.app.sweep import repeat_scenario
+    from rampwatch.loadgen.scenario import load_scenario
+
+    first = load_scenario("chat")
+    second = repeat_scenario(first, 1)
+    assert second.seed == first.seed + 1 and second.raw["seed"] == second.seed
+    assert first.raw["seed"] == first.seed  # the first run's scenario is left as it was
+    gaps = [[s.next_send_time() for _ in range(20)] for s in (first.build_schedule(), second.build_schedule())]
+    assert gaps[0] != gaps[1]

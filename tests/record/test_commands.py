@@ -29,6 +29,10 @@ def rampwatch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )
 
 
+def refuse_non_json(word: str) -> None:
+    pytest.fail(f"not strict JSON: {word}")
+
+
 def test_fixture_has_what_the_ui_tests_need():
     rec = open_recording(FIXTURE)
     assert rec.finished and rec.warnings == []
@@ -56,6 +60,23 @@ def test_report_prints_the_summary():
     ]
 
 
+@pytest.mark.parametrize("width", [80, 60])
+def test_report_on_a_narrow_terminal_folds_no_line(monkeypatch, capsys, width):
+    """The terminal folds a line longer than itself mid-word; the report wraps its own
+    lines at words and puts the step table's columns in groups instead."""
+    import argparse
+
+    from rampwatch.core import text
+    from rampwatch.record import cli_report
+
+    monkeypatch.setattr(text, "terminal_width", lambda stream: width)
+    cli_report.main(argparse.Namespace(recording=str(FIXTURE), json=False))
+    out = capsys.readouterr().out
+    assert "Steps (" in out and "Timeline" in out
+    too_long = [line for line in out.splitlines() if len(line) > width]
+    assert too_long == []
+
+
 def test_timeline_lists_holds_and_rate_changes_on_one_line_each():
     from rampwatch.core.timeline import Event
     from rampwatch.record.analysis import format_timeline
@@ -74,6 +95,25 @@ def test_timeline_lists_holds_and_rate_changes_on_one_line_each():
         "01:10.0  mark         two\\x0alines\\x1b[31m",  # control characters escaped: one line
     ]
     assert format_timeline([Event(1.0, "info", "x")]) == ""
+
+
+def test_timeline_shows_the_review_that_settled_the_knee_after_the_knee():
+    from rampwatch.core.timeline import Event
+    from rampwatch.record.analysis import format_timeline, timeline_marks
+
+    knee = Event(76.0, "knee", "batch-size cap at ~11.4 req/s offered", {"offered_rps": 11.4})
+    review = Event(
+        106.0,
+        "info",
+        "knee revised with the 30 s after it: KV cache full",
+        {"knee_review": True, "knee_t": 76.0, "explanation": {"limit": "kv_full"}, "revised": True},
+    )
+    other = Event(90.0, "info", "scrape slow")
+    assert timeline_marks([review, other, knee]) == [knee, review]
+    assert format_timeline([knee, other, review]).splitlines()[1:] == [
+        "01:16.0  knee         batch-size cap at ~11.4 req/s offered",
+        "01:46.0  knee review  knee revised with the 30 s after it: KV cache full",
+    ]
 
 
 def test_report_prints_the_step_table_as_the_replay_shows_it():
@@ -126,7 +166,7 @@ def test_export_json_follows_the_vllm_schema(tmp_path):
 
 def test_export_json_of_a_summary_with_a_nan_figure(tmp_path):
     """A run whose every request failed has no peak token rate (NaN): the export writes it
-    as vLLM's own file does, as the run's result JSON does, instead of stopping."""
+    as null, as the run's result JSON does, so strict JSON parsers read the file."""
     from rampwatch.record.synthetic import SyntheticRun, play_synthetic
     from rampwatch.record.writer import RecordingWriter
 
@@ -136,8 +176,8 @@ def test_export_json_of_a_summary_with_a_nan_figure(tmp_path):
     writer.close()
     out = rampwatch("export", str(path), "--format", "json", "-o", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
-    result = json.loads((tmp_path / "r.json").read_text())
-    assert math.isnan(result["max_output_tokens_per_s"]) and result["completed"] == 0 and result["failed"] > 0
+    result = json.loads((tmp_path / "r.json").read_text(), parse_constant=refuse_non_json)
+    assert result["max_output_tokens_per_s"] is None and result["completed"] == 0 and result["failed"] > 0
 
 
 def test_export_csv_writes_requests_and_series(tmp_path):
@@ -314,9 +354,18 @@ def test_compare_of_a_run_with_itself_is_within_noise(tmp_path):
     out = rampwatch("compare", str(FIXTURE), str(FIXTURE), "--json", "--resamples", "200")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["load_warning"] is None
+    assert data["load_warning"] is None and data["same_recording"] is True
     tested = [r for r in data["rows"] if r["verdict"] != "-"]
     assert len(tested) >= 10 and all(r["verdict"] == "within noise" for r in tested)
+    # the same file under another name: said in the text's first line
+    link = tmp_path / "again.rwrec"
+    link.symlink_to(FIXTURE)
+    text = rampwatch("compare", str(FIXTURE), str(link), "--resamples", "50")
+    assert text.stdout.splitlines()[0].startswith("note: A and B are the same recording")
+    copy = tmp_path / "copy.rwrec"  # equal bytes, another file: two runs as far as compare can tell
+    copy.write_bytes(FIXTURE.read_bytes())
+    other = rampwatch("compare", str(FIXTURE), str(copy), "--json", "--resamples", "50")
+    assert json.loads(other.stdout)["same_recording"] is False
 
 
 @pytest.mark.parametrize("bad", ["0", "-3", "many"])

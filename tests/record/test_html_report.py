@@ -85,6 +85,24 @@ def test_percent_axes_are_fixed_at_100_and_gaps_of_empty_cells_are_bridged():
     assert ttft.count("<polyline") == 3  # p50, p90, p99: one line each, the empty cells bridged
 
 
+def test_the_knee_line_and_the_marks_table_carry_the_review_that_settled_the_knee():
+    knee = Event(78.0, "knee", "batch-size cap at ~14 req/s offered → try --kv-cache-dtype fp8")
+    review = Event(
+        108.0,
+        "info",
+        "knee revised with the 30 s after it: KV cache full → try --kv-cache-dtype fp8",
+        {"knee_review": True, "knee_t": 78.0, "explanation": {"limit": "kv_full"}, "revised": True},
+    )
+    page = report([knee, review])
+    tips = re.findall(r'<line class="mark-knee"[^>]*><title>([^<]*)</title>', page)
+    assert tips and all(t.startswith("batch-size cap") and "then knee revised with the 30 s" in t for t in tips)
+    table = page[page.index("<h2>Marks</h2>") : page.index("<h2>Summary</h2>")]
+    assert re.findall(r'<tr class="mark-([a-z_]+)"><td>([0-9.]+) s</td><td>([^<]*)</td>', table) == [
+        ("knee", "78.0", "knee"),
+        ("info", "108.0", "knee review"),
+    ]
+
+
 def test_marks_table_lists_knee_holds_resumes_rate_changes_marks():
     events = [
         Event(0.0, "start", "run started"),

@@ -186,3 +186,41 @@ def test_batched_statistics_equal_one_set_of_weights_at_a_time():
     assert weighted_statistic(values, weights[0], "mean") == pytest.approx(repeated.mean())
     assert weighted_statistic(values, weights[0], "p50") == np.percentile(repeated, 50, method="inverted_cdf")
     assert weighted_statistic(values, weights[0], "p99") == np.percentile(repeated, 99, method="inverted_cdf")
+
+
+def test_cancelled_requests_are_not_errors_in_a_comparison(tmp_path):
+    """A drain policy that cancels is not a server failing: the resampled error rate is
+    the summary's (failed over ended), so `compare` of a waited and a cancelled drain
+    sees the same 0 % on both sides, not "B worse" on errors."""
+    import dataclasses
+    from pathlib import Path
+
+    from rampwatch.core.timeline import CANCELLED
+    from rampwatch.record.analysis import comparison_samples, summarise
+    from rampwatch.record.reader import open_recording
+    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+    from rampwatch.record.writer import RecordingWriter
+
+    class CancelEveryThird:
+        def __init__(self, writer):
+            self.writer, self.n = writer, 0
+
+        def on_request(self, record):
+            self.n += 1
+            if self.n % 3 == 0:
+                record = dataclasses.replace(record, error_class=CANCELLED, error="cancelled: drain over")
+            self.writer.on_request(record)
+
+        def __getattr__(self, name):
+            return getattr(self.writer, name)
+
+    path = Path(tmp_path) / "cancelled.rwrec"
+    writer = RecordingWriter(path, flush_interval_s=None, checkpoint_every_s=None)
+    play_synthetic(
+        SyntheticRun(duration_s=20.0, end_rps=6, mean_chunks=10, error_rate=0.0, seed=5), CancelEveryThird(writer)
+    )
+    with open_recording(path) as rec:
+        samples, summary = comparison_samples(rec), summarise(rec).to_dict()
+    assert summary["failed"] == 0 and summary["completed"] > 0
+    assert statistic_of(samples["error_pct"], "mean") == 0.0
+    assert len(samples["error_pct"].values) == summary["completed"]

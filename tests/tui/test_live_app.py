@@ -127,6 +127,24 @@ async def test_question_mark_shows_the_keys():
     assert control.calls == []
 
 
+async def test_at_80x24_the_help_scrolls_from_the_keyboard_to_its_last_line():
+    app, _, _ = live_app(60.0)
+    async with app.run_test(size=NARROW) as pilot:
+        await pilot.press("question_mark")
+        box = app.screen.query_one("#help-box")
+        assert box.max_scroll_y > 0  # the keys do not fit 24 lines: only scrolling reaches the rest
+        await pilot.press("end")
+        await pilot.pause()
+        assert box.scroll_y == box.max_scroll_y
+        await pilot.press("home")
+        await pilot.pause()
+        assert box.scroll_y == 0
+        for _ in range(3):
+            await pilot.press("down")
+        await pilot.pause()
+        assert box.scroll_y > 0
+
+
 async def test_without_control_the_keys_do_not_steer():
     source = FrozenSource(fake_snapshot(60.0))
     app = make_live_app(source, None)

@@ -78,6 +78,10 @@ def test_no_drain_estimate_before_a_request_has_completed():
         (60.0, "ramping", 300, 6.0, 50.0),  # before the drain: what is out now, at the pace it ends
         (130.0, "draining", 12, 6.0, 10.0),  # few left: the last one still needs its latency
         (130.0, "draining", 886, 0.0, 10.0),  # none ended lately: the latency alone
+        # a handful ended lately (4 in 10 s): their pace would read 50 s, then 100 s at 2;
+        # the latency alone, which does not swing with each request that ends
+        (130.0, "draining", 20, 0.4, 10.0),
+        (130.0, "draining", 20, 1.0, 20.0),  # 10 ended: a pace to go by
     ],
 )
 def test_the_drain_follows_the_rate_requests_end_at(t, state, in_flight, ended_rps, expected_drain):
@@ -115,6 +119,13 @@ def test_nothing_left_once_done():
 def test_a_stop_bounds_the_drain_by_its_grace_period(events, grace, expected_drain):
     left = time_left(snap(62.0, "stopping", planned=120.0, e2e_ms=30000.0, events=events, grace=grace))
     assert left == TimeLeft(0.0, expected_drain)
+
+
+@pytest.mark.parametrize("drain", ["cancel", "cap:1"])
+def test_a_stop_that_cut_the_schedule_short_gets_its_grace_whatever_the_drain_policy(drain):
+    stop = Event(60.0, "stop", "stop requested", {"grace_s": 10.0})
+    left = time_left(snap(62.0, "stopping", planned=120.0, e2e_ms=30000.0, events=[stop], options={"drain": drain}))
+    assert left == TimeLeft(0.0, 8.0)  # the grace's 8 s left, not the policy's 0 (or 1 s from the stop)
 
 
 def test_eta_is_the_start_plus_elapsed_plus_what_is_left():

@@ -1,0 +1,123 @@
+"""Secrets in the managed server's log and in the `--serve` line: the common secret names
+and every value given to rampwatch or to the server are masked wherever it is shown or
+written (issue 26, item 3)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from rampwatch.core.redact import REDACTED, is_secret_key, redact_options, secret_values
+from rampwatch.loadgen.connection import Connection
+from rampwatch.loadgen.managed import ManagedServer, ServeCommand
+from tests.processes import free_port
+
+
+@pytest.mark.parametrize(
+    "name, secret",
+    [
+        ("HF_TOKEN", True),
+        ("HUGGING_FACE_HUB_TOKEN", True),
+        ("AWS_SESSION_TOKEN", True),
+        ("GITHUB_TOKEN", True),
+        ("OPENAI_API_KEY", True),
+        ("AZURE_OPENAI_KEY", True),
+        ("AZURE_OPENAI_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("AWS_ACCESS_KEY_ID", False),  # an identifier, as a user name is
+        ("DB_PASSWORD", True),
+        ("PGPASSWD", True),
+        ("AZURE_CLIENT_CREDENTIAL", True),
+        ("WANDB_API_KEY", True),
+        ("VLLM_API_KEY", True),
+        ("--api-key", True),
+        ("--hf-token", True),
+        ("x-api-key", True),
+        ("X-Auth-Token", True),
+        ("Proxy-Authorization", True),
+        ("Cookie", True),
+        ("apiKey", True),
+        ("hftoken", True),
+        ("client_secret", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", False),  # the path of a file, never its content
+        ("AWS_SHARED_CREDENTIALS_FILE", False),
+        ("--ssl-keyfile", False),
+        ("max_tokens", False),
+        ("--max-num-batched-tokens", False),
+        ("--return-tokens-as-token-ids", False),
+        ("--tokenizer", False),
+        ("PWD", False),
+        ("CUDA_VISIBLE_DEVICES", False),
+        ("model", False),
+    ],
+)
+def test_the_secret_name_rule(name, secret):
+    assert is_secret_key(name) is secret
+
+
+def test_a_secret_flag_without_a_value_hides_no_other_flag():
+    argv = ["vllm", "serve", "m", "--enable-auth", "--port", "8001", "--api-key", "sk-abcdef123"]
+    assert redact_options({"argv": argv})["argv"] == [*argv[:6], "--api-key", REDACTED]
+    assert secret_values(argv) == {"sk-abcdef123"}
+
+
+# Prints what a careless server prints: its environment's secrets and its arguments.
+LEAKY_SERVER = textwrap.dedent(
+    """
+    import http.server, json, os, sys
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    for name in ("OPENAI_API_KEY", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "MY_GATEWAY_TOKEN"):
+        print(f"env {name}={os.environ.get(name)}", flush=True)
+    print("args " + " ".join(sys.argv[1:]), flush=True)
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": "leaky"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        def log_message(self, *a):
+            pass
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    """
+)
+
+SECRETS = {
+    "OPENAI_API_KEY": "sk-env-openai-0001",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret-0002",
+    "MY_GATEWAY_TOKEN": "gw-token-0003",
+}
+
+
+def test_the_server_log_masks_the_environment_the_serve_line_and_the_connection(tmp_path, monkeypatch):
+    script = tmp_path / "leaky.py"
+    script.write_text(LEAKY_SERVER)
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    port = free_port()
+    command = ServeCommand.parse(
+        f"HUGGING_FACE_HUB_TOKEN=hf-prefix-0004 {sys.executable} {script} --port {port} --api-key vllm-key-0005"
+    )
+    log_path = tmp_path / "server.log"
+    connection = Connection(api_key="cli-key-0006", headers=(("X-Gateway", "hdr-value-0007"),))
+    with ManagedServer(command, log_path=log_path, connection=connection) as server:
+        server.start(timeout_s=30)
+        tail = "\n".join(server.tail)
+    written = log_path.read_text()
+    assert f"HUGGING_FACE_HUB_TOKEN='{REDACTED}'" in command.shown
+    for text in (tail, written, command.shown):
+        for value in [*SECRETS.values(), "hf-prefix-0004", "vllm-key-0005"]:
+            assert value not in text
+    assert f"env OPENAI_API_KEY={REDACTED}" in tail
+    assert f"env HUGGING_FACE_HUB_TOKEN={REDACTED}" in tail
+    assert f"--api-key {REDACTED}" in tail
+
+
+def test_a_sweeps_serve_line_masks_its_environment_prefix():
+    from rampwatch.loadgen.sweep import shown_command
+
+    argv = ["HF_TOKEN=hf-abcdef123", "CUDA_VISIBLE_DEVICES=0", "vllm", "serve", "m", "--api-key", "sk-abcdef123"]
+    assert shown_command(argv) == f"'HF_TOKEN={REDACTED}' CUDA_VISIBLE_DEVICES=0 vllm serve m --api-key '{REDACTED}'"
+    assert secret_values(argv) == {"hf-abcdef123", "sk-abcdef123"}
