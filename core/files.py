@@ -56,7 +56,7 @@ def private_file(path: str | Path, mode: str = "w", **kwargs: Any) -> IO[Any]:
     return os.fdopen(open_private(path, flags), mode, **kwargs)
 
 
-def _is_special(path: Path) -> bool:
+def is_special(path: Path) -> bool:
     """A device or a pipe (``--record /dev/full``): written as it is, never claimed."""
     try:
         return not stat.S_ISREG(path.stat().st_mode)
@@ -90,7 +90,7 @@ def _held(flag: str, path: Path) -> UserError:
 def check_replaceable(flag: str, path: Path, force: bool) -> None:
     """Before a run: ``path`` may be written — new or empty, or ``--force`` over a file no
     run holds."""
-    if _is_special(path) or not path.exists():
+    if is_special(path) or not path.exists():
         return
     if held_by_another(path):
         raise _held(flag, path)
@@ -112,7 +112,7 @@ class OutputClaim:
         self._pid = os.getpid()
 
     def _take(self, flag: str, path: Path, force: bool) -> None:
-        if _is_special(path):
+        if is_special(path):
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         created = True

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from rampwatch.core import strict_json
 from rampwatch.core.errors import UserError
-from rampwatch.core.files import private_file
+from rampwatch.core.files import is_special, private_file
 
 # ``-o -``: the export goes to standard output (json and html; csv is two files).
 STDOUT = "-"
@@ -83,18 +83,27 @@ def check_outputs(recording: Path, outputs: list[Path], force: bool) -> None:
             raise UserError(f"{out}: is the recording being exported; give the export another path (-o)")
         if out.is_dir():
             raise UserError(f"{out}: is a directory")
-        if out.exists() and not force:
+        if out.exists() and not force and not is_special(out):  # a device or a pipe is written as it is
             raise UserError(f"{out}: exists; pass --force to overwrite it")
         if not out.parent.is_dir():
             raise UserError(f"{out}: output directory {out.parent} does not exist")
 
 
 def _write_atomically(path: Path, write) -> None:
-    """``write(tmp)`` then rename over ``path``: a failed export leaves no half-written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """``write(tmp)`` then rename over ``path``: a failed export leaves no half-written
+    file. A link is followed (the file it names is replaced, the link kept); a device or
+    a pipe (``-o /dev/stdout``) is written as it is, never replaced by a file."""
+    target = path.resolve() if path.is_symlink() else path
+    if is_special(target):
+        try:
+            write(target)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        return
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as exc:
         raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
     finally:

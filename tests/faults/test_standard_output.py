@@ -89,3 +89,38 @@ def test_a_run_whose_reader_leaves_goes_on_and_keeps_its_files_and_exit_code(tmp
     assert err == ""
     assert json.loads((tmp_path / "r.json").read_text())["completed"] > 0
     assert recording.stat().st_size > 0
+
+
+def test_an_export_through_a_link_replaces_the_file_it_names_and_keeps_the_link(tmp_path):
+    target = tmp_path / "target.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    proc = rampwatch("export", str(FIXTURE), "-o", str(link), "--force", capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert json.loads(target.read_text())["completed"] > 0
+
+
+def test_an_export_to_a_pipe_is_written_through_it_never_replaced_by_a_file(tmp_path):
+    """`-o /dev/stdout` (as root, `--force` once replaced the device with a file, for every
+    process of the machine): a pipe or a device named as the output is written as it is,
+    and needs no --force."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    for force in ((), ("--force",)):
+        proc = rampwatch("export", str(FIXTURE), "-o", str(fifo), *force, capture_output=True)
+        assert proc.returncode == 0, proc.stderr
+        assert stat.S_ISFIFO(fifo.lstat().st_mode)
+        if not force:
+            reader.join(timeout=60)
+            reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+            reader.start()
+    reader.join(timeout=60)
+    assert len(received) == 2 and all(json.loads(data)["completed"] > 0 for data in received)
