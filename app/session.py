@@ -35,6 +35,7 @@ from rampwatch.core.files import (
     OutputClaim,
     check_replaceable,
     claim_outputs,
+    is_special,
     private_file,
     silence_stdout,
     stdout_reader_gone,
@@ -228,12 +229,21 @@ def check_outputs(recording: Path | None, result_json: Path | None, inputs: list
             raise UserError(f"{flag} {path}: not writable")
 
 
+def recording_file(given: str) -> Path | None:
+    """``--record PATH`` as the file the run records to: None (as --no-record, the run's
+    figures from a scratch recording) for ``/dev/null``, which cannot be read back."""
+    path = Path(given)
+    if is_special(path) and os.path.exists(os.devnull) and os.path.samefile(path, os.devnull):
+        return None
+    return path
+
+
 def result_json_path(explicit: str | None, recording: Path | None) -> Path | None:
     """``--result-json``, else beside the recording: ``X.json`` for ``X.rwrec``, and
     ``X.result.json`` when the recording is itself named ``X.json``."""
     if explicit:
         return Path(explicit)
-    if recording is None:
+    if recording is None or is_special(recording):  # nothing is "beside" a device: /dev/full.json
         return None
     beside = recording.with_suffix(".json")
     return beside if beside != recording else recording.with_suffix(".result.json")
@@ -395,7 +405,7 @@ def plan_run(args: argparse.Namespace, claim: bool = True) -> RunPlan:
     recording_path = None
     if not args.no_record:
         recording_path = (
-            Path(args.record)
+            recording_file(args.record)
             if args.record
             else unused_default_path(default_recording_path(scenario.name, time.time()))
         )

@@ -115,6 +115,22 @@ def test_force_replaces_an_earlier_recording(sim_url, tmp_path, umask_022):
     assert mode(recording) == 0o600
 
 
+def test_a_run_recorded_to_dev_null_runs_as_without_a_recording(sim_url, tmp_path):
+    """`--record /dev/null` (cannot be read back): the figures come from a scratch
+    recording, as with --no-record; no result JSON beside the device (/dev/null.json)."""
+    before = set(Path(os.path.dirname(os.devnull)).iterdir())
+    proc = rampwatch_run("--target", sim_url, *SHORT_RUN, "--record", os.devnull)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot read the run's records back" not in proc.stderr and "Successful requests:" in proc.stdout
+    assert "result JSON:" not in proc.stdout
+    assert set(Path(os.path.dirname(os.devnull)).iterdir()) == before
+    with_json = rampwatch_run(
+        "--target", sim_url, *SHORT_RUN, "--record", os.devnull, "--result-json", str(tmp_path / "r.json")
+    )
+    assert with_json.returncode == 0, with_json.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["completed"] > 0
+
+
 def test_a_refused_start_leaves_no_file(tmp_path):
     """The outputs are claimed before the run starts: a start that fails then (no server
     at the target) removes what the claim created."""
