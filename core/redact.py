@@ -5,11 +5,16 @@ This is the one place that knows what a secret looks like; every output goes thr
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
+# A value given (a key, a header's value) shorter than this is not searched for in text:
+# "vllm", "EMPTY" or a header "X-Tenant: i" would mask parts of model names, error text and
+# numbers ("t<redacted>ny"). Where it is sent (a flag, a header) it is masked by its name.
+MIN_SCRUBBED_LENGTH = 6
 
 # A name (an option's key, a flag, an environment variable, a header) is split into words
 # at "-", "_", "." and lower-to-upper case changes, and compared lower-case. It names a
@@ -174,22 +179,31 @@ def secret_values(options: Any) -> set[str]:
 
     walk(options, False)
     # Very short values would scrub unrelated text; keys are long in practice.
-    return {s for s in found if len(s) >= 6 and s != REDACTED}
+    return {s for s in found if len(s) >= MIN_SCRUBBED_LENGTH and s != REDACTED}
 
 
 def scrub(value: Any, secrets: set[str]) -> Any:
-    """Replace every occurrence of the given secret strings inside nested data."""
+    """Replace every occurrence of the given secret strings (those of at least
+    ``MIN_SCRUBBED_LENGTH`` characters) inside nested data, in one pass: the longest
+    first where two overlap, never inside a mask already put in."""
+    pattern = _secrets_pattern(frozenset(s for s in secrets if len(s) >= MIN_SCRUBBED_LENGTH))
+    return value if pattern is None else _scrub(value, pattern)
+
+
+@functools.lru_cache(maxsize=64)
+def _secrets_pattern(secrets: frozenset[str]) -> re.Pattern[str] | None:
     if not secrets:
-        return value
+        return None
+    return re.compile("|".join(re.escape(s) for s in sorted(secrets, key=len, reverse=True)))
+
+
+def _scrub(value: Any, pattern: re.Pattern[str]) -> Any:
     if isinstance(value, str):
-        for s in secrets:
-            if s in value:
-                value = value.replace(s, REDACTED)
-        return value
+        return pattern.sub(REDACTED, value)
     if isinstance(value, dict):
-        return {k: scrub(v, secrets) for k, v in value.items()}
+        return {k: _scrub(v, pattern) for k, v in value.items()}
     if isinstance(value, list):
-        return [scrub(v, secrets) for v in value]
+        return [_scrub(v, pattern) for v in value]
     if isinstance(value, tuple):
-        return tuple(scrub(v, secrets) for v in value)
+        return tuple(_scrub(v, pattern) for v in value)
     return value

@@ -56,3 +56,22 @@ def test_options_lose_url_credentials_and_the_password_is_scrubbed_elsewhere():
     assert {"hunter2-long", "sk-live-1234567890"} <= secrets
     echoed = "upstream said: login admin:hunter2-long refused for sk-live-1234567890"
     assert "hunter2-long" not in scrub(echoed, secrets) and "sk-live-1234567890" not in scrub(echoed, secrets)
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets", "expected"),
+    [
+        # a placeholder key or a short header value is not searched for in text
+        ("model tiny, vllm served it", {"vllm", "i", "EMPTY"}, "model tiny, vllm served it"),
+        ("-1e5", {"e"}, "-1e5"),
+        # a real one is, wherever it is, the longest first where two overlap
+        ("Bearer sk-live-123456789 in the log", {"sk-live-123456789"}, "Bearer <redacted> in the log"),
+        ("abcdefgh-12345678", {"abcdefgh", "abcdefgh-12345678"}, "<redacted>"),
+        # a secret that spells part of the mask does not mask inside the mask
+        ("key redacted1 and redacted1", {"redacted1"}, "key <redacted> and <redacted>"),
+    ],
+)
+def test_scrub_masks_given_values_of_a_secrets_length_only(text, secrets, expected):
+    from rampwatch.core.redact import scrub
+
+    assert scrub(text, secrets) == expected
