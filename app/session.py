@@ -1028,7 +1028,9 @@ def run_headless(args: argparse.Namespace) -> int:
         if gpu_sources:
             banner += f"; GPU telemetry from {', '.join(gpu_sources)}"
         banner += f"; seed {prepared.run.scenario.seed}, {describe_cache_policy(options.cache_salt_policy, options.cache_salt)}"
-        print(server_text(banner), flush=True)
+        # the model id is the server's text: it may echo a header value or the key
+        secrets = prepared.run.connection.secrets()
+        print(server_text(banner, secrets), flush=True)
         print(f"{options.drain.describe()} (--drain)", flush=True)
         if prepared.recording_path is not None:
             print(f"recording to {prepared.recording_path}", flush=True)

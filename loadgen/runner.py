@@ -23,7 +23,7 @@ from typing import Any
 
 from rampwatch.core.cache_salt import NONE
 from rampwatch.core.redact import redact_options, redact_text
-from rampwatch.core.text import printable, printable_value, server_text
+from rampwatch.core.text import printable_value, server_text
 from rampwatch.core.timeline import (
     CANCELLED,
     Event,
@@ -554,7 +554,8 @@ class Run:
                 rampwatch_version=rampwatch_version(),
                 started_at_unix=started_at_unix,
                 target=redact_text(opts.target),  # what every screen, file and log shows
-                model=printable(opts.model, one_line=True),  # the server's first model, maybe
+                # the server's first model, maybe: its text, which may echo a header or the key
+                model=server_text(opts.model, self.connection.secrets()),
                 scenario_name=self.scenario.name,
                 scenario=self.scenario.raw,
                 options={**redact_options(opts.cli_options), "drain": str(opts.drain)},

@@ -121,3 +121,31 @@ def test_a_sweeps_serve_line_masks_its_environment_prefix():
     argv = ["HF_TOKEN=hf-abcdef123", "CUDA_VISIBLE_DEVICES=0", "vllm", "serve", "m", "--api-key", "sk-abcdef123"]
     assert shown_command(argv) == f"'HF_TOKEN={REDACTED}' CUDA_VISIBLE_DEVICES=0 vllm serve m --api-key '{REDACTED}'"
     assert secret_values(argv) == {"hf-abcdef123", "sk-abcdef123"}
+
+
+def test_a_model_id_that_echoes_a_header_value_is_masked_on_every_line(tmp_path):
+    """A server may name its model after what it was sent: the model id is the server's
+    text, masked with the run's secrets before the first line, the live header or the
+    recording show it."""
+    import subprocess
+
+    from rampwatch.app.session import serving_sim
+    from rampwatch.record.reader import open_recording
+    from rampwatch.sim.config import SimConfig
+
+    secret = "s3cretHeaderValue"
+    with serving_sim(SimConfig(hardware="instant", model="tiny", served_model_name=f"model-{secret}")) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rampwatch.app.cli", "run", "random", "--headless", "--target", sim.url]
+            + ["--duration", "1", "--start-rps", "4", "--end-rps", "4", "--set", "workload.output_tokens=4"]
+            + ["--record", str(tmp_path / "r.rwrec")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**__import__("os").environ, "RAMPWATCH_HEADERS": f"X-Api-Key: {secret}"},
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert secret not in proc.stdout + proc.stderr
+    assert f"(model model-{REDACTED})" in proc.stdout.splitlines()[0]
+    with open_recording(tmp_path / "r.rwrec") as rec:
+        assert rec.header.model == f"model-{REDACTED}"
