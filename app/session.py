@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -231,11 +232,41 @@ def check_outputs(recording: Path | None, result_json: Path | None, inputs: list
 
 def recording_file(given: str) -> Path | None:
     """``--record PATH`` as the file the run records to: None (as --no-record, the run's
-    figures from a scratch recording) for ``/dev/null``, which cannot be read back."""
+    figures from a scratch recording) for ``/dev/null``, which cannot be read back; a
+    terminal, a pipe or this run's own standard output is one line (a binary recording
+    on the screen, or mixed with the summary in one file)."""
     path = Path(given)
-    if is_special(path) and os.path.exists(os.devnull) and os.path.samefile(path, os.devnull):
+    try:
+        info = path.stat()
+    except OSError:
+        return path  # a new file (or one the claim will say is not writable)
+    if stat.S_ISCHR(info.st_mode) and os.path.samefile(path, os.devnull):
         return None
+    own = set()
+    for fd in (1, 2):
+        try:
+            out = os.fstat(fd)
+            own.add((out.st_dev, out.st_ino))
+        except OSError:
+            pass
+    if (info.st_dev, info.st_ino) in own:
+        raise UserError(f"--record {path}: is this run's own output (the summary goes there); give a file")
+    if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode) or (stat.S_ISCHR(info.st_mode) and _is_tty(path)):
+        raise UserError(
+            f"--record {path}: a terminal or a pipe (a recording is binary, read back after the run); give a file"
+        )
     return path
+
+
+def _is_tty(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)
 
 
 def result_json_path(explicit: str | None, recording: Path | None) -> Path | None:

@@ -191,3 +191,20 @@ def test_exports_are_0600(tmp_path, umask_022, fmt, names):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
     for name in names:
         assert mode(tmp_path / name) == 0o600, name
+
+
+def test_a_recording_onto_a_pipe_or_the_runs_own_output_is_one_line(tmp_path):
+    fifo = tmp_path / "rec.fifo"
+    os.mkfifo(fifo)
+    proc = rampwatch_run("--record", str(fifo))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"rampwatch run: error: --record {fifo}: a terminal or a pipe "
+        "(a recording is binary, read back after the run); give a file"
+    )
+    out = tmp_path / "out.txt"
+    with out.open("w") as stdout:  # `--record /dev/stdout > out.txt`: the summary and the recording in one file
+        own = subprocess.run(
+            run_command("--record", "/dev/stdout"), stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    assert own.returncode == 2 and "is this run's own output" in own.stderr and out.read_text() == ""
