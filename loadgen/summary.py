@@ -23,13 +23,14 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 import numpy as np
 import orjson
 
 from rampwatch.core import strict_json
+from rampwatch.core.text import printable
 from rampwatch.core.timeline import CANCELLED, CLIENT_LIMIT, Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.loadgen import stats
 from rampwatch.loadgen.counters import CounterTracker
@@ -446,6 +447,9 @@ class Summary:
     # every request (one that waited and then failed still waited); None: no cap.
     client_queue: LatencyMs | None = None
     cancelled: int = 0  # cancelled by the run (a stop's grace period over, the drain ended by hand)
+    # Each failure class's first error text, as the client recorded it (made printable):
+    # "http_307" alone does not say which redirect, nor "stream_aborted" what came instead.
+    error_examples: dict[str, str] = field(default_factory=dict)
     gpu: dict[str, Any] | None = None  # GpuTotals.figures(); None or {}: no GPU telemetry
     # Why the knee happened: the limit, evidence and what to try (knee_explain's dict form).
     knee_explanation: dict[str, Any] | None = None
@@ -526,6 +530,7 @@ class Summary:
         out["send_lateness_ms"] = None if self.send_lateness is None else self.send_lateness.to_dict()
         out["client"] = None if self.client is None else self.client.to_dict()
         out["errors_by_class"] = dict(self.errors_by_class)
+        out["error_examples"] = dict(self.error_examples)
         out["server"] = self.server
         out["knee_rps"] = self.knee_rps
         out["knee_explanation"] = self.knee_explanation
@@ -555,6 +560,7 @@ class RequestBlock:
     tokens_from_usage: np.ndarray  # bool
     itls: np.ndarray  # every ITL of the successful requests, request after request
     token_times: np.ndarray  # first-token and chunk times of the successful requests with a first token
+    error_messages: Sequence[str | None] = ()  # each request's error text (the summary keeps one a class)
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord]) -> RequestBlock:
@@ -575,6 +581,7 @@ class RequestBlock:
             tokens_from_usage=np.array([r.tokens_from_usage for r in records], dtype=bool),
             itls=stats.requests_itls(first_token_at, chunk_times),
             token_times=_concat([first_token_at, *chunk_times]),
+            error_messages=[r.error for r in records],
         )
 
 
@@ -645,6 +652,7 @@ class SummaryBuilder:
         self.total_output = 0
         self.tokens_from_usage = True
         self.errors: Counter[str] = Counter()
+        self.error_examples: dict[str, str] = {}  # each failure class's first error text
         self.first_send_at = math.inf
         self.last_end_at = -math.inf
         self.peak_in_flight = 0
@@ -672,6 +680,9 @@ class SummaryBuilder:
             self.send_lateness.add(send_lateness_s(block, ok))
         self.cancelled += sum(1 for e in block.error_classes if e == CANCELLED)
         self.errors.update(e for e in block.error_classes if e is not None and e != CANCELLED)
+        for e, message in zip(block.error_classes, block.error_messages):
+            if e is not None and e != CANCELLED and message and e not in self.error_examples:
+                self.error_examples[e] = message
         if not self.bounded:
             self._sent.add(block.sent_at)
             self._ended.add(block.end_at)
@@ -763,6 +774,7 @@ class SummaryBuilder:
             e2el=described["e2el"],
             mean_client_queue_ms=self.client_queue.describe_ms(())["mean"],
             errors_by_class=dict(sorted(self.errors.items())),
+            error_examples=dict(sorted(self.error_examples.items())),
             server=server or {},
             knee_rps=knee,
             knee_explanation=knee_why,
@@ -800,6 +812,7 @@ class SummaryBuilder:
             "total_output": self.total_output,
             "tokens_from_usage": self.tokens_from_usage,
             "errors": dict(self.errors),
+            "error_examples": dict(self.error_examples),
             "sums": {name: [s.n, s.total, s.squares] for name, s in stores.items()},
             "hist_totals": {name: s.hist.total for name, s in stores.items()},
             "first_send_at": None if self.requests == 0 else self.first_send_at,
@@ -820,6 +833,7 @@ class SummaryBuilder:
         b.total_output = state["total_output"]
         b.tokens_from_usage = state.get("tokens_from_usage", True)
         b.errors.update(state["errors"])
+        b.error_examples.update(state.get("error_examples") or {})  # older checkpoints kept none
         stores = b._running_stores()
         for name, store in stores.items():
             if name not in state["sums"]:  # checkpoints before the queue was a store kept its sum only
@@ -978,13 +992,26 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
     errors = summary.get("errors_by_class") or {}
     if errors:
         lines.append("{s:{c}^{n}}".format(s="Errors", n=50, c="-"))
+        examples = summary.get("error_examples") or {}
         for name, count in errors.items():
             lines.append(_row(f"{name} (the client's own):" if name == CLIENT_LIMIT else f"{name}:", count))
+            if examples.get(name):
+                lines.append(f"  e.g. {error_example_text(examples[name])}")
     lines.append("=" * 50)
     for warning in (client_limit_warning(figures), lateness_warning(figures), client_lag_warning(figures)):
         if warning is not None:
             lines.append(warning)
     return "\n".join(lines)
+
+
+# An error's text under its class in the summary: enough to name the URL or what came.
+ERROR_EXAMPLE_CHARS = 160
+
+
+def error_example_text(message: str) -> str:
+    """A failure's text as the summary shows it: printable, on one line, cut short."""
+    text = printable(str(message), one_line=True)
+    return text if len(text) <= ERROR_EXAMPLE_CHARS else text[: ERROR_EXAMPLE_CHARS - 1] + "…"
 
 
 SIMULATED_GPU = "simulated"

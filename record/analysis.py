@@ -106,6 +106,7 @@ def request_block(c: fmt.RequestColumns) -> RequestBlock:
     assert c.chunk_times is not None, "read with its chunks"
     return RequestBlock(
         error_classes=c.strings["error_class"],
+        error_messages=c.strings["error"],
         sent_at=c.sent_at,
         end_at=c.end_at,
         client_queue_s=np.maximum(0.0, c.sent_at - c.scheduled_at),

@@ -484,3 +484,27 @@ def test_the_gpu_heading_names_where_the_figures_came_from(simulated, sources, s
     lines = [line.strip("-") for line in format_summary(summary).splitlines() if line.startswith("-")]
     assert heading in lines and "GPU (NVML / DCGM)" not in lines
     assert summary.to_dict()["gpu"]["source"] == source
+
+
+def test_each_failure_class_shows_its_first_error_text_under_its_count():
+    """`http_307: 26` alone does not say which redirect was refused, nor `stream_aborted`
+    what came instead: the summary gives each class's first text, printable and short."""
+    import dataclasses
+
+    redirect = "HTTP 307: redirect to another origin not followed: http://evil.example:9/v1/completions"
+    html = "HTTP 200 with text/html, not an event stream: '<html>\x1b]0;T\x07" + "x" * 400 + "'"
+    records = [
+        *RECORDS[:3],
+        dataclasses.replace(rec(3, 3.0, None, [], 0, 5, error="http_307", end=3.1), error=redirect),
+        dataclasses.replace(rec(4, 3.5, None, [], 0, 5, error="http_307", end=3.6), error="a later one"),
+        dataclasses.replace(rec(5, 3.7, None, [], 0, 5, error="stream_aborted", end=3.8), error=html),
+        dataclasses.replace(rec(6, 3.9, None, [], 0, 5, error=CANCELLED, end=4.0), error="cancelled: drain"),
+    ]
+    summary = summarise_requests(None, records, [], [], duration_s=5.0)
+    assert summary.error_examples == {"http_307": redirect, "stream_aborted": html}
+    lines = format_summary(summary).splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("http_307:")))
+    assert lines[at + 1] == f"  e.g. {redirect}"
+    example = next(line for line in lines if line.startswith("  e.g. HTTP 200"))
+    assert "\x1b" not in example and "\\x1b]0;T\\x07" in example and len(example) <= 7 + 160
+    assert json.loads(json.dumps(summary.to_dict()))["error_examples"]["http_307"] == redirect
