@@ -146,12 +146,26 @@ def resolve(args: argparse.Namespace, stdin: TextIO | None = None) -> list[str]:
 
 
 def typed_secrets(args: argparse.Namespace) -> list[str]:
-    """What ``hide_in_process_table`` hides: the key, and the values of secret-named
-    headers (a value not on the command line is simply not found there)."""
-    from rampwatch.core.redact import is_secret_key
+    """What ``hide_in_process_table`` hides: the key, the values of secret-named headers,
+    the passwords of the URLs given (``--target``, ``--metrics-url``,
+    ``--gpu-metrics-url``) and the secrets of the ``--serve`` line (``HF_TOKEN=…``,
+    ``--api-key …``). A value not on the command line is simply not found there."""
+    import shlex
+
+    from rampwatch.core.redact import is_secret_key, secret_values
 
     headers = getattr(args, "header", None) or []
-    return [v for v in [getattr(args, "api_key", None), *(v for n, v in headers if is_secret_key(n))] if v]
+    found = [getattr(args, "api_key", None), *(v for n, v in headers if is_secret_key(n))]
+    urls = [getattr(args, "target", None), *(getattr(args, "metrics_url", None) or [])]
+    urls += getattr(args, "gpu_metrics_url", None) or []
+    found += sorted(secret_values([u for u in urls if u]))
+    serve = getattr(args, "serve", None)
+    if serve:
+        try:
+            found += sorted(secret_values(shlex.split(serve)))
+        except ValueError:  # unbalanced quotes: the run refuses the line itself
+            pass
+    return [v for v in found if v]
 
 
 def without_secret_flags(argv: Sequence[str]) -> list[str]:

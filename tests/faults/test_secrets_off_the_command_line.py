@@ -162,3 +162,24 @@ def test_a_key_typed_on_the_command_line_is_overwritten_in_the_process_table():
     assert hidden is True
     assert shown == ["--api-key", "**********", "--header", "X-Token: **********", "--rate", "5"]  # what ps shows
     assert kept == argv  # Python's own copy
+
+
+def test_the_process_table_loses_url_passwords_and_the_serve_lines_secrets_too():
+    """`ps` showed `--target http://alice:pw…@host` and `--serve "VLLM_API_KEY=… vllm
+    serve"` for the whole run: they are hidden with the key and the headers."""
+    from argparse import Namespace
+
+    from rampwatch.app.credentials import typed_secrets
+
+    args = Namespace(
+        api_key=None,
+        header=[("X-Team", "blue")],
+        target="http://alice:pw-URLSECRET-999@127.0.0.1:8000",
+        metrics_url=["http://u:m-SECRET-42@127.0.0.1:8000/metrics"],
+        gpu_metrics_url=[],
+        serve="VLLM_API_KEY=vk-VerySecret-789 vllm serve m --api-key served-key-123 --port 8000",
+    )
+    hidden = typed_secrets(args)
+    for secret in ("pw-URLSECRET-999", "m-SECRET-42", "vk-VerySecret-789", "served-key-123"):
+        assert secret in hidden
+    assert "blue" not in hidden and "8000" not in hidden and "vllm" not in hidden
