@@ -461,17 +461,18 @@ def plan_run(args: argparse.Namespace, claim: bool = True) -> RunPlan:
         gpu_plan = gpu_telemetry(gpu_mode, gpu_urls, target)
     if gpu_plan.simulated:
         gpu_plan.dcgm_urls.append(target + DCGM_PATH)
+    force = bool(getattr(args, "force", False))
     if command is not None:
         explicit_log = getattr(args, "server_log", None)
         log_path = Path(explicit_log) if explicit_log else None
         if log_path is None and recording_path is not None:
             log_path = server_log_path(recording_path)
-        server = ManagedServer(command, log_path=log_path, connection=connection)
+        # --force replaces an earlier run's log, as it does the recording
+        server = ManagedServer(command, log_path=log_path, connection=connection, replace_log=force)
     named = [("--record", recording_path), ("--result-json", result_json)]
     if server is not None:
         named.append(("--server-log", server.log_path))
     named_outputs = [(flag, path) for flag, path in named if path is not None]
-    force = bool(getattr(args, "force", False))
     outputs = None
     if claim:  # last: nothing after it can fail and leave the outputs held
         outputs = claim_outputs(named_outputs, force)

@@ -297,9 +297,13 @@ class ManagedServer:
         tail_lines: int = 200,
         on_log: Callable[[str], None] | None = None,
         connection: Connection | None = None,
+        replace_log: bool = False,
     ) -> None:
+        """``replace_log``: the log file's old content goes at the start (``--force``);
+        else the server's lines are appended (a restart's server, after the first's)."""
         self.command = command
         self.log_path = log_path
+        self.replace_log = replace_log
         self.on_log = on_log
         self.connection = connection or Connection()
         self.log_error: str | None = None  # why the log file stopped being written, if it did
@@ -369,7 +373,7 @@ class ManagedServer:
         if self.log_path is not None:
             try:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                with private_file(self.log_path, "a", encoding="utf-8") as log:
+                with private_file(self.log_path, "w" if self.replace_log else "a", encoding="utf-8") as log:
                     log.write(f"$ {command.shown}\n")
             except OSError as exc:
                 raise UserError(f"--server-log {self.log_path}: {exc.strerror or exc}") from None

@@ -208,3 +208,19 @@ def test_a_recording_onto_a_pipe_or_the_runs_own_output_is_one_line(tmp_path):
             run_command("--record", "/dev/stdout"), stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60
         )
     assert own.returncode == 2 and "is this run's own output" in own.stderr and out.read_text() == ""
+
+
+def test_force_replaces_the_server_log_too(tmp_path):
+    """The docs say --force replaces the run's outputs: the server log was appended to, an
+    earlier run's lines kept above the new ones."""
+    from tests.processes import free_port
+
+    recording = tmp_path / "r.rwrec"
+    log = tmp_path / "r.rwrec.server.log"
+    recording.write_text("an earlier run's file\n")
+    log.write_text("$ an earlier run's server\nits lines\n")
+    serve = f"{sys.executable} -m rampwatch.app.cli sim --hardware instant --model tiny --port {free_port()}"
+    proc = rampwatch_run("--serve", serve, *SHORT_RUN, "--record", str(recording), "--force")
+    assert proc.returncode == 0, proc.stderr
+    text = log.read_text()
+    assert "an earlier run's server" not in text and text.startswith("$ ") and "--hardware instant" in text
