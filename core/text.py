@@ -11,16 +11,26 @@ from typing import Any, TextIO
 
 from rampwatch.core.redact import redact_text, scrub
 
-# C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F, 8-bit CSI among them).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0 controls but tab and newline, DEL, and the C1 controls (U+0080-U+009F, 8-bit CSI among
+# them); and the characters that reorder or break what a terminal shows without being
+# controls: the bidirectional overrides, embeddings, isolates and marks ("Trojan Source")
+# and the line and paragraph separators.
+_UNICODE_TRICKS = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_UNICODE_TRICKS}]")
+_ANY_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_UNICODE_TRICKS}]")
 
 
 def printable(text: str, *, one_line: bool = False) -> str:
     """``text`` with every control character shown as ``\\xNN`` (so ESC cannot start an
-    escape sequence); ``one_line`` shows newlines and tabs that way too."""
+    escape sequence), a bidirectional override or a line separator as ``\\uNNNN``;
+    ``one_line`` shows newlines and tabs that way too."""
     pattern = _ANY_CONTROL if one_line else _CONTROL
-    return pattern.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+    return pattern.sub(_shown, text)
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable_value(value: Any, *, one_line: bool = False) -> Any:

@@ -124,7 +124,10 @@ def encode_header(header: RunHeader) -> bytes:
 # A JSON-escaped control character other than tab and newline (json.dumps writes every
 # one as \u00XX), or one written raw by another encoder.
 _JSON_CONTROL = re.compile(
-    rb"\\u00(?:0[0-8bcef]|1[0-9a-f]|7f|[89][0-9a-f])|[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]", re.I
+    rb"\\u00(?:0[0-8bcef]|1[0-9a-f]|7f|[89][0-9a-f])|[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]"
+    # the bidirectional overrides and line separators core.text.printable shows too, escaped or raw
+    rb"|\\u(?:061c|200[ef]|202[89a-e]|206[6-9])|\xd8\x9c|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]",
+    re.I,
 )
 
 

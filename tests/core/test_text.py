@@ -49,3 +49,27 @@ def test_column_groups_fit_the_room(widths, room, groups):
     from rampwatch.core.text import column_groups
 
     assert column_groups(widths, room) == groups
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("X\u202eevil", "X\\u202eevil"),  # right-to-left override: the rest would read backwards
+        ("a\u2066b\u2069c", "a\\u2066b\\u2069c"),  # an isolate
+        ("line\u2028sep", "line\\u2028sep"),  # a line separator some terminals break on
+        ("中文 é ✓", "中文 é ✓"),  # text of other scripts is text
+    ],
+)
+def test_printable_shows_the_characters_that_reorder_or_break_a_line(text, shown):
+    assert printable(text, one_line=True) == shown
+    assert printable(text) == shown
+
+
+def test_a_recorded_string_with_a_raw_override_reads_back_shown():
+    """A recording written before (or by anything else) that holds U+202E raw (orjson
+    writes UTF-8) or escaped (json.dumps writes \\u202e) reads back shown."""
+    from rampwatch.record.format import _loads_printable
+
+    assert _loads_printable('{"m": "X\u202eevil"}'.encode()) == {"m": "X\\u202eevil"}
+    assert _loads_printable(b'{"m": "X\\u202eevil"}') == {"m": "X\\u202eevil"}
+    assert _loads_printable('{"m": "plain é"}'.encode()) == {"m": "plain é"}
