@@ -110,7 +110,15 @@ def _parse_sets(values: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def discover_model(target: str, connection: Connection) -> tuple[str, ModelsAnswer]:
+def api_key_source(args: argparse.Namespace) -> str:
+    """Where the run's API key came from, for a line that says it was refused: a key
+    taken silently from the environment may be one meant for another service."""
+    if getattr(args, "api_key_file", None):
+        return f"--api-key-file {args.api_key_file}"
+    return "--api-key" if getattr(args, "api_key", None) else "$OPENAI_API_KEY"
+
+
+def discover_model(target: str, connection: Connection, key_from: str | None = None) -> tuple[str, ModelsAnswer]:
     """The target's first model (``loadgen.client.first_model_of``) and the ``/v1/models``
     answer it came from (the run's start uses it rather than asking again), from
     synchronous code.
@@ -121,7 +129,7 @@ def discover_model(target: str, connection: Connection) -> tuple[str, ModelsAnsw
         answer = pool.submit(
             lambda: eventloop.run(probe_models(target, timeout_s=10.0, connection=connection))
         ).result()
-    return first_model_of(answer), answer
+    return first_model_of(answer, key_from if connection.api_key else None), answer
 
 
 def _check_url(flag: str, url: str) -> str:
@@ -661,7 +669,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
     scenario = plan.scenario
     model, models_answer = args.model or scenario.model, None
     if not model:
-        model, models_answer = discover_model(target, connection)
+        model, models_answer = discover_model(target, connection, api_key_source(args))
     cli_options, managed = recorded_options(plan)
     options = RunOptions(
         target=target,

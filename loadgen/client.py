@@ -890,15 +890,18 @@ async def first_model(
     return first_model_of(await probe_models(base_url, api_key, timeout_s, connection))
 
 
-def first_model_of(answer: ModelsAnswer) -> str:
+def first_model_of(answer: ModelsAnswer, key_from: str | None = None) -> str:
     """``first_model`` of an answer already at hand. The server answered, so a failure
-    here is not "unreachable": a refusal (401/403) names the credentials, any other answer
-    without a models list (a gateway without the route: 404) asks for ``--model``."""
+    here is not "unreachable": a refusal (401/403) names the credentials (``key_from``:
+    where the key sent came from, None when none was), any other answer without a models
+    list (a gateway without the route: 404) asks for ``--model``."""
     if answer.status in (401, 403):
-        raise UserError(
-            f"{answer.url}: HTTP {answer.status}: the server refused the request (does it expect --api-key "
-            f"or a --header?)"
+        why = (
+            f"the server refused the API key sent (from {key_from})"
+            if key_from
+            else "the server refused the request (does it expect --api-key or a --header?)"
         )
+        raise UserError(f"{answer.url}: HTTP {answer.status}: {why}")
     if answer.status != 200:
         raise ModelNotServed(
             f"{answer.url}: HTTP {answer.status}: the server answered without its models; pass --model"

@@ -315,3 +315,25 @@ def test_an_answering_server_without_a_models_list_is_not_called_unreachable(ext
     line = assert_one_line(proc, code)
     assert line == f"rampwatch run: error: {gw.url}{says}"
     assert gw.hits["/v1/completions"] == 0
+
+
+def test_a_refused_key_from_the_environment_is_named_as_such():
+    """A key taken silently from $OPENAI_API_KEY may be one meant for another service: a
+    refusal says a key was sent and where it came from, not 'does it expect --api-key?'."""
+    import os
+
+    with Gateway(models_route=False) as gw:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rampwatch.app.cli", "run", *short_run(gw.url), "--no-record"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "OPENAI_API_KEY": "sk-not-this-one-12345"},
+        )
+    line = assert_one_line(proc, 2)
+    assert (
+        line
+        == f"rampwatch run: error: {gw.url}/v1/models: HTTP 401: the server refused the API key sent (from $OPENAI_API_KEY)"
+    )
+    assert "sk-not-this-one" not in proc.stdout + proc.stderr
