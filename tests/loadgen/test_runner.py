@@ -60,6 +60,19 @@ class SentSink(ListSink):
             self.reached.set()
 
 
+class StartedSink(ListSink):
+    """Sets ``started`` at the run's t = 0 (its header): steering timed from there, not
+    from the call, whose start-up takes longer on a loaded machine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = asyncio.Event()
+
+    def on_start(self, header):
+        super().on_start(header)
+        self.started.set()
+
+
 def scenario(schedule: dict, output_tokens: int = 16, input_tokens: int = 32, max_concurrency: int | None = None):
     sets = [(f"schedule.{k}", str(v)) for k, v in schedule.items()]
     sets += [("workload.input_tokens", str(input_tokens)), ("workload.output_tokens", str(output_tokens))]
@@ -149,7 +162,7 @@ async def test_max_concurrency_caps_in_flight_and_the_wait_is_client_queue_time(
 
 
 async def test_steering_changes_the_sends_and_every_call_is_an_event():
-    sink = ListSink()
+    sink = StartedSink()
     async with serve(INSTANT) as url:
         # a steep ramp: 10 -> 70 req/s over 6 s, deterministic gaps
         run = make_run(
@@ -160,6 +173,7 @@ async def test_steering_changes_the_sends_and_every_call_is_an_event():
 
         async def steer() -> dict[str, float]:
             at = {}
+            await sink.started.wait()
             await asyncio.sleep(1.0)
             run.hold()
             at["hold"] = run.now()
