@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from rampwatch.core.errors import UserError
+from rampwatch.core.errors import UserError, unreadable_file
 from rampwatch.loadgen.connection import HEADERS_ENV
 
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -81,16 +81,8 @@ def _read(flag: str, path: str, stdin: TextIO) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
-    except FileNotFoundError:
-        raise UserError(f"{flag} {path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{flag} {path}: is a directory") from None
-    except PermissionError:
-        raise UserError(f"{flag} {path}: not readable (permission denied)") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{flag} {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise unreadable_file(flag, path, exc) from None
 
 
 def parse_header_lines(text: str, where: str) -> list[tuple[str, str]]:

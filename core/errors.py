@@ -9,6 +9,21 @@ class UserError(Exception):
     exit_code = 2
 
 
+def unreadable_file(flag: str, path: str, exc: OSError | UnicodeDecodeError) -> UserError:
+    """Why a file given with ``flag`` could not be read, as the one line that names it."""
+    if isinstance(exc, FileNotFoundError):
+        why = "no such file"
+    elif isinstance(exc, IsADirectoryError):
+        why = "is a directory"
+    elif isinstance(exc, PermissionError):
+        why = "not readable (permission denied)"
+    elif isinstance(exc, UnicodeDecodeError):
+        why = "not UTF-8 text"
+    else:
+        why = f"cannot read it ({exc.strerror or exc})"
+    return UserError(f"{flag} {path}: {why}")
+
+
 class TargetUnreachable(UserError):
     """The server could not be reached at all."""
 

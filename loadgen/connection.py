@@ -13,7 +13,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from rampwatch.core.errors import UserError
+from rampwatch.core.errors import UserError, unreadable_file
 
 # The environment variable that holds ``NAME: VALUE`` header lines (``app.credentials``):
 # how a run's headers reach a process it starts without its command line.
@@ -74,16 +74,10 @@ def ca_context(path: str) -> ssl.SSLContext:
     unreadable or non-certificate file is a one-line ``UserError`` naming it."""
     try:
         return ssl.create_default_context(cafile=path)
-    except FileNotFoundError:
-        raise UserError(f"--ca-cert {path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"--ca-cert {path}: is a directory") from None
-    except PermissionError:
-        raise UserError(f"--ca-cert {path}: not readable (permission denied)") from None
     except ssl.SSLError:  # an OSError too: first
         raise UserError(f"--ca-cert {path}: not a PEM certificate") from None
     except OSError as exc:
-        raise UserError(f"--ca-cert {path}: cannot read it ({exc.strerror or exc})") from None
+        raise unreadable_file("--ca-cert", path, exc) from None
 
 
 def parse_header(text: str) -> tuple[str, str]:
