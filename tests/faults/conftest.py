@@ -46,16 +46,21 @@ def transport(request, monkeypatch) -> str:
     return request.param
 
 
+async def start_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    """``app`` served on a free local port: its runner (to clean up) and its origin."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # noqa: SLF001
+
+
 @pytest.fixture
 async def misbehaving(transport):
     server = MisbehavingServer()
     app = web.Application()
     app.router.add_post("/v1/completions", server.completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    runner, server.url = await start_app(app)
     yield server
     await runner.cleanup()
 

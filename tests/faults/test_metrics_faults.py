@@ -11,6 +11,7 @@ from aiohttp import ClientSession, web
 
 from rampwatch.loadgen import scrape
 from rampwatch.loadgen.scrape import MetricsPoller
+from tests.faults.conftest import start_app
 
 PAGE = "\n".join(f'vllm:num_requests_running{{engine="0",model_name="m{i}"}} 1.0' for i in range(4000)) + "\n"
 
@@ -18,12 +19,8 @@ PAGE = "\n".join(f'vllm:num_requests_running{{engine="0",model_name="m{i}"}} 1.0
 async def serve(handler) -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_get("/metrics", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}/metrics"
+    runner, origin = await start_app(app)
+    return runner, origin + "/metrics"
 
 
 async def with_length(request):

@@ -24,7 +24,7 @@ from rampwatch.loadgen.connection import Connection
 from rampwatch.loadgen.scrape import MetricsPoller
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import SimServer
-from tests.faults.conftest import completions_request
+from tests.faults.conftest import completions_request, start_app
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "gw-redirect-5e1d9a-secret"
@@ -144,11 +144,7 @@ async def test_v1_models_redirected_to_another_origin_is_one_line_naming_it(stat
 
         app = web.Application()
         app.router.add_get("/v1/models", models)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        origin = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # noqa: SLF001
+        runner, origin = await start_app(app)
         try:
             with pytest.raises(UserError) as err:
                 await probe_models(origin, connection=CONNECTION)

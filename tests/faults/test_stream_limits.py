@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from rampwatch.loadgen import sse
-from tests.faults.conftest import captured_events, completions_request, make_client
+from tests.faults.conftest import captured_events, completions_request, make_client, start_app
 
 MIB = 1024 * 1024
 
@@ -55,11 +55,7 @@ async def shaped(transport):
     server = ShapedServer()
     app = web.Application()
     app.router.add_post("/v1/completions", server.completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    runner, server.url = await start_app(app)
     yield server
     server.release.set()
     await runner.cleanup()
