@@ -679,10 +679,13 @@ class SummaryBuilder:
         if self.send_lateness is not None:
             self.send_lateness.add(send_lateness_s(block, ok))
         self.cancelled += sum(1 for e in block.error_classes if e == CANCELLED)
-        self.errors.update(e for e in block.error_classes if e is not None and e != CANCELLED)
-        for e, message in zip(block.error_classes, block.error_messages):
-            if e is not None and e != CANCELLED and message and e not in self.error_examples:
-                self.error_examples[e] = message
+        failed = [(i, e) for i, e in enumerate(block.error_classes) if e is not None and e != CANCELLED]
+        self.errors.update(e for _, e in failed)
+        if block.error_messages:  # each class's first text, from the failed requests only
+            for i, e in failed:
+                message = block.error_messages[i]
+                if message and e not in self.error_examples:
+                    self.error_examples[e] = message
         if not self.bounded:
             self._sent.add(block.sent_at)
             self._ended.add(block.end_at)
