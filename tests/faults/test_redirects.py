@@ -105,14 +105,20 @@ def client_for(url: str) -> StreamingClient:
     return StreamingClient(url, model="tiny", connection=CONNECTION, clock=lambda: time.monotonic() - t0)
 
 
+async def request_and_scrape(server: RedirectingServer) -> tuple:
+    """One completion request and one /metrics scrape of ``server``, each redirected."""
+    async with client_for(server.url) as client:
+        record = await client.send(completions_request(), 0, 0.0)
+    poller = MetricsPoller([server.url + "/metrics"], headers=CONNECTION.request_headers())
+    async with aiohttp.ClientSession() as session:
+        sample = await poller.scrape_once(session, server.url + "/metrics")
+    poller.parse_process.close()
+    return record, sample
+
+
 async def test_a_redirect_to_another_origin_carries_no_header_key_or_prompt(transport):
     with RedirectingServer(cross=True) as server:
-        async with client_for(server.url) as client:
-            record = await client.send(completions_request(), 0, 0.0)
-        poller = MetricsPoller([server.url + "/metrics"], headers=CONNECTION.request_headers())
-        async with aiohttp.ClientSession() as session:
-            sample = await poller.scrape_once(session, server.url + "/metrics")
-        poller.parse_process.close()
+        record, sample = await request_and_scrape(server)
     assert server.received == []  # nothing reached the other origin
     assert record.error_class == "http_307" and record.status == 307
     assert record.error is not None and server.listener_url + "/v1/completions" in record.error
@@ -123,12 +129,7 @@ async def test_a_redirect_to_another_origin_carries_no_header_key_or_prompt(tran
 
 async def test_a_redirect_within_the_origin_is_followed(transport):
     with RedirectingServer(cross=False) as server:
-        async with client_for(server.url) as client:
-            record = await client.send(completions_request(), 0, 0.0)
-        poller = MetricsPoller([server.url + "/metrics"], headers=CONNECTION.request_headers())
-        async with aiohttp.ClientSession() as session:
-            sample = await poller.scrape_once(session, server.url + "/metrics")
-        poller.parse_process.close()
+        record, sample = await request_and_scrape(server)
     assert record.ok, record.error
     assert sample.ok, sample.error
     assert server.redirected >= 2  # the request and the scrape were redirected, then served
