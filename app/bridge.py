@@ -27,11 +27,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from rampwatch.core.timeline import ClassFigures, Event, RequestRecord, RunControl, ServerSample, Snapshot, Tick
-from rampwatch.loadgen import eventloop
+from rampwatch.loadgen.run import eventloop
 
 if TYPE_CHECKING:
+    from rampwatch.core.figures.series import SeriesBuilder
     from rampwatch.core.timeline import RunHeader, TimelineSink
-    from rampwatch.loadgen.series import SeriesBuilder
 
 log = logging.getLogger(__name__)
 

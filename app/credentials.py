@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from rampwatch.core.errors import UserError, unreadable_file
-from rampwatch.loadgen.connection import HEADERS_ENV
+from rampwatch.loadgen.transport.connection import HEADERS_ENV
 
 API_KEY_ENV = "OPENAI_API_KEY"
 ARGV_NOTE = "the command line is visible to every user of this host (ps)"
@@ -35,7 +35,7 @@ SECRET_FLAGS = ("--api-key", "--api-key-file", "--header", "--header-file")
 def header_pair(text: str) -> tuple[str, str]:
     """An argparse type for ``--header NAME:VALUE``; its errors never quote the value (a
     header is often a token)."""
-    from rampwatch.loadgen.connection import parse_header
+    from rampwatch.loadgen.transport.connection import parse_header
 
     try:
         return parse_header(text)
@@ -88,7 +88,7 @@ def _read(flag: str, path: str, stdin: TextIO) -> str:
 def parse_header_lines(text: str, where: str) -> list[tuple[str, str]]:
     """``NAME: VALUE`` lines; a bad one is a ``UserError`` naming ``where`` and its line,
     never quoting the value."""
-    from rampwatch.loadgen.connection import parse_header
+    from rampwatch.loadgen.transport.connection import parse_header
 
     out = []
     for number, line in enumerate(text.splitlines(), 1):

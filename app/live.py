@@ -35,7 +35,7 @@ from rampwatch.app.session import (
 )
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.timeline import RunControl, Snapshot
-from rampwatch.loadgen.managed import DEFAULT_STARTUP_TIMEOUT_S, ManagedServer
+from rampwatch.loadgen.server.managed import DEFAULT_STARTUP_TIMEOUT_S, ManagedServer
 from rampwatch.tui.app import RampwatchApp, make_live_app
 from rampwatch.tui.server_log import ServerStartApp
 

@@ -1,12 +1,12 @@
 """`rampwatch run --ray auto|ADDRESS`: the run's requests sent from Ray actors over a
-cluster's nodes (``loadgen.ray_workers``). Ray is imported only by a run that asks for it."""
+cluster's nodes (``loadgen.run.ray_workers``). Ray is imported only by a run that asks for it."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-DEFAULT_MAX_CLOCK_OFFSET_MS = 10.0  # loadgen.ray_workers's (not imported: keeps the parser cheap)
+DEFAULT_MAX_CLOCK_OFFSET_MS = 10.0  # loadgen.run.ray_workers's (not imported: keeps the parser cheap)
 
 
 def add_ray_flags(parser: argparse.ArgumentParser, positive_float: Any) -> None:
@@ -36,7 +36,7 @@ def check_ray_flags(args: argparse.Namespace) -> None:
     address = getattr(args, "ray", None)
     if address is None:
         return
-    from rampwatch.loadgen.ray_workers import check_reachable, import_ray
+    from rampwatch.loadgen.run.ray_workers import check_reachable, import_ray
 
     import_ray()
     check_reachable(address)
@@ -47,7 +47,7 @@ def ray_workers(args: argparse.Namespace) -> Any:
     address = getattr(args, "ray", None)
     if address is None:
         return None
-    from rampwatch.loadgen.ray_workers import RayPool
+    from rampwatch.loadgen.run.ray_workers import RayPool
 
     def announce(line: str) -> None:  # the live screen's run process prints to its log
         print(line, flush=True)

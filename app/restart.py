@@ -1,6 +1,6 @@
 """Restarting the run's server with other engine arguments (the live screen's `R`).
 
-The server (``loadgen.managed.ManagedServer``) belongs to the process the user started;
+The server (``loadgen.server.managed.ManagedServer``) belongs to the process the user started;
 the load runs in the forked run process. ``ServerRestarter`` is the UI's
 ``core.timeline.ServerControl`` and runs a restart in a thread of this process:
 
@@ -29,10 +29,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.figures.segments import RESUME_CHOICES, diff_text
 from rampwatch.core.redact import REDACTED
 from rampwatch.core.timeline import SnapshotSource
-from rampwatch.loadgen.managed import ManagedServer, ServeCommand, _entry_length, diff_engine_args
-from rampwatch.loadgen.segments import RESUME_CHOICES, diff_text
+from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand, _entry_length, diff_engine_args
 
 # How often the restart thread looks at the run's snapshots for the end of the drain.
 DRAIN_POLL_S = 0.1
@@ -40,7 +40,7 @@ DEFAULT_RESTART_TIMEOUT_S = 600.0
 
 
 class RestartControl(Protocol):
-    """The run's side of a restart (``loadgen.runner.Run``, or the pipe to it)."""
+    """The run's side of a restart (``loadgen.run.runner.Run``, or the pipe to it)."""
 
     def pause_for_restart(self) -> None: ...
     def resume_after_restart(self, command: str, diff: list, resume: str) -> None: ...

@@ -9,12 +9,12 @@ import sys
 from typing import TextIO
 
 from rampwatch.app import credentials
-from rampwatch.loadgen.managed import DEFAULT_STARTUP_TIMEOUT_S
+from rampwatch.loadgen.server.managed import DEFAULT_STARTUP_TIMEOUT_S
 
 DEFAULT_PROGRESS_INTERVAL_S = 5.0
 DEFAULT_METRICS_MAX_BYTES = (
     8 * 1024 * 1024
-)  # loadgen.scrape.DEFAULT_MAX_BODY_BYTES (not imported: keeps the parser cheap)
+)  # loadgen.server.scrape.DEFAULT_MAX_BODY_BYTES (not imported: keeps the parser cheap)
 DEFAULT_SIM_HARDWARE = "l4"
 DEFAULT_SIM_MODEL = "llama-3.1-8b-fp8"
 GPU_MODES = ("auto", "nvml", "sim", "off")  # --gpu (app.session.gpu_telemetry)
@@ -45,7 +45,7 @@ positive_int = _number(int, lambda v: v > 0, "a whole number above 0")
 
 def drain_policy(text: str):
     """An argparse type for ``--drain``: wait, cap:SECONDS or cancel."""
-    from rampwatch.loadgen.drain import parse_drain
+    from rampwatch.loadgen.run.drain import parse_drain
 
     try:
         return parse_drain(text)

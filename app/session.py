@@ -32,6 +32,17 @@ from rampwatch.app.ray_run import ray_workers
 from rampwatch.core.bins import latest_complete, recent_max, recent_mean
 from rampwatch.core.cache_salt import AUTO, cache_salt_choice, describe_cache_policy
 from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.figures.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
+from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
+from rampwatch.core.figures.knee_explain import ServerLimits
+from rampwatch.core.figures.summary import (
+    Summary,
+    dumps_bench_result,
+    format_summary,
+    summarise_requests,
+    to_bench_result,
+)
+from rampwatch.core.figures.turns import TURNS_NOTE, TurnTable, turn_sections, turn_table
 from rampwatch.core.files import (
     OutputClaim,
     check_replaceable,
@@ -45,29 +56,25 @@ from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import fill_to, fit_lines, server_text, terminal_width
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.core.version import rampwatch_version
-from rampwatch.loadgen import eventloop
-from rampwatch.loadgen.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
-from rampwatch.loadgen.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
-from rampwatch.loadgen.connection import Connection, ca_context
-from rampwatch.loadgen.drain import DrainPolicy
-from rampwatch.loadgen.gpu import NvmlReader, NvmlUnavailable
-from rampwatch.loadgen.knee_explain import ServerLimits
-from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS, check_gc_policy
-from rampwatch.loadgen.managed import (
+from rampwatch.loadgen.run import eventloop
+from rampwatch.loadgen.run.drain import DrainPolicy
+from rampwatch.loadgen.run.loop_health import check_gc_policy
+from rampwatch.loadgen.run.runner import Run, RunOptions, RunResult, host_info
+from rampwatch.loadgen.run.worker_pool import LocalWorkers
+from rampwatch.loadgen.run.workers import SenderFactory
+from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable
+from rampwatch.loadgen.server.managed import (
     DEFAULT_STARTUP_TIMEOUT_S,
     PHASE_STARTING,
     ManagedServer,
     ServeCommand,
     server_log_path,
 )
-from rampwatch.loadgen.runner import Run, RunOptions, RunResult, host_info
-from rampwatch.loadgen.scenario import load_scenario
-from rampwatch.loadgen.sessions import session_target, users_for, users_target
-from rampwatch.loadgen.summary import Summary, dumps_bench_result, format_summary, summarise_requests, to_bench_result
-from rampwatch.loadgen.tokenizers import load_tokenizer
-from rampwatch.loadgen.turns import TURNS_NOTE, TurnTable, turn_sections, turn_table
-from rampwatch.loadgen.worker_pool import LocalWorkers
-from rampwatch.loadgen.workers import SenderFactory
+from rampwatch.loadgen.transport.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
+from rampwatch.loadgen.transport.connection import Connection, ca_context
+from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
+from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 from rampwatch.record.analysis import class_figures, recording_turns, summarise
 from rampwatch.record.cli_export import write_bench_result
 from rampwatch.record.reader import Recording, open_recording
@@ -119,7 +126,7 @@ def api_key_source(args: argparse.Namespace) -> str:
 
 
 def discover_model(target: str, connection: Connection, key_from: str | None = None) -> tuple[str, ModelsAnswer]:
-    """The target's first model (``loadgen.client.first_model_of``) and the ``/v1/models``
+    """The target's first model (``loadgen.transport.client.first_model_of``) and the ``/v1/models``
     answer it came from (the run's start uses it rather than asking again), from
     synchronous code.
 

@@ -1,5 +1,5 @@
 """`rampwatch sweep SWEEP.yaml`: for each configuration of the sweep's matrix, start the
-server (``loadgen.managed.ManagedServer``), ramp the scenario against it with the run path
+server (``loadgen.server.managed.ManagedServer``), ramp the scenario against it with the run path
 of `rampwatch run` (``app.session.prepare_run``, one recording per configuration) until
 the knee is past and the SLO broken, stop it, and go on; then the table, the Pareto front
 and the best configuration as a ``vllm serve`` command.
@@ -210,7 +210,7 @@ class ConfigRun:
 
     def _run_load(self, plan: Any, recording: Path) -> None:
         from rampwatch.app.session import build_run
-        from rampwatch.loadgen import eventloop
+        from rampwatch.loadgen.run import eventloop
         from rampwatch.loadgen.sweep import EarlyStopRule, config_row
 
         sweep, row = self.sweep, self.row
@@ -358,7 +358,7 @@ class Sweep:
         """`rampwatch run --serve`'s flags for one configuration: the same parser, so every
         default is the run's own."""
         from rampwatch.app import run as run_cli
-        from rampwatch.loadgen.managed import ServeCommand
+        from rampwatch.loadgen.server.managed import ServeCommand
         from rampwatch.loadgen.sweep import is_sim_command
         from rampwatch.sim.gpu_telemetry import DCGM_PATH
 

@@ -16,7 +16,7 @@ whole-process figure of the large run is printed too.
 Clients: ``vllm bench serve`` (from the vLLM venv), ``rampwatch run`` headless without a
 recording, the same with a recording, the same without the live series builder (to
 attribute its per-record cost), the same on the aiohttp transport
-(``RAMPWATCH_HTTP_CLIENT=aiohttp``) instead of ``loadgen.http_stream``, and the same on
+(``RAMPWATCH_HTTP_CLIENT=aiohttp``) instead of ``loadgen.transport.http_stream``, and the same on
 asyncio's own event loop instead of uvloop (``RAMPWATCH_EVENT_LOOP=asyncio``), and with
 ``--baseline DIR`` the same ``rampwatch run --no-record`` from another checkout (its own
 ``DIR/.venv``), to compare two versions in the same rounds. ``--paired N`` replaces the
@@ -59,7 +59,7 @@ RATE = 10_000  # far above what 100 streams can complete: the cap is what paces 
 # Runs `rampwatch run` with SeriesBuilder.on_request as a no-op (the progress line then
 # shows no completions; everything else is unchanged).
 _NO_SERIES = (
-    "import sys; import rampwatch.loadgen.series as s; s.SeriesBuilder.on_request = lambda self, record: None; "
+    "import sys; import rampwatch.core.figures.series as s; s.SeriesBuilder.on_request = lambda self, record: None; "
     "from rampwatch.app.cli import main; sys.argv[0] = 'rampwatch'; sys.exit(main())"
 )
 

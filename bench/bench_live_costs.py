@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from rampwatch.core.figures import series
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import RequestRecord, RunHeader, ServerSample, Tick
-from rampwatch.loadgen import series
-from rampwatch.loadgen.scrape import parse_metrics
-from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.loadgen.server.scrape import parse_metrics
 
 CAPTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm-0.32.0-cpu" / "metrics-under-load.txt"
 

@@ -218,7 +218,7 @@ def instant_sim(api_server_count: int):
     """The instant simulator, from ``api_server_count`` processes, as `rampwatch run`
     starts it (a managed server)."""
     from rampwatch.app.session import sim_serve_text
-    from rampwatch.loadgen.managed import ManagedServer, ServeCommand
+    from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand
     from rampwatch.sim.config import SimConfig
 
     config = SimConfig(hardware="instant", model="tiny", max_num_seqs=4096, engines=api_server_count)

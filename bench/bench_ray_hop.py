@@ -5,7 +5,7 @@ request's time, without any HTTP in the way.
 A local one-node cluster (``ray start --head`` from this venv, stopped at the end) hosts
 one actor whose ``send`` returns at once a finished record of the size a real one has
 (``--chunks`` chunk times: one per streamed chunk). The controller calls it as
-``loadgen.ray_workers.RayPool`` does (``await actor.send.remote(...)``):
+``loadgen.run.ray_workers.RayPool`` does (``await actor.send.remote(...)``):
 
 - one call at a time: the round trip (the latency the hop adds to a send, and to the
   record's return);
@@ -33,7 +33,7 @@ from pathlib import Path
 import ray
 
 from rampwatch.core.timeline import RequestRecord
-from rampwatch.loadgen.requests import PreparedRequest
+from rampwatch.loadgen.workload.requests import PreparedRequest
 
 BIN = Path(sys.executable).parent
 

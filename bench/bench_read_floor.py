@@ -9,8 +9,8 @@ events (one token per event):
 - ``trivial protocol``: an ``asyncio.Protocol`` whose ``data_received`` only counts
   ``data: {`` and appends one timestamp per event, i.e. the event loop, the socket reads
   and nothing else. With asyncio's default read size (a fresh 256 KiB bytes object per
-  recv), with reads capped at 64 KiB (what ``loadgen.http_stream`` sets), and on uvloop.
-- ``StreamingClient``: rampwatch's client (``loadgen.client``, ``http_stream`` transport)
+  recv), with reads capped at 64 KiB (what ``loadgen.transport.http_stream`` sets), and on uvloop.
+- ``StreamingClient``: rampwatch's client (``loadgen.transport.client``, ``http_stream`` transport)
   sending the same request in a loop, with no runner, workload or summary around it.
 
     .venv/bin/python bench/bench_read_floor.py [--requests 2000] [--sim-hardware instant]
@@ -122,8 +122,8 @@ async def trivial(url: str, requests: int, read_size: int | None) -> dict[str, f
 
 
 async def streaming_client(url: str, requests: int) -> dict[str, float]:
-    from rampwatch.loadgen.client import StreamingClient
-    from rampwatch.loadgen.requests import PreparedRequest
+    from rampwatch.loadgen.transport.client import StreamingClient
+    from rampwatch.loadgen.workload.requests import PreparedRequest
 
     req = PreparedRequest(
         "completions", {"prompt": "hello " * 32, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True}, 32, OUTPUT_TOKENS

@@ -9,7 +9,7 @@ Writes a recording of ``--requests`` requests at a constant ``--rate`` with the 
 ``RecordingWriter`` (its seek checkpoints included), shaped like a real run's: every
 answer ``--output-tokens`` chunks ~10 ms apart with the client's jitter, one tick a
 second, one scrape a second of the embedded simulator's ``/metrics`` page as
-``loadgen.scrape`` parses it (its ~140 raw series). Then, in a fresh process so that its
+``loadgen.server.scrape`` parses it (its ~140 raw series). Then, in a fresh process so that its
 peak RSS is its own, reads it back with the calls ``app.session.final_figures`` and
 ``finish_run`` make (``summarise``, ``recording_turns``, ``class_figures``,
 ``write_bench_result``) and prints the peak RSS after each, with the heap and mapped-file
@@ -51,7 +51,7 @@ def rss_parts_mb() -> str:
 
 def scrape_template():
     """One scrape of the embedded simulator's metrics page, parsed as a run parses it."""
-    from rampwatch.loadgen.scrape import parse_metrics
+    from rampwatch.loadgen.server.scrape import parse_metrics
     from rampwatch.sim.config import SimConfig
     from rampwatch.sim.engine import Engine
     from rampwatch.sim.metrics import make_registry, render

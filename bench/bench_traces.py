@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from rampwatch.loadgen.scenario import RequestFactory, load_scenario
-from rampwatch.loadgen.tokenizers import load_tokenizer
-from rampwatch.loadgen.trace_replay import TraceRequests
-from rampwatch.loadgen.traces import load_trace
+from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.workload.tokenizers import load_tokenizer
+from rampwatch.loadgen.workload.trace_replay import TraceRequests
+from rampwatch.loadgen.workload.traces import load_trace
 
 
 def write_trace(path: Path, rows: int, seed: int = 0) -> None:

@@ -101,7 +101,7 @@ _ERROR_GROUP_OF = {
     "client_error": "protocol",
 }
 # The client's own failure, in no server group: it could not open a connection as it ran out
-# of file descriptors (EMFILE, ENFILE; loadgen.open_files). Counted as failed, never as the
+# of file descriptors (EMFILE, ENFILE; loadgen.transport.open_files). Counted as failed, never as the
 # server's connection error (which would make the header say SERVER DOWN).
 CLIENT_LIMIT = "client_limit"
 
@@ -195,12 +195,12 @@ class Tick:
     # when the schedule will end as it stands now: the planned duration moved on by the
     # time spent holding (None: unbounded, e.g. a request count without a duration).
     planned_end_s: float | None = None
-    # A session workload (``loadgen.sessions``): sessions under way, and started / ended
+    # A session workload (``loadgen.workload.sessions``): sessions under way, and started / ended
     # since the run started (0 in other runs and in older recordings).
     active_sessions: int = 0
     sessions_started_total: int = 0
     sessions_finished_total: int = 0
-    # The client's self-check (``loadgen.loop_health``; None in older recordings): its
+    # The client's self-check (``loadgen.run.loop_health``; None in older recordings): its
     # event loops' lag samples since the previous tick as ``[[bucket, count], …]`` and
     # the largest of them (ms), and its garbage collections so far, every load process's.
     loop_lag: list[list[int]] | None = None
@@ -226,7 +226,7 @@ EVENT_KINDS = (
     # The server was restarted with other arguments (``data``: ``command``, the new serve
     # command redacted; ``diff``, [[name, old, new], …] against the previous one; ``resume``,
     # "start" or "current"; ``restart_started_at``, when the load stopped for it). The
-    # requests sent from here on belong to the new configuration (``loadgen.segments``).
+    # requests sent from here on belong to the new configuration (``core.figures.segments``).
     "config",
 )
 
@@ -393,7 +393,7 @@ class ScrapeErrorLine:
     """One distinct ``/metrics`` failure (URL and reason) and how often it happened."""
 
     url: str
-    message: str  # one line, already redacted (``loadgen.scrape``)
+    message: str  # one line, already redacted (``loadgen.server.scrape``)
     count: int
     first_t: float
     last_t: float
@@ -413,7 +413,7 @@ def metrics_stale_after_s(header: RunHeader | None) -> float:
 
 @dataclass(slots=True)
 class StepRow:
-    """One row of the per-step results table (``loadgen.steps``): a stretch of the run at
+    """One row of the per-step results table (``core.figures.steps``): a stretch of the run at
     one target rate (a step, a hold, a manual rate), a tenth of a ramp, or the drain
     after a stop. Latencies, errors and the achieved rate belong to the requests *sent*
     in the row (the load it offered, whenever those requests end); the completion rate
@@ -504,11 +504,11 @@ class Snapshot:
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
     last_good_gpu_t: float | None = None  # when the newest good GPU sample was taken
     # After a server restart: the configurations side by side so far
-    # (``loadgen.segments.SegmentTable``); None while the run has one configuration.
+    # (``core.figures.segments.SegmentTable``); None while the run has one configuration.
     configurations: Any = None
     # A mixture's classes in the scenario's order (``workload.mix``); empty otherwise.
     classes: list[ClassFigures] = field(default_factory=list)
-    # A session workload's figures by turn index so far (``loadgen.turns.TurnTable``);
+    # A session workload's figures by turn index so far (``core.figures.turns.TurnTable``);
     # None when no request of the run had a turn.
     turns: Any = None
 

@@ -45,14 +45,21 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures import stats
+from rampwatch.core.figures.knee_explain import KneeExplanation
+from rampwatch.core.figures.slo import Slo, parse_slo
+from rampwatch.core.figures.summary import gpu_figures, knee_explanation, server_figures, tokens_per_joule
 from rampwatch.core.redact import redact_value
 from rampwatch.core.timeline import CANCELLED, Event, NullSink, RequestRecord, ServerSample, Tick
-from rampwatch.loadgen import stats
-from rampwatch.loadgen.knee_explain import KneeExplanation
-from rampwatch.loadgen.scenario import BUILTIN_SCENARIOS, SWEEP_PREFIX, Path_, _read_yaml, dotted, resolve_scenario_path
-from rampwatch.loadgen.schedules import describe, is_number, unknown_key_message
-from rampwatch.loadgen.slo import Slo, parse_slo
-from rampwatch.loadgen.summary import gpu_figures, knee_explanation, server_figures, tokens_per_joule
+from rampwatch.loadgen.workload.scenario import (
+    BUILTIN_SCENARIOS,
+    SWEEP_PREFIX,
+    Path_,
+    _read_yaml,
+    dotted,
+    resolve_scenario_path,
+)
+from rampwatch.loadgen.workload.schedules import describe, is_number, unknown_key_message
 
 GOODPUT_WINDOW_S = 10.0
 KNEE_WINDOW_S = 10.0

@@ -1,6 +1,6 @@
 """Whole-recording figures shared by report, export and compare.
 
-``summarise`` feeds the recording to ``loadgen.summary.SummaryBuilder`` block by block on
+``summarise`` feeds the recording to ``core.figures.summary.SummaryBuilder`` block by block on
 numpy arrays instead of building a ``RequestRecord`` (and a Python float per chunk) for
 every request: a 1-hour, 100 rps recording holds ~90 M chunk times, which as Python
 objects need gigabytes.
@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from rampwatch.core.timeline import CANCELLED, Event, Snapshot
-from rampwatch.loadgen import stats
-from rampwatch.loadgen.classes import ClassSummaries, class_table
-from rampwatch.loadgen.knee_explain import knee_explanation_of
-from rampwatch.loadgen.loop_health import client_figures
-from rampwatch.loadgen.segments import (
+from rampwatch.core.figures import stats
+from rampwatch.core.figures.classes import ClassSummaries, class_table
+from rampwatch.core.figures.client_lag import client_figures
+from rampwatch.core.figures.knee_explain import knee_explanation_of
+from rampwatch.core.figures.segments import (
     ConfigSegment,
     SegmentSummaries,
     SegmentTable,
@@ -28,7 +27,7 @@ from rampwatch.loadgen.segments import (
     restarted,
     segment_table,
 )
-from rampwatch.loadgen.summary import (
+from rampwatch.core.figures.summary import (
     KNEE_REVIEW,
     RequestBlock,
     Summary,
@@ -38,7 +37,8 @@ from rampwatch.loadgen.summary import (
     knee_rps,
     server_figures,
 )
-from rampwatch.loadgen.turns import TurnFigures, TurnTable
+from rampwatch.core.figures.turns import TurnFigures, TurnTable
+from rampwatch.core.timeline import CANCELLED, Event, Snapshot
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
@@ -136,7 +136,7 @@ def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:
 
 def final_snapshot(recording: Recording) -> Snapshot:
     """The series of the whole run, as the live UI showed them at the end."""
-    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.core.figures.series import SeriesBuilder
 
     stored = recording.checkpoint(recording.duration_s) if recording.checkpoint_frames else None
     builder = None
@@ -283,7 +283,7 @@ def format_timeline(events: Sequence[Event]) -> str:
 
 
 def configuration_segments(recording: Recording) -> tuple[list[ConfigSegment], list[Summary]]:
-    """The recording's configurations and each one's summary (``loadgen.segments``: the
+    """The recording's configurations and each one's summary (``core.figures.segments``: the
     requests sent within it), fed block by block; ITLs kept as ``summarise`` keeps them."""
     header = recording.header
     segments = config_segments(header, recording.events, recording.duration_s)
@@ -305,7 +305,7 @@ def configuration_table(recording: Recording) -> SegmentTable | None:
 
 
 def recording_turns(recording: Recording) -> TurnTable | None:
-    """The recording's figures by turn index (``loadgen.turns``: exact TTFTs, ITLs on the
+    """The recording's figures by turn index (``core.figures.turns``: exact TTFTs, ITLs on the
     µs grid as ``summarise`` keeps them); None for a run without sessions. Only the blocks
     with a turn column are decoded into records."""
     figures = TurnFigures(stats.ExactValues, stats.MicrosecondCounts)
@@ -318,7 +318,7 @@ def recording_turns(recording: Recording) -> TurnTable | None:
 
 
 def class_figures(recording: Recording) -> dict[str, Summary]:
-    """Each class's summary of a mixture's recording (``loadgen.classes``: its requests,
+    """Each class's summary of a mixture's recording (``core.figures.classes``: its requests,
     its SLO), fed block by block; ITLs kept as ``summarise`` keeps them. Empty for a
     recording without classes (any before mixtures)."""
     header = recording.header

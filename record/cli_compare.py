@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 from rampwatch.core import strict_json
 from rampwatch.core.cache_salt import UNKNOWN, describe_cache_policy
+from rampwatch.core.figures.summary import client_lag_warning
 from rampwatch.core.timeline import RunHeader
-from rampwatch.loadgen.summary import client_lag_warning
 from rampwatch.record.significance import DEFAULT_CONFIDENCE, Samples, bootstrap_delta
 
 # (summary key, label, True when higher is better, (sample name, statistic) or None)

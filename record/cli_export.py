@@ -201,7 +201,7 @@ def _bench_list(
 
 
 def _itls(summary, records) -> list:
-    from rampwatch.loadgen.summary import to_bench_result
+    from rampwatch.core.figures.summary import to_bench_result
 
     return to_bench_result(summary, None, records, detailed=True)["itls"]
 
@@ -244,8 +244,8 @@ def write_bench_result(
     lists (streamed the same way), and ``None`` for a run-wide figure that no class has
     alone (the GPUs' energy). ``texts``: the answers by request id (a run that kept them).
     ``path``: a file (made 0600), or a stream (``export -o -``: standard output)."""
-    from rampwatch.loadgen.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
-    from rampwatch.loadgen.turns import turn_sections
+    from rampwatch.core.figures.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
+    from rampwatch.core.figures.turns import turn_sections
     from rampwatch.record.analysis import class_figures, recording_turns
 
     result = to_bench_result(summary, recording.header, [], detailed=detailed)
@@ -293,7 +293,7 @@ def write_bench_result(
 
 
 def main(args: argparse.Namespace) -> int:
-    from rampwatch.loadgen.summary import format_summary
+    from rampwatch.core.figures.summary import format_summary
     from rampwatch.record.analysis import (
         class_figures,
         classes_table,

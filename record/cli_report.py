@@ -18,12 +18,12 @@ def main(args: argparse.Namespace) -> int:
     import sys
 
     from rampwatch.core import strict_json
+    from rampwatch.core.figures.classes import CLASS_NOTE
+    from rampwatch.core.figures.segments import SEGMENT_NOTE
+    from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_json, step_table_text
+    from rampwatch.core.figures.summary import format_summary
+    from rampwatch.core.figures.turns import TURNS_NOTE, turn_sections
     from rampwatch.core.text import fill_to, fit_lines, terminal_width
-    from rampwatch.loadgen.classes import CLASS_NOTE
-    from rampwatch.loadgen.segments import SEGMENT_NOTE
-    from rampwatch.loadgen.steps import STEP_TABLE_NOTE, step_json, step_table_text
-    from rampwatch.loadgen.summary import format_summary
-    from rampwatch.loadgen.turns import TURNS_NOTE, turn_sections
     from rampwatch.record.analysis import (
         class_figures,
         classes_table,

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from rampwatch.core.figures.classes import CLASS_NOTE
+from rampwatch.core.figures.knee_explain import KneeExplanation
+from rampwatch.core.figures.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
+from rampwatch.core.figures.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
+from rampwatch.core.figures.summary import Summary, knee_review
+from rampwatch.core.figures.turns import NO_HIT_RATE_HINT, TEXT_COLUMNS, TURNS_NOTE, TurnTable, sessions_line
 from rampwatch.core.timeline import Event, Snapshot
-from rampwatch.loadgen.classes import CLASS_NOTE
-from rampwatch.loadgen.knee_explain import KneeExplanation
-from rampwatch.loadgen.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
-from rampwatch.loadgen.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
-from rampwatch.loadgen.summary import Summary, knee_review
-from rampwatch.loadgen.turns import NO_HIT_RATE_HINT, TEXT_COLUMNS, TURNS_NOTE, TurnTable, sessions_line
 from rampwatch.record.analysis import MARK_KIND_NAMES, mark_note, timeline_marks
 
 WIDTH, HEIGHT = 1240, 240
@@ -330,7 +330,7 @@ def knee_section(summary: Summary) -> str:
     )
 
 
-# The "Turns" section of a session workload: the figures by turn index (``loadgen.turns``)
+# The "Turns" section of a session workload: the figures by turn index (``core.figures.turns``)
 # as a table, and a small inline SVG of TTFT p50 (left axis, ms) and the prefix-cache hit
 # rate (right axis, 0–100 %) by turn, so that "TTFT falls and the hit rate rises from
 # turn 2" is seen at a glance.
@@ -449,9 +449,9 @@ def render_html(
     classes: SegmentTable | None = None,
 ) -> str:
     """The page; ``configurations``: the side-by-side table of a run restarted with other
-    engine arguments (``loadgen.segments``), None for a run with one configuration;
-    ``turns``: a session workload's figures by turn (``loadgen.turns``), None without;
-    ``classes``: a mixture's classes side by side (``loadgen.classes``), None otherwise."""
+    engine arguments (``core.figures.segments``), None for a run with one configuration;
+    ``turns``: a session workload's figures by turn (``core.figures.turns``), None without;
+    ``classes``: a mixture's classes side by side (``core.figures.classes``), None otherwise."""
     t_max = max(snapshot.times[-1] + 1 if snapshot.times else 0.0, snapshot.t)
     chart_marks = with_knee_reviews(marks)
     charts = []

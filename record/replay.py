@@ -37,7 +37,7 @@ MIN_CHECKPOINT_SPACING_S = 2.0
 
 
 def _default_builder_factory() -> Callable[[], Any]:
-    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.core.figures.series import SeriesBuilder
 
     return SeriesBuilder
 
@@ -283,7 +283,7 @@ class ReplayTimeline:
             self._fed_until = t
 
     def _restore(self, t: float) -> tuple[float, Any] | None:
-        from rampwatch.loadgen.series import SeriesBuilder
+        from rampwatch.core.figures.series import SeriesBuilder
 
         try:
             found = self.recording.checkpoint(t)

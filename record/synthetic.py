@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rampwatch.core.figures.segments import config_event
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick, TimelineSink
-from rampwatch.loadgen.segments import config_event
 
 
 @dataclass

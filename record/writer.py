@@ -21,7 +21,7 @@ from rampwatch.record import format as fmt
 from rampwatch.record.reader import ITEM_ORDER
 
 if TYPE_CHECKING:
-    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.core.figures.series import SeriesBuilder
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ class SeriesCheckpointer:
         self.stopped = False
 
     def start(self, header: RunHeader) -> None:
-        from rampwatch.loadgen.series import SeriesBuilder
+        from rampwatch.core.figures.series import SeriesBuilder
 
         self._builder = SeriesBuilder()
         self._builder.on_start(header)

@@ -1,7 +1,7 @@
 """``rampwatch sim``: serve the simulated vLLM server until Ctrl-C / SIGTERM.
 
 Also runnable as ``python -m rampwatch.sim.cli``. `rampwatch run` starts it as any other
-``--serve`` command (``loadgen.managed``), which also stops it.
+``--serve`` command (``loadgen.server.managed``), which also stops it.
 """
 
 from __future__ import annotations

@@ -564,7 +564,7 @@ class SimServer:
         req = stream.req
         abort_after = stream.abort_after
         # The client's ITLs are the gaps between successive events with a non-empty
-        # `choices` (loadgen.client): every chunk in `batch` before the usage chunk and
+        # `choices` (loadgen.transport.client): every chunk in `batch` before the usage chunk and
         # [DONE] (chat's role chunk too). Each write's time is read once it has returned,
         # i.e. once its bytes are with the transport (written to the socket, or buffered
         # when the socket is full); chunks of one write are 0 apart.

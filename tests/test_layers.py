@@ -120,7 +120,7 @@ def graph() -> dict[str, set[str]]:
 def test_every_package_is_read(graph):
     packages = {module.split(".")[1] for module in graph}
     assert packages == set(ALLOWED)
-    assert "rampwatch.loadgen.runner" in graph["rampwatch.app.session"]
+    assert "rampwatch.loadgen.run.runner" in graph["rampwatch.app.session"]
 
 
 def test_layers_are_one_way(graph):
@@ -142,7 +142,7 @@ def write_tree(root: Path, files: dict[str, str]) -> dict[str, Path]:
 def clean_tree() -> dict[str, str]:
     return {f"{name}/__init__.py": "" for name in ALLOWED} | {
         "core/timeline.py": "import dataclasses\n",
-        "loadgen/runner.py": "from rampwatch.core.timeline import Snapshot\n",
+        "loadgen/run/runner.py": "from rampwatch.core.timeline import Snapshot\n",
         "record/writer.py": "from rampwatch.loadgen import runner\n",
         "app/cli.py": "def main():\n    from rampwatch.sim import engine\n",
     }

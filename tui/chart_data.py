@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rampwatch.core.bins import complete_bins, latest_complete, recent_max, recent_mean
+from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
 from rampwatch.core.timeline import Event, Snapshot
-from rampwatch.loadgen.drain import drain_policy_of
-from rampwatch.loadgen.loop_health import LIVE_LAG_BOUND_MS
-from rampwatch.loadgen.schedules import TRACE_KIND
+from rampwatch.loadgen.run.drain import drain_policy_of
+from rampwatch.loadgen.workload.schedules import TRACE_KIND
 
 
 @dataclass(frozen=True, slots=True)

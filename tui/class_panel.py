@@ -17,8 +17,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
+from rampwatch.core.figures.classes import sent, slo_attainment_pct
 from rampwatch.core.timeline import ClassFigures, Snapshot
-from rampwatch.loadgen.classes import sent, slo_attainment_pct
 from rampwatch.tui.chart_data import NOW_WINDOW_S, current_value, format_rate, is_missing, recent_rate
 from rampwatch.tui.stats_panel import LATENCY_LOOK_BACK
 

@@ -1,6 +1,6 @@
 """`g`: the run's server configurations side by side (after a restart): one column per
 configuration, the engine arguments that differ first, then each one's figures
-(``loadgen.segments``: the run-so-far summary of the requests sent while it served)."""
+(``core.figures.segments``: the run-so-far summary of the requests sent while it served)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from rampwatch.loadgen.segments import SEGMENT_NOTE, SegmentTable
+from rampwatch.core.figures.segments import SEGMENT_NOTE, SegmentTable
 
 
 def configurations_renderable(table: SegmentTable) -> Table:

@@ -9,8 +9,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
-from rampwatch.loadgen.drain import drain_policy_of
-from rampwatch.loadgen.sessions import session_target, users_for, users_target
+from rampwatch.loadgen.run.drain import drain_policy_of
+from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
 from rampwatch.tui.chart_data import (
     DRAIN_STATES,
     eta_unix,

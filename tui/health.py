@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from rampwatch.core.timeline import ERROR_GROUPS, ERROR_SERIES, Snapshot, metrics_stale_after_s
-from rampwatch.loadgen.scrape import is_connection_failure
+from rampwatch.loadgen.server.scrape import is_connection_failure
 from rampwatch.tui.chart_data import format_duration, is_missing
 
 RECENT_S = 10

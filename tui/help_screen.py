@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from rampwatch.core.timeline import Snapshot
-from rampwatch.loadgen.drain import drain_policy_of
+from rampwatch.loadgen.run.drain import drain_policy_of
 from rampwatch.tui.chart_data import format_duration, rate_step, schedule_text
 
 # (keys, action, setting name or None): the setting's text comes from ``help_settings``.

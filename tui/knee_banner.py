@@ -1,6 +1,6 @@
 """A line under the header once the run has a knee (wrapped to two or three at narrow
 widths, never cut): when, at what offered rate, which
-limit it hit and what to try next (``loadgen.knee_explain``). Hidden until then; the
+limit it hit and what to try next (``core.figures.knee_explain``). Hidden until then; the
 Events panel's knee line opens the whole explanation."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from rampwatch.core.figures.knee_explain import KneeExplanation, explain_recorded_knee
+from rampwatch.core.figures.summary import knee_review
 from rampwatch.core.timeline import Event, Snapshot
-from rampwatch.loadgen.knee_explain import KneeExplanation, explain_recorded_knee
-from rampwatch.loadgen.summary import knee_review
 from rampwatch.tui.chart_data import format_duration
 
 

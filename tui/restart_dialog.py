@@ -15,8 +15,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.segments import RESUME_CHOICES, RESUME_TEXT
 from rampwatch.core.timeline import ServerControl
-from rampwatch.loadgen.segments import RESUME_CHOICES, RESUME_TEXT
 
 
 class RestartDialog(ModalScreen[tuple[str, str] | None]):

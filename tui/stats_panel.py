@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from rampwatch.core.timeline import Snapshot
-from rampwatch.loadgen.sessions import session_target, users_for, users_target
+from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
 from rampwatch.tui.chart_data import (
     NOW_WINDOW_S,
     current_value,
@@ -25,7 +25,7 @@ from rampwatch.tui.health import metrics_stale_since
 # (series, label, formatter) for the "now" column. Its rates are means over the last
 # NOW_WINDOW_S complete seconds (``RATE_SERIES``); latency percentiles are the newest
 # complete second's, which already cover the requests that ended in the last 10 s
-# (``loadgen.series``); running, waiting and KV are the newest scrape's.
+# (``core.figures.series``); running, waiting and KV are the newest scrape's.
 NOW_TITLE = f"last {NOW_WINDOW_S} s"
 NOW_NOTE = f"rates over {NOW_WINDOW_S} s · latency over 10 s"
 NOW_ROWS = (

@@ -1,4 +1,4 @@
-"""The per-step results table (``loadgen.steps``): one row per step, tenth of a ramp,
+"""The per-step results table (``core.figures.steps``): one row per step, tenth of a ramp,
 hold, manual rate or drain, newest at the bottom. The columns and their text are the
 ones ``rampwatch report`` prints; on a narrow panel the least useful columns go first."""
 
@@ -8,8 +8,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
+from rampwatch.core.figures.steps import NARROW_DROP, STEP_COLUMNS, step_cells
 from rampwatch.core.timeline import Snapshot, StepRow
-from rampwatch.loadgen.steps import NARROW_DROP, STEP_COLUMNS, step_cells
 
 
 def _needed(headers: list[tuple[str, str]], cells: list[dict[str, str]]) -> int:

@@ -1,4 +1,4 @@
-"""`u`: a session workload's figures by turn index (``loadgen.turns``): per turn the
+"""`u`: a session workload's figures by turn index (``core.figures.turns``): per turn the
 requests, errors, TTFT p50/p99, input tokens and the prefix-cache hit rate, with a bar
 for TTFT p50 (against the slowest turn) and one for the hit rate (0–100 %), so that "TTFT
 falls and the hit rate rises from turn 2" reads at a glance; above, the sessions: totals
@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from rampwatch.core.figures.turns import NO_HIT_RATE_HINT, TURNS_NOTE, TurnRow, TurnTable, number_text, sessions_line
 from rampwatch.core.timeline import Snapshot
-from rampwatch.loadgen.turns import NO_HIT_RATE_HINT, TURNS_NOTE, TurnRow, TurnTable, number_text, sessions_line
 from rampwatch.tui.chart_data import current_value, format_rate, recent_rate
 
 TTFT_BAR = 14

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rampwatch.loadgen.client import StreamingClient
-from rampwatch.loadgen.requests import PreparedRequest
+from rampwatch.loadgen.transport.client import StreamingClient
+from rampwatch.loadgen.workload.requests import PreparedRequest
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32.0-cpu"
 

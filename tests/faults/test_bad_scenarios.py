@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.scenario import MAX_EXPANDED_NODES, load_scenario
+from rampwatch.loadgen.workload.scenario import MAX_EXPANDED_NODES, load_scenario
 
 BILLION_LAUGHS = """\
 name: laughs

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.loadgen.requests_ahead import RequestsAhead
-from rampwatch.loadgen.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.workload.requests_ahead import RequestsAhead
+from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
 
 # Modules the children import (rampwatch itself, the loop, the client's HTTP library).
 SHADOWS = ("rampwatch", "uvloop", "aiohttp")
@@ -64,7 +64,7 @@ async def test_the_requests_builder_imports_nothing_from_the_current_directory(t
     "module, build",
     [
         ("rampwatch.app.detach", lambda m: m.child_argv(["run", "chat"], "abcd0000", Path("l"), None)),
-        ("rampwatch.loadgen.managed", lambda m: list(m.ServeCommand.parse("rampwatch sim").argv)),
+        ("rampwatch.loadgen.server.managed", lambda m: list(m.ServeCommand.parse("rampwatch sim").argv)),
     ],
 )
 def test_the_command_lines_start_python_with_safe_path(module, build):

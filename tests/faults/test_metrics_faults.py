@@ -9,8 +9,8 @@ import threading
 import pytest
 from aiohttp import ClientSession, web
 
-from rampwatch.loadgen import scrape
-from rampwatch.loadgen.scrape import MetricsPoller
+from rampwatch.loadgen.server import scrape
+from rampwatch.loadgen.server.scrape import MetricsPoller
 from tests.faults.conftest import start_app
 
 PAGE = "\n".join(f'vllm:num_requests_running{{engine="0",model_name="m{i}"}} 1.0' for i in range(4000)) + "\n"

@@ -10,8 +10,8 @@ import time
 from aiohttp import web
 
 from rampwatch.core.timeline import NullSink
-from rampwatch.loadgen.runner import Run, RunOptions
-from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import SimServer, run_server
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rampwatch.app.session import serving_sim
-from rampwatch.loadgen.scrape import MAX_REJECTED_SERIES, parse_dcgm, parse_metrics
+from rampwatch.loadgen.server.scrape import MAX_REJECTED_SERIES, parse_dcgm, parse_metrics
 from rampwatch.record.reader import open_recording
 from rampwatch.sim.config import SimConfig
 from tests.faults.hostile_metrics import serve_metrics

@@ -18,7 +18,7 @@ import pytest
 
 from rampwatch.app.session import serving_sim
 from rampwatch.core.timeline import CLIENT_LIMIT, error_group
-from rampwatch.loadgen.open_files import out_of_files
+from rampwatch.loadgen.transport.open_files import out_of_files
 from rampwatch.record.reader import open_recording
 from rampwatch.sim.config import SimConfig
 
@@ -58,7 +58,7 @@ def test_client_limit_is_in_no_server_error_group():
 
 LIMITS_PROBE = """
 import resource, sys
-from rampwatch.loadgen.open_files import raise_open_files_limit
+from rampwatch.loadgen.transport.open_files import raise_open_files_limit
 cap = None if sys.argv[1] == "none" else int(sys.argv[1])
 warning = raise_open_files_limit(cap)
 print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], warning)

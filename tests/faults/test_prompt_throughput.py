@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rampwatch.loadgen.scrape import parse_metrics
-from rampwatch.loadgen.summary import format_summary, server_figures, summarise_requests
+from rampwatch.core.figures.summary import format_summary, server_figures, summarise_requests
+from rampwatch.loadgen.server.scrape import parse_metrics
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32.0-cpu"
 

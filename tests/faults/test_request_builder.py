@@ -27,7 +27,7 @@ def builder_pid(parent: int, deadline: float) -> int:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat[1]) == parent and b"rampwatch.loadgen.requests_ahead" in cmdline:
+            if int(stat[1]) == parent and b"rampwatch.loadgen.workload.requests_ahead" in cmdline:
                 return int(entry.name)
         time.sleep(0.05)
     raise AssertionError("no request builder process started")

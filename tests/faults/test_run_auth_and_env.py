@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.loop_health import GC_ENV, check_gc_policy
+from rampwatch.loadgen.run.loop_health import GC_ENV, check_gc_policy
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pa55word"

@@ -64,7 +64,7 @@ def test_good_numbers_pass(flag, value, expected):
 
 
 def test_the_metrics_cap_default_is_the_scrapers():
-    from rampwatch.loadgen.scrape import DEFAULT_MAX_BODY_BYTES
+    from rampwatch.loadgen.server.scrape import DEFAULT_MAX_BODY_BYTES
 
     assert parse().metrics_max_bytes == run.DEFAULT_METRICS_MAX_BYTES == DEFAULT_MAX_BODY_BYTES
     assert parse("--metrics-max-bytes", "1000").metrics_max_bytes == 1000

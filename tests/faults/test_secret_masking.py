@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from rampwatch.core.redact import REDACTED, is_secret_key, redact_options, secret_values
-from rampwatch.loadgen.connection import Connection
-from rampwatch.loadgen.managed import ManagedServer, ServeCommand
+from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand
+from rampwatch.loadgen.transport.connection import Connection
 from tests.processes import free_port
 
 

@@ -19,7 +19,7 @@ from rampwatch.app import credentials
 from rampwatch.app.cli import build_parser
 from rampwatch.app.detach import child_argv
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.connection import HEADERS_ENV
+from rampwatch.loadgen.transport.connection import HEADERS_ENV
 from tests.faults.test_connection_options import HEADER, REPO, TOKEN, Gateway, short_run
 
 KEY = "sk-file-9d8c7b6a"
@@ -41,7 +41,7 @@ def test_the_key_from_a_file_or_stdin_and_headers_from_a_file_stdin_or_the_envir
     assert credentials.resolve(args) == []  # nothing secret on the command line
     assert args.api_key == KEY
     # the environment's, then the file's, then the flags': a later one of the same name wins
-    from rampwatch.loadgen.connection import Connection
+    from rampwatch.loadgen.transport.connection import Connection
 
     assert Connection(headers=tuple(args.header)).extra_headers() == {
         "X-Gateway-Token": "from-file",

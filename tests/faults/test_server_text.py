@@ -17,7 +17,7 @@ from textual.widgets._toast import Toast
 
 from rampwatch.core.text import printable
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
-from rampwatch.loadgen.scrape import parse_dcgm, parse_metrics
+from rampwatch.loadgen.server.scrape import parse_dcgm, parse_metrics
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.writer import RecordingWriter

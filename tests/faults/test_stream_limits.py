@@ -11,7 +11,7 @@ import time
 import pytest
 from aiohttp import web
 
-from rampwatch.loadgen import sse
+from rampwatch.loadgen.transport import sse
 from tests.faults.conftest import captured_events, completions_request, make_client, start_app
 
 MIB = 1024 * 1024

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.traces import load_trace, window
+from rampwatch.loadgen.workload.traces import load_trace, window
 
 
 def trace_text(fmt: str, times_s: list[float], seed: int) -> str:

@@ -362,7 +362,7 @@ def test_a_progress_line_from_the_last_bins_is_the_one_from_the_whole_series(int
     """Headless progress asks for the newest bins only (a day's series as lists costs ~1 s):
     the line is the same as from the whole series."""
     from rampwatch.app.session import PROGRESS_SPARE_BINS, progress_line
-    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.core.figures.series import SeriesBuilder
     from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 
     builder = SeriesBuilder()
@@ -379,7 +379,7 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
 
     from rampwatch.app.session import PreparedRun, finish_run
     from rampwatch.core.timeline import RequestRecord, RunHeader
-    from rampwatch.loadgen.runner import RunResult
+    from rampwatch.loadgen.run.runner import RunResult
 
     header = RunHeader(
         rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m", scenario_name="random"
@@ -442,9 +442,9 @@ def test_without_a_readable_recording_the_summary_is_the_live_one_said_so_and_a_
     from types import SimpleNamespace
 
     from rampwatch.app.session import PreparedRun, finish_run
+    from rampwatch.core.figures.summary import RequestBlock, SummaryBuilder
     from rampwatch.core.timeline import RequestRecord, RunHeader
-    from rampwatch.loadgen.runner import RequestCounts, RunResult
-    from rampwatch.loadgen.summary import RequestBlock, SummaryBuilder
+    from rampwatch.loadgen.run.runner import RequestCounts, RunResult
 
     header = RunHeader(
         rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m", scenario_name="random"

@@ -204,7 +204,7 @@ def test_a_slow_start_says_every_interval_how_long_so_far_and_the_last_log_line(
 
     from rampwatch.app.session import start_server
     from rampwatch.core.errors import TargetUnreachable
-    from rampwatch.loadgen.managed import ManagedServer, ServeCommand
+    from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand
 
     script = tmp_path / "silent.py"
     script.write_text("import time\nprint('loading weights', flush=True)\ntime.sleep(600)\n")

@@ -5,8 +5,8 @@ import textwrap
 import pytest
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.slo import parse_slo
 from rampwatch.core.timeline import Event, RequestRecord, Tick
-from rampwatch.loadgen.slo import parse_slo
 from rampwatch.loadgen.sweep import (
     NOT_REACHED,
     EarlyStop,
@@ -592,7 +592,7 @@ def test_the_verdict_names_the_best_what_it_cannot_tell_apart_and_what_was_not_j
 
 def test_a_repeat_moves_the_seed_on_so_its_arrivals_differ():
     from rampwatch.app.sweep import repeat_scenario
-    from rampwatch.loadgen.scenario import load_scenario
+    from rampwatch.loadgen.workload.scenario import load_scenario
 
     first = load_scenario("chat")
     second = repeat_scenario(first, 1)

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 
 from rampwatch.core.timeline import NullSink
-from rampwatch.loadgen.runner import Run, RunOptions
-from rampwatch.loadgen.scenario import load_scenario
-from rampwatch.loadgen.traces import load_trace
+from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.loadgen.workload.traces import load_trace
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "scenarios" / "traces" / "mooncake-sample.jsonl"
-# How late a send may be: the runner's own bound in tests/loadgen/test_runner.py (the
+# How late a send may be: the runner's own bound in tests/loadgen/run/test_runner.py (the
 # median), and a looser one for every send on a shared, busy test machine.
 MEDIAN_LATENESS_S = 0.05
 MAX_LATENESS_S = 0.25

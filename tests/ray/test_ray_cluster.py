@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.loadgen.workers import worker_of
+from rampwatch.loadgen.run.workers import worker_of
 from tests.processes import free_port
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")

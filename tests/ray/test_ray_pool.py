@@ -8,9 +8,9 @@ import asyncio
 import pytest
 
 from rampwatch.core.timeline import RequestRecord
-from rampwatch.loadgen.client import RequestCancelled
-from rampwatch.loadgen.ray_workers import WORKER_LOST, ClockEstimate, RayPool, WorkerPlace
-from rampwatch.loadgen.requests import PreparedRequest
+from rampwatch.loadgen.run.ray_workers import WORKER_LOST, ClockEstimate, RayPool, WorkerPlace
+from rampwatch.loadgen.transport.client import RequestCancelled
+from rampwatch.loadgen.workload.requests import PreparedRequest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import FanoutSink
-from rampwatch.loadgen.runner import RunCollector
-from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.loadgen.run.runner import RunCollector
 from rampwatch.record.analysis import summarise
 from rampwatch.record.reader import open_recording
 from rampwatch.record.synthetic import SyntheticRun, play_synthetic

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord
-from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline, feed
@@ -172,7 +172,7 @@ def _close(a, b, key):
 
 @pytest.mark.parametrize("error_rate, slo", [(0.0, None), (0.1, {"ttft": 300, "tpot_ms": 30})])
 def test_streamed_summary_equals_the_record_by_record_one(tmp_path, error_rate, slo):
-    from rampwatch.loadgen.summary import summarise_requests
+    from rampwatch.core.figures.summary import summarise_requests
     from rampwatch.record.analysis import summarise
 
     path = tmp_path / "r.rwrec"
@@ -193,7 +193,7 @@ def test_streamed_summary_equals_the_record_by_record_one(tmp_path, error_rate, 
 
 
 def test_itl_order_statistics_match_numpy_with_long_gaps():
-    from rampwatch.loadgen import stats
+    from rampwatch.core.figures import stats
 
     rng = np.random.default_rng(4)
     us = np.concatenate([rng.integers(1, 80_000, 5000), rng.integers(5_000_000, 400_000_000, 7), [0, 0]])
@@ -212,7 +212,7 @@ def test_itl_order_statistics_match_numpy_with_long_gaps():
 def test_streamed_json_export_equals_the_in_memory_result(tmp_path, detailed):
     import json
 
-    from rampwatch.loadgen.summary import to_bench_result
+    from rampwatch.core.figures.summary import to_bench_result
     from rampwatch.record.analysis import summarise
     from rampwatch.record.cli_export import write_bench_result
 
@@ -229,8 +229,8 @@ def test_streamed_json_export_equals_the_in_memory_result(tmp_path, detailed):
 def test_the_send_lateness_read_back_is_the_runs(tmp_path):
     """The run's send lateness (records in memory) and `rampwatch report`'s (the recording
     read back) are the same figures, the requests never sent left out of both."""
+    from rampwatch.core.figures.summary import summarise_requests
     from rampwatch.core.timeline import CANCELLED, RunHeader
-    from rampwatch.loadgen.summary import summarise_requests
     from rampwatch.record.analysis import summarise
 
     def request(i, late_s, error=None, never_sent=False):

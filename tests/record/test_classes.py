@@ -10,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rampwatch.core.figures.classes import class_summaries
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import CLASS_SERIES_NAMES
-from rampwatch.loadgen.classes import class_summaries
-from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.record.analysis import class_figures, final_snapshot
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline, feed

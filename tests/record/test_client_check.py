@@ -7,17 +7,17 @@ import json
 import time
 from pathlib import Path
 
+from rampwatch.core.figures.series import SeriesBuilder
+from rampwatch.core.figures.summary import client_lag_warning
 from rampwatch.core.timeline import NullSink
-from rampwatch.loadgen.runner import Run, RunOptions
-from rampwatch.loadgen.series import SeriesBuilder
-from rampwatch.loadgen.summary import client_lag_warning
+from rampwatch.loadgen.run.runner import Run, RunOptions
 from rampwatch.record.analysis import summarise
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import feed
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve
-from tests.loadgen.test_loop_health import scenario
+from tests.loadgen.run.test_loop_health import scenario
 from tests.record.test_checkpoints import _straight
 from tests.record.test_commands import FIXTURE, rampwatch
 

@@ -117,7 +117,7 @@ def test_timeline_shows_the_review_that_settled_the_knee_after_the_knee():
 
 
 def test_report_prints_the_step_table_as_the_replay_shows_it():
-    from rampwatch.loadgen.steps import step_table_text
+    from rampwatch.core.figures.steps import step_table_text
 
     tl = ReplayTimeline(open_recording(FIXTURE), warm_up=False)
     tl.seek(tl.duration)
@@ -425,7 +425,7 @@ def test_replay_transport_and_feeding():
 
 
 def test_replay_snapshot_equals_a_straight_feed_with_the_series_builder():
-    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.core.figures.series import SeriesBuilder
     from rampwatch.record.replay import feed
 
     rec = open_recording(FIXTURE)
@@ -452,7 +452,7 @@ def test_report_uses_the_runs_own_slo_and_gpu_price(tmp_path):
     """A report of a recording matches the live summary: same SLOs (goodput), same price."""
     import dataclasses
 
-    from rampwatch.loadgen.summary import summarise_requests
+    from rampwatch.core.figures.summary import summarise_requests
     from rampwatch.record.analysis import summarise
     from rampwatch.record.writer import RecordingWriter
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from rampwatch.core.figures.summary import summarise_requests
 from rampwatch.core.timeline import SERIES_NAMES, Event
-from rampwatch.loadgen.summary import summarise_requests
 from rampwatch.record.html_report import line_segments, render_html, robust_top, svg_chart
 from tests.tui.fakes import fake_snapshot
 

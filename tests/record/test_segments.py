@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from rampwatch.core.timeline import Event, RunHeader
-from rampwatch.loadgen.segments import (
+from rampwatch.core.figures.segments import (
     ConfigSegment,
     argument_rows,
     config_event,
@@ -17,7 +16,8 @@ from rampwatch.loadgen.segments import (
     segment_summaries,
     segment_table,
 )
-from rampwatch.loadgen.summary import summarise_requests
+from rampwatch.core.figures.summary import summarise_requests
+from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.record.analysis import configuration_segments
 from rampwatch.record.reader import open_recording
 from rampwatch.record.synthetic import SyntheticRun, play_synthetic
@@ -253,7 +253,7 @@ def test_one_configuration_shows_nothing_new(tmp_path):
 
 
 def test_the_screens_table_is_the_reports_within_the_live_histograms(recorded):
-    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.core.figures.series import SeriesBuilder
 
     path, capture = recorded
     builder = SeriesBuilder()
@@ -271,7 +271,7 @@ def test_the_screens_table_is_the_reports_within_the_live_histograms(recorded):
 
 
 def test_checkpoints_keep_each_configurations_summary_and_older_ones_have_none():
-    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.core.figures.series import SeriesBuilder
 
     first, whole = SeriesBuilder(), SeriesBuilder()
     capture = CaptureSink()

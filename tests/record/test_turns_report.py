@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from rampwatch.core.figures.series import SeriesBuilder
+from rampwatch.core.figures.turns import turn_table
 from rampwatch.core.timeline import RunHeader
-from rampwatch.loadgen.series import SeriesBuilder
-from rampwatch.loadgen.turns import turn_table
 from rampwatch.record import cli_export, cli_report
 from rampwatch.record.analysis import final_snapshot, recording_turns
 from rampwatch.record.reader import open_recording
@@ -133,7 +133,7 @@ def test_the_end_of_a_run_prints_the_turns_and_writes_them_to_the_result_json(tm
     from types import SimpleNamespace
 
     from rampwatch.app.session import PreparedRun, finish_run
-    from rampwatch.loadgen.runner import RunResult
+    from rampwatch.loadgen.run.runner import RunResult
 
     records = session_records(sessions=4, turns=3)
     if not with_sessions:

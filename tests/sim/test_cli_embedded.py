@@ -78,7 +78,7 @@ def test_bad_flags_are_user_errors(capsys, args, expected):
 
 def test_the_embedded_simulator_is_a_managed_server_that_stops_cleanly():
     """`rampwatch run`'s default server: `rampwatch sim` under the same guard as any
-    --serve command (tests/loadgen/test_managed.py covers the guard's stop paths)."""
+    --serve command (tests/loadgen/server/test_managed.py covers the guard's stop paths)."""
     with serving_sim(SimConfig(hardware="instant", model="tiny")) as sim:
         assert sim.url.startswith("http://127.0.0.1:") and sim.pid > 0
         assert sim.command.argv[:5] == (sys.executable, "-P", "-m", "rampwatch.app.cli", "sim")

@@ -3,7 +3,7 @@
 import aiohttp
 import pytest
 
-from rampwatch.loadgen.scrape import parse_dcgm
+from rampwatch.loadgen.server.scrape import parse_dcgm
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import GIB, HARDWARE_PRESETS, SimConfig
 from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry

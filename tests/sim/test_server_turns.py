@@ -10,7 +10,7 @@ import json
 import aiohttp
 import pytest
 
-from rampwatch.loadgen.prompts import SEPARATOR
+from rampwatch.loadgen.workload.prompts import SEPARATOR
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve
 from tests.sim.test_server import events, key_shape

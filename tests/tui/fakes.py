@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rampwatch.core.figures.steps import StepTracker
 from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ScrapeErrorLine, Snapshot, StepRow
-from rampwatch.loadgen.steps import StepTracker
 
 PLANNED_S = 120.0
 HOLD = (40.0, 50.0)
@@ -512,7 +512,7 @@ class FakeServer:
         return args
 
     def preview(self, text: str) -> str:
-        from rampwatch.loadgen.segments import diff_text
+        from rampwatch.core.figures.segments import diff_text
 
         old, new = self._args(self.command), self._args(text)
         return diff_text([(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)])

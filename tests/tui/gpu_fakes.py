@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from rampwatch.core.figures.gpu import gpu_aggregates
 from rampwatch.core.timeline import Snapshot
-from rampwatch.loadgen.gpu import gpu_aggregates
 
 IDLE_W, TDP_W = 70.0, 700.0
 

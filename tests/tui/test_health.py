@@ -113,8 +113,8 @@ def test_a_recorded_outage_reads_as_it_happened_at_each_position():
     """Through the series builder, as a replay feeds it: OK before the kill at 20 s, SERVER
     DOWN after it, DEGRADED once the server answers again at 40 s while the failures are in
     the last 10 s, then OK."""
+    from rampwatch.core.figures.series import SeriesBuilder
     from rampwatch.core.timeline import RequestRecord, ServerSample, Tick
-    from rampwatch.loadgen.series import SeriesBuilder
 
     header = RunHeader("0", 0.0, "http://127.0.0.1:8000", "m", "s", options={"scrape_interval": 1.0})
     builder = SeriesBuilder()

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from rampwatch.core.figures.knee_explain import KneeExplanation, KneeReview, ServerLimits, explain_knee
 from rampwatch.core.timeline import Event, RunHeader
-from rampwatch.loadgen.knee_explain import KneeExplanation, KneeReview, ServerLimits, explain_knee
 from rampwatch.tui.app import make_live_app
 from rampwatch.tui.event_log import event_row
 from rampwatch.tui.knee_banner import knee_banner_text, latest_knee
-from tests.loadgen.test_knee_explain import N, flat, ramp, seconds_of, window
+from tests.core.figures.test_knee_explain import N, flat, ramp, seconds_of, window
 from tests.tui.fakes import KNEE_AT, FakeControl, FrozenSource, fake_snapshot
 from tests.tui.settle import charts_settled
 
@@ -171,7 +171,7 @@ def test_the_banner_shows_the_settled_explanation_and_that_it_was_revised():
     snapshot = reviewed_snapshot()
     knee = latest_knee(snapshot)
     assert knee is not None
-    from rampwatch.loadgen.knee_explain import explain_recorded_knee
+    from rampwatch.core.figures.knee_explain import explain_recorded_knee
 
     why = explain_recorded_knee(knee, snapshot)
     assert why.limit == "kv_full" and why.provisional is not None

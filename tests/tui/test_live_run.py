@@ -19,9 +19,9 @@ from rampwatch.app import run as run_command
 from rampwatch.app import session
 from rampwatch.app.live import start_live_prepared
 from rampwatch.app.session import serving_sim
-from rampwatch.loadgen.connection import Connection
-from rampwatch.loadgen.runner import Run, RunOptions
-from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.transport.connection import Connection
+from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.record.reader import open_recording
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.sim.config import SimConfig

@@ -13,9 +13,9 @@ import pytest
 from rampwatch.app.bridge import ItemForwarder, ProcessBridge, SeriesMirror, feed_items, tail_of, with_tail
 from rampwatch.app.live import start_live
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import Event, FanoutSink, NullSink, RequestRecord, ServerSample, Snapshot, Tick
-from rampwatch.loadgen import eventloop
-from rampwatch.loadgen.series import SeriesBuilder
+from rampwatch.loadgen.run import eventloop
 from tests.tui.fakes import FakeControl, fake_header, fake_mixed_snapshot, fake_snapshot
 
 # How long a test waits for the run process to publish: generous, since forking and
@@ -131,7 +131,7 @@ def test_a_tail_built_from_the_last_bins_only_is_the_tail_of_the_whole_snapshot(
     """Between full snapshots the run process builds its newest bins only (a day's series
     as Python lists take ~1 s to build): the tail sent is the same."""
     from rampwatch.app.bridge import TAIL_BINS
-    from rampwatch.loadgen.series import SeriesBuilder
+    from rampwatch.core.figures.series import SeriesBuilder
     from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 
     builder = SeriesBuilder()

@@ -12,9 +12,9 @@ import pytest
 from textual.widgets import Input, Static
 
 from rampwatch.app.live import start_live
-from rampwatch.loadgen.managed import ManagedServer, ServeCommand
-from rampwatch.loadgen.runner import Run, RunOptions
-from rampwatch.loadgen.scenario import load_scenario
+from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand
+from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.record.analysis import configuration_segments
 from rampwatch.record.reader import open_recording
 from rampwatch.record.writer import RecordingWriter

@@ -7,7 +7,7 @@ import pytest
 
 from rampwatch.app.restart import unmask
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.managed import ServeCommand
+from rampwatch.loadgen.server.managed import ServeCommand
 
 COMMAND = "HF_TOKEN=hf_abc rampwatch sim --port 18999 --api-key sk-one --token sk-two --max-num-seqs 8"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rampwatch.app.start import details_text, shipped_scenarios
-from rampwatch.loadgen.scenario import list_scenarios, load_scenario
+from rampwatch.loadgen.workload.scenario import list_scenarios, load_scenario
 from rampwatch.tui.start_screen import StartApp, StartChoice, StartScenario, make_choice
 
 SIMULATOR = "the embedded simulator (l4, llama-3.1-8b-fp8)"

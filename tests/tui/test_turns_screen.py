@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 from rich.console import Console
 
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import RunHeader
-from rampwatch.loadgen.series import SeriesBuilder
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.writer import RecordingWriter

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from rampwatch.app.session import progress_line
-from rampwatch.loadgen.sessions import session_target, users_target
+from rampwatch.loadgen.workload.sessions import session_target, users_target
 from rampwatch.tui.chart_data import schedule_text
 from rampwatch.tui.stats_panel import StatsPanel
 from tests.tui.fakes import fake_snapshot

@@ -7,7 +7,7 @@ import pytest
 from textual.content import Content
 from textual.widgets import TabbedContent
 
-from rampwatch.loadgen.steps import step_cells
+from rampwatch.core.figures.steps import step_cells
 from rampwatch.tui.app import make_live_app, make_replay_app
 from rampwatch.tui.latency_chart import LatencyChart
 from rampwatch.tui.step_table import StepTable, columns_for

@@ -36,9 +36,9 @@ def counters(url: str) -> dict[str, float]:
 
 
 def test_linear_ramp_matches_the_servers_counters(vllm_server, tmp_path):
-    from rampwatch.loadgen.scenario import RequestFactory, load_scenario
-    from rampwatch.loadgen.series import SeriesBuilder
-    from rampwatch.loadgen.tokenizers import load_tokenizer
+    from rampwatch.core.figures.series import SeriesBuilder
+    from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+    from rampwatch.loadgen.workload.tokenizers import load_tokenizer
     from rampwatch.record.reader import open_recording
 
     model_dir = vllm_server.paths.model

@@ -1,0 +1,1 @@
+"""Talking HTTP to the server: streaming requests, SSE, the connection settings, redirects, open files."""

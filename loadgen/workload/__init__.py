@@ -1,0 +1,1 @@
+"""Building the requests: scenarios, arrival schedules, prompts, datasets, sessions, traces, mixtures."""

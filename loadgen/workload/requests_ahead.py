@@ -1,0 +1,254 @@
+"""A run's requests built ahead of their send times, in a process of their own when
+building them is costly.
+
+Building a request (a prompt synthesised to an exact token count: several tokenizer
+encodes and decodes) takes ~0.6 ms for a 256-token ``random`` prompt, ~1.2 ms for 1,024
+tokens and ~8 ms for a long trace row. Built at its send time on the run's event loop,
+that held the loop for as long, delaying every send and read behind it
+(``bench/bench_loop_stalls.py``). A thread would not do: the tokenizer releases the GIL
+for each short encode and takes it back at once, and a thread that does that starves
+the loop's thread of the GIL for far longer than the build (CPython's GIL hand-over
+favours the thread that just released it).
+
+So the factory's first ``PROBE_REQUESTS`` requests are built here, timed (but the first,
+which warms caches up); if they took ``AHEAD_ABOVE_S`` of CPU or more each, the factory (its state after them) goes to a fresh
+interpreter that builds the rest in order and streams them back, pickled, ahead of
+their use; the loop only unpickles each at its take (~10 µs). The sequence is the factory's
+own, request for request, either way. A process that cannot start leaves the building
+here, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from typing import Any
+
+from rampwatch.core.errors import UserError
+from rampwatch.core.interpreter import module_command
+from rampwatch.loadgen.workload.requests import PreparedRequest
+
+log = logging.getLogger(__name__)
+
+PROBE_REQUESTS = 5  # built here before the run's clock starts: the first untimed
+AHEAD_ABOVE_S = 0.0003  # a mean build time (CPU) from which the builder process pays for itself
+AHEAD = 64  # requests unpickled and waiting; more wait in the socket's buffers
+START_TIMEOUT_S = 60.0  # a fresh interpreter imports numpy and the tokenizer: ~1-2 s
+_LENGTH = struct.Struct("!I")
+# A frame from the builder: its length (of the tag and the pickle), a tag, the pickle.
+_REQUEST, _ERROR = b"R", b"E"
+
+
+class RequestsAhead:
+    """The requests of ``factory`` (a ``RequestFactory``-like: ``next_request()``), in its
+    order. ``start()`` (before the run's clock starts) decides where they are built;
+    ``wait_ready()`` then ``take()`` hand them out; ``close()`` ends the builder."""
+
+    def __init__(self, factory: Any, ahead_above_s: float = AHEAD_ABOVE_S) -> None:
+        self.factory = factory
+        self.ahead_above_s = ahead_above_s
+        # Built requests; those from the builder still pickled: each is unpickled at its
+        # take, so that a burst of arrivals costs the loop no long callback.
+        self._ready: collections.deque[PreparedRequest | bytes] = collections.deque()
+        self._arrived: asyncio.Event | None = None
+        self._failure: BaseException | None = None
+        self._process: subprocess.Popen | None = None
+        self._transport: asyncio.Transport | None = None
+        self._paused = False
+
+    @property
+    def in_process_of_its_own(self) -> bool:
+        return self._process is not None
+
+    async def start(self) -> None:
+        try:
+            # The first one warms the factory's caches up (milliseconds, once): not timed.
+            self._ready.append(self.factory.next_request())
+            started = time.thread_time()  # CPU time: a busy machine does not make them costly
+            for _ in range(PROBE_REQUESTS - 1):
+                self._ready.append(self.factory.next_request())
+        except Exception as exc:  # e.g. a trace shorter than the probe: raised at its take
+            self._failure = exc
+            return
+        if (time.thread_time() - started) / (PROBE_REQUESTS - 1) < self.ahead_above_s:
+            return
+        try:
+            payload = pickle.dumps(self.factory, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a factory that cannot travel (a test's fake): built here
+            log.info("requests built on the run's loop: the factory cannot be pickled (%s)", exc)
+            return
+        try:
+            await self._spawn(payload)
+        except (OSError, UserError, BuilderLost) as exc:
+            # Nothing was taken from it: the factory here goes on from the same state.
+            log.warning("requests built on the run's loop: %s", exc)
+            await self.close()
+            while len(self._ready) > PROBE_REQUESTS:
+                self._ready.pop()
+            self._arrived, self._failure = None, None
+
+    async def _spawn(self, payload: bytes) -> None:
+        self._process, ours = await asyncio.to_thread(spawn_builder, payload)
+        loop = asyncio.get_running_loop()
+        self._arrived = asyncio.Event()
+        self._transport, _ = await loop.create_connection(lambda: _BuiltRequests(self), sock=ours)
+        try:  # the first one built there: it has imported and unpickled everything
+            await asyncio.wait_for(self.wait_ready(min_ready=PROBE_REQUESTS + 1), START_TIMEOUT_S)
+        except TimeoutError:
+            raise UserError(f"the request builder process did not answer within {START_TIMEOUT_S:g} s") from None
+        if isinstance(self._failure, BuilderLost):
+            raise self._failure
+
+    async def wait_ready(self, min_ready: int = 1) -> None:
+        """Return once ``take`` can answer (a request, or the factory's error, raised
+        there: where a request built here would have raised it): at once when they are
+        built here or the builder process is ahead."""
+        while self._arrived is not None and len(self._ready) < min_ready and self._failure is None:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    def take(self) -> PreparedRequest:
+        """The next request (``wait_ready`` first when building ahead)."""
+        if not self._ready:
+            if self._failure is not None:
+                raise self._failure
+            if self._arrived is not None:
+                raise RuntimeError("take() before wait_ready(): no request built yet")
+            return self.factory.next_request()
+        request = self._ready.popleft()
+        if self._paused and len(self._ready) <= AHEAD // 2 and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return pickle.loads(request) if isinstance(request, bytes) else request
+
+    def _received(self, tag: bytes, body: bytes) -> None:
+        if tag == _REQUEST:
+            self._ready.append(body)
+            if len(self._ready) >= AHEAD and not self._paused and self._transport is not None:
+                self._paused = True  # the builder blocks once the socket's buffers are full
+                self._transport.pause_reading()
+        else:  # the factory raised there: raised here, where it would have been
+            self._failure = pickle.loads(body)
+        if self._arrived is not None:
+            self._arrived.set()
+
+    def _lost(self, why: str) -> None:
+        if self._failure is None:
+            self._failure = BuilderLost(f"the request builder process {why}")
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()  # the builder ends at the socket's end
+            self._transport = None
+        process, self._process = self._process, None
+        if process is not None:
+            try:
+                await asyncio.to_thread(process.wait, 5.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                await asyncio.to_thread(process.wait)
+
+
+class BuilderLost(RuntimeError):
+    """The builder process exited or its socket broke before the run closed it."""
+
+
+class _BuiltRequests(asyncio.Protocol):
+    """The builder process's frames, whole, to the owner."""
+
+    def __init__(self, owner: RequestsAhead) -> None:
+        self.owner = owner
+        self.buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        start = 0
+        while len(self.buffer) - start >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(self.buffer, start)
+            end = start + _LENGTH.size + length
+            if len(self.buffer) < end:
+                break
+            tag = bytes(self.buffer[start + _LENGTH.size : start + _LENGTH.size + 1])
+            self.owner._received(tag, bytes(self.buffer[start + _LENGTH.size + 1 : end]))
+            start = end
+        del self.buffer[:start]
+
+    def eof_received(self) -> bool | None:
+        self.owner._lost("exited")
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._lost("exited" if exc is None else f"was lost: {exc}")
+
+
+def spawn_builder(payload: bytes) -> tuple[subprocess.Popen, socket.socket]:
+    """A fresh interpreter running ``builder_main`` (never a fork: the run process has
+    threads, and a fork would hold copies of its connections), handed the pickled factory."""
+    ours, theirs = socket.socketpair()
+    try:
+        process = subprocess.Popen(
+            module_command(__name__, str(theirs.fileno())),
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+        )
+    except OSError:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    ours.sendall(_LENGTH.pack(len(payload)) + payload)
+    return process, ours
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return bytes(data)
+
+
+def builder_main(fd: int) -> None:
+    """The builder process: the factory arrives pickled, its requests go back in order
+    until the run closes the socket (or the factory raises: that goes back, then the end)."""
+    # The run stops this process (a terminal's Ctrl-C, or a TERM sent to the process
+    # group, reaches it too): it ends at the socket's end.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    try:
+        (length,) = _LENGTH.unpack(_read_exactly(sock, _LENGTH.size))
+        factory = pickle.loads(_read_exactly(sock, length))
+        while True:
+            tag = _REQUEST
+            try:
+                built: Any = factory.next_request()
+            except Exception as exc:
+                tag, built = _ERROR, exc
+            try:
+                payload = pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # what cannot travel fails there: its text does
+                failed = built if tag == _ERROR else exc
+                tag = _ERROR
+                payload = pickle.dumps(RuntimeError(f"{type(failed).__name__}: {failed}"))
+            sock.sendall(_LENGTH.pack(len(payload) + 1) + tag + payload)
+            if tag == _ERROR:
+                return
+    except (EOFError, OSError):
+        return  # the run has ended
+
+
+if __name__ == "__main__":
+    builder_main(int(sys.argv[1]))

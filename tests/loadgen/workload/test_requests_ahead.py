@@ -1,0 +1,126 @@
+"""Requests built ahead in a process of their own: the factory's own sequence, built
+there and not on the run's loop, its failures raised where they would have been."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rampwatch.loadgen.workload.requests import PreparedRequest
+from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS, BuilderLost, RequestsAhead
+from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+
+REPO = str(Path(__file__).resolve().parents[3])
+RANDOM = [("workload.input_tokens", "64"), ("workload.output_tokens", "8")]
+
+
+def factory(name: str = "random", sets=RANDOM) -> RequestFactory:
+    return RequestFactory(load_scenario(name, overrides=sets))
+
+
+def fields(request: PreparedRequest) -> tuple:
+    return (request.payload, request.expected_prompt_tokens, request.max_tokens, request.tag, request.extra)
+
+
+async def take(ahead: RequestsAhead, n: int) -> list[PreparedRequest]:
+    out = []
+    for _ in range(n):
+        await ahead.wait_ready()
+        out.append(ahead.take())
+    return out
+
+
+class FailingFactory:
+    """Picklable (by reference to this module); raises at its ``fail_at``-th request."""
+
+    def __init__(self, fail_at: int) -> None:
+        self.count = 0
+        self.fail_at = fail_at
+
+    def next_request(self) -> PreparedRequest:
+        self.count += 1
+        if self.count == self.fail_at:
+            raise ValueError(f"no request {self.count}")
+        return PreparedRequest("completions", {"prompt": str(self.count), "max_tokens": 1}, 1, 1)
+
+
+async def test_requests_built_in_their_own_process_are_the_factorys_sequence_and_not_built_here():
+    built_here = factory()
+    ahead = RequestsAhead(built_here, ahead_above_s=0.0)  # whatever they cost
+    await ahead.start()
+    try:
+        assert ahead.in_process_of_its_own
+        got = await take(ahead, 300)  # several times what waits unpickled: the flow control resumes
+    finally:
+        await ahead.close()
+    reference = factory()
+    assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(300)]
+    assert built_here._count == PROBE_REQUESTS  # the probe only: the rest came from the process
+
+
+async def test_cheap_requests_are_built_here_at_their_take():
+    built_here = factory("chat", [])
+    ahead = RequestsAhead(built_here, ahead_above_s=1.0)
+    await ahead.start()
+    assert not ahead.in_process_of_its_own
+    got = await take(ahead, 10)
+    await ahead.close()
+    assert built_here._count == 10
+    reference = factory("chat", [])
+    assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(10)]
+
+
+async def test_a_factory_that_cannot_be_pickled_builds_here():
+    built_here = factory()
+    built_here.unpicklable = lambda: None  # type: ignore[attr-defined]
+    ahead = RequestsAhead(built_here, ahead_above_s=0.0)
+    await ahead.start()
+    assert not ahead.in_process_of_its_own
+    got = await take(ahead, 8)
+    await ahead.close()
+    reference = factory()
+    assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(8)]
+
+
+async def test_the_factorys_error_is_raised_after_the_requests_built_before_it(monkeypatch):
+    # The builder unpickles FailingFactory from this module: it starts with -P (nothing
+    # from the current directory), so the repository is named on its path.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    ahead = RequestsAhead(FailingFactory(fail_at=PROBE_REQUESTS + 3), ahead_above_s=0.0)
+    await ahead.start()
+    try:
+        assert ahead.in_process_of_its_own
+        got = await take(ahead, PROBE_REQUESTS + 2)
+        await ahead.wait_ready()  # a schedule that ends here never sees the error
+        with pytest.raises(ValueError, match=f"no request {PROBE_REQUESTS + 3}"):
+            ahead.take()
+    finally:
+        await ahead.close()
+    assert [r.payload["prompt"] for r in got] == [str(i) for i in range(1, PROBE_REQUESTS + 3)]
+
+
+async def test_a_builder_process_that_dies_is_an_error_once_its_requests_are_taken():
+    ahead = RequestsAhead(factory(), ahead_above_s=0.0)
+    await ahead.start()
+    try:
+        assert ahead._process is not None
+        ahead._process.kill()
+        with pytest.raises(BuilderLost, match="exited"):
+            for _ in range(100_000):  # what it built before it died is handed out first
+                await ahead.wait_ready()
+                ahead.take()
+    finally:
+        await ahead.close()
+
+
+async def test_a_factory_that_fails_within_the_probe_fails_at_that_take_only():
+    ahead = RequestsAhead(FailingFactory(fail_at=2), ahead_above_s=0.0)
+    await ahead.start()
+    assert not ahead.in_process_of_its_own
+    await ahead.wait_ready()
+    assert ahead.take().payload["prompt"] == "1"
+    with pytest.raises(ValueError, match="no request 2"):
+        ahead.take()
+    await ahead.close()
