@@ -20,8 +20,9 @@ def port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def sweep_file(tmp_path: Path, sets: str, duration_s: float = 6.0) -> Path:
-    """A short sweep: chat with short answers, a 6 s ramp, each configuration given."""
+def sweep_file(tmp_path: Path, sets: str, duration_s: float = 3.0) -> Path:
+    """A short sweep: chat with short answers, a 3 s ramp (requests, recordings and GPU
+    gauges for every configuration; no knee needed), each configuration given."""
     path = tmp_path / "sweep.yaml"
     path.write_text(
         textwrap.dedent(
