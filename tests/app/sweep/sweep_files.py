@@ -1,5 +1,6 @@
-"""Sweep files and commands the sweep's tests share: a short simulator sweep, a small one
-loaded past its knees, a free port, and `rampwatch` run as a child process."""
+"""Sweep files and commands the sweep's tests share: a minimal sweep file, a short
+simulator sweep, a small one loaded past its knees, a free port, and `rampwatch` run as a
+child process."""
 
 import json
 import socket
@@ -7,6 +8,22 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+GOOD_SWEEP = """\
+scenario: chat
+serve: vllm serve Qwen/Qwen2.5-0.5B --port 8311
+matrix:
+  product:
+    max_num_seqs: [8, 64]
+load:
+  ramp: {start_rps: 1, end_rps: 20, duration_s: 30}
+"""
+
+
+def write(tmp_path, text, name="s.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
 
 
 def free_port() -> int:

@@ -1,28 +1,11 @@
 """A sweep file read and checked: defaults, the load, flags over the file's keys, errors
 naming the file, line and key, and the matrix expanded into configurations."""
 
-import textwrap
-
 import pytest
 
 from rampwatch.app.sweep.spec import EarlyStop, expand_matrix, load_sweep
 from rampwatch.core.errors import UserError
-
-GOOD_SWEEP = """\
-scenario: chat
-serve: vllm serve Qwen/Qwen2.5-0.5B --port 8311
-matrix:
-  product:
-    max_num_seqs: [8, 64]
-load:
-  ramp: {start_rps: 1, end_rps: 20, duration_s: 30}
-"""
-
-
-def write(tmp_path, text, name="s.yaml"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
+from tests.app.sweep.sweep_files import GOOD_SWEEP, write
 
 
 def test_a_minimal_sweep_has_defaults(tmp_path):

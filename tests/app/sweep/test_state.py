@@ -5,7 +5,7 @@ import pytest
 from rampwatch.app.sweep.spec import load_sweep
 from rampwatch.app.sweep.state import new_state, resume_state
 from rampwatch.core.errors import UserError
-from tests.app.sweep.test_spec import GOOD_SWEEP, write
+from tests.app.sweep.sweep_files import GOOD_SWEEP, write
 
 
 def test_resume_refuses_another_number_of_repeats(tmp_path):
