@@ -20,7 +20,7 @@ from rampwatch.core.version import rampwatch_version
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("rampwatch.app.run", "ramp load against a server (or the embedded simulator) and watch it live"),
     "sweep": (
-        "rampwatch.app.sweep_cli",
+        "rampwatch.app.sweep.cli",
         "start a server with each set of engine arguments of a matrix, ramp each to its knee, pick the best",
     ),
     "sim": ("rampwatch.sim.cli", "serve the simulated vLLM server"),

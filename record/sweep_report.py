@@ -8,8 +8,9 @@ import html
 from pathlib import Path
 from typing import Any
 
+from rampwatch.core.figures.sweep import limit_reached
+from rampwatch.core.figures.sweep_text import TABLE_LEGEND, table_cells, verdict_text
 from rampwatch.core.files import private_file
-from rampwatch.loadgen.sweep import TABLE_LEGEND, limit_reached, table_cells, verdict_text
 from rampwatch.record.html_report import (
     PAD_B,
     PAD_L,

@@ -13,47 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rampwatch.sim.config import HARDWARE_PRESETS, KV_CACHE_DTYPES, MODEL_ALIASES, MODEL_PRESETS, ROUTING_CHOICES
-
-# `vllm serve` flags a tuning sweep commonly passes that change nothing the simulator
-# models (logging, loading, tokenizer, API and compilation details). They are accepted
-# and ignored so one serve line runs against vLLM or the simulator.
-IGNORED_VLLM_FLAGS_WITH_VALUE = (
-    "--dtype",
-    "--quantization",
-    "--load-format",
-    "--download-dir",
-    "--revision",
-    "--tokenizer",
-    "--tokenizer-mode",
-    "--tokenizer-revision",
-    "--chat-template",
-    "--generation-config",
-    "--override-generation-config",
-    "--tool-call-parser",
-    "--reasoning-parser",
-    "--uvicorn-log-level",
-    "--max-log-len",
-    "--api-key",
-    "--swap-space",
-    "--cpu-offload-gb",
-    "--distributed-executor-backend",
-    "--compilation-config",
-    "--max-seq-len-to-capture",
-    "--scheduling-policy",
-    "--max-logprobs",
-    "--limit-mm-per-prompt",
-)
-IGNORED_VLLM_SWITCHES = (
-    "--trust-remote-code",
-    "--disable-log-requests",
-    "--enable-log-requests",
-    "--disable-log-stats",
-    "--enforce-eager",
-    "--async-scheduling",
-    "--enable-auto-tool-choice",
-    "--disable-frontend-multiprocessing",
-    "--disable-fastapi-docs",
-)
+from rampwatch.sim.serve_flags import IGNORED_VLLM_FLAGS_WITH_VALUE, IGNORED_VLLM_SWITCHES
 
 if TYPE_CHECKING:
     from rampwatch.sim.config import SimConfig

@@ -1,6 +1,6 @@
 """The live view of a sweep: which configuration runs (its arguments and the run's latest
 progress line), progress through the matrix (i of N, elapsed, ETA), and the table filling
-in, from the sweep's state (``sweep.json``, as ``rampwatch.app.sweep`` writes it).
+in, from the sweep's state (``sweep.json``, as ``rampwatch.app.sweep.run`` writes it).
 
 ``sweep_progress`` is the pure part (tested without Textual); ``SweepApp`` polls a state
 source and draws it."""
@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
-from rampwatch.loadgen.sweep import NOT_REACHED, format_pareto, table_cells
+from rampwatch.core.figures.sweep_text import NOT_REACHED, format_pareto, table_cells
 from rampwatch.tui.chart_data import format_duration
 
 FINISHED = ("done", "failed", "interrupted")

@@ -34,7 +34,7 @@ def test_non_finite_numbers_are_written_as_null(value, expected):
 
 
 def test_a_sweep_state_with_a_nan_figure_is_written(tmp_path):
-    from rampwatch.app.sweep import write_state
+    from rampwatch.app.sweep.state import write_state
 
     path = tmp_path / "sweep.json"
     write_state(path, {"rows": [{"ttft_p99": math.nan, "rps": 3.0}]})  # used to raise ValueError

@@ -77,7 +77,7 @@ def test_the_command_lines_start_python_with_safe_path(module, build):
 def test_the_sweeps_headless_child_imports_nothing_from_the_current_directory(tmp_path, monkeypatch):
     from argparse import Namespace
 
-    from rampwatch.app.sweep import spawn_headless
+    from rampwatch.app.sweep.live import spawn_headless
 
     marker = plant(tmp_path)
     monkeypatch.chdir(tmp_path)

@@ -116,7 +116,7 @@ def test_the_server_log_masks_the_environment_the_serve_line_and_the_connection(
 
 
 def test_a_sweeps_serve_line_masks_its_environment_prefix():
-    from rampwatch.loadgen.sweep import shown_command
+    from rampwatch.app.sweep.serve_args import shown_command
 
     argv = ["HF_TOKEN=hf-abcdef123", "CUDA_VISIBLE_DEVICES=0", "vllm", "serve", "m", "--api-key", "sk-abcdef123"]
     assert shown_command(argv) == f"'HF_TOKEN={REDACTED}' CUDA_VISIBLE_DEVICES=0 vllm serve m --api-key '{REDACTED}'"

@@ -3,7 +3,8 @@
 import html
 import re
 
-from rampwatch.loadgen.sweep import mark_pareto, verdict_text
+from rampwatch.core.figures.sweep import mark_pareto
+from rampwatch.core.figures.sweep_text import verdict_text
 from rampwatch.record.sweep_report import LABEL_CHAR_W, LABEL_H, label_positions, render_sweep_html
 
 

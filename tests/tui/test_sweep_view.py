@@ -126,7 +126,7 @@ async def test_q_stops_the_sweep_and_leaves():
     ],
 )
 def test_narrow_panels_drop_the_least_useful_columns_first(width, dropped):
-    from rampwatch.loadgen.sweep import table_cells
+    from rampwatch.core.figures.sweep_text import table_cells
     from rampwatch.tui.sweep_view import columns_for
 
     cells = table_cells(state_mid_sweep()["rows"])

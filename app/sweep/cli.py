@@ -1,6 +1,6 @@
 """`rampwatch sweep`: its flags, and the choice between the live view (on a terminal,
-``app.sweep_live``) and the headless sweep (``app.sweep``), both imported only once a
-sweep is asked for."""
+``live``) and the headless sweep (``run``). A headless sweep never imports the live
+view's UI (the live view's child is one)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import argparse
 import sys
 
 from rampwatch.app import credentials
+from rampwatch.app.run import non_negative_float, positive_float, want_tui
+from rampwatch.app.sweep.spec import MAX_REPEATS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from rampwatch.app.run import non_negative_float, positive_float
-
     parser.add_argument("sweep", metavar="SWEEP", help="sweep file (YAML): scenario, serve command, matrix, load, SLO")
     parser.add_argument(
         "--slo",
@@ -55,8 +55,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def repeat_count(text: str) -> int:
-    from rampwatch.loadgen.sweep import MAX_REPEATS
-
     try:
         value = int(text)
     except ValueError:
@@ -67,15 +65,15 @@ def repeat_count(text: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rampwatch.app.run import want_tui
-
     for warning in credentials.resolve(args):
         print(f"rampwatch sweep: warning: {warning}", file=sys.stderr)
     credentials.hide_in_process_table(credentials.typed_secrets(args))
+    # Imported here, each only on its own path: the headless sweep (the live view's child
+    # among them) never loads Textual, the live view never loads the run's machinery.
     if want_tui(args):
-        from rampwatch.app.sweep_live import run_sweep_live
+        from rampwatch.app.sweep.live import run_sweep_live
 
         return run_sweep_live(args)
-    from rampwatch.app.sweep import run_sweep
+    from rampwatch.app.sweep.run import run_sweep
 
     return run_sweep(args)

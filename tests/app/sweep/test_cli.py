@@ -1,61 +1,45 @@
-"""`rampwatch sweep` end to end on the simulator: recordings, sweep.json and the table; a
-configuration whose server cannot start; --resume after the sweep was killed between
-configurations."""
+"""`rampwatch sweep`: its flags' errors in this process, and whole sweeps on the simulator
+as child processes (marked slow): recordings, sweep.json and the table; a configuration
+whose server cannot start; --resume after the sweep was killed between configurations;
+SIGTERM; the shipped example; repeats."""
 
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
+from rampwatch.app.cli import main as rampwatch_main
+from rampwatch.core.figures.sweep import choose_best, mark_pareto
 from rampwatch.record.reader import open_recording
+from tests.app.sweep.sweep_files import port_free, rampwatch, small_sim_sweep, sweep_file, sweep_state
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_bad_slo_flag_is_one_line(tmp_path, capsys):
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
+    assert rampwatch_main(["sweep", str(path), "--headless", "--slo", "ttft<500ms"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "rampwatch sweep: error: --slo 'ttft<500ms': 'ttft<500ms': name a percentile, e.g. ttft_p99"
+    ]
 
 
-def sweep_file(tmp_path: Path, sets: str, duration_s: float = 6.0) -> Path:
-    """A short sweep: chat with short answers, a 6 s ramp, each configuration given."""
-    path = tmp_path / "sweep.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            name: short
-            scenario: chat
-            set:
-              workload.output_tokens: {{dist: uniform, min: 10, max: 30}}
-            serve: rampwatch sim --hardware h100 --model llama-3.1-8b --port {free_port()} --gpu-telemetry
-            vllm_model: meta-llama/Llama-3.1-8B-Instruct
-            matrix:
-              sets: {sets}
-            load:
-              ramp: {{start_rps: 2, end_rps: 6, duration_s: {duration_s}}}
-            slo: ttft_p99<500ms,itl_p99<50ms
-            stop_grace_s: 1
-            output_dir: {tmp_path / "out"}
-            """
-        )
-    )
-    return path
-
-
-def rampwatch(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "rampwatch.app.cli", *args], capture_output=True, text=True, timeout=200, **kwargs
+@pytest.mark.parametrize("value", ["0", "x", "21"])
+def test_a_bad_repeats_flag_is_one_line(tmp_path, capsys, value):
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
+    with pytest.raises(SystemExit) as exit_:
+        rampwatch_main(["sweep", str(path), "--headless", "--repeats", value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"rampwatch sweep: error: argument --repeats: expected a whole number from 1 to 20, got '{value}'"
     )
 
 
+@pytest.mark.slow
 def test_headless_sweep_records_each_configuration_and_prints_the_table(tmp_path):
     path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]")
     done = rampwatch("sweep", str(path), "--headless")
@@ -85,6 +69,7 @@ def test_headless_sweep_records_each_configuration_and_prints_the_table(tmp_path
     assert all(r["tokens_per_joule"] > 0 for r in state["rows"]) and "tok/J" in lines[header]
 
 
+@pytest.mark.slow
 def test_a_configuration_whose_server_fails_is_a_row_and_the_sweep_goes_on(tmp_path):
     # Llama-3.1-8B does not fit in 10 % of an H100: the simulator exits at startup, as vLLM would.
     path = sweep_file(tmp_path, "[{gpu-memory-utilization: 0.1}, {max-num-seqs: 16}]")
@@ -102,43 +87,7 @@ def test_a_configuration_whose_server_fails_is_a_row_and_the_sweep_goes_on(tmp_p
     assert state["best"] == (1 if ok["reached"] else None)  # never the failed one
 
 
-def test_bad_slo_flag_is_one_line(tmp_path):
-    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
-    done = rampwatch("sweep", str(path), "--headless", "--slo", "ttft<500ms")
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "rampwatch sweep: error: --slo 'ttft<500ms': 'ttft<500ms': name a percentile, e.g. ttft_p99"
-    ]
-
-
-@pytest.mark.parametrize("value", ["0", "x", "21"])
-def test_a_bad_repeats_flag_is_one_line(tmp_path, value):
-    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
-    done = rampwatch("sweep", str(path), "--headless", "--repeats", value)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"rampwatch sweep: error: argument --repeats: expected a whole number from 1 to 20, got '{value}'"
-    )
-
-
-def test_resume_refuses_another_number_of_repeats(tmp_path):
-    from rampwatch.app.sweep import new_state, resume_state
-    from rampwatch.core.errors import UserError
-    from rampwatch.loadgen.sweep import load_sweep
-
-    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
-    spec = load_sweep(path)
-    old = new_state(spec, ["rampwatch", "sim"])
-    again = new_state(load_sweep(path, repeats=3), ["rampwatch", "sim"])
-    with pytest.raises(UserError, match=r"is a sweep of 1 run\(s\) a configuration; give the same repeats"):
-        resume_state(old, again, tmp_path)
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
+@pytest.mark.slow
 def test_resume_after_a_kill_between_configurations_keeps_the_finished_ones(tmp_path):
     path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]")
     state_path = tmp_path / "out" / "sweep.json"
@@ -176,45 +125,12 @@ def test_resume_after_a_kill_between_configurations_keeps_the_finished_ones(tmp_
     assert os.path.getsize(tmp_path / "out" / final["rows"][1]["recording"]) > 0
 
 
-def test_a_signal_landing_as_the_start_line_is_written_interrupts_that_configuration(tmp_path, monkeypatch):
-    """The signal handler raises KeyboardInterrupt wherever the sweep is between loads:
-    landing just after the "[1/2] start" line was flushed, the configuration it announced
-    is the one interrupted (it stayed "pending" when the line was written outside it)."""
-    import argparse
-    import io
-
-    from rampwatch.app import sweep_cli
-    from rampwatch.app.sweep import Sweep
-
-    parser = argparse.ArgumentParser()
-    sweep_cli.configure(parser)
-    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]")
-    sweep = Sweep(parser.parse_args([str(path), "--headless"]), out=io.StringIO())
-    sweep.prepare()
-    say = sweep.say
-
-    def say_then_signal(text: str) -> None:
-        say(text)
-        if " start: " in text:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(sweep, "say", say_then_signal)
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        code = sweep.execute()
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    assert code == 130
-    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
-    assert [r["status"] for r in state["rows"]] == ["interrupted", "pending"]
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["[1/2] start", "[1/2] done"])
 def test_sigterm_stops_the_sweep_with_its_table_and_no_server_left(tmp_path, when):
     """What `q` in the live view sends: during a configuration (its server starting or
     its load running) or between two."""
-    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]", duration_s=30.0)
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]")
     port = int(path.read_text().split("--port ")[1].split()[0])
     proc = subprocess.Popen(
         [sys.executable, "-m", "rampwatch.app.cli", "sweep", str(path), "--headless"],
@@ -243,6 +159,7 @@ def test_sigterm_stops_the_sweep_with_its_table_and_no_server_left(tmp_path, whe
     assert port_free(port)
 
 
+@pytest.mark.slow
 def test_the_shipped_example_loads_every_configuration_past_its_knee_and_names_the_best(tmp_path):
     """scenarios/sweep-sim.yaml as shipped (by name), into a temporary output dir: every
     configuration is loaded to its limit, so the verdict is about capacities (~2 min)."""
@@ -267,61 +184,30 @@ def test_the_shipped_example_loads_every_configuration_past_its_knee_and_names_t
     assert "  vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 16\n" in done.stdout
 
 
-def small_sim_sweep(tmp_path: Path, caps: str) -> Path:
-    """sweep-sim's shape made small: its workload and ramp slope (0.43 req/s a second),
-    batch caps whose knees the ramp passes well before its end."""
-    path = tmp_path / "sweep.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            scenario: chat
-            set:
-              workload.output_tokens: {{dist: uniform, min: 80, max: 240}}
-              workload.input_tokens: {{dist: uniform, min: 200, max: 600}}
-            serve: rampwatch sim --hardware h100 --model llama-3.1-8b --port {free_port()}
-            matrix:
-              product: {{max-num-seqs: {caps}}}
-            load:
-              ramp: {{start_rps: 1, end_rps: 14, duration_s: 30}}
-            early_stop: {{window_s: 3, min_requests: 5}}
-            stop_grace_s: 1
-            """
-        )
-    )
-    return path
-
-
-def test_a_sweep_loaded_past_its_knees_gives_the_same_verdict_twice(tmp_path):
-    """Run twice: the same best, and each knee within the two estimates' stated
-    uncertainty (~2 min)."""
+@pytest.mark.slow
+def test_repeats_give_the_median_and_spread_and_the_same_verdict_each_run(tmp_path):
+    """sweep-sim's shape made small, each configuration run twice: the row gives the median
+    and spread of its runs, each run draws its own arrivals and prompts (the seed moves on,
+    and is recorded), and each run on its own gives the same best, its knees within the
+    two estimates' stated uncertainty (~1 min)."""
     path = small_sim_sweep(tmp_path, "[4, 8]")
-    first, second = (sweep_state(path, tmp_path / out) for out in ("first", "second"))
-    assert first["best"] == second["best"] == 1
-    for a, b in zip(first["rows"], second["rows"], strict=True):
+    state = sweep_state(path, tmp_path / "out", "--repeats", "2")
+    assert state["repeats"] == 2 and state["best"] == 1
+    for row in state["rows"]:
+        assert row["status"] == "done" and len(row["runs"]) == 2
+        assert all((tmp_path / "out" / r).is_file() for r in row["recordings"])
+        for key in ("max_goodput_rps", "output_tps"):
+            values = sorted(run[key] for run in row["runs"])
+            assert row["spread"][key] == values and row[key] == pytest.approx(sum(values) / 2)
+        seeds = []
+        for name in row["recordings"]:
+            with open_recording(tmp_path / "out" / name) as rec:
+                seeds.append(rec.header.scenario["seed"])
+        assert seeds == [seeds[0], seeds[0] + 1]
+        a, b = row["runs"]
         assert a["knee_rps"] is not None and b["knee_rps"] is not None
         assert abs(a["knee_rps"] - b["knee_rps"]) <= a["knee_rps_pm"] + b["knee_rps_pm"]
-
-
-def test_repeats_give_the_median_and_spread_of_each_configurations_runs(tmp_path):
-    path = small_sim_sweep(tmp_path, "[4]")
-    state = sweep_state(path, tmp_path / "out", "--repeats", "2")
-    (row,) = state["rows"]
-    assert state["repeats"] == 2 and row["status"] == "done"
-    assert len(row["runs"]) == 2 and all((tmp_path / "out" / r).is_file() for r in row["recordings"])
-    for key in ("max_goodput_rps", "output_tps"):
-        values = sorted(run[key] for run in row["runs"])
-        assert row["spread"][key] == values and row[key] == pytest.approx(sum(values) / 2)
-    # each repeat draws its own arrivals and prompts: the seed moves on, and is recorded
-    from rampwatch.record.reader import open_recording
-
-    seeds = []
-    for name in row["recordings"]:
-        with open_recording(tmp_path / "out" / name) as rec:
-            seeds.append(rec.header.scenario["seed"])
-    assert seeds == [seeds[0], seeds[0] + 1]
-
-
-def sweep_state(path: Path, out: Path, *flags: str) -> dict:
-    done = rampwatch("sweep", str(path), "--headless", "--output-dir", str(out), *flags)
-    assert done.returncode == 0, done.stderr
-    return json.loads((out / "sweep.json").read_text())
+    for repeat in range(2):  # the verdict each run alone would give
+        rows = [dict(row["runs"][repeat], index=row["index"], status="done", gpus=row["gpus"]) for row in state["rows"]]
+        mark_pareto(rows)
+        assert choose_best(rows)["best"] == 1

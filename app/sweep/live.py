@@ -1,5 +1,5 @@
 """`rampwatch sweep` on a terminal: the sweep runs headless in a child process (the same
-``app.sweep`` path, its output to a log), and this process shows its state live
+``run`` path, its output to a log), and this process shows its state live
 (``tui.sweep_view``) from the ``sweep.json`` the child rewrites. ``q`` stops the child the
 way Ctrl-C stops a headless sweep (the running configuration drains, its server stops);
 then the child's output — its lines and the final table — is printed here."""
@@ -7,14 +7,19 @@ then the child's output — its lines and the final table — is printed here.""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from rampwatch.app.sweep import SWEEP_STATE, check_output_dir, read_state, spawn_headless
-from rampwatch.loadgen.sweep import load_sweep
+from rampwatch.app import credentials
+from rampwatch.app.sweep.spec import load_sweep
+from rampwatch.app.sweep.state import SWEEP_STATE, check_output_dir, read_state
+from rampwatch.core.files import private_file
+from rampwatch.core.interpreter import module_command
+from rampwatch.tui.sweep_view import SweepApp
 
 # After q, how long the child may take to stop its configuration and server.
 STOP_TIMEOUT_S = 60.0
@@ -28,9 +33,33 @@ def _tail(path: Path, lines: int = 3) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def run_sweep_live(args: argparse.Namespace) -> int:
-    from rampwatch.tui.sweep_view import SweepApp
+def spawn_headless(
+    args: argparse.Namespace, log_path: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """The same sweep run headless in a child process (the live screen's load side)."""
+    words = module_command("rampwatch.app.cli", "sweep", args.sweep, "--headless")
+    named = (
+        ("--slo", args.slo),
+        ("--output-dir", args.output_dir),
+        ("--startup-timeout", args.startup_timeout),
+        ("--stop-grace", args.stop_grace),
+        ("--repeats", args.repeats),
+    )
+    for flag, value in named:
+        if value is not None:
+            words += [flag, str(value)]
+    if args.resume:
+        words.append("--resume")
+    # the key in its environment, not on its command line: the process table shows that
+    env = credentials.child_environment(args, dict(os.environ, **(extra_env or {})))
+    log = private_file(log_path, "w", encoding="utf-8")
+    try:
+        return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    finally:
+        log.close()
 
+
+def run_sweep_live(args: argparse.Namespace) -> int:
     spec = load_sweep(
         args.sweep, slo_text=args.slo, output_dir=args.output_dir, repeats=args.repeats
     )  # a bad file: one line, no screen

@@ -1,13 +1,12 @@
-"""`rampwatch sweep SWEEP.yaml`: for each configuration of the sweep's matrix, start the
-server (``loadgen.server.managed.ManagedServer``), ramp the scenario against it with the run path
-of `rampwatch run` (``app.session.prepare_run``, one recording per configuration) until
-the knee is past and the SLO broken, stop it, and go on; then the table, the Pareto front
-and the best configuration as a ``vllm serve`` command.
+"""`rampwatch sweep SWEEP.yaml`, headless: for each configuration of the sweep's matrix,
+start the server (``loadgen.server.managed.ManagedServer``), ramp the scenario against it
+with the run path of `rampwatch run` (``app.session.prepare_run``, one recording per
+configuration) until the knee is past and the SLO broken, stop it, and go on; then the
+table, the Pareto front and the best configuration as a ``vllm serve`` command.
 
-The sweep's state is ``OUTPUT_DIR/sweep.json``, rewritten (atomically) at each
-configuration's start and end and every few seconds in between: it is the table the end
-prints, what ``--resume`` continues from, and what the live screen draws (the live
-screen runs this same headless sweep in a child process and reads that file).
+The sweep's state (``state``: ``OUTPUT_DIR/sweep.json``) is rewritten at each
+configuration's start and end and every few seconds in between; the live screen
+(``live``) runs this same headless sweep in a child process and reads that file.
 """
 
 from __future__ import annotations
@@ -16,134 +15,44 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from rampwatch.app import credentials
+from rampwatch.app import run as run_cli
+from rampwatch.app.session import build_run, plan_run, progress_line
+from rampwatch.app.sweep.early_stop import EarlyStopRule
+from rampwatch.app.sweep.serve_args import apply_args, command_line
+from rampwatch.app.sweep.spec import load_sweep
+from rampwatch.app.sweep.state import (
+    SWEEP_STATE,
+    check_output_dir,
+    new_state,
+    read_state,
+    resume_state,
+    run_slug,
+    write_state,
+)
 from rampwatch.core import strict_json
+from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.figures.sweep import choose_best, combine_runs, config_row, mark_pareto
+from rampwatch.core.figures.sweep_text import format_pareto, format_table, knee_text, verdict_text
+from rampwatch.core.text import server_text
+from rampwatch.loadgen.run import eventloop
+from rampwatch.loadgen.server.managed import ServeCommand
+from rampwatch.record.reader import open_recording
+from rampwatch.record.sweep_report import write_sweep_report
+from rampwatch.sim.gpu_telemetry import DCGM_PATH
+from rampwatch.sim.serve_flags import is_sim_command
 
-SWEEP_STATE = "sweep.json"
 SWEEP_REPORT = "sweep.html"
 INTERRUPTED_EXIT = 130
 STATUS_INTERVAL_S = 2.0
-
-
-# --------------------------------------------------------------------------- state
-
-
-def write_state(path: Path, state: dict[str, Any]) -> None:
-    """``sweep.json`` replaced whole (a reader never sees half a file)."""
-    from rampwatch.core.files import private_file
-
-    tmp = path.with_suffix(".json.tmp")
-    with private_file(tmp, "w", encoding="utf-8") as fh:
-        fh.write(strict_json.dumps(state, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
-def read_state(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("rows"), list) else None
-
-
-def new_state(spec: Any, base_argv: list[str]) -> dict[str, Any]:
-    from rampwatch.loadgen.sweep import (
-        BEST_RULE,
-        apply_args,
-        config_label,
-        config_slug,
-        gpu_count,
-        is_sim_command,
-        shown_command,
-        vllm_serve_argv,
-    )
-
-    rows = []
-    for i, args in enumerate(spec.configs):
-        argv = apply_args(base_argv, args)
-        rows.append(
-            {
-                "index": i,
-                "args": args,
-                "config": config_label(args),
-                "command": shown_command(argv),
-                # a simulator sweep also prints what to run on the real server
-                "vllm_command": shown_command(vllm_serve_argv(argv, spec.vllm_model)) if is_sim_command(argv) else None,
-                "gpus": gpu_count(argv),
-                "slug": config_slug(i, args),
-                "status": "pending",
-            }
-        )
-    return {
-        "sweep": spec.name,
-        "file": spec.path,
-        "scenario": spec.scenario,
-        "serve": shown_command(base_argv),
-        "slo": spec.slo.text,
-        "schedule": spec.schedule,
-        "repeats": spec.repeats,
-        "best_rule": BEST_RULE,
-        "started_at": time.time(),
-        "finished": False,
-        "current": None,
-        "current_line": None,
-        "best": None,
-        "rows": rows,
-    }
-
-
-def resume_state(old: dict[str, Any], fresh: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """The fresh state with the completed rows of ``old`` kept: a row is kept when it is
-    ``done`` and its recording is there; any other (pending, half-done, interrupted or
-    failed) runs again, its partial recording removed. The matrix must be the same."""
-    from rampwatch.core.errors import UserError
-
-    if [r.get("args") for r in old["rows"]] != [r["args"] for r in fresh["rows"]]:
-        raise UserError(
-            f"--resume: {out_dir / SWEEP_STATE} is a sweep of other configurations; "
-            "give another --output-dir or the same matrix"
-        )
-    if old.get("repeats", 1) != fresh["repeats"]:
-        raise UserError(
-            f"--resume: {out_dir / SWEEP_STATE} is a sweep of {old.get('repeats', 1)} run(s) a configuration; "
-            "give the same repeats or another --output-dir"
-        )
-    for i, row in enumerate(old["rows"]):
-        recordings = row.get("recordings") or [row.get("recording")]
-        if row.get("status") == "done" and all(r and (out_dir / str(r)).is_file() for r in recordings):
-            fresh["rows"][i] = row
-        else:
-            slug = fresh["rows"][i]["slug"]
-            repeats = [None] if fresh["repeats"] == 1 else list(range(fresh["repeats"]))
-            for repeat in repeats:
-                for suffix in (".rwrec", ".rwrec.server.log"):
-                    (out_dir / f"{run_slug(slug, repeat)}{suffix}").unlink(missing_ok=True)
-    fresh["started_at"] = old.get("started_at", fresh["started_at"])
-    return fresh
-
-
-def check_output_dir(out_dir: Path, resume: bool) -> None:
-    """A new sweep needs an output dir without one; ``--resume`` needs one to continue."""
-    from rampwatch.core.errors import UserError
-
-    state = out_dir / SWEEP_STATE
-    if resume and read_state(state) is None:
-        raise UserError(f"--resume: no sweep to resume in {out_dir} (no readable {SWEEP_STATE})")
-    if not resume and state.exists():
-        raise UserError(
-            f"--output-dir {out_dir}: holds a sweep already ({SWEEP_STATE}); "
-            "pass --resume to continue it or another --output-dir"
-        )
 
 
 # --------------------------------------------------------------------------- one configuration
@@ -162,10 +71,6 @@ class ConfigRun:
         self.figures: dict[str, Any] = {}
 
     def execute(self) -> None:
-        from rampwatch.app.session import plan_run
-        from rampwatch.core.errors import ServerExited, UserError
-        from rampwatch.loadgen.sweep import apply_args, command_line
-
         sweep, row = self.sweep, self.row
         recording = sweep.out_dir / f"{run_slug(row['slug'], self.repeat)}.rwrec"
         argv = apply_args(sweep.base_argv, row["args"])
@@ -209,10 +114,6 @@ class ConfigRun:
             self.row["server_exit_code"] = code
 
     def _run_load(self, plan: Any, recording: Path) -> None:
-        from rampwatch.app.session import build_run
-        from rampwatch.loadgen.run import eventloop
-        from rampwatch.loadgen.sweep import EarlyStopRule, config_row
-
         sweep, row = self.sweep, self.row
         prepared = build_run(plan)
         run = prepared.run  # its knee is judged against the server's own caps (build_run)
@@ -252,8 +153,6 @@ class ConfigRun:
             row["status"] = "done"
 
     async def _execute(self, prepared: Any, loop_holder: dict[str, Any]) -> Any:
-        from rampwatch.app.session import progress_line
-
         loop = asyncio.get_running_loop()
         loop_holder["loop"] = loop
         run = prepared.run
@@ -292,12 +191,6 @@ def repeat_scenario(scenario: Any, repeat: int) -> Any:
     return dataclasses.replace(scenario, seed=seed, raw={**scenario.raw, "seed": seed})
 
 
-def run_slug(slug: str, repeat: int | None) -> str:
-    """A run's recording name: the configuration's, and its repeat's number when it runs
-    more than once."""
-    return slug if repeat is None else f"{slug}-r{repeat + 1}"
-
-
 def _last_line(server: Any) -> str:
     tail = [line for line in server.tail if line.strip()]
     return f"last log line: {tail[-1]}" if tail else "no log output"
@@ -308,10 +201,6 @@ def _last_line(server: Any) -> str:
 
 class Sweep:
     def __init__(self, args: argparse.Namespace, out: TextIO = sys.stdout) -> None:
-        import shlex
-
-        from rampwatch.loadgen.sweep import load_sweep
-
         self.args = args
         self.out = out
         self.spec = load_sweep(args.sweep, slo_text=args.slo, output_dir=args.output_dir, repeats=args.repeats)
@@ -319,13 +208,11 @@ class Sweep:
         self.out_dir = Path(self.spec.output_dir)
         self.startup_timeout_s = args.startup_timeout or self.spec.startup_timeout_s
         self.interrupted = False
-        self.on_signal: Callable[[], None] | None = None  # set while a configuration's load runs
+        self.on_signal: Callable[[], object] | None = None  # set while a configuration's load runs
         self.state: dict[str, Any] = {}
         self.state_path = self.out_dir / SWEEP_STATE
 
     def prepare(self) -> None:
-        from rampwatch.core.errors import UserError
-
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -337,8 +224,6 @@ class Sweep:
         self.save()
 
     def save(self, current: int | None | str = "keep", line: str | None = None) -> None:
-        from rampwatch.loadgen.sweep import choose_best, mark_pareto
-
         if current != "keep":
             self.state["current"] = current
         if line is not None:
@@ -357,11 +242,6 @@ class Sweep:
     def run_args(self, serve: str, recording: Path) -> argparse.Namespace:
         """`rampwatch run --serve`'s flags for one configuration: the same parser, so every
         default is the run's own."""
-        from rampwatch.app import run as run_cli
-        from rampwatch.loadgen.server.managed import ServeCommand
-        from rampwatch.loadgen.sweep import is_sim_command
-        from rampwatch.sim.gpu_telemetry import DCGM_PATH
-
         parser = argparse.ArgumentParser(add_help=False)
         run_cli.configure(parser)
         words = [self.spec.scenario, "--headless", "--serve", serve, "--record", str(recording)]
@@ -379,8 +259,6 @@ class Sweep:
         return parser.parse_args(words)
 
     def say(self, text: str) -> None:
-        from rampwatch.core.text import server_text
-
         for line in text.split("\n"):
             print(server_text(line), file=self.out, flush=True)
 
@@ -435,8 +313,6 @@ class Sweep:
     def _runs(self, row: dict[str, Any], n: str) -> None:
         """The configuration run ``repeats`` times (to the first that does not complete);
         its row then holds the median of each figure and the spread (``combine_runs``)."""
-        from rampwatch.loadgen.sweep import combine_runs
-
         repeats = self.spec.repeats
         if repeats == 1:
             ConfigRun(self, row).execute()
@@ -465,9 +341,6 @@ class Sweep:
         row.update(runs=runs, recordings=[run["recording"] for run in runs])
 
     def finish(self) -> int:
-        from rampwatch.loadgen.sweep import format_pareto, format_table, verdict_text
-        from rampwatch.record.sweep_report import write_sweep_report
-
         rows = self.state["rows"]
         self.say("")
         self.say(format_table(rows))
@@ -502,7 +375,6 @@ class Sweep:
 def end_summary(row: dict[str, Any]) -> str:
     if row.get("status") != "done":
         return str(row.get("reason") or row.get("status"))
-    from rampwatch.loadgen.sweep import knee_text
 
     knee = knee_text(row)
     goodput = row.get("max_goodput_rps") or 0.0
@@ -520,51 +392,18 @@ def run_sweep(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return sweep.execute()
 
 
-def spawn_headless(
-    args: argparse.Namespace, log_path: Path, extra_env: dict[str, str] | None = None
-) -> subprocess.Popen:
-    """The same sweep run headless in a child process (the live screen's load side)."""
-    from rampwatch.core.interpreter import module_command
-
-    words = module_command("rampwatch.app.cli", "sweep", args.sweep, "--headless")
-    named = (
-        ("--slo", args.slo),
-        ("--output-dir", args.output_dir),
-        ("--startup-timeout", args.startup_timeout),
-        ("--stop-grace", args.stop_grace),
-        ("--repeats", args.repeats),
-    )
-    for flag, value in named:
-        if value is not None:
-            words += [flag, str(value)]
-    if args.resume:
-        words.append("--resume")
-    # the key in its environment, not on its command line: the process table shows that
-    env = credentials.child_environment(args, dict(os.environ, **(extra_env or {})))
-    from rampwatch.core.files import private_file
-
-    log = private_file(log_path, "w", encoding="utf-8")
-    try:
-        return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    finally:
-        log.close()
-
-
 def _recorded(path: Path, result: Any) -> tuple[list, list, str | None]:
     """A configuration's records and scrapes, read back from its recording (the run keeps
     none in RAM), chunk times packed (8 bytes each), and why they could not be read. Empty
     when the recording failed or cannot be read: the row is failed then, its figures empty."""
-    from array import array
-    from dataclasses import replace
-
-    from rampwatch.core.errors import UserError
-    from rampwatch.record.reader import open_recording
 
     if result.recording_error:
         return [], [], None
     try:
         with open_recording(path) as recording:
-            requests = [replace(r, chunk_times=array("d", r.chunk_times)) for r in recording.iter_requests()]
+            requests = [
+                dataclasses.replace(r, chunk_times=array("d", r.chunk_times)) for r in recording.iter_requests()
+            ]
             return requests, list(recording.samples_without_raw), None
     except (UserError, OSError) as exc:
         return [], [], str(exc)

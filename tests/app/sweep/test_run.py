@@ -1,0 +1,49 @@
+"""The headless sweep in this process: a signal between two loads, and a repeat's seed.
+Nothing here starts a server (tests/app/sweep/test_cli.py runs whole sweeps)."""
+
+import argparse
+import io
+import json
+import signal
+
+from rampwatch.app.sweep import cli as sweep_cli
+from rampwatch.app.sweep.run import Sweep, repeat_scenario
+from rampwatch.loadgen.workload.scenario import load_scenario
+from tests.app.sweep.sweep_files import sweep_file
+
+
+def test_a_signal_landing_as_the_start_line_is_written_interrupts_that_configuration(tmp_path, monkeypatch):
+    """The signal handler raises KeyboardInterrupt wherever the sweep is between loads:
+    landing just after the "[1/2] start" line was flushed, the configuration it announced
+    is the one interrupted (it stayed "pending" when the line was written outside it)."""
+    parser = argparse.ArgumentParser()
+    sweep_cli.configure(parser)
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}, {max-num-seqs: 32}]")
+    sweep = Sweep(parser.parse_args([str(path), "--headless"]), out=io.StringIO())
+    sweep.prepare()
+    say = sweep.say
+
+    def say_then_signal(text: str) -> None:
+        say(text)
+        if " start: " in text:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "say", say_then_signal)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code = sweep.execute()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert code == 130
+    state = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert [r["status"] for r in state["rows"]] == ["interrupted", "pending"]
+
+
+def test_a_repeat_moves_the_seed_on_so_its_arrivals_differ():
+    first = load_scenario("chat")
+    second = repeat_scenario(first, 1)
+    assert second.seed == first.seed + 1 and second.raw["seed"] == second.seed
+    assert first.raw["seed"] == first.seed  # the first run's scenario is left as it was
+    gaps = [[s.next_send_time() for _ in range(20)] for s in (first.build_schedule(), second.build_schedule())]
+    assert gaps[0] != gaps[1]
