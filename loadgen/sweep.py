@@ -51,15 +51,10 @@ from rampwatch.core.figures.slo import Slo, parse_slo
 from rampwatch.core.figures.summary import gpu_figures, knee_explanation, server_figures, tokens_per_joule
 from rampwatch.core.redact import redact_value
 from rampwatch.core.timeline import CANCELLED, Event, NullSink, RequestRecord, ServerSample, Tick
-from rampwatch.loadgen.workload.scenario import (
-    BUILTIN_SCENARIOS,
-    SWEEP_PREFIX,
-    Path_,
-    _read_yaml,
-    dotted,
-    resolve_scenario_path,
-)
-from rampwatch.loadgen.workload.schedules import describe, is_number, unknown_key_message
+from rampwatch.loadgen.workload.scenario_files import BUILTIN_SCENARIOS, SWEEP_PREFIX, resolve_scenario_path
+from rampwatch.loadgen.workload.scenario_files import read_yaml as _read_yaml
+from rampwatch.loadgen.workload.spec_checks import KeyPath as Path_
+from rampwatch.loadgen.workload.spec_checks import describe, dotted, is_number, unknown_key_message
 
 GOODPUT_WINDOW_S = 10.0
 KNEE_WINDOW_S = 10.0

@@ -52,9 +52,10 @@ from rampwatch.loadgen.transport.client import ModelsAnswer, RequestCancelled, S
 from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.loadgen.transport.open_files import raise_open_files_limit
 from rampwatch.loadgen.transport.redirects import REDIRECT_STATUSES
+from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests_ahead import BuilderLost, RequestsAhead
-from rampwatch.loadgen.workload.scenario import RequestFactory, Scenario
-from rampwatch.loadgen.workload.schedules import USERS_KIND
+from rampwatch.loadgen.workload.scenario import Scenario
+from rampwatch.loadgen.workload.schedule_spec import USERS_KIND
 from rampwatch.loadgen.workload.sessions import SessionDriver, SessionWorkload, users_for, users_message
 
 # A request's record with one of these classes was redirected and not followed
