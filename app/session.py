@@ -70,8 +70,8 @@ from rampwatch.loadgen.server.managed import (
     ServeCommand,
     server_log_path,
 )
-from rampwatch.loadgen.transport.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.transport.connection import Connection, ca_context
+from rampwatch.loadgen.transport.server_probe import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer

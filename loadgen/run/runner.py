@@ -48,10 +48,11 @@ from rampwatch.loadgen.run.loop_health import ClientHealth
 from rampwatch.loadgen.run.workers import ClientSpec, Sender, SenderFactory
 from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.server.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
-from rampwatch.loadgen.transport.client import ModelsAnswer, RequestCancelled, StreamingClient
+from rampwatch.loadgen.transport.client import RequestCancelled, StreamingClient
 from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.loadgen.transport.open_files import raise_open_files_limit
 from rampwatch.loadgen.transport.redirects import REDIRECT_STATUSES
+from rampwatch.loadgen.transport.server_probe import ModelsAnswer
 from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests_ahead import BuilderLost, RequestsAhead
 from rampwatch.loadgen.workload.scenario import Scenario
