@@ -34,7 +34,7 @@ from rampwatch.core.cache_salt import AUTO, cache_salt_choice, describe_cache_po
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
 from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
-from rampwatch.core.figures.knee_explain import ServerLimits
+from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.core.figures.summary import (
     Summary,
     dumps_bench_result,

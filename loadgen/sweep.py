@@ -46,7 +46,7 @@ import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures import stats
-from rampwatch.core.figures.knee_explain import KneeExplanation
+from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.slo import Slo, parse_slo
 from rampwatch.core.figures.summary import gpu_figures, knee_explanation, server_figures, tokens_per_joule
 from rampwatch.core.redact import redact_value

@@ -24,9 +24,10 @@ from typing import Any
 from rampwatch.core.cache_salt import NONE
 from rampwatch.core.figures.gpu import NVML_URL
 from rampwatch.core.figures.knee import KneeDetector
-from rampwatch.core.figures.knee_explain import KneeReview, ServerLimits
+from rampwatch.core.figures.knee_explain import KneeReview
 from rampwatch.core.figures.segments import RESUME_CHOICES, config_event
 from rampwatch.core.figures.series import SeriesBuilder
+from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.core.figures.summary import Summary
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import printable_value, server_text
