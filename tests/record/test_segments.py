@@ -22,10 +22,10 @@ from rampwatch.core.figures.summary import Summary, summarise_requests
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.record.analysis import configuration_segments
 from rampwatch.record.reader import open_recording
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
 from tests.record.helpers import CaptureSink
 from tests.record.test_commands import rampwatch
+from tests.synthetic import SyntheticRun, play_synthetic
 
 
 def segment_summaries(
