@@ -203,6 +203,7 @@ class Targets:
 
 
 def gap_draw(arrival: str, burstiness: float, rng: np.random.Generator) -> Callable[[int], np.ndarray]:
+    """Unit-mean gaps, ``n`` at a time: all 1.0, Exp(1), or Gamma(k, 1/k) with burstiness k."""
     if arrival == "constant":
         return lambda n: np.ones(n)
     if arrival == "poisson":
@@ -214,6 +215,7 @@ def gap_draw(arrival: str, burstiness: float, rng: np.random.Generator) -> Calla
 
 
 def time_segments(spec: dict[str, Any]) -> list[Segment]:
+    """The segments of a wall-clock kind's checked spec (``TimeProfile``'s input)."""
     kind = spec["kind"]
     if kind in ("constant", "poisson", "gamma"):
         length = float(spec.get("duration_s", math.inf))
@@ -249,7 +251,9 @@ def vllm_request_rate(kind: str, start: float, end: float, index: int, total: in
     return start * ((end / start) ** progress)
 
 
-def vllm_profile(spec: dict[str, Any], seed: int, expected: bool = False) -> tuple[IndexProfile, np.random.RandomState]:
+def vllm_profile(spec: dict[str, Any], seed: int) -> tuple[IndexProfile, np.random.RandomState]:
+    """A vllm-* kind's profile, its delays drawn as ``vllm bench serve`` draws them, and
+    the generator it drew them from (arrivals past its N continue it)."""
     n, k = spec["num_requests"], float(spec["burstiness"])
     if spec["kind"] == "vllm-constant":
         rates = [spec["rate"]] * n
@@ -259,10 +263,7 @@ def vllm_profile(spec: dict[str, Any], seed: int, expected: bool = False) -> tup
     rs = np.random.RandomState(seed)
     delays: list[float] = []
     for rate in rates:
-        if expected:
-            delays.append(1.0 / rate)
-        else:
-            delays.append(float(rs.gamma(shape=k, scale=1.0 / (rate * k))))
+        delays.append(float(rs.gamma(shape=k, scale=1.0 / (rate * k))))
     for i in range(1, len(delays)):
         delays[i] += delays[i - 1]
     if spec["kind"] == "vllm-constant" and delays[-1] != 0:

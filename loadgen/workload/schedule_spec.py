@@ -198,6 +198,8 @@ def _check_users(spec: dict[str, Any], problems: list[SpecProblem]) -> None:
 
 
 def resolve_schedule(spec: dict[str, Any]) -> dict[str, Any]:
+    """A ``schedule:`` mapping checked and with its defaults filled; its first problem as
+    a ``UserError`` (a scenario's own checks have already said them all, with lines)."""
     resolved, problems = check_schedule(spec)
     if problems:
         first = problems[0]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.workload.rate_profiles import TimeProfile, time_segments, vllm_profile
+from rampwatch.loadgen.workload.rate_profiles import TimeProfile, time_segments
 from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND, VLLM_KINDS, check_schedule, resolve_schedule
 from rampwatch.loadgen.workload.schedules import build_schedule
 
@@ -16,28 +16,17 @@ from rampwatch.loadgen.workload.schedules import build_schedule
 
 
 def expected_rate_curve(spec: dict[str, Any], times: Sequence[float]) -> list[float]:
-    """The target rate at each time if nobody touches the controls. For the vllm-*
-    kinds the request index is placed at its expected arrival time (gaps of 1/rate)."""
+    """The target rate at each time if nobody touches the controls (wall-clock kinds)."""
     spec = resolve_schedule(spec)
-    if spec["kind"] == TRACE_KIND:
-        raise UserError("schedule.kind: a trace's rate curve is its trace's (loadgen.workload.trace_replay)")
-    if spec["kind"] in VLLM_KINDS:
-        profile, _ = vllm_profile(spec, 0, expected=True)
-        out = []
-        for t in times:
-            c = profile.time_inv(t)
-            out.append(0.0 if t > profile.delay_cum[-1] else profile.rate(min(c, profile.end * (1 - 1e-15))))
-        return out
+    assert spec["kind"] not in VLLM_KINDS + (TRACE_KIND,), "not ramped by a rate function of time"
     time_profile = TimeProfile(time_segments(spec))
     return [time_profile.rate(t) if t >= 0 else 0.0 for t in times]
 
 
 def schedule_work(spec: dict[str, Any], t0: float, t1: float) -> float:
-    """Expected number of arrivals between ramp times t0 and t1 (∫ rate) for the
-    wall-clock kinds."""
+    """Expected number of arrivals between ramp times t0 and t1 (∫ rate; wall-clock kinds)."""
     spec = resolve_schedule(spec)
-    if spec["kind"] in VLLM_KINDS + (TRACE_KIND,):
-        raise UserError(f"schedule.kind: {spec['kind']} is not ramped by a rate function of time")
+    assert spec["kind"] not in VLLM_KINDS + (TRACE_KIND,), "not ramped by a rate function of time"
     profile = TimeProfile(time_segments(spec))
     return profile.work(t1) - profile.work(t0)
 
