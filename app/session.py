@@ -34,7 +34,7 @@ from rampwatch.core.cache_salt import AUTO, cache_salt_choice, describe_cache_po
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
 from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
-from rampwatch.core.figures.knee_explain import ServerLimits
+from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.core.figures.summary import (
     Summary,
     dumps_bench_result,
@@ -70,8 +70,8 @@ from rampwatch.loadgen.server.managed import (
     ServeCommand,
     server_log_path,
 )
-from rampwatch.loadgen.transport.client import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.transport.connection import Connection, ca_context
+from rampwatch.loadgen.transport.server_probe import ModelsAnswer, first_model_of, normalize_base_url, probe_models
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer

@@ -1,6 +1,6 @@
 """`rampwatch` with no arguments on a terminal: the start screen, then the run it chose.
 
-The shipped scenarios (``rampwatch.scenarios``, read through ``loadgen.workload.scenario``) are
+The shipped scenarios (``rampwatch.scenarios``, read through ``loadgen.workload.scenario_files``) are
 handed to ``tui.start_screen.StartApp`` as ``StartScenario``s; its ``StartChoice`` becomes
 `rampwatch run`'s arguments, so the run is exactly the one the command line would start.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from rampwatch.app.run import DEFAULT_SIM_HARDWARE, DEFAULT_SIM_MODEL
-from rampwatch.loadgen.workload.scenario import list_scenarios, load_scenario
+from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.loadgen.workload.scenario_files import list_scenarios
 from rampwatch.tui.chart_data import RAMP_KINDS, schedule_text
 from rampwatch.tui.start_screen import StartApp, StartScenario
 

@@ -3,7 +3,7 @@
     python bench/bench_recording.py [--minutes 60] [--rps 100] [--chunks 250] [--keep PATH] [--reuse]
 
 Writes a synthetic recording (1 hour at 100 rps, ~250 chunks per request by default;
-model in record/synthetic.py) with the writer's default seek checkpoints, then measures,
+model in tests/synthetic.py) with the writer's default seek checkpoints, then measures,
 each in a fresh process so that its peak memory is its own: open time = open_recording +
 the replay's first snapshot; seek time = seek + snapshot at random positions right after
 opening (no warm-up); `rampwatch report` and `rampwatch export --format json`.
@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The synthetic run comes from the test suite (tests/ is not installed).
+sys.path.insert(0, str(ROOT))
 
 
 def _peak_rss_mb() -> float:
@@ -30,8 +32,8 @@ def _peak_rss_mb() -> float:
 
 
 def write(path: Path, minutes: float, rps: float, chunks: float) -> None:
-    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
     from rampwatch.record.writer import RecordingWriter
+    from tests.synthetic import SyntheticRun, play_synthetic
 
     run = SyntheticRun(
         duration_s=minutes * 60, start_rps=rps, end_rps=rps, capacity_rps=rps * 1.5, mean_chunks=chunks, seed=1

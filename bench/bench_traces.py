@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.workload.request_factory import RequestFactory
+from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 from rampwatch.loadgen.workload.trace_replay import TraceRequests
 from rampwatch.loadgen.workload.traces import load_trace

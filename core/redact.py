@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 REDACTED = "<redacted>"
 # A value given (a key, a header's value) shorter than this is not searched for in text:
@@ -95,20 +95,6 @@ def redact_text(text: str) -> str:
     """``text`` with ``Bearer …`` / ``Basic …`` tokens and URL credentials masked."""
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
-
-
-def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
-    """``(url without credentials, user, password)``: a URL's userinfo becomes HTTP basic
-    auth, so that the URL itself can be shown and recorded as it is."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url, None, None
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    netloc = host if parts.port is None else f"{host}:{parts.port}"
-    clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return clean, unquote(parts.username or ""), None if parts.password is None else unquote(parts.password)
 
 
 def redact_value(value: Any) -> Any:

@@ -2,18 +2,15 @@
 snapshot that live runs and replays both hand to the UI.
 
 Times are float seconds since the run's start (a monotonic clock), so a recording and
-a live run share one axis. A run publishes, in order of occurrence:
-
-- one ``RunHeader`` (``on_start``),
-- ``RequestRecord`` for each request when it ends (success, error or cancel),
-- ``ServerSample`` for each ``/metrics`` scrape (one per URL per poll), and for each
-  GPU telemetry read (NVML, a DCGM exporter's page: ``ServerSample.is_gpu``),
-- ``Tick`` once per second (the schedule's target rate and the run state),
-- ``Event`` for schedule changes, holds, marks, knee, errors,
-- and finally ``on_finish``.
-
-The recording stores exactly this stream; the replay reader feeds it back into the
-same ``SeriesBuilder`` the live run uses, so both produce identical ``Snapshot``s.
+a live run share one axis. A run publishes one ``RunHeader`` (``on_start``), a
+``RequestRecord`` for each request when it ends (success, error or cancel), a
+``ServerSample`` for each ``/metrics`` scrape (one per URL per poll) and GPU telemetry
+read (NVML, a DCGM exporter's page: ``ServerSample.is_gpu``), a ``Tick`` once a second,
+an ``Event`` for schedule changes, holds, marks, the knee, errors, and finally
+``on_finish``: ``TimelineSink`` says who calls each, on which thread, in what order, and
+that a sink never raises. The recording stores exactly this stream; the replay reader
+feeds it back into the same ``SeriesBuilder`` the live run uses, so both produce
+identical ``Snapshot``s.
 """
 
 from __future__ import annotations
@@ -278,14 +275,65 @@ class RunHeader:
 
 
 class TimelineSink(Protocol):
-    """Everything a run publishes goes through this; recorder, UI and summary all implement it."""
+    """Everything a run publishes goes through this: ``loadgen.run.runner.Run`` calls one
+    ``FanoutSink`` of its ``SeriesBuilder``, its ``RunCollector`` and the sinks it was
+    given, in that order (the recorder, ``record.writer.RecordingWriter``; under the UI,
+    ``app.bridge.ItemForwarder``).
 
-    def on_start(self, header: RunHeader) -> None: ...
-    def on_request(self, record: RequestRecord) -> None: ...
-    def on_scrape(self, sample: ServerSample) -> None: ...
-    def on_tick(self, tick: Tick) -> None: ...
-    def on_event(self, event: Event) -> None: ...
-    def on_finish(self, t: float) -> None: ...
+    **Thread.** Every call is made on the run's event loop thread (under the UI, in the
+    forked run process), by the run's tasks: the dispatcher and each request's task, the
+    tick loop, the ``/metrics`` and NVML pollers (their pages are parsed in threads, the
+    samples published on the loop) and the steering calls. Records of requests sent by
+    worker processes or Ray actors are published there when they come back. A sink needs
+    no lock but for work it hands to a thread of its own (the recorder's
+    ``rampwatch-recorder`` thread encodes and writes what the calls appended under a
+    lock). The UI process gets the items later, in the same order: its pipe-reader
+    thread feeds them to a mirror ``SeriesBuilder`` (``app.bridge.feed_items``).
+
+    **Order.** ``on_start`` once, first; the ``start`` event and a first tick at t = 0;
+    then requests, samples, ticks and events as they happen on the loop; after the
+    drain, a last tick (state ``done``), the knee's pending review, the ``stop`` event
+    and ``on_finish``, once, last. Within a kind, times do not go back (ticks every
+    ``tick_interval_s``; a URL's samples in scrape order), but across kinds the stream is
+    only roughly in time order: a record comes when its request ends (``end_at``; a
+    worker's a little later), a sample once its page is parsed (``t``: when it was read),
+    the knee's events once the second they describe is complete. Whoever needs time
+    order buffers a few seconds (the recorder's checkpoints lag 5 s); a replay feeds a
+    recording's items back sorted by time (``record.reader``). A run that fails with an
+    exception publishes nothing more and never calls ``on_finish``: whoever made a sink
+    closes it (``RecordingWriter.close``).
+
+    **A sink never raises** and costs the loop microseconds: it copies or buffers and
+    does heavy work elsewhere. An exception goes into the run's code that called it: the
+    run fails (``on_start``, the start's and the end's items), a request's task ends
+    (``on_request``), ticks and knee detection stop (``on_tick``), a steering call fails;
+    only the pollers log a failing ``on_scrape`` and go on; in a ``FanoutSink`` the sinks
+    after the failing one miss the item. So a sink keeps its failures to itself (the
+    recorder stops recording and says why in ``RecordingWriter.error``). By design,
+    ``on_start`` alone may raise ``UserError`` to refuse the run before any request is
+    sent (the recorder cannot create its file).
+    """
+
+    def on_start(self, header: RunHeader) -> None:
+        """The header, once, first: after the start's checks, before the first send."""
+
+    def on_request(self, record: RequestRecord) -> None:
+        """A request's record when it ends (success, failure or cancel; a client bug gives
+        a ``client_error`` record), once per request. Every sink gets the same object: keep
+        it, never change it."""
+
+    def on_scrape(self, sample: ServerSample) -> None:
+        """A ``/metrics`` scrape (one per URL per poll, failed ones too) or a GPU read."""
+
+    def on_tick(self, tick: Tick) -> None:
+        """The run's state at t = 0, every ``tick_interval_s`` (1 s), and a last one."""
+
+    def on_event(self, event: Event) -> None:
+        """Start and stop, steering (one that changed nothing is not published), scrape
+        failures and recoveries, the knee and its review, errors and notes."""
+
+    def on_finish(self, t: float) -> None:
+        """The run's end at run time ``t``, once, last; not called when the run fails."""
 
 
 class NullSink:
@@ -309,7 +357,8 @@ class NullSink:
 
 
 class FanoutSink(NullSink):
-    """Sends every item to several sinks, in order."""
+    """Sends every item to several sinks, in order (an exception from one stops the item
+    there: sinks never raise, see ``TimelineSink``)."""
 
     def __init__(self, *sinks: TimelineSink) -> None:
         self.sinks = list(sinks)

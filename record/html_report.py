@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.figures.classes import CLASS_NOTE
-from rampwatch.core.figures.knee_explain import KneeExplanation
+from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.core.figures.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
 from rampwatch.core.figures.summary import Summary, knee_review

@@ -9,10 +9,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
-from rampwatch.record.writer import RecordingWriter
-
 ROOT = Path(__file__).resolve().parent.parent
+# The synthetic run comes from the test suite (tests/ is not installed).
+sys.path.insert(0, str(ROOT))
+
+from rampwatch.record.writer import RecordingWriter  # noqa: E402
+from tests.synthetic import SyntheticRun, play_synthetic  # noqa: E402
 
 FIXTURE_RUN = SyntheticRun(
     duration_s=60.0,

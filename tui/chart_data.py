@@ -14,7 +14,7 @@ from rampwatch.core.bins import complete_bins, latest_complete, recent_max, rece
 from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.loadgen.run.drain import drain_policy_of
-from rampwatch.loadgen.workload.schedules import TRACE_KIND
+from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND
 
 
 @dataclass(frozen=True, slots=True)

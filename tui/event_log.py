@@ -24,7 +24,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from rampwatch.core.figures.knee_explain import KneeExplanation
+from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.summary import KNEE_REVIEW
 from rampwatch.core.timeline import Event, ScrapeErrorLine, Snapshot
 from rampwatch.tui.chart_data import errors_by_class, format_duration

@@ -8,7 +8,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from rampwatch.core.figures.knee_explain import KneeExplanation, explain_recorded_knee
+from rampwatch.core.figures.knee_explain import explain_recorded_knee
+from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.summary import knee_review
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.tui.chart_data import format_duration

@@ -13,15 +13,8 @@ from typing import Any
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures.slo import Slo, parse_slo
-from rampwatch.loadgen.workload.scenario import (
-    BUILTIN_SCENARIOS,
-    SWEEP_PREFIX,
-    Path_,
-    _read_yaml,
-    dotted,
-    resolve_scenario_path,
-)
-from rampwatch.loadgen.workload.schedules import describe, is_number, unknown_key_message
+from rampwatch.loadgen.workload.scenario_files import BUILTIN_SCENARIOS, SWEEP_PREFIX, read_yaml, resolve_scenario_path
+from rampwatch.loadgen.workload.spec_checks import KeyPath, describe, dotted, is_number, unknown_key_message
 
 TOP_KEYS = (
     "name",
@@ -78,10 +71,10 @@ class SweepSpec:
 
 
 class _Problems:
-    def __init__(self, file: str, lines: dict[Path_, tuple[int, int]]) -> None:
+    def __init__(self, file: str, lines: dict[KeyPath, tuple[int, int]]) -> None:
         self.file, self.lines = file, lines
 
-    def fail(self, path: Path_, message: str, at_key: bool = False) -> UserError:
+    def fail(self, path: KeyPath, message: str, at_key: bool = False) -> UserError:
         where = path
         while where and where not in self.lines:
             where = where[:-1]
@@ -91,17 +84,17 @@ class _Problems:
         key_line, value_line = self.lines[where]
         return UserError(f"{self.file}:{key_line if at_key or where != path else value_line}: {key}: {message}")
 
-    def keys(self, path: Path_, value: dict, allowed: Sequence[str]) -> None:
+    def keys(self, path: KeyPath, value: dict, allowed: Sequence[str]) -> None:
         for key in value:
             if key not in allowed:
                 raise self.fail(path + (key,), unknown_key_message(key, allowed), True)
 
-    def mapping(self, path: Path_, value: Any, what: str) -> dict:
+    def mapping(self, path: KeyPath, value: Any, what: str) -> dict:
         if not isinstance(value, dict):
             raise self.fail(path, f"expected a mapping ({what}), got {describe(value)}")
         return value
 
-    def number(self, path: Path_, value: Any, minimum: float = 0.0, strict: bool = True) -> float:
+    def number(self, path: KeyPath, value: Any, minimum: float = 0.0, strict: bool = True) -> float:
         if not is_number(value) or value < minimum or (strict and value == minimum):
             raise self.fail(path, f"expected a number {'>' if strict else '>='} {minimum:g}, got {describe(value)}")
         return float(value)
@@ -116,7 +109,7 @@ def flag_name(key: Any) -> str:
     return "--" + text.replace("_", "-")
 
 
-def _check_value(p: _Problems, path: Path_, value: Any) -> Any:
+def _check_value(p: _Problems, path: KeyPath, value: Any) -> Any:
     if isinstance(value, bool) or is_number(value) or (isinstance(value, str) and value.strip()):
         return value
     raise p.fail(path, f"expected a number, a string or true/false, got {describe(value)}")
@@ -206,7 +199,7 @@ def load_sweep(
             raise UserError(f"{path}: no such sweep file")
         file_path = Path(str(shipped))
         path = f"scenarios/{path}.yaml"
-    data, lines = _read_yaml(file_path)
+    data, lines = read_yaml(file_path)
     file = str(path)
     p = _Problems(file, lines)
     data = p.mapping((), data, "scenario:, serve:, matrix:, load:")

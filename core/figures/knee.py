@@ -41,7 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from rampwatch.core.figures.knee_explain import WINDOW_S, KneeExplanation, ServerLimits, explain_knee
+from rampwatch.core.figures.knee_explain import WINDOW_S, explain_knee
+from rampwatch.core.figures.knee_explanation import KneeExplanation
+from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.core.timeline import Event
 
 SIGNALS = ("throughput_lag", "ttft_rise", "queue_growth", "kv_pressure")

@@ -166,20 +166,6 @@ def _within(segment: ConfigSegment, segments: Sequence[ConfigSegment]):
     return lambda t: segment.start_s <= t and (t < segment.end_s or last)
 
 
-def segment_summaries(
-    header: RunHeader | None,
-    segments: Sequence[ConfigSegment],
-    records: Sequence[RequestRecord],
-    samples: Sequence[ServerSample],
-    events: Sequence[Event],
-    **builder_options: Any,
-) -> list[Summary]:
-    """Each segment's ``Summary`` from requests held in memory (a run's end, tests)."""
-    accumulator = SegmentSummaries(segments, **builder_options)
-    accumulator.add_records(records)
-    return accumulator.build(header, samples, events)
-
-
 # -- the side-by-side table ---------------------------------------------------------------
 
 

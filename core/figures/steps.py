@@ -49,7 +49,7 @@ from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, StepRow
 CONSTANT_RATE_KINDS = ("constant", "poisson", "gamma", "steps", "vllm-constant")
 # Schedules whose target rate moves while held: a held trace keeps its speed, and its
 # target follows the trace's own rate, so a hold is one row whatever the target does.
-HELD_SPEED_KINDS = ("trace",)  # loadgen.workload.schedules.TRACE_KIND (tests/core/figures/test_steps.py ties them)
+HELD_SPEED_KINDS = ("trace",)  # loadgen.workload.schedule_spec.TRACE_KIND (tests/core/figures/test_steps.py ties them)
 RAMP_SLICES = 10
 DRAIN_STATES = ("stopping", "draining", "done")
 # A row younger than this shows no achieved rate yet: a count over a fraction of a second

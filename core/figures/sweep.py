@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.figures import stats
-from rampwatch.core.figures.knee_explain import KneeExplanation
+from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.slo import Slo
 from rampwatch.core.figures.summary import gpu_figures, knee_explanation, server_figures, tokens_per_joule
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, ServerSample

@@ -24,9 +24,10 @@ from typing import Any
 from rampwatch.core.cache_salt import NONE
 from rampwatch.core.figures.gpu import NVML_URL
 from rampwatch.core.figures.knee import KneeDetector
-from rampwatch.core.figures.knee_explain import KneeReview, ServerLimits
+from rampwatch.core.figures.knee_explain import KneeReview
 from rampwatch.core.figures.segments import RESUME_CHOICES, config_event
 from rampwatch.core.figures.series import SeriesBuilder
+from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.core.figures.summary import Summary
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.text import printable_value, server_text
@@ -48,13 +49,15 @@ from rampwatch.loadgen.run.loop_health import ClientHealth
 from rampwatch.loadgen.run.workers import ClientSpec, Sender, SenderFactory
 from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.server.scrape import DEFAULT_MAX_BODY_BYTES, MetricsPoller
-from rampwatch.loadgen.transport.client import ModelsAnswer, RequestCancelled, StreamingClient
+from rampwatch.loadgen.transport.client import RequestCancelled, StreamingClient
 from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.loadgen.transport.open_files import raise_open_files_limit
 from rampwatch.loadgen.transport.redirects import REDIRECT_STATUSES
+from rampwatch.loadgen.transport.server_probe import ModelsAnswer
+from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests_ahead import BuilderLost, RequestsAhead
-from rampwatch.loadgen.workload.scenario import RequestFactory, Scenario
-from rampwatch.loadgen.workload.schedules import USERS_KIND
+from rampwatch.loadgen.workload.scenario import Scenario
+from rampwatch.loadgen.workload.schedule_spec import USERS_KIND
 from rampwatch.loadgen.workload.sessions import SessionDriver, SessionWorkload, users_for, users_message
 
 # A request's record with one of these classes was redirected and not followed

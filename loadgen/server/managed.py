@@ -12,7 +12,7 @@ MODEL …"``, and the embedded simulator (``--serve "rampwatch sim …"`` in all
 The server never runs as rampwatch's own child: ``loadgen.server.serve_guard`` does, and stops
 it when rampwatch goes away by any path (its module docstring says how). This module
 holds the guard's pipes, keeps the last lines of the server's log (redacted), appends
-them to a log file, and waits for readiness through ``loadgen.transport.client.probe_models``.
+them to a log file, and waits for readiness through ``loadgen.transport.server_probe.probe_models``.
 """
 
 from __future__ import annotations
@@ -418,7 +418,7 @@ class ManagedServer:
         import aiohttp
 
         from rampwatch.loadgen.transport import redirects
-        from rampwatch.loadgen.transport.client import probe_models
+        from rampwatch.loadgen.transport.server_probe import probe_models
 
         base = self.command.base_url
         healthy = False

@@ -9,8 +9,8 @@ with its own ``RequestFactory`` seeded from the scenario's seed and its position
 request carries the class's name (``PreparedRequest.request_class``), and so does its
 record: the per-class figures (``core.figures.classes``) group by it.
 
-This module does not import ``loadgen.workload.scenario`` (which calls into it): the checks of a
-class's workload and SLO and the factory type are passed in.
+This module does not import ``workload_spec`` or ``request_factory`` (which call into it):
+the checks of a class's workload and SLO and the factory type are passed in.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from rampwatch.core.figures.classes import MIX_KEY
 from rampwatch.loadgen.workload.requests import PreparedRequest
-from rampwatch.loadgen.workload.schedules import describe, dotted, number_check
+from rampwatch.loadgen.workload.spec_checks import KeyPath, Problems, describe, dotted, number_check
 
 # A class's own keys beside its workload's.
 CLASS_KEYS = ("name", "weight", "slo")
@@ -36,17 +36,15 @@ REFUSED_IN_CLASS = {
 CLASS_PICK_STREAM = 103
 CLASS_SEED_STREAM = 104
 
-Path_ = tuple[str | int, ...]
-
 
 def check_mix(
-    p: Any,
+    p: Problems,
     w: dict[str, Any],
-    path: Path_,
-    check_workload: Callable[[Path_, dict[str, Any]], dict[str, Any]],
-    check_slo: Callable[[Path_, Any], dict[str, float] | None],
+    path: KeyPath,
+    check_workload: Callable[[KeyPath, dict[str, Any]], dict[str, Any]],
+    check_slo: Callable[[KeyPath, Any], dict[str, float] | None],
 ) -> dict[str, Any]:
-    """The validated ``{"mix": [class, …]}``; problems go to ``p`` (``scenario._Problems``)
+    """The validated ``{"mix": [class, …]}``; problems go to ``p`` (``spec_checks.Problems``)
     at their key path, e.g. ``workload.mix[1].weight``. A class is its checked workload
     plus ``name``, ``weight`` (a float) and ``slo`` (None when it sets none)."""
     mix_path = path + (MIX_KEY,)
@@ -115,7 +113,7 @@ def pick_class(cumulative: np.ndarray, u: float) -> int:
 
 class MixtureFactory:
     """A mixture's requests: a seeded class pick per send, then that class's factory.
-    ``factory_type`` is ``scenario.RequestFactory`` (passed in: see the module docstring)."""
+    ``factory_type`` is ``request_factory.RequestFactory`` (passed in: see the module docstring)."""
 
     def __init__(self, scenario: Any, tokenizer: Any, factory_type: Callable[[Any, Any], Any]) -> None:
         classes = scenario.workload[MIX_KEY]

@@ -22,464 +22,23 @@ Holding stops the ramp coordinate while work keeps growing at the held rate, so
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event
-from rampwatch.loadgen.workload.traces import DEFAULT_BLOCK_TOKENS, TRACE_FORMATS
-
-ARRIVALS = ("constant", "poisson", "gamma")
-TIME_KINDS = ("constant", "poisson", "gamma", "linear", "exponential", "steps")
-VLLM_KINDS = ("vllm-constant", "vllm-linear", "vllm-exponential")
-TRACE_KIND = "trace"  # built by loadgen.workload.trace_replay from its trace file
-# Closed loop (a session workload's concurrent users): the profile's "rate" is the number
-# of users, a constant ``users`` or a linear ramp ``start_users`` → ``end_users``.
-USERS_KIND = "users"
-KINDS = TIME_KINDS + VLLM_KINDS + (TRACE_KIND, USERS_KIND)
-
-
-# --------------------------------------------------------------------------- spec checks
-
-
-@dataclass(frozen=True, slots=True)
-class SpecProblem:
-    """One thing wrong in a spec mapping: where (key path inside it) and what."""
-
-    path: tuple[str | int, ...]
-    message: str
-    at_key: bool = False  # an unknown key: point at the key itself rather than its value
-
-
-def dotted(path: tuple[str | int, ...]) -> str:
-    """A key path as the user reads it: ``workload.mix[1].weight``."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def describe(value: Any) -> str:
-    """A value as the user wrote it, for 'got …' in error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-Check = Callable[[Any], "str | None"]
-
-
-def number_check(minimum: float | None = None, *, strict: bool = False, integer: bool = False) -> Check:
-    """A check returning ``"expected a number >= 0, got 'fast'"`` or None when fine."""
-    what = "an integer" if integer else "a number"
-    bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum:g}"
-
-    def check(value: Any) -> str | None:
-        ok = is_number(value) and (not integer or float(value).is_integer())
-        if ok and minimum is not None:
-            ok = value > minimum if strict else value >= minimum
-        return None if ok else f"expected {what}{bound}, got {describe(value)}"
-
-    return check
-
-
-def choice_check(options: Sequence[str]) -> Check:
-    def check(value: Any) -> str | None:
-        if isinstance(value, str) and value in options:
-            return None
-        return f"expected one of {', '.join(options)}, got {describe(value)}"
-
-    return check
-
-
-def unknown_key_message(key: Any, allowed: Sequence[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.6)
-    hint = f"; did you mean '{close[0]}'?" if close else f" (allowed: {', '.join(allowed)})"
-    return f"unknown key{hint}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Field:
-    check: Check
-    required: bool = False
-    default: Any = None
-
-
-_POSITIVE = number_check(0, strict=True)
-_NON_NEGATIVE = number_check(0)
-_COUNT = number_check(1, integer=True)
-_ARRIVAL_FIELDS = {
-    "arrival": _Field(choice_check(ARRIVALS), default="poisson"),
-    "burstiness": _Field(_POSITIVE, default=1.0),
-}
-_STEADY = {
-    "rate": _Field(_POSITIVE, required=True),
-    "duration_s": _Field(_POSITIVE),
-    "num_requests": _Field(_COUNT),
-}
-_RAMP = {
-    "start_rps": _Field(_NON_NEGATIVE, required=True),
-    "end_rps": _Field(_NON_NEGATIVE, required=True),
-    "duration_s": _Field(_POSITIVE, required=True),
-    "hold_s": _Field(_NON_NEGATIVE, default=0.0),
-    **_ARRIVAL_FIELDS,
-    "num_requests": _Field(_COUNT),
-}
-_VLLM_RAMP = {
-    "start_rps": _Field(_POSITIVE, required=True),
-    "end_rps": _Field(_POSITIVE, required=True),
-    "num_requests": _Field(_COUNT, required=True),
-    "burstiness": _Field(_POSITIVE, default=1.0),
-}
-SCHEDULE_FIELDS: dict[str, dict[str, _Field]] = {
-    "constant": dict(_STEADY),
-    "poisson": dict(_STEADY),
-    "gamma": {**_STEADY, "burstiness": _Field(_POSITIVE, default=1.0)},
-    "linear": dict(_RAMP),
-    "exponential": {
-        **_RAMP,
-        "start_rps": _Field(_POSITIVE, required=True),
-        "end_rps": _Field(_POSITIVE, required=True),
-    },
-    "steps": {
-        "steps": _Field(lambda v: None, required=True),  # checked item by item below
-        **_ARRIVAL_FIELDS,
-        "num_requests": _Field(_COUNT),
-    },
-    "vllm-constant": {
-        "rate": _Field(_POSITIVE, required=True),
-        "num_requests": _Field(_COUNT, required=True),
-        "burstiness": _Field(_POSITIVE, default=1.0),
-    },
-    "vllm-linear": dict(_VLLM_RAMP),
-    "vllm-exponential": dict(_VLLM_RAMP),
-    USERS_KIND: {
-        "users": _Field(_COUNT),
-        "start_users": _Field(number_check(0, integer=True)),
-        "end_users": _Field(number_check(0, integer=True)),
-        "duration_s": _Field(_POSITIVE, required=True),
-        "hold_s": _Field(_NON_NEGATIVE, default=0.0),
-    },
-}
-
-
-def _speed_check(value: Any) -> str | None:
-    """A trace's speed: a factor > 0, or a linear ramp of it ``{start, end}``."""
-    if is_number(value) and value > 0:
-        return None
-    if isinstance(value, dict) and set(value) == {"start", "end"}:
-        if all(is_number(value[k]) and value[k] > 0 for k in ("start", "end")):
-            return None
-    return f"expected a factor > 0 (1 = the trace's own pace) or {{start: F, end: F}} (a ramp), got {describe(value)}"
-
-
-SCHEDULE_FIELDS[TRACE_KIND] = {
-    "path": _Field(lambda v: None if isinstance(v, str) and v else f"expected a file path, got {describe(v)}", True),
-    "format": _Field(choice_check(TRACE_FORMATS), required=True),
-    "speed": _Field(_speed_check, default=1.0),
-    "start_s": _Field(_NON_NEGATIVE, default=0.0),
-    "duration_s": _Field(_POSITIVE),
-    "block_tokens": _Field(_COUNT, default=DEFAULT_BLOCK_TOKENS),
-}
-_STEP_FIELDS = {"rate": _Field(_NON_NEGATIVE, required=True), "duration_s": _Field(_POSITIVE, required=True)}
-
-
-def _check_mapping(
-    value: Any, fields: dict[str, _Field], path: tuple[str | int, ...], problems: list[SpecProblem]
-) -> dict[str, Any]:
-    """Checks one mapping against its fields; returns it with defaults filled."""
-    out: dict[str, Any] = {}
-    for key in value:
-        if key not in fields:
-            problems.append(SpecProblem(path + (key,), unknown_key_message(key, list(fields)), True))
-    for name, spec in fields.items():
-        if name not in value or value[name] is None:
-            if spec.required:
-                problems.append(SpecProblem(path + (name,), "required key is missing", True))
-            elif spec.default is not None:
-                out[name] = spec.default
-            continue
-        message = spec.check(value[name])
-        if message:
-            problems.append(SpecProblem(path + (name,), message))
-        out[name] = value[name]
-    return out
-
-
-def check_schedule(spec: Any) -> tuple[dict[str, Any], list[SpecProblem]]:
-    """Validates a ``schedule:`` mapping. Returns (spec with defaults filled, problems)."""
-    problems: list[SpecProblem] = []
-    if not isinstance(spec, dict):
-        return {}, [SpecProblem((), f"expected a mapping with a 'kind' key, got {describe(spec)}")]
-    kind = spec.get("kind")
-    if not isinstance(kind, str) or kind not in SCHEDULE_FIELDS:  # a list or mapping: not hashable
-        if "kind" not in spec:
-            return {}, [SpecProblem(("kind",), f"required key is missing (one of {', '.join(KINDS)})", True)]
-        return {}, [SpecProblem(("kind",), choice_check(KINDS)(kind) or "")]
-    fields = {"kind": _Field(lambda v: None, required=True), **SCHEDULE_FIELDS[kind]}
-    out = _check_mapping(spec, fields, (), problems)
-    if kind == "steps" and "steps" in spec:
-        steps = spec["steps"]
-        if not isinstance(steps, list) or not steps:
-            problems.append(
-                SpecProblem(("steps",), f"expected a non-empty list of {{rate, duration_s}}, got {describe(steps)}")
-            )
-        else:
-            checked = []
-            for i, step in enumerate(steps):
-                if not isinstance(step, dict):
-                    problems.append(
-                        SpecProblem(("steps", i), f"expected a mapping {{rate, duration_s}}, got {describe(step)}")
-                    )
-                    continue
-                checked.append(_check_mapping(step, _STEP_FIELDS, ("steps", i), problems))
-            out["steps"] = checked
-    if kind == USERS_KIND:
-        _check_users(spec, problems)
-    if problems:
-        return out, problems
-    if "num_requests" in out:
-        out["num_requests"] = int(out["num_requests"])
-    if "block_tokens" in out:
-        out["block_tokens"] = int(out["block_tokens"])
-    if kind in ("vllm-linear", "vllm-exponential") and out["start_rps"] > out["end_rps"]:
-        # vllm bench serve refuses a ramp down ("start RPS must be less than end RPS").
-        problems.append(
-            SpecProblem(
-                ("end_rps",),
-                f"expected a number >= start_rps ({out['start_rps']:g}) as vllm bench serve requires, got {describe(out['end_rps'])}",
-            )
-        )
-    return out, problems
-
-
-def _check_users(spec: dict[str, Any], problems: list[SpecProblem]) -> None:
-    """A users schedule is either ``users: N`` or a ramp ``start_users`` → ``end_users``."""
-    ramp = [key for key in ("start_users", "end_users") if key in spec]
-    if "users" in spec and ramp:
-        problems.append(
-            SpecProblem((ramp[0],), "cannot be combined with users (give users: N, or start_users and end_users)", True)
-        )
-    elif "users" not in spec and len(ramp) < 2:
-        missing = "users" if not ramp else ("end_users" if ramp == ["start_users"] else "start_users")
-        problems.append(
-            SpecProblem((missing,), "required key is missing (users: N, or start_users and end_users)", True)
-        )
-
-
-# --------------------------------------------------------------------------- ramp profiles
-
-
-@dataclass(slots=True)
-class _Segment:
-    start: float
-    length: float  # may be inf for the last segment of an unbounded schedule
-    r0: float
-    r1: float
-    shape: str  # "const", "linear", "exp"
-    work_before: float = 0.0
-
-    @property
-    def end(self) -> float:
-        return self.start + self.length
-
-    def rate(self, u: float) -> float:
-        if self.shape == "const" or self.length == 0:
-            return self.r0
-        if self.shape == "linear":
-            return self.r0 + (self.r1 - self.r0) * (u / self.length)
-        return self.r0 * math.exp(math.log(self.r1 / self.r0) * (u / self.length))
-
-    def work(self, u: float) -> float:
-        if self.shape == "const" or self.length == 0:
-            return self.r0 * u
-        if self.shape == "linear":
-            slope = (self.r1 - self.r0) / self.length
-            return self.r0 * u + slope * u * u / 2
-        g = math.log(self.r1 / self.r0) / self.length
-        return self.r0 * u if g == 0 else self.r0 * math.expm1(g * u) / g
-
-    def total(self) -> float:
-        return self.work(self.length) if math.isfinite(self.length) else math.inf
-
-    def inverse(self, dw: float) -> float:
-        """Ramp seconds into the segment at which ``dw`` work has been done."""
-        if dw <= 0:
-            return 0.0
-        if self.shape == "const" or self.length == 0:
-            u = dw / self.r0 if self.r0 > 0 else self.length
-        elif self.shape == "linear":
-            slope = (self.r1 - self.r0) / self.length
-            root = math.sqrt(max(0.0, self.r0 * self.r0 + 2 * slope * dw))
-            # 2dw/(r0+root) is the stable form of (-r0+root)/slope; it also covers slope 0.
-            u = 2 * dw / (self.r0 + root) if self.r0 + root > 0 else self.length
-        else:
-            g = math.log(self.r1 / self.r0) / self.length
-            u = dw / self.r0 if g == 0 else math.log1p(g * dw / self.r0) / g
-        return min(max(u, 0.0), self.length)
-
-
-class _TimeProfile:
-    """Rate as a function of ramp seconds, as a list of closed-form segments."""
-
-    def __init__(self, segments: list[_Segment]) -> None:
-        work = 0.0
-        for seg in segments:
-            seg.work_before = work
-            work += seg.total()
-        self.segments = segments
-        self.end = segments[-1].end
-        self.work_end = work
-        self._starts = [s.start for s in segments]
-        self._work_ends = [s.work_before + s.total() for s in segments]
-
-    def _segment_at(self, c: float) -> _Segment:
-        return self.segments[max(0, bisect.bisect_right(self._starts, c) - 1)]
-
-    def rate(self, c: float) -> float:
-        if c >= self.end:
-            return 0.0
-        seg = self._segment_at(c)
-        return seg.rate(c - seg.start)
-
-    def work(self, c: float) -> float:
-        c = min(max(c, 0.0), self.end)
-        if c == self.end and math.isfinite(self.end):
-            return self.work_end
-        seg = self._segment_at(c)
-        return seg.work_before + seg.work(c - seg.start)
-
-    def work_inv(self, w: float) -> float | None:
-        if w > self.work_end:
-            if w > self.work_end * (1 + 1e-12) + 1e-12:
-                return None
-            return self.end
-        i = min(bisect.bisect_left(self._work_ends, w), len(self.segments) - 1)
-        seg = self.segments[i]
-        return seg.start + seg.inverse(w - seg.work_before)
-
-    def time(self, c: float) -> float:
-        return c
-
-    def time_inv(self, s: float) -> float:
-        return min(s, self.end)
-
-    def ramp_range(self) -> tuple[float, float] | None:
-        """The lowest and highest rate its ramps (non-constant segments) go through;
-        None for a profile without one (constant, steps)."""
-        ramps = [r for seg in self.segments if seg.shape != "const" and seg.r0 != seg.r1 for r in (seg.r0, seg.r1)]
-        return (min(ramps), max(ramps)) if ramps else None
-
-    def coordinate_at_rate(self, rate: float) -> float | None:
-        """The first ramp coordinate where a ramp segment's rate is ``rate``; None when
-        no ramp goes through it."""
-        for seg in self.segments:
-            if seg.shape == "const" or seg.r0 == seg.r1 or not min(seg.r0, seg.r1) <= rate <= max(seg.r0, seg.r1):
-                continue
-            if seg.shape == "linear":
-                return seg.start + seg.length * (rate - seg.r0) / (seg.r1 - seg.r0)
-            return seg.start + seg.length * math.log(rate / seg.r0) / math.log(seg.r1 / seg.r0)
-        return None
-
-
-class _IndexProfile:
-    """Rate by request index (vllm bench serve): request i arrives ``delays[i]`` after
-    request i-1 at rate ``rates[i]``. The ramp coordinate is cumulative work, whose
-    piece i spans ``delays[i] * rates[i]`` units."""
-
-    def __init__(self, rates: list[float], cumulative_delays: list[float]) -> None:
-        self.rates = rates
-        self.delay_cum = cumulative_delays
-        bounds, work, prev = [], 0.0, 0.0
-        for rate, cum in zip(rates, cumulative_delays):
-            work += (cum - prev) * rate
-            prev = cum
-            bounds.append(work)
-        self.bounds = bounds
-        self.end = bounds[-1]
-        self.work_end = self.end
-
-    def _before(self, k: int) -> tuple[float, float]:
-        return (0.0, 0.0) if k == 0 else (self.bounds[k - 1], self.delay_cum[k - 1])
-
-    def rate(self, c: float) -> float:
-        k = bisect.bisect_right(self.bounds, c)
-        return 0.0 if k >= len(self.rates) else self.rates[k]
-
-    def work(self, c: float) -> float:
-        return min(max(c, 0.0), self.end)
-
-    def work_inv(self, w: float) -> float | None:
-        if w > self.end:
-            return None if w > self.end * (1 + 1e-12) + 1e-12 else self.end
-        return max(w, 0.0)
-
-    def time(self, c: float) -> float:
-        k = bisect.bisect_left(self.bounds, c)
-        if k >= len(self.bounds):
-            return self.delay_cum[-1]
-        if self.bounds[k] == c:
-            return self.delay_cum[k]  # exactly vllm's cumulative delay, no rounding
-        w0, t0 = self._before(k)
-        return t0 + (c - w0) / self.rates[k]
-
-    def time_inv(self, s: float) -> float:
-        k = bisect.bisect_left(self.delay_cum, s)
-        if k >= len(self.delay_cum):
-            return self.end
-        if self.delay_cum[k] == s:
-            return self.bounds[k]
-        w0, t0 = self._before(k)
-        return w0 + (s - t0) * self.rates[k]
-
-
-# --------------------------------------------------------------------------- gap streams
-
-
-class _Targets:
-    """Partial sums S_k of unit-mean gaps, drawn lazily in chunks (deterministic)."""
-
-    CHUNK = 1024
-
-    def __init__(self, draw: Callable[[int], np.ndarray], head: list[float] | None = None) -> None:
-        self._draw = draw
-        self._sums: list[float] = list(head or [])
-
-    def __getitem__(self, k: int) -> float:
-        while k >= len(self._sums):
-            last = self._sums[-1] if self._sums else 0.0
-            gaps = self._draw(self.CHUNK)
-            sums = np.cumsum(gaps) + last
-            self._sums.extend(float(x) for x in sums)
-        return self._sums[k]
-
-
-def _gap_draw(arrival: str, burstiness: float, rng: np.random.Generator) -> Callable[[int], np.ndarray]:
-    if arrival == "constant":
-        return lambda n: np.ones(n)
-    if arrival == "poisson":
-        return lambda n: rng.exponential(1.0, n)
-    return lambda n: rng.gamma(burstiness, 1.0 / burstiness, n)
-
-
-# --------------------------------------------------------------------------- the schedule
+from rampwatch.loadgen.workload.rate_profiles import (
+    IndexProfile,
+    Targets,
+    TimeProfile,
+    gap_draw,
+    time_segments,
+    vllm_profile,
+)
+from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND, VLLM_KINDS, resolve_schedule
+from rampwatch.loadgen.workload.spec_checks import describe, is_number
 
 
 class ArrivalSchedule:
@@ -500,8 +59,8 @@ class ArrivalSchedule:
     def __init__(
         self,
         spec: dict[str, Any],
-        profile: _TimeProfile | _IndexProfile,
-        targets: _Targets,
+        profile: TimeProfile | IndexProfile,
+        targets: Targets,
         num_requests: int | None,
         planned_duration_s: float | None,
     ) -> None:
@@ -532,7 +91,7 @@ class ArrivalSchedule:
     @property
     def request_rates(self) -> list[float] | None:
         """For the vllm-* kinds: the rate each request index is drawn at (as vllm bench)."""
-        return list(self._profile.rates) if isinstance(self._profile, _IndexProfile) else None
+        return list(self._profile.rates) if isinstance(self._profile, IndexProfile) else None
 
     def current_rate(self, t: float) -> float:
         """Target rate (requests/s) at run time ``t``; 0 once the schedule is over."""
@@ -627,8 +186,8 @@ class ArrivalSchedule:
         self._holding = self._set_by_hand = False
         if not set_by_hand:
             return self._event(t, "resume", f"resume ramp at {held_at:.3g} req/s", before, held_at)
-        ramp = self._profile.ramp_range() if isinstance(self._profile, _TimeProfile) else None
-        coordinate = self._profile.coordinate_at_rate(before) if isinstance(self._profile, _TimeProfile) else None
+        ramp = self._profile.ramp_range() if isinstance(self._profile, TimeProfile) else None
+        coordinate = self._profile.coordinate_at_rate(before) if isinstance(self._profile, TimeProfile) else None
         if coordinate is not None:
             self._anchor_c = coordinate
             message = (
@@ -708,121 +267,21 @@ class ArrivalSchedule:
         return Event(t=t, kind=kind, message=message, data=data)
 
 
-# --------------------------------------------------------------------------- building
-
-
-def _time_segments(spec: dict[str, Any]) -> list[_Segment]:
-    kind = spec["kind"]
-    if kind in ("constant", "poisson", "gamma"):
-        length = float(spec.get("duration_s", math.inf))
-        return [_Segment(0.0, length, float(spec["rate"]), float(spec["rate"]), "const")]
-    if kind == USERS_KIND:
-        length = float(spec["duration_s"])
-        start = float(spec["users"] if "users" in spec else spec["start_users"])
-        end = float(spec["users"] if "users" in spec else spec["end_users"])
-        segments = [_Segment(0.0, length, start, end, "linear")]
-        if spec.get("hold_s", 0) > 0:
-            segments.append(_Segment(length, float(spec["hold_s"]), end, end, "const"))
-        return segments
-    if kind in ("linear", "exponential"):
-        start, end, length = float(spec["start_rps"]), float(spec["end_rps"]), float(spec["duration_s"])
-        shape = "linear" if kind == "linear" else "exp"
-        segments = [_Segment(0.0, length, start, end, shape)]
-        if spec.get("hold_s", 0) > 0:
-            segments.append(_Segment(length, float(spec["hold_s"]), end, end, "const"))
-        return segments
-    segments, t = [], 0.0
-    for step in spec["steps"]:
-        segments.append(_Segment(t, float(step["duration_s"]), float(step["rate"]), float(step["rate"]), "const"))
-        t += float(step["duration_s"])
-    return segments
-
-
-def vllm_request_rate(kind: str, start: float, end: float, index: int, total: int) -> float:
-    """The rate vllm bench serve assigns to request ``index`` of ``total`` when ramping
-    (progress = index / max(total - 1, 1), linear or geometric between start and end)."""
-    progress = index / max(total - 1, 1)
-    if kind == "vllm-linear":
-        return start + (end - start) * progress
-    return start * ((end / start) ** progress)
-
-
-def _vllm_profile(
-    spec: dict[str, Any], seed: int, expected: bool = False
-) -> tuple[_IndexProfile, np.random.RandomState]:
-    n, k = spec["num_requests"], float(spec["burstiness"])
-    if spec["kind"] == "vllm-constant":
-        rates = [spec["rate"]] * n
-    else:
-        rates = [vllm_request_rate(spec["kind"], spec["start_rps"], spec["end_rps"], i, n) for i in range(n)]
-    # vllm bench seeds numpy's global legacy generator and draws one gamma per request.
-    rs = np.random.RandomState(seed)
-    delays: list[float] = []
-    for rate in rates:
-        if expected:
-            delays.append(1.0 / rate)
-        else:
-            delays.append(float(rs.gamma(shape=k, scale=1.0 / (rate * k))))
-    for i in range(1, len(delays)):
-        delays[i] += delays[i - 1]
-    if spec["kind"] == "vllm-constant" and delays[-1] != 0:
-        # Without a ramp, vllm bench rescales so the last request lands at N / rate.
-        factor = (n / spec["rate"]) / delays[-1]
-        delays = [d * factor for d in delays]
-    return _IndexProfile([float(r) for r in rates], delays), rs
-
-
-def _resolve(spec: dict[str, Any]) -> dict[str, Any]:
-    resolved, problems = check_schedule(spec)
-    if problems:
-        first = problems[0]
-        where = ".".join(["schedule", *map(str, first.path)])
-        raise UserError(f"{where}: {first.message}")
-    return resolved
-
-
 def build_schedule(spec: dict[str, Any], seed: int) -> ArrivalSchedule:
     """The schedule for a scenario's ``schedule:`` mapping; same spec and seed, same times."""
-    spec = _resolve(spec)
+    spec = resolve_schedule(spec)
     kind = spec["kind"]
     if kind == TRACE_KIND:
         raise UserError("schedule.kind: a trace schedule is built from its trace (loadgen.workload.trace_replay)")
     if kind in VLLM_KINDS:
-        profile, rs = _vllm_profile(spec, seed)
+        profile, rs = vllm_profile(spec, seed)
         k = float(spec["burstiness"])
         # Arrivals beyond the ramp's N (made while holding) continue the same generator.
-        targets = _Targets(lambda n: rs.standard_gamma(k, n) / k, head=list(profile.bounds))
+        targets = Targets(lambda n: rs.standard_gamma(k, n) / k, head=list(profile.bounds))
         return ArrivalSchedule(spec, profile, targets, None, profile.delay_cum[-1])
-    time_profile = _TimeProfile(_time_segments(spec))
+    time_profile = TimeProfile(time_segments(spec))
     arrival = {"constant": "constant", "poisson": "poisson", "gamma": "gamma"}.get(kind, spec.get("arrival", "poisson"))
     rng = np.random.default_rng(seed)
-    targets = _Targets(_gap_draw(arrival, float(spec.get("burstiness", 1.0)), rng))
+    targets = Targets(gap_draw(arrival, float(spec.get("burstiness", 1.0)), rng))
     planned = time_profile.end if math.isfinite(time_profile.end) else None
     return ArrivalSchedule(spec, time_profile, targets, spec.get("num_requests"), planned)
-
-
-def expected_rate_curve(spec: dict[str, Any], times: Sequence[float]) -> list[float]:
-    """The target rate at each time if nobody touches the controls. For the vllm-*
-    kinds the request index is placed at its expected arrival time (gaps of 1/rate)."""
-    spec = _resolve(spec)
-    if spec["kind"] == TRACE_KIND:
-        raise UserError("schedule.kind: a trace's rate curve is its trace's (loadgen.workload.trace_replay)")
-    if spec["kind"] in VLLM_KINDS:
-        profile, _ = _vllm_profile(spec, 0, expected=True)
-        out = []
-        for t in times:
-            c = profile.time_inv(t)
-            out.append(0.0 if t > profile.delay_cum[-1] else profile.rate(min(c, profile.end * (1 - 1e-15))))
-        return out
-    time_profile = _TimeProfile(_time_segments(spec))
-    return [time_profile.rate(t) if t >= 0 else 0.0 for t in times]
-
-
-def schedule_work(spec: dict[str, Any], t0: float, t1: float) -> float:
-    """Expected number of arrivals between ramp times t0 and t1 (∫ rate) for the
-    wall-clock kinds; used by tests and plots."""
-    spec = _resolve(spec)
-    if spec["kind"] in VLLM_KINDS + (TRACE_KIND,):
-        raise UserError(f"schedule.kind: {spec['kind']} is not ramped by a rate function of time")
-    profile = _TimeProfile(_time_segments(spec))
-    return profile.work(t1) - profile.work(t0)

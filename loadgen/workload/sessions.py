@@ -39,9 +39,9 @@ import numpy as np
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader
 from rampwatch.loadgen.workload.prompts import SEPARATOR, compose_exact, join
+from rampwatch.loadgen.workload.request_factory import RequestFactory, sample_length
 from rampwatch.loadgen.workload.requests import PreparedRequest
-from rampwatch.loadgen.workload.scenario import RequestFactory, sample_length
-from rampwatch.loadgen.workload.schedules import USERS_KIND
+from rampwatch.loadgen.workload.schedule_spec import USERS_KIND
 
 # A closed-loop user whose turn failed waits at least this long before its next session.
 USER_RETRY_S = 1.0

@@ -6,7 +6,7 @@ window's ``start_s``) divided by the speed. A speed ramp ``{start, end}`` change
 speed linearly over the run's wall time, so the trace's rate is scaled linearly and no
 row is dropped: trace time is warped. This is the operational time of
 ``loadgen.workload.schedules`` with trace seconds as the work and the speed as its rate: the
-trace's times are the targets, and a segment of ``_TimeProfile`` (constant or linear)
+trace's times are the targets, and a segment of ``TimeProfile`` (constant or linear)
 gives the speed.
 
 **Rate.** The target rate a tick reports is the trace's local rate (rows per trace
@@ -31,15 +31,10 @@ import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event
-from rampwatch.loadgen.workload.schedules import (
-    ArrivalSchedule,
-    _Segment,
-    _Targets,
-    _TimeProfile,
-    check_schedule,
-    describe,
-    is_number,
-)
+from rampwatch.loadgen.workload.rate_profiles import Segment, Targets, TimeProfile
+from rampwatch.loadgen.workload.schedule_spec import check_schedule
+from rampwatch.loadgen.workload.schedules import ArrivalSchedule
+from rampwatch.loadgen.workload.spec_checks import describe, is_number
 from rampwatch.loadgen.workload.traces import Trace, load_trace, local_rate, mean_rate
 
 # --------------------------------------------------------------------------- loading
@@ -73,15 +68,15 @@ def speeds(speed: Any) -> tuple[float, float]:
     return float(speed), float(speed)
 
 
-def speed_profile(speed: Any, span_s: float) -> _TimeProfile:
+def speed_profile(speed: Any, span_s: float) -> TimeProfile:
     """Speed over wall seconds, changing linearly from start to end while the trace's
     ``span_s`` seconds are replayed: that takes ``2 * span / (start + end)`` seconds."""
     s0, s1 = speeds(speed)
     length = 2.0 * span_s / (s0 + s1)
-    return _TimeProfile([_Segment(0.0, length, s0, s1, "const" if s0 == s1 else "linear")])
+    return TimeProfile([Segment(0.0, length, s0, s1, "const" if s0 == s1 else "linear")])
 
 
-class _TraceTimes(_Targets):
+class _TraceTimes(Targets):
     """The trace's times as the schedule's targets (read from its array, not copied)."""
 
     def __init__(self, times_s: np.ndarray) -> None:

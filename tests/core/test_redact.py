@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rampwatch.core.redact import REDACTED, redact_options, redact_text, scrub, secret_values, split_userinfo
+from rampwatch.core.redact import REDACTED, redact_options, redact_text, scrub, secret_values
 
 
 @pytest.mark.parametrize(
@@ -24,21 +24,6 @@ from rampwatch.core.redact import REDACTED, redact_options, redact_text, scrub, 
 )
 def test_redact_text(text, expected):
     assert redact_text(text) == expected
-
-
-@pytest.mark.parametrize(
-    "url, expected",
-    [
-        ("http://user:pw@host:8000/v1", ("http://host:8000/v1", "user", "pw")),
-        ("http://us%40er:p%3Aw@host/", ("http://host/", "us@er", "p:w")),
-        ("http://[::1]:8000", ("http://[::1]:8000", None, None)),
-        ("http://u:p@[::1]:8000/x?q=1", ("http://[::1]:8000/x?q=1", "u", "p")),
-        ("https://token@host", ("https://host", "token", None)),
-        ("http://host:8000", ("http://host:8000", None, None)),
-    ],
-)
-def test_split_userinfo(url, expected):
-    assert split_userinfo(url) == expected
 
 
 def test_options_lose_url_credentials_and_the_password_is_scrubbed_elsewhere():

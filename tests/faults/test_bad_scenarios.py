@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.workload.scenario import MAX_EXPANDED_NODES, load_scenario
+from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.loadgen.workload.scenario_files import MAX_EXPANDED_NODES
 
 BILLION_LAUGHS = """\
 name: laughs

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rampwatch.core.timeline import MAX_TOKEN_COUNT
-from rampwatch.loadgen.transport.client import token_count, usage_counts
+from rampwatch.loadgen.transport.stream_state import token_count, usage_counts
 from tests.faults.conftest import completions_request, make_client
 
 USAGE = b'"usage":{"prompt_tokens":4,"total_tokens":12,"completion_tokens":8}'

@@ -282,7 +282,7 @@ def test_a_server_without_v1_models_runs_with_a_warning(tmp_path):
 
 def test_check_model_served_names_at_most_ten_models():
     from rampwatch.core.errors import ModelNotServed
-    from rampwatch.loadgen.transport.client import ModelsAnswer, check_model_served
+    from rampwatch.loadgen.transport.server_probe import ModelsAnswer, check_model_served
 
     models = [{"id": f"m{i}"} for i in range(13)] + [{"id": "evil\x1b[2J"}]
     check_model_served("m3", ModelsAnswer("http://h/v1/models", 200, models))  # served: no error

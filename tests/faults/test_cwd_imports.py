@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests_ahead import RequestsAhead
-from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.workload.scenario import load_scenario
 
 # Modules the children import (rampwatch itself, the loop, the client's HTTP library).
 SHADOWS = ("rampwatch", "uvloop", "aiohttp")

@@ -16,8 +16,8 @@ import pytest
 from rampwatch.core.errors import UserError
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import open_recording
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
+from tests.synthetic import SyntheticRun, play_synthetic
 
 
 def write_recording(path: Path) -> None:

@@ -20,8 +20,9 @@ from aiohttp import web
 
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.server.scrape import MetricsPoller
-from rampwatch.loadgen.transport.client import StreamingClient, probe_models
+from rampwatch.loadgen.transport.client import StreamingClient
 from rampwatch.loadgen.transport.connection import Connection
+from rampwatch.loadgen.transport.server_probe import probe_models
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import SimServer
 from tests.faults.conftest import completions_request, start_app

@@ -363,7 +363,7 @@ def test_a_progress_line_from_the_last_bins_is_the_one_from_the_whole_series(int
     the line is the same as from the whole series."""
     from rampwatch.app.session import PROGRESS_SPARE_BINS, progress_line
     from rampwatch.core.figures.series import SeriesBuilder
-    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+    from tests.synthetic import SyntheticRun, play_synthetic
 
     builder = SeriesBuilder()
     play_synthetic(SyntheticRun(duration_s=40, start_rps=5, end_rps=15, seed=2), builder, finish=False)

@@ -2,7 +2,7 @@
 
 The run process's sinks — the run's collector, the series builder and the recording
 writer (its buffers and seek checkpoints) — are driven with 6 simulated minutes of a
-100 req/s run, ~250 chunks a request (``record.synthetic``), as fast as they go; the
+100 req/s run, ~250 chunks a request (``tests/synthetic.py``), as fast as they go; the
 process's RSS is read once per simulated minute. Keeping the records (the old way, and
 ``RunOptions.keep_records``) grows by ~15 MB a simulated minute (8 bytes a chunk time);
 the bound after the first two minutes' warm-up is a small fraction of that.
@@ -21,8 +21,8 @@ from rampwatch.core.timeline import FanoutSink
 from rampwatch.loadgen.run.runner import RunCollector
 from rampwatch.record.analysis import summarise
 from rampwatch.record.reader import open_recording
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
+from tests.synthetic import SyntheticRun, play_synthetic
 
 MINUTES = 6
 RPS = 100.0

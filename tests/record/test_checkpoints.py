@@ -12,8 +12,8 @@ from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline, feed
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter, SeriesCheckpointer
+from tests.synthetic import SyntheticRun, play_synthetic
 
 
 def _write(path, every=5.0, duration=40.0, **run):

@@ -16,10 +16,10 @@ from rampwatch.core.timeline import CLASS_SERIES_NAMES
 from rampwatch.record.analysis import class_figures, final_snapshot
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline, feed
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
 from tests.record.helpers import CaptureSink
 from tests.record.test_commands import rampwatch
+from tests.synthetic import SyntheticRun, play_synthetic
 
 CLASSES = (("chat", 3.0, {"ttft_ms": 400.0}), ("batch", 1.0, None))
 SCENARIO_SLO = {"ttft_ms": 2000.0}

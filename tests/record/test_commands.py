@@ -167,8 +167,8 @@ def test_export_json_follows_the_vllm_schema(tmp_path):
 def test_export_json_of_a_summary_with_a_nan_figure(tmp_path):
     """A run whose every request failed has no peak token rate (NaN): the export writes it
     as null, as the run's result JSON does, so strict JSON parsers read the file."""
-    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
     from rampwatch.record.writer import RecordingWriter
+    from tests.synthetic import SyntheticRun, play_synthetic
 
     path = tmp_path / "failed.rwrec"
     writer = RecordingWriter(path)
@@ -326,8 +326,8 @@ def test_load_warning_names_the_differences():
 
 
 def _synthetic(path: Path, **run) -> Path:
-    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
     from rampwatch.record.writer import RecordingWriter
+    from tests.synthetic import SyntheticRun, play_synthetic
 
     w = RecordingWriter(path, flush_interval_s=None)
     play_synthetic(SyntheticRun(**run), w, on_flush=lambda _t: w.flush())

@@ -10,9 +10,9 @@ import pytest
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import open_recording
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from tests.record.helpers import CaptureSink, assert_request_close
+from tests.synthetic import SyntheticRun, play_synthetic
 
 
 def _requests(pattern: str, n: int = 40, seed: int = 1) -> list[RequestRecord]:

@@ -19,10 +19,10 @@ from rampwatch.core.timeline import Event, RequestRecord, RunHeader
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import SCANNERS, open_recording
 from rampwatch.record.replay import ReplayTimeline
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
 from tests.record import v1_tiny
 from tests.record.helpers import FedLog, assert_request_close
+from tests.synthetic import SyntheticRun, play_synthetic
 
 
 def _write_small(path: Path, duration=12.0) -> None:

@@ -4,26 +4,43 @@ the one summary of the requests sent within it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from rampwatch.core.figures.segments import (
     ConfigSegment,
+    SegmentSummaries,
     argument_rows,
     config_event,
     config_segments,
     segment_index,
-    segment_summaries,
     segment_table,
 )
-from rampwatch.core.figures.summary import summarise_requests
-from rampwatch.core.timeline import Event, RunHeader
+from rampwatch.core.figures.summary import Summary, summarise_requests
+from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample
 from rampwatch.record.analysis import configuration_segments
 from rampwatch.record.reader import open_recording
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
 from tests.record.helpers import CaptureSink
 from tests.record.test_commands import rampwatch
+from tests.synthetic import SyntheticRun, play_synthetic
+
+
+def segment_summaries(
+    header: RunHeader | None,
+    segments: Sequence[ConfigSegment],
+    records: Sequence[RequestRecord],
+    samples: Sequence[ServerSample],
+    events: Sequence[Event],
+    **builder_options: Any,
+) -> list[Summary]:
+    """Each segment's ``Summary`` from requests held in memory, to check the recording's against."""
+    accumulator = SegmentSummaries(segments, **builder_options)
+    accumulator.add_records(records)
+    return accumulator.build(header, samples, events)
+
 
 FIRST = "vllm serve tiny --max-num-seqs 8"
 SECOND = "vllm serve tiny --max-num-seqs 64"

@@ -198,8 +198,8 @@ def test_cancelled_requests_are_not_errors_in_a_comparison(tmp_path):
     from rampwatch.core.timeline import CANCELLED
     from rampwatch.record.analysis import comparison_samples, summarise
     from rampwatch.record.reader import open_recording
-    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
     from rampwatch.record.writer import RecordingWriter
+    from tests.synthetic import SyntheticRun, play_synthetic
 
     class CancelEveryThird:
         def __init__(self, writer):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from rampwatch.core.figures.knee_explain import KneeExplanation, KneeReview, ServerLimits, explain_knee
+from rampwatch.core.figures.knee_explain import KneeReview, explain_knee
+from rampwatch.core.figures.knee_explanation import KneeExplanation
+from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.tui.app import make_live_app
 from rampwatch.tui.event_log import event_row

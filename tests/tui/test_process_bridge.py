@@ -132,7 +132,7 @@ def test_a_tail_built_from_the_last_bins_only_is_the_tail_of_the_whole_snapshot(
     as Python lists take ~1 s to build): the tail sent is the same."""
     from rampwatch.app.bridge import TAIL_BINS
     from rampwatch.core.figures.series import SeriesBuilder
-    from rampwatch.record.synthetic import SyntheticRun, play_synthetic
+    from tests.synthetic import SyntheticRun, play_synthetic
 
     builder = SeriesBuilder()
     play_synthetic(SyntheticRun(duration_s=200, start_rps=2, end_rps=6, seed=4), builder, finish=False)

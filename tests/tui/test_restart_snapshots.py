@@ -10,9 +10,9 @@ import pytest
 
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline
-from rampwatch.record.synthetic import SyntheticRun, play_synthetic
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.tui.app import make_live_app, make_replay_app
+from tests.synthetic import SyntheticRun, play_synthetic
 from tests.tui.fakes import FakeControl, FakeServer, FrozenSource, fake_snapshot
 from tests.tui.settle import charts_settled
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rampwatch.app.start import details_text, shipped_scenarios
-from rampwatch.loadgen.workload.scenario import list_scenarios, load_scenario
+from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.loadgen.workload.scenario_files import list_scenarios
 from rampwatch.tui.start_screen import StartApp, StartChoice, StartScenario, make_choice
 
 SIMULATOR = "the embedded simulator (l4, llama-3.1-8b-fp8)"

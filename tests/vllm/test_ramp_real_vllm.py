@@ -37,7 +37,8 @@ def counters(url: str) -> dict[str, float]:
 
 def test_linear_ramp_matches_the_servers_counters(vllm_server, tmp_path):
     from rampwatch.core.figures.series import SeriesBuilder
-    from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+    from rampwatch.loadgen.workload.request_factory import RequestFactory
+    from rampwatch.loadgen.workload.scenario import load_scenario
     from rampwatch.loadgen.workload.tokenizers import load_tokenizer
     from rampwatch.record.reader import open_recording
 

@@ -12,14 +12,9 @@ import numpy as np
 import pytest
 
 from rampwatch.core.figures.knee import KneeDetector
-from rampwatch.core.figures.knee_explain import (
-    PRIORITY,
-    KneeExplanation,
-    KneeReview,
-    ServerLimits,
-    explain_knee,
-    vllm_batch_defaults,
-)
+from rampwatch.core.figures.knee_explain import KneeReview, explain_knee
+from rampwatch.core.figures.knee_explanation import PRIORITY, KneeExplanation
+from rampwatch.core.figures.server_limits import ServerLimits, vllm_batch_defaults
 from rampwatch.core.timeline import Event, RunHeader, Snapshot
 from rampwatch.loadgen.server.scrape import cache_config_from_metrics
 

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from rampwatch.core.figures.series import SeriesBuilder
-from rampwatch.core.figures.steps import StepTracker, step_cells, step_key, step_table_text
+from rampwatch.core.figures.steps import HELD_SPEED_KINDS, StepTracker, step_cells, step_key, step_table_text
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
+from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND
 
 
 def header(kind: str, planned: float, **schedule) -> RunHeader:
@@ -341,3 +342,9 @@ def test_a_rows_start_reads_to_the_nearest_second(seconds, text):
     from rampwatch.core.figures.steps import _clock
 
     assert _clock(seconds) == text
+
+
+def test_the_held_speed_kinds_are_the_trace_schedule():
+    """The figures cannot import the sender: the schedule kind a step holds a speed for
+    is written out there, and tied to the schedule's own name here."""
+    assert HELD_SPEED_KINDS == (TRACE_KIND,)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rampwatch.core.figures.knee_explain import ServerLimits
+from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve
 from tests.loadgen.run.test_runner import INSTANT, ListSink, make_run, scenario, sends_between

@@ -513,7 +513,7 @@ async def test_requests_cancelled_while_waiting_for_a_slot_are_recorded_not_lost
 async def test_the_serve_commands_limits_reach_the_knee_detector_with_the_servers_and_the_runs():
     """RunOptions.server_limits (a managed `vllm serve`'s) joined at the start with the
     server's cache config and the run's concurrency cap: what a knee is explained with."""
-    from rampwatch.core.figures.knee_explain import ServerLimits
+    from rampwatch.core.figures.server_limits import ServerLimits
 
     given = ServerLimits.from_engine_args({"max_num_seqs": "64", "max_num_batched_tokens": "8192"})
     sim = dataclasses.replace(INSTANT, num_gpu_blocks=512)

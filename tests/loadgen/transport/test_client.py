@@ -16,14 +16,9 @@ from aiohttp import web
 
 from rampwatch.core.errors import TargetUnreachable
 from rampwatch.core.figures.stats import itl_array
-from rampwatch.loadgen.transport.client import (
-    RequestCancelled,
-    StreamingClient,
-    cached_prompt_tokens,
-    check_reachable,
-    count_tokens,
-    fetch_server_info,
-)
+from rampwatch.loadgen.transport.client import RequestCancelled, StreamingClient, count_tokens
+from rampwatch.loadgen.transport.server_probe import check_reachable, fetch_server_info
+from rampwatch.loadgen.transport.stream_state import cached_prompt_tokens
 from rampwatch.loadgen.workload.requests import PreparedRequest
 
 SECRET = "sk-test-secret-123"
@@ -548,22 +543,21 @@ async def test_concurrent_requests_within_the_connection_limit(raw_server, trans
 
 def _exchange_record(wire_reads: list[bytes], fast: bool, keep_text: bool, monkeypatch):
     from rampwatch.core.timeline import RequestRecord
-    from rampwatch.loadgen.transport import client as client_mod
-    from rampwatch.loadgen.transport import sse
+    from rampwatch.loadgen.transport import sse, stream_state
 
     with monkeypatch.context() as patch:
         if not fast:
             patch.setattr(sse.SSEDecoder, "token_events_only", lambda self, data: 0)
-        return _feed_exchange(client_mod, RequestRecord, wire_reads, keep_text)
+        return _feed_exchange(stream_state, RequestRecord, wire_reads, keep_text)
 
 
-def _feed_exchange(client_mod, RequestRecord, wire_reads, keep_text):
+def _feed_exchange(stream_state, RequestRecord, wire_reads, keep_text):
     ticks = iter(range(1, 1000))
     rec = RequestRecord(id=1, scheduled_at=0.0, sent_at=0.0, end_at=0.0, prompt_tokens=3)
-    state = client_mod._StreamState(keep_text=keep_text)
+    state = stream_state.StreamState(keep_text=keep_text)
     loop = asyncio.new_event_loop()
     try:
-        exchange = client_mod._StreamExchange(rec, state, lambda: float(next(ticks)), loop.create_future())
+        exchange = stream_state.StreamExchange(rec, state, lambda: float(next(ticks)), loop.create_future())
         exchange.on_head(200, "OK", {})
         for read in wire_reads:
             exchange.on_body([read])
@@ -612,7 +606,7 @@ def test_fast_path_finish_reason_and_usage_in_token_chunks(final_usage_chunk, gr
 
 
 async def test_first_model_and_its_one_line_errors(server):
-    from rampwatch.loadgen.transport.client import first_model, probe_models
+    from rampwatch.loadgen.transport.server_probe import first_model, probe_models
 
     assert await first_model(server.url) == "tiny"
     answer = await probe_models(server.url)

@@ -4,7 +4,8 @@ import pytest
 
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.workload.datasets import load_dataset
-from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.workload.request_factory import RequestFactory
+from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 
 SIM = load_tokenizer(None)

@@ -6,7 +6,8 @@ import pytest
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures.classes import class_slos
 from rampwatch.loadgen.workload.mixture import cumulative_weights, pick_class
-from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.workload.request_factory import RequestFactory
+from rampwatch.loadgen.workload.scenario import load_scenario
 
 MIXED = """\
 name: mixed

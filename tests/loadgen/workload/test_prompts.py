@@ -3,7 +3,8 @@ import pytest
 
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.workload.prompts import SEPARATOR, compose_exact, random_token_ids, synth_text
-from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.workload.request_factory import RequestFactory
+from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.tokenizers import HFTokenizer, load_tokenizer
 
 WORDS = (

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests import PreparedRequest
 from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS, BuilderLost, RequestsAhead
-from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
+from rampwatch.loadgen.workload.scenario import load_scenario
 
 REPO = str(Path(__file__).resolve().parents[3])
 RANDOM = [("workload.input_tokens", "64"), ("workload.output_tokens", "8")]

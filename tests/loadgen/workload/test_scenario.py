@@ -4,15 +4,11 @@ import textwrap
 import pytest
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.workload.scenario import (
-    FLAG_KEYS,
-    RequestFactory,
-    apply_overrides,
-    length_bounds,
-    list_scenarios,
-    load_scenario,
-)
-from rampwatch.loadgen.workload.schedules import KINDS
+from rampwatch.loadgen.workload.request_factory import RequestFactory, length_bounds
+from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.loadgen.workload.scenario_files import list_scenarios
+from rampwatch.loadgen.workload.scenario_overrides import FLAG_KEYS, apply_overrides
+from rampwatch.loadgen.workload.schedule_spec import KINDS
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 
 SHIPPED = ["chat", "classification", "code-generation", "random", "prefix-heavy"]

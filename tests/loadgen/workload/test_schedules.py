@@ -1,10 +1,34 @@
+from __future__ import annotations
+
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.workload.schedules import build_schedule, check_schedule, expected_rate_curve, schedule_work
+from rampwatch.loadgen.workload.rate_profiles import TimeProfile, time_segments
+from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND, VLLM_KINDS, check_schedule, resolve_schedule
+from rampwatch.loadgen.workload.schedules import build_schedule
+
+# The schedule's plan, worked out from its profile (what the tests check the send times against).
+
+
+def expected_rate_curve(spec: dict[str, Any], times: Sequence[float]) -> list[float]:
+    """The target rate at each time if nobody touches the controls (wall-clock kinds)."""
+    spec = resolve_schedule(spec)
+    assert spec["kind"] not in VLLM_KINDS + (TRACE_KIND,), "not ramped by a rate function of time"
+    time_profile = TimeProfile(time_segments(spec))
+    return [time_profile.rate(t) if t >= 0 else 0.0 for t in times]
+
+
+def schedule_work(spec: dict[str, Any], t0: float, t1: float) -> float:
+    """Expected number of arrivals between ramp times t0 and t1 (∫ rate; wall-clock kinds)."""
+    spec = resolve_schedule(spec)
+    assert spec["kind"] not in VLLM_KINDS + (TRACE_KIND,), "not ramped by a rate function of time"
+    profile = TimeProfile(time_segments(spec))
+    return profile.work(t1) - profile.work(t0)
 
 
 def all_times(schedule, limit=100_000):

@@ -13,8 +13,9 @@ import pytest
 
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.workload.prompts import SEPARATOR
-from rampwatch.loadgen.workload.scenario import RequestFactory, load_scenario
-from rampwatch.loadgen.workload.schedules import check_schedule
+from rampwatch.loadgen.workload.request_factory import RequestFactory
+from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.loadgen.workload.schedule_spec import check_schedule
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 from rampwatch.loadgen.workload.trace_replay import TraceRequests, TraceSchedule, build_trace_schedule
 from rampwatch.loadgen.workload.traces import load_trace, local_rate, parse_azure_time, window

@@ -1,9 +1,16 @@
 """A deterministic synthetic run, plausible enough to exercise recordings at scale.
 
-Used by ``bench/bench_recording.py`` (1 hour at 100 rps) and
-``scripts/make_fixture_recording.py`` (the small committed fixture). It emits the same
-stream a live run publishes into any ``TimelineSink``, in time order, without holding
-the whole run in memory.
+Used by the tests of recordings and screens, ``bench/bench_recording.py`` (1 hour at 100
+rps) and ``scripts/make_fixture_recording.py`` (the small committed fixture); not part of
+the product (bench and scripts put the repository's root on ``sys.path`` to import it).
+It emits the same stream a live run publishes into any ``TimelineSink``, in time order,
+without holding the whole run in memory.
+
+It is not the simulator (``sim.engine`` stepped by ``sim.virtual``'s clock, which
+schedules real token-id requests through vLLM's scheduler model): it draws each
+request's times from a few distributions around a ``capacity_rps``, cheap enough for an
+hour at 100 rps, and writes the records, scrapes, ticks, a knee and ``config`` events
+directly.
 
 The model: one engine steps every ~20-30 ms (slower with more running requests, with
 jitter and occasional prefill spikes); every running request receives one chunk per
