@@ -86,11 +86,11 @@ _SESSION_RATES = ("sessions_started_per_s", "sessions_finished_per_s")
 # The windowed percentiles, one histogram per metric and second of completion. E2E latency
 # is drawn per class only (``CLASS_SERIES_NAMES``): a class builder keeps its histograms
 # (``e2e_latency``), the run's own builder does not spend its event loop and checkpoints on them.
-_RUN_HIST_METRICS = ("ttft", "itl")
-_CLASS_HIST_METRICS = (*_RUN_HIST_METRICS, "e2el")
+RUN_HIST_METRICS = ("ttft", "itl")
+CLASS_HIST_METRICS = (*RUN_HIST_METRICS, "e2el")
 
 
-def _latency_series(metrics: tuple[str, ...]) -> tuple[str, ...]:
+def latency_series(metrics: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f"{metric}_{q}" for metric in metrics for q in ("p50", "p90", "p99"))
 
 
@@ -156,8 +156,8 @@ class SeriesBuilder:
         e2e_latency: bool = False,
     ) -> None:
         self.window_s = int(window_s)
-        self._hist_metrics = _CLASS_HIST_METRICS if e2e_latency else _RUN_HIST_METRICS
-        self._latency_series = _latency_series(self._hist_metrics)
+        self._hist_metrics = CLASS_HIST_METRICS if e2e_latency else RUN_HIST_METRICS
+        self._latency_series = latency_series(self._hist_metrics)
         self.grace_s = grace_s
         self.header: RunHeader | None = None
         self.state = "starting"
@@ -225,9 +225,6 @@ class SeriesBuilder:
         # A session workload's figures by turn index (``core.figures.turns``); None until a
         # request with a turn ends (runs without sessions never have them).
         self.turns: TurnFigures | None = None
-        # False when restored from a checkpoint written before the step table existed:
-        # its rows would miss the run before the checkpoint (replays then start over).
-        self.steps_complete = True
         # A mixture's classes (``loadgen.workload.mixture``): one builder each, fed the class's
         # requests; a class builder has its name here and no classes of its own.
         self._classes: dict[str, SeriesBuilder] = {}
@@ -316,8 +313,9 @@ class SeriesBuilder:
     def from_state(
         cls, header: RunHeader | None, meta: dict[str, Any], arrays: dict[str, np.ndarray], e2e_latency: bool = False
     ) -> SeriesBuilder:
-        """A builder restored from ``export_state()`` output (see there); ``e2e_latency``
-        as the builder had it (a mixture's class builder)."""
+        """A builder restored from ``export_state()`` output of the current schema (see
+        there); ``e2e_latency`` as the builder had it (a mixture's class builder). A
+        recording's older checkpoints are brought to it by ``record.checkpoint``."""
         sm = meta["summary"]
         b = cls(
             window_s=meta["window_s"],
@@ -330,9 +328,8 @@ class SeriesBuilder:
         b.state = meta["state"]
         b.target_rps = meta["target_rps"]
         b.in_flight = meta["in_flight"]
-        # Checkpoints written before these were kept lack them.
-        b.oldest_sent_at = meta.get("oldest_sent_at")
-        b.planned_end_s = meta.get("planned_end_s")
+        b.oldest_sent_at = meta["oldest_sent_at"]
+        b.planned_end_s = meta["planned_end_s"]
         b.events = [Event(**e) for e in meta["events"]]
         b.now = meta["now"]
         b.finished_at = meta["finished_at"]
@@ -348,38 +345,19 @@ class SeriesBuilder:
 
         b._counts = growables("counts", meta["counts"])
         b._last = growables("last", meta["last"])
-        # Checkpoints written before a series existed: its seconds before the checkpoint are
-        # unknown (drawn as a gap), later ones are counted as usual.
-        known = int(math.floor(b.now))
-        for name in ERROR_SERIES.values():
-            if name not in b._counts:
-                g = b._counts[name] = _Growable(0.0)
-                g._ensure(known)
-                g.data[:known] = math.nan
-        for name in ("client_queued", "client_lag_ms", *GPU_SERIES):
-            if name not in b._last:
-                b._last[name] = _Growable(math.nan)
-        # Checkpoints from before sessions: no session so far.
-        b._last.setdefault("sessions_active", _Growable(0.0))
-        if "session_counts" in meta:
-            b._session_counts = growables("session_counts", meta["session_counts"])
-            b._session_totals = tuple(meta["session_totals"])
-        b.last_good_scrape_t = meta.get("last_good_scrape_t")
-        for url, message, count, first_t, last_t, *gpu in meta.get("scrape_errors", []):
-            b._scrape_errors[(url, message)] = ScrapeErrorLine(
-                url, message, count, first_t, last_t, bool(gpu and gpu[0])
-            )
-        # Checkpoints from before GPU telemetry lack these: no GPU data so far.
-        for d in meta.get("gpu_latest", []):
+        b._session_counts = growables("session_counts", meta["session_counts"])
+        b._session_totals = tuple(meta["session_totals"])
+        b.last_good_scrape_t = meta["last_good_scrape_t"]
+        for url, message, count, first_t, last_t, gpu in meta["scrape_errors"]:
+            b._scrape_errors[(url, message)] = ScrapeErrorLine(url, message, count, first_t, last_t, bool(gpu))
+        for d in meta["gpu_latest"]:
             sample = ServerSample(**d)
             b._gpu_latest[sample.url] = sample
-        b.last_good_gpu_t = meta.get("last_good_gpu_t")
-        b.gpu_totals = GpuTotals.restore_state(meta.get("gpu_totals"))
-        b.client_totals = ClientTotals.restore_state(meta.get("client_totals"))
+        b.last_good_gpu_t = meta["last_good_gpu_t"]
+        b.gpu_totals = GpuTotals.restore_state(meta["gpu_totals"])
+        b.client_totals = ClientTotals.restore_state(meta["client_totals"])
         b._tick_counts = growables("tick_counts", meta["tick_counts"])
-        final = growables("final", meta["final"])
-        # A class's checkpoint from before E2E percentiles: those seconds unknown.
-        b._final = {name: final.get(name) or _Growable(math.nan) for name in b._latency_series}
+        b._final = growables("final", meta["final"])
         b._tick_totals = tuple(meta["tick_totals"]) if meta["tick_totals"] is not None else None
         for d in meta["tracker"]:
             b._tracker.update(ServerSample(**d))
@@ -390,30 +368,24 @@ class SeriesBuilder:
             b._spread.setdefault(url, {})[field] = (amount, covered)
         for k, (sec, totals) in enumerate(zip(meta["hist_seconds"], meta["hist_totals"])):
             hists = tuple(LogHistogram() for _ in b._hist_metrics)
-            # A class's checkpoint from before E2E percentiles holds two: its seconds start
-            # empty; a run's checkpoint that kept E2E too: those are not the run's any more.
-            for j in range(min(len(totals), len(hists))):
-                hists[j]._counts = np.array(arrays["hists"][k, j], dtype=np.int64)
-                hists[j].total = totals[j]
+            for j, hist in enumerate(hists):
+                hist._counts = np.array(arrays["hists"][k, j], dtype=np.int64)
+                hist.total = totals[j]
             b._hists[sec] = hists
         b._final_upto = meta["final_upto"]
         b._newly_final = list(meta["newly_final"])
         b.summary = SummaryBuilder.restore_state(sm, arrays)
-        # Checkpoints of runs without a restart (and from before restarts) have none.
-        segments = meta.get("config_segments") or {"starts": [], "summaries": []}
-        b._segment_starts = [float(t) for t in segments["starts"]]
-        b._segment_summaries = [
-            SummaryBuilder.restore_state(state, arrays, f"segment{i}") for i, state in enumerate(segments["summaries"])
-        ]
-        # Checkpoints of runs without sessions (and from before them) have none.
+        b.steps = StepTracker.restore_state(meta["steps"], arrays)
+        # Optional parts: a run without a restart, sessions or a mixture has none.
+        if "config_segments" in meta:
+            segments = meta["config_segments"]
+            b._segment_starts = [float(t) for t in segments["starts"]]
+            b._segment_summaries = [
+                SummaryBuilder.restore_state(state, arrays, f"segment{i}")
+                for i, state in enumerate(segments["summaries"])
+            ]
         if "turns" in meta:
             b.turns = TurnFigures.restore_state(meta["turns"], arrays)
-        if "steps" in meta:
-            b.steps = StepTracker.restore_state(meta["steps"], arrays)
-        else:  # a checkpoint from before the step table
-            b.steps.configure(*_schedule_of(header))
-            b.steps_complete = False
-        # Checkpoints of runs without a mixture (and from before mixtures) have no classes.
         for i, (name, sub_meta) in enumerate(meta.get("classes", [])):
             prefix = f"class{i}/"
             sub_arrays = {key[len(prefix) :]: a for key, a in arrays.items() if key.startswith(prefix)}

@@ -209,11 +209,9 @@ class GpuTotals:
         }
 
     @classmethod
-    def restore_state(cls, state: dict[str, Any] | None) -> GpuTotals:
-        """From ``export_state``; ``None`` (a checkpoint from before GPU telemetry): empty."""
+    def restore_state(cls, state: dict[str, Any]) -> GpuTotals:
+        """From ``export_state``."""
         b = cls()
-        if not state:
-            return b
         b.samples, b.gpu_count, b.energy_j = state["samples"], state["gpu_count"], state["energy_j"]
         b.max_power_w, b.max_util_pct = state["max_power_w"], state["max_util_pct"]
         b.max_mem_used_mib = state["max_mem_used_mib"]
@@ -829,23 +827,19 @@ class SummaryBuilder:
     ) -> SummaryBuilder:
         b = cls(state["slo"], state["gpu_price_per_hour"], bounded=True)
         b.completed = state["completed"]
-        b.cancelled = state.get("cancelled", 0)  # older checkpoints counted them as failed
+        b.cancelled = state["cancelled"]
         b.requests = state["records"]
         b.good = state["good"]
         b.total_input = state["total_input"]
         b.total_output = state["total_output"]
-        b.tokens_from_usage = state.get("tokens_from_usage", True)
+        b.tokens_from_usage = state["tokens_from_usage"]
         b.errors.update(state["errors"])
-        b.error_examples.update(state.get("error_examples") or {})  # older checkpoints kept none
-        stores = b._running_stores()
-        for name, store in stores.items():
-            if name not in state["sums"]:  # checkpoints before the queue was a store kept its sum only
-                store.n, store.total = state["records"], state["queue_sum"]
-                continue
+        b.error_examples.update(state["error_examples"])
+        for name, store in b._running_stores().items():
             store.n, store.total, store.squares = state["sums"][name]
             store.hist._counts = np.array(arrays[f"{prefix}.{name}"], dtype=np.int64)
             store.hist.total = state["hist_totals"][name]
-        if state.get("first_send_at") is not None:
+        if state["first_send_at"] is not None:
             b.first_send_at, b.last_end_at = state["first_send_at"], state["last_end_at"]
         b.peak_in_flight = state["peak_in_flight"]
         return b
