@@ -77,17 +77,47 @@ def dumps_bench_result(result: dict[str, Any]) -> bytes:
     return b"{" + b", ".join(parts) + b"}"
 
 
+def request_keys(detailed: bool) -> tuple[str, ...]:
+    """The per-request lists a result holds, in its key order: as vLLM, the lists of
+    ``DETAILED_KEYS`` only when ``detailed`` (``--save-detailed``)."""
+    return tuple(key for key in PER_REQUEST_KEYS if detailed or key not in DETAILED_KEYS)
+
+
+# Each per-request list of a block of records, in the records' order: failed requests with
+# 0 / empty values, as vLLM fills them; times in seconds. ``generated_texts`` holds each
+# record's ``generated_text``, an empty string where it was not kept.
+REQUEST_LISTS: dict[str, Callable[[Sequence[RequestRecord]], list[Any]]] = {
+    "input_lens": lambda records: [r.prompt_tokens for r in records],
+    "output_lens": lambda records: [stats.output_len(r) if r.ok else 0 for r in records],
+    "ttfts": lambda records: [(r.ttft or 0.0) if r.ok else 0.0 for r in records],
+    "itls": lambda records: [stats.itl_array(r).tolist() if r.ok else [] for r in records],
+    "latencies": lambda records: [r.e2e if r.ok else 0.0 for r in records],
+    "start_times": lambda records: [r.sent_at for r in records],
+    "queue_times": lambda records: [r.client_queue_s for r in records],
+    "generated_texts": lambda records: [r.generated_text or "" for r in records],
+    "errors": lambda records: ["" if r.ok else f"{r.error_class}: {r.error or ''}" for r in records],
+}
+
+
 def to_bench_result(
     figures: Summary, header: RunHeader | None, records: Sequence[RequestRecord], *, detailed: bool = False
 ) -> dict[str, Any]:
-    """A result JSON with ``vllm bench serve --save-result``'s fields and units.
+    """The result of ``records`` held in memory: ``result_fields`` with every
+    per-request list filled in (``REQUEST_LISTS``)."""
+    result = result_fields(figures, header, len(records), detailed=detailed)
+    for key in request_keys(detailed):
+        result[key] = REQUEST_LISTS[key](records)
+    return result
 
-    Per-request lists cover every request in ``records`` order (failed ones with
-    0 / empty values, as vLLM fills them); times are seconds in the lists and ms in the
-    aggregate fields. As vLLM, the lists of ``DETAILED_KEYS`` are written only when
-    ``detailed`` (``--save-detailed``); ``generated_texts`` holds each record's
-    ``generated_text``, an empty string where it was not kept.
-    rampwatch's own figures go under ``rampwatch_*`` keys.
+
+def result_fields(
+    figures: Summary, header: RunHeader | None, num_prompts: int, *, detailed: bool = False
+) -> dict[str, Any]:
+    """A result JSON with ``vllm bench serve --save-result``'s fields and units, its
+    per-request lists (``request_keys``) in place but None: a writer fills them in.
+
+    Times are seconds in the lists and ms in the aggregate fields. rampwatch's own
+    figures go under ``rampwatch_*`` keys.
     """
     summary = figures.to_dict()
     endpoint = (header.scenario.get("endpoint") if header else None) or "completions"
@@ -100,7 +130,7 @@ def to_bench_result(
         "label": None,
         "model_id": header.model if header else None,
         "tokenizer_id": (header.options.get("tokenizer") if header else None) or (header.model if header else None),
-        "num_prompts": len(records),
+        "num_prompts": num_prompts,
         # A session workload's schedule is of sessions (or users), not requests.
         "request_rate": "inf" if _has_sessions(header) else _bench_request_rate(schedule),
         "burstiness": 1.0,
@@ -129,20 +159,8 @@ def to_bench_result(
         result["ramp_up_strategy"] = schedule["kind"].removeprefix("vllm-")
         result["ramp_up_start_rps"] = schedule.get("start_rps")
         result["ramp_up_end_rps"] = schedule.get("end_rps")
-    lists: dict[str, Callable[[], list[Any]]] = {
-        "input_lens": lambda: [r.prompt_tokens for r in records],
-        "output_lens": lambda: [stats.output_len(r) if r.ok else 0 for r in records],
-        "ttfts": lambda: [(r.ttft or 0.0) if r.ok else 0.0 for r in records],
-        "itls": lambda: [stats.itl_array(r).tolist() if r.ok else [] for r in records],
-        "latencies": lambda: [r.e2e if r.ok else 0.0 for r in records],
-        "start_times": lambda: [r.sent_at for r in records],
-        "queue_times": lambda: [r.client_queue_s for r in records],
-        "generated_texts": lambda: [r.generated_text or "" for r in records],
-        "errors": lambda: ["" if r.ok else f"{r.error_class}: {r.error or ''}" for r in records],
-    }
-    for key in PER_REQUEST_KEYS:  # the detailed lists are not even built without `detailed`
-        if detailed or key not in DETAILED_KEYS:
-            result[key] = lists[key]()
+    for key in request_keys(detailed):
+        result[key] = None
     for key, value in summary.items():
         parts = key.split("_")
         if len(parts) == 3 and parts[1] in METRICS and parts[2] == "ms":
