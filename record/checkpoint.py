@@ -35,7 +35,7 @@ SCHEMA_KEY = "schema"
 State = dict[str, Any]
 Arrays = dict[str, np.ndarray]
 
-# A fresh builder's per-second arrays (``series._Growable``): what a series added after a
+# A fresh builder's per-second arrays (``series_bins.Growable``): what a series added after a
 # checkpoint was written starts as.
 _CAPACITY = 256
 _SESSION_RATES = ("sessions_started_per_s", "sessions_finished_per_s")

@@ -123,7 +123,7 @@ def _nan_safe(value):
 
 def assert_same_snapshot(one: SeriesBuilder, two: SeriesBuilder, t: float) -> None:
     for b in (one, two):
-        feed(b, 10.0, t, mix=bool(b._classes))
+        feed(b, 10.0, t, mix=bool(b.classes))
         b.on_finish(t)
     a, b = one.snapshot(), two.snapshot()
     assert a.times == b.times
