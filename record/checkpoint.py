@@ -25,6 +25,8 @@ import numpy as np
 from rampwatch.core.figures.stats import LogHistogram
 from rampwatch.core.timeline import ERROR_SERIES, GPU_SERIES, RunHeader
 
+# The series builder's modules are imported where first needed, as the writer and replay
+# did before: importing the recording's modules stays light.
 if TYPE_CHECKING:
     from rampwatch.core.figures.series import SeriesBuilder
     from rampwatch.record.reader import Recording
@@ -217,7 +219,7 @@ def _latency_histograms(state: State, arrays: _Prefixed, class_builder: bool) ->
     """A class's checkpoint from before E2E percentiles: those seconds unknown and the
     windows' E2E histograms empty; a run's checkpoint from when the run's builder kept
     E2E too: those are not the run's any more."""
-    from rampwatch.core.figures.series import CLASS_HIST_METRICS, RUN_HIST_METRICS, latency_series
+    from rampwatch.core.figures.series_latency import CLASS_HIST_METRICS, RUN_HIST_METRICS, latency_series
 
     metrics = CLASS_HIST_METRICS if class_builder else RUN_HIST_METRICS
     fills = dict(state["final"])
