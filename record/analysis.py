@@ -138,11 +138,10 @@ def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:
 def final_snapshot(recording: Recording) -> Snapshot:
     """The series of the whole run, as the live UI showed them at the end."""
     stored = None
-    if recording.checkpoint_frames:  # the last stored state, plus what follows it
-        try:
-            stored = stored_builder(recording, recording.duration_s)
-        except CheckpointTooOld:  # e.g. written before the step table: build from the start
-            stored = None
+    try:  # the last stored state, plus what follows it
+        stored = stored_builder(recording, recording.duration_s)
+    except CheckpointTooOld:  # e.g. written before the step table: build from the start
+        pass
     t0, builder = stored if stored is not None else (float("-inf"), series_builder(recording.header))
     feed(builder, recording.items_between(t0, recording.duration_s))
     if recording.finished:
