@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rampwatch.core.figures.series_bins import SESSION_RATES
 from rampwatch.core.figures.stats import LogHistogram
 from rampwatch.core.timeline import ERROR_SERIES, GPU_SERIES, RunHeader
 
@@ -40,7 +41,6 @@ Arrays = dict[str, np.ndarray]
 # A fresh builder's per-second arrays (``series_bins.Growable``): what a series added after a
 # checkpoint was written starts as.
 _CAPACITY = 256
-_SESSION_RATES = ("sessions_started_per_s", "sessions_finished_per_s")
 
 
 class CheckpointTooOld(ValueError):
@@ -189,7 +189,7 @@ def _sessions(state: State, arrays: _Prefixed, class_builder: bool) -> None:
     _add_series(state, arrays, "last", "sessions_active", 0.0)
     if "session_counts" not in state:
         state["session_counts"] = []
-        for name in _SESSION_RATES:
+        for name in SESSION_RATES:
             _add_series(state, arrays, "session_counts", name, 0.0)
         state["session_totals"] = [0.0, 0, 0]
 
