@@ -76,8 +76,8 @@ from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 from rampwatch.record.analysis import class_figures, recording_turns, summarise
-from rampwatch.record.cli_export import write_bench_result
 from rampwatch.record.reader import Recording, open_recording
+from rampwatch.record.result_json import write_bench_result
 from rampwatch.record.writer import RecordingWriter, default_recording_path
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig

@@ -134,8 +134,8 @@ def read_back(path: Path, trace: bool) -> None:
 
         tracemalloc.start(1)
     from rampwatch.record.analysis import class_figures, recording_turns, summarise
-    from rampwatch.record.cli_export import write_bench_result
     from rampwatch.record.reader import open_recording
+    from rampwatch.record.result_json import write_bench_result
 
     def step(name: str, started: float) -> None:
         elapsed = time.perf_counter() - started

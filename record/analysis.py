@@ -40,6 +40,7 @@ from rampwatch.core.figures.summary import (
 from rampwatch.core.figures.turns import TurnFigures, TurnTable
 from rampwatch.core.timeline import CANCELLED, Event, Snapshot
 from rampwatch.record import format as fmt
+from rampwatch.record.checkpoint import CheckpointTooOld, series_builder, stored_builder
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
 from rampwatch.record.significance import Samples
@@ -136,19 +137,12 @@ def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:
 
 def final_snapshot(recording: Recording) -> Snapshot:
     """The series of the whole run, as the live UI showed them at the end."""
-    from rampwatch.core.figures.series import SeriesBuilder
-
-    stored = recording.checkpoint(recording.duration_s) if recording.checkpoint_frames else None
-    builder = None
-    if stored is not None:  # the last stored state, plus what follows it
-        t0, state, arrays = stored
-        builder = SeriesBuilder.from_state(recording.header, state, arrays)
-        if not builder.steps_complete:  # written before the step table: build it from the start
-            builder = None
-    if builder is None:
-        t0 = float("-inf")
-        builder = SeriesBuilder()
-        builder.on_start(recording.header)
+    stored = None
+    try:  # the last stored state, plus what follows it
+        stored = stored_builder(recording, recording.duration_s)
+    except CheckpointTooOld:  # e.g. written before the step table: build from the start
+        pass
+    t0, builder = stored if stored is not None else (float("-inf"), series_builder(recording.header))
     feed(builder, recording.items_between(t0, recording.duration_s))
     if recording.finished:
         builder.on_finish(recording.duration_s)

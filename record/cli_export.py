@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 import re
 import sys
 from pathlib import Path
-from typing import TextIO
 
-from rampwatch.core import strict_json
 from rampwatch.core.errors import UserError
 from rampwatch.core.files import is_special, private_file
+from rampwatch.record.result_json import write_bench_result
 
 # ``-o -``: the export goes to standard output (json and html; csv is two files).
 STDOUT = "-"
@@ -180,116 +178,6 @@ def write_series_csv(snapshot, path: Path) -> None:
         w.writerow(["t", *(spreadsheet_text(n) for n in names)])
         for i, t in enumerate(snapshot.times):
             w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
-
-
-def _bench_list(
-    recording, info, key: str, summary, texts: dict[int, str] | None = None, request_class: str | None = None
-) -> list:
-    """One block's share of a per-request list of ``to_bench_result`` (same values), of
-    one class's requests only with ``request_class``; ``texts``: the answers by request
-    id, which the run kept (recordings do not)."""
-    if request_class is None:
-        return _block_list(recording, info, key, summary, texts)
-    classes = recording.request_columns(info, with_chunks=False).strings.get("request_class")
-    if classes is None:
-        return []
-    if key == "itls":
-        records = [r for r in recording.decode_requests(info) if r.request_class == request_class]
-        return _itls(summary, records)
-    values = _block_list(recording, info, key, summary, texts)
-    return [v for v, c in zip(values, classes) if c == request_class]
-
-
-def _itls(summary, records) -> list:
-    from rampwatch.core.figures.summary import to_bench_result
-
-    return to_bench_result(summary, None, records, detailed=True)["itls"]
-
-
-def _block_list(recording, info, key: str, summary, texts: dict[int, str] | None = None) -> list:
-    import numpy as np
-
-    if key == "itls":
-        return _itls(summary, recording.decode_requests(info))
-    c = recording.request_columns(info, with_chunks=False)
-    ok = np.array([e is None for e in c.strings["error_class"]], dtype=bool)
-    if key == "input_lens":
-        return c.prompt_tokens.tolist()
-    if key == "output_lens":
-        return np.where(ok, np.where(c.completion_tokens == 0, 1, c.completion_tokens), 0).tolist()
-    if key == "ttfts":
-        ttft = np.where(c.has_first, c.first_token_at - c.sent_at, 0.0)
-        return np.where(ok & (ttft != 0.0), ttft, 0.0).tolist()
-    if key == "latencies":
-        return np.where(ok, c.end_at - c.sent_at, 0.0).tolist()
-    if key == "start_times":
-        return c.sent_at.tolist()
-    if key == "queue_times":
-        return np.maximum(0.0, c.sent_at - c.scheduled_at).tolist()
-    if key == "generated_texts":  # recordings do not keep the answers' texts
-        return [""] * c.n if texts is None else [texts.get(int(i), "") for i in c.ids]
-    if key == "errors":
-        return [
-            "" if e is None else f"{e}: {msg or ''}" for e, msg in zip(c.strings["error_class"], c.strings["error"])
-        ]
-    raise KeyError(key)
-
-
-def write_bench_result(
-    recording, summary, path: Path | TextIO, detailed: bool = False, texts: dict[int, str] | None = None
-) -> None:
-    """``to_bench_result`` written block by block: the per-request lists (``itls`` holds
-    every chunk gap of the run) are never all in memory at once. A mixture's ``per_class``
-    section has each class's result in the top level's schema: its figures, its requests'
-    lists (streamed the same way), and ``None`` for a run-wide figure that no class has
-    alone (the GPUs' energy). ``texts``: the answers by request id (a run that kept them).
-    ``path``: a file (made 0600), or a stream (``export -o -``: standard output)."""
-    from rampwatch.core.figures.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
-    from rampwatch.core.figures.turns import turn_sections
-    from rampwatch.record.analysis import class_figures, recording_turns
-
-    result = to_bench_result(summary, recording.header, [], detailed=detailed)
-    result["num_prompts"] = recording.request_count
-    result.update(turn_sections(recording_turns(recording)))
-    per_class = {}
-    for name, figures in class_figures(recording).items():
-        one = to_bench_result(figures, recording.header, [], detailed=detailed)
-        one["num_prompts"] = figures.completed + figures.failed + figures.cancelled
-        per_class[name] = (figures, {key: one.get(key) for key in result})
-    if per_class:
-        result["per_class"] = per_class
-
-    def write_object(f, fields: dict, figures, request_class: str | None) -> None:
-        f.write("{")
-        for i, (key, value) in enumerate(fields.items()):
-            f.write(("," if i else "") + "\n " + json.dumps(key) + ": ")
-            if key == "per_class":
-                f.write("{")
-                for j, (name, (class_summary, class_fields)) in enumerate(value.items()):
-                    f.write(("," if j else "") + "\n " + json.dumps(name) + ": ")
-                    write_object(f, class_fields, class_summary, name)
-                f.write("}")
-            elif key not in PER_REQUEST_KEYS:
-                f.write(strict_json.dumps(value, default=str))  # NaN as null (dumps_bench_result)
-            else:
-                f.write("[")
-                first = True
-                for info in recording.request_frames:
-                    part = _bench_list(recording, info, key, figures, texts, request_class)
-                    if part:
-                        text = dump_list(part)[1:-1].decode()
-                        f.write(("" if first else ", ") + text)
-                        first = False
-                f.write("]")
-        f.write("\n}")
-
-    if not isinstance(path, Path):
-        write_object(path, result, summary, None)
-        path.write("\n")
-        return
-    with private_file(path, "w") as f:
-        write_object(f, result, summary, None)
-        f.write("\n")
 
 
 def main(args: argparse.Namespace) -> int:

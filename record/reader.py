@@ -228,7 +228,7 @@ class Recording:
 
     def checkpoint(self, t: float) -> tuple[float, dict[str, Any], dict[str, np.ndarray]] | None:
         """The latest stored builder checkpoint at or before ``t``: ``(time, state, arrays)``
-        for ``SeriesBuilder.from_state``; ``None`` if there is none (older files)."""
+        as stored, for ``checkpoint.read_checkpoint``; ``None`` if there is none (older files)."""
         i = bisect_right(self.checkpoint_times, t)
         if i == 0:
             return None

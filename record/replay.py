@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rampwatch.core.timeline import Event, Snapshot
+from rampwatch.record.checkpoint import series_builder, stored_builder
 from rampwatch.record.reader import Item, Recording
 
 log = logging.getLogger(__name__)
@@ -34,12 +35,6 @@ MAX_SPEED = 16.0
 REQUESTS_PER_CHECKPOINT = 600
 MAX_CHECKPOINTS = 360
 MIN_CHECKPOINT_SPACING_S = 2.0
-
-
-def _default_builder_factory() -> Callable[[], Any]:
-    from rampwatch.core.figures.series import SeriesBuilder
-
-    return SeriesBuilder
 
 
 def checkpoint_spacing(duration_s: float, request_count: int) -> float:
@@ -134,7 +129,7 @@ class ReplayTimeline:
     ) -> None:
         self.recording = recording
         self._clock = clock
-        self._factory = builder_factory or _default_builder_factory()
+        self._factory = builder_factory
         duration = max(0.0, recording.duration_s)
         self.checkpoint_every_s = checkpoint_every_s or checkpoint_spacing(duration, recording.request_count)
         self._checkpoints = _Checkpoints()
@@ -243,6 +238,8 @@ class ReplayTimeline:
             return self._builder.snapshot(now=t)
 
     def _fresh_builder(self) -> Any:
+        if self._factory is None:
+            return series_builder(self.recording.header)
         b = self._factory()
         b.on_start(self.recording.header)
         return b
@@ -283,17 +280,8 @@ class ReplayTimeline:
             self._fed_until = t
 
     def _restore(self, t: float) -> tuple[float, Any] | None:
-        from rampwatch.core.figures.series import SeriesBuilder
-
         try:
-            found = self.recording.checkpoint(t)
-            if found is None:
-                return None
-            cp_time, state, arrays = found
-            builder = SeriesBuilder.from_state(self.recording.header, state, arrays)
-            if not builder.steps_complete:
-                raise ValueError("they predate the step table")
-            return cp_time, builder
+            return stored_builder(self.recording, t)
         except Exception as exc:  # e.g. a checkpoint from a newer builder: replay still works
             log.warning("stored seek checkpoints unusable (%s); replaying from the start", exc)
             self._stored_checkpoints = False

@@ -18,6 +18,7 @@ from rampwatch.core.files import private_file
 from rampwatch.core.redact import redact_options, scrub, secret_values
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.record import format as fmt
+from rampwatch.record.checkpoint import series_builder, write_checkpoint
 from rampwatch.record.reader import ITEM_ORDER
 
 if TYPE_CHECKING:
@@ -261,10 +262,7 @@ class SeriesCheckpointer:
         self.stopped = False
 
     def start(self, header: RunHeader) -> None:
-        from rampwatch.core.figures.series import SeriesBuilder
-
-        self._builder = SeriesBuilder()
-        self._builder.on_start(header)
+        self._builder = series_builder(header)
 
     def _queue(self, items: list[tuple[float, int, Any]]) -> None:
         for t, order, value in items:
@@ -316,7 +314,7 @@ class SeriesCheckpointer:
             horizon = self._latest - self.lag_s
             while self._next <= horizon:
                 self._feed_upto(self._next)
-                state, arrays = self._builder.export_state()
+                state, arrays = write_checkpoint(self._builder)
                 if self._count % self.key_every == 0:
                     payload = fmt.encode_checkpoint(self._next, state, arrays)
                     self._key = (self._next, {k: a.copy() for k, a in arrays.items()})

@@ -369,11 +369,12 @@ class StepTracker:
         tracker._held_s = float(state["held_s"])
         last_tick = state["last_tick"]
         tracker._last_tick = (float(last_tick[0]), str(last_tick[1])) if last_tick is not None else None
-        tracker._unsettled_from = state.get("unsettled_from")
+        tracker._unsettled_from = state["unsettled_from"]
         for k, scalars in enumerate(state["rows"]):
-            key, start, last, lo, hi, sent, errors, completed, output, kv_sum, kv_n, kv_max, waiting_max, nt, ni = (
-                scalars[:15]
-            )
+            (
+                key, start, last, lo, hi, sent, errors, completed, output,
+                kv_sum, kv_n, kv_max, waiting_max, nt, ni, succeeded, cancelled,
+            ) = scalars  # fmt: skip
             row = _Row(tuple(key) if key is not None else None, float(start))
             row.last, row.lo, row.hi = float(last), float(lo), float(hi)
             row.sent, row.errors, row.completed, row.output_tokens = (
@@ -382,10 +383,7 @@ class StepTracker:
                 int(completed),
                 float(output),
             )
-            # checkpoints written before the achieved rate counted the row's own requests
-            # lack it: the row's requests that did not fail (cancelled ones aside) is the nearest
-            row.succeeded = int(scalars[15]) if len(scalars) > 15 else max(0, row.sent - row.errors)
-            row.cancelled = int(scalars[16]) if len(scalars) > 16 else 0
+            row.succeeded, row.cancelled = int(succeeded), int(cancelled)
             row.kv_sum, row.kv_n, row.kv_max, row.waiting_max = float(kv_sum), int(kv_n), kv_max, waiting_max
             for hist, total, j in ((row.ttft, nt, 0), (row.itl, ni, 1)):
                 hist._counts = np.array(arrays["steps.hists"][k, j], dtype=np.int64)

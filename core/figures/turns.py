@@ -357,7 +357,7 @@ class TurnFigures:
     @classmethod
     def restore_state(cls, state: dict[str, Any], arrays: dict[str, np.ndarray], prefix: str = "turns") -> TurnFigures:
         figures = cls()
-        for i, saved in enumerate(state.get("rows", [])):
+        for i, saved in enumerate(state["rows"]):
             row = _Row(stats.RunningValues, stats.RunningValues)
             for name in _COUNTERS:
                 setattr(row, name, int(saved[name]))

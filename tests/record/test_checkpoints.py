@@ -214,7 +214,7 @@ def test_streamed_json_export_equals_the_in_memory_result(tmp_path, detailed):
 
     from rampwatch.core.figures.summary import to_bench_result
     from rampwatch.record.analysis import summarise
-    from rampwatch.record.cli_export import write_bench_result
+    from rampwatch.record.result_json import write_bench_result
 
     path = tmp_path / "r.rwrec"
     _write(path, duration=20.0, error_rate=0.1)

@@ -12,6 +12,7 @@ from rampwatch.core.figures.classes import class_summaries, class_table, per_cla
 from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.figures.summary import SummaryBuilder, first_token_send
 from rampwatch.core.timeline import CLASS_SERIES_NAMES, RequestRecord, RunHeader, Tick
+from rampwatch.record.checkpoint import read_checkpoint
 
 TOP_SLO = {"ttft_ms": 300.0, "tpot_ms": 100.0}
 CLASSES = {"chat": {"ttft_ms": 150.0}, "batch": None}
@@ -211,7 +212,7 @@ def test_class_e2e_percentiles_per_second_and_checkpoints_from_before_them():
         state["final"] = [spec for spec in state["final"] if not spec[0].startswith("e2el")]
         if f"{prefix}hists" in arrays:
             arrays[f"{prefix}hists"] = arrays[f"{prefix}hists"][:, :2]
-    restored = SeriesBuilder.from_state(header, meta, arrays)
+    restored = read_checkpoint(header, meta, arrays)  # the upgrade fills them in
     for r in records:
         if r.end_at > 12.0:
             restored.on_request(r)
@@ -233,5 +234,5 @@ def test_only_the_class_builders_keep_e2e_histograms():
     # a run's checkpoint that kept three histograms a second: the third is not the run's
     meta["hist_totals"] = [[*totals, 5] for totals in meta["hist_totals"]]
     arrays["hists"] = np.concatenate([arrays["hists"], arrays["hists"][:, :1]], axis=1)
-    restored = SeriesBuilder.from_state(header, meta, arrays)
+    restored = read_checkpoint(header, meta, arrays)
     np.testing.assert_array_equal(restored.snapshot().series["ttft_p50"], b.snapshot().series["ttft_p50"])

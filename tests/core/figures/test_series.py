@@ -5,6 +5,7 @@ import pytest
 
 from rampwatch.core.figures.series import FOLD_AT_QUEUED, SeriesBuilder
 from rampwatch.core.timeline import SERIES_NAMES, Event, RequestRecord, RunHeader, ServerSample, Tick
+from rampwatch.record.checkpoint import read_checkpoint
 
 NAN = math.nan
 
@@ -316,7 +317,7 @@ def test_checkpoints_from_before_the_error_classes_still_restore():
     meta["last"] = [c for c in meta["last"] if c[0] != "client_queued"]
     del meta["last_good_scrape_t"], meta["scrape_errors"]
     old = {k: v for k, v in arrays.items() if not k.startswith(("counts.errors_", "last.client_queued"))}
-    restored = SeriesBuilder.from_state(None, meta, old)
+    restored = read_checkpoint(None, meta, old)  # the upgrade fills the parts in
     restored.on_request(rec(1, 2.1, 2.1, None, 2.5, error="http_500"))
     restored.on_finish(3.0)
     s = restored.snapshot().series

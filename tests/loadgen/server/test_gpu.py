@@ -17,6 +17,7 @@ from rampwatch.core.figures.summary import GpuTotals, format_summary, gpu_figure
 from rampwatch.core.timeline import GPU_SERIES, RunHeader, ServerSample
 from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable
 from rampwatch.loadgen.server.scrape import parse_dcgm
+from rampwatch.record.checkpoint import read_checkpoint
 
 DCGM_PAGE = Path(__file__).resolve().parents[2] / "data" / "dcgm_exporter_2xh100.txt"
 
@@ -242,7 +243,7 @@ def test_gpu_state_survives_a_checkpoint_and_old_checkpoints_have_none():
         del meta[key]
     meta["last"] = [spec for spec in meta["last"] if spec[0] not in GPU_SERIES]
     meta["scrape_errors"] = [["u", "m", 1, 0.0, 0.0]]
-    old = SeriesBuilder.from_state(None, meta, {k: v for k, v in arrays.items() if not k.startswith("last.gpu")})
+    old = read_checkpoint(None, meta, {k: v for k, v in arrays.items() if not k.startswith("last.gpu")})
     old.on_finish(2.0)
     snap = old.snapshot()
     assert snap.last_good_gpu_t is None and snap.gpus == {} and not snap.scrape_errors[0].gpu

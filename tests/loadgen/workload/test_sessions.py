@@ -21,6 +21,7 @@ from rampwatch.loadgen.run.runner import Run, RunOptions
 from rampwatch.loadgen.workload.prompts import SEPARATOR
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.sessions import sample_think, users_for
+from rampwatch.record.checkpoint import read_checkpoint
 
 
 class AnsweringServer:
@@ -466,7 +467,7 @@ def test_session_series_come_from_the_ticks_and_old_checkpoints_restore():
     for key in ("session_counts", "session_totals"):
         meta.pop(key)
     meta["last"] = [pair for pair in meta["last"] if pair[0] != "sessions_active"]
-    old = SeriesBuilder.from_state(None, meta, arrays)
+    old = read_checkpoint(None, meta, arrays)
     old.on_tick(Tick(3.5, 1.0, "ramping"))
     _, after = old.series(4.0)
     assert after["sessions_started_per_s"].tolist() == [0.0] * 4 and after["sessions_active"][3] == 0
