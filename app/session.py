@@ -681,10 +681,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
     options = RunOptions(
         target=target,
         model=model,
-        api_key=connection.api_key,
-        headers=list(connection.headers),
-        insecure=connection.insecure,
-        ca_cert=connection.ca_cert,
+        connection=connection,
         models_answer=models_answer,
         metrics_urls=plan.metrics_urls or [target + "/metrics"],
         scrape_interval_s=args.scrape_interval,
