@@ -110,16 +110,22 @@ def _main(argv: list[str] | None) -> int:
         try:
             from rampwatch.app.start import choose_run
 
-            run_args = choose_run()
+            config = choose_run()
         except UserError as exc:
             print(f"rampwatch: error: {exc}", file=sys.stderr)
             return exc.exit_code
         except KeyboardInterrupt:
             return 130
-        # the choice runs exactly as `rampwatch run ...` typed on the command line
-        return 0 if run_args is None else _main(["run", *run_args])
+        if config is None:
+            return 0
+        # the choice runs as `rampwatch run` runs its command line's configuration
+        from rampwatch.app.run import run as run_configured
+
+        args.command, command = "run", lambda _args: run_configured(config)
+    else:
+        command = mains[args.command]
     try:
-        return int(mains[args.command](args) or 0)
+        return int(command(args) or 0)
     except UserError as exc:
         print(f"rampwatch {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -4,7 +4,6 @@ the final summary, result JSON and exit code, and the headless path (progress li
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import atexit
 import math
@@ -29,8 +28,9 @@ from urllib.parse import urlsplit
 from rampwatch.app import runs
 from rampwatch.app.control import serve_run
 from rampwatch.app.ray_run import ray_workers
+from rampwatch.app.run_config import RunConfig
 from rampwatch.core.bins import latest_complete, recent_max, recent_mean
-from rampwatch.core.cache_salt import AUTO, cache_salt_choice, describe_cache_policy
+from rampwatch.core.cache_salt import cache_salt_choice, describe_cache_policy
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
 from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
@@ -64,7 +64,6 @@ from rampwatch.loadgen.run.worker_pool import LocalWorkers
 from rampwatch.loadgen.run.workers import SenderFactory
 from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable
 from rampwatch.loadgen.server.managed import (
-    DEFAULT_STARTUP_TIMEOUT_S,
     PHASE_STARTING,
     ManagedServer,
     ServeCommand,
@@ -95,36 +94,6 @@ SERVER_WATCH_INTERVAL_S = 0.5
 SERVER_PROGRESS_INTERVAL_S = 30.0
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    named = {
-        "duration": args.duration,
-        "start_rps": args.start_rps,
-        "end_rps": args.end_rps,
-        "seed": args.seed,
-        "max_concurrency": args.max_concurrency,
-        "model": args.model,
-    }
-    return {k: v for k, v in named.items() if v is not None}
-
-
-def _parse_sets(values: list[str]) -> list[tuple[str, str]]:
-    pairs = []
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. --set schedule.end_rps=30")
-        pairs.append((key.strip(), value))
-    return pairs
-
-
-def api_key_source(args: argparse.Namespace) -> str:
-    """Where the run's API key came from, for a line that says it was refused: a key
-    taken silently from the environment may be one meant for another service."""
-    if getattr(args, "api_key_file", None):
-        return f"--api-key-file {args.api_key_file}"
-    return "--api-key" if getattr(args, "api_key", None) else "$OPENAI_API_KEY"
-
-
 def discover_model(target: str, connection: Connection, key_from: str | None = None) -> tuple[str, ModelsAnswer]:
     """The target's first model (``loadgen.transport.client.first_model_of``) and the ``/v1/models``
     answer it came from (the run's start uses it rather than asking again), from
@@ -149,7 +118,7 @@ def _check_url(flag: str, url: str) -> str:
     return url.rstrip("/")
 
 
-def _check_one_authorization(target: str, args: argparse.Namespace, connection: Connection) -> None:
+def _check_one_authorization(target: str, config: RunConfig, connection: Connection) -> None:
     """A ``user:password`` in ``--target`` is HTTP basic auth; an API key (or an
     ``Authorization`` header) is another: aiohttp refuses a request with both, so the run
     is refused before it starts, in one line that does not show the password."""
@@ -158,7 +127,7 @@ def _check_one_authorization(target: str, args: argparse.Namespace, connection: 
         return
     if any(name.lower() == "authorization" for name, _ in connection.headers):
         other = "--header Authorization"
-    elif getattr(args, "api_key", None):
+    elif config.api_key:
         other = "--api-key"
     elif connection.api_key:
         other = "OPENAI_API_KEY (from the environment)"
@@ -322,21 +291,18 @@ def serving_sim(config: SimConfig, host: str = "127.0.0.1", timeout_s: float = 3
         yield server
 
 
-def serve_command(
-    args: argparse.Namespace, seed: int | None = None, gpu_telemetry: bool = False
-) -> ServeCommand | None:
+def serve_command(config: RunConfig, seed: int | None = None, gpu_telemetry: bool = False) -> ServeCommand | None:
     """What `rampwatch run` starts: ``--serve``, else (no ``--target``) the embedded
     simulator (serving its DCGM page with ``gpu_telemetry``); None when it only connects
     to ``--target``."""
-    target = normalize_base_url(_check_url("--target", args.target)) if args.target else None
-    serve = getattr(args, "serve", None)
-    if serve is not None:
-        return ServeCommand.parse(serve, target=target)
+    target = normalize_base_url(_check_url("--target", config.target)) if config.target else None
+    if config.serve is not None:
+        return ServeCommand.parse(config.serve, target=target)
     if target is not None:
         return None
     config = SimConfig(
-        hardware=args.sim_hardware,
-        model=args.sim_model,
+        hardware=config.sim_hardware,
+        model=config.sim_model,
         seed=seed if seed is not None else 0,
         gpu_telemetry=gpu_telemetry,
     )
@@ -409,7 +375,7 @@ class RunPlan:
     """A run's inputs, checked, before anything starts: a long server start never ends on
     a bad flag."""
 
-    args: argparse.Namespace
+    config: RunConfig
     scenario: Any
     connection: Connection
     metrics_urls: list[str]
@@ -436,66 +402,61 @@ def unused_default_path(path: Path) -> Path:
     return candidate
 
 
-def plan_run(args: argparse.Namespace, claim: bool = True) -> RunPlan:
+def plan_run(config: RunConfig, claim: bool = True) -> RunPlan:
     """The run's inputs checked and its outputs claimed (``claim``; else only checked:
     ``--detach`` checks, the process it starts claims)."""
     check_gc_policy()  # RAMPWATCH_LOAD_GC: a value it does not know stops the run here
-    scenario = load_scenario(args.scenario, overrides=_parse_sets(args.set), flags=_overrides(args))
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or None
-    headers = list(getattr(args, "header", None) or [])
-    insecure, ca_cert = bool(getattr(args, "insecure", False)), getattr(args, "ca_cert", None)
-    connection = Connection(api_key=api_key, headers=tuple(headers), insecure=insecure, ca_cert=ca_cert)
-    if ca_cert:
-        ca_context(ca_cert)  # a missing or bad file: one line now, not after the set-up
-    metrics_urls = [_check_url("--metrics-url", u) for u in args.metrics_url]
+    scenario = load_scenario(config.scenario, overrides=config.scenario_sets(), flags=config.scenario_flags())
+    connection = Connection(
+        api_key=config.api_key_or_env, headers=config.header, insecure=config.insecure, ca_cert=config.ca_cert
+    )
+    if config.ca_cert:
+        ca_context(config.ca_cert)  # a missing or bad file: one line now, not after the set-up
+    metrics_urls = [_check_url("--metrics-url", u) for u in config.metrics_url]
     recording_path = None
-    if not args.no_record:
+    if not config.no_record:
         recording_path = (
-            recording_file(args.record)
-            if args.record
+            recording_file(config.record)
+            if config.record
             else unused_default_path(default_recording_path(scenario.name, time.time()))
         )
-    result_json = result_json_path(args.result_json, recording_path)
+    result_json = result_json_path(config.result_json, recording_path)
     check_outputs(recording_path, result_json, [Path(scenario.path)] if scenario.path else [])
-    cache_policy = cache_salt_choice(getattr(args, "cache_salt", AUTO))
-    tokenizer = load_tokenizer(args.tokenizer)
-    gpu_urls = [_check_url("--gpu-metrics-url", u) for u in getattr(args, "gpu_metrics_url", None) or []]
-    gpu_mode = getattr(args, "gpu", "auto")
-    embedded_sim = getattr(args, "serve", None) is None and not args.target
+    cache_policy = cache_salt_choice(config.cache_salt)
+    tokenizer = load_tokenizer(config.tokenizer)
+    gpu_urls = [_check_url("--gpu-metrics-url", u) for u in config.gpu_metrics_url]
     # The embedded simulator: no target yet (GPU telemetry is simulated or absent).
-    gpu_plan = gpu_telemetry(gpu_mode, gpu_urls, None) if embedded_sim else None
-    command = serve_command(args, seed=scenario.seed, gpu_telemetry=gpu_plan is not None and gpu_plan.simulated)
+    gpu_plan = gpu_telemetry(config.gpu, gpu_urls, None) if config.embedded_sim else None
+    command = serve_command(config, seed=scenario.seed, gpu_telemetry=gpu_plan is not None and gpu_plan.simulated)
     server = None
     if command is None:
         # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
-        target = normalize_base_url(_check_url("--target", args.target))
-        _check_one_authorization(target, args, connection)
+        target = normalize_base_url(_check_url("--target", config.target or ""))
+        _check_one_authorization(target, config, connection)
     else:
         target = command.base_url
     if gpu_plan is None:  # a server of the user's (started here or not): where it runs decides
-        gpu_plan = gpu_telemetry(gpu_mode, gpu_urls, target)
+        gpu_plan = gpu_telemetry(config.gpu, gpu_urls, target)
     if gpu_plan.simulated:
         gpu_plan.dcgm_urls.append(target + DCGM_PATH)
-    force = bool(getattr(args, "force", False))
     if command is not None:
-        explicit_log = getattr(args, "server_log", None)
-        log_path = Path(explicit_log) if explicit_log else None
+        log_path = Path(config.server_log) if config.server_log else None
         if log_path is None and recording_path is not None:
             log_path = server_log_path(recording_path)
         # --force replaces an earlier run's log, as it does the recording
-        server = ManagedServer(command, log_path=log_path, connection=connection, replace_log=force)
+        server = ManagedServer(command, log_path=log_path, connection=connection, replace_log=config.force)
     named = [("--record", recording_path), ("--result-json", result_json)]
     if server is not None:
         named.append(("--server-log", server.log_path))
     named_outputs = [(flag, path) for flag, path in named if path is not None]
     outputs = None
     if claim:  # last: nothing after it can fail and leave the outputs held
-        outputs = claim_outputs(named_outputs, force)
+        outputs = claim_outputs(named_outputs, config.force)
     else:
         for flag, path in named_outputs:
-            check_replaceable(flag, path, force)
+            check_replaceable(flag, path, config.force)
     return RunPlan(
-        args=args,
+        config=config,
         scenario=scenario,
         connection=connection,
         metrics_urls=metrics_urls,
@@ -533,7 +494,7 @@ class PreparedRun:
     result's ``recording_error``."""
 
     run: Run
-    args: argparse.Namespace
+    config: RunConfig
     server: ManagedServer | None = None
     recorder: RecordingWriter | None = None
     recording_path: Path | None = None
@@ -606,13 +567,13 @@ def run_progress(run: Run) -> tuple[str, float, float]:
 
 def drain_policy(plan: RunPlan) -> DrainPolicy:
     """The run's drain policy: ``--drain``, else the scenario's ``drain:``, else wait."""
-    return getattr(plan.args, "drain", None) or plan.scenario.drain or DrainPolicy()
+    return plan.config.drain or plan.scenario.drain or DrainPolicy()
 
 
 def recorded_options(plan: RunPlan) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """What the recording's header keeps of the run's options (the header's ``options``,
     redacted by the runner) and of the server it started (``server_info.managed_server``)."""
-    cli_options = {k: v for k, v in vars(plan.args).items() if k not in ("func", "argv")}
+    cli_options = plan.config.recorded_options()
     cli_options["target"] = plan.target
     cli_options["drain"] = str(drain_policy(plan))  # the one in force: the flag's, else the scenario's
     cli_options["header"] = plan.connection.header_names()  # header values are secrets
@@ -645,7 +606,7 @@ def record_failed_start(plan: RunPlan, error: UserError) -> Path | None:
         rampwatch_version=rampwatch_version(),
         started_at_unix=time.time(),
         target=redact_text(plan.target),
-        model=plan.args.model or plan.scenario.model or "",
+        model=plan.config.model or plan.scenario.model or "",
         scenario_name=plan.scenario.name,
         scenario=plan.scenario.raw,
         options=redact_options(cli_options),
@@ -661,22 +622,22 @@ def record_failed_start(plan: RunPlan, error: UserError) -> Path | None:
     return None if writer.error is not None else plan.recording_path
 
 
-def load_senders(args: argparse.Namespace) -> SenderFactory | None:
+def load_senders(config: RunConfig) -> SenderFactory | None:
     """What the run sends through: its own client (None), ``--workers N`` processes, or
     Ray actors with ``--ray`` (then ``--workers`` is their number)."""
-    if getattr(args, "ray", None) is not None:
-        return ray_workers(args)
-    workers = getattr(args, "workers", 1) or 1
+    if config.ray is not None:
+        return ray_workers(config.ray, config.workers, config.max_clock_offset)
+    workers = config.workers or 1
     return LocalWorkers(workers) if workers > 1 else None
 
 
 def build_run(plan: RunPlan) -> PreparedRun:
     """The run over a plan whose server (if any) is ready."""
-    args, connection, target = plan.args, plan.connection, plan.target
+    config, connection, target = plan.config, plan.connection, plan.target
     scenario = plan.scenario
-    model, models_answer = args.model or scenario.model, None
+    model, models_answer = config.model or scenario.model, None
     if not model:
-        model, models_answer = discover_model(target, connection, api_key_source(args))
+        model, models_answer = discover_model(target, connection, config.api_key_source())
     cli_options, managed = recorded_options(plan)
     options = RunOptions(
         target=target,
@@ -684,16 +645,16 @@ def build_run(plan: RunPlan) -> PreparedRun:
         connection=connection,
         models_answer=models_answer,
         metrics_urls=plan.metrics_urls or [target + "/metrics"],
-        scrape_interval_s=args.scrape_interval,
-        metrics_max_bytes=args.metrics_max_bytes,
-        request_timeout_s=args.request_timeout,
-        stop_grace_s=args.stop_grace,
+        scrape_interval_s=config.scrape_interval,
+        metrics_max_bytes=config.metrics_max_bytes,
+        request_timeout_s=config.request_timeout,
+        stop_grace_s=config.stop_grace,
         drain=drain_policy(plan),
-        rate_step_rps=args.rate_step,
+        rate_step_rps=config.rate_step,
         tokenizer=plan.tokenizer,
         cli_options=cli_options,
-        gpu_price_per_hour=args.gpu_price_per_hour,
-        save_generated_texts=args.save_generated_texts,
+        gpu_price_per_hour=config.gpu_price_per_hour,
+        save_generated_texts=config.save_generated_texts,
         managed_server=managed,
         gpu_metrics_urls=plan.gpu.dcgm_urls,
         gpu_nvml=plan.gpu.nvml,
@@ -702,7 +663,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         cache_salt_policy=plan.cache_policy[0],
         cache_salt=plan.cache_policy[1],
         server_limits=ServerLimits.from_engine_args(plan.server.command.engine_args()) if plan.server else None,
-        sender_factory=load_senders(args),
+        sender_factory=load_senders(config),
     )
     # --no-record: a scratch recording all the same, so that the final figures are read
     # back from a file, never held in RAM, on one path with or without the flag.
@@ -716,7 +677,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
     run = Run(scenario, options, sinks=[recorder])
     return PreparedRun(
         run=run,
-        args=args,
+        config=config,
         server=plan.server,
         recorder=recorder,
         recording_path=plan.recording_path,
@@ -727,17 +688,17 @@ def build_run(plan: RunPlan) -> PreparedRun:
 
 
 def prepare_run(
-    args: argparse.Namespace, out: TextIO = sys.stdout, on_plan: Callable[[RunPlan], object] | None = None
+    config: RunConfig, out: TextIO = sys.stdout, on_plan: Callable[[RunPlan], object] | None = None
 ) -> PreparedRun:
     """Plan the run (``on_plan`` is told of it), start its server (progress lines on
     ``out``) and build the run."""
-    plan = plan_run(args)
+    plan = plan_run(config)
     if on_plan is not None:
         on_plan(plan)
     try:
         if plan.server is not None:
             try:
-                start_server(plan.server, getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S), out)
+                start_server(plan.server, config.serve_timeout, out)
             except UserError as exc:
                 note_failed_start(plan, exc)
                 raise
@@ -761,7 +722,7 @@ def final_figures(prepared: PreparedRun, result: RunResult) -> FinalFigures:
     vLLM bench computes them); from the records when the run kept them in RAM
     (``RunOptions.keep_records``); else — the recording failed or cannot be read — the
     live run-so-far summary (bounded: percentiles within a 1 % bucket), said so."""
-    args = prepared.args
+    config = prepared.config
     if result.requests:
         # Over the run's window (first send to last completion, as vLLM and `rampwatch
         # report` measure it), not the whole run: the wait for the server and the drain are not load.
@@ -771,12 +732,12 @@ def final_figures(prepared: PreparedRun, result: RunResult) -> FinalFigures:
             result.samples,
             result.events,
             slo=prepared.run.scenario.slo,
-            gpu_price_per_hour=args.gpu_price_per_hour,
+            gpu_price_per_hour=config.gpu_price_per_hour,
             idle_duration_s=result.duration_s,
             client=result.live_summary.client if result.live_summary is not None else None,
         )
         classes = class_summaries(
-            result.header, result.requests, result.duration_s, gpu_price_per_hour=args.gpu_price_per_hour
+            result.header, result.requests, result.duration_s, gpu_price_per_hour=config.gpu_price_per_hour
         )
         return FinalFigures(summary, turn_table(result.requests, finished=result.sessions_finished), classes)
     path = prepared.records_path
@@ -784,7 +745,7 @@ def final_figures(prepared: PreparedRun, result: RunResult) -> FinalFigures:
     if path is not None and result.recording_error is None:
         try:
             recording = open_recording(path)
-            summary = summarise(recording, slo=prepared.run.scenario.slo, gpu_price_per_hour=args.gpu_price_per_hour)
+            summary = summarise(recording, slo=prepared.run.scenario.slo, gpu_price_per_hour=config.gpu_price_per_hour)
             return FinalFigures(summary, recording_turns(recording), class_figures(recording), recording)
         except (UserError, OSError) as exc:
             unreadable = str(exc)
@@ -815,12 +776,12 @@ def _finish_run(prepared: PreparedRun, result: RunResult, out: TextIO) -> int:
 
 def write_result_json(prepared: PreparedRun, result: RunResult, figures: FinalFigures) -> str | None:
     """The run's result JSON (if it has one); why it could not be written, else None."""
-    path, args = prepared.result_json_path, prepared.args
+    path, config = prepared.result_json_path, prepared.config
     if path is None:
         return None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        detailed = args.save_detailed or args.save_generated_texts
+        detailed = config.detailed
         if figures.recording is not None:  # the per-request lists streamed from the recording
             write_bench_result(figures.recording, figures.summary, path, detailed, result.generated_texts)
         else:
@@ -837,7 +798,7 @@ def write_result_json(prepared: PreparedRun, result: RunResult, figures: FinalFi
 
 
 def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures, out: TextIO) -> int:
-    args = prepared.args
+    config = prepared.config
     summary, turns, classes = figures.summary, figures.turns, figures.classes
     # Written before anything is printed: a reader of the output that leaves early
     # (`| head`) ends the printing, never the run's files.
@@ -883,7 +844,7 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     if prepared.restart_error is not None:
         if isinstance(prepared.restart_error, ServerExited):
             print_server_tail(prepared.restart_error.tail)
-        log = getattr(args, "server_log", None)  # where plan_run put the log, also of the restarted server
+        log = config.server_log  # where plan_run put the log, also of the restarted server
         if log is None and prepared.recording_path is not None:
             log = server_log_path(prepared.recording_path)
         print(
@@ -911,9 +872,9 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
             file=sys.stderr,
         )
         return INTERRUPTED_EXIT
-    if result.error_rate > args.max_error_rate:
+    if result.error_rate > config.max_error_rate:
         print(
-            f"rampwatch run: error rate {result.error_rate:.1%} exceeds --max-error-rate {args.max_error_rate:.1%}",
+            f"rampwatch run: error rate {result.error_rate:.1%} exceeds --max-error-rate {config.max_error_rate:.1%}",
             file=sys.stderr,
         )
         return 1
@@ -1019,7 +980,7 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
     stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     for sig in stop_signals:
         loop.add_signal_handler(sig, on_sigint)
-    interval = prepared.args.progress_interval
+    interval = prepared.config.progress_interval
     # A progress line reads the newest seconds only: the last bins, not a long run's day of them.
     last_bins = math.ceil(interval) + PROGRESS_SPARE_BINS
     progress = ProgressPrinter(lambda: run.snapshot(last_bins), interval_s=interval)
@@ -1028,7 +989,7 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
         background.append(asyncio.create_task(watch_server(prepared)))
     try:
         return await serve_run(
-            getattr(prepared.args, "run_id", None),
+            prepared.config.run_id,
             prepared.execute,
             run.snapshot,
             run,
@@ -1052,16 +1013,15 @@ async def watch_server(prepared: PreparedRun) -> None:
     print(f"\nrampwatch run: {exited}; stopping the run", file=sys.stderr, flush=True)
 
 
-def run_headless(args: argparse.Namespace) -> int:
+def run_headless(config: RunConfig) -> int:
     """`rampwatch run --headless`: progress lines, then the summary."""
-    run_id = getattr(args, "run_id", None)
-    detached = getattr(args, "detached_log", None)
+    run_id, detached = config.run_id, config.detached_log
 
     def register(plan: RunPlan) -> None:
         if run_id is not None:
             runs.register(run_id, plan, detached=detached is not None, log=detached)
 
-    prepared = prepare_run(args, on_plan=register)
+    prepared = prepare_run(config, on_plan=register)
     try:
         options = prepared.run.options
         banner = (

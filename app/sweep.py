@@ -162,6 +162,7 @@ class ConfigRun:
         self.figures: dict[str, Any] = {}
 
     def execute(self) -> None:
+        from rampwatch.app.run_config import RunConfig
         from rampwatch.app.session import plan_run
         from rampwatch.core.errors import ServerExited, UserError
         from rampwatch.loadgen.sweep import apply_args, command_line
@@ -174,7 +175,7 @@ class ConfigRun:
         if not self.repeat:  # the ETA reads how long the configuration, all its runs, has run
             row["started_at"] = time.time()
         sweep.save(current=row["index"], line="starting the server")
-        plan = plan_run(sweep.run_args(command_line(argv), recording))
+        plan = plan_run(RunConfig.from_cli_args(sweep.run_args(command_line(argv), recording)))
         if self.repeat:  # other arrivals and prompts each repeat: the spread holds that noise too
             plan = dataclasses.replace(plan, scenario=repeat_scenario(plan.scenario, self.repeat))
         server = plan.server
