@@ -10,7 +10,7 @@ from typing import TextIO
 from rampwatch.app.session.build import PreparedRun
 from rampwatch.app.session.server import print_server_tail
 from rampwatch.core.errors import ServerExited, UserError
-from rampwatch.core.figures.classes import CLASS_NOTE, class_summaries, class_table, per_class_results
+from rampwatch.core.figures.classes import CLASS_NOTE, class_table
 from rampwatch.core.figures.summary import (
     Summary,
     dumps_bench_result,
@@ -18,7 +18,7 @@ from rampwatch.core.figures.summary import (
     summarise_requests,
     to_bench_result,
 )
-from rampwatch.core.figures.turns import TURNS_NOTE, TurnTable, turn_sections, turn_table
+from rampwatch.core.figures.turns import TURNS_NOTE, TurnTable, turn_sections
 from rampwatch.core.files import (
     private_file,
 )
@@ -56,27 +56,11 @@ class FinalFigures:
 def final_figures(prepared: PreparedRun, result: RunResult) -> FinalFigures:
     """The run's final figures: from its recording, streamed block by block through the
     code `rampwatch report` uses (so the two agree by construction, exact percentiles as
-    vLLM bench computes them); from the records when the run kept them in RAM
-    (``RunOptions.keep_records``); else — the recording failed or cannot be read — the
-    live run-so-far summary (bounded: percentiles within a 1 % bucket), said so."""
+    vLLM bench computes them), whether or not the run also kept its records in RAM
+    (``RunOptions.keep_records``: for tests and embedders, never the figures' source); when
+    the recording failed or cannot be read, the live run-so-far summary (bounded:
+    percentiles within a 1 % bucket), said so."""
     config = prepared.config
-    if result.requests:
-        # Over the run's window (first send to last completion, as vLLM and `rampwatch
-        # report` measure it), not the whole run: the wait for the server and the drain are not load.
-        summary = summarise_requests(
-            result.header,
-            result.requests,
-            result.samples,
-            result.events,
-            slo=prepared.run.scenario.slo,
-            gpu_price_per_hour=config.gpu_price_per_hour,
-            idle_duration_s=result.duration_s,
-            client=result.live_summary.client if result.live_summary is not None else None,
-        )
-        classes = class_summaries(
-            result.header, result.requests, result.duration_s, gpu_price_per_hour=config.gpu_price_per_hour
-        )
-        return FinalFigures(summary, turn_table(result.requests, finished=result.sessions_finished), classes)
     path = prepared.records_path
     unreadable = None  # a recording that failed is said by its own line (finish_run)
     if path is not None and result.recording_error is None:
@@ -122,11 +106,8 @@ def write_result_json(prepared: PreparedRun, result: RunResult, figures: FinalFi
         if figures.recording is not None:  # the per-request lists streamed from the recording
             write_bench_result(figures.recording, figures.summary, path, detailed, result.generated_texts)
         else:
-            bench = to_bench_result(figures.summary, result.header, result.requests, detailed=detailed)
-            if figures.classes:  # a mixture: each class's figures in the same schema
-                bench["per_class"] = per_class_results(
-                    result.header, result.requests, figures.classes, detailed=detailed
-                )
+            # the live figures: no per-request lists (the records are in the unreadable recording)
+            bench = to_bench_result(figures.summary, result.header, [], detailed=detailed)
             with private_file(path, "wb") as fh:
                 fh.write(dumps_bench_result({**bench, **turn_sections(figures.turns)}))
     except OSError as exc:  # e.g. the disk filled up during the run: the summary stands

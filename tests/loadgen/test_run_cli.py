@@ -379,7 +379,8 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
     from rampwatch.app.run_config import RunConfig
     from rampwatch.app.session import PreparedRun, finish_run
     from rampwatch.core.timeline import RequestRecord, RunHeader
-    from rampwatch.loadgen.run.runner import RunResult
+    from rampwatch.loadgen.run.runner import RequestCounts, RunResult
+    from rampwatch.record.writer import RecordingWriter
 
     header = RunHeader(
         rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m", scenario_name="random"
@@ -394,18 +395,24 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
         prompt_tokens=4,
         completion_tokens=3,
     )
+    recording = tmp_path / "r.rwrec"  # what was written before the disk filled: read back once it is whole
+    writer = RecordingWriter(recording, flush_interval_s=None)
+    writer.on_start(header)
+    writer.on_request(record)
+    writer.close(1.0)
     result = RunResult(
         duration_s=1.0,
-        requests=[record],
+        requests=[],
         samples=[],
         events=[],
         header=header,
         recording_error=str(OSError(28, "No space left on device")),
+        counts=RequestCounts.of([record]),
     )
     prepared = PreparedRun(
         run=SimpleNamespace(scenario=SimpleNamespace(slo=None)),
         config=RunConfig("random"),
-        recording_path=tmp_path / "r.rwrec",
+        recording_path=recording,
     )
     assert finish_run(prepared, result) == 1
     err = capsys.readouterr().err.strip().splitlines()
