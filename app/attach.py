@@ -96,7 +96,8 @@ def _watch(remote: RemoteRun, run_id: str, *, read_only: bool, mouse: bool) -> i
         app.notify(f"{mode}attached to run {run_id} — q detaches (the run goes on)", timeout=6)
 
     app.call_later(hello)
-    if app.run(mouse=mouse) == "stop" and not remote.done.is_set():
+    outcome: object = app.run(mouse=mouse)  # "stop" when the viewer stopped the run
+    if outcome == "stop" and not remote.done.is_set():
         print(f"run {run_id}: stopping — in-flight requests drain (Ctrl-C leaves it stopping)", flush=True)
         remote.done.wait()
     remote.close()

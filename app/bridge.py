@@ -24,6 +24,7 @@ import math
 import pickle
 import threading
 from collections.abc import Awaitable, Callable
+from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from rampwatch.core.timeline import ClassFigures, Event, RequestRecord, RunControl, ServerSample, Snapshot, Tick
@@ -375,7 +376,7 @@ class ProcessBridge:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._latest: Snapshot = Snapshot.empty()
-        self._process = None
+        self._process: BaseProcess | None = None
         self._reader: threading.Thread | None = None
         self.control = _PipeControl(self)
         self.log_path = log_path
@@ -389,10 +390,11 @@ class ProcessBridge:
             return self._latest
 
     def start(self) -> ProcessBridge:
-        self._process = self._ctx.Process(
+        process = self._ctx.Process(
             target=_child_main, args=(self._child_conn, *self._args), name="rampwatch-run", daemon=True
         )
-        self._process.start()
+        process.start()
+        self._process = process
         self._child_conn.close()
         self._reader = threading.Thread(target=self._read_loop, name="rampwatch-run-reader", daemon=True)
         self._reader.start()
@@ -505,7 +507,7 @@ def lower_ui_priority(policy: str = "idle", niceness: int = 10) -> Callable[[], 
     previous priority back (best effort: raising priority again may need privileges)."""
     import os
 
-    restore: list[Callable[[], None]] = []
+    restore: list[Callable[[], object]] = []
     if policy == "idle" and hasattr(os, "SCHED_IDLE"):
         try:
             before = os.sched_getscheduler(0), os.sched_getparam(0)

@@ -11,6 +11,7 @@ import argparse
 import difflib
 import importlib
 import sys
+from collections.abc import Callable
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.files import silence_stdout, stdout_reader_gone
@@ -34,7 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
     parser = argparse.ArgumentParser(
         prog="rampwatch",
         description="Live load tester for LLM inference servers: ramp the request rate, "
@@ -42,7 +43,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     )
     parser.add_argument("--version", action="version", version=f"rampwatch {rampwatch_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    mains: dict[str, object] = {}
+    mains: dict[str, Callable[[argparse.Namespace], int]] = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         module = importlib.import_module(module_name)
@@ -121,11 +122,11 @@ def _main(argv: list[str] | None) -> int:
         # the choice runs as `rampwatch run` runs its command line's configuration
         from rampwatch.app.run import run as run_configured
 
-        args.command, command = "run", lambda _args: run_configured(config)
+        args.command, dispatch = "run", lambda _args: run_configured(config)
     else:
-        command = mains[args.command]
+        dispatch = mains[args.command]
     try:
-        return int(command(args) or 0)
+        return int(dispatch(args) or 0)
     except UserError as exc:
         print(f"rampwatch {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -51,9 +51,8 @@ def run(config: RunConfig) -> int:
         from rampwatch.app.detach import launch
 
         return launch(config)
-    if not config.run_id:
-        config = replace(config, run_id=runs.new_run_id())
-    run_id = config.run_id
+    run_id = config.run_id or runs.new_run_id()
+    config = replace(config, run_id=run_id)
     code = 1
     try:
         if want_tui(config):

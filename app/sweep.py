@@ -320,7 +320,7 @@ class Sweep:
         self.out_dir = Path(self.spec.output_dir)
         self.startup_timeout_s = args.startup_timeout or self.spec.startup_timeout_s
         self.interrupted = False
-        self.on_signal: Callable[[], None] | None = None  # set while a configuration's load runs
+        self.on_signal: Callable[[], object] | None = None  # set while a configuration's load runs
         self.state: dict[str, Any] = {}
         self.state_path = self.out_dir / SWEEP_STATE
 

@@ -212,13 +212,12 @@ def build_run(plan: RunPlan) -> PreparedRun:
     )
     # --no-record: a scratch recording all the same, so that the final figures are read
     # back from a file, never held in RAM, on one path with or without the flag.
-    scratch = (
-        None if plan.recording_path is not None else Path(tempfile.mkdtemp(prefix="rampwatch-run-")) / "records.rwrec"
-    )
-    if scratch is not None:  # also when the run ends on an error before finish_run
-        atexit.register(shutil.rmtree, scratch.parent, ignore_errors=True)
+    records_path, scratch = plan.recording_path, None
+    if records_path is None:
+        records_path = scratch = Path(tempfile.mkdtemp(prefix="rampwatch-run-")) / "records.rwrec"
+        atexit.register(shutil.rmtree, scratch.parent, ignore_errors=True)  # also when the run ends on an error
     secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
-    recorder = RecordingWriter(plan.recording_path or scratch, secrets=secrets or None)
+    recorder = RecordingWriter(records_path, secrets=secrets or None)
     run = Run(scenario, options, sinks=[recorder])
     return PreparedRun(
         run=run,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from rampwatch.app.session.build import PreparedRun
@@ -162,7 +163,7 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     if prepared.restart_error is not None:
         if isinstance(prepared.restart_error, ServerExited):
             print_server_tail(prepared.restart_error.tail)
-        log = config.server_log  # where plan_run put the log, also of the restarted server
+        log: str | Path | None = config.server_log  # where plan_run put the log, also of the restarted server
         if log is None and prepared.recording_path is not None:
             log = server_log_path(prepared.recording_path)
         print(

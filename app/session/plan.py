@@ -212,7 +212,9 @@ def unused_default_path(path: Path) -> Path:
     """The default recording's path, or ``…-2.rwrec``, ``…-3.rwrec`` when a run of the
     same scenario started in the same second has it (or its result JSON or server log)."""
     candidate, n = path, 1
-    while any(p.exists() for p in (candidate, result_json_path(None, candidate), server_log_path(candidate))):
+    while any(
+        p is not None and p.exists() for p in (candidate, result_json_path(None, candidate), server_log_path(candidate))
+    ):
         n += 1
         candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
     return candidate

@@ -77,14 +77,14 @@ def serve_command(config: RunConfig, seed: int | None = None, gpu_telemetry: boo
         return ServeCommand.parse(config.serve, target=target)
     if target is not None:
         return None
-    config = SimConfig(
+    sim_config = SimConfig(
         hardware=config.sim_hardware,
         model=config.sim_model,
         seed=seed if seed is not None else 0,
         gpu_telemetry=gpu_telemetry,
     )
     try:
-        return ServeCommand.parse(sim_serve_text(config))
+        return ServeCommand.parse(sim_serve_text(sim_config))
     except UserError as exc:  # the simulator's own flags are `rampwatch run`'s --sim-*
         raise UserError(str(exc).replace("--hardware", "--sim-hardware").replace("--model", "--sim-model")) from None
 
