@@ -21,18 +21,29 @@ import inspect
 import io
 import logging
 import math
+import multiprocessing
+import os
 import pickle
+import signal
+import struct
 import threading
 from collections.abc import Awaitable, Callable
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rampwatch.core.timeline import ClassFigures, Event, RequestRecord, RunControl, ServerSample, Snapshot, Tick
+from rampwatch.core.figures.series import SeriesBuilder
+from rampwatch.core.timeline import (
+    ClassFigures,
+    Event,
+    RequestRecord,
+    RunControl,
+    RunHeader,
+    ServerSample,
+    Snapshot,
+    Tick,
+    TimelineSink,
+)
 from rampwatch.loadgen.run import eventloop
-
-if TYPE_CHECKING:
-    from rampwatch.core.figures.series import SeriesBuilder
-    from rampwatch.core.timeline import RunHeader, TimelineSink
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +174,6 @@ def feed_items(builder: SeriesBuilder, items: bytes) -> None:
 def _child_main(
     conn, run_coro_factory, snapshot_fn, control, publish_interval: float, log_path: str | None, mirror=None
 ) -> None:
-    import os
-    import signal
-
     # The terminal's hangup is the UI process's to handle (``--on-hangup``); this process
     # follows the UI through the pipe, whatever it decides.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -272,8 +280,7 @@ def unread_bytes(fileno: int) -> int:
     """Bytes this end has sent that the other end has not read yet (Linux SIOCOUTQ on a
     Unix socket); 0 where that cannot be asked."""
     try:
-        import fcntl
-        import struct
+        import fcntl  # POSIX only: elsewhere nothing is asked
 
         return struct.unpack("i", fcntl.ioctl(fileno, SIOCOUTQ, b"\0\0\0\0"))[0]
     except (ImportError, OSError):
@@ -365,8 +372,6 @@ class ProcessBridge:
         mirror: SeriesMirror | None = None,
         mirror_priority: str = "normal",
     ) -> None:
-        import multiprocessing
-
         self._ctx = multiprocessing.get_context("fork")
         self._args = (run_coro_factory, snapshot_fn, control, publish_interval, log_path, mirror)
         self._mirror = mirror
@@ -505,8 +510,6 @@ def lower_ui_priority(policy: str = "idle", niceness: int = 10) -> Callable[[], 
     ``niceness``, which still lets a drawing UI delay a send by a scheduler slice.
     Falls back to nice where SCHED_IDLE is unavailable. Returns a function that puts the
     previous priority back (best effort: raising priority again may need privileges)."""
-    import os
-
     restore: list[Callable[[], object]] = []
     if policy == "idle" and hasattr(os, "SCHED_IDLE"):
         try:

@@ -31,6 +31,7 @@ import math
 import os
 import pickle
 import socket
+import stat
 import struct
 import threading
 import time
@@ -300,8 +301,6 @@ def serve_run(
 def connect(path: Path) -> socket.socket:
     """A connection to a run's socket, after checking that the socket is ours and 0600 and
     that the process serving it is ours; one line otherwise."""
-    import stat
-
     try:
         info = path.lstat()
     except FileNotFoundError:

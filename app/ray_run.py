@@ -1,12 +1,13 @@
 """`rampwatch run --ray auto|ADDRESS`: the run's requests sent from Ray actors over a
-cluster's nodes (``loadgen.run.ray_workers``). Ray is imported only by a run that asks for it."""
+cluster's nodes (``loadgen.run.ray_workers``). Ray is imported only by a run that asks for it
+(``loadgen.run.ray_workers.import_ray``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-DEFAULT_MAX_CLOCK_OFFSET_MS = 10.0  # loadgen.run.ray_workers's (not imported: keeps the parser cheap)
+from rampwatch.loadgen.run.ray_workers import DEFAULT_MAX_CLOCK_OFFSET_MS, RayPool, check_reachable, import_ray
 
 
 def add_ray_flags(parser: argparse.ArgumentParser, positive_float: Any) -> None:
@@ -35,8 +36,6 @@ def check_ray_flags(address: str | None) -> None:
     """Before anything starts (``--ray``): Ray installed, the address well formed and answering."""
     if address is None:
         return
-    from rampwatch.loadgen.run.ray_workers import check_reachable, import_ray  # Ray only for a run that asks
-
     import_ray()
     check_reachable(address)
 
@@ -45,7 +44,6 @@ def ray_workers(address: str | None, workers: int | None, max_clock_offset_ms: f
     """The Ray actors a run sends through (``--ray``; a ``SenderFactory``), else None."""
     if address is None:
         return None
-    from rampwatch.loadgen.run.ray_workers import RayPool  # Ray only for a run that asks
 
     def announce(line: str) -> None:  # the live screen's run process prints to its log
         print(line, flush=True)

@@ -1,6 +1,6 @@
-"""`rampwatch run`: its flags, and the choice between the live UI (on a terminal) and the
-headless path. The wiring itself is in ``rampwatch.app.session``, imported only once a run
-is asked for, so that building the CLI parser stays cheap."""
+"""`rampwatch run`: its flags (``app.run_config.RunConfig``), and the choice between
+detaching, the live UI (on a terminal) and the headless path. The wiring itself is in
+``rampwatch.app.session``; the live screen's (Textual) only once a run shows it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import TextIO
 
 from rampwatch.app import credentials, runs
+from rampwatch.app.detach import launch
 from rampwatch.app.ray_run import check_ray_flags
 from rampwatch.app.run_config import (  # noqa: F401 - the run's flag types, for the sweep's flags
     DEFAULT_SIM_HARDWARE,
@@ -18,6 +19,7 @@ from rampwatch.app.run_config import (  # noqa: F401 - the run's flag types, for
     non_negative_float,
     positive_float,
 )
+from rampwatch.app.session import run_headless
 from rampwatch.core.files import release_all
 
 
@@ -48,8 +50,6 @@ def run(config: RunConfig) -> int:
         print(f"rampwatch run: warning: {warning}", file=sys.stderr)
     credentials.hide_in_process_table(config.command_line_secrets())
     if config.detach:
-        from rampwatch.app.detach import launch
-
         return launch(config)
     run_id = config.run_id or runs.new_run_id()
     config = replace(config, run_id=run_id)
@@ -61,8 +61,6 @@ def run(config: RunConfig) -> int:
 
             code = run_live(config)
         else:
-            from rampwatch.app.session import run_headless
-
             code = run_headless(config)
         return code
     except KeyboardInterrupt:

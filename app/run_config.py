@@ -6,7 +6,7 @@ A field is named as its flag's ``dest`` (``--metrics-url`` → ``metrics_url``):
 recording's header keeps the options under those names (``recorded_options``), and
 `rampwatch report`, replay and the live screen read them back so.
 
-Cheap to import: building the CLI parser imports this module.
+Imported by the CLI to build `rampwatch run`'s parser, and by the start screen.
 """
 
 from __future__ import annotations
@@ -21,18 +21,17 @@ from rampwatch.app import credentials
 from rampwatch.app.ray_run import add_ray_flags
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.run.drain import DrainPolicy, parse_drain
+from rampwatch.loadgen.run.ray_workers import DEFAULT_MAX_CLOCK_OFFSET_MS
 from rampwatch.loadgen.server.managed import DEFAULT_STARTUP_TIMEOUT_S
+from rampwatch.loadgen.server.scrape import DEFAULT_MAX_BODY_BYTES
 
 DEFAULT_PROGRESS_INTERVAL_S = 5.0
-DEFAULT_METRICS_MAX_BYTES = (
-    8 * 1024 * 1024
-)  # loadgen.server.scrape.DEFAULT_MAX_BODY_BYTES (not imported: keeps the parser cheap)
+DEFAULT_METRICS_MAX_BYTES = DEFAULT_MAX_BODY_BYTES
 DEFAULT_SIM_HARDWARE = "l4"
 DEFAULT_SIM_MODEL = "llama-3.1-8b-fp8"
 DEFAULT_MAX_ERROR_RATE = 0.05
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_STOP_GRACE_S = 10.0
-DEFAULT_MAX_CLOCK_OFFSET_MS = 10.0  # app.ray_run's
 GPU_MODES = ("auto", "nvml", "sim", "off")  # --gpu (app.session.plan.gpu_telemetry)
 # The environment variable a run's API key defaults to (as `vllm bench serve` reads it).
 API_KEY_ENV = credentials.API_KEY_ENV
