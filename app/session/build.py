@@ -21,9 +21,7 @@ from rampwatch.app.session.plan import RunPlan, drain_policy, plan_run, recorded
 from rampwatch.app.session.server import SERVER_TAIL_SHOWN, start_server
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.knee_explain import ServerLimits
-from rampwatch.core.files import (
-    OutputClaim,
-)
+from rampwatch.core.files import OutputClaim
 from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.core.version import rampwatch_version
@@ -31,9 +29,7 @@ from rampwatch.loadgen.run import eventloop
 from rampwatch.loadgen.run.runner import Run, RunOptions, RunResult, host_info
 from rampwatch.loadgen.run.worker_pool import LocalWorkers
 from rampwatch.loadgen.run.workers import SenderFactory
-from rampwatch.loadgen.server.managed import (
-    ManagedServer,
-)
+from rampwatch.loadgen.server.managed import ManagedServer
 from rampwatch.loadgen.transport.client import ModelsAnswer, first_model_of, probe_models
 from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.record.writer import RecordingWriter

@@ -20,14 +20,10 @@ from rampwatch.core.figures.summary import (
     to_bench_result,
 )
 from rampwatch.core.figures.turns import TURNS_NOTE, TurnTable, turn_sections
-from rampwatch.core.files import (
-    private_file,
-)
+from rampwatch.core.files import private_file
 from rampwatch.core.text import fill_to, fit_lines, terminal_width
 from rampwatch.loadgen.run.runner import RunResult
-from rampwatch.loadgen.server.managed import (
-    server_log_path,
-)
+from rampwatch.loadgen.server.managed import server_log_path
 from rampwatch.record.analysis import class_figures, recording_turns, summarise
 from rampwatch.record.cli_export import write_bench_result
 from rampwatch.record.reader import Recording, open_recording

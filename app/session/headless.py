@@ -19,10 +19,7 @@ from rampwatch.app.session.plan import RunPlan
 from rampwatch.core.bins import latest_complete, recent_max, recent_mean
 from rampwatch.core.cache_salt import describe_cache_policy
 from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
-from rampwatch.core.files import (
-    silence_stdout,
-    stdout_reader_gone,
-)
+from rampwatch.core.files import silence_stdout, stdout_reader_gone
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import server_text
 from rampwatch.loadgen.run import eventloop

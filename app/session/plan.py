@@ -19,19 +19,11 @@ from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session.server import check_url, serve_command
 from rampwatch.core.cache_salt import cache_salt_choice
 from rampwatch.core.errors import UserError
-from rampwatch.core.files import (
-    OutputClaim,
-    check_replaceable,
-    claim_outputs,
-    is_special,
-)
+from rampwatch.core.files import OutputClaim, check_replaceable, claim_outputs, is_special
 from rampwatch.loadgen.run.drain import DrainPolicy
 from rampwatch.loadgen.run.loop_health import check_gc_policy
 from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable
-from rampwatch.loadgen.server.managed import (
-    ManagedServer,
-    server_log_path,
-)
+from rampwatch.loadgen.server.managed import ManagedServer, server_log_path
 from rampwatch.loadgen.transport.client import normalize_base_url
 from rampwatch.loadgen.transport.connection import Connection, ca_context
 from rampwatch.loadgen.workload.scenario import load_scenario

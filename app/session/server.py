@@ -18,11 +18,7 @@ from urllib.parse import urlsplit
 from rampwatch.app.run_config import RunConfig
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_text
-from rampwatch.loadgen.server.managed import (
-    PHASE_STARTING,
-    ManagedServer,
-    ServeCommand,
-)
+from rampwatch.loadgen.server.managed import PHASE_STARTING, ManagedServer, ServeCommand
 from rampwatch.loadgen.transport.client import normalize_base_url
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
