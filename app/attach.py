@@ -11,9 +11,10 @@ import threading
 import time
 from pathlib import Path
 
-from rampwatch.app import runs
+from rampwatch.app import replay, runs
 from rampwatch.app.control import RemoteRun, connect
 from rampwatch.core.errors import UserError
+from rampwatch.tui.app import make_live_app
 
 FIRST_SNAPSHOT_TIMEOUT_S = 10.0
 STARTING_POLL_S = 0.25
@@ -69,8 +70,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _watch(remote: RemoteRun, run_id: str, *, read_only: bool, mouse: bool) -> int:
-    from rampwatch.tui.app import make_live_app
-
     app = make_live_app(
         remote,
         None if read_only else remote,
@@ -96,7 +95,8 @@ def _watch(remote: RemoteRun, run_id: str, *, read_only: bool, mouse: bool) -> i
         app.notify(f"{mode}attached to run {run_id} — q detaches (the run goes on)", timeout=6)
 
     app.call_later(hello)
-    if app.run(mouse=mouse) == "stop" and not remote.done.is_set():
+    outcome: object = app.run(mouse=mouse)  # "stop" when the viewer stopped the run
+    if outcome == "stop" and not remote.done.is_set():
         print(f"run {run_id}: stopping — in-flight requests drain (Ctrl-C leaves it stopping)", flush=True)
         remote.done.wait()
     remote.close()
@@ -110,8 +110,6 @@ def _watch(remote: RemoteRun, run_id: str, *, read_only: bool, mouse: bool) -> i
 
 
 def _replay(recording: str, no_mouse: bool) -> int:
-    from rampwatch.app import replay
-
     parser = argparse.ArgumentParser()
     replay.configure(parser)
     argv = [recording, "--no-mouse"] if no_mouse else [recording]

@@ -21,17 +21,29 @@ import inspect
 import io
 import logging
 import math
+import multiprocessing
+import os
 import pickle
+import signal
+import struct
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from multiprocessing.process import BaseProcess
+from typing import Any
 
-from rampwatch.core.timeline import ClassFigures, Event, RequestRecord, RunControl, ServerSample, Snapshot, Tick
+from rampwatch.core.figures.series import SeriesBuilder
+from rampwatch.core.timeline import (
+    ClassFigures,
+    Event,
+    RequestRecord,
+    RunControl,
+    RunHeader,
+    ServerSample,
+    Snapshot,
+    Tick,
+    TimelineSink,
+)
 from rampwatch.loadgen.run import eventloop
-
-if TYPE_CHECKING:
-    from rampwatch.core.figures.series import SeriesBuilder
-    from rampwatch.core.timeline import RunHeader, TimelineSink
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +174,6 @@ def feed_items(builder: SeriesBuilder, items: bytes) -> None:
 def _child_main(
     conn, run_coro_factory, snapshot_fn, control, publish_interval: float, log_path: str | None, mirror=None
 ) -> None:
-    import os
-    import signal
-
     # The terminal's hangup is the UI process's to handle (``--on-hangup``); this process
     # follows the UI through the pipe, whatever it decides.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -271,8 +280,7 @@ def unread_bytes(fileno: int) -> int:
     """Bytes this end has sent that the other end has not read yet (Linux SIOCOUTQ on a
     Unix socket); 0 where that cannot be asked."""
     try:
-        import fcntl
-        import struct
+        import fcntl  # POSIX only: elsewhere nothing is asked
 
         return struct.unpack("i", fcntl.ioctl(fileno, SIOCOUTQ, b"\0\0\0\0"))[0]
     except (ImportError, OSError):
@@ -364,8 +372,6 @@ class ProcessBridge:
         mirror: SeriesMirror | None = None,
         mirror_priority: str = "normal",
     ) -> None:
-        import multiprocessing
-
         self._ctx = multiprocessing.get_context("fork")
         self._args = (run_coro_factory, snapshot_fn, control, publish_interval, log_path, mirror)
         self._mirror = mirror
@@ -375,7 +381,7 @@ class ProcessBridge:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._latest: Snapshot = Snapshot.empty()
-        self._process = None
+        self._process: BaseProcess | None = None
         self._reader: threading.Thread | None = None
         self.control = _PipeControl(self)
         self.log_path = log_path
@@ -389,10 +395,11 @@ class ProcessBridge:
             return self._latest
 
     def start(self) -> ProcessBridge:
-        self._process = self._ctx.Process(
+        process = self._ctx.Process(
             target=_child_main, args=(self._child_conn, *self._args), name="rampwatch-run", daemon=True
         )
-        self._process.start()
+        process.start()
+        self._process = process
         self._child_conn.close()
         self._reader = threading.Thread(target=self._read_loop, name="rampwatch-run-reader", daemon=True)
         self._reader.start()
@@ -503,9 +510,7 @@ def lower_ui_priority(policy: str = "idle", niceness: int = 10) -> Callable[[], 
     ``niceness``, which still lets a drawing UI delay a send by a scheduler slice.
     Falls back to nice where SCHED_IDLE is unavailable. Returns a function that puts the
     previous priority back (best effort: raising priority again may need privileges)."""
-    import os
-
-    restore: list[Callable[[], None]] = []
+    restore: list[Callable[[], object]] = []
     if policy == "idle" and hasattr(os, "SCHED_IDLE"):
         try:
             before = os.sched_getscheduler(0), os.sched_getparam(0)

@@ -11,6 +11,7 @@ import argparse
 import difflib
 import importlib
 import sys
+from collections.abc import Callable
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.files import silence_stdout, stdout_reader_gone
@@ -34,7 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
     parser = argparse.ArgumentParser(
         prog="rampwatch",
         description="Live load tester for LLM inference servers: ramp the request rate, "
@@ -42,7 +43,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     )
     parser.add_argument("--version", action="version", version=f"rampwatch {rampwatch_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    mains: dict[str, object] = {}
+    mains: dict[str, Callable[[argparse.Namespace], int]] = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         module = importlib.import_module(module_name)
@@ -110,16 +111,22 @@ def _main(argv: list[str] | None) -> int:
         try:
             from rampwatch.app.start import choose_run
 
-            run_args = choose_run()
+            config = choose_run()
         except UserError as exc:
             print(f"rampwatch: error: {exc}", file=sys.stderr)
             return exc.exit_code
         except KeyboardInterrupt:
             return 130
-        # the choice runs exactly as `rampwatch run ...` typed on the command line
-        return 0 if run_args is None else _main(["run", *run_args])
+        if config is None:
+            return 0
+        # the choice runs as `rampwatch run` runs its command line's configuration
+        from rampwatch.app.run import run as run_configured
+
+        args.command, dispatch = "run", lambda _args: run_configured(config)
+    else:
+        dispatch = mains[args.command]
     try:
-        return int(mains[args.command](args) or 0)
+        return int(dispatch(args) or 0)
     except UserError as exc:
         print(f"rampwatch {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -31,6 +31,7 @@ import math
 import os
 import pickle
 import socket
+import stat
 import struct
 import threading
 import time
@@ -212,13 +213,15 @@ class RunChannel:
         delta = delta_of(self.snapshot_fn)
         while True:
             await asyncio.sleep(self.publish_interval)
-            snapshot = None
+            snapshot: Snapshot | None = None
+            payload: Snapshot | tuple[int, Snapshot]
             if self.viewers:
                 if count % FULL_SNAPSHOT_EVERY == 0:
                     kind, payload = "snapshot", (snapshot := self.snapshot_fn())
                 else:
-                    kind, payload = "delta", delta()
-                    snapshot = payload[1]  # its state, elapsed time and rate are the run's
+                    tail = delta()
+                    kind, payload = "delta", tail
+                    snapshot = tail[1]  # its state, elapsed time and rate are the run's
                 data = frame(pickle.dumps((kind, payload)))
                 for writer in list(self.viewers):
                     if writer.transport.get_write_buffer_size() > MAX_QUEUED_BYTES:
@@ -298,8 +301,6 @@ def serve_run(
 def connect(path: Path) -> socket.socket:
     """A connection to a run's socket, after checking that the socket is ours and 0600 and
     that the process serving it is ours; one line otherwise."""
-    import stat
-
     try:
         info = path.lstat()
     except FileNotFoundError:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
 from rampwatch.core.errors import UserError, unreadable_file
-from rampwatch.loadgen.transport.connection import HEADERS_ENV
+from rampwatch.core.redact import is_secret_key, secret_values
+from rampwatch.loadgen.transport.connection import HEADERS_ENV, parse_header
 
 API_KEY_ENV = "OPENAI_API_KEY"
 ARGV_NOTE = "the command line is visible to every user of this host (ps)"
@@ -35,8 +37,6 @@ SECRET_FLAGS = ("--api-key", "--api-key-file", "--header", "--header-file")
 def header_pair(text: str) -> tuple[str, str]:
     """An argparse type for ``--header NAME:VALUE``; its errors never quote the value (a
     header is often a token)."""
-    from rampwatch.loadgen.transport.connection import parse_header
-
     try:
         return parse_header(text)
     except ValueError as exc:
@@ -88,8 +88,6 @@ def _read(flag: str, path: str, stdin: TextIO) -> str:
 def parse_header_lines(text: str, where: str) -> list[tuple[str, str]]:
     """``NAME: VALUE`` lines; a bad one is a ``UserError`` naming ``where`` and its line,
     never quoting the value."""
-    from rampwatch.loadgen.transport.connection import parse_header
-
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -101,29 +99,29 @@ def parse_header_lines(text: str, where: str) -> list[tuple[str, str]]:
     return out
 
 
-def resolve(args: argparse.Namespace, stdin: TextIO | None = None) -> list[str]:
-    """Fill ``args.api_key`` and ``args.header`` from every source; returns the warnings
-    to print (a secret given on the command line). One-line ``UserError`` on a file that
-    cannot be read or holds a bad line."""
+def resolve_secrets(
+    api_key: str | None,
+    api_key_file: str | None,
+    headers: list[tuple[str, str]] | None,
+    header_file: str | None,
+    stdin: TextIO | None = None,
+) -> tuple[str | None, list[tuple[str, str]] | None, list[str]]:
+    """The key and the headers from every source (``headers`` None: the command has no
+    header flags, and gets none), and the warnings to print (a secret given on the command
+    line). One-line ``UserError`` on a file that cannot be read or holds a bad line."""
     stdin = stdin if stdin is not None else sys.stdin
-    from rampwatch.core.redact import is_secret_key
-
-    key_file = getattr(args, "api_key_file", None)
-    header_file = getattr(args, "header_file", None)
-    if key_file == "-" and header_file == "-":
+    if api_key_file == "-" and header_file == "-":
         raise UserError("--api-key-file - and --header-file -: only one of them can read standard input")
     warnings = []
-    if getattr(args, "api_key", None):
+    if api_key:
         warnings.append(f"--api-key: {ARGV_NOTE}; pass ${API_KEY_ENV} or --api-key-file PATH (- : stdin) instead")
-    if key_file:
-        lines = _read("--api-key-file", key_file, stdin).splitlines()
-        key = lines[0].strip() if lines else ""
-        if not key:
-            raise UserError(f"--api-key-file {key_file}: empty (the key is its first line)")
-        args.api_key = key
-    if hasattr(args, "header"):
-        typed = list(args.header or [])
-        shown = [name for name, _ in typed if is_secret_key(name)]
+    if api_key_file:
+        lines = _read("--api-key-file", api_key_file, stdin).splitlines()
+        api_key = lines[0].strip() if lines else ""
+        if not api_key:
+            raise UserError(f"--api-key-file {api_key_file}: empty (the key is its first line)")
+    if headers is not None:
+        shown = [name for name, _ in headers if is_secret_key(name)]
         if shown:
             warnings.append(
                 f"--header {', '.join(shown)}: {ARGV_NOTE}; pass it in --header-file PATH (- : stdin) "
@@ -133,31 +131,50 @@ def resolve(args: argparse.Namespace, stdin: TextIO | None = None) -> list[str]:
         from_file = (
             [] if not header_file else parse_header_lines(_read("--header-file", header_file, stdin), header_file)
         )
-        args.header = [*from_env, *from_file, *typed]
+        headers = [*from_env, *from_file, *headers]
+    return api_key, headers, warnings
+
+
+def resolve(args: argparse.Namespace, stdin: TextIO | None = None) -> list[str]:
+    """``resolve_secrets`` over a parsed command line, filling ``args.api_key`` and
+    ``args.header``: `rampwatch sweep`'s, whose flags are a subset (no header flags);
+    `rampwatch run` has ``RunConfig.with_credentials``."""
+    headers = vars(args).get("header")
+    key, resolved, warnings = resolve_secrets(
+        args.api_key,
+        args.api_key_file,
+        None if headers is None else list(headers),
+        vars(args).get("header_file"),
+        stdin,
+    )
+    args.api_key = key
+    if resolved is not None:
+        args.header = resolved
     return warnings
 
 
-def typed_secrets(args: argparse.Namespace) -> list[str]:
+def command_line_secrets(
+    api_key: str | None, headers: list[tuple[str, str]], urls: list[str | None], serve: str | None
+) -> list[str]:
     """What ``hide_in_process_table`` hides: the key, the values of secret-named headers,
     the passwords of the URLs given (``--target``, ``--metrics-url``,
     ``--gpu-metrics-url``) and the secrets of the ``--serve`` line (``HF_TOKEN=…``,
     ``--api-key …``). A value not on the command line is simply not found there."""
-    import shlex
-
-    from rampwatch.core.redact import is_secret_key, secret_values
-
-    headers = getattr(args, "header", None) or []
-    found = [getattr(args, "api_key", None), *(v for n, v in headers if is_secret_key(n))]
-    urls = [getattr(args, "target", None), *(getattr(args, "metrics_url", None) or [])]
-    urls += getattr(args, "gpu_metrics_url", None) or []
+    found = [api_key, *(v for n, v in headers if is_secret_key(n))]
     found += sorted(secret_values([u for u in urls if u]))
-    serve = getattr(args, "serve", None)
     if serve:
         try:
             found += sorted(secret_values(shlex.split(serve)))
         except ValueError:  # unbalanced quotes: the run refuses the line itself
             pass
     return [v for v in found if v]
+
+
+def typed_secrets(args: argparse.Namespace) -> list[str]:
+    """``command_line_secrets`` of a parsed command line (`rampwatch sweep`'s: only a key)."""
+    given = vars(args)
+    urls = [given.get("target"), *(given.get("metrics_url") or []), *(given.get("gpu_metrics_url") or [])]
+    return command_line_secrets(given.get("api_key"), given.get("header") or [], urls, given.get("serve"))
 
 
 def without_secret_flags(argv: Sequence[str]) -> list[str]:
@@ -178,16 +195,22 @@ def without_secret_flags(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def child_environment(args: argparse.Namespace, base: dict[str, str] | None = None) -> dict[str, str]:
+def child_environment_of(
+    api_key: str | None, headers: list[tuple[str, str]] | None, base: dict[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a process rampwatch starts for the run: its own, with the key
-    and the headers (already ``resolve``d) that its command line no longer holds."""
+    and the headers (already resolved) that its command line no longer holds."""
     env = dict(os.environ if base is None else base)
-    if getattr(args, "api_key", None):
-        env[API_KEY_ENV] = args.api_key
-    headers = getattr(args, "header", None)
+    if api_key:
+        env[API_KEY_ENV] = api_key
     if headers is not None:
         env[HEADERS_ENV] = "".join(f"{name}: {value}\n" for name, value in headers)
     return env
+
+
+def child_environment(args: argparse.Namespace, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``child_environment_of`` a parsed command line (`rampwatch sweep`'s)."""
+    return child_environment_of(args.api_key, vars(args).get("header"), base)
 
 
 def hide_in_process_table(values: Sequence[str]) -> bool:

@@ -15,7 +15,6 @@ schedule or `rampwatch stop`), then writes the summary and result JSON as usual.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -26,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rampwatch.app import credentials, runs
+from rampwatch.app.run_config import RunConfig
+from rampwatch.app.session import plan_run
 from rampwatch.core.errors import UserError
 from rampwatch.core.interpreter import module_command
 
@@ -49,12 +50,10 @@ def child_argv(argv: list[str], run_id: str, log: Path, recording: Path | None) 
     return module_command("rampwatch.app.cli", *out)
 
 
-def launch(args: argparse.Namespace) -> int:
-    from rampwatch.app.session import plan_run
-
+def launch(config: RunConfig) -> int:
     # A bad scenario, flag or path: one line here, nothing started; the outputs are
     # claimed by the process started below, which runs with the same --record and --force.
-    plan = plan_run(args, claim=False)
+    plan = plan_run(config, claim=False)
     directory = runs.checked_dir()
     run_id = runs.new_run_id()
     while runs.state_path(run_id, directory).exists():
@@ -62,8 +61,8 @@ def launch(args: argparse.Namespace) -> int:
     recording = None if plan.recording_path is None else plan.recording_path.resolve()
     log = runs.log_path_for(run_id, recording, directory)
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = credentials.child_environment(args)
-    argv = child_argv(getattr(args, "argv", None) or sys.argv[1:], run_id, log, recording)
+    env = config.child_environment()
+    argv = child_argv(list(config.argv) or sys.argv[1:], run_id, log, recording)
     try:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:

@@ -3,7 +3,6 @@ the live Textual app in this one, then the same summary as the headless path."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import signal
@@ -20,6 +19,7 @@ from rampwatch.app.bridge import ProcessBridge, SeriesMirror, lower_ui_priority
 from rampwatch.app.control import serve_run, shared_snapshots
 from rampwatch.app.detach import Hangup, detached_on_hangup
 from rampwatch.app.restart import ServerRestarter
+from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session import (
     INTERRUPTED_EXIT,
     SERVER_WATCH_INTERVAL_S,
@@ -35,7 +35,7 @@ from rampwatch.app.session import (
 )
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.timeline import RunControl, Snapshot
-from rampwatch.loadgen.server.managed import DEFAULT_STARTUP_TIMEOUT_S, ManagedServer
+from rampwatch.loadgen.server.managed import ManagedServer
 from rampwatch.tui.app import RampwatchApp, make_live_app
 from rampwatch.tui.server_log import ServerStartApp
 
@@ -112,7 +112,7 @@ def start_live_prepared(
     return start_live(
         # the run process serves the run's control socket (`rampwatch attach`)
         serve_run(
-            getattr(prepared.args, "run_id", None),
+            prepared.config.run_id,
             prepared.execute,
             snapshot,
             prepared.run,
@@ -212,32 +212,31 @@ def start_server_on_screen(
     return True
 
 
-def run_live(args: argparse.Namespace) -> int:
+def run_live(config: RunConfig) -> int:
     """Show the live screen over the run until the user quits, then stop the run
     gracefully (if still going) and print its summary. Whatever the run process prints
     while the screen is up goes to a log that is printed after. With ``--on-hangup
     detach`` a hangup of the terminal leaves the run going, unseen (``app.detach.Hangup``)."""
-    plan = plan_run(args)
-    run_id = getattr(args, "run_id", None)
+    plan = plan_run(config)
+    run_id = config.run_id
     if run_id is not None:
         runs.register(run_id, plan)
     hangup = None
-    if getattr(args, "on_hangup", "detach") == "detach":
+    if config.on_hangup == "detach":
         hangup = Hangup(run_id, runs.log_path_for(run_id or "run", plan.recording_path))
     with detached_on_hangup(hangup):
-        return _run_live(args, plan, run_id, hangup)
+        return _run_live(config, plan, run_id, hangup)
 
 
-def _run_live(args: argparse.Namespace, plan: RunPlan, run_id: str | None, hangup: Hangup | None) -> int:
-    mouse = not getattr(args, "no_mouse", False)
+def _run_live(config: RunConfig, plan: RunPlan, run_id: str | None, hangup: Hangup | None) -> int:
+    mouse = not config.no_mouse
 
     def hung_up() -> bool:
         return hangup is not None and hangup.happened
 
     if plan.server is not None:
-        timeout_s = getattr(args, "serve_timeout", DEFAULT_STARTUP_TIMEOUT_S)
         try:
-            started = start_server_on_screen(plan.server, timeout_s, mouse, hangup)
+            started = start_server_on_screen(plan.server, config.serve_timeout, mouse, hangup)
         except UserError as exc:
             if hangup is not None and hung_up():
                 hangup.keep()  # the error's line goes to the log

@@ -1,12 +1,13 @@
 """`rampwatch run --ray auto|ADDRESS`: the run's requests sent from Ray actors over a
-cluster's nodes (``loadgen.run.ray_workers``). Ray is imported only by a run that asks for it."""
+cluster's nodes (``loadgen.run.ray_workers``). Ray is imported only by a run that asks for it
+(``loadgen.run.ray_workers.import_ray``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-DEFAULT_MAX_CLOCK_OFFSET_MS = 10.0  # loadgen.run.ray_workers's (not imported: keeps the parser cheap)
+from rampwatch.loadgen.run.ray_workers import DEFAULT_MAX_CLOCK_OFFSET_MS, RayPool, check_reachable, import_ray
 
 
 def add_ray_flags(parser: argparse.ArgumentParser, positive_float: Any) -> None:
@@ -31,30 +32,20 @@ def add_ray_flags(parser: argparse.ArgumentParser, positive_float: Any) -> None:
     )
 
 
-def check_ray_flags(args: argparse.Namespace) -> None:
-    """Before anything starts: Ray installed, the address well formed and answering."""
-    address = getattr(args, "ray", None)
+def check_ray_flags(address: str | None) -> None:
+    """Before anything starts (``--ray``): Ray installed, the address well formed and answering."""
     if address is None:
         return
-    from rampwatch.loadgen.run.ray_workers import check_reachable, import_ray
-
     import_ray()
     check_reachable(address)
 
 
-def ray_workers(args: argparse.Namespace) -> Any:
+def ray_workers(address: str | None, workers: int | None, max_clock_offset_ms: float) -> Any:
     """The Ray actors a run sends through (``--ray``; a ``SenderFactory``), else None."""
-    address = getattr(args, "ray", None)
     if address is None:
         return None
-    from rampwatch.loadgen.run.ray_workers import RayPool
 
     def announce(line: str) -> None:  # the live screen's run process prints to its log
         print(line, flush=True)
 
-    return RayPool(
-        address,
-        workers=getattr(args, "workers", None),
-        max_clock_offset_s=args.max_clock_offset / 1000,
-        announce=announce,
-    )
+    return RayPool(address, workers=workers, max_clock_offset_s=max_clock_offset_ms / 1000, announce=announce)

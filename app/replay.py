@@ -6,13 +6,15 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rampwatch.core.errors import UserError
-
-if TYPE_CHECKING:  # the parser is built from this module: heavy imports wait for main()
-    from rampwatch.core.timeline import Snapshot
-    from rampwatch.record.replay import ReplayTimeline
+from rampwatch.core.timeline import Snapshot
+from rampwatch.record.analysis import comparison_samples, summarise
+from rampwatch.record.cli_compare import compare_rows, load_warning, shared_cache_warning
+from rampwatch.record.reader import open_recording, print_warnings
+from rampwatch.record.replay import ReplayTimeline
+from rampwatch.tui.app import make_replay_app
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,9 +33,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _open(path: str) -> ReplayTimeline:
-    from rampwatch.record.reader import open_recording
-    from rampwatch.record.replay import ReplayTimeline
-
     if not Path(path).exists():
         raise UserError(f"{path}: no such recording")
     return ReplayTimeline(open_recording(path))
@@ -45,10 +44,6 @@ def comparison_of(path_a: str, path_b: str) -> Callable[[], tuple[list[dict[str,
     Called in the app's worker thread, on readers of its own (the replay's stay its own)."""
 
     def compare() -> tuple[list[dict[str, Any]], str | None]:
-        from rampwatch.record.analysis import comparison_samples, summarise
-        from rampwatch.record.cli_compare import compare_rows, load_warning, shared_cache_warning
-        from rampwatch.record.reader import open_recording
-
         recordings = [open_recording(path_a), open_recording(path_b)]
         try:
             summaries = [summarise(rec).to_dict() for rec in recordings]
@@ -82,8 +77,6 @@ class FinalSnapshot:
 def main(args: argparse.Namespace) -> int:
     if not 1.0 <= args.speed <= 16.0:
         raise UserError(f"--speed {args.speed:g}: must be between 1 and 16")
-    from rampwatch.tui.app import make_replay_app
-
     timeline = _open(args.recording)
     compare = FinalSnapshot(_open(args.compare)) if args.compare else None
     timeline.speed = args.speed
@@ -102,7 +95,5 @@ def main(args: argparse.Namespace) -> int:
         mouse=not args.no_mouse,
     )
     app.run(mouse=not args.no_mouse)
-    from rampwatch.record.reader import print_warnings
-
     recordings = [timeline.recording] + ([compare.recording] if compare is not None else [])
     return max(print_warnings(recording, "replay") for recording in recordings)

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import stat
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 from rampwatch.core import strict_json
 from rampwatch.core.errors import UserError
+from rampwatch.core.redact import redact_text
 
 # Finished runs stay listed for a day, at most this many of them.
 KEEP_FINISHED_S = 24 * 3600.0
@@ -281,10 +283,6 @@ def register(
     """This process owns run ``run_id`` of ``plan`` (``app.session.RunPlan``): its state
     file, STARTING. None when the directory is refused or unwritable: the run goes on
     without attach (one line on stderr says why)."""
-    import sys
-
-    from rampwatch.core.redact import redact_text
-
     try:
         directory = checked_dir(directory)
         state = RunState(

@@ -2,18 +2,18 @@
 
 The shipped scenarios (``rampwatch.scenarios``, read through ``loadgen.workload.scenario_files``) are
 handed to ``tui.start_screen.StartApp`` as ``StartScenario``s; its ``StartChoice`` becomes
-`rampwatch run`'s arguments, so the run is exactly the one the command line would start.
+a ``RunConfig``, run as `rampwatch run` runs the one its command line gives.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rampwatch.app.run import DEFAULT_SIM_HARDWARE, DEFAULT_SIM_MODEL
+from rampwatch.app.run_config import DEFAULT_SIM_HARDWARE, DEFAULT_SIM_MODEL, RunConfig
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.scenario_files import list_scenarios
 from rampwatch.tui.chart_data import RAMP_KINDS, schedule_text
-from rampwatch.tui.start_screen import StartApp, StartScenario
+from rampwatch.tui.start_screen import StartApp, StartChoice, StartScenario
 
 
 def length_text(spec: Any) -> str:
@@ -67,9 +67,19 @@ def shipped_scenarios() -> list[StartScenario]:
     return out
 
 
-def choose_run() -> list[str] | None:
-    """Show the start screen; `rampwatch run`'s arguments for the choice, or None when
-    the user left without starting."""
+def run_config(choice: StartChoice) -> RunConfig:
+    """The run of a choice: its scenario, target and ramp, every other flag's default."""
+    return RunConfig(
+        scenario=choice.scenario,
+        target=choice.target or None,
+        start_rps=choice.start_rps,
+        end_rps=choice.end_rps,
+        duration=choice.duration_s,
+    )
+
+
+def choose_run() -> RunConfig | None:
+    """Show the start screen; the run it chose, or None when the user left without starting."""
     simulator = f"the embedded simulator ({DEFAULT_SIM_HARDWARE}, {DEFAULT_SIM_MODEL})"
     choice = StartApp(shipped_scenarios(), simulator).run()
-    return None if choice is None else choice.run_args()
+    return None if choice is None else run_config(choice)

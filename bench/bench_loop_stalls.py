@@ -243,11 +243,12 @@ def run_live(url: str, args: argparse.Namespace, tmp: Path, profile: LoopProfile
     from rampwatch.app import bridge as bridge_module
     from rampwatch.app.cli import build_parser
     from rampwatch.app.live import start_live_prepared
+    from rampwatch.app.run_config import RunConfig
     from rampwatch.app.session import build_run, plan_run
 
     out = tmp / "live"
     parser, _ = build_parser()
-    prepared = build_run(plan_run(parser.parse_args(run_args(url, args, out))))
+    prepared = build_run(plan_run(RunConfig.from_cli_args(parser.parse_args(run_args(url, args, out)))))
     stats_path = tmp / "live-stats.json"
     child_main = bridge_module._child_main
 

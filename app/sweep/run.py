@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rampwatch.app import run as run_cli
+from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session import build_run, plan_run, progress_line
 from rampwatch.app.sweep.early_stop import EarlyStopRule
 from rampwatch.app.sweep.serve_args import apply_args, command_line
@@ -79,7 +80,7 @@ class ConfigRun:
         if not self.repeat:  # the ETA reads how long the configuration, all its runs, has run
             row["started_at"] = time.time()
         sweep.save(current=row["index"], line="starting the server")
-        plan = plan_run(sweep.run_args(command_line(argv), recording))
+        plan = plan_run(RunConfig.from_cli_args(sweep.run_args(command_line(argv), recording)))
         if self.repeat:  # other arrivals and prompts each repeat: the spread holds that noise too
             plan = dataclasses.replace(plan, scenario=repeat_scenario(plan.scenario, self.repeat))
         server = plan.server

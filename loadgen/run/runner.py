@@ -74,10 +74,8 @@ MAX_REJECTED_EVENTS = 20
 class RunOptions:
     target: str
     model: str
-    api_key: str | None = None
-    headers: list[tuple[str, str]] = field(default_factory=list)  # --header NAME:VALUE, API and /metrics
-    insecure: bool = False  # no TLS certificate verification
-    ca_cert: str | None = None  # PEM file of the server's CA
+    # The API key, --header headers and TLS setting of every request and scrape of the run.
+    connection: Connection = Connection()
     # The /v1/models answer the set-up already got (it asked for the model's name): the
     # run's start uses it instead of asking again.
     models_answer: ModelsAnswer | None = None
@@ -504,8 +502,7 @@ class Run:
     @property
     def connection(self) -> Connection:
         """The API key, headers and TLS setting every request and scrape of the run uses."""
-        o = self.options
-        return Connection(api_key=o.api_key, headers=tuple(o.headers), insecure=o.insecure, ca_cert=o.ca_cert)
+        return self.options.connection
 
     # -- the run -------------------------------------------------------------------------
     async def execute(self) -> RunResult:

@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from rampwatch.app import run
+from rampwatch.app.run_config import DEFAULT_METRICS_MAX_BYTES
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -66,5 +67,5 @@ def test_good_numbers_pass(flag, value, expected):
 def test_the_metrics_cap_default_is_the_scrapers():
     from rampwatch.loadgen.server.scrape import DEFAULT_MAX_BODY_BYTES
 
-    assert parse().metrics_max_bytes == run.DEFAULT_METRICS_MAX_BYTES == DEFAULT_MAX_BODY_BYTES
+    assert parse().metrics_max_bytes == DEFAULT_METRICS_MAX_BYTES == DEFAULT_MAX_BODY_BYTES
     assert parse("--metrics-max-bytes", "1000").metrics_max_bytes == 1000

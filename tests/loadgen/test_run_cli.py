@@ -374,12 +374,13 @@ def test_a_progress_line_from_the_last_bins_is_the_one_from_the_whole_series(int
 
 
 def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path, capsys):
-    import argparse
     from types import SimpleNamespace
 
+    from rampwatch.app.run_config import RunConfig
     from rampwatch.app.session import PreparedRun, finish_run
     from rampwatch.core.timeline import RequestRecord, RunHeader
-    from rampwatch.loadgen.run.runner import RunResult
+    from rampwatch.loadgen.run.runner import RequestCounts, RunResult
+    from rampwatch.record.writer import RecordingWriter
 
     header = RunHeader(
         rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m", scenario_name="random"
@@ -394,17 +395,24 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
         prompt_tokens=4,
         completion_tokens=3,
     )
+    recording = tmp_path / "r.rwrec"  # what was written before the disk filled: read back once it is whole
+    writer = RecordingWriter(recording, flush_interval_s=None)
+    writer.on_start(header)
+    writer.on_request(record)
+    writer.close(1.0)
     result = RunResult(
         duration_s=1.0,
-        requests=[record],
+        requests=[],
         samples=[],
         events=[],
         header=header,
         recording_error=str(OSError(28, "No space left on device")),
+        counts=RequestCounts.of([record]),
     )
-    args = argparse.Namespace(gpu_price_per_hour=None, max_error_rate=0.05)
     prepared = PreparedRun(
-        run=SimpleNamespace(scenario=SimpleNamespace(slo=None)), args=args, recording_path=tmp_path / "r.rwrec"
+        run=SimpleNamespace(scenario=SimpleNamespace(slo=None)),
+        config=RunConfig("random"),
+        recording_path=recording,
     )
     assert finish_run(prepared, result) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -438,9 +446,9 @@ def test_without_a_readable_recording_the_summary_is_the_live_one_said_so_and_a_
     """A run that kept no records (the default) and whose recording failed mid-run, or
     cannot be read back (here: it is not there): the live bounded summary, marked, the
     result JSON from it, and one line saying why, exit 1."""
-    import argparse
     from types import SimpleNamespace
 
+    from rampwatch.app.run_config import RunConfig
     from rampwatch.app.session import PreparedRun, finish_run
     from rampwatch.core.figures.summary import RequestBlock, SummaryBuilder
     from rampwatch.core.timeline import RequestRecord, RunHeader
@@ -466,11 +474,9 @@ def test_without_a_readable_recording_the_summary_is_the_live_one_said_so_and_a_
         counts=RequestCounts.of(records),
         live_summary=live.build(header),
     )
-    args = argparse.Namespace(gpu_price_per_hour=None, max_error_rate=0.05, save_detailed=False,
-                              save_generated_texts=False)  # fmt: skip
     prepared = PreparedRun(
         run=SimpleNamespace(scenario=SimpleNamespace(slo=None)),
-        args=args,
+        config=RunConfig("random"),
         recording_path=tmp_path / "r.rwrec",
         result_json_path=tmp_path / "r.json",
     )

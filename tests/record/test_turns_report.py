@@ -132,21 +132,32 @@ def test_the_end_of_a_run_prints_the_turns_and_writes_them_to_the_result_json(tm
     import io
     from types import SimpleNamespace
 
+    from rampwatch.app.run_config import RunConfig
     from rampwatch.app.session import PreparedRun, finish_run
-    from rampwatch.loadgen.run.runner import RunResult
+    from rampwatch.loadgen.run.runner import RequestCounts, RunResult
 
     records = session_records(sessions=4, turns=3)
     if not with_sessions:
         for r in records:
             r.session = r.turn = r.cached_tokens = None
     header = RunHeader("0", 0.0, "http://127.0.0.1:1", "m", "multi-turn-chat")
-    result = RunResult(duration_s=10.0, requests=records, samples=[], events=[], header=header)
-    args = argparse.Namespace(
-        gpu_price_per_hour=None, max_error_rate=0.05, save_detailed=False, save_generated_texts=False
+    # the end's figures are read back from the run's recording (its one source)
+    recording = tmp_path / "run.rwrec"
+    writer = RecordingWriter(recording, flush_interval_s=None)
+    writer.on_start(header)
+    stream = session_stream(records)
+    for kind, item in stream:
+        getattr(writer, f"on_{kind}")(item)
+    writer.close(10.0)
+    result = RunResult(
+        duration_s=10.0, requests=[], samples=[], events=[], header=header, counts=RequestCounts.of(records)
     )
     path = tmp_path / "result.json"
     prepared = PreparedRun(
-        run=SimpleNamespace(scenario=SimpleNamespace(slo=None)), args=args, recording_path=None, result_json_path=path
+        run=SimpleNamespace(scenario=SimpleNamespace(slo=None)),
+        config=RunConfig("multi-turn-chat"),
+        recording_path=recording,
+        result_json_path=path,
     )
     out = io.StringIO()
     assert finish_run(prepared, result, out=out) == 0

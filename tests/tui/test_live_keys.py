@@ -225,10 +225,10 @@ def test_no_mouse_starts_the_live_screen_without_mouse_capture(monkeypatch, flag
     import argparse
 
     from rampwatch.app import live
-    from rampwatch.app import run as run_command
+    from rampwatch.app.run_config import RunConfig
 
     parser = argparse.ArgumentParser()
-    run_command.configure(parser)
+    RunConfig.add_cli_args(parser)
     args = parser.parse_args(["chat", *flags])
     seen = {}
 
@@ -257,5 +257,5 @@ def test_no_mouse_starts_the_live_screen_without_mouse_capture(monkeypatch, flag
     monkeypatch.setattr(live, "_build", lambda plan: Prepared())
     monkeypatch.setattr(live, "start_live_prepared", start)
     monkeypatch.setattr(live, "finish_run", lambda prepared, result: 0)
-    assert live.run_live(args) == 0
+    assert live.run_live(RunConfig.from_cli_args(args)) == 0
     assert seen == {"app": mouse, "run": mouse}

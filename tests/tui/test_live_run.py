@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from rampwatch.app import run as run_command
 from rampwatch.app import session
 from rampwatch.app.live import start_live_prepared
+from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session import serving_sim
 from rampwatch.loadgen.run.runner import Run, RunOptions
 from rampwatch.loadgen.transport.connection import Connection
@@ -137,34 +137,36 @@ def toasts(app) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
 
-def run_args(tmp_path, *extra: str) -> argparse.Namespace:
+def run_args(tmp_path, *extra: str) -> RunConfig:
     parser = argparse.ArgumentParser()
-    run_command.configure(parser)
+    RunConfig.add_cli_args(parser)
     sets = [f"--set={key}={value}" for key, value in SHORT_ANSWERS]
-    return parser.parse_args(
-        [
-            "chat",
-            "--duration",
-            str(RAMP["duration"]),
-            "--start-rps",
-            str(RAMP["start_rps"]),
-            "--end-rps",
-            str(RAMP["end_rps"]),
-            "--seed",
-            "1",
-            "--rate-step",
-            str(STEP),
-            "--stop-grace",
-            "5",
-            "--sim-hardware",
-            "instant",
-            "--sim-model",
-            "tiny",
-            "--record",
-            str(tmp_path / "process.rwrec"),
-            *sets,
-            *extra,
-        ]
+    return RunConfig.from_cli_args(
+        parser.parse_args(
+            [
+                "chat",
+                "--duration",
+                str(RAMP["duration"]),
+                "--start-rps",
+                str(RAMP["start_rps"]),
+                "--end-rps",
+                str(RAMP["end_rps"]),
+                "--seed",
+                "1",
+                "--rate-step",
+                str(STEP),
+                "--stop-grace",
+                "5",
+                "--sim-hardware",
+                "instant",
+                "--sim-model",
+                "tiny",
+                "--record",
+                str(tmp_path / "process.rwrec"),
+                *sets,
+                *extra,
+            ]
+        )
     )
 
 

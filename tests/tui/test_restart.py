@@ -13,7 +13,7 @@ from textual.widgets import Input, Static
 
 from rampwatch.app.live import start_live
 from rampwatch.loadgen.run.runner import Run, RunOptions
-from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand
+from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand, server_log_path
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.record.analysis import configuration_segments
 from rampwatch.record.reader import open_recording
@@ -275,7 +275,7 @@ async def test_rampwatch_runs_failed_restart_exits_5_naming_the_log(tmp_path, ca
         "Successful requests:" in summary.getvalue() and f"recording: {prepared.recording_path}" in summary.getvalue()
     )
     err = capsys.readouterr().err.strip().splitlines()
-    log = session.server_log_path(prepared.recording_path)
+    log = server_log_path(prepared.recording_path)
     assert err[-1] == (
         "rampwatch run: the server restart failed: server exited with code 2 during startup: rampwatch sim: "
         f"error: argument --max-num-seqs: invalid int value: 'x' (exit 5; server log: {log})"

@@ -138,13 +138,16 @@ def test_rampwatch_without_arguments_runs_the_choice_as_rampwatch_run(monkeypatc
     import rampwatch.app.run as run_command
     import rampwatch.app.start as start
     from rampwatch.app import cli
+    from rampwatch.app.run_config import RunConfig
 
     ran = []
     monkeypatch.setattr(cli, "on_a_terminal", lambda: True)
-    monkeypatch.setattr(start, "choose_run", lambda: ["chat", "--duration", "30"])
-    monkeypatch.setattr(run_command, "main", lambda args: ran.append(args) or 0)
+    choice = StartChoice("chat", None, None, None, 30.0)
+    monkeypatch.setattr(start, "choose_run", lambda: start.run_config(choice))
+    monkeypatch.setattr(run_command, "run", lambda config: ran.append(config) or 0)
     assert cli.main([]) == 0
-    assert ran[0].scenario == "chat" and ran[0].duration == 30.0 and ran[0].target is None
+    # every flag but the chosen ones at `rampwatch run`'s default, as its command line would have it
+    assert ran == [RunConfig.from_cli_args(cli.build_parser()[0].parse_args(["run", "chat", "--duration", "30"]))]
     monkeypatch.setattr(start, "choose_run", lambda: None)  # left with esc: nothing runs
     assert cli.main([]) == 0 and len(ran) == 1
 

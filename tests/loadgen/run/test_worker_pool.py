@@ -261,13 +261,12 @@ def test_workers_end_when_the_controller_is_killed(tmp_path):
 
 
 def test_one_worker_sends_from_the_run_process_and_more_from_a_pool():
-    from argparse import Namespace
-
+    from rampwatch.app.run_config import RunConfig
     from rampwatch.app.session import load_senders
 
-    assert load_senders(Namespace(workers=1)) is None  # today's path: no pool, no extra work
-    assert load_senders(Namespace()) is None  # commands without the flag (sweep)
-    factory = load_senders(Namespace(workers=3))
+    assert load_senders(RunConfig("chat", workers=1)) is None  # today's path: no pool, no extra work
+    assert load_senders(RunConfig("chat")) is None  # the flag not given
+    factory = load_senders(RunConfig("chat", workers=3))
     assert isinstance(factory, LocalWorkers) and factory.workers == 3 and factory.pool is None
 
 

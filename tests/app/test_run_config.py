@@ -1,0 +1,77 @@
+"""`rampwatch run`'s typed configuration: every flag is a field (under its dest), built once
+from the parsed command line, and what the recording's header keeps of it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+
+import pytest
+
+from rampwatch.app.run_config import RunConfig
+from rampwatch.core.errors import UserError
+from rampwatch.loadgen.run.drain import DrainPolicy
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="rampwatch run")
+    RunConfig.add_cli_args(parser)
+    return parser.parse_args(["chat", *argv])
+
+
+def test_every_flag_is_a_field_and_its_default_the_fields():
+    args = parsed()
+    names = {f.name for f in dataclasses.fields(RunConfig)} - {"argv"}
+    assert names == set(vars(args))
+    # a RunConfig built directly (the start screen) is the command line's with no flags
+    assert RunConfig.from_cli_args(args) == RunConfig("chat")
+
+
+def test_from_cli_args_types_the_repeatable_flags_and_keeps_what_was_typed():
+    args = parsed(
+        "--metrics-url", "http://h:1/metrics", "--metrics-url", "http://h:2/metrics",
+        "--header", "X-Team: a", "--set", "seed=3", "--drain", "cap:5", "--workers", "2",
+    )  # fmt: skip
+    args.argv = ["run", "chat", "--workers", "2"]
+    config = RunConfig.from_cli_args(args)
+    assert config.metrics_url == ("http://h:1/metrics", "http://h:2/metrics")
+    assert config.header == (("X-Team", "a"),)
+    assert config.scenario_sets() == [("seed", "3")]
+    assert config.drain == DrainPolicy("cap", 5.0) and config.workers == 2
+    assert config.argv == ("run", "chat", "--workers", "2")
+
+
+def test_the_recorded_options_are_the_parsed_command_lines():
+    args = parsed("--metrics-url", "http://h:1/metrics", "--seed", "4")
+    options = RunConfig.from_cli_args(args).recorded_options()
+    assert options == {"command": "run", **vars(args)}
+    assert list(options) == ["command", *vars(args)]  # the header keeps them in the flags' order
+
+
+def test_a_bad_set_is_one_line():
+    with pytest.raises(UserError, match=r"^--set 'oops': expected KEY=VALUE"):
+        RunConfig("chat", set=("oops",)).scenario_sets()
+
+
+def test_with_credentials_reads_the_key_file_and_the_header_sources(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAMPWATCH_HEADERS", "X-Env: e\n")
+    key = tmp_path / "key"
+    key.write_text("sk-from-file\n")
+    config = RunConfig("chat", api_key_file=str(key), header=(("X-Team", "t"),))
+    resolved, warnings = config.with_credentials(stdin=io.StringIO(""))
+    assert warnings == [] and resolved.api_key == "sk-from-file"
+    assert resolved.header == (("X-Env", "e"), ("X-Team", "t"))
+    assert resolved.child_environment(base={}) == {
+        "OPENAI_API_KEY": "sk-from-file",
+        "RAMPWATCH_HEADERS": "X-Env: e\nX-Team: t\n",
+    }
+    typed, warnings = RunConfig("chat", api_key="sk-typed").with_credentials()
+    assert [w.split(":")[0] for w in warnings] == ["--api-key"]
+    assert "sk-typed" in typed.command_line_secrets()
+
+
+def test_where_the_key_came_from():
+    assert RunConfig("chat", api_key_file="k").api_key_source() == "--api-key-file k"
+    assert RunConfig("chat", api_key="x").api_key_source() == "--api-key"
+    assert RunConfig("chat").api_key_source() == "$OPENAI_API_KEY"
