@@ -173,7 +173,9 @@ class _Stream:
             words = self.first_words if n == 1 else _WORDS_REST
             if req.status == FINISHED:
                 self.done = True
-                tail = self.final_tails[req.finish_reason]
+                reason = req.finish_reason
+                assert reason is not None  # the engine sets it as it finishes a request
+                tail = self.final_tails[reason]
             else:
                 tail = self.tail
             if self.continuous_usage:
@@ -254,6 +256,7 @@ class SimServer:
         self, config: SimConfig, rank: int = 0, api_server_count: int = 1, keep_chunk_gaps: bool = False
     ) -> None:
         self.config = config.resolved()
+        self.capacity = self.config.capacity()
         cfg = self.config
         created = time.time()
         share = cfg.engines // api_server_count
@@ -300,7 +303,7 @@ class SimServer:
         speed = self.config.speed
         faults = self.config.faults
         stall_start = faults.stall_at
-        stall_end = None if stall_start is None else stall_start + faults.stall_for
+        stall_end = 0.0 if stall_start is None else stall_start + faults.stall_for  # read only with a start
         while True:
             if not engine.has_work():
                 wake.clear()
@@ -417,7 +420,7 @@ class SimServer:
             prompt_ids = self._prompt_ids(body.get("prompt"))
             max_tokens = body.get("max_tokens", 16)
             param = "max_tokens"
-        max_len = self.config.max_model_len
+        max_len = self.capacity.max_model_len
         n_prompt = len(prompt_ids)
         if n_prompt >= max_len:
             raise _bad(
@@ -725,8 +728,9 @@ async def run_server(
         site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
     if sock is None:
-        sockets = site._server.sockets if site._server is not None else []  # noqa: SLF001
-        real_port = sockets[0].getsockname()[1] if sockets else port
+        # The runner has this one site: its addresses are the sockets the site bound.
+        addresses = runner.addresses
+        real_port = addresses[0][1] if addresses else port
     server.start_drivers()
     url_host = f"[{host}]" if ":" in host else host
     try:
