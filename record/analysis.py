@@ -27,6 +27,7 @@ from rampwatch.core.figures.segments import (
     restarted,
     segment_table,
 )
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.figures.summary import (
     KNEE_REVIEW,
     RequestBlock,
@@ -38,6 +39,7 @@ from rampwatch.core.figures.summary import (
     server_figures,
 )
 from rampwatch.core.figures.turns import TurnFigures, TurnTable
+from rampwatch.core.text import server_text
 from rampwatch.core.timeline import CANCELLED, Event, Snapshot
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import Recording
@@ -136,8 +138,6 @@ def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:
 
 def final_snapshot(recording: Recording) -> Snapshot:
     """The series of the whole run, as the live UI showed them at the end."""
-    from rampwatch.core.figures.series import SeriesBuilder
-
     stored = recording.checkpoint(recording.duration_s) if recording.checkpoint_frames else None
     builder = None
     if stored is not None:  # the last stored state, plus what follows it
@@ -269,8 +269,6 @@ MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart", "error": "ser
 
 def format_timeline(events: Sequence[Event]) -> str:
     """``timeline_marks`` as text lines under a heading (empty when there are none)."""
-    from rampwatch.core.text import server_text
-
     marks = timeline_marks(events)
     if not marks:
         return ""

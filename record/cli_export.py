@@ -12,9 +12,24 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from rampwatch.core import strict_json
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.summary import PER_REQUEST_KEYS, dump_list, format_summary, to_bench_result
+from rampwatch.core.figures.turns import turn_sections
 from rampwatch.core.files import is_special, private_file
+from rampwatch.record.analysis import (
+    class_figures,
+    classes_table,
+    configuration_table,
+    final_snapshot,
+    recording_turns,
+    summarise,
+    with_knee_explanation,
+)
+from rampwatch.record.html_report import render_html
+from rampwatch.record.reader import open_recording, print_warnings
 
 # ``-o -``: the export goes to standard output (json and html; csv is two files).
 STDOUT = "-"
@@ -201,14 +216,10 @@ def _bench_list(
 
 
 def _itls(summary, records) -> list:
-    from rampwatch.core.figures.summary import to_bench_result
-
     return to_bench_result(summary, None, records, detailed=True)["itls"]
 
 
 def _block_list(recording, info, key: str, summary, texts: dict[int, str] | None = None) -> list:
-    import numpy as np
-
     if key == "itls":
         return _itls(summary, recording.decode_requests(info))
     c = recording.request_columns(info, with_chunks=False)
@@ -244,10 +255,6 @@ def write_bench_result(
     lists (streamed the same way), and ``None`` for a run-wide figure that no class has
     alone (the GPUs' energy). ``texts``: the answers by request id (a run that kept them).
     ``path``: a file (made 0600), or a stream (``export -o -``: standard output)."""
-    from rampwatch.core.figures.summary import PER_REQUEST_KEYS, dump_list, to_bench_result
-    from rampwatch.core.figures.turns import turn_sections
-    from rampwatch.record.analysis import class_figures, recording_turns
-
     result = to_bench_result(summary, recording.header, [], detailed=detailed)
     result["num_prompts"] = recording.request_count
     result.update(turn_sections(recording_turns(recording)))
@@ -293,19 +300,6 @@ def write_bench_result(
 
 
 def main(args: argparse.Namespace) -> int:
-    from rampwatch.core.figures.summary import format_summary
-    from rampwatch.record.analysis import (
-        class_figures,
-        classes_table,
-        configuration_table,
-        final_snapshot,
-        recording_turns,
-        summarise,
-        with_knee_explanation,
-    )
-    from rampwatch.record.html_report import render_html
-    from rampwatch.record.reader import open_recording, print_warnings
-
     to_stdout = args.output == STDOUT
     if to_stdout and args.format == "csv":
         raise UserError("-o -: a csv export is two files (requests and series); give -o a path whose stem names them")

@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.record.reader import Item, Recording
 
@@ -37,8 +38,6 @@ MIN_CHECKPOINT_SPACING_S = 2.0
 
 
 def _default_builder_factory() -> Callable[[], Any]:
-    from rampwatch.core.figures.series import SeriesBuilder
-
     return SeriesBuilder
 
 
@@ -283,8 +282,6 @@ class ReplayTimeline:
             self._fed_until = t
 
     def _restore(self, t: float) -> tuple[float, Any] | None:
-        from rampwatch.core.figures.series import SeriesBuilder
-
         try:
             found = self.recording.checkpoint(t)
             if found is None:

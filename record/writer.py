@@ -11,17 +11,15 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.files import private_file
 from rampwatch.core.redact import redact_options, scrub, secret_values
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.record import format as fmt
 from rampwatch.record.reader import ITEM_ORDER
-
-if TYPE_CHECKING:
-    from rampwatch.core.figures.series import SeriesBuilder
 
 log = logging.getLogger(__name__)
 
@@ -261,8 +259,6 @@ class SeriesCheckpointer:
         self.stopped = False
 
     def start(self, header: RunHeader) -> None:
-        from rampwatch.core.figures.series import SeriesBuilder
-
         self._builder = SeriesBuilder()
         self._builder.on_start(header)
 
