@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,11 @@ def module_name(package: str, folder: Path, path: Path) -> str:
     return ".".join(["rampwatch", *parts])
 
 
-def module_imports(source: str, module: str) -> set[str]:
+def module_imports(source: str, module: str, modules: Collection[str] = frozenset()) -> set[str]:
     """Every module named by an import statement anywhere in ``source`` (relative imports
-    resolved against ``module``)."""
+    resolved against ``module``). ``from package import submodule`` names the submodule
+    alone when it is one of ``modules``: the package's ``__init__``, whose public names
+    are imported only for the type checker and loaded lazily, is not a dependency."""
     found: set[str] = set()
     package = module.rsplit(".", 1)[0]
     for node in ast.walk(ast.parse(source)):
@@ -77,9 +80,11 @@ def module_imports(source: str, module: str) -> set[str]:
             if node.level:
                 parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{parent}.{base}" if base else parent
-            found.add(base)
             # `from rampwatch.record import format` names a module, not only a package
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            named = {f"{base}.{alias.name}" for alias in node.names}
+            found.update(named)
+            if not named <= set(modules):
+                found.add(base)
     return found
 
 
@@ -93,7 +98,7 @@ def import_graph(sources: dict[str, Path]) -> dict[str, set[str]]:
     for name, source in modules.items():
         graph[name] = {
             target
-            for target in module_imports(source, name)
+            for target in module_imports(source, name, modules)
             if target.startswith("rampwatch.") or target.split(".")[0] in FORBIDDEN_EVERYWHERE
         }
     return graph
