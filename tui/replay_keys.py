@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from rampwatch.core.timeline import ReplayControl
 
+# A mixin of RampwatchApp: checked as the App it is mixed into, a plain class at run time
+# (Textual sees one App subclass).
 if TYPE_CHECKING:
     from textual.app import App
 

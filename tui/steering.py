@@ -16,6 +16,8 @@ from rampwatch.tui.chart_data import format_duration, rate_step
 from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.restart_dialog import RestartDialog
 
+# A mixin of RampwatchApp: checked as the App it is mixed into, a plain class at run time
+# (Textual sees one App subclass).
 if TYPE_CHECKING:
     from textual.app import App
 

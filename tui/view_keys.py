@@ -18,6 +18,8 @@ from rampwatch.tui.messages import SnapshotUpdated
 from rampwatch.tui.server_log import ServerLogPanel
 from rampwatch.tui.turns_screen import TurnsScreen
 
+# A mixin of RampwatchApp: checked as the App it is mixed into, a plain class at run time
+# (Textual sees one App subclass).
 if TYPE_CHECKING:
     from textual.app import App
     from textual.screen import Screen
