@@ -1,5 +1,6 @@
 """What every other package shares: errors, the run's timeline and snapshot types, the
-secret redaction, the simulator's tokenizer, the version. Imports no other rampwatch package."""
+secret redaction, the simulator's tokenizer, the version. Imports no other rampwatch
+package; its modules outside `figures` never import `core.figures`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Everything that talks to the server: schedules, client, scraper, runs, statistics."""
+"""Everything that sends the load and talks to the server: the workload, the transport, the
+server's side and the run (its subpackages), and the sweep. The figures are `core.figures`."""
 
 from __future__ import annotations
 
