@@ -1,8 +1,10 @@
 """The `rampwatch` command line.
 
 Each subcommand lives in its own module exposing ``configure(parser)`` and
-``main(args) -> int``. Modules are imported when the parser is built, so they must keep
-heavy imports (transformers, textual app code) inside ``main``.
+``main(args) -> int``. A command's module is imported only when that command is
+dispatched: ``rampwatch --help`` lists the commands from ``SUBCOMMANDS`` without importing
+any, and ``rampwatch report …`` imports report's module alone, so a command module may
+import what it needs at its top.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import difflib
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.files import silence_stdout, stdout_reader_gone
@@ -35,7 +37,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argparse.Namespace], int]]]:
+# Each command's parser, once built (for its "unrecognized arguments" message).
+SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
+# A command module's entry point: its exit code (None: 0).
+Main = Callable[[argparse.Namespace], int | None]
+
+
+def build_parser(commands: Collection[str] | None = None) -> tuple[argparse.ArgumentParser, dict[str, Main]]:
+    """The parser, with the arguments of ``commands`` (None: of every command) and their
+    ``main``s. Every command is listed; only those given have their module imported."""
     parser = argparse.ArgumentParser(
         prog="rampwatch",
         description="Live load tester for LLM inference servers: ramp the request rate, "
@@ -43,17 +53,23 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[[argpars
     )
     parser.add_argument("--version", action="version", version=f"rampwatch {rampwatch_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    mains: dict[str, Callable[[argparse.Namespace], int]] = {}
+    mains: dict[str, Main] = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        module = importlib.import_module(module_name)
-        module.configure(p)
-        mains[name] = module.main
         SUBPARSERS[name] = p
+        if commands is None or name in commands:
+            module = importlib.import_module(module_name)
+            module.configure(p)
+            mains[name] = module.main
     return parser, mains
 
 
-SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
+def command_named(argv: list[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the top level's
+    only options, -h and --version, take no value); None when there is none or it is not
+    a command (then argparse says so, listing the commands)."""
+    word = next((w for w in argv if not w.startswith("-")), None)
+    return word if word in SUBCOMMANDS else None
 
 
 def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str:
@@ -97,13 +113,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser, mains = build_parser()
-    args, extras = parser.parse_known_args(argv)
+    typed = list(argv if argv is not None else sys.argv[1:])
+    command = command_named(typed)
+    parser, mains = build_parser(() if command is None else (command,))
+    args, extras = parser.parse_known_args(typed)
     if extras:
-        command = SUBPARSERS.get(args.command or "", parser)
-        command.error(unknown_arguments(command, extras))
+        command_parser = SUBPARSERS.get(args.command or "", parser)
+        command_parser.error(unknown_arguments(command_parser, extras))
     # What was typed, for `rampwatch run --detach` to start the same run in the background.
-    args.argv = list(argv if argv is not None else sys.argv[1:])
+    args.argv = typed
+    dispatch: Main
     if not args.command:
         if not on_a_terminal():  # a script or a pipe: the usage, as before
             parser.print_help()
@@ -122,7 +141,12 @@ def _main(argv: list[str] | None) -> int:
         # the choice runs as `rampwatch run` runs its command line's configuration
         from rampwatch.app.run import run as run_configured
 
-        args.command, dispatch = "run", lambda _args: run_configured(config)
+        chosen = config
+
+        def run_chosen(_args: argparse.Namespace) -> int | None:
+            return run_configured(chosen)
+
+        args.command, dispatch = "run", run_chosen
     else:
         dispatch = mains[args.command]
     try:

@@ -25,6 +25,8 @@ from rampwatch.core import strict_json
 from rampwatch.core.cache_salt import UNKNOWN, describe_cache_policy
 from rampwatch.core.figures.summary import client_lag_warning
 from rampwatch.core.timeline import RunHeader
+from rampwatch.record.analysis import comparison_samples, summarise
+from rampwatch.record.reader import open_recording, print_warnings
 from rampwatch.record.significance import DEFAULT_CONFIDENCE, Samples, bootstrap_delta
 
 # (summary key, label, True when higher is better, (sample name, statistic) or None)
@@ -319,10 +321,6 @@ def same_file(a: str, b: str) -> bool:
 
 
 def main(args: argparse.Namespace) -> int:
-
-    from rampwatch.record.analysis import comparison_samples, summarise
-    from rampwatch.record.reader import open_recording, print_warnings
-
     recordings = [open_recording(args.a), open_recording(args.b)]
     figures = [summarise(rec) for rec in recordings]
     summaries = [f.to_dict() for f in figures]

@@ -7,6 +7,28 @@ step table."""
 from __future__ import annotations
 
 import argparse
+import sys
+
+from rampwatch.core import strict_json
+from rampwatch.core.figures.classes import CLASS_NOTE
+from rampwatch.core.figures.segments import SEGMENT_NOTE
+from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_json, step_table_text
+from rampwatch.core.figures.summary import format_summary
+from rampwatch.core.figures.turns import TURNS_NOTE, turn_sections
+from rampwatch.core.text import fill_to, fit_lines, terminal_width
+from rampwatch.record.analysis import (
+    class_figures,
+    classes_table,
+    configuration_segments,
+    configuration_table,
+    final_snapshot,
+    format_timeline,
+    recording_turns,
+    summarise,
+    with_knee_explanation,
+)
+from rampwatch.record.cli_compare import cache_policy, describe_policy
+from rampwatch.record.reader import open_recording, print_warnings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -15,29 +37,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import sys
-
-    from rampwatch.core import strict_json
-    from rampwatch.core.figures.classes import CLASS_NOTE
-    from rampwatch.core.figures.segments import SEGMENT_NOTE
-    from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_json, step_table_text
-    from rampwatch.core.figures.summary import format_summary
-    from rampwatch.core.figures.turns import TURNS_NOTE, turn_sections
-    from rampwatch.core.text import fill_to, fit_lines, terminal_width
-    from rampwatch.record.analysis import (
-        class_figures,
-        classes_table,
-        configuration_segments,
-        configuration_table,
-        final_snapshot,
-        format_timeline,
-        recording_turns,
-        summarise,
-        with_knee_explanation,
-    )
-    from rampwatch.record.cli_compare import cache_policy, describe_policy
-    from rampwatch.record.reader import open_recording, print_warnings
-
     recording = open_recording(args.recording)
     snapshot = final_snapshot(recording)
     summary = with_knee_explanation(summarise(recording), snapshot)

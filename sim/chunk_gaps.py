@@ -52,7 +52,7 @@ class ChunkGaps:
         file beside it, then both renamed over their names: a write that fails (disk
         full, directory gone) leaves no half-written file and nothing of a previous run's
         replaced. Raises ``OSError``."""
-        import numpy as np
+        import numpy as np  # here, not at the top: a simulator that keeps no gaps starts without it
 
         streams = np.stack([np.frombuffer(self.counts, dtype=np.uint64), np.frombuffer(self.keys, dtype=np.uint64)])
         pairs = [
@@ -75,7 +75,7 @@ class ChunkGaps:
 
     @classmethod
     def read(cls, path: Path) -> ChunkGaps:
-        import numpy as np
+        import numpy as np  # here, not at the top: a simulator that keeps no gaps starts without it
 
         read = cls()
         read.gaps.frombytes(np.load(path).astype(np.float64).tobytes())

@@ -7,16 +7,27 @@ Also runnable as ``python -m rampwatch.sim.cli``. `rampwatch run` starts it as a
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from rampwatch.sim.config import HARDWARE_PRESETS, KV_CACHE_DTYPES, MODEL_ALIASES, MODEL_PRESETS, ROUTING_CHOICES
+from rampwatch.core.errors import UserError
+from rampwatch.sim.api_servers import listening_sockets, serve_processes, stale_parts
+from rampwatch.sim.chunk_gaps import check_writable
+from rampwatch.sim.config import (
+    HARDWARE_PRESETS,
+    KV_CACHE_DTYPES,
+    MODEL_ALIASES,
+    MODEL_PRESETS,
+    ROUTING_CHOICES,
+    FaultConfig,
+    SimConfig,
+    model_preset_for,
+)
+from rampwatch.sim.gpu_telemetry import DCGM_PATH
 from rampwatch.sim.serve_flags import IGNORED_VLLM_FLAGS_WITH_VALUE, IGNORED_VLLM_SWITCHES
-
-if TYPE_CHECKING:
-    from rampwatch.sim.config import SimConfig
+from rampwatch.sim.server import SimServer, serve_until
 
 # More processes than this only fight over the CPUs (each is a whole server with its
 # engines' loop); vLLM's own API servers are a few per node.
@@ -173,11 +184,8 @@ def _ignored_dest(flag: str) -> str:
     return "ignored_" + flag.lstrip("-").replace("-", "_")
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace) -> SimConfig:
     """The ``SimConfig`` the flags describe (validated; raises ``UserError``)."""
-    from rampwatch.core.errors import UserError
-    from rampwatch.sim.config import FaultConfig, SimConfig, model_preset_for
-
     model, served_name = args.model or "llama-3.1-8b", args.served_model_name
     if args.model_tag is not None:
         preset = model_preset_for(args.model_tag)
@@ -229,12 +237,6 @@ def config_from_args(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from rampwatch.core.errors import UserError
-    from rampwatch.sim.gpu_telemetry import DCGM_PATH
-    from rampwatch.sim.server import SimServer, serve_until
-
     config = config_from_args(args)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port}: must be between 0 and 65535")
@@ -254,9 +256,6 @@ def main(args: argparse.Namespace) -> int:
         )
     gaps_out = args.chunk_gaps_out
     if gaps_out is not None:
-        from rampwatch.sim.api_servers import stale_parts
-        from rampwatch.sim.chunk_gaps import check_writable
-
         problem = check_writable(gaps_out)
         if problem is not None:
             raise UserError(f"--chunk-gaps-out {gaps_out}: cannot be written: {problem}")
@@ -268,7 +267,7 @@ def main(args: argparse.Namespace) -> int:
             )
 
     def ready(url: str) -> None:
-        blocks = config.num_gpu_blocks * config.engines
+        blocks = config.capacity().num_gpu_blocks * config.engines
         processes = f", {count} API server processes" if count > 1 else ""
         print(
             f"rampwatch sim: serving {config.served_model_name} on {url} "
@@ -282,8 +281,6 @@ def main(args: argparse.Namespace) -> int:
         return UserError(f"--host {args.host} --port {args.port}: cannot listen: {exc.strerror or exc}")
 
     if count > 1:
-        from rampwatch.sim.api_servers import listening_sockets, serve_processes
-
         try:
             sockets = listening_sockets(args.host, args.port, count)
         except OSError as exc:
@@ -382,8 +379,6 @@ def config_to_argv(config: SimConfig) -> list[str]:
 
 def run(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m sim.cli`` (same flags as ``rampwatch sim``)."""
-    from rampwatch.core.errors import UserError
-
     parser = argparse.ArgumentParser(prog="rampwatch sim", description="serve the simulated vLLM server")
     configure(parser)
     args = parser.parse_args(argv)

@@ -308,6 +308,15 @@ ROUTING_CHOICES = ("least-loaded", "round-robin")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """A resolved config's sizes, which engines and the front end compute with."""
+
+    num_gpu_blocks: int
+    max_model_len: int
+    max_num_batched_tokens: int
+
+
 @dataclass(slots=True)
 class SimConfig:
     """Everything a simulated server needs. ``None`` fields are derived by ``resolved()``.
@@ -362,6 +371,13 @@ class SimConfig:
     @property
     def model_preset(self) -> ModelPreset:
         return _pick("model", "--model", self.model, MODEL_PRESETS)
+
+    def capacity(self) -> Capacity:
+        """The sizes ``resolved()`` derives, as plain ints; the config must be resolved."""
+        blocks, max_len, budget = self.num_gpu_blocks, self.max_model_len, self.max_num_batched_tokens
+        if blocks is None or max_len is None or budget is None:
+            raise ValueError("capacity() of an unresolved SimConfig: call resolved() first")
+        return Capacity(num_gpu_blocks=blocks, max_model_len=max_len, max_num_batched_tokens=budget)
 
     def resolved(self) -> SimConfig:
         """A copy with every derived field filled in; raises ``UserError`` on bad values."""

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rampwatch.core.tokenizer import VOCAB_SIZE
 from rampwatch.sim.config import SimConfig
@@ -62,6 +63,12 @@ _LCG_C = 1442695040888963407
 _EOS_SCALE = 1 << 24
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+
+
+class RequestClient(Protocol):
+    """What a front end hangs on a request: told after each step that gave it a token."""
+
+    def push(self) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -91,7 +98,7 @@ class SimRequest:
     finished_at: float | None = None
     finish_reason: str | None = None
     rng_state: int = 0
-    client: object = None  # the front end's per-request handle (e.g. its output stream)
+    client: RequestClient | None = None  # the front end's per-request handle (e.g. its output stream)
 
     @property
     def num_tokens(self) -> int:
@@ -283,15 +290,16 @@ class Engine:
         if config.num_gpu_blocks is None or config.max_model_len is None or config.max_num_batched_tokens is None:
             config = config.resolved()
         self.config = config
+        self.capacity = config.capacity()
         self.index = index
         self.hardware = config.hardware_preset
         self.model = config.model_preset
         self.block_size = config.block_size
-        self.pool = BlockPool(config.num_gpu_blocks)
+        self.pool = BlockPool(self.capacity.num_gpu_blocks)
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.requests: dict[str, SimRequest] = {}
-        self.stats = EngineStats(max_model_len=config.max_model_len, created=created)
+        self.stats = EngineStats(max_model_len=self.capacity.max_model_len, created=created)
         self.eos_threshold = int(config.eos_probability * _EOS_SCALE)
         self.lookups = LookupCounts()
         self._roofline_constants()
@@ -332,7 +340,7 @@ class Engine:
             raise ValueError(f"duplicate request id {req.request_id}")
         if not req.prompt_token_ids:
             raise ValueError("empty prompt")
-        if req.num_prompt_tokens + req.max_tokens > self.config.max_model_len:
+        if req.num_prompt_tokens + req.max_tokens > self.capacity.max_model_len:
             raise ValueError("prompt + max_tokens exceeds max_model_len")
         req.arrival = now
         req.status = WAITING
@@ -384,7 +392,7 @@ class Engine:
 
     def step(self, now: float) -> StepResult:
         """Run one engine iteration starting at ``now``."""
-        budget = self.config.max_num_batched_tokens
+        budget = self.capacity.max_num_batched_tokens
         pool = self.pool
         scheduled: list[tuple[SimRequest, int]] = []
         preempted: list[SimRequest] = []
@@ -486,7 +494,7 @@ class Engine:
         finished: list[SimRequest] = []
         stats = self.stats
         bs = self.block_size
-        max_len = self.config.max_model_len
+        max_len = self.capacity.max_model_len
         eos_threshold = self.eos_threshold
         itl = stats.itl
         for req, n in scheduled:
@@ -507,13 +515,14 @@ class Engine:
                 req.block_hashes.append(next_block_hash(req.block_hashes, tokens, req.cache_salt))
             emitted.append(req)
             stats.generation_tokens += 1
-            if req.first_token_at is None:
+            last_token_at = req.last_token_at
+            if last_token_at is None:  # set together with first_token_at
                 req.first_token_at = end
                 stats.ttft.observe(end - req.arrival)
                 stats.prompt_tokens += prompt_len
                 stats.prompt_tokens_cached += req.num_cached_tokens
             else:
-                itl.observe(end - req.last_token_at)
+                itl.observe(end - last_token_at)
             req.last_token_at = end
             if n_out >= req.max_tokens or prompt_len + n_out >= max_len:
                 finished.append(req)
@@ -540,13 +549,17 @@ class Engine:
         if not record_latency:
             return
         gen = len(req.output_token_ids)
+        scheduled_at, first_token_at = req.first_scheduled_at, req.first_token_at
+        # Latency is recorded only for a request that finished by generating: it was
+        # scheduled and gave a token.
+        assert scheduled_at is not None and first_token_at is not None
         stats.e2e.observe(now - req.arrival)
-        stats.queue.observe(req.first_scheduled_at - req.arrival)
-        stats.inference.observe(now - req.first_scheduled_at)
-        stats.prefill.observe(req.first_token_at - req.first_scheduled_at)
-        stats.decode.observe(now - req.first_token_at)
+        stats.queue.observe(scheduled_at - req.arrival)
+        stats.inference.observe(now - scheduled_at)
+        stats.prefill.observe(first_token_at - scheduled_at)
+        stats.decode.observe(now - first_token_at)
         if gen > 1:
-            stats.tpot.observe((now - req.first_token_at) / (gen - 1))
+            stats.tpot.observe((now - first_token_at) / (gen - 1))
         stats.request_prompt_tokens.observe(req.num_prompt_tokens)
         stats.request_generation_tokens.observe(gen)
         stats.request_max_generation_tokens.observe(req.max_tokens)

@@ -53,7 +53,7 @@ _HISTOGRAMS = (
 def cache_config_labels(engine: Engine) -> dict[str, str]:
     """Same label names as vLLM 0.32's ``vllm:cache_config_info``, with the simulator's values."""
     cfg = engine.config
-    blocks = cfg.num_gpu_blocks
+    blocks = engine.capacity.num_gpu_blocks
     size_tokens = blocks * cfg.block_size
     return {
         "_block_size_resolved": "True",
@@ -69,7 +69,7 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
         "is_attention_free": "False",
         "kv_cache_dtype_skip_layers": "[]",
         "kv_cache_layout": "None",
-        "kv_cache_max_concurrency": str(round(size_tokens / cfg.max_model_len, 2)),
+        "kv_cache_max_concurrency": str(round(size_tokens / engine.capacity.max_model_len, 2)),
         "kv_cache_memory_bytes": str(int(size_tokens * cfg.kv_bytes_per_token_per_gpu)),
         "kv_cache_size_tokens": str(size_tokens),
         "kv_offloading_backend": "native",
@@ -192,12 +192,12 @@ class SimCollector:
             )
         info = None
         for e in engines:
-            labels = cache_config_labels(e)
+            cache_labels = cache_config_labels(e)
             if info is None:
                 info = GaugeMetricFamily(
-                    "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(labels)
+                    "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(cache_labels)
                 )
-            info.add_metric(list(labels.values()), 1.0)
+            info.add_metric(list(cache_labels.values()), 1.0)
         if info is not None:
             yield info
 

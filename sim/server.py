@@ -7,9 +7,8 @@
 
 One driver task per engine steps it on a clock that runs ``speed`` times faster than wall
 time: a step of simulated duration d is followed by a d/speed wall-clock wait, then its
-tokens are handed to the waiting HTTP handlers. Streamed chunks are pre-built byte
-templates (no per-token ``json.dumps``) and every handler writes whatever accumulated
-since its last write in one call.
+tokens are handed to the waiting HTTP handlers (``sim.streams``). Requests are read and
+refused as vLLM does in ``sim.api_requests``.
 """
 
 from __future__ import annotations
@@ -22,223 +21,29 @@ import socket
 import time
 from array import array
 from collections.abc import AsyncIterator
-from itertools import repeat
 from typing import Any
 
 from aiohttp import web
 
-from rampwatch.core.cache_salt import cache_salt_problem
-from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
+from rampwatch.sim.api_requests import ApiError, bad_request, error_body, json_response, parse_request
 from rampwatch.sim.chunk_gaps import ChunkGaps, text_key
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
 from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
 from rampwatch.sim.metrics import make_registry, render
 from rampwatch.sim.router import Router
+from rampwatch.sim.streams import (
+    DONE_EVENT,
+    OutputStream,
+    cache_created_tokens,
+    generated_text,
+    note_write,
+    word_tables,
+)
 
 VLLM_VERSION = "0.32.0"
 SERVER_VERSION = VLLM_VERSION + "+sim"
 SYSTEM_FINGERPRINT = f"vllm-{VLLM_VERSION}-sim"
-
-_TOKENIZER = SimTokenizer()
-_WORDS_FIRST: list[bytes] = []
-_WORDS_REST: list[bytes] = []
-
-
-def _word_tables() -> tuple[list[bytes], list[bytes]]:
-    if not _WORDS_FIRST:
-        for i in range(VOCAB_SIZE):
-            # Vocabulary words are plain ASCII letters: safe inside a JSON string as is.
-            _WORDS_FIRST.append(_TOKENIZER.token_text(i, True).encode())
-            _WORDS_REST.append(_TOKENIZER.token_text(i, False).encode())
-    return _WORDS_FIRST, _WORDS_REST
-
-
-def generated_text(token_ids: list[int], continuation: bool = False) -> str:
-    """The text of generated tokens. A completion continues its prompt's text, so its
-    first word carries its leading space too (as a real tokenizer's first generated token,
-    decoded after the prompt, usually does): prompt + answer re-encodes to the prompt's
-    ids followed by the generated ids, and a conversation's next turn hits the answer's
-    cached blocks. A chat answer is its own message and starts without one."""
-    return "".join(_TOKENIZER.token_text(t, i == 0 and not continuation) for i, t in enumerate(token_ids))
-
-
-def cache_created_tokens(req: SimRequest, config: SimConfig) -> int:
-    """vLLM's ``created_cache_tokens``: prompt tokens this request computed and cached,
-    the prompt's full blocks less those it found cached (none without prefix caching)."""
-    if not config.enable_prefix_caching:
-        return 0
-    bs = config.block_size
-    return max(0, req.num_prompt_tokens // bs * bs - req.num_cached_tokens)
-
-
-# ---------------------------------------------------------------------------- errors
-
-
-def _compact(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.json_response(obj, status=status, dumps=_compact)
-
-
-def error_body(message: str, err_type: str, status: int, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, err_type: str = "BadRequestError", param: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.body = error_body(message, err_type, status, param)
-
-    def response(self) -> web.Response:
-        return _json(self.body, self.status)
-
-
-def _cache_salt(value: Any) -> str | None:
-    """A request's ``cache_salt``, refused as vLLM refuses it."""
-    if value is None:
-        return None
-    problem = cache_salt_problem(value)
-    if problem is not None:
-        raise _bad(problem, "cache_salt", value)
-    return str(value)
-
-
-def _bad(message: str, param: str | None = None, value: Any = None) -> ApiError:
-    if param is not None:
-        message = f"{message} (parameter={param}, value={value})"
-    return ApiError(400, message, "BadRequestError", param)
-
-
-# ---------------------------------------------------------------------------- streams
-
-
-class _Stream:
-    """One request's output path from the driver to its HTTP handler."""
-
-    __slots__ = (
-        "req",
-        "chat",
-        "stream",
-        "head",
-        "first_words",
-        "tail",
-        "final_tails",
-        "pending",
-        "waiter",
-        "role_prefix",
-        "continuous_usage",
-        "prompt_tokens",
-        "abort_after",
-        "sent",
-        "done",
-    )
-
-    def __init__(
-        self,
-        req: SimRequest,
-        chat: bool,
-        stream: bool,
-        head: bytes,
-        role_chunk: bytes | None,
-        continuous_usage: bool,
-        abort_after: int | None,
-    ) -> None:
-        self.req = req
-        self.chat = chat
-        self.stream = stream
-        self.head = head
-        # A completion's first word continues the prompt: it keeps its leading space.
-        self.first_words = _WORDS_FIRST if chat else _WORDS_REST
-        self.tail = _CHAT_TAIL if chat else _COMPLETION_TAIL
-        self.final_tails = _CHAT_FINAL_TAILS if chat else _COMPLETION_FINAL_TAILS
-        self.pending: list[bytes] = []
-        self.waiter: asyncio.Future | None = None
-        self.role_prefix = role_chunk
-        self.continuous_usage = continuous_usage
-        self.prompt_tokens = req.num_prompt_tokens
-        self.abort_after = abort_after
-        self.sent = 0
-        self.done = False  # the final token has been handed over
-
-    def push(self) -> None:
-        """Called by the driver after a step that gave this request a token."""
-        req = self.req
-        if self.stream:
-            out = req.output_token_ids
-            n = len(out)
-            words = self.first_words if n == 1 else _WORDS_REST
-            if req.status == FINISHED:
-                self.done = True
-                tail = self.final_tails[req.finish_reason]
-            else:
-                tail = self.tail
-            if self.continuous_usage:
-                tail = tail[:-3] + _usage_bytes(self.prompt_tokens, n) + b"}\n\n"
-            if self.role_prefix is not None:
-                self.pending.append(self.role_prefix)
-                self.role_prefix = None
-            self.pending.append(self.head + words[out[-1]] + tail)
-        elif req.status == FINISHED:
-            self.done = True
-        self.wake()
-
-    def wake(self) -> None:
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    async def next_batch(self) -> list[bytes]:
-        while not self.pending and not self.done:
-            self.waiter = asyncio.get_running_loop().create_future()
-            await self.waiter
-            self.waiter = None
-        batch, self.pending = self.pending, []
-        return batch
-
-
-def _usage_bytes(prompt: int, completion: int) -> bytes:
-    return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
-        prompt,
-        prompt + completion,
-        completion,
-    )
-
-
-_COMPLETION_TAIL = (
-    b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n'
-)
-_COMPLETION_FINAL_TAILS = {
-    reason: b'","logprobs":null,"finish_reason":"%s","stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n'
-    % reason.encode()
-    for reason in ("stop", "length", "abort")
-}
-_CHAT_TAIL = b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
-_CHAT_FINAL_TAILS = {
-    reason: b'"},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]}\n\n' % reason.encode()
-    for reason in ("stop", "length", "abort")
-}
-_DONE = b"data: [DONE]\n\n"
-
-
-def _note_write(gaps: array[float], last_write: float, token_chunks: int) -> float:
-    """Add the gaps of a write of ``token_chunks`` token chunks that has just returned to
-    a stream's ``gaps`` (``last_write``: the time of its previous one, 0.0 before its
-    first); returns this write's time."""
-    now = time.monotonic()
-    if token_chunks:
-        if last_write:
-            gaps.append(now - last_write)
-        if token_chunks > 1:
-            gaps.extend(repeat(0.0, token_chunks - 1))
-        return now
-    return last_write
-
-
-# ---------------------------------------------------------------------------- server
 
 
 class SimServer:
@@ -254,6 +59,7 @@ class SimServer:
         self, config: SimConfig, rank: int = 0, api_server_count: int = 1, keep_chunk_gaps: bool = False
     ) -> None:
         self.config = config.resolved()
+        self.capacity = self.config.capacity()
         cfg = self.config
         created = time.time()
         share = cfg.engines // api_server_count
@@ -275,7 +81,7 @@ class SimServer:
         self._counter = 0
         self._t0_wall = 0.0
         self.gpu_telemetry = GpuTelemetry(cfg, len(self.engines), first) if cfg.gpu_telemetry else None
-        _word_tables()
+        word_tables()
 
     # -- clock
 
@@ -300,7 +106,7 @@ class SimServer:
         speed = self.config.speed
         faults = self.config.faults
         stall_start = faults.stall_at
-        stall_end = None if stall_start is None else stall_start + faults.stall_for
+        stall_end = 0.0 if stall_start is None else stall_start + faults.stall_for  # read only with a start
         while True:
             if not engine.has_work():
                 wake.clear()
@@ -348,11 +154,11 @@ class SimServer:
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return _json({"version": SERVER_VERSION})
+        return json_response({"version": SERVER_VERSION})
 
     async def models(self, request: web.Request) -> web.Response:
         name = self.model_name
-        return _json(
+        return json_response(
             {
                 "object": "list",
                 "data": [
@@ -392,126 +198,20 @@ class SimServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
-    # -- request parsing
-
-    def _parse(self, body: Any, chat: bool) -> tuple[list[int], int, dict[str, Any]]:
-        if not isinstance(body, dict):
-            raise _bad("The request body must be a JSON object.")
-        model = body.get("model")
-        if model is not None and model != self.model_name:
-            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
-        if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise _bad("'messages' must be a non-empty list of messages.", "messages", messages)
-            try:
-                prompt_ids = apply_chat_template(_TOKENIZER, messages)
-            except ValueError as exc:
-                raise _bad(str(exc)) from None
-            max_tokens = body.get("max_completion_tokens")
-            param = "max_completion_tokens"
-            if max_tokens is None:
-                max_tokens = body.get("max_tokens")
-                param = "max_tokens"
-        else:
-            prompt_ids = self._prompt_ids(body.get("prompt"))
-            max_tokens = body.get("max_tokens", 16)
-            param = "max_tokens"
-        max_len = self.config.max_model_len
-        n_prompt = len(prompt_ids)
-        if n_prompt >= max_len:
-            raise _bad(
-                f"The decoder prompt (length {n_prompt}) is longer than the maximum model length of "
-                f"{max_len}. Make sure that `max_model_len` is no smaller than the number of text tokens "
-                "plus multimodal tokens. For image inputs, the number of image tokens depends on the "
-                "number of images, and possibly their aspect ratios as well.",
-                "input_tokens",
-                n_prompt,
-            )
-        if max_tokens is None:
-            max_tokens = max_len - n_prompt
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise _bad(f"{param} must be at least 1, got {max_tokens}.", param, max_tokens)
-        if max_tokens > max_len:
-            raise _bad(
-                f"{param}={max_tokens} cannot be greater than max_model_len={max_len}. "
-                "Please request fewer output tokens.",
-                param,
-                max_tokens,
-            )
-        if n_prompt + max_tokens > max_len:
-            raise _bad(
-                f"This model's maximum context length is {max_len} tokens. However, you requested "
-                f"{max_tokens} output tokens and your prompt contains {n_prompt} input tokens, for a "
-                f"total of {n_prompt + max_tokens} tokens. Please reduce the length of the input prompt "
-                "or the number of requested output tokens.",
-                "input_tokens",
-                n_prompt,
-            )
-        min_tokens = body.get("min_tokens", 0) or 0
-        if not isinstance(min_tokens, int) or min_tokens < 0:
-            raise _bad(f"min_tokens must be greater than or equal to 0, got {min_tokens}.", "min_tokens", min_tokens)
-        if min_tokens > max_tokens:
-            raise _bad(
-                f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
-                "min_tokens",
-                min_tokens,
-            )
-        temperature = body.get("temperature")
-        if temperature is not None and (not isinstance(temperature, (int, float)) or temperature < 0):
-            raise _bad(f"temperature must be non-negative, got {temperature}.", "temperature", temperature)
-        stream_options = body.get("stream_options") or {}
-        if not isinstance(stream_options, dict):
-            raise _bad("stream_options must be an object.", "stream_options", stream_options)
-        seed = body.get("seed")
-        cache_salt = _cache_salt(body.get("cache_salt"))
-        options = {
-            "max_tokens": max_tokens,
-            "min_tokens": min_tokens,
-            "ignore_eos": bool(body.get("ignore_eos", False)),
-            "stream": bool(body.get("stream", False)),
-            "include_usage": bool(stream_options.get("include_usage", False)),
-            "continuous_usage": bool(stream_options.get("continuous_usage_stats", False)),
-            "seed": seed if isinstance(seed, int) else None,
-            "cache_salt": cache_salt,
-        }
-        return prompt_ids, max_tokens, options
-
-    @staticmethod
-    def _prompt_ids(prompt: Any) -> list[int]:
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one
-        if isinstance(prompt, str):
-            ids = _TOKENIZER.encode(prompt)
-        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            ids = list(prompt)
-            bad = next((t for t in ids if not 0 <= t < VOCAB_SIZE), None)
-            if bad is not None:
-                raise _bad(f"Token id {bad} is out of vocabulary", "prompt", bad)
-        elif isinstance(prompt, list):
-            raise _bad(
-                "Batched prompts are not supported by the simulator; send one prompt per request.", "prompt", "<list>"
-            )
-        else:
-            raise _bad("Either prompt or prompt_embeds must be provided and non-empty.", "prompt", prompt)
-        if not ids:
-            raise _bad("The prompt cannot be empty.", "prompt", "")
-        return ids
-
     # -- generation
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _bad(f"JSON decode error: {exc}").response()
+            return bad_request(f"JSON decode error: {exc}").response()
         try:
-            prompt_ids, max_tokens, opts = self._parse(body, chat)
+            prompt_ids, max_tokens, opts = parse_request(body, chat, self.model_name, self.capacity.max_model_len)
         except ApiError as err:
             return err.response()
         faults = self.config.faults
         if faults.error_rate and self.fault_rng.random() < faults.error_rate:
-            return _json(error_body("Simulated internal server error", "InternalServerError", 500), 500)
+            return json_response(error_body("Simulated internal server error", "InternalServerError", 500), 500)
         abort_after = None
         if opts["stream"] and faults.abort_rate and self.fault_rng.random() < faults.abort_rate:
             abort_after = self.fault_rng.randint(1, max(1, max_tokens - 1)) if max_tokens > 1 else 0
@@ -544,7 +244,7 @@ class SimServer:
         else:
             head = prefix + b'[{"index":0,"text":"'
             role_chunk = None
-        stream = _Stream(req, chat, opts["stream"], head, role_chunk, opts["continuous_usage"], abort_after)
+        stream = OutputStream(req, chat, opts["stream"], head, role_chunk, opts["continuous_usage"], abort_after)
         req.client = stream
         engine.add_request(req, self.sim_now())
         self._wake[index].set()
@@ -557,7 +257,7 @@ class SimServer:
                 engine.abort(request_id, self.sim_now())
 
     async def _stream_response(
-        self, request: web.Request, stream: _Stream, prefix: bytes, include_usage: bool
+        self, request: web.Request, stream: OutputStream, prefix: bytes, include_usage: bool
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
@@ -591,10 +291,10 @@ class SimServer:
                             b'"system_fingerprint":"%s"}\n\n'
                             % (p, p + n, n, self._streamed_details(stream), SYSTEM_FINGERPRINT.encode())
                         )
-                    batch.append(_DONE)
+                    batch.append(DONE_EVENT)
                     await resp.write(b"".join(batch))
                     if gaps is not None and self.chunk_gaps is not None:
-                        _note_write(gaps, last_write, token_chunks)
+                        note_write(gaps, last_write, token_chunks)
                         # Only completed streams: the client's ITLs are theirs. The key is
                         # the answer's text, which the client can keep too.
                         text = generated_text(req.output_token_ids, continuation=not stream.chat)
@@ -603,7 +303,7 @@ class SimServer:
                 if batch:
                     await resp.write(b"".join(batch))
                     if gaps is not None:
-                        last_write = _note_write(gaps, last_write, token_chunks)
+                        last_write = note_write(gaps, last_write, token_chunks)
         except (ConnectionResetError, ConnectionError):
             return resp
         await resp.write_eof()
@@ -618,7 +318,7 @@ class SimServer:
         created = cache_created_tokens(req, self.config) if chat else None
         return {"cached_tokens": req.num_cached_tokens, "created_cache_tokens": created, "multimodal_tokens": None}
 
-    def _streamed_details(self, stream: _Stream) -> bytes:
+    def _streamed_details(self, stream: OutputStream) -> bytes:
         """The same in the streamed usage chunk, where vLLM leaves out the null fields."""
         if not self.config.enable_prompt_tokens_details:
             return b""
@@ -631,7 +331,7 @@ class SimServer:
             created,
         )
 
-    async def _full_response(self, stream: _Stream, request_id: str, created: int, chat: bool) -> web.Response:
+    async def _full_response(self, stream: OutputStream, request_id: str, created: int, chat: bool) -> web.Response:
         req = stream.req
         while not stream.done:
             await stream.next_batch()
@@ -690,7 +390,7 @@ class SimServer:
                 "usage": usage,
                 "kv_transfer_params": None,
             }
-        return _json(body)
+        return json_response(body)
 
 
 @contextlib.asynccontextmanager
@@ -725,8 +425,9 @@ async def run_server(
         site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
     if sock is None:
-        sockets = site._server.sockets if site._server is not None else []  # noqa: SLF001
-        real_port = sockets[0].getsockname()[1] if sockets else port
+        # The runner has this one site: its addresses are the sockets the site bound.
+        addresses = runner.addresses
+        real_port = addresses[0][1] if addresses else port
     server.start_drivers()
     url_host = f"[{host}]" if ":" in host else host
     try:

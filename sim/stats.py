@@ -85,7 +85,8 @@ FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 def buckets_1_2_5(maximum: int) -> tuple[int, ...]:
     """1, 2, 5, 10, 20, 50, ... up to ``maximum`` (vLLM's token-count histograms)."""
-    out, exponent = [], 0
+    out: list[int] = []
+    exponent = 0
     while True:
         for mantissa in (1, 2, 5):
             value = mantissa * 10**exponent
@@ -145,11 +146,12 @@ class EngineStats:
     iteration_tokens: Hist = field(default_factory=lambda: Hist(ITERATION_TOKENS_BUCKETS))
     num_preemptions: Hist = field(default_factory=lambda: Hist(PREEMPTION_BUCKETS))
     params_n: Hist = field(default_factory=lambda: Hist(PARAMS_N_BUCKETS))
-    request_prompt_tokens: Hist | None = None
-    request_generation_tokens: Hist | None = None
-    request_max_generation_tokens: Hist | None = None
-    request_params_max_tokens: Hist | None = None
-    request_prefill_kv_computed: Hist | None = None
+    # Token-count histograms: their buckets depend on max_model_len (__post_init__).
+    request_prompt_tokens: Hist = field(init=False)
+    request_generation_tokens: Hist = field(init=False)
+    request_max_generation_tokens: Hist = field(init=False)
+    request_params_max_tokens: Hist = field(init=False)
+    request_prefill_kv_computed: Hist = field(init=False)
 
     def __post_init__(self) -> None:
         token_buckets = buckets_1_2_5(self.max_model_len)

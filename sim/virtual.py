@@ -108,7 +108,7 @@ class VirtualCluster:
                 self.now = at
                 self._arrive(at, submission)
                 continue
-            if step_at is None or step_at > until:
+            if index is None or step_at is None or step_at > until:
                 self.now = until
                 return
             self._step(index, step_at)

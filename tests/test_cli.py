@@ -67,3 +67,28 @@ def test_run_flags_say_what_they_do_and_their_default(capsys, flag):
     text = " ".join(capsys.readouterr().out.split())
     described = text.rsplit(f"{flag} SECONDS", 1)[1].split(" --", 1)[0]  # its entry, after the usage
     assert "default" in described and len(described) > 30
+
+
+def command_modules_loaded(statement: str) -> list[str]:
+    """The command modules loaded once ``statement`` has run, in a fresh interpreter."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from rampwatch.app.cli import SUBCOMMANDS, main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    {statement}\n"
+        "print(' '.join(sorted(m for m, _ in SUBCOMMANDS.values() if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_help_lists_the_commands_without_importing_them():
+    assert command_modules_loaded("main(['--help'])") == []
+
+
+def test_a_command_imports_its_own_module_only():
+    """report's module and what it imports itself (compare's helpers), no other command's."""
+    loaded = command_modules_loaded("main(['report', '--help'])")
+    assert "rampwatch.record.cli_report" in loaded
+    assert loaded == command_modules_loaded("import rampwatch.record.cli_report")

@@ -1,40 +1,70 @@
-"""The import contract: rampwatch's packages depend on each other one way only,
+"""The import contract: rampwatch's layers depend on each other one way only,
 
-    app → tui → record → loadgen → core,    app → sim → core,
+    app → tui → record → core.figures → core,    tui → loadgen → core.figures,
+    app → sim → core,
 
-(a package may use any layer below it, never one above or beside it) and no two modules
-import each other, directly or round a loop. Every import counts, including those inside
-functions: a lazy import is still a dependency.
+(a layer may use any layer below it on its arrows, never one above or beside it: reading a
+recording never reaches into the sender, `record` ↛ `loadgen`) and no two modules import
+each other, directly or round a loop. A layer is a top-level package with every module of
+its subpackages, except where the table names a subpackage as a layer of its own
+(`core.figures`): then the rest of `core` may not import it. Every module of every
+subpackage is read, and every import counts, including those inside functions: a lazy
+import is still a dependency.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
 
-# package -> the packages it may import
+# The top-level packages; each folder is read recursively.
+PACKAGES = ("core", "loadgen", "sim", "record", "tui", "app")
+# layer -> the layers it may import (besides itself). A layer is a package, or a subpackage
+# named here; a module belongs to the most specific layer its name starts with.
 ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset(),
-    "loadgen": frozenset({"core"}),
+    "core.figures": frozenset({"core"}),
+    "loadgen": frozenset({"core.figures", "core"}),
     "sim": frozenset({"core"}),
-    "record": frozenset({"loadgen", "core"}),
-    "tui": frozenset({"record", "loadgen", "core"}),
-    "app": frozenset({"tui", "record", "loadgen", "sim", "core"}),
+    "record": frozenset({"core.figures", "core"}),
+    "tui": frozenset({"record", "loadgen", "core.figures", "core"}),
+    "app": frozenset({"tui", "record", "loadgen", "sim", "core.figures", "core"}),
 }
 # What every layer may import besides the standard library and its dependencies.
-FORBIDDEN_EVERYWHERE = ("loadgen", "record", "sim", "tui", "core", "app")  # the un-namespaced names
+FORBIDDEN_EVERYWHERE = PACKAGES  # the un-namespaced names
 
 
 def package_sources() -> dict[str, Path]:
-    return {name: Path(importlib.import_module(f"rampwatch.{name}").__path__[0]) for name in ALLOWED}
+    return {name: Path(importlib.import_module(f"rampwatch.{name}").__path__[0]) for name in PACKAGES}
 
 
-def module_imports(source: str, module: str) -> set[str]:
+def layer_of(module: str) -> str | None:
+    """The layer of a ``rampwatch.…`` module or package (None for ``rampwatch`` itself)."""
+    parts = module.split(".")[1:]
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in ALLOWED:
+            return name
+    return None
+
+
+def module_name(package: str, folder: Path, path: Path) -> str:
+    """``rampwatch.<package>.<subpackage…>.<module>`` of a file under the package's folder."""
+    parts = [package, *path.relative_to(folder).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["rampwatch", *parts])
+
+
+def module_imports(source: str, module: str, modules: Collection[str] = frozenset()) -> set[str]:
     """Every module named by an import statement anywhere in ``source`` (relative imports
-    resolved against ``module``)."""
+    resolved against ``module``). ``from package import submodule`` names the submodule
+    alone when it is one of ``modules``: the package's ``__init__``, whose public names
+    are imported only for the type checker and loaded lazily, is not a dependency."""
     found: set[str] = set()
     package = module.rsplit(".", 1)[0]
     for node in ast.walk(ast.parse(source)):
@@ -45,9 +75,11 @@ def module_imports(source: str, module: str) -> set[str]:
             if node.level:
                 parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{parent}.{base}" if base else parent
-            found.add(base)
             # `from rampwatch.record import format` names a module, not only a package
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            named = {f"{base}.{alias.name}" for alias in node.names}
+            found.update(named)
+            if not named <= set(modules):
+                found.add(base)
     return found
 
 
@@ -55,14 +87,13 @@ def import_graph(sources: dict[str, Path]) -> dict[str, set[str]]:
     """rampwatch module -> the rampwatch modules it imports."""
     modules: dict[str, str] = {}
     for package, folder in sources.items():
-        for path in sorted(folder.glob("*.py")):
-            name = f"rampwatch.{package}" if path.stem == "__init__" else f"rampwatch.{package}.{path.stem}"
-            modules[name] = path.read_text(encoding="utf-8")
+        for path in sorted(folder.rglob("*.py")):
+            modules[module_name(package, folder, path)] = path.read_text(encoding="utf-8")
     graph: dict[str, set[str]] = {}
     for name, source in modules.items():
         graph[name] = {
             target
-            for target in module_imports(source, name)
+            for target in module_imports(source, name, modules)
             if target.startswith("rampwatch.") or target.split(".")[0] in FORBIDDEN_EVERYWHERE
         }
     return graph
@@ -71,16 +102,16 @@ def import_graph(sources: dict[str, Path]) -> dict[str, set[str]]:
 def layer_violations(graph: dict[str, set[str]], allowed: dict[str, frozenset[str]]) -> list[str]:
     problems = []
     for module, targets in sorted(graph.items()):
-        package = module.split(".")[1]
+        layer = layer_of(module)
         for target in sorted(targets):
-            parts = target.split(".")
-            if parts[0] != "rampwatch":
+            if target.split(".")[0] != "rampwatch":
                 problems.append(f"{module} imports {target}: use the rampwatch.{target} namespace")
                 continue
-            if len(parts) < 2 or parts[1] == package:
+            target_layer = layer_of(target)
+            if target_layer is None or target_layer == layer:
                 continue
-            if parts[1] not in allowed.get(package, frozenset()):
-                problems.append(f"{module} imports {target}: {package} may not depend on {parts[1]}")
+            if layer is None or target_layer not in allowed.get(layer, frozenset()):
+                problems.append(f"{module} imports {target}: {layer} may not depend on {target_layer}")
     return problems
 
 
@@ -117,10 +148,11 @@ def graph() -> dict[str, set[str]]:
     return import_graph(package_sources())
 
 
-def test_every_package_is_read(graph):
-    packages = {module.split(".")[1] for module in graph}
-    assert packages == set(ALLOWED)
-    assert "rampwatch.loadgen.server.managed" in graph["rampwatch.app.restart"]
+def test_every_package_and_subpackage_is_read(graph):
+    assert {module.split(".")[1] for module in graph} == set(PACKAGES)
+    assert {layer_of(module) for module in graph} == set(ALLOWED)
+    # two levels down: loadgen's subpackages and their imports
+    assert "rampwatch.core.figures.series" in graph["rampwatch.loadgen.run.runner"]
 
 
 def test_layers_are_one_way(graph):
@@ -136,14 +168,21 @@ def write_tree(root: Path, files: dict[str, str]) -> dict[str, Path]:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    return {name: root / name for name in ALLOWED}
+    return {name: root / name for name in PACKAGES}
 
 
 def clean_tree() -> dict[str, str]:
-    return {f"{name}/__init__.py": "" for name in ALLOWED} | {
+    return {f"{name}/__init__.py": "" for name in PACKAGES} | {
+        "core/figures/__init__.py": "",
         "core/timeline.py": "import dataclasses\n",
-        "loadgen/run/runner.py": "from rampwatch.core.timeline import Snapshot\n",
-        "record/writer.py": "from rampwatch.loadgen import runner\n",
+        "core/figures/series.py": "from rampwatch.core.timeline import Snapshot\n",
+        "loadgen/run/__init__.py": "",
+        "loadgen/run/runner.py": "from rampwatch.core.figures.series import SeriesBuilder\n",
+        "loadgen/workload/__init__.py": "",
+        "loadgen/workload/scenario.py": "from rampwatch.core import timeline\n",
+        "record/writer.py": "from rampwatch.core.figures import series\n",
+        "record/reader.py": "from rampwatch.core.timeline import Snapshot\n",
+        "tui/app.py": "from rampwatch.loadgen.run import runner\nfrom rampwatch.record import reader\n",
         "app/cli.py": "def main():\n    from rampwatch.sim import engine\n",
     }
 
@@ -156,6 +195,35 @@ def test_the_contract_passes_a_clean_tree(tmp_path):
 @pytest.mark.parametrize(
     "rel, text, expected",
     [
+        # back-edges inside subpackages: the figures reaching up into the sender
+        (
+            "core/figures/series.py",
+            "from rampwatch.loadgen.run.runner import Run\n",
+            "rampwatch.core.figures.series imports rampwatch.loadgen.run.runner: core.figures may not depend on loadgen",
+        ),
+        # core's own modules sit below the figures
+        (
+            "core/timeline.py",
+            "def f():\n    from rampwatch.core.figures.summary import Summary\n",
+            "rampwatch.core.timeline imports rampwatch.core.figures.summary: core may not depend on core.figures",
+        ),
+        # reading a recording never reaches into the sender
+        (
+            "record/reader.py",
+            "from rampwatch.loadgen.workload.scenario import Scenario\n",
+            "rampwatch.record.reader imports rampwatch.loadgen.workload.scenario: record may not depend on loadgen",
+        ),
+        # a module two levels deep is read
+        (
+            "loadgen/run/deep/worker.py",
+            "import rampwatch.tui.app\n",
+            "rampwatch.loadgen.run.deep.worker imports rampwatch.tui.app: loadgen may not depend on tui",
+        ),
+        (
+            "sim/engine.py",
+            "from rampwatch.core.figures import stats\n",
+            "rampwatch.sim.engine imports rampwatch.core.figures: sim may not depend on core.figures",
+        ),
         # a back-edge: the load generator reaching up into the recording layer, lazily
         (
             "loadgen/cli.py",

@@ -10,7 +10,6 @@ stale work.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from textual import events
@@ -18,11 +17,11 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Container, Grid, Horizontal, Vertical
 from textual.geometry import Size
+from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from rampwatch.core.timeline import Event, ReplayControl, RunControl, ServerControl, Snapshot, SnapshotSource
-from rampwatch.tui.chart_data import format_duration, rate_step
-from rampwatch.tui.class_panel import ClassPanel, next_class
+from rampwatch.core.timeline import ReplayControl, RunControl, ServerControl, Snapshot, SnapshotSource
+from rampwatch.tui.class_panel import ClassPanel
 from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.configurations_screen import ConfigurationsScreen
 from rampwatch.tui.event_log import EventLog
@@ -33,18 +32,20 @@ from rampwatch.tui.help_screen import HelpScreen, help_settings
 from rampwatch.tui.knee_banner import KneeBanner
 from rampwatch.tui.kv_chart import KvChart
 from rampwatch.tui.latency_chart import LatencyChart
-from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.messages import SnapshotUpdated
 from rampwatch.tui.position_bar import PositionBar
 from rampwatch.tui.prefix_chart import PrefixChart
 from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.quit_dialog import DetachDialog, QuitDialog
-from rampwatch.tui.restart_dialog import RestartDialog
+from rampwatch.tui.replay_keys import REPLAY_ACTIONS, ReplayKeys
 from rampwatch.tui.server_log import ServerLogPanel
 from rampwatch.tui.stats_panel import StatsPanel
+from rampwatch.tui.steering import LIVE_ACTIONS, NO_SERVER, AwaitedEvent, LiveSteering, why_unavailable
 from rampwatch.tui.step_table import StepTable
 from rampwatch.tui.throughput_chart import ThroughputChart
+from rampwatch.tui.timeseries_chart import TimeSeriesChart
 from rampwatch.tui.turns_screen import TurnsScreen
+from rampwatch.tui.view_keys import ViewKeys
 
 Mode = Literal["live", "replay"]
 # Compare mode's B-vs-A rows (``record.cli_compare.compare_rows``) and the one-line load
@@ -53,113 +54,28 @@ Comparison = tuple[Sequence[Mapping[str, Any]], str | None]
 MAX_REFRESH_HZ = 4.0
 # Below this the panels go into tabs; above it every chart is on screen at once.
 WIDE_MIN = Size(120, 36)
-SPEEDS = (1.0, 2.0, 4.0, 8.0, 16.0)
 # A toast is removed at its timeout; the repaint comes just after.
 TOAST_REPAINT_DELAY_S = 0.25
 ACTIVE_STATES = ("starting", "ramping", "holding", "restarting", "draining", "stopping")
 
-CHARTS = (
+CHARTS: tuple[tuple[str, str, type[TimeSeriesChart]], ...] = (
     ("throughput", "Rate", ThroughputChart),
     ("queue", "Queue", QueueChart),
     ("kv", "KV", KvChart),
     ("prefix", "Prefix", PrefixChart),
     ("latency", "Latency", LatencyChart),
 )
-# The live keys' actions and the run states in which each acts; in any other state the
-# key is shown dimmed in the footer and, if pressed, says why (``why_unavailable``).
-STEERING_STATES = ("ramping", "holding")
-ACTION_STATES = {
-    "toggle_hold": STEERING_STATES,
-    "rate_up": STEERING_STATES,
-    "rate_down": STEERING_STATES,
-    "mark": ("ramping", "holding", "restarting", "draining", "stopping"),
-    "stop_run": ("ramping", "holding", "restarting", "draining"),
-    "end_drain": ("draining", "stopping"),
-    "restart_server": STEERING_STATES,
-}
-LIVE_ACTIONS = set(ACTION_STATES)
-# How long a steering key waits for its event to come back from the run before it says
-# the run did not take it: run seconds, counted from the first snapshot after the key
-# (a UI slowed down by a busy machine must not call a late confirmation a refusal).
-CONFIRM_TIMEOUT_S = 5.0
-CONFIRMATION_TOAST_S = 3.0
-# The events a steering action comes back as (what the recording holds).
-ACTION_EVENTS = {
-    "hold": ("hold",),
-    "resume": ("resume",),
-    "rate": ("set_rate",),
-    "mark": ("mark",),
-    "stop": ("stop",),
-    "cancel": ("cancel",),
-    "restart": ("set_rate",),  # the load paused at 0 req/s for the restart
-}
-NO_SERVER = "rampwatch did not start this server (--serve): it cannot restart it"
-REPLAY_ACTIONS = {
-    "play_pause",
-    "speed_down",
-    "speed_up",
-    "seek",
-    "jump_start",
-    "jump_end",
-    "jump_knee",
-    "next_mark",
-    "previous_mark",
-}
-
-
-def why_unavailable(action: str, state: str) -> str | None:
-    """Why a live key cannot act in this run state (None: it can)."""
-    if state in ACTION_STATES[action]:
-        return None
-    if state == "done":
-        return "the run has finished and its recording is closed" if action == "mark" else "the run has finished"
-    if state == "starting":
-        return "the run has not started yet"
-    if state == "restarting":
-        return "the server is restarting: the load resumes once the new one serves"
-    if action == "end_drain":
-        return "nothing to cancel: x ends the drain once the schedule is over or stopped"
-    if action == "stop_run":
-        return "already stopping: in-flight requests have the grace period (x cancels them now)"
-    if state == "draining":
-        return "the schedule is over: the run is only waiting for its in-flight requests"
-    return "the run is stopping"
-
-
-@dataclass
-class AwaitedEvent:
-    """A steering call whose event has not come back from the run yet."""
-
-    kinds: tuple[str, ...]
-    after: int  # how many events the run had when the call was made
-    what: str  # for the message when it does not come
-    since_t: float | None = None  # run time of the first snapshot after the call
-
-
-def confirmation(event: Event, events: list[Event]) -> str:
-    """The toast for a steering call the run has applied: the recorded event's own text
-    (so the toast says exactly what the recording says)."""
-    if event.kind == "mark":
-        number = sum(1 for e in events if e.kind == "mark" and e.t <= event.t)
-        note = event.data.get("note") or ""
-        return f"mark M{number} recorded at {format_duration(event.t)}" + (f": {note}" if note else "")
-    if event.kind == "set_rate" and "delta_rps" in event.data:
-        return f"rate {event.data['delta_rps']:+g} rps: {event.message}"
-    return event.message
 
 
 def is_wide(size: Size) -> bool:
     return size.width >= WIDE_MIN.width and size.height >= WIDE_MIN.height
 
 
-def next_speed(speed: float, up: bool) -> float:
-    """Speeds go 1, 2, 4, 8, 16 and stop at the ends (an odd speed goes to its neighbour)."""
-    if up:
-        return min((s for s in SPEEDS if s > speed + 1e-9), default=SPEEDS[-1])
-    return max((s for s in SPEEDS if s < speed - 1e-9), default=SPEEDS[0])
+class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
+    """The app's screen, layout, data flow and views; the live keys' actions are
+    ``LiveSteering``'s, the replay keys' ``ReplayKeys``'s, the view keys' ``ViewKeys``'s. It returns the exit code, or
+    "detach"/"stop" when the user leaves an attached run."""
 
-
-class RampwatchApp(App[int]):
     CSS_PATH = "rampwatch.tcss"
     TITLE = "rampwatch"
     ENABLE_COMMAND_PALETTE = False
@@ -250,9 +166,9 @@ class RampwatchApp(App[int]):
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
         self.wide: bool | None = None
-        self.main_screen = None
+        self._main_screen: Screen[Any] | None = None  # set on mount
         self._panels: list | None = None
-        self._marks: list[tuple[float, str, str]] | None = None
+        self._marks: list[tuple[float, str]] | None = None
         self._awaited: list[AwaitedEvent] = []
         self._claimed: set[int] = set()  # indices of events a toast has already confirmed
         self._events_announced = 0  # events already looked at for a restart's outcome
@@ -261,6 +177,13 @@ class RampwatchApp(App[int]):
         self.server_exit = server_exit
         self.server_exit_shown = False
         self.gpu_shown: bool | None = None
+
+    @property
+    def main_screen(self) -> Screen[Any]:
+        """The screen the panels live on (dialogs and the help are pushed above it)."""
+        if self._main_screen is None:
+            raise RuntimeError("the app is not mounted yet")
+        return self._main_screen
 
     # ----- layout -----
 
@@ -308,7 +231,7 @@ class RampwatchApp(App[int]):
 
     def on_mount(self) -> None:
         # Dialogs and the help are pushed on top; the panels always live on this screen.
-        self.main_screen = self.screen
+        self._main_screen = self.screen
         self.apply_layout(self.size)
         self.show_gpu(False)
         if self.compare_source is not None:
@@ -344,7 +267,7 @@ class RampwatchApp(App[int]):
             panel.set_failure(message)
 
     def on_resize(self, event) -> None:
-        if self.main_screen is not None:
+        if self._main_screen is not None:
             self.apply_layout(event.size)
 
     def apply_layout(self, size: Size) -> None:
@@ -395,7 +318,7 @@ class RampwatchApp(App[int]):
             tabs.hide_tab("tab-gpu")
 
     def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
-        if self.main_screen is None:
+        if self._main_screen is None:
             return
         snapshot = message.snapshot
         self.show_gpu(has_gpu(snapshot))
@@ -507,50 +430,6 @@ class RampwatchApp(App[int]):
                     keys[key.strip()] = binding.action
         return keys
 
-    # ----- steering confirmed by the run's own events -----
-
-    def _await_event(self, what: str) -> None:
-        self._awaited.append(AwaitedEvent(ACTION_EVENTS[what], len(self.latest.events), what))
-
-    def _confirm_steering(self, snapshot: Snapshot) -> None:
-        """Toast each steering call once its event is in the run's snapshot (with the
-        values the run applied and recorded); say so when one never comes."""
-        waiting = []
-        for awaited in self._awaited:
-            found = next(
-                (
-                    i
-                    for i in range(awaited.after, len(snapshot.events))
-                    if snapshot.events[i].kind in awaited.kinds and i not in self._claimed
-                ),
-                None,
-            )
-            if found is not None:
-                self._claimed.add(found)
-                self.notify(confirmation(snapshot.events[found], snapshot.events), timeout=CONFIRMATION_TOAST_S)
-            elif awaited.since_t is None:
-                awaited.since_t = snapshot.t
-                waiting.append(awaited)
-            elif snapshot.t - awaited.since_t > CONFIRM_TIMEOUT_S:
-                self.notify(
-                    f"{awaited.what}: the run did not take it (state {snapshot.state}); nothing was recorded",
-                    severity="warning",
-                    timeout=5,
-                )
-            else:
-                waiting.append(awaited)
-        self._awaited = waiting
-
-    def _announce_restarts(self, snapshot: Snapshot) -> None:
-        """A restart's outcome, when the run records it: the new configuration is serving
-        (the recorded diff), or the new server did not start (the run stops)."""
-        for event in snapshot.events[self._events_announced :]:
-            if event.kind == "config":
-                self.notify(event.message, timeout=CONFIRMATION_TOAST_S * 2)
-            elif event.kind == "error" and event.data.get("restart") == "failed":
-                self.notify(event.message, severity="error", timeout=10)
-        self._events_announced = len(snapshot.events)
-
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.mode, self._help_settings()))
@@ -588,7 +467,7 @@ class RampwatchApp(App[int]):
 
             def chosen(answer: str | None) -> None:
                 if answer == "stop":
-                    self.control.stop()
+                    self._steered().stop()
                 if answer is not None:
                     self.exit(answer, return_code=0)  # app.run() returns "detach" or "stop"
 
@@ -597,7 +476,7 @@ class RampwatchApp(App[int]):
 
         def answered(stop: bool | None) -> None:
             if stop:
-                self.control.stop()
+                self._steered().stop()
                 self.exit(0)
 
         self.push_screen(QuitDialog(), answered)
@@ -624,212 +503,9 @@ class RampwatchApp(App[int]):
 
     def action_show_tab(self, index: int) -> None:
         tabs = self.main_screen.query_one("#narrow", TabbedContent)
-        panes = [pane.id for pane in tabs.query(TabPane)]
+        panes = [pane.id for pane in tabs.query(TabPane) if pane.id is not None]  # compose names each
         if 1 <= index <= len(panes):
             tabs.active = panes[index - 1]
-
-    def action_toggle_steps(self) -> None:
-        """Wide: the step table in place of the charts and back; narrow: its tab."""
-        if not self.wide:
-            self.action_show_tab(len(CHARTS) + 3)
-            return
-        grid = self.main_screen.query_one("#chart-grid")
-        grid.display = not grid.display
-        self.main_screen.query_one("#w-steps").display = not grid.display
-
-    def action_toggle_log(self) -> None:
-        for chart in self.main_screen.query(LatencyChart):
-            chart.toggle_log()
-        self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
-
-    def action_toggle_server_log(self) -> None:
-        panel = self.main_screen.query_one("#server-log", ServerLogPanel)
-        self.set_server_log_shown(not panel.display)
-
-    def set_server_log_shown(self, shown: bool) -> None:
-        panel = self.main_screen.query_one("#server-log", ServerLogPanel)
-        panel.display = shown
-        if shown:
-            panel.refresh_lines()
-
-    def action_latency_view(self) -> None:
-        for chart in self.main_screen.query(LatencyChart):
-            chart.next_view()
-        self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
-
-    def action_latency_class(self) -> None:
-        """w: the latency chart for every request, then each class of a mixture in turn."""
-        names = [c.name for c in self.latest.classes]
-        if not names:
-            self.notify("w: this run has no classes (a scenario with workload.mix has)", timeout=3)
-            return
-        charts = list(self.main_screen.query(LatencyChart))
-        shown = next_class(names, charts[0].class_name if charts else None)
-        for chart in charts:
-            chart.show_class(shown)
-        for panel in self.main_screen.query(ClassPanel):
-            panel.show_class(shown)
-        self.post_message(SnapshotUpdated(self.latest, self.compare_snapshot))
-
-    # live steering: the RunControl records every call as an event
-
-    def holding(self) -> bool:
-        return self._pending_hold if self._pending_hold is not None else self.latest.state == "holding"
-
-    def action_toggle_hold(self) -> None:
-        if self.holding():
-            self.control.resume()
-            self._pending_hold = False
-            self._await_event("resume")
-        else:
-            self.control.hold()
-            self._pending_hold = True
-            self._await_event("hold")
-
-    def _step(self) -> float:
-        configured = self.rate_step_rps
-        if configured is None and self.latest.header is not None:
-            configured = self.latest.header.options.get("rate_step")
-        return rate_step(self.latest.target_rps, configured)
-
-    def action_rate_up(self) -> None:
-        self.control.step_rate(self._step())
-        self._pending_hold = True
-        self._await_event("rate")
-
-    def action_rate_down(self) -> None:
-        self.control.step_rate(-self._step())
-        self._pending_hold = True
-        self._await_event("rate")
-
-    def action_mark(self) -> None:
-        def answered(note: str | None) -> None:
-            if note is None:
-                return
-            reason = why_unavailable("mark", self.latest.state)
-            if reason:  # the run ended while the note was typed
-                self.notify(f"mark not added: {reason}", severity="warning", timeout=5)
-                return
-            self.control.mark(note)
-            self._await_event("mark")
-
-        self.push_screen(MarkDialog(format_duration(self.latest.t)), answered)
-
-    def action_stop_run(self) -> None:
-        self.control.stop()
-        self._await_event("stop")
-
-    def action_restart_server(self) -> None:
-        """R: edit the server's arguments; applying pauses the load, restarts the server
-        and resumes as chosen (``ServerControl.restart``, the run records the change)."""
-        assert self.server is not None
-
-        def answered(choice: tuple[str, str] | None) -> None:
-            if choice is None:
-                return
-            reason = why_unavailable("restart_server", self.latest.state)
-            if reason:  # the run moved on while the command was edited
-                self.notify(f"restart not started: {reason}", severity="warning", timeout=5)
-                return
-            self.server.restart(*choice)
-            self._await_event("restart")
-            if self.server_log is not None:  # the new server's start, as its log comes
-                self.set_server_log_shown(True)
-
-        self.push_screen(RestartDialog(self.server), answered)
-
-    def action_configurations(self) -> None:
-        """g: the configurations side by side (after a restart)."""
-        if isinstance(self.screen, ConfigurationsScreen):
-            return
-        table = self.latest.configurations
-        if table is None:
-            self.notify("one configuration so far: the table compares them after a server restart", timeout=3)
-            return
-        self.push_screen(ConfigurationsScreen(table))
-
-    def action_turns(self) -> None:
-        """u: the figures by turn index of a session workload."""
-        if isinstance(self.screen, TurnsScreen):
-            return
-        if self.latest.turns is None:
-            self.notify("no turn so far: the figures by turn are for session workloads (sessions:)", timeout=3)
-            return
-        self.push_screen(TurnsScreen(self.latest))
-
-    def action_end_drain(self) -> None:
-        """Cancel every request still in flight now rather than wait for it (recorded as
-        a cancel event; the requests are counted as cancelled)."""
-        self.control.cancel_in_flight()
-        self._await_event("cancel")
-
-    # replay: check_action lets these run only when there is a replay
-
-    def _after_replay_control(self) -> None:
-        self.poll_source()
-
-    def action_play_pause(self) -> None:
-        assert self.replay is not None
-        self.replay.toggle()
-        self._after_replay_control()
-
-    def _set_speed(self, up: bool) -> None:
-        assert self.replay is not None
-        self.replay.speed = next_speed(self.replay.speed, up)
-        self._after_replay_control()
-
-    def action_speed_down(self) -> None:
-        self._set_speed(False)
-
-    def action_speed_up(self) -> None:
-        self._set_speed(True)
-
-    def action_seek(self, seconds: float) -> None:
-        assert self.replay is not None
-        self.replay.seek_relative(float(seconds))
-        self._after_replay_control()
-
-    def action_jump_start(self) -> None:
-        assert self.replay is not None
-        self.replay.seek(0.0)
-        self._after_replay_control()
-
-    def action_jump_end(self) -> None:
-        assert self.replay is not None
-        self.replay.seek(self.replay.duration)
-        self._after_replay_control()
-
-    def _replay_marks(self, replay: ReplayControl) -> list[tuple[float, str]]:
-        """(t, kind) of the recording's knee, marks and holds (they never change: read once)."""
-        if self._marks is None:
-            self._marks = sorted({(e.t, e.kind) for e in replay.marks()})
-        return self._marks
-
-    def action_jump_knee(self) -> None:
-        assert self.replay is not None
-        knees = [t for t, kind in self._replay_marks(self.replay) if kind == "knee"]
-        if not knees:
-            self.notify("no knee in this recording", timeout=2)
-            return
-        self.replay.seek(knees[0])
-        self._after_replay_control()
-
-    def _jump_mark(self, forward: bool) -> None:
-        assert self.replay is not None
-        here = self.replay.position
-        times = [t for t, kind in self._replay_marks(self.replay) if kind == "mark"]
-        candidates = [t for t in times if t > here + 0.5] if forward else [t for t in times if t < here - 0.5]
-        if not candidates:
-            self.notify("no further mark" if forward else "no earlier mark", timeout=2)
-            return
-        self.replay.seek(min(candidates) if forward else max(candidates))
-        self._after_replay_control()
-
-    def action_next_mark(self) -> None:
-        self._jump_mark(True)
-
-    def action_previous_mark(self) -> None:
-        self._jump_mark(False)
 
 
 def make_live_app(

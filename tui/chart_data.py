@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from rampwatch.core.bins import complete_bins, latest_complete, recent_max, recent_mean
 from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
@@ -26,8 +26,9 @@ class Marker:
     label: str  # short text drawn at the top of the line
 
 
-def is_missing(value: float | None) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def is_present(value: float | None) -> TypeGuard[float]:
+    """A value to draw: neither None nor NaN (NaN and None are the gaps in a series)."""
+    return not (value is None or (isinstance(value, float) and math.isnan(value)))
 
 
 def segments(times: Sequence[float], values: Sequence[float | None]) -> list[tuple[list[float], list[float]]]:
@@ -36,7 +37,7 @@ def segments(times: Sequence[float], values: Sequence[float | None]) -> list[tup
     xs: list[float] = []
     ys: list[float] = []
     for t, v in zip(times, values):
-        if is_missing(v):
+        if not is_present(v):
             if xs:
                 out.append((xs, ys))
                 xs, ys = [], []
@@ -48,14 +49,10 @@ def segments(times: Sequence[float], values: Sequence[float | None]) -> list[tup
     return out
 
 
-def has_data(values: Iterable[float | None]) -> bool:
-    return any(not is_missing(v) for v in values)
-
-
 def last_value(values: Sequence[float | None]) -> float | None:
     """The most recent non-missing value of a series (None when it has none)."""
     for v in reversed(values):
-        if not is_missing(v):
+        if is_present(v):
             return float(v)
     return None
 
@@ -132,7 +129,7 @@ def y_upper(series: Iterable[Sequence[float | None]], floor: float = 1.0) -> flo
     peak = 0.0
     for values in series:
         for v in values:
-            if not is_missing(v):
+            if is_present(v):
                 peak = max(peak, float(v))
     return nice_upper(max(peak * 1.05, floor))
 
@@ -159,7 +156,7 @@ def compact_number(value: float) -> str:
 def log_axis(series: Iterable[Sequence[float | None]]) -> LogAxis:
     """The decades the positive values span (values ≤ 0 cannot be drawn on a log axis and
     are left out, as gaps); 1 … 10 when there is no positive value."""
-    positive = [float(v) for values in series for v in values if not is_missing(v) and float(v) > 0]
+    positive = [float(v) for values in series for v in values if is_present(v) and float(v) > 0]
     if not positive:
         lo, hi = 0, 1
     else:
@@ -181,7 +178,7 @@ def log10_or_missing(values: Sequence[float | None]) -> list[float]:
     """A series as drawn on a log axis: log10 of each value; values ≤ 0 become gaps (their
     log does not exist). The charts draw logs on a linear plot rather than use plotext's
     log scale, whose build re-applies the log to its data each time it is drawn."""
-    return [math.log10(float(v)) if not is_missing(v) and float(v) > 0 else math.nan for v in values]
+    return [math.log10(float(v)) if is_present(v) and float(v) > 0 else math.nan for v in values]
 
 
 def markers(events: Iterable[Event]) -> list[Marker]:
@@ -244,7 +241,7 @@ def format_duration(seconds: float | None) -> str:
 
 
 def format_rate(rps: float | None) -> str:
-    if is_missing(rps):
+    if not is_present(rps):
         return "–"
     if rps >= 100:
         return f"{rps:.0f}"
@@ -255,7 +252,7 @@ def format_rate(rps: float | None) -> str:
 
 def format_ms(seconds: float | None) -> str:
     """Latencies are stored in seconds and shown in milliseconds."""
-    if is_missing(seconds):
+    if not is_present(seconds):
         return "–"
     ms = seconds * 1000.0
     return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms"
@@ -311,7 +308,7 @@ def schedule_text(schedule: dict[str, Any]) -> str:
 
 def format_count(value: float | None) -> str:
     """A number of requests (running, waiting, queued): whole, whatever its float type."""
-    if is_missing(value):
+    if not is_present(value):
         return "–"
     return f"{round(float(value)):,}"
 
@@ -364,12 +361,12 @@ def downsample(
     drawing time."""
     n = min(len(times), len(values))
     if max_points <= 0 or n <= max_points:
-        return [float(t) for t in times[:n]], [float("nan") if is_missing(v) else float(v) for v in values[:n]]
+        return [float(t) for t in times[:n]], [float(v) if is_present(v) else float("nan") for v in values[:n]]
     size = math.ceil(n / max_points)
     out_t: list[float] = []
     out_v: list[float] = []
     for start in range(0, n, size):
-        group = [float(v) for v in values[start : start + size] if not is_missing(v)]
+        group = [float(v) for v in values[start : start + size] if is_present(v)]
         out_t.append(float(times[start]))
         if not group:
             out_v.append(float("nan"))

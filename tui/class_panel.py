@@ -19,7 +19,7 @@ from textual.widget import Widget
 
 from rampwatch.core.figures.classes import sent, slo_attainment_pct
 from rampwatch.core.timeline import ClassFigures, Snapshot
-from rampwatch.tui.chart_data import NOW_WINDOW_S, current_value, format_rate, is_missing, recent_rate
+from rampwatch.tui.chart_data import NOW_WINDOW_S, current_value, format_rate, is_present, recent_rate
 from rampwatch.tui.stats_panel import LATENCY_LOOK_BACK
 
 CLASS_NOTE = f"w: chart · rates over {NOW_WINDOW_S} s · ms"
@@ -54,7 +54,7 @@ def next_class(names: list[str], current: str | None) -> str | None:
 
 
 def _ms(seconds: float | None) -> str:
-    if is_missing(seconds):
+    if not is_present(seconds):
         return "–"
     assert seconds is not None
     ms = seconds * 1000.0

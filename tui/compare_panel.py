@@ -117,7 +117,7 @@ class ComparePanel(Widget):
         table.add_row(*(Text(h, style="bold") for h in heads))
         for label, row in panel_rows(self.rows):
             verdict = row["verdict"]
-            cells = [Text(label, style="dim")]
+            cells: list[Text | str] = [Text(label, style="dim")]
             if full:
                 cells += [format_number(row["a"]), format_number(row["b"])]
             cells.append(change_text(row))

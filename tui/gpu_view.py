@@ -5,7 +5,7 @@ stale, and the current figures of the GPUs together and one by one."""
 from __future__ import annotations
 
 from rampwatch.core.timeline import Snapshot, metrics_stale_after_s
-from rampwatch.tui.chart_data import current_value, is_missing
+from rampwatch.tui.chart_data import current_value, is_present
 
 
 def has_gpu(snapshot: Snapshot) -> bool:
@@ -30,7 +30,7 @@ def gpu_now(snapshot: Snapshot, name: str) -> float | None:
 
 
 def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
-    return "-" if is_missing(value) else f"{value:.{digits}f}{unit}"
+    return f"{value:.{digits}f}{unit}" if is_present(value) else "-"
 
 
 def per_gpu_lines(snapshot: Snapshot) -> list[tuple[str, str]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from rampwatch.core.timeline import ERROR_GROUPS, ERROR_SERIES, Snapshot, metrics_stale_after_s
 from rampwatch.loadgen.server.scrape import is_connection_failure
-from rampwatch.tui.chart_data import format_duration, is_missing
+from rampwatch.tui.chart_data import format_duration, is_present
 
 RECENT_S = 10
 DEGRADED_ERROR_PCT = 1.0
@@ -44,7 +44,7 @@ class Health:
 
 
 def _values(snapshot: Snapshot, name: str) -> list[float]:
-    return [0.0 if is_missing(v) else float(v) for v in snapshot.series.get(name, [])]
+    return [float(v) if is_present(v) else 0.0 for v in snapshot.series.get(name, [])]
 
 
 def metrics_stale_since(snapshot: Snapshot) -> float | None:

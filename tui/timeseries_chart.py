@@ -152,8 +152,8 @@ class TimeSeriesChart(PlotextPlot):
                 sample = Content.styled(" ━", hex_colour(spec.colour))
             (right if spec.right_axis else left).extend([sample, Content(f" {spec.label}")])
         if with_compare:
-            sample = " ·" if self.monochrome else " ━"
-            (right or left).append(Content.styled(f"{sample} (B)", hex_colour(COMPARE_COLOUR)))
+            compare_sample = " ·" if self.monochrome else " ━"
+            (right or left).append(Content.styled(f"{compare_sample} (B)", hex_colour(COMPARE_COLOUR)))
         return Content("").join(left), Content("").join(right)
 
     def legend(
@@ -251,23 +251,25 @@ class TimeSeriesChart(PlotextPlot):
                 continue
             runs = [snapshot] + ([compare] if compare is not None else [])
             values = [self._scaled_values(run, spec) for run in runs for spec in specs]
+            # textual-plotext's stubs type xside/yside as float and give ylabel no yside;
+            # plotext itself takes "left"/"right" (and "lower"), hence the narrow ignores below.
             yside = "right" if side else "left"
             if self.log_scale:  # the series are drawn as log10: so are the limits and ticks
                 axis = log_axis(values)
-                plt.ylim(axis.lo_exp, axis.hi_exp, yside=yside)
-                plt.yticks([math.log10(t) for t in axis.ticks], axis.labels, yside=yside)
+                plt.ylim(axis.lo_exp, axis.hi_exp, yside=yside)  # type: ignore[arg-type]
+                plt.yticks([math.log10(t) for t in axis.ticks], axis.labels, yside=yside)  # type: ignore[arg-type]
                 tops[side] = float(axis.hi_exp)
             else:
                 fixed = self.Y_RIGHT_TOP if side else self.Y_TOP
                 tops[side] = fixed if fixed is not None else y_upper(values)
-                plt.ylim(0, tops[side], yside=yside)
+                plt.ylim(0, tops[side], yside=yside)  # type: ignore[arg-type]
                 if self.LOG_DEFAULT is not None:  # plotext keeps the log axis's ticks otherwise
-                    plt.yticks(*linear_ticks(tops[side]), yside=yside)
+                    plt.yticks(*linear_ticks(tops[side]), yside=yside)  # type: ignore[arg-type]
         if True in tops:
-            plt.xlim(left, right, xside="lower")
-        plt.ylabel(self.Y_LABEL, yside="left")
+            plt.xlim(left, right, xside="lower")  # type: ignore[arg-type]
+        plt.ylabel(self.Y_LABEL, yside="left")  # type: ignore[call-arg]
         if True in tops and self.Y_RIGHT_LABEL:
-            plt.ylabel(self.Y_RIGHT_LABEL, yside="right")
+            plt.ylabel(self.Y_RIGHT_LABEL, yside="right")  # type: ignore[call-arg]
 
         missing: list[str] = []
         for index, spec in enumerate(self.SERIES):

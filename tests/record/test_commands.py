@@ -66,10 +66,9 @@ def test_report_on_a_narrow_terminal_folds_no_line(monkeypatch, capsys, width):
     lines at words and puts the step table's columns in groups instead."""
     import argparse
 
-    from rampwatch.core import text
     from rampwatch.record import cli_report
 
-    monkeypatch.setattr(text, "terminal_width", lambda stream: width)
+    monkeypatch.setattr(cli_report, "terminal_width", lambda stream: width)
     cli_report.main(argparse.Namespace(recording=str(FIXTURE), json=False))
     out = capsys.readouterr().out
     assert "Steps (" in out and "Timeline" in out

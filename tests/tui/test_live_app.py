@@ -290,8 +290,9 @@ async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
     panels under it (the events panel can stay unchanged for minutes) never redraw."""
     from textual.widgets._toast import Toast
 
-    from rampwatch.tui.app import CONFIRMATION_TOAST_S, TOAST_REPAINT_DELAY_S
+    from rampwatch.tui.app import TOAST_REPAINT_DELAY_S
     from rampwatch.tui.event_log import EventLog
+    from rampwatch.tui.steering import CONFIRMATION_TOAST_S
     from tests.tui.test_event_log import screen_lines
 
     control = SteeredFake(fake_snapshot(95.0))

@@ -7,10 +7,11 @@ import dataclasses
 
 import pytest
 
-from rampwatch.tui import app as app_module
-from rampwatch.tui.app import ACTION_STATES, make_live_app, why_unavailable
+from rampwatch.tui import steering
+from rampwatch.tui.app import make_live_app
 from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.quit_dialog import QuitDialog
+from rampwatch.tui.steering import ACTION_STATES, why_unavailable
 from tests.tui.fakes import FakeControl, SteeredFake, fake_snapshot
 
 SIZE = (120, 40)
@@ -132,7 +133,7 @@ async def test_a_steering_call_the_run_never_confirms_says_nothing_was_recorded(
     app = make_live_app(source, control, refresh_hz=0.1)  # polled only by hand here
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("m", *"note", "enter")
-        for _ in range(int(app_module.CONFIRM_TIMEOUT_S) + 1):  # the first snapshot after the key, then 5 s
+        for _ in range(int(steering.CONFIRM_TIMEOUT_S) + 1):  # the first snapshot after the key, then 5 s
             app.poll_source()
             await pilot.pause()
         assert toasts(app) == []  # not more than 5 run seconds since the first snapshot

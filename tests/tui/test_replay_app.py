@@ -4,10 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from rampwatch.tui.app import make_replay_app, next_speed
+from rampwatch.tui.app import make_replay_app
 from rampwatch.tui.header_bar import HeaderBar
 from rampwatch.tui.latency_chart import LatencyChart
 from rampwatch.tui.position_bar import PositionBar
+from rampwatch.tui.replay_keys import next_speed
 from tests.tui.fakes import KNEE_AT, MARK_AT, FakeReplay, FrozenSource, fake_snapshot
 
 SIZE = (100, 30)

@@ -18,9 +18,9 @@ from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.record.analysis import configuration_segments
 from rampwatch.record.reader import open_recording
 from rampwatch.record.writer import RecordingWriter
-from rampwatch.tui.app import NO_SERVER
 from rampwatch.tui.configurations_screen import ConfigurationsScreen
 from rampwatch.tui.restart_dialog import RestartDialog
+from rampwatch.tui.steering import NO_SERVER
 from tests.processes import free_port, wait_group_gone
 from tests.tui.test_live_run import SHORT_ANSWERS, toasts, wait_for
 
