@@ -38,6 +38,7 @@ from rampwatch.core.figures.summary import (
     server_figures,
 )
 from rampwatch.core.figures.turns import TurnFigures, TurnTable
+from rampwatch.core.text import server_text
 from rampwatch.core.timeline import CANCELLED, Event, Snapshot
 from rampwatch.record import format as fmt
 from rampwatch.record.checkpoint import CheckpointTooOld, series_builder, stored_builder
@@ -263,7 +264,6 @@ MARK_KIND_NAMES = {"set_rate": "rate change", "config": "restart", "error": "ser
 
 def format_timeline(events: Sequence[Event]) -> str:
     """``timeline_marks`` as text lines under a heading (empty when there are none)."""
-    from rampwatch.core.text import server_text
 
     marks = timeline_marks(events)
     if not marks:

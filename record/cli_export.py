@@ -11,7 +11,19 @@ import sys
 from pathlib import Path
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.summary import format_summary
 from rampwatch.core.files import is_special, private_file
+from rampwatch.record.analysis import (
+    class_figures,
+    classes_table,
+    configuration_table,
+    final_snapshot,
+    recording_turns,
+    summarise,
+    with_knee_explanation,
+)
+from rampwatch.record.html_report import render_html
+from rampwatch.record.reader import open_recording, print_warnings
 from rampwatch.record.result_json import write_bench_result
 
 # ``-o -``: the export goes to standard output (json and html; csv is two files).
@@ -181,18 +193,6 @@ def write_series_csv(snapshot, path: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rampwatch.core.figures.summary import format_summary
-    from rampwatch.record.analysis import (
-        class_figures,
-        classes_table,
-        configuration_table,
-        final_snapshot,
-        recording_turns,
-        summarise,
-        with_knee_explanation,
-    )
-    from rampwatch.record.html_report import render_html
-    from rampwatch.record.reader import open_recording, print_warnings
 
     to_stdout = args.output == STDOUT
     if to_stdout and args.format == "csv":

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
         ClassSummaries,
         class_summaries,
         class_table,
-        per_class_results,
         sent,
         slo_attainment_pct,
     )
@@ -100,7 +99,6 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "MIX_KEY",
         "class_summaries",
         "class_table",
-        "per_class_results",
         "sent",
         "slo_attainment_pct",
     ),
@@ -233,7 +231,6 @@ __all__ = [
     "knee_rps",
     "number_text",
     "parse_slo",
-    "per_class_results",
     "restarted",
     "segment_table",
     "sent",

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rampwatch.core.figures.segments import SegmentTable, number_cell
-from rampwatch.core.figures.summary import RequestBlock, Summary, SummaryBuilder, first_token_send, to_bench_result
+from rampwatch.core.figures.summary import RequestBlock, Summary, SummaryBuilder, first_token_send
 from rampwatch.core.timeline import RequestRecord, RunHeader
 
 MIX_KEY = "mix"  # the workload key of a traffic mixture (loadgen.workload.mixture reads it)
@@ -164,21 +164,3 @@ def class_table(summaries: Mapping[str, Mapping[str, Any]]) -> SegmentTable:
         rows=class_rows(summaries),
         argument_count=0,
     )
-
-
-def per_class_results(
-    header: RunHeader | None,
-    records: Sequence[RequestRecord],
-    summaries: Mapping[str, Summary],
-    *,
-    detailed: bool = False,
-) -> dict[str, dict[str, Any]]:
-    """The result JSON's ``per_class`` section: for each class (``class_summaries``), the
-    result JSON of its requests alone (``to_bench_result``, the top level's schema)."""
-    groups: dict[str, list[RequestRecord]] = {name: [] for name in summaries}
-    for record in records:
-        if record.request_class in groups:
-            groups[record.request_class].append(record)
-    return {
-        name: to_bench_result(summary, header, groups[name], detailed=detailed) for name, summary in summaries.items()
-    }

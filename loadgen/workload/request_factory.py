@@ -13,10 +13,13 @@ import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures.classes import MIX_KEY
+from rampwatch.loadgen.workload.datasets import load_dataset
 from rampwatch.loadgen.workload.mixture import MixtureFactory
+from rampwatch.loadgen.workload.prompts import compose_exact, join, random_token_ids, synth_text
 from rampwatch.loadgen.workload.requests import PreparedRequest
 from rampwatch.loadgen.workload.scenario import Scenario
 from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND
+from rampwatch.loadgen.workload.tokenizers import count_tokens, load_tokenizer
 from rampwatch.loadgen.workload.trace_replay import TraceRequests, trace_of
 
 
@@ -60,7 +63,6 @@ class RequestFactory:
     share their declared prefixes with each other and with no other run's."""
 
     def __init__(self, scenario: Scenario, tokenizer=None, cache_salt: str | None = None) -> None:
-        from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 
         self.scenario = scenario
         self.cache_salt = cache_salt
@@ -90,8 +92,6 @@ class RequestFactory:
                 trace_of(spec), spec["block_tokens"], self.endpoint, self.token_ids, scenario.seed, self.tokenizer
             )
         if self.workload.get("dataset"):
-            from rampwatch.loadgen.workload.datasets import load_dataset
-
             ds = self.workload["dataset"]
             self.dataset = load_dataset(ds["path"], ds["format"])
         # A mixture: each class builds its requests with its own factory (loadgen.workload.mixture).
@@ -104,7 +104,6 @@ class RequestFactory:
     # -- shared parts (built once, identical in every request)
 
     def _piece(self, n: int, rng: np.random.Generator) -> Any:
-        from rampwatch.loadgen.workload.prompts import random_token_ids, synth_text
 
         return random_token_ids(self.tokenizer, n, rng) if self.token_ids else synth_text(self.tokenizer, n, rng)
 
@@ -128,7 +127,6 @@ class RequestFactory:
     # -- request building
 
     def count_of(self, part: Any) -> int:
-        from rampwatch.loadgen.workload.tokenizers import count_tokens
 
         if part is None:
             return 0
@@ -147,7 +145,6 @@ class RequestFactory:
     def _fresh_tail(self, prefix_parts: list[Any], n: int) -> tuple[Any, Any, int]:
         """(new user content, full completions prompt, the prompt's token count) with n
         new tokens after the parts."""
-        from rampwatch.loadgen.workload.prompts import compose_exact, join, random_token_ids
 
         parts = [x for x in prefix_parts if x]
         if self.token_ids:
@@ -255,8 +252,6 @@ class RequestFactory:
             payload: dict[str, Any] = {"messages": messages, "max_completion_tokens": n_out}
             expected = sum(self.count_of(m["content"]) for m in messages)
         else:
-            from rampwatch.loadgen.workload.prompts import join
-
             prompt = join([system or "", entry.as_text()])
             payload = {"prompt": prompt, "max_tokens": n_out}
             expected = self.count_of(prompt)

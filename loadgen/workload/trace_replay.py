@@ -31,10 +31,12 @@ import numpy as np
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.timeline import Event
+from rampwatch.loadgen.workload.prompts import SEPARATOR, random_token_ids, synth_counted
 from rampwatch.loadgen.workload.rate_profiles import Segment, Targets, TimeProfile
 from rampwatch.loadgen.workload.schedule_spec import check_schedule
 from rampwatch.loadgen.workload.schedules import ArrivalSchedule
 from rampwatch.loadgen.workload.spec_checks import describe, is_number
+from rampwatch.loadgen.workload.tokenizers import count_tokens
 from rampwatch.loadgen.workload.traces import Trace, load_trace, local_rate, mean_rate
 
 # --------------------------------------------------------------------------- loading
@@ -213,7 +215,6 @@ class TraceRequests:
         if hit is not None:
             self._blocks.move_to_end(hash_id)
             return hit
-        from rampwatch.loadgen.workload.prompts import random_token_ids, synth_counted
 
         rng = np.random.default_rng([self.seed, 3, hash_id % 2**63])
         if self.token_ids:
@@ -229,8 +230,6 @@ class TraceRequests:
     def row(self, i: int) -> tuple[dict[str, Any], int, int, dict[str, Any]]:
         """(payload, expected prompt tokens, max tokens, extra) for row ``i``. Servers
         refuse ``max_tokens`` 0, so a row of no output asks for one token."""
-        from rampwatch.loadgen.workload.prompts import SEPARATOR, random_token_ids, synth_counted
-        from rampwatch.loadgen.workload.tokenizers import count_tokens
 
         trace = self.trace
         n_out = max(1, int(trace.output_tokens[i]))

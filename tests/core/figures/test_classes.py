@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rampwatch.core.figures.classes import class_summaries, class_table, per_class_results, slo_attainment_pct
+from rampwatch.core.figures.classes import class_summaries, class_table, slo_attainment_pct
 from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.figures.summary import SummaryBuilder, first_token_send
 from rampwatch.core.timeline import CLASS_SERIES_NAMES, RequestRecord, RunHeader, Tick
@@ -95,13 +95,20 @@ def test_each_class_summary_is_the_one_summary_over_its_records_under_its_slo():
 
 
 def test_per_class_results_have_the_top_level_schema():
-    from rampwatch.core.figures.summary import summarise_requests, to_bench_result
+    import io
+    import json
+
+    from rampwatch.core.figures.summary import summarise_requests
+    from rampwatch.record.result_json import write_records_result
 
     header, records = mixed_header(), mixed_records()
     for r in records:  # the batch class's requests went out 30 ms late, the chat ones on time
         r.scheduled_at = r.sent_at - (0.03 if r.request_class == "batch" else 0.0)
-    top = to_bench_result(summarise_requests(header, records, [], [], slo=TOP_SLO), header, records)
-    per_class = per_class_results(header, records, class_summaries(header, records))
+    out = io.StringIO()
+    summary = summarise_requests(header, records, [], [], slo=TOP_SLO)
+    write_records_result(header, records, summary, out, classes=class_summaries(header, records))
+    top = json.loads(out.getvalue())
+    per_class = top.pop("per_class")
     assert list(per_class) == ["chat", "batch"]
     for name, result in per_class.items():
         assert list(result) == list(top)
