@@ -412,11 +412,11 @@ def test_rows_sharing_hash_ids_share_a_byte_identical_prefix(tmp_path, prompt_fo
 
 
 def test_block_text_is_the_same_in_every_factory_and_built_once(tmp_path, monkeypatch):
-    import rampwatch.loadgen.workload.prompts as prompts
+    import rampwatch.loadgen.workload.trace_replay as replay
 
     built: list[int] = []
-    synth = prompts.synth_counted
-    monkeypatch.setattr(prompts, "synth_counted", lambda tok, n, rng: built.append(n) or synth(tok, n, rng))
+    synth = replay.synth_counted
+    monkeypatch.setattr(replay, "synth_counted", lambda tok, n, rng: built.append(n) or synth(tok, n, rng))
     rows = [{"timestamp": i, "input_length": 32, "output_length": 1, "hash_ids": [1, 2]} for i in range(20)]
     factory = mooncake_rows(tmp_path, rows)
     first = [factory.next_request().payload["prompt"] for _ in rows]
