@@ -4,13 +4,16 @@ package, subpackage and module must be on it.
 It names code three ways, all in backticks: dotted names (``app.session.finish``,
 ``rampwatch.loadgen.run.runner.Run``), paths (``core/timeline.py``, ``loadgen/run/``),
 and, in the package map, a folder's modules by file name under a heading that names the
-folder (``### `loadgen/run/` …`` then ``runner.py``).
+folder (``### `loadgen/run/` …`` then ``runner.py``). Its Layers chains
+(`app → tui → …`) are the layer test's ``ALLOWED`` table.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from tests.test_layers import ALLOWED
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "architecture.md"
@@ -118,6 +121,29 @@ def test_the_map_names_each_folders_modules_and_only_those():
         problems += [f"{folder}{name}: named, no such module" for name in sorted(named - present)]
         problems += [f"{folder}{name}: a module not on the map" for name in sorted(present - named)]
     assert not problems, "docs/architecture.md's package map:\n" + "\n".join(problems)
+
+
+def layer_chains_closure(text: str) -> dict[str, frozenset[str]]:
+    """layer -> every layer below it, from the Layers section's chains (`a → b → c`)."""
+    section = text.split("\n## Layers", 1)[1].split("\n## ", 1)[0]
+    below: dict[str, set[str]] = {}
+    for span in (span for span in code_spans(section) if "→" in span):
+        chain = [name.strip() for name in span.split("→")]
+        for index, layer in enumerate(chain):
+            below.setdefault(layer, set()).update(chain[index + 1 :])
+    changed = True
+    while changed:  # a layer may skip the ones between: the closure
+        changed = False
+        for targets in below.values():
+            more = set().union(*(below.get(target, set()) for target in targets)) - targets
+            if more:
+                targets |= more
+                changed = True
+    return {layer: frozenset(targets) for layer, targets in below.items()}
+
+
+def test_the_layers_text_is_the_layer_tests_table():
+    assert layer_chains_closure(doc()) == ALLOWED
 
 
 def test_the_checks_catch_a_wrong_name():
