@@ -1,7 +1,7 @@
 """docs/architecture.md is the map of the code: what it names must exist, and every
 package, subpackage and module must be on it.
 
-It names code three ways, all in backticks: dotted names (``app.session.finish``,
+It names code three ways, in backticks (dotted names in the diagrams too): dotted names (``app.session.finish``,
 ``rampwatch.loadgen.run.runner.Run``), paths (``core/timeline.py``, ``loadgen/run/``),
 and, in the package map, a folder's modules by file name under a heading that names the
 folder (``### `loadgen/run/` …`` then ``runner.py``). Its Layers chains
@@ -24,11 +24,17 @@ DOTTED = re.compile(rf"(?<![\w./-])(?:rampwatch\.)?((?:{'|'.join(PACKAGES)})(?:\
 PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.py)\b")
 FOLDER = re.compile(rf"(?<![\w./-])((?:{'|'.join(PACKAGES)})(?:/\w+)*/)")
 MAP_HEADING = re.compile(r"^### `([\w/]+/)`", re.M)
+FENCED = re.compile(r"^```\w*\n(.*?)^```", re.M | re.S)
 FILE_NAME = re.compile(r"(?<![\w./-])(\w+\.py)\b")
 
 
 def code_spans(text: str) -> list[str]:
     return CODE_SPAN.findall(text)
+
+
+def diagrams(text: str) -> list[str]:
+    """The fenced blocks (the process diagrams), whose dotted names are checked too."""
+    return FENCED.findall(text)
 
 
 def defines(source: str, name: str) -> bool:
@@ -91,7 +97,7 @@ def doc() -> str:
 
 
 def test_dotted_names_exist():
-    found = {name for span in code_spans(doc()) for name in DOTTED.findall(span)}
+    found = {name for span in code_spans(doc()) + diagrams(doc()) for name in DOTTED.findall(span)}
     names = {name for name in found if not name.endswith(".py")}  # `app.py` is a file name
     assert names, "the doc names no module: the pattern is broken"
     problems = sorted(f"`{name}`: {why}" for name in names if (why := dotted_problem(name)))
