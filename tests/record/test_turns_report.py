@@ -16,7 +16,7 @@ from rampwatch.record.analysis import final_snapshot, recording_turns
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.writer import RecordingWriter
-from tests.loadgen.session_records import session_records, session_stream
+from tests.core.figures.session_records import session_records, session_stream
 from tests.record.test_commands import FIXTURE
 
 RECORDS = session_records(sessions=8, turns=4, fail={5: 3})

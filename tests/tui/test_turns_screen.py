@@ -15,7 +15,7 @@ from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.tui.app import make_live_app, make_replay_app
 from rampwatch.tui.turns_screen import TurnsScreen, bar, sessions_text, turns_renderable
-from tests.loadgen.session_records import session_records, session_stream
+from tests.core.figures.session_records import session_records, session_stream
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 from tests.tui.settle import charts_settled
 
