@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 REPO = Path(__file__).resolve().parent.parent
 VLLM_CAPTURES = REPO / "tests" / "data" / "vllm-0.32.0-cpu"
 
@@ -54,3 +56,17 @@ def vllm_server():
         yield server
     finally:
         server.stop()
+
+
+def pytest_configure(config):
+    tiers.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from tiers.guard(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from tiers.guard(item))

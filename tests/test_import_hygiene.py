@@ -33,6 +33,7 @@ def test_core_modules_are_found():
     assert all(m in CORE_PACKAGES or m.startswith(tuple(f"{p}." for p in CORE_PACKAGES)) for m in modules)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", core_modules())
 def test_core_module_does_not_import_ui(module):
     code = (
@@ -46,6 +47,7 @@ def test_core_module_does_not_import_ui(module):
     assert out.stdout.strip() == "", f"{module} imports {out.stdout.strip()}"
 
 
+@pytest.mark.slow
 def test_checker_detects_a_ui_import(tmp_path):
     """The check itself must be able to fail: a module importing textual is caught."""
     (tmp_path / "leaky.py").write_text("import textual\n")

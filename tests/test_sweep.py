@@ -16,7 +16,7 @@ import pytest
 
 from rampwatch.record.reader import open_recording
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def free_port() -> int:

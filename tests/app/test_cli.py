@@ -23,6 +23,7 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("rampwatch ")
 
 
+@pytest.mark.slow
 def test_console_script_runs():
     out = subprocess.run(
         [sys.executable, "-m", "rampwatch.app.cli", "--version"], capture_output=True, text=True, timeout=60
