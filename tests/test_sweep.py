@@ -16,7 +16,9 @@ import pytest
 
 from rampwatch.record.reader import open_recording
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+# one worker: each sweep loads a simulator past its knee, and two at once take each
+# other's CPU, moving the knees they judge
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.xdist_group("simulator_sweeps")]
 
 
 def free_port() -> int:
