@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 REPO = Path(__file__).resolve().parent.parent
 VLLM_CAPTURES = REPO / "tests" / "data" / "vllm-0.32.0-cpu"
 
@@ -54,3 +56,34 @@ def vllm_server():
         yield server
     finally:
         server.stop()
+
+
+def pytest_configure(config):
+    tiers.install()
+
+
+def declared_timeout(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("timeout")
+    return float(marker.args[0]) if marker and marker.args else 0.0
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under xdist workers (`-n`, `--dist loadgroup` from pyproject.toml): the tests on
+    the session's real vLLM server share one worker, so one server starts, not one per
+    worker; and tests that declare a long timeout (the sweeps) start first, so that
+    they run beside the short ones rather than alone at the end."""
+    for item in items:
+        if "vllm_server" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("vllm_server"))
+    items.sort(key=declared_timeout, reverse=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from tiers.guard(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from tiers.guard(item))

@@ -35,6 +35,7 @@ def test_core_modules_are_found():
     assert all(m in CORE_PACKAGES or m.startswith(tuple(f"{p}." for p in CORE_PACKAGES)) for m in modules)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", core_modules())
 def test_core_module_does_not_import_ui(module):
     code = (
@@ -48,6 +49,7 @@ def test_core_module_does_not_import_ui(module):
     assert out.stdout.strip() == "", f"{module} imports {out.stdout.strip()}"
 
 
+@pytest.mark.slow
 def test_checker_detects_a_ui_import(tmp_path):
     """The check itself must be able to fail: a module importing textual is caught."""
     (tmp_path / "leaky.py").write_text("import textual\n")
@@ -105,6 +107,7 @@ def lazy_module(lazy: dict[str, set[str]], name: str) -> str:
     return next(module for module, names in lazy.items() if name in names)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package", SURFACE_PACKAGES)
 def test_importing_a_package_loads_none_of_its_modules(package):
     code = (

@@ -90,6 +90,7 @@ class CountedControl(FakeControl):
             await self.changed.wait()
 
 
+@pytest.mark.slow
 async def test_viewers_get_the_run_steer_it_and_see_its_end(directory):
     published, calls = Published(), CountedControl()
     channel = RunChannel("abcd0000", published, calls, hello={"recording": "r.rwrec"}, directory=directory,

@@ -20,7 +20,7 @@ import pytest
 from rampwatch.record.reader import open_recording
 from tests.processes import free_port, processes_naming
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
 
 RAMPWATCH = [sys.executable, "-m", "rampwatch.app.cli"]
 SIM_FLAGS = ["--sim-hardware", "instant", "--sim-model", "tiny", "--duration", "60"]

@@ -18,6 +18,8 @@ from rampwatch.app.attach import what_to_open
 from rampwatch.app.detach import child_argv
 from rampwatch.core.errors import UserError
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 
 @pytest.fixture
 def directory(tmp_path: Path) -> Path:

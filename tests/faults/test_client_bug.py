@@ -3,9 +3,13 @@ request as a failure with a classified error; it is never lost and the run goes 
 
 from __future__ import annotations
 
+import pytest
+
 from rampwatch.loadgen.transport import client as client_module
 from rampwatch.sim.server import serve
 from tests.loadgen.run.test_runner import INSTANT, ListSink, make_run, scenario
+
+pytestmark = pytest.mark.slow  # a second or more each
 
 
 async def test_an_exception_in_the_client_is_one_failed_request(monkeypatch):

@@ -137,6 +137,7 @@ def assert_one_line(proc: subprocess.CompletedProcess, code: int) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_headers_reach_requests_and_scrapes_over_plain_http_and_are_never_recorded(tmp_path):
     recording, result = tmp_path / "run.rwrec", tmp_path / "run.json"
     with Gateway() as gw:
@@ -167,6 +168,7 @@ def test_headers_reach_requests_and_scrapes_over_plain_http_and_are_never_record
     rec.close()
 
 
+@pytest.mark.slow
 def test_tls_with_the_servers_ca_and_headers_on_the_aiohttp_transport(tmp_path, cert):
     recording = tmp_path / "tls.rwrec"
     with Gateway(tls=tls_context(cert)) as gw:
@@ -178,6 +180,7 @@ def test_tls_with_the_servers_ca_and_headers_on_the_aiohttp_transport(tmp_path, 
     assert gw.hits["/v1/models"] == 1
 
 
+@pytest.mark.slow
 def test_an_unverifiable_certificate_is_one_line_that_says_what_to_do(cert):
     with Gateway(tls=tls_context(cert)) as gw:
         proc = rampwatch(*short_run(gw.url, "--header", HEADER, "--no-record"))
@@ -186,6 +189,7 @@ def test_an_unverifiable_certificate_is_one_line_that_says_what_to_do(cert):
     assert gw.hits["/v1/completions"] == 0
 
 
+@pytest.mark.slow
 def test_insecure_skips_verification(cert):
     with Gateway(tls=tls_context(cert)) as gw:
         proc = rampwatch(*short_run(gw.url, "--header", HEADER, "--insecure", "--no-record"))
@@ -193,6 +197,7 @@ def test_insecure_skips_verification(cert):
     assert gw.hits["/v1/completions"] >= 4 and gw.hits["/metrics"] >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "problem"),
     [
@@ -255,6 +260,7 @@ def test_good_headers_parse_in_order():
     assert header_pair("X-Empty:") == ("X-Empty", "")
 
 
+@pytest.mark.slow
 def test_a_model_the_server_does_not_serve_stops_the_run_before_any_request(tmp_path):
     recording = tmp_path / "never.rwrec"
     with Gateway() as gw:
@@ -265,6 +271,7 @@ def test_a_model_the_server_does_not_serve_stops_the_run_before_any_request(tmp_
     assert not recording.exists()
 
 
+@pytest.mark.slow
 def test_a_server_without_v1_models_runs_with_a_warning(tmp_path):
     recording = tmp_path / "unchecked.rwrec"
     with Gateway(models_route=False) as gw:
@@ -300,6 +307,7 @@ def test_check_model_served_names_at_most_ten_models():
     assert "\x1b" not in str(escaped.value) and "\\x1b" in str(escaped.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("extra", "code", "says"),
     [
@@ -317,6 +325,7 @@ def test_an_answering_server_without_a_models_list_is_not_called_unreachable(ext
     assert gw.hits["/v1/completions"] == 0
 
 
+@pytest.mark.slow
 def test_a_refused_key_from_the_environment_is_named_as_such():
     """A key taken silently from $OPENAI_API_KEY may be one meant for another service: a
     refusal says a key was sent and where it came from, not 'does it expect --api-key?'."""

@@ -27,6 +27,7 @@ def plant(directory: Path) -> Path:
     return marker
 
 
+@pytest.mark.slow
 def test_a_run_with_workers_imports_nothing_from_the_current_directory(tmp_path):
     marker = plant(tmp_path)
     # The run itself is started with -P too (as the `rampwatch` script is): what is
@@ -42,6 +43,7 @@ def test_a_run_with_workers_imports_nothing_from_the_current_directory(tmp_path)
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 async def test_the_requests_builder_imports_nothing_from_the_current_directory(tmp_path, monkeypatch):
     marker = plant(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -75,6 +77,7 @@ def test_the_command_lines_start_python_with_safe_path(module, build):
     assert argv[:3] == [sys.executable, "-P", "-m"]
 
 
+@pytest.mark.slow
 def test_the_sweeps_headless_child_imports_nothing_from_the_current_directory(tmp_path, monkeypatch):
     from argparse import Namespace
 

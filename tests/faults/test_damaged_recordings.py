@@ -54,6 +54,7 @@ def report(path: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length", [0, 1, 2**31, 2**32 - 1])
 def test_a_corrupted_length_in_the_first_requests_block_loses_that_stretch_only(recording, length):
     data = bytearray(recording.read_bytes())
@@ -89,6 +90,7 @@ def test_a_checksum_mismatch_loses_that_block_only(recording):
     assert damaged.request_count == total - count
 
 
+@pytest.mark.slow
 def test_a_damaged_header_is_one_line(recording):
     data = bytearray(recording.read_bytes())
     data[fmt.PREAMBLE.size + fmt.FRAME.size + 2] ^= 0xFF
@@ -111,6 +113,7 @@ def bomb_frame(kind: int, count: int) -> bytes:
     return fmt.frame(kind, payload, count, 5.0, 5.5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [fmt.KIND_REQUESTS, fmt.KIND_META])
 def test_a_zlib_bomb_block_is_refused_without_inflating_it(recording, kind):
     with open(recording, "ab") as f:

@@ -92,6 +92,7 @@ def sim_url():
         yield sim.url
 
 
+@pytest.mark.slow
 def test_a_full_disk_from_the_start_still_gives_the_summary_and_result(sim_url, tmp_path):
     """/dev/full: every write fails with ENOSPC."""
     result_json = tmp_path / "result.json"
@@ -135,6 +136,7 @@ def test_a_full_disk_from_the_start_still_gives_the_summary_and_result(sim_url, 
     ]
 
 
+@pytest.mark.slow
 def test_a_result_json_that_cannot_be_written_at_the_end_is_one_line(sim_url, tmp_path):
     """/dev/full passes the check before the run (it is writable) and fails the write after it."""
     proc = subprocess.run(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
 
 

@@ -7,8 +7,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from rampwatch.core.timeline import RequestRecord, RunHeader
 from rampwatch.record.writer import RecordingWriter
+
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
 
 
 def test_exported_itls_are_whole_microseconds_and_never_negative(tmp_path):

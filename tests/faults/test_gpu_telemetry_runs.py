@@ -48,6 +48,7 @@ def trapezoid_energy_j(samples) -> float:
     return energy
 
 
+@pytest.mark.slow
 def test_a_run_reads_records_and_replays_the_gpu_series_and_reports_tokens_per_joule(gpu_sim, tmp_path):
     from rampwatch.record.reader import open_recording
     from rampwatch.record.replay import ReplayTimeline
@@ -103,6 +104,7 @@ def test_a_run_reads_records_and_replays_the_gpu_series_and_reports_tokens_per_j
     assert float(line.split(":")[1]) == pytest.approx(output_tokens / energy, abs=0.0005)
 
 
+@pytest.mark.slow
 def test_a_failing_gpu_url_is_an_event_and_the_run_goes_on(gpu_sim, tmp_path):
     from rampwatch.record.reader import open_recording
 
@@ -121,6 +123,7 @@ def test_a_failing_gpu_url_is_an_event_and_the_run_goes_on(gpu_sim, tmp_path):
     assert server_ok  # the server's /metrics unaffected
 
 
+@pytest.mark.slow
 def test_no_gpu_on_this_host_hides_the_panel_with_one_info_line(gpu_sim, tmp_path):
     """--gpu auto against a local target reads NVML; this host's NVML does not start."""
     from rampwatch.record.reader import open_recording
@@ -219,6 +222,7 @@ def test_auto_reads_nvml_only_where_it_opens_and_says_why_not(mode, nvml):
         assert plan.note == "no NVIDIA GPU: NVML sees none: GPU panel hidden"
 
 
+@pytest.mark.slow
 def test_bad_gpu_flags_are_one_line(gpu_sim):
     proc = rampwatch("run", *RUN, "--target", gpu_sim, "--gpu", "sim", "--no-record")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
@@ -235,6 +239,7 @@ def test_bad_gpu_flags_are_one_line(gpu_sim):
     assert "--gpu-metrics-url 'gpu-node:9400/metrics': expected an http:// or https:// URL" in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_embedded_simulators_gpu_figures_are_headed_simulated(tmp_path):
     from rampwatch.record.reader import open_recording
 

@@ -82,6 +82,7 @@ async def test_the_page_is_parsed_off_the_event_loop(monkeypatch):
     assert parsed_on and parsed_on[0] != threading.get_ident()
 
 
+@pytest.mark.slow
 async def test_a_large_page_is_parsed_in_another_process(monkeypatch):
     monkeypatch.setattr(scrape, "PROCESS_PARSE_BYTES", len(PAGE) // 2)
     runner, url = await serve(with_length)

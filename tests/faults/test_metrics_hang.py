@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from aiohttp import web
 
 from rampwatch.core.timeline import NullSink
@@ -14,6 +15,8 @@ from rampwatch.loadgen.run.runner import Run, RunOptions
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import SimServer, run_server
+
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
 
 SCRAPE_TIMEOUT_S = 0.5
 

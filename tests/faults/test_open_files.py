@@ -65,6 +65,7 @@ print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], warning)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "cap, soft_after, warning",
     [
@@ -91,6 +92,7 @@ def test_the_soft_limit_is_raised_to_what_the_run_needs_or_one_warning_says_by_h
         assert said.startswith(warning) and "client_limit" in said
 
 
+@pytest.mark.slow
 def test_a_run_out_of_open_files_blames_the_client_not_the_server(tmp_path):
     recording, result = tmp_path / "r.rwrec", tmp_path / "r.json"
     with serving_sim(SimConfig(hardware="l4", model="llama-3.1-8b-fp8")) as sim:

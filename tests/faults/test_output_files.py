@@ -49,6 +49,7 @@ def umask_022():
     os.umask(old)
 
 
+@pytest.mark.slow
 def test_a_second_run_onto_a_recording_being_written_is_refused_and_the_first_is_kept(sim_url, tmp_path, umask_022):
     recording = tmp_path / "same.rwrec"
     first = subprocess.Popen(
@@ -87,6 +88,7 @@ def test_a_second_run_onto_a_recording_being_written_is_refused_and_the_first_is
         assert mode(tmp_path / name) == 0o600, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "existing, flag",
     [("r.rwrec", "--record"), ("r.json", "--result-json"), ("r.rwrec.server.log", "--server-log")],
@@ -104,6 +106,7 @@ def test_an_existing_output_is_never_replaced_without_force(tmp_path, existing, 
     assert sorted(p.name for p in tmp_path.iterdir()) == [existing]  # nothing else written
 
 
+@pytest.mark.slow
 def test_force_replaces_an_earlier_recording(sim_url, tmp_path, umask_022):
     recording = tmp_path / "r.rwrec"
     recording.write_text("an earlier run's file\n")
@@ -115,6 +118,7 @@ def test_force_replaces_an_earlier_recording(sim_url, tmp_path, umask_022):
     assert mode(recording) == 0o600
 
 
+@pytest.mark.slow
 def test_a_run_recorded_to_dev_null_runs_as_without_a_recording(sim_url, tmp_path):
     """`--record /dev/null` (cannot be read back): the figures come from a scratch
     recording, as with --no-record; no result JSON beside the device (/dev/null.json)."""
@@ -131,6 +135,7 @@ def test_a_run_recorded_to_dev_null_runs_as_without_a_recording(sim_url, tmp_pat
     assert json.loads((tmp_path / "r.json").read_text())["completed"] > 0
 
 
+@pytest.mark.slow
 def test_a_refused_start_leaves_no_file(tmp_path):
     """The outputs are claimed before the run starts: a start that fails then (no server
     at the target) removes what the claim created."""
@@ -193,6 +198,7 @@ def test_exports_are_0600(tmp_path, umask_022, fmt, names):
         assert mode(tmp_path / name) == 0o600, name
 
 
+@pytest.mark.slow
 def test_a_recording_onto_a_pipe_or_the_runs_own_output_is_one_line(tmp_path):
     fifo = tmp_path / "rec.fifo"
     os.mkfifo(fifo)
@@ -210,6 +216,7 @@ def test_a_recording_onto_a_pipe_or_the_runs_own_output_is_one_line(tmp_path):
     assert own.returncode == 2 and "is this run's own output" in own.stderr and out.read_text() == ""
 
 
+@pytest.mark.slow
 def test_force_replaces_the_server_log_too(tmp_path):
     """The docs say --force replaces the run's outputs: the server log was appended to, an
     earlier run's lines kept above the new ones."""

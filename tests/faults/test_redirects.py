@@ -157,6 +157,7 @@ async def test_v1_models_redirected_to_another_origin_is_one_line_naming_it(stat
     assert "\n" not in line and line.startswith(f"{origin}/v1/models: HTTP {status}") and url in line
 
 
+@pytest.mark.slow
 def test_a_run_against_a_redirecting_server_goes_on_sends_nothing_elsewhere_and_says_so_once(tmp_path):
     recording, result = tmp_path / "run.rwrec", tmp_path / "run.json"
     with RedirectingServer(cross=True) as server:

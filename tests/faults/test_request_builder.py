@@ -11,7 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from rampwatch.record.reader import open_recording
+
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
 
 REPO = Path(__file__).resolve().parents[2]
 

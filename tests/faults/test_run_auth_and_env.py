@@ -47,6 +47,7 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra, env, other",
     [
@@ -66,6 +67,7 @@ def test_a_password_in_the_target_and_an_api_key_are_refused_in_one_line(extra, 
         assert secret not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_an_unknown_load_gc_policy_stops_the_run_before_it_starts():
     # the target's port is closed: a run that started would end "cannot reach" (exit 3)
     proc = rampwatch(

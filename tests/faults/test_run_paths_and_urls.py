@@ -14,6 +14,8 @@ from rampwatch.app.session import serving_sim
 from rampwatch.record.reader import open_recording
 from rampwatch.sim.config import SimConfig
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 SHORT_RUN = ("--duration", "2", "--start-rps", "4", "--end-rps", "4", "--set", "workload.output_tokens=8")
 
 

@@ -69,6 +69,7 @@ def test_an_update_waits_for_the_directorys_lock(directory):
     assert sorted(p.name for p in directory.iterdir()) == ["cccc0003.json"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["ps", "a run's start"])
 def test_lock_files_left_by_earlier_runs_are_cleaned(directory, live_pid, when):
     """``.ID.lock`` files of runs that are not running are removed, by `ps` or when a

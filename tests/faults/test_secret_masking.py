@@ -91,6 +91,7 @@ SECRETS = {
 }
 
 
+@pytest.mark.slow
 def test_the_server_log_masks_the_environment_the_serve_line_and_the_connection(tmp_path, monkeypatch):
     script = tmp_path / "leaky.py"
     script.write_text(LEAKY_SERVER)
@@ -123,6 +124,7 @@ def test_a_sweeps_serve_line_masks_its_environment_prefix():
     assert secret_values(argv) == {"hf-abcdef123", "sk-abcdef123"}
 
 
+@pytest.mark.slow
 def test_a_model_id_that_echoes_a_header_value_is_masked_on_every_line(tmp_path):
     """A server may name its model after what it was sent: the model id is the server's
     text, masked with the run's secrets before the first line, the live header or the

@@ -126,6 +126,7 @@ def test_a_detached_run_gets_its_key_and_headers_in_its_environment_not_its_comm
     assert child.header == [("X-File", "f-secret-1"), ("X-Gateway-Token", "g-secret-3")]  # in their order
 
 
+@pytest.mark.slow
 def test_a_run_with_its_header_on_stdin_reaches_the_gateway_without_a_warning():
     with Gateway() as gw:
         proc = subprocess.run(
@@ -147,6 +148,7 @@ def test_a_run_with_its_header_on_stdin_reaches_the_gateway_without_a_warning():
     assert TOKEN not in proc.stdout + proc.stderr + typed.stdout + typed.stderr
 
 
+@pytest.mark.slow
 def test_a_key_typed_on_the_command_line_is_overwritten_in_the_process_table():
     script = (
         "import json, sys\n"

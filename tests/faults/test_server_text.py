@@ -59,6 +59,7 @@ async def screen_text(app) -> str:
         return app.export_screenshot()
 
 
+@pytest.mark.slow
 async def test_hostile_strings_reach_no_output_raw(tmp_path):
     runner = web.AppRunner(hostile_app())
     await runner.setup()
@@ -158,6 +159,7 @@ def test_a_recording_holding_a_servers_raw_text_reads_back_printable(tmp_path):
     assert all("\x1b" not in text for text in read)
 
 
+@pytest.mark.slow
 async def test_a_toast_shows_a_servers_markup_as_text():
     # a restart's config event carries the new server's command and what it said
     snapshot = fake_snapshot(50.0)

@@ -13,6 +13,8 @@ import pytest
 
 from rampwatch.app.cli import CLOSED_STDOUT_EXIT
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
 
 

@@ -24,6 +24,8 @@ from rampwatch.record.reader import open_recording
 from rampwatch.record.writer import RecordingWriter
 from tests.synthetic import SyntheticRun, play_synthetic
 
+pytestmark = pytest.mark.slow  # a second or more each
+
 MINUTES = 6
 RPS = 100.0
 CHUNKS = 250

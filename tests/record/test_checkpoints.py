@@ -53,6 +53,7 @@ def _rows(steps):
     return [{k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in r.to_dict().items()} for r in steps]
 
 
+@pytest.mark.slow
 def test_checkpoints_from_before_the_step_table_replay_from_the_start(tmp_path, monkeypatch):
     """A file whose checkpoints have no step rows still replays, with the whole table."""
     export = SeriesBuilder.export_state

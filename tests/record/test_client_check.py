@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.figures.summary import client_lag_warning
 from rampwatch.core.timeline import NullSink
@@ -20,6 +22,8 @@ from rampwatch.sim.server import serve
 from tests.loadgen.run.test_loop_health import scenario
 from tests.record.test_checkpoints import _straight
 from tests.record.test_commands import FIXTURE, rampwatch
+
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
 
 
 class _StallOnce(NullSink):

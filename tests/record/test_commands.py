@@ -45,6 +45,7 @@ def test_fixture_has_what_the_ui_tests_need():
     assert len(rec.requests) > 300
 
 
+@pytest.mark.slow
 def test_report_prints_the_summary():
     out = rampwatch("report", str(FIXTURE))
     assert out.returncode == 0, out.stderr
@@ -115,6 +116,7 @@ def test_timeline_shows_the_review_that_settled_the_knee_after_the_knee():
     ]
 
 
+@pytest.mark.slow
 def test_report_prints_the_step_table_as_the_replay_shows_it():
     from rampwatch.core.figures.steps import step_table_text
 
@@ -131,6 +133,7 @@ def test_report_prints_the_step_table_as_the_replay_shows_it():
     assert as_json["steps"][-1]["ttft_p50"] is None  # NaN as null: nothing was sent in the drain
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["report", "export", "compare"])
 @pytest.mark.parametrize("bad", ["missing.rwrec", "notrec.txt"])
 def test_bad_input_is_one_line_exit_2(tmp_path, command, bad):
@@ -144,6 +147,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, command, bad):
     assert len(lines) == 1 and path in lines[0]
 
 
+@pytest.mark.slow
 def test_export_json_follows_the_vllm_schema(tmp_path):
     out = rampwatch("export", str(FIXTURE), "--format", "json", "-o", str(tmp_path / "r.json"), "--save-detailed")
     assert out.returncode == 0, out.stderr
@@ -163,6 +167,7 @@ def test_export_json_follows_the_vllm_schema(tmp_path):
     assert {k: v for k, v in result.items() if k in short} == short
 
 
+@pytest.mark.slow
 def test_export_json_of_a_summary_with_a_nan_figure(tmp_path):
     """A run whose every request failed has no peak token rate (NaN): the export writes it
     as null, as the run's result JSON does, so strict JSON parsers read the file."""
@@ -179,6 +184,7 @@ def test_export_json_of_a_summary_with_a_nan_figure(tmp_path):
     assert result["max_output_tokens_per_s"] is None and result["completed"] == 0 and result["failed"] > 0
 
 
+@pytest.mark.slow
 def test_export_csv_writes_requests_and_series(tmp_path):
     out = rampwatch("export", str(FIXTURE), "--format", "csv", "-o", str(tmp_path / "run.csv"))
     assert out.returncode == 0, out.stderr
@@ -202,6 +208,7 @@ def test_export_csv_writes_requests_and_series(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_export_html_is_self_contained(tmp_path):
     out = rampwatch("export", str(FIXTURE), "--format", "html", "-o", str(tmp_path / "r.html"))
     assert out.returncode == 0, out.stderr
@@ -333,6 +340,7 @@ def _synthetic(path: Path, **run) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_compare_command(tmp_path):
     other = _synthetic(tmp_path / "other.rwrec", duration_s=30, end_rps=10, capacity_rps=30, mean_chunks=30, seed=2)
     out = rampwatch("compare", str(FIXTURE), str(other))
@@ -349,6 +357,7 @@ def test_compare_command(tmp_path):
     assert rows["mean_ttft_ms"]["verdict"] == "better" and rows["mean_ttft_ms"]["high"] < 0
 
 
+@pytest.mark.slow
 def test_compare_of_a_run_with_itself_is_within_noise(tmp_path):
     out = rampwatch("compare", str(FIXTURE), str(FIXTURE), "--json", "--resamples", "200")
     assert out.returncode == 0, out.stderr
@@ -367,6 +376,7 @@ def test_compare_of_a_run_with_itself_is_within_noise(tmp_path):
     assert json.loads(other.stdout)["same_recording"] is False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["0", "-3", "many"])
 def test_compare_bad_resamples_is_one_line(bad):
     out = rampwatch("compare", str(FIXTURE), str(FIXTURE), "--resamples", bad)

@@ -113,6 +113,7 @@ def rampwatch(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_repeat_runs_against_one_server_record_their_salts_and_compare_warns_only_without_them(tmp_path):
     from rampwatch.app.session import serving_sim
     from rampwatch.sim.config import SimConfig

@@ -23,6 +23,7 @@ def raw_series(second: int) -> dict[str, float]:
     return {f'vllm:family_{i}{{engine="0",model_name="m",le="{i}"}}': float(second * i) for i in range(RAW_SERIES)}
 
 
+@pytest.mark.slow
 def test_the_read_back_keeps_the_scrapes_without_their_raw_series(tmp_path):
     seconds = 120
     path = tmp_path / "r.rwrec"

@@ -127,6 +127,7 @@ while time.monotonic() - t0 < 60:
 """
 
 
+@pytest.mark.slow
 def test_kill_9_leaves_a_replayable_file(tmp_path):
     path = tmp_path / "killed.rwrec"
     proc = subprocess.Popen([sys.executable, "-c", _WRITER_SCRIPT.format(path=str(path))])

@@ -226,6 +226,7 @@ def test_config_event_says_what_changed_and_how_the_run_went_on():
     }
 
 
+@pytest.mark.slow
 def test_report_prints_the_configurations_side_by_side(recorded):
     path, _ = recorded
     out = rampwatch("report", str(path))
@@ -243,6 +244,7 @@ def test_report_prints_the_configurations_side_by_side(recorded):
     assert sum(c["completed"] for c in as_json["configurations"]) == as_json["completed"]
 
 
+@pytest.mark.slow
 def test_html_report_has_a_configurations_section_and_boundaries(recorded, tmp_path):
     path, _ = recorded
     out = rampwatch("export", str(path), "--format", "html", "-o", str(tmp_path / "r.html"))
@@ -257,6 +259,7 @@ def test_html_report_has_a_configurations_section_and_boundaries(recorded, tmp_p
     assert page.count(">C2</text>") == page.count("<svg") == page.count(">C3</text>")
 
 
+@pytest.mark.slow
 def test_one_configuration_shows_nothing_new(tmp_path):
     path = tmp_path / "plain.rwrec"
     writer = RecordingWriter(path, flush_interval_s=None)

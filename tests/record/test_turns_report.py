@@ -16,7 +16,7 @@ from rampwatch.record.analysis import final_snapshot, recording_turns
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.writer import RecordingWriter
-from tests.loadgen.session_records import session_records, session_stream
+from tests.core.figures.session_records import session_records, session_stream
 from tests.record.test_commands import FIXTURE
 
 RECORDS = session_records(sessions=8, turns=4, fail={5: 3})
@@ -118,6 +118,7 @@ def test_replay_shows_the_turns_at_the_end_and_mid_run(recorded):
     assert sum(r.requests for r in at_middle.rows) < len(RECORDS)
 
 
+@pytest.mark.slow
 def test_a_run_without_sessions_has_no_turns_anywhere(tmp_path, capsys):
     assert recording_turns(open_recording(FIXTURE)) is None
     assert "per_turn" not in json.loads(report(FIXTURE, capsys, as_json=True))

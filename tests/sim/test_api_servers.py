@@ -125,6 +125,7 @@ def completed_by_engine(url: str, engines: int) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.slow
 def test_two_processes_serve_one_port_and_stop_with_the_parent():
     proc, url, _ = start_sim(*INSTANT, "--data-parallel-size", "2", "--api-server-count", "2")
     try:
@@ -146,6 +147,7 @@ def test_two_processes_serve_one_port_and_stop_with_the_parent():
             proc.kill()
 
 
+@pytest.mark.slow
 def test_the_ready_line_names_the_processes_and_comes_once():
     proc, url, line = start_sim(*INSTANT, "-dp", "2", "--api-server-count", "2")
     try:
@@ -158,6 +160,7 @@ def test_the_ready_line_names_the_processes_and_comes_once():
             proc.kill()
 
 
+@pytest.mark.slow
 def test_the_processes_exit_when_the_parent_is_killed():
     proc, url, _ = start_sim(*INSTANT, "-dp", "2", "--api-server-count", "2")
     workers = children_of(proc.pid)
@@ -227,6 +230,7 @@ def decode_step_s(config: SimConfig, max_tokens: int) -> float:
     return statistics.median(np.diff(emitted_at))
 
 
+@pytest.mark.slow
 def test_chunk_gaps_are_the_written_token_chunks_gaps(tmp_path):
     """One process: two completions of 8 tokens (7 gaps each) and a chat answer of 5 (its
     role chunk is a token event to the client, written with the first token: 5 gaps, the
@@ -257,6 +261,7 @@ def test_chunk_gaps_are_the_written_token_chunks_gaps(tmp_path):
     assert 0.7 * expected <= float(np.median(between_steps)) <= 1.5 * expected, (expected, between_steps)
 
 
+@pytest.mark.slow
 def test_chunk_gaps_of_several_processes_are_merged_into_one_file(tmp_path):
     out_file = tmp_path / "gaps.npy"
     proc, url, _ = start_sim(*INSTANT, "-dp", "2", "--api-server-count", "2", "--chunk-gaps-out", str(out_file))
@@ -274,6 +279,7 @@ def test_chunk_gaps_of_several_processes_are_merged_into_one_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gaps.npy", "gaps.npy.streams.npy"]  # the parts are gone
 
 
+@pytest.mark.slow
 def test_a_gaps_file_that_cannot_be_written_at_the_stop_is_one_line(tmp_path):
     """One process: its gaps cannot be kept anywhere else, and the line says so."""
     out_file = tmp_path / "gaps.npy"
@@ -294,6 +300,7 @@ def test_a_gaps_file_that_cannot_be_written_at_the_stop_is_one_line(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gaps.npy"]  # no temporary file left
 
 
+@pytest.mark.slow
 def test_the_parts_are_kept_when_the_merged_file_cannot_be_written(tmp_path):
     """The merge writes the file before removing the parts (it removed them first)."""
     out_file = tmp_path / "gaps.npy"
@@ -327,6 +334,7 @@ def test_without_the_flag_no_gaps_are_kept():
     )
 
 
+@pytest.mark.slow
 def test_a_process_that_dies_stops_the_others_and_the_parent_fails():
     proc, _, _ = start_sim(*INSTANT, "-dp", "2", "--api-server-count", "2")
     workers = children_of(proc.pid)
@@ -368,6 +376,7 @@ def test_parts_left_by_an_earlier_run_are_refused_not_merged(capsys, nothing_sta
     assert not out_file.exists()
 
 
+@pytest.mark.slow
 def test_a_refused_fork_is_not_blamed_on_the_address(capsys, nothing_starts, monkeypatch):
     """Only binding the port is the address's fault (it was: every OSError of the
     processes); and the process already forked does not stay behind."""
@@ -391,6 +400,7 @@ def test_a_refused_fork_is_not_blamed_on_the_address(capsys, nothing_starts, mon
     assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
+@pytest.mark.slow
 def test_a_port_already_served_is_refused_not_shared():
     """SO_REUSEPORT would let the second server join the first's port, and the kernel
     would spread connections over two different simulators."""

@@ -42,6 +42,7 @@ def measured() -> dict[str, dict[str, float]]:
     return quick | {row_id: run_row(ROWS[row_id]) for row_id in FULL}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row_id", SUBSET + FULL)
 def test_row_stays_in_the_band_unless_a_cause_is_written(row_id, measured):
     row = ROWS[row_id]

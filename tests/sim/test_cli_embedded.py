@@ -30,6 +30,7 @@ def start_cli(*args: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_cli_serves_prints_banner_and_stops_cleanly_on_sigterm():
     proc = start_cli("--hardware", "instant", "--model", "tiny", "--port", "0", "--served-model-name", "demo")
     try:
@@ -50,6 +51,7 @@ def test_cli_serves_prints_banner_and_stops_cleanly_on_sigterm():
             proc.kill()
 
 
+@pytest.mark.slow
 def test_cli_sigint_exits_zero():
     proc = start_cli("--hardware", "instant", "--model", "tiny", "--port", "0")
     try:
@@ -76,6 +78,7 @@ def test_bad_flags_are_user_errors(capsys, args, expected):
     assert err.startswith("rampwatch sim: error: ") and expected in err
 
 
+@pytest.mark.slow
 def test_the_embedded_simulator_is_a_managed_server_that_stops_cleanly():
     """`rampwatch run`'s default server: `rampwatch sim` under the same guard as any
     --serve command (tests/loadgen/server/test_managed.py covers the guard's stop paths)."""

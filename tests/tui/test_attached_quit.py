@@ -11,6 +11,8 @@ from rampwatch.tui.quit_dialog import DetachDialog
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 from tests.tui.settle import charts_settled
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 SIZE = (100, 30)
 
 

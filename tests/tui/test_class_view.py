@@ -51,6 +51,7 @@ def test_class_columns_follow_the_class_summaries():
         assert float(cells["slo"]) == pytest.approx(met, abs=0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replay", [False, True])
 async def test_w_switches_the_latency_chart_and_marks_the_class(replay):
     app = make_replay_app(MixedReplay(position=95.0), recording="runs/mixed.rwrec") if replay else mixed_live()
@@ -67,6 +68,7 @@ async def test_w_switches_the_latency_chart_and_marks_the_class(replay):
             assert (f"class {name}" in title) if name else ("class" not in title)
 
 
+@pytest.mark.slow
 async def test_w_without_a_mixture_says_so_and_changes_nothing():
     app = make_live_app(FrozenSource(fake_snapshot(95.0)), FakeControl(), recording="runs/chat.rwrec")
     async with app.run_test(size=(160, 48)) as pilot:
@@ -84,12 +86,14 @@ async def chat_class_shown(pilot) -> None:
     await charts_settled(pilot)
 
 
+@pytest.mark.slow
 def test_mixed_run_latency_of_the_chat_class_160x48(snap_compare):
     """The latency chart shows the chat class (its name in the title); the Classes panel
     under the stats marks it, beside the other two classes' figures."""
     assert snap_compare(mixed_live(), terminal_size=(160, 48), run_before=chat_class_shown)
 
 
+@pytest.mark.slow
 def test_mixed_replay_latency_tab_of_a_class_100x34(snap_compare):
     """A narrow replay's Latency tab after `w`: the classification class's latencies, the
     Classes panel under the chart. (At 80x24 the chart's nine rows make plotext place

@@ -91,6 +91,7 @@ def screen_lines(app) -> list[str]:
     return ["".join(segment.text for segment in strip) for strip in update.strips]
 
 
+@pytest.mark.slow
 async def test_events_panel_rows_stay_inside_its_border_and_clear_of_the_scrollbar():
     # Enough events to scroll: the scrollbar has its own column, never over the text.
     many = [Event(float(i), "info", f"event number {i} " + "x" * 80) for i in range(60)]
@@ -114,6 +115,7 @@ async def test_events_panel_rows_stay_inside_its_border_and_clear_of_the_scrollb
         assert inside[-1].startswith("01:10 scrape")  # follows the newest
 
 
+@pytest.mark.slow
 async def test_enter_on_a_selected_event_shows_its_whole_text():
     snapshot = snapshot_with(EVENTS)
     app = make_live_app(FrozenSource(snapshot), FakeControl())
@@ -131,6 +133,7 @@ async def test_enter_on_a_selected_event_shows_its_whole_text():
         assert not isinstance(app.screen, EventDetail)
 
 
+@pytest.mark.slow
 async def test_the_errors_summary_is_one_line_too():
     snapshot = snapshot_with(EVENTS)
     snapshot.summary["errors_by_class"] = {f"http_{500 + i}": 10 + i for i in range(8)}
@@ -157,6 +160,7 @@ class GrowingSource:
         return self.current
 
 
+@pytest.mark.slow
 async def test_the_newest_event_stays_selected_unless_the_user_moved_up():
     source = GrowingSource(EVENTS)
     app = make_live_app(source, FakeControl())

@@ -41,6 +41,7 @@ def test_client_queue_rows():
     assert dict(so_far)["client queue p99 ms"] == "850.0"
 
 
+@pytest.mark.slow
 async def test_error_series_are_in_the_legend_once_they_have_data():
     for t, down_at, expected in ((95.0, None, set()), (110.0, None, {"http err"}), (95.0, 80.0, {"conn err"})):
         app = make_live_app(FrozenSource(fake_snapshot(t, down_at=down_at)), FakeControl())
@@ -51,6 +52,7 @@ async def test_error_series_are_in_the_legend_once_they_have_data():
             assert shown == expected, title
 
 
+@pytest.mark.slow
 async def test_client_queue_on_the_queue_chart_without_metrics_too():
     snapshot = fake_snapshot(60.0, metrics=False)
     snapshot.series["client_queued"][30:] = [4.0] * 30

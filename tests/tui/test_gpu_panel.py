@@ -18,6 +18,7 @@ from tests.tui.gpu_fakes import with_gpus
 WIDE = (120, 40)
 
 
+@pytest.mark.slow
 async def test_the_panel_is_hidden_without_gpu_data_and_shown_when_it_comes():
     source = FrozenSource(fake_snapshot(60.0))
     app = make_live_app(source, FakeControl())

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from rampwatch.core.figures.knee_explain import KneeReview, explain_knee
 from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.server_limits import ServerLimits
@@ -133,6 +135,7 @@ def test_limits_text_groups_by_source():
     assert limits_text({"engines": 1, "tensor_parallel_size": 1, "sources": {}}) == "none"
 
 
+@pytest.mark.slow
 async def test_a_live_knee_without_an_explanation_shows_no_banner():
     """A live knee always carries its explanation; one that does not (a fake, an older
     run process) is not guessed at from the tail of the series."""
@@ -146,14 +149,17 @@ async def test_a_live_knee_without_an_explanation_shows_no_banner():
         assert app.query_one("#knee-banner").display is True
 
 
+@pytest.mark.slow
 def test_knee_explained_live_160x48(snap_compare):
     assert snap_compare(live_app(), terminal_size=(160, 48), run_before=charts_settled)
 
 
+@pytest.mark.slow
 def test_knee_explained_live_80x24(snap_compare):
     assert snap_compare(live_app(), terminal_size=(80, 24), run_before=charts_settled)
 
 
+@pytest.mark.slow
 def test_knee_explained_detail_80x24(snap_compare):
     """The Events tab, the knee line selected (one above the newest, the mark) and opened."""
     assert snap_compare(live_app(), terminal_size=(80, 24), press=["7", "up", "enter"], run_before=charts_settled)
@@ -184,6 +190,7 @@ def test_the_banner_shows_the_settled_explanation_and_that_it_was_revised():
     assert ", revised" not in knee_banner_text(knee, WHY).plain
 
 
+@pytest.mark.slow
 async def test_the_live_banner_changes_when_the_review_comes():
     source = FrozenSource(explained_snapshot(100.0))
     app = make_live_app(source, FakeControl())
@@ -213,5 +220,6 @@ def test_the_reviews_detail_lists_the_final_explanation_and_what_it_replaced():
     )
 
 
+@pytest.mark.slow
 def test_knee_revised_live_80x24(snap_compare):
     assert snap_compare(live_app(reviewed_snapshot()), terminal_size=(80, 24), run_before=charts_settled)

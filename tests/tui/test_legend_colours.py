@@ -57,6 +57,7 @@ def legend_swatches(chart: TimeSeriesChart) -> list[tuple[str, str]]:
     return swatches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key,chart_class", [(key, chart) for key, _, chart in CHARTS])
 async def test_legend_swatch_is_the_plotted_colour(key, chart_class):
     app = make_live_app(FrozenSource(fake_snapshot(95.0)), FakeControl())

@@ -23,6 +23,7 @@ def live_app(t=60.0, *, metrics=True, state=None, **kwargs):
     return make_live_app(source, control, **kwargs), control, source
 
 
+@pytest.mark.slow
 async def test_space_holds_then_resumes():
     app, control, _ = live_app(60.0)  # ramping
     async with app.run_test(size=WIDE) as pilot:
@@ -31,6 +32,7 @@ async def test_space_holds_then_resumes():
     assert control.calls == [("hold", None), ("resume", None)]
 
 
+@pytest.mark.slow
 async def test_space_resumes_a_held_run():
     app, control, _ = live_app(45.0)  # inside the fake hold
     async with app.run_test(size=WIDE) as pilot:
@@ -38,6 +40,7 @@ async def test_space_resumes_a_held_run():
     assert control.calls == [("resume", None)]
 
 
+@pytest.mark.slow
 async def test_plus_and_minus_step_the_rate():
     app, control, _ = live_app(60.0)  # ~9.9 rps → 0.5 rps steps
     async with app.run_test(size=NARROW) as pilot:
@@ -45,6 +48,7 @@ async def test_plus_and_minus_step_the_rate():
     assert control.calls == [("step_rate", 0.5), ("step_rate", 0.5), ("step_rate", -0.5), ("step_rate", 0.5)]
 
 
+@pytest.mark.slow
 async def test_configured_rate_step_is_used():
     app, control, _ = live_app(60.0, rate_step_rps=2.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -52,6 +56,7 @@ async def test_configured_rate_step_is_used():
     assert control.calls == [("step_rate", -2.0)]
 
 
+@pytest.mark.slow
 async def test_m_adds_a_mark_with_the_typed_note():
     app, control, _ = live_app(60.0)
     async with app.run_test(size=WIDE) as pilot:
@@ -63,6 +68,7 @@ async def test_m_adds_a_mark_with_the_typed_note():
     assert control.calls == [("mark", "s m +")]
 
 
+@pytest.mark.slow
 async def test_escape_cancels_the_mark():
     app, control, _ = live_app(60.0)
     async with app.run_test(size=WIDE) as pilot:
@@ -71,6 +77,7 @@ async def test_escape_cancels_the_mark():
     assert control.calls == []
 
 
+@pytest.mark.slow
 async def test_s_stops_gracefully_once():
     app, control, _ = live_app(60.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -78,6 +85,7 @@ async def test_s_stops_gracefully_once():
     assert control.calls == [("stop", None)]
 
 
+@pytest.mark.slow
 async def test_s_does_nothing_when_the_run_is_already_stopping():
     app, control, _ = live_app(60.0, state="stopping")
     async with app.run_test(size=NARROW) as pilot:
@@ -85,6 +93,7 @@ async def test_s_does_nothing_when_the_run_is_already_stopping():
     assert control.calls == []
 
 
+@pytest.mark.slow
 async def test_q_asks_while_a_run_is_active_and_n_keeps_it_running():
     app, control, _ = live_app(60.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -96,6 +105,7 @@ async def test_q_asks_while_a_run_is_active_and_n_keeps_it_running():
     assert control.calls == []
 
 
+@pytest.mark.slow
 async def test_q_then_y_stops_the_run_and_exits():
     app, control, _ = live_app(60.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -106,6 +116,7 @@ async def test_q_then_y_stops_the_run_and_exits():
     assert app.return_code == 0
 
 
+@pytest.mark.slow
 async def test_q_quits_at_once_when_the_run_is_done():
     app, control, _ = live_app(120.0)  # done
     async with app.run_test(size=NARROW) as pilot:
@@ -116,6 +127,7 @@ async def test_q_quits_at_once_when_the_run_is_done():
     assert app.return_code == 0
 
 
+@pytest.mark.slow
 async def test_question_mark_shows_the_keys():
     app, control, _ = live_app(60.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -127,6 +139,7 @@ async def test_question_mark_shows_the_keys():
     assert control.calls == []
 
 
+@pytest.mark.slow
 async def test_at_80x24_the_help_scrolls_from_the_keyboard_to_its_last_line():
     app, _, _ = live_app(60.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -145,6 +158,7 @@ async def test_at_80x24_the_help_scrolls_from_the_keyboard_to_its_last_line():
         assert box.scroll_y > 0
 
 
+@pytest.mark.slow
 async def test_without_control_the_keys_do_not_steer():
     source = FrozenSource(fake_snapshot(60.0))
     app = make_live_app(source, None)
@@ -162,6 +176,7 @@ def test_layout_threshold(size, wide):
     assert is_wide(Size(*size)) is wide
 
 
+@pytest.mark.slow
 async def test_layout_follows_resizes():
     app, _, _ = live_app(60.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -174,6 +189,7 @@ async def test_layout_follows_resizes():
         assert app.query_one("#narrow").display
 
 
+@pytest.mark.slow
 async def test_digits_switch_tabs_on_narrow_terminals():
     app, _, _ = live_app(60.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -185,6 +201,7 @@ async def test_digits_switch_tabs_on_narrow_terminals():
         assert tabs.active == "tab-queue"
 
 
+@pytest.mark.slow
 async def test_every_panel_gets_the_snapshot():
     app, _, source = live_app(95.0)
     async with app.run_test(size=WIDE) as pilot:
@@ -197,6 +214,7 @@ async def test_every_panel_gets_the_snapshot():
         assert stats.snapshot is not None and stats.snapshot.t == 95.0
 
 
+@pytest.mark.slow
 async def test_a_chart_is_drawn_once_its_tab_is_shown():
     app, _, _ = live_app(95.0)
     async with app.run_test(size=NARROW) as pilot:
@@ -208,6 +226,7 @@ async def test_a_chart_is_drawn_once_its_tab_is_shown():
         assert kv.draws == 1 and kv._message is None  # as soon as it has a size
 
 
+@pytest.mark.slow
 async def test_server_panels_say_when_metrics_are_missing():
     app, _, _ = live_app(60.0, metrics=False)
     async with app.run_test(size=WIDE) as pilot:
@@ -223,6 +242,7 @@ async def test_server_panels_say_when_metrics_are_missing():
         assert ("TTFT p50", "–") not in now
 
 
+@pytest.mark.slow
 async def test_polls_at_most_four_times_a_second():
     app, _, source = live_app(60.0, refresh_hz=50.0)
     assert app.refresh_hz == 4.0
@@ -232,6 +252,7 @@ async def test_polls_at_most_four_times_a_second():
         assert source.polls - polls <= 5
 
 
+@pytest.mark.slow
 async def test_no_color_draws_charts_without_colour(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     app, _, _ = live_app(95.0)
@@ -242,6 +263,7 @@ async def test_no_color_draws_charts_without_colour(monkeypatch):
         assert "\x1b[38" not in chart.plt.build()  # no colour escapes in the plot
 
 
+@pytest.mark.slow
 async def test_throughput_chart_names_the_missing_server_series():
     app, _, _ = live_app(60.0, metrics=False)
     async with app.run_test(size=WIDE) as pilot:
@@ -264,6 +286,7 @@ class SteppingSource:
         return self.snapshots.pop(0) if len(self.snapshots) > 1 else self.snapshots[0]
 
 
+@pytest.mark.slow
 async def test_charts_are_rebuilt_only_when_a_bin_or_event_is_added():
     # Four polls inside one second of the run, then a new bin.
     source = SteppingSource([fake_snapshot(t) for t in (60.0, 60.1, 60.3, 60.5, 60.7, 61.1)])
@@ -285,6 +308,7 @@ async def test_charts_are_rebuilt_only_when_a_bin_or_event_is_added():
         assert chart.draws == first + 1
 
 
+@pytest.mark.slow
 async def test_screen_is_repainted_whole_after_a_mark_toast_has_gone():
     """A toast's region must not keep its text once the toast has timed out, even if the
     panels under it (the events panel can stay unchanged for minutes) never redraw."""
@@ -353,6 +377,7 @@ def test_help_settings_show_the_values_in_use_and_their_flags():
     assert "scenario" not in empty and "ramp" not in empty and empty["grace"].startswith("--stop-grace")
 
 
+@pytest.mark.slow
 async def test_help_shows_the_settings_of_the_run():
     from rich.console import Console
 

@@ -72,6 +72,7 @@ def test_every_live_action_has_a_key_and_states():
     assert set(LIVE_KEYS.values()) == set(ACTION_STATES)
 
 
+@pytest.mark.slow
 async def test_after_done_every_live_key_is_dimmed_and_says_why_and_nothing_is_recorded():
     app, fake = steered(120.0)  # done
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -92,6 +93,7 @@ async def test_after_done_every_live_key_is_dimmed_and_says_why_and_nothing_is_r
         assert f"{key}: {why_unavailable(action, 'done')}" in shown
 
 
+@pytest.mark.slow
 async def test_a_hold_toast_shows_the_rate_the_run_recorded():
     app, fake = steered(60.0)  # ramping
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -103,6 +105,7 @@ async def test_a_hold_toast_shows_the_rate_the_run_recorded():
         assert f"{app.latest.target_rps:.3g}" not in recorded.message  # the tick's rate was stale
 
 
+@pytest.mark.slow
 async def test_a_rate_step_toast_shows_the_recorded_rate():
     app, fake = steered(60.0, rate_step_rps=1.0)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -125,6 +128,7 @@ class RunningSource:
         return fake_snapshot(self.t)
 
 
+@pytest.mark.slow
 async def test_a_steering_call_the_run_never_confirms_says_nothing_was_recorded():
     """Counted in run seconds from the first snapshot after the key: a UI that polls
     late (a busy machine) does not call a late confirmation a refusal."""
@@ -143,6 +147,7 @@ async def test_a_steering_call_the_run_never_confirms_says_nothing_was_recorded(
     assert control.calls == [("mark", "note")]
 
 
+@pytest.mark.slow
 async def test_a_mark_typed_while_the_run_ends_is_not_sent():
     app, fake = steered(60.0)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -154,6 +159,7 @@ async def test_a_mark_typed_while_the_run_ends_is_not_sent():
     assert fake.calls == []
 
 
+@pytest.mark.slow
 async def test_x_ends_the_drain_and_the_toast_is_the_recorded_cancel():
     app, fake = steered(125.0, state="draining", in_flight=37)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -166,6 +172,7 @@ async def test_x_ends_the_drain_and_the_toast_is_the_recorded_cancel():
     assert fake.calls == [("cancel_in_flight", None)]
 
 
+@pytest.mark.slow
 async def test_x_while_ramping_cancels_nothing():
     app, fake = steered(60.0)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -175,6 +182,7 @@ async def test_x_while_ramping_cancels_nothing():
     assert fake.calls == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["ctrl+c", "ctrl+q"])
 async def test_ctrl_c_and_ctrl_q_ask_while_the_run_is_active_and_n_keeps_it(key):
     app, fake = steered(60.0)
@@ -187,6 +195,7 @@ async def test_ctrl_c_and_ctrl_q_ask_while_the_run_is_active_and_n_keeps_it(key)
     assert fake.calls == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["ctrl+c", "ctrl+q"])
 async def test_a_second_ctrl_c_confirms_the_quit(key):
     app, fake = steered(60.0)
@@ -197,6 +206,7 @@ async def test_a_second_ctrl_c_confirms_the_quit(key):
     assert app.return_code == 0
 
 
+@pytest.mark.slow
 async def test_ctrl_c_quits_at_once_when_the_run_is_done():
     app, fake = steered(120.0)
     async with app.run_test(size=SIZE) as pilot:
@@ -207,6 +217,7 @@ async def test_ctrl_c_quits_at_once_when_the_run_is_done():
     assert app.return_code == 0
 
 
+@pytest.mark.slow
 async def test_c_toggles_mouse_capture_on_a_driver_that_has_it():
     app, _ = steered(60.0)
     async with app.run_test(size=SIZE, notifications=True) as pilot:

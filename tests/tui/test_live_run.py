@@ -29,6 +29,8 @@ from rampwatch.tui.app import make_live_app
 from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.quit_dialog import QuitDialog
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 # A ramp far longer than the test, slow enough that a 1 rps step is unmistakable, with
 # short answers so requests finish quickly on the instant simulator.
 RAMP = {"duration": 60.0, "start_rps": 4.0, "end_rps": 10.0, "seed": 1}

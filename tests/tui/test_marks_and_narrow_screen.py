@@ -51,6 +51,7 @@ def with_events(snapshot, *events: Event):
     return dataclasses.replace(snapshot, events=sorted([*snapshot.events, *events], key=lambda e: e.t))
 
 
+@pytest.mark.slow
 async def test_two_marks_a_second_apart_are_one_label_on_the_chart():
     snapshot = with_events(fake_snapshot(95.0), Event(89.0, "mark", "second mark"))  # M1 is at 88 s
     app = make_live_app(FrozenSource(snapshot), FakeControl())
@@ -61,6 +62,7 @@ async def test_two_marks_a_second_apart_are_one_label_on_the_chart():
         assert "M1M2" not in text and "MM" not in text
 
 
+@pytest.mark.slow
 async def test_at_80x24_the_header_keeps_in_flight_and_eta_and_the_footer_every_key_whole():
     app = make_live_app(FrozenSource(explained_snapshot()), FakeControl(), recording="runs/chat.rwrec")
     async with app.run_test(size=(80, 24)) as pilot:

@@ -72,6 +72,7 @@ class SteeredRun:
         self.calls.append("cancel_in_flight")
 
 
+@pytest.mark.slow
 def test_process_bridge_runs_the_load_in_a_child_process():
     run = SteeredRun()
     bridge = ProcessBridge(run.run, run.snapshot, run, publish_interval=0.02).start()
@@ -90,6 +91,7 @@ def test_process_bridge_runs_the_load_in_a_child_process():
     assert bridge.finish() == result
 
 
+@pytest.mark.slow
 def test_process_bridge_hands_back_the_run_error():
     async def failing():
         raise UserError("http://127.0.0.1:9: connection refused")
@@ -100,6 +102,7 @@ def test_process_bridge_hands_back_the_run_error():
         bridge.finish()
 
 
+@pytest.mark.slow
 def test_a_model_the_server_does_not_serve_keeps_its_exit_code_through_the_bridge():
     from rampwatch.core.errors import ModelNotServed
 
@@ -160,6 +163,7 @@ def test_a_mixtures_class_series_travel_as_tails_too():
     assert all(math.isnan(v) for v in newcomer.classes[1].series["sent_rps"][:start])
 
 
+@pytest.mark.slow
 def test_process_bridge_rebuilds_long_runs_from_tails():
     """After the first publish the run sends only recent bins; the UI side must still
     hold the run's whole series."""
@@ -194,6 +198,7 @@ def test_process_bridge_rebuilds_long_runs_from_tails():
     bridge.finish(drain_timeout=10.0)
 
 
+@pytest.mark.slow
 def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
     """A stop whose drain outlasts the timeout: the run is asked to cancel its in-flight
     requests and then ends normally, with its result (not a CancelledError)."""
@@ -223,6 +228,7 @@ def test_process_bridge_cancels_in_flight_requests_when_the_drain_overruns():
     assert bridge.finish(drain_timeout=0.3) == {"calls": ["stop", "cancel_in_flight"]}
 
 
+@pytest.mark.slow
 def test_process_bridge_hands_back_a_result_larger_than_the_pipe_buffer():
     # The run process's loop (uvloop) must not leave the pipe non-blocking: a result
     # of many megabytes (an hour's records) has to wait for the UI to read it.
@@ -237,6 +243,7 @@ def test_process_bridge_hands_back_a_result_larger_than_the_pipe_buffer():
     assert bridge.finish(drain_timeout=20.0) == payload
 
 
+@pytest.mark.slow
 def test_a_run_that_ignores_stop_and_cancel_in_flight_is_cancelled():
     async def stubborn():
         await asyncio.sleep(30)
@@ -247,6 +254,7 @@ def test_a_run_that_ignores_stop_and_cancel_in_flight_is_cancelled():
     assert bridge.done
 
 
+@pytest.mark.slow
 async def test_app_keys_reach_the_run_process():
     run = SteeredRun()
     bridge, app = start_live(run.run, run.snapshot, run, rate_step_rps=2.0, ui_priority="normal")
@@ -259,6 +267,7 @@ async def test_app_keys_reach_the_run_process():
     assert result["calls"] == ["hold", "step_rate:2", "stop"]
 
 
+@pytest.mark.slow
 async def test_app_leaves_when_the_run_fails():
     async def failing():
         raise ValueError("boom")
@@ -326,6 +335,7 @@ class ItemsRun:
         self.stopped.set()
 
 
+@pytest.mark.slow
 def test_a_mirrored_run_is_drawn_from_snapshots_built_in_the_ui_process_the_same_as_the_runs():
     run = ItemsRun()
     mirror = SeriesMirror(run.series, run.sink.sinks.append, lambda: run.t)
@@ -344,6 +354,7 @@ def test_a_mirrored_run_is_drawn_from_snapshots_built_in_the_ui_process_the_same
     assert len(drawn.times) == ItemsRun.SECONDS and drawn.summary["completed"] == 5 * ItemsRun.SECONDS
 
 
+@pytest.mark.slow
 def test_a_mirror_the_ui_does_not_keep_up_with_gives_way_to_the_runs_own_snapshots(monkeypatch):
     import rampwatch.app.bridge as bridge_module
 

@@ -13,6 +13,8 @@ from rampwatch.tui.app import make_live_app, make_replay_app
 from tests.tui.fakes import FakeControl, FrozenSource
 from tests.tui.settle import charts_settled
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
 AT = 55.0  # past the mark (30 s) and the knee (~48 s)
 

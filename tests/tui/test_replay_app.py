@@ -15,6 +15,7 @@ SIZE = (100, 30)
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "small.rwrec"
 
 
+@pytest.mark.slow
 async def test_space_toggles_play():
     replay = FakeReplay(position=30.0)
     app = make_replay_app(replay)
@@ -25,6 +26,7 @@ async def test_space_toggles_play():
         assert not replay.playing
 
 
+@pytest.mark.slow
 async def test_arrows_and_pages_seek():
     replay = FakeReplay(position=30.0)
     app = make_replay_app(replay)
@@ -43,6 +45,7 @@ async def test_arrows_and_pages_seek():
         assert replay.position == 0.0
 
 
+@pytest.mark.slow
 async def test_speed_keys_double_and_halve_within_1_to_16():
     replay = FakeReplay()
     app = make_replay_app(replay)
@@ -57,6 +60,7 @@ async def test_speed_keys_double_and_halve_within_1_to_16():
         assert replay.speed == 1.0
 
 
+@pytest.mark.slow
 async def test_k_jumps_to_the_knee_and_n_p_walk_the_marks():
     replay = FakeReplay(position=10.0)
     app = make_replay_app(replay)
@@ -71,6 +75,7 @@ async def test_k_jumps_to_the_knee_and_n_p_walk_the_marks():
         assert replay.position == MARK_AT
 
 
+@pytest.mark.slow
 async def test_position_bar_and_header_follow_the_replay():
     replay = FakeReplay(position=60.0)
     app = make_replay_app(replay, recording="a.rwrec")
@@ -84,6 +89,7 @@ async def test_position_bar_and_header_follow_the_replay():
         assert app.latest.t == 70.0
 
 
+@pytest.mark.slow
 async def test_live_keys_do_nothing_in_replay():
     replay = FakeReplay(position=60.0)
     app = make_replay_app(replay)
@@ -93,6 +99,7 @@ async def test_live_keys_do_nothing_in_replay():
     assert replay.calls == []
 
 
+@pytest.mark.slow
 async def test_compare_draws_b_dimmed_with_a_legend_label():
     replay = FakeReplay(position=50.0)
     compare = FrozenSource(fake_snapshot(120.0))
@@ -124,6 +131,7 @@ def test_next_speed(speed, up, expected):
     assert next_speed(speed, up) == expected
 
 
+@pytest.mark.slow
 async def test_footer_shows_the_replay_keys_and_no_live_ones():
     from textual.widgets import Footer
 
@@ -138,6 +146,7 @@ async def test_footer_shows_the_replay_keys_and_no_live_ones():
         assert last.region.right <= 80
 
 
+@pytest.mark.slow
 async def test_compare_shows_b_marks_holds_and_resumes_dimmed():
     from rampwatch.tui.chart_data import markers
     from rampwatch.tui.timeseries_chart import COMPARED
@@ -157,6 +166,7 @@ async def test_compare_shows_b_marks_holds_and_resumes_dimmed():
         assert {"K(B)", "H(B)", "R(B)", "M1(B)"} <= set(compared)
 
 
+@pytest.mark.slow
 async def test_compare_panel_of_a_recording_with_itself_is_within_noise():
     from rampwatch.app.replay import comparison_of
     from rampwatch.record.reader import open_recording
@@ -182,6 +192,7 @@ def not_a_recording(tmp_path):
     return bad
 
 
+@pytest.mark.slow
 async def test_compare_panel_says_when_the_runs_cannot_be_compared(not_a_recording):
     from rampwatch.app.replay import comparison_of
     from rampwatch.tui.compare_panel import ComparePanel

@@ -24,6 +24,8 @@ from rampwatch.tui.steering import NO_SERVER
 from tests.processes import free_port, wait_group_gone
 from tests.tui.test_live_run import SHORT_ANSWERS, toasts, wait_for
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 RAMP = {"duration": 60.0, "start_rps": 4.0, "end_rps": 10.0, "seed": 1}
 
 

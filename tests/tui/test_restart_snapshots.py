@@ -16,6 +16,8 @@ from tests.synthetic import SyntheticRun, play_synthetic
 from tests.tui.fakes import FakeControl, FakeServer, FrozenSource, fake_snapshot
 from tests.tui.settle import charts_settled
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 FIRST = "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 8"
 SECOND = "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 64"
 THIRD = "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 64 --max-num-batched-tokens 4096"

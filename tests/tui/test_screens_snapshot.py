@@ -4,9 +4,13 @@
 Every screen is fed a fixed snapshot (no clock anywhere on screen) at a fixed size.
 """
 
+import pytest
+
 from rampwatch.tui.app import make_live_app, make_replay_app
 from tests.tui.fakes import FakeControl, FakeReplay, FrozenSource, fake_comparison, fake_snapshot
 from tests.tui.settle import charts_settled, compared_and_settled
+
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
 
 
 def live(t: float, metrics: bool = True):

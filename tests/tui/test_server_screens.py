@@ -15,6 +15,8 @@ from rampwatch.tui.server_log import ServerLogPanel, ServerStartApp, StartOutcom
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 from tests.tui.settle import charts_settled
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 COMMAND = "vllm serve Qwen/Qwen3-0.6B --max-num-seqs 64 --api-key '<redacted>'"
 LOG = [
     "INFO 11-23 16:20:01 [api_server.py:1805] vLLM API server version 0.11.0",

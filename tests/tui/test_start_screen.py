@@ -19,10 +19,12 @@ def start_app() -> StartApp:
     return StartApp(shipped_scenarios(), SIMULATOR)
 
 
+@pytest.mark.slow
 def test_start_screen_80x24(snap_compare):
     assert snap_compare(start_app(), terminal_size=(80, 24))
 
 
+@pytest.mark.slow
 def test_start_screen_160x48(snap_compare):
     assert snap_compare(start_app(), terminal_size=(160, 48))
 
@@ -99,6 +101,7 @@ def test_a_scenario_without_a_ramp_keeps_its_schedule():
     ]
 
 
+@pytest.mark.slow
 async def test_pick_edit_and_start():
     app = StartApp([RAMP, FIXED], SIMULATOR)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -109,6 +112,7 @@ async def test_pick_edit_and_start():
     assert app.return_value == StartChoice("chat", "http://gpu:8000", 1.0, 20.0, 45.0)
 
 
+@pytest.mark.slow
 async def test_a_scenario_without_a_ramp_disables_the_ramp_fields():
     from textual.widgets import Input
 
@@ -120,6 +124,7 @@ async def test_a_scenario_without_a_ramp_disables_the_ramp_fields():
     assert app.return_value == StartChoice("steady", None, None, None, None)
 
 
+@pytest.mark.slow
 async def test_a_bad_field_names_itself_and_does_not_start():
     from textual.widgets import Button, Static
 

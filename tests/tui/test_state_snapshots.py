@@ -11,6 +11,8 @@ from rampwatch.tui.app import make_live_app
 from tests.tui.fakes import FrozenSource, SteeredFake, fake_snapshot
 from tests.tui.settle import charts_settled
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 SIZES = [(80, 24), (160, 48)]
 
 

@@ -101,11 +101,13 @@ async def screen_settled(pilot) -> None:
     await pilot.pause()
 
 
+@pytest.mark.slow
 def test_sweep_progress_view_160x40(snap_compare):
     app = SweepApp(lambda: state_mid_sweep(), clock=lambda: T0 + 43)
     assert snap_compare(app, terminal_size=(160, 40), run_before=screen_settled)
 
 
+@pytest.mark.slow
 async def test_q_stops_the_sweep_and_leaves():
     stopped = []
     app = SweepApp(lambda: state_mid_sweep(), on_quit=lambda: stopped.append(True), clock=lambda: T0 + 43)
@@ -135,6 +137,7 @@ def test_narrow_panels_drop_the_least_useful_columns_first(width, dropped):
     assert {"#", "config", "knee rps", "good-put", "TTFT p99", "ITL p99", "KV peak", "limit"} <= set(kept)
 
 
+@pytest.mark.slow
 def test_sweep_progress_view_80x24(snap_compare):
     app = SweepApp(lambda: state_mid_sweep(), clock=lambda: T0 + 43)
     assert snap_compare(app, terminal_size=(80, 24), run_before=screen_settled)
@@ -150,6 +153,7 @@ def test_cut_left_keeps_the_values(text, width, shown):
     assert cut_left(text, width) == shown
 
 
+@pytest.mark.slow
 async def test_a_configuration_never_loaded_to_its_limit_is_named_not_judged():
     from rich.text import Text
 

@@ -15,7 +15,7 @@ from rampwatch.record.replay import ReplayTimeline
 from rampwatch.record.writer import RecordingWriter
 from rampwatch.tui.app import make_live_app, make_replay_app
 from rampwatch.tui.turns_screen import TurnsScreen, bar, sessions_text, turns_renderable
-from tests.loadgen.session_records import session_records, session_stream
+from tests.core.figures.session_records import session_records, session_stream
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
 from tests.tui.settle import charts_settled
 
@@ -79,6 +79,7 @@ async def first_snapshot(pilot) -> None:
     raise AssertionError("no snapshot came")
 
 
+@pytest.mark.slow
 async def test_u_says_why_when_the_run_has_no_sessions():
     app = make_live_app(FrozenSource(fake_snapshot(60.0)), FakeControl())
     async with app.run_test(size=(100, 30)) as pilot:
@@ -89,6 +90,7 @@ async def test_u_says_why_when_the_run_has_no_sessions():
         assert any("session workloads" in n.message for n in app._notifications)
 
 
+@pytest.mark.slow
 async def test_u_opens_and_closes_the_turns_and_follows_the_run():
     source = FrozenSource(multi_turn_snapshot())
     app = make_live_app(source, FakeControl())
@@ -123,6 +125,7 @@ def session_recording(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 async def test_the_replay_of_a_session_recording_shows_the_turns(session_recording):
     recording = open_recording(session_recording)
     timeline = ReplayTimeline(recording, warm_up=False)
@@ -140,6 +143,7 @@ async def test_the_replay_of_a_session_recording_shows_the_turns(session_recordi
     recording.close()
 
 
+@pytest.mark.slow
 def test_turns_of_a_multi_turn_run_100x30(snap_compare):
     app = make_live_app(FrozenSource(multi_turn_snapshot()), FakeControl(), recording="runs/multi-turn-chat.rwrec")
     assert snap_compare(app, terminal_size=(100, 30), press=["u"], run_before=charts_settled)

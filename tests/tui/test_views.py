@@ -26,6 +26,7 @@ def y_labels(plot: str) -> list[str]:
     return [m.group(1) for line in plain(plot).splitlines() if (m := re.match(r"\s*([0-9.]+k?)┤", line))]
 
 
+@pytest.mark.slow
 async def test_l_toggles_the_latency_axes_between_log_and_linear():
     app = make_live_app(FrozenSource(fake_snapshot(95.0)), FakeControl())
     async with app.run_test(size=WIDE) as pilot:
@@ -47,6 +48,7 @@ async def test_l_toggles_the_latency_axes_between_log_and_linear():
         assert chart.log_scale and y_labels(chart.plt.build()) == y_labels(log_plot)
 
 
+@pytest.mark.slow
 async def test_t_shows_the_step_table_over_the_charts_on_a_wide_screen():
     app = make_live_app(FrozenSource(fake_snapshot(95.0)), FakeControl())
     async with app.run_test(size=WIDE) as pilot:
@@ -62,6 +64,7 @@ async def test_t_shows_the_step_table_over_the_charts_on_a_wide_screen():
         assert grid.display and not table.display
 
 
+@pytest.mark.slow
 async def test_t_and_8_open_the_steps_tab_on_a_narrow_screen():
     app = make_live_app(FrozenSource(fake_snapshot(95.0)), FakeControl())
     async with app.run_test(size=NARROW) as pilot:
@@ -75,6 +78,7 @@ async def test_t_and_8_open_the_steps_tab_on_a_narrow_screen():
         assert tabs.active == "tab-steps"
 
 
+@pytest.mark.slow
 async def test_replay_shows_the_recordings_step_rows():
     replay = FakeReplay(position=60.0)
     app = make_replay_app(replay)
@@ -109,6 +113,7 @@ def test_columns_for_width(width, dropped, short):
     assert all(name == header for name, header in columns) != short
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(120, 36), (160, 48), (80, 24)])
 @pytest.mark.parametrize("compare", [False, True])
 async def test_no_chart_legend_is_cut_off(size, compare):
@@ -142,6 +147,7 @@ async def test_no_chart_legend_is_cut_off(size, compare):
             assert ("(B)" in shown) == compare
 
 
+@pytest.mark.slow
 async def test_v_cycles_the_latency_views_and_keeps_the_axis_scale():
     app = make_live_app(FrozenSource(fake_snapshot(95.0)), FakeControl())
     async with app.run_test(size=WIDE) as pilot:

@@ -14,7 +14,7 @@ import pytest
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 # (salt, whether the request finds the same prompt's blocks in the cache)
 SEQUENCE = [("run-a", False), ("run-b", False), ("run-a", True), (None, False), (None, True), ("run-b", True)]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 # 35 s: from 5 s in to the end, 20 s or more hold two of vLLM's 10 s log intervals whole.
 DURATION_S = 35

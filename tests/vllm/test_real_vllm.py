@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 REQUIRED_FAMILIES = {
     "vllm:num_requests_running": "gauge",

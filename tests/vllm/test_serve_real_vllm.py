@@ -16,7 +16,7 @@ from rampwatch.record.reader import open_recording
 from tests.conftest import _load_vllm_harness
 from tests.processes import free_port, group_members, processes_naming, wait_group_gone
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 # scripts/vllm_server.py's environment for the CPU server

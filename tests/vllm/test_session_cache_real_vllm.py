@@ -37,7 +37,7 @@ from rampwatch.core.tokenizer import SimTokenizer, count_chat_tokens
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 SESSIONS = 8
 TURNS = 4

@@ -16,7 +16,7 @@ import pytest
 from rampwatch.record.reader import open_recording
 from tests.processes import free_port, processes_naming
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 

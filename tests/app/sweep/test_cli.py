@@ -17,7 +17,9 @@ from rampwatch.core.figures.sweep import choose_best, mark_pareto
 from rampwatch.record.reader import open_recording
 from tests.app.sweep.sweep_files import port_free, rampwatch, small_sim_sweep, sweep_file, sweep_state
 
-pytestmark = pytest.mark.timeout(240)
+# one worker: each sweep loads a simulator past its knee, and two at once take each
+# other's CPU, moving the knees they judge
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.xdist_group("simulator_sweeps")]
 
 
 def test_bad_slo_flag_is_one_line(tmp_path, capsys):

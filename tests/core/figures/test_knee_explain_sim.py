@@ -20,6 +20,8 @@ import pytest
 from rampwatch.app.session import serving_sim, sim_serve_text
 from rampwatch.sim.config import SimConfig
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 REPO = Path(__file__).resolve().parents[3]
 
 

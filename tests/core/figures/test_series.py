@@ -192,6 +192,7 @@ def feed(builder, items, snapshot_every=0):
     builder.on_finish(30.0)
 
 
+@pytest.mark.slow
 def test_replay_equals_live_whatever_the_snapshot_calls():
     live, replay = SeriesBuilder(), SeriesBuilder()
     feed(live, stream(), snapshot_every=7)  # the UI asking for snapshots changes nothing
@@ -229,6 +230,7 @@ def test_completed_seconds_hold_the_series_values_while_seconds_are_still_fillin
     assert any(not math.isnan(values["ttft_p99"]) for _, values in got)
 
 
+@pytest.mark.slow
 def test_an_hour_long_run_keeps_every_second():
     """The snapshot of 1 h of per-second data holds every second's values, not a window or
     a downsample. (Its cost is bench/bench_live_costs.py's business.)"""
@@ -376,6 +378,7 @@ def many_chunk_stream(seed=3, seconds=12):
     return items
 
 
+@pytest.mark.slow
 def test_records_folded_in_batches_give_the_figures_of_records_folded_on_arrival():
     items = many_chunk_stream()
     on_arrival, batched = SeriesBuilder(slo={"ttft": 100}), SeriesBuilder(slo={"ttft": 100})

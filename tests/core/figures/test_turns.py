@@ -21,7 +21,7 @@ from rampwatch.core.figures.turns import (
     with_active,
 )
 from rampwatch.core.timeline import RequestRecord
-from tests.loadgen.session_records import HISTORY_PER_TURN, session_records, session_stream
+from tests.core.figures.session_records import HISTORY_PER_TURN, session_records, session_stream
 
 
 def record(turn, *, ttft=0.1, prompt=100, cached=None, error=None, session=0, rid=0):

@@ -194,6 +194,7 @@ class _PhaseSink(NullSink):
         self.loading = False
 
 
+@pytest.mark.slow
 async def test_no_full_collection_runs_on_the_sending_loop_during_the_load():
     kept: list = []
     sink = _PhaseSink(lambda record: kept.append(_long_lived_containers(8_000)))
@@ -222,6 +223,7 @@ async def test_no_full_collection_runs_on_the_sending_loop_during_the_load():
     assert client.gc_collections[0] > 0 and client.gc_collections[2] == 0
 
 
+@pytest.mark.slow
 async def test_a_run_whose_loop_stalled_reports_the_stall_and_warns():
     stalled = []
 
@@ -335,6 +337,7 @@ def test_pythons_own_policy_can_be_kept_and_its_full_collections_are_counted(mon
     assert gc.get_threshold() == before
 
 
+@pytest.mark.slow
 async def test_a_requests_client_state_forms_no_reference_cycles():
     # What the load leaves to the collector: with full collections off while it runs, a
     # cycle that outlived the young generations would stay until the load ends.
@@ -433,6 +436,7 @@ def test_the_warning_names_the_likely_cause(cpu_wait_pct, full, cause):
     )
 
 
+@pytest.mark.slow
 def test_every_take_lets_the_growth_valve_run_and_says_its_pause():
     resident = [100 << 20]
     for reads_streams in (True, False):  # the run's own loop, or a controller over workers

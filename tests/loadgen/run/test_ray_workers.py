@@ -106,6 +106,7 @@ def _cli(argv: list[str], hide_ray: bool) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_ray_without_the_extra_is_one_line_before_anything_starts(tmp_path):
     out = _cli(["run", "chat", "--ray", "auto", "--headless", "--record", str(tmp_path / "r.rwrec")], hide_ray=True)
     assert out.returncode == 2
@@ -113,6 +114,7 @@ def test_ray_without_the_extra_is_one_line_before_anything_starts(tmp_path):
     assert "server:" not in out.stdout and not (tmp_path / "r.rwrec").exists()
 
 
+@pytest.mark.slow
 def test_a_run_without_ray_never_imports_it(tmp_path):
     out = _cli(
         [

@@ -28,6 +28,7 @@ async def wait_for_event(sink: ListSink, predicate, timeout_s: float = 10.0):
     return await asyncio.wait_for(poll(), timeout_s)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resume", ["current", "start"])
 async def test_pause_drain_mark_and_resume(resume):
     sink = ListSink()
@@ -84,6 +85,7 @@ async def test_pause_drain_mark_and_resume(resume):
     assert kinds == ["set_rate", "resume", "config"]
 
 
+@pytest.mark.slow
 async def test_requests_in_flight_get_the_grace_then_are_cancelled_and_counted():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")  # ~30 ms per step
     sink = ListSink()
@@ -139,6 +141,7 @@ async def test_a_failed_restart_stops_the_run_with_the_reason():
     assert not [e for e in sink.of("event") if e.kind == "config"]
 
 
+@pytest.mark.slow
 async def test_steering_during_a_restart_waits_for_it():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -160,6 +163,7 @@ async def test_steering_during_a_restart_waits_for_it():
     assert [e.data.get("restart") for e in sink.of("event")].count(True) == 1
 
 
+@pytest.mark.slow
 async def test_the_knee_is_judged_against_the_configuration_that_serves():
     """The knee's limits start from the managed server's engine arguments and follow a
     restart's diff (an argument the new command drops goes back to unknown)."""
@@ -191,6 +195,7 @@ async def test_the_knee_is_judged_against_the_configuration_that_serves():
     assert seen == {"before": (8, 512), "after": (64, None)}
 
 
+@pytest.mark.slow
 async def test_a_send_due_in_the_loop_turn_the_pause_comes_in_is_not_sent():
     """On a loaded machine the loop runs late: the next send is overdue when the pause is
     applied, in the same loop turn. It is not sent to the server about to stop: nothing is

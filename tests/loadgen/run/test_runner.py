@@ -93,6 +93,7 @@ def sends_between(records, t0: float, t1: float) -> int:
     return sum(1 for r in records if t0 <= r.sent_at < t1)
 
 
+@pytest.mark.slow
 async def test_constant_rate_run_publishes_the_whole_stream():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -127,6 +128,7 @@ async def test_constant_rate_run_publishes_the_whole_stream():
     assert not result.interrupted and result.error_rate == 0.0
 
 
+@pytest.mark.slow
 async def test_max_concurrency_caps_in_flight_and_the_wait_is_client_queue_time():
     # Each request takes a few hundred ms on the simulated L4; 12 arrive at once-ish.
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=4.0)
@@ -161,6 +163,7 @@ async def test_max_concurrency_caps_in_flight_and_the_wait_is_client_queue_time(
         assert r.ttft < first_ttft + 0.2
 
 
+@pytest.mark.slow
 async def test_steering_changes_the_sends_and_every_call_is_an_event():
     sink = StartedSink()
     async with serve(INSTANT) as url:
@@ -225,6 +228,7 @@ async def test_steering_changes_the_sends_and_every_call_is_an_event():
     assert ticks[-1].state == "done"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "drain",
     # a stop that cuts the schedule short gives its grace whatever the policy for the
@@ -266,6 +270,7 @@ async def test_stop_cancels_in_flight_after_the_grace_period(drain):
     assert sink.items[-1][0] == "finish"
 
 
+@pytest.mark.slow
 async def test_state_is_draining_while_the_last_requests_finish():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=2.0)
     sink = ListSink()
@@ -289,6 +294,7 @@ async def test_state_is_draining_while_the_last_requests_finish():
     assert any(line.split("]")[1].split()[0] == "draining" for s, line in seen if s == "draining")
 
 
+@pytest.mark.slow
 async def test_stop_while_draining_applies_the_grace_period():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
     sink = ListSink()
@@ -326,6 +332,7 @@ async def test_unreachable_target_raises_naming_the_url():
         await run.execute()
 
 
+@pytest.mark.slow
 async def test_server_errors_count_in_the_error_rate():
     faulty = SimConfig(hardware="instant", model="tiny", faults=FaultConfig(error_rate=0.5), seed=3)
     async with serve(faulty) as url:
@@ -357,6 +364,7 @@ def test_scrape_failures_are_an_event_when_they_start_change_or_end():
     ]
 
 
+@pytest.mark.slow
 async def test_ending_the_drain_now_cancels_in_flight_requests_and_records_it():
     """The UI's end-the-drain key: every request still streaming is cancelled at once
     (no grace period), the cancel is an event, the requests are counted as cancelled (not
@@ -399,6 +407,7 @@ async def test_ending_the_drain_now_cancels_in_flight_requests_and_records_it():
     assert "cancelled" not in summary.errors_by_class
 
 
+@pytest.mark.slow
 async def test_the_peak_in_flight_on_screen_is_the_summarys_peak_concurrency():
     """One definition: requests sent and not ended, whatever their outcome. The run's
     exact peak (in its ticks) equals the peak overlap of the records' [sent, end)
@@ -430,6 +439,7 @@ async def test_the_peak_in_flight_on_screen_is_the_summarys_peak_concurrency():
     assert run.series.snapshot().summary["max_concurrent_requests"] == peak
 
 
+@pytest.mark.slow
 async def test_steering_that_changes_nothing_is_not_recorded():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -455,6 +465,7 @@ async def test_steering_that_changes_nothing_is_not_recorded():
     assert sink.items[-1][0] == "finish"
 
 
+@pytest.mark.slow
 async def test_ticks_carry_the_plan_moved_on_by_a_hold():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -480,6 +491,7 @@ async def test_ticks_carry_the_plan_moved_on_by_a_hold():
     assert result.duration_s == pytest.approx(ticks[-1].planned_end_s, abs=0.3)
 
 
+@pytest.mark.slow
 async def test_requests_cancelled_while_waiting_for_a_slot_are_recorded_not_lost():
     """With a concurrency cap, ending the drain also cancels requests still queued for a
     slot: each is recorded as cancelled (never sent), so every offered request has a record."""
@@ -538,6 +550,7 @@ async def test_the_serve_commands_limits_reach_the_knee_detector_with_the_server
     }
 
 
+@pytest.mark.slow
 async def test_requests_built_in_their_own_process_are_all_sent_in_order():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -551,6 +564,7 @@ async def test_requests_built_in_their_own_process_are_all_sent_in_order():
     assert not result.interrupted
 
 
+@pytest.mark.slow
 async def test_a_request_builder_killed_mid_run_stops_the_run_with_its_records_kept():
     sink = SentSink(20)
     async with serve(INSTANT) as url:
@@ -573,6 +587,7 @@ async def test_a_request_builder_killed_mid_run_stops_the_run_with_its_records_k
     assert sink.items[-1][0] == "finish"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("policy", "lasts_at_least", "lasts_under"),
     [
@@ -602,6 +617,7 @@ async def test_a_drain_policy_cancels_what_is_left_as_planned_not_interrupted(po
     assert policy.describe() in sink.of("event")[0].message
 
 
+@pytest.mark.slow
 async def test_the_wait_policy_waits_for_every_request_and_a_cap_longer_than_the_drain_cancels_nothing():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=2.0)
     for policy in (DrainPolicy(), DrainPolicy("cap", 60.0)):

@@ -99,6 +99,7 @@ async def echo_run(workers: int) -> tuple[dict[int, tuple[float, str]], dict[str
     return {r.id: (r.scheduled_at, r.generated_text) for r in records}, server.connection_of
 
 
+@pytest.mark.slow
 async def test_two_workers_send_exactly_the_single_processs_requests_each_its_share():
     single, _ = await echo_run(1)
     split, connection_of = await echo_run(2)
@@ -149,6 +150,7 @@ def gone(pid: int, timeout_s: float) -> bool:
         os.close(fd)
 
 
+@pytest.mark.slow
 async def test_a_cancelled_request_comes_back_as_its_cancelled_record():
     async with serve(SLOW) as url, pool_on(url, 2) as pool:
         task = asyncio.create_task(pool.send(request(), 3, 0.0))
@@ -161,6 +163,7 @@ async def test_a_cancelled_request_comes_back_as_its_cancelled_record():
     assert record.id == 3 and record.error_class == "cancelled"
 
 
+@pytest.mark.slow
 async def test_a_worker_that_dies_fails_its_requests_in_flight_and_says_so_once():
     lost: list[str] = []
     async with serve(SLOW) as url, pool_on(url, 2, on_lost=lost.append) as pool:
@@ -186,6 +189,7 @@ async def test_a_worker_that_dies_fails_its_requests_in_flight_and_says_so_once(
     assert [(r.id, r.error_class) for r in survivors] == [(0, "cancelled"), (2, "cancelled")]
 
 
+@pytest.mark.slow
 async def test_a_run_whose_worker_dies_records_an_error_and_stops_losing_no_request():
     busy = asyncio.Event()
 
@@ -220,18 +224,21 @@ async def test_a_run_whose_worker_dies_records_an_error_and_stops_losing_no_requ
     assert sink.of("start")[0].host_info["load_workers"] == 2
 
 
+@pytest.mark.slow
 async def test_a_worker_that_cannot_start_is_one_line(monkeypatch):
     monkeypatch.setattr(worker_pool.sys, "executable", "/bin/false")
     with pytest.raises(UserError, match=r"^load worker 0 did not start: it exited$"):
         await LocalWorkers(2).prepare(NOWHERE)
 
 
+@pytest.mark.slow
 async def test_closing_the_pool_ends_every_worker():
     async with serve(SLOW) as url, pool_on(url, 2) as pool:
         pids = list(pool.pids)
     assert all(pid is not None and gone(pid, 0.0) for pid in pids)
 
 
+@pytest.mark.slow
 def test_workers_end_when_the_controller_is_killed(tmp_path):
     controller = textwrap.dedent(
         """
@@ -270,6 +277,7 @@ def test_one_worker_sends_from_the_run_process_and_more_from_a_pool():
     assert isinstance(factory, LocalWorkers) and factory.workers == 3 and factory.pool is None
 
 
+@pytest.mark.slow
 async def test_each_worker_sends_its_loop_lag_and_collections_to_the_run():
     factory = LocalWorkers(2)
     seen: dict[int, tuple] = {}
@@ -294,6 +302,7 @@ async def test_each_worker_sends_its_loop_lag_and_collections_to_the_run():
         assert len(gc_counts.collections) == 3 and gc_counts.collections[2] == 0
 
 
+@pytest.mark.slow
 async def test_a_run_over_workers_folds_their_lag_into_its_ticks():
     sink = ListSink()
     async with serve(SimConfig(hardware="instant", model="tiny")) as url:

@@ -387,6 +387,7 @@ async def test_a_gpu_url_is_scraped_by_the_metrics_poller_redacted_and_marked_as
     assert sample.url == "http://<redacted>@127.0.0.1:1/metrics" and "hunter2" not in repr(sample)
 
 
+@pytest.mark.slow
 async def test_a_run_reads_nvml_beside_the_load_and_shuts_it_down_after(monkeypatch):
     from rampwatch.sim.server import serve
     from tests.loadgen.run.test_runner import INSTANT, ListSink, make_run, scenario
@@ -407,6 +408,7 @@ async def test_a_run_reads_nvml_beside_the_load_and_shuts_it_down_after(monkeypa
     assert run.series.snapshot().series["gpu_power_w"][0] == pytest.approx(712.345)
 
 
+@pytest.mark.slow
 async def test_a_run_without_nvml_says_why_once_and_goes_on(monkeypatch):
     from rampwatch.sim.server import serve
     from tests.loadgen.run.test_runner import INSTANT, ListSink, make_run, scenario

@@ -226,6 +226,7 @@ def test_exit_codes_as_a_shell_reports_them(returncode, code):
 # -- ManagedServer -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_start_waits_for_readiness_keeps_the_redacted_log_and_stop_ends_the_whole_group(fake_server, tmp_path):
     port = free_port()
     command = ServeCommand.parse(f"{PY} {fake_server} --port {port} --api-key abcdef123456")
@@ -252,6 +253,7 @@ def test_start_waits_for_readiness_keeps_the_redacted_log_and_stop_ends_the_whol
     assert "abcdef123456" not in text and "fatal" not in text
 
 
+@pytest.mark.slow
 def test_stop_kills_a_server_that_ignores_sigterm_after_the_grace(fake_server):
     server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()} --ignore-term"))
     try:
@@ -265,6 +267,7 @@ def test_stop_kills_a_server_that_ignores_sigterm_after_the_grace(fake_server):
         kill_group(server.pid)
 
 
+@pytest.mark.slow
 def test_a_server_that_exits_during_startup_raises_with_its_code_and_tail(fake_server):
     server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()} --exit-after 0.2"))
     with pytest.raises(ServerExited) as err:
@@ -276,6 +279,7 @@ def test_a_server_that_exits_during_startup_raises_with_its_code_and_tail(fake_s
     assert wait_group_gone(server.pid)  # the grandchild went with it
 
 
+@pytest.mark.slow
 def test_a_program_that_cannot_be_executed_is_server_exited_127(tmp_path):
     not_a_program = tmp_path / "server"
     not_a_program.write_bytes(b"\x00\x01 not an executable format")
@@ -286,6 +290,7 @@ def test_a_program_that_cannot_be_executed_is_server_exited_127(tmp_path):
     assert str(err.value).startswith(f"server exited with code 127 during startup: cannot start {not_a_program}: ")
 
 
+@pytest.mark.slow
 def test_not_ready_in_time_stops_the_server_and_says_so(fake_server):
     server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()} --never-ready"))
     with pytest.raises(UserError) as err:
@@ -296,6 +301,7 @@ def test_not_ready_in_time_stops_the_server_and_says_so(fake_server):
     assert server.poll() is not None and wait_group_gone(server.pid)
 
 
+@pytest.mark.slow
 def test_a_server_that_wants_an_api_key_is_one_line_saying_so(fake_server):
     port = free_port()
     server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {port} --auth"))
@@ -321,6 +327,7 @@ def test_a_port_in_use_fails_before_anything_starts(fake_server):
         assert server.guard_pid is None
 
 
+@pytest.mark.slow
 def test_stop_still_ends_the_server_when_its_guard_was_killed(fake_server):
     server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()}"))
     try:
@@ -335,6 +342,7 @@ def test_stop_still_ends_the_server_when_its_guard_was_killed(fake_server):
         kill_group(server.pid)
 
 
+@pytest.mark.slow
 def test_a_server_that_exits_mid_run_is_seen_by_poll(fake_server):
     server = ManagedServer(ServeCommand.parse(f"{PY} {fake_server} --port {free_port()}"))
     try:
@@ -367,6 +375,7 @@ PARENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fork", [False, True], ids=["alone", "with-a-forked-child"])
 def test_the_server_dies_when_rampwatch_is_killed_with_sigkill(fake_server, fork):
     """No cleanup runs in a SIGKILLed rampwatch: the guard sees its stdin pipe close and

@@ -193,6 +193,7 @@ def test_cache_config(vllm_captures):
     assert cache_config_from_metrics("") == {}
 
 
+@pytest.mark.slow
 async def test_poller_samples_and_failures(vllm_captures):
     text = (vllm_captures / "metrics-under-load.txt").read_text()
     calls = {"n": 0}

@@ -147,6 +147,7 @@ def test_mixture_errors_name_file_line_and_key(tmp_path, mix, expected):
     assert str(exc.value).startswith(path + expected), str(exc.value)
 
 
+@pytest.mark.slow
 def test_the_shipped_mixture_runs_headless_with_per_class_figures(tmp_path):
     """scenarios/mixed.yaml on the embedded simulator: a short run, every class in the
     result JSON's per_class section in the top level's schema."""

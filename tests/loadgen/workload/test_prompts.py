@@ -40,6 +40,7 @@ def bpe(bpe_dir):
     return tok
 
 
+@pytest.mark.slow
 def test_backend_shortcut_gives_the_wrapped_tokenizers_ids_and_text(bpe):
     # HFTokenizer calls the fast tokenizer's Rust backend directly; it must agree with
     # transformers' own encode/decode on text with specials, emoji and odd bytes.

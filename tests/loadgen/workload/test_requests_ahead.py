@@ -47,6 +47,7 @@ class FailingFactory:
         return PreparedRequest("completions", {"prompt": str(self.count), "max_tokens": 1}, 1, 1)
 
 
+@pytest.mark.slow
 async def test_requests_built_in_their_own_process_are_the_factorys_sequence_and_not_built_here():
     built_here = factory()
     ahead = RequestsAhead(built_here, ahead_above_s=0.0)  # whatever they cost
@@ -85,6 +86,7 @@ async def test_a_factory_that_cannot_be_pickled_builds_here():
     assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(8)]
 
 
+@pytest.mark.slow
 async def test_the_factorys_error_is_raised_after_the_requests_built_before_it(monkeypatch):
     # The builder unpickles FailingFactory from this module: it starts with -P (nothing
     # from the current directory), so the repository is named on its path.
@@ -102,6 +104,7 @@ async def test_the_factorys_error_is_raised_after_the_requests_built_before_it(m
     assert [r.payload["prompt"] for r in got] == [str(i) for i in range(1, PROBE_REQUESTS + 3)]
 
 
+@pytest.mark.slow
 async def test_a_builder_process_that_dies_is_an_error_once_its_requests_are_taken():
     ahead = RequestsAhead(factory(), ahead_above_s=0.0)
     await ahead.start()

@@ -290,6 +290,7 @@ async def test_no_turn_is_sent_after_the_schedules_end(server, tmp_path):
 # -- closed loop ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_closed_loop_keeps_the_user_count_and_follows_a_step(server, tmp_path):
     scenario = sessions_scenario(tmp_path, schedule="{kind: users, users: 3, duration_s: 60}", think="0.02")
 
@@ -332,6 +333,7 @@ def test_users_for_a_fractional_target(target, users):
 # -- memory and stop -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_histories_live_only_while_their_session_does(server, tmp_path):
     scenario = sessions_scenario(
         tmp_path, schedule="{kind: constant, rate: 40, duration_s: 0.5}", turns="{dist: uniform, min: 1, max: 4}"
@@ -550,6 +552,7 @@ async def test_a_failed_turn_ends_its_session_and_is_counted_for_its_turn(server
 # -- the shipped scenario, as a user runs it ------------------------------------------
 
 
+@pytest.mark.slow
 def test_multi_turn_chat_runs_headless_and_its_recording_replays_the_sessions(tmp_path):
     import subprocess
     import sys
@@ -595,6 +598,7 @@ def test_multi_turn_chat_runs_headless_and_its_recording_replays_the_sessions(tm
     assert result["sessions"]["sessions"] == len(turns) == result["sessions"]["finished"]
 
 
+@pytest.mark.slow
 async def test_a_closed_loop_user_waits_after_a_failed_turn(server, tmp_path):
     async def refuse(body: dict, request: web.Request) -> web.Response:
         server.bodies.append(body)
@@ -609,6 +613,7 @@ async def test_a_closed_loop_user_waits_after_a_failed_turn(server, tmp_path):
     assert all(r.turn == 1 for r in sink.records)
 
 
+@pytest.mark.slow
 async def test_max_concurrency_caps_the_turns_in_flight(server, tmp_path):
     scenario = sessions_scenario(tmp_path, schedule="{kind: users, users: 4, duration_s: 0.6}", think="0")
     scenario.max_concurrency = 2

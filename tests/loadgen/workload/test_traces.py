@@ -219,6 +219,7 @@ def test_azure_timestamps(text, seconds):
     assert parse_azure_time(text) == pytest.approx(seconds, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_large_trace_loads_into_compact_columns(tmp_path):
     n = 20_000
     rng = np.random.default_rng(0)

@@ -76,6 +76,7 @@ def closed_port_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
+@pytest.mark.slow
 def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
     from rampwatch.record.analysis import summarise
     from rampwatch.record.reader import open_recording
@@ -186,6 +187,7 @@ def test_headless_run_summary_result_json_and_recording(sim_url, tmp_path):
         assert API_KEY not in blob
 
 
+@pytest.mark.slow
 def test_without_a_tty_the_run_is_headless(sim_url, tmp_path):
     proc = rampwatch(
         "random",
@@ -208,6 +210,7 @@ def test_without_a_tty_the_run_is_headless(sim_url, tmp_path):
     assert sum(line.startswith("[") for line in proc.stdout.splitlines()) >= 2
 
 
+@pytest.mark.slow
 def test_unreachable_target_is_one_line_naming_the_url(tmp_path):
     url = closed_port_url()
     proc = rampwatch(
@@ -220,6 +223,7 @@ def test_unreachable_target_is_one_line_naming_the_url(tmp_path):
     assert "Traceback" not in proc.stderr and API_KEY not in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 def test_error_rate_above_the_limit_fails_the_run(tmp_path):
     faulty = SimConfig(hardware="instant", model="tiny", faults=FaultConfig(error_rate=0.3), seed=1)
     with serving_sim(faulty) as sim:
@@ -251,6 +255,7 @@ def test_error_rate_above_the_limit_fails_the_run(tmp_path):
     assert lenient.returncode == 0, lenient.stderr
 
 
+@pytest.mark.slow
 def test_sigint_stops_gracefully_and_still_writes_the_summary(tmp_path):
     # ~30 ms per decode step and 4000-token answers: nothing finishes before the stop
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8")
@@ -421,6 +426,7 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
     assert finish_run(prepared, result) == 0
 
 
+@pytest.mark.slow
 def test_no_record_still_reads_the_figures_back_from_a_scratch_recording_it_removes(sim_url, tmp_path):
     """--no-record: the records go to a scratch recording in a temporary directory, read
     back for the exact figures and the result JSON, then removed."""
@@ -490,6 +496,7 @@ def test_without_a_readable_recording_the_summary_is_the_live_one_said_so_and_a_
     assert json.loads((tmp_path / "r.json").read_text())["completed"] == 5
 
 
+@pytest.mark.slow
 def test_the_drain_policy_is_shown_before_the_run_and_its_cancellations_are_counted_not_interrupting(tmp_path):
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
     with serving_sim(slow) as sim:

@@ -35,6 +35,7 @@ class Ticks(NullSink):
         self.ticks.append(tick)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("speed", [1, 4])
 async def test_trace_times_are_honoured_within_the_send_lateness_bound(tmp_path, speed):
     rows = [
@@ -80,6 +81,7 @@ class ChangeAt(NullSink):
         self.events.append(event)
 
 
+@pytest.mark.slow
 async def test_a_live_rate_change_scales_the_replays_speed(tmp_path):
     rows = [{"timestamp": 50 * i, "input_length": 16, "output_length": 2} for i in range(60)]  # 20 rows a second
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -105,6 +107,7 @@ async def test_a_live_rate_change_scales_the_replays_speed(tmp_path):
     assert sent[-1] < 3.0 / 4 + change.t  # well before the trace's own 2.95 s
 
 
+@pytest.mark.slow
 def test_rampwatch_run_trace_replay_headless_on_the_embedded_simulator(tmp_path):
     result_json = tmp_path / "result.json"
     proc = subprocess.run(
@@ -124,6 +127,7 @@ def test_rampwatch_run_trace_replay_headless_on_the_embedded_simulator(tmp_path)
     assert result["rampwatch_server"]["prefix_hit_pct"] > 20  # the rows' shared blocks hit the cache
 
 
+@pytest.mark.slow
 def test_a_malformed_trace_line_stops_the_run_with_one_line(tmp_path):
     (tmp_path / "t.jsonl").write_text(
         '{"timestamp": 0, "input_length": 3, "output_length": 1}\n{"timestamp": 5, "x": 1}\n'

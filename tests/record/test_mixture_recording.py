@@ -79,6 +79,7 @@ def test_the_recordings_class_summaries_are_the_in_memory_ones(recorded):
         assert summary.ttft.percentiles["p99"] == pytest.approx(want.ttft.percentiles["p99"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_report_prints_the_classes_side_by_side_and_json_has_per_class(recorded):
     path, _ = recorded
     out = rampwatch("report", str(path))
@@ -94,6 +95,7 @@ def test_report_prints_the_classes_side_by_side_and_json_has_per_class(recorded)
     assert sum(c["completed"] for c in as_json["per_class"].values()) == as_json["completed"]
 
 
+@pytest.mark.slow
 def test_html_report_has_a_classes_section_with_a_line_per_class(recorded, tmp_path):
     path, _ = recorded
     out = rampwatch("export", str(path), "--format", "html", "-o", str(tmp_path / "r.html"))
@@ -105,6 +107,7 @@ def test_html_report_has_a_classes_section_with_a_line_per_class(recorded, tmp_p
     assert section.count("<svg") == 4 and section.count(">chat</text>") == 4
 
 
+@pytest.mark.slow
 def test_json_export_has_each_class_in_the_top_level_schema_with_its_own_requests(recorded, tmp_path):
     path, capture = recorded
     out = rampwatch("export", str(path), "--format", "json", "--save-detailed", "-o", str(tmp_path / "r.json"))
@@ -152,6 +155,7 @@ def test_the_replay_rebuilds_the_live_class_figures(recorded):
                 np.testing.assert_array_equal(a.series[name], b.series[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_a_recording_without_classes_shows_none(tmp_path):
     path = tmp_path / "plain.rwrec"
     writer = RecordingWriter(path, flush_interval_s=None)

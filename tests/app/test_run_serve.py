@@ -15,6 +15,8 @@ import pytest
 from rampwatch.record.reader import open_recording
 from tests.processes import free_port, group_members, wait_group_gone
 
+pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+
 REPO = Path(__file__).resolve().parents[2]
 SIM = "rampwatch sim --hardware instant --model tiny"
 # ~30 ms per decode step: a run that is still busy when a test interrupts it

@@ -23,6 +23,7 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("rampwatch ")
 
 
+@pytest.mark.slow
 def test_console_script_runs():
     out = subprocess.run(
         [sys.executable, "-m", "rampwatch.app.cli", "--version"], capture_output=True, text=True, timeout=60
@@ -83,10 +84,12 @@ def command_modules_loaded(statement: str) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.slow
 def test_help_lists_the_commands_without_importing_them():
     assert command_modules_loaded("main(['--help'])") == []
 
 
+@pytest.mark.slow
 def test_a_command_imports_its_own_module_only():
     """report's module and what it imports itself (compare's helpers), no other command's."""
     loaded = command_modules_loaded("main(['report', '--help'])")

@@ -58,6 +58,7 @@ async def run_once(url: str, scenario, choice: str) -> float:
     return prefix_hit_pct(result.requests)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "choice, warm",
     [
@@ -100,6 +101,7 @@ def test_a_scenario_cannot_set_the_salt_its_runs_get_from_the_flag(tmp_path):
     assert ":8: workload.extra_body.cache_salt" in str(err.value) and "--cache-salt" in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["", "team/a", "x" * 129])
 def test_a_bad_cache_salt_flag_is_one_line_before_anything_starts(tmp_path, value):
     proc = subprocess.run(
