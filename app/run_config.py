@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TextIO
@@ -20,6 +21,7 @@ from typing import Any, TextIO
 from rampwatch.app import credentials
 from rampwatch.app.ray_run import add_ray_flags
 from rampwatch.core.errors import UserError
+from rampwatch.core.redact import REDACTED, redact_value
 from rampwatch.loadgen.run.drain import DrainPolicy, parse_drain
 from rampwatch.loadgen.run.ray_workers import DEFAULT_MAX_CLOCK_OFFSET_MS
 from rampwatch.loadgen.server.managed import DEFAULT_STARTUP_TIMEOUT_S
@@ -125,6 +127,27 @@ class RunConfig:
     max_clock_offset: float = DEFAULT_MAX_CLOCK_OFFSET_MS
     # What was typed (not a flag): --detach starts the same command in the background.
     argv: tuple[str, ...] = field(default=(), compare=False)
+
+    def __repr__(self) -> str:
+        """Never a secret (a repr reaches logs and tracebacks): the API key and every header
+        value starred, secret flags' values in what was typed and in ``--serve`` starred, URL
+        credentials masked."""
+        shown = []
+        for f in fields(self):
+            value: Any = getattr(self, f.name)
+            if f.name == "api_key" and value:
+                value = REDACTED
+            elif f.name == "header":
+                value = tuple((name, REDACTED) for name, _ in value)
+            elif f.name == "serve" and isinstance(value, str):
+                try:
+                    value = shlex.join(redact_value(shlex.split(value)))
+                except ValueError:  # unbalanced quotes: nothing of it is shown
+                    value = REDACTED
+            else:
+                value = redact_value(value)
+            shown.append(f"{f.name}={value!r}")
+        return f"RunConfig({', '.join(shown)})"
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ import ssl
 from dataclasses import dataclass
 
 from rampwatch.core.errors import UserError, unreadable_file
+from rampwatch.core.redact import REDACTED
 
 # The environment variable that holds ``NAME: VALUE`` header lines (``app.credentials``):
 # how a run's headers reach a process it starts without its command line.
@@ -28,6 +29,12 @@ class Connection:
     headers: tuple[tuple[str, str], ...] = ()  # (name, value) from --header, in order
     insecure: bool = False  # no TLS certificate verification
     ca_cert: str | None = None  # PEM file of the CA(s) to verify the server against
+
+    def __repr__(self) -> str:
+        """Never a secret (a repr reaches logs and tracebacks): the key and header values starred."""
+        key = REDACTED if self.api_key else None
+        headers = tuple((name, REDACTED) for name, _ in self.headers)
+        return f"Connection(api_key={key!r}, headers={headers!r}, insecure={self.insecure!r}, ca_cert={self.ca_cert!r})"
 
     def extra_headers(self) -> dict[str, str]:
         """The ``--header`` headers (a later one of the same name wins)."""

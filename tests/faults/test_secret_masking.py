@@ -151,3 +151,24 @@ def test_a_model_id_that_echoes_a_header_value_is_masked_on_every_line(tmp_path)
     assert f"(model model-{REDACTED})" in proc.stdout.splitlines()[0]
     with open_recording(tmp_path / "r.rwrec") as rec:
         assert rec.header.model == f"model-{REDACTED}"
+
+
+def test_the_run_configuration_and_the_connection_never_print_a_secret():
+    """Their reprs reach logs and tracebacks (a dataclass's own repr would print every field)."""
+    from rampwatch.app.run_config import RunConfig
+    from rampwatch.loadgen.transport.connection import Connection
+
+    secrets = ("sk-live-77aa", "pw-9911zz", "tok-hdr-5566", "pass-metrics-42")
+    config = RunConfig(
+        scenario="chat",
+        target=f"http://user:{secrets[1]}@host:8000",
+        api_key=secrets[0],
+        header=(("X-Tenant-Token", secrets[2]),),
+        serve=f"vllm serve m --api-key {secrets[0]} --port 9",
+        argv=("run", "chat", "--api-key", secrets[0]),
+        metrics_url=(f"http://m:{secrets[3]}@host/metrics",),
+    )
+    connection = Connection(api_key=secrets[0], headers=(("X-Tenant-Token", secrets[2]),))
+    for shown in (repr(config), str(config), repr(connection), str(connection)):
+        assert not [s for s in secrets if s in shown], shown
+    assert "X-Tenant-Token" in repr(config) and "--port 9" in repr(config)  # the rest is still there
