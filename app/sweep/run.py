@@ -1,7 +1,7 @@
 """`rampwatch sweep SWEEP.yaml`, headless: for each configuration of the sweep's matrix,
 start the server (``loadgen.server.managed.ManagedServer``), ramp the scenario against it
-with the run path of `rampwatch run` (``app.session.prepare_run``, one recording per
-configuration) until the knee is past and the SLO broken, stop it, and go on; then the
+with the run path of `rampwatch run` (``app.session``'s ``plan_run`` and ``build_run`` on
+a ``RunConfig`` built here, one recording per configuration) until the knee is past and the SLO broken, stop it, and go on; then the
 table, the Pareto front and the best configuration as a ``vllm serve`` command.
 
 The sweep's state (``state``: ``OUTPUT_DIR/sweep.json``) is rewritten at each
