@@ -31,12 +31,12 @@ from collections.abc import Awaitable, Callable
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from rampwatch.core.controls import RunControl
 from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import (
     ClassFigures,
     Event,
     RequestRecord,
-    RunControl,
     RunHeader,
     ServerSample,
     Snapshot,

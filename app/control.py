@@ -41,8 +41,9 @@ from typing import Any
 
 from rampwatch.app import runs
 from rampwatch.app.bridge import FULL_SNAPSHOT_EVERY, PUBLISH_INTERVAL_S, ForwardingControl, delta_of, with_tail
+from rampwatch.core.controls import RunControl
 from rampwatch.core.errors import UserError
-from rampwatch.core.timeline import RunControl, Snapshot
+from rampwatch.core.timeline import Snapshot
 
 CALLS = frozenset({"hold", "resume", "set_rate", "step_rate", "mark", "stop", "cancel_in_flight"})
 _LENGTH = struct.Struct(">I")

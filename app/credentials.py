@@ -11,7 +11,7 @@ given on the command line is used, with one warning line saying how to keep it o
 is overwritten in the process table once rampwatch has started (``hide_in_process_table``).
 
 A process rampwatch starts for the run (``--detach``'s, a sweep's) gets them through its
-environment (``child_environment``), never its argument list (``without_secret_flags``).
+environment (``child_environment_of``), never its argument list (``without_secret_flags``).
 """
 
 from __future__ import annotations
@@ -135,24 +135,6 @@ def resolve_secrets(
     return api_key, headers, warnings
 
 
-def resolve(args: argparse.Namespace, stdin: TextIO | None = None) -> list[str]:
-    """``resolve_secrets`` over a parsed command line, filling ``args.api_key`` and
-    ``args.header``: `rampwatch sweep`'s, whose flags are a subset (no header flags);
-    `rampwatch run` has ``RunConfig.with_credentials``."""
-    headers = vars(args).get("header")
-    key, resolved, warnings = resolve_secrets(
-        args.api_key,
-        args.api_key_file,
-        None if headers is None else list(headers),
-        vars(args).get("header_file"),
-        stdin,
-    )
-    args.api_key = key
-    if resolved is not None:
-        args.header = resolved
-    return warnings
-
-
 def command_line_secrets(
     api_key: str | None, headers: list[tuple[str, str]], urls: list[str | None], serve: str | None
 ) -> list[str]:
@@ -168,13 +150,6 @@ def command_line_secrets(
         except ValueError:  # unbalanced quotes: the run refuses the line itself
             pass
     return [v for v in found if v]
-
-
-def typed_secrets(args: argparse.Namespace) -> list[str]:
-    """``command_line_secrets`` of a parsed command line (`rampwatch sweep`'s: only a key)."""
-    given = vars(args)
-    urls = [given.get("target"), *(given.get("metrics_url") or []), *(given.get("gpu_metrics_url") or [])]
-    return command_line_secrets(given.get("api_key"), given.get("header") or [], urls, given.get("serve"))
 
 
 def without_secret_flags(argv: Sequence[str]) -> list[str]:
@@ -206,11 +181,6 @@ def child_environment_of(
     if headers is not None:
         env[HEADERS_ENV] = "".join(f"{name}: {value}\n" for name, value in headers)
     return env
-
-
-def child_environment(args: argparse.Namespace, base: dict[str, str] | None = None) -> dict[str, str]:
-    """``child_environment_of`` a parsed command line (`rampwatch sweep`'s)."""
-    return child_environment_of(args.api_key, vars(args).get("header"), base)
 
 
 def hide_in_process_table(values: Sequence[str]) -> bool:

@@ -41,7 +41,7 @@ LOAD_START_TIMEOUT_S = 10.0
 def child_argv(argv: list[str], run_id: str, log: Path, recording: Path | None) -> list[str]:
     """The command the detached process runs: what was typed, without ``--detach`` and
     without the key and the headers (they go through its environment, not the process
-    list: ``credentials.child_environment``), as a headless run with the id, its log and
+    list: ``RunConfig.child_environment``), as a headless run with the id, its log and
     its recording path fixed here."""
     out = [item for item in credentials.without_secret_flags(argv) if item != "--detach"]
     out += ["--headless", "--run-id", run_id, "--detached-log", str(log)]

@@ -33,8 +33,9 @@ from rampwatch.app.session import (
     print_server_tail,
     run_progress,
 )
+from rampwatch.core.controls import RunControl
 from rampwatch.core.errors import ServerExited, UserError
-from rampwatch.core.timeline import RunControl, Snapshot
+from rampwatch.core.timeline import Snapshot
 from rampwatch.loadgen.server.managed import ManagedServer
 from rampwatch.tui.app import RampwatchApp, make_live_app
 from rampwatch.tui.server_log import ServerStartApp

@@ -2,7 +2,7 @@
 
 The server (``loadgen.server.managed.ManagedServer``) belongs to the process the user started;
 the load runs in the forked run process. ``ServerRestarter`` is the UI's
-``core.timeline.ServerControl`` and runs a restart in a thread of this process:
+``core.controls.ServerControl`` and runs a restart in a thread of this process:
 
 1. ``pause_for_restart`` to the run: no new sends, in-flight requests get the stop grace
    and are then cancelled (counted); the run says when none is left (an ``info`` event
@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from rampwatch.core.controls import SnapshotSource
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.segments import RESUME_CHOICES, diff_text
 from rampwatch.core.redact import REDACTED
-from rampwatch.core.timeline import SnapshotSource
 from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand, _entry_length, diff_engine_args
 
 # How often the restart thread looks at the run's snapshots for the end of the drain.

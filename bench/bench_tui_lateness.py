@@ -40,7 +40,8 @@ from rampwatch.app.bridge import (  # noqa: E402
     ProcessBridge,
     lower_ui_priority,
 )
-from rampwatch.core.timeline import RunControl, Snapshot  # noqa: E402
+from rampwatch.core.controls import RunControl  # noqa: E402
+from rampwatch.core.timeline import Snapshot  # noqa: E402
 from tests.tui.fakes import FakeControl, fake_snapshot  # noqa: E402
 
 # ----- the baseline: the run in a thread of the UI process -----

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         cache_salt_problem,
         describe_cache_policy,
     )
+    from rampwatch.core.controls import ReplayControl, RunControl, ServerControl, SnapshotSource
     from rampwatch.core.errors import ModelNotServed, ServerExited, TargetUnreachable, UserError, unreadable_file
     from rampwatch.core.files import (
         OutputClaim,
@@ -51,15 +52,11 @@ if TYPE_CHECKING:
         Event,
         FanoutSink,
         NullSink,
-        ReplayControl,
         RequestRecord,
-        RunControl,
         RunHeader,
         ScrapeErrorLine,
-        ServerControl,
         ServerSample,
         Snapshot,
-        SnapshotSource,
         StepRow,
         Tick,
         TimelineSink,
@@ -83,6 +80,12 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "cache_salt_choice",
         "cache_salt_problem",
         "describe_cache_policy",
+    ),
+    "controls": (
+        "ReplayControl",
+        "RunControl",
+        "ServerControl",
+        "SnapshotSource",
     ),
     "errors": (
         "ModelNotServed",
@@ -130,15 +133,11 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "GPU_FIELDS",
         "MAX_TOKEN_COUNT",
         "NullSink",
-        "ReplayControl",
         "RequestRecord",
-        "RunControl",
         "RunHeader",
         "ScrapeErrorLine",
-        "ServerControl",
         "ServerSample",
         "Snapshot",
-        "SnapshotSource",
         "StepRow",
         "Tick",
         "TimelineSink",

@@ -10,7 +10,8 @@ an ``Event`` for schedule changes, holds, marks, the knee, errors, and finally
 ``on_finish``: ``TimelineSink`` says who calls each, on which thread, in what order, and
 that a sink never raises. The recording stores exactly this stream; the replay reader
 feeds it back into the same ``SeriesBuilder`` the live run uses, so both produce
-identical ``Snapshot``s.
+identical ``Snapshot``s. What the UI drives and polls (steering, replays) is declared
+in ``core.controls``.
 """
 
 from __future__ import annotations
@@ -576,50 +577,3 @@ class Snapshot:
             summary={},
             server_metrics_available=True,
         )
-
-
-class RunControl(Protocol):
-    """Steering a live run (the TUI's keys call these). Every call becomes an Event."""
-
-    def hold(self) -> None: ...  # freeze the schedule at the current rate
-    def resume(self) -> None: ...  # continue the ramp from where it was held
-    def set_rate(self, rps: float) -> None: ...  # hold at an explicit rate
-    def step_rate(self, delta_rps: float) -> None: ...  # +/- relative to the current rate
-    def mark(self, note: str) -> None: ...  # user mark with a note
-    def stop(self) -> None: ...  # graceful stop: no new requests, drain, then finish
-    def cancel_in_flight(self) -> None: ...  # end the drain now: cancel every request in flight
-
-
-class ServerControl(Protocol):
-    """The server a live run started (``--serve``), restarted from the live screen with
-    other arguments. The UI knows it only through this (``app.restart`` implements it)."""
-
-    @property
-    def command(self) -> str: ...  # the serve command now, as shown (secrets masked)
-    def preview(self, text: str) -> str: ...  # the argument diff on one line; UserError: refused
-    def restart(self, text: str, resume: str) -> None: ...  # begins the restart, returns at once
-
-
-class SnapshotSource(Protocol):
-    """What the UI polls (at most ~4 Hz). Live runs and replays both implement it."""
-
-    def snapshot(self) -> Snapshot: ...
-
-
-class ReplayControl(SnapshotSource, Protocol):
-    """A replay: the snapshot at its position, and the transport the replay screen's
-    keys drive."""
-
-    @property
-    def position(self) -> float: ...  # run seconds shown now
-    @property
-    def duration(self) -> float: ...  # run seconds the recording covers
-    @property
-    def playing(self) -> bool: ...  # False once the position reaches the end
-
-    speed: float  # playback speed, 1 to 16
-
-    def toggle(self) -> None: ...  # play <-> pause
-    def seek(self, t: float) -> None: ...  # to a position, clamped to [0, duration]
-    def seek_relative(self, dt: float) -> None: ...
-    def marks(self) -> list[Event]: ...  # knee, user marks, holds and restarts, in time order

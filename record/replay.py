@@ -110,7 +110,7 @@ class _Checkpoints:
 
 class ReplayTimeline:
     """A ``SnapshotSource`` over a recording, with transport controls: implements
-    ``core.timeline.ReplayControl`` (plus ``play``/``pause``/``step``).
+    ``core.controls.ReplayControl`` (plus ``play``/``pause``/``step``).
 
     ``clock`` (seconds, monotonic) drives playback and is injectable for tests.
     ``warm_up=True`` starts a daemon thread that builds seek checkpoints over the whole

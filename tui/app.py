@@ -20,7 +20,8 @@ from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from rampwatch.core.timeline import ReplayControl, RunControl, ServerControl, Snapshot, SnapshotSource
+from rampwatch.core.controls import ReplayControl, RunControl, ServerControl, SnapshotSource
+from rampwatch.core.timeline import Snapshot
 from rampwatch.tui.class_panel import ClassPanel
 from rampwatch.tui.compare_panel import ComparePanel
 from rampwatch.tui.configurations_screen import ConfigurationsScreen

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rampwatch.core.timeline import ReplayControl
+from rampwatch.core.controls import ReplayControl
 
 # A mixin of RampwatchApp: checked as the App it is mixed into, a plain class at run time
 # (Textual sees one App subclass).

@@ -14,9 +14,9 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from rampwatch.core.controls import ServerControl
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures.segments import RESUME_CHOICES, RESUME_TEXT
-from rampwatch.core.timeline import ServerControl
 
 
 class RestartDialog(ModalScreen[tuple[str, str] | None]):

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rampwatch.core.timeline import Event, RunControl, ServerControl, Snapshot
+from rampwatch.core.controls import RunControl, ServerControl
+from rampwatch.core.timeline import Event, Snapshot
 from rampwatch.tui.chart_data import format_duration, rate_step
 from rampwatch.tui.mark_dialog import MarkDialog
 from rampwatch.tui.restart_dialog import RestartDialog

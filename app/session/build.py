@@ -26,7 +26,9 @@ from rampwatch.core.redact import redact_options, redact_text
 from rampwatch.core.timeline import Event, RunHeader
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen.run import eventloop
-from rampwatch.loadgen.run.runner import Run, RunOptions, RunResult, host_info
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.result import RunResult
+from rampwatch.loadgen.run.runner import Run, host_info
 from rampwatch.loadgen.run.worker_pool import LocalWorkers
 from rampwatch.loadgen.run.workers import SenderFactory
 from rampwatch.loadgen.server.managed import ManagedServer

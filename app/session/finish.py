@@ -19,7 +19,7 @@ from rampwatch.core.figures.summary import (
 )
 from rampwatch.core.figures.turns import TURNS_NOTE, TurnTable
 from rampwatch.core.text import fill_to, fit_lines, terminal_width
-from rampwatch.loadgen.run.runner import RunResult
+from rampwatch.loadgen.run.result import RunResult
 from rampwatch.loadgen.server.managed import server_log_path
 from rampwatch.record.analysis import class_figures, recording_turns, summarise
 from rampwatch.record.reader import Recording, open_recording

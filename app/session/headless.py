@@ -23,7 +23,7 @@ from rampwatch.core.files import silence_stdout, stdout_reader_gone
 from rampwatch.core.redact import redact_text
 from rampwatch.core.text import server_text
 from rampwatch.loadgen.run import eventloop
-from rampwatch.loadgen.run.runner import RunResult
+from rampwatch.loadgen.run.result import RunResult
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
 
 # Between checks of whether the run's server is still there.

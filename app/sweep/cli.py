@@ -65,9 +65,11 @@ def repeat_count(text: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    for warning in credentials.resolve(args):
+    # The servers' key, from its flag or its file (the sweep has no header flags).
+    args.api_key, _, warnings = credentials.resolve_secrets(args.api_key, args.api_key_file, None, None)
+    for warning in warnings:
         print(f"rampwatch sweep: warning: {warning}", file=sys.stderr)
-    credentials.hide_in_process_table(credentials.typed_secrets(args))
+    credentials.hide_in_process_table(credentials.command_line_secrets(args.api_key, [], [], None))
     # Imported here, each only on its own path: the headless sweep (the live view's child
     # among them) never loads Textual, the live view never loads the run's machinery.
     if want_tui(args):

@@ -51,7 +51,7 @@ def spawn_headless(
     if args.resume:
         words.append("--resume")
     # the key in its environment, not on its command line: the process table shows that
-    env = credentials.child_environment(args, dict(os.environ, **(extra_env or {})))
+    env = credentials.child_environment_of(args.api_key, None, dict(os.environ, **(extra_env or {})))
     log = private_file(log_path, "w", encoding="utf-8")
     try:
         return subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)

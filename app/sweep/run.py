@@ -1,7 +1,7 @@
 """`rampwatch sweep SWEEP.yaml`, headless: for each configuration of the sweep's matrix,
 start the server (``loadgen.server.managed.ManagedServer``), ramp the scenario against it
-with the run path of `rampwatch run` (``app.session.prepare_run``, one recording per
-configuration) until the knee is past and the SLO broken, stop it, and go on; then the
+with the run path of `rampwatch run` (``app.session``'s ``plan_run`` and ``build_run`` on
+a ``RunConfig`` built here, one recording per configuration) until the knee is past and the SLO broken, stop it, and go on; then the
 table, the Pareto front and the best configuration as a ``vllm serve`` command.
 
 The sweep's state (``state``: ``OUTPUT_DIR/sweep.json``) is rewritten at each
@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from rampwatch.app import run as run_cli
 from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session import build_run, plan_run, progress_line
 from rampwatch.app.sweep.early_stop import EarlyStopRule
@@ -80,7 +79,7 @@ class ConfigRun:
         if not self.repeat:  # the ETA reads how long the configuration, all its runs, has run
             row["started_at"] = time.time()
         sweep.save(current=row["index"], line="starting the server")
-        plan = plan_run(RunConfig.from_cli_args(sweep.run_args(command_line(argv), recording)))
+        plan = plan_run(sweep.run_config(command_line(argv), recording))
         if self.repeat:  # other arrivals and prompts each repeat: the spread holds that noise too
             plan = dataclasses.replace(plan, scenario=repeat_scenario(plan.scenario, self.repeat))
         server = plan.server
@@ -240,24 +239,26 @@ class Sweep:
         except OSError as exc:  # the disk filled: the sweep goes on, the end says so
             self.state["state_error"] = str(exc.strerror or exc)
 
-    def run_args(self, serve: str, recording: Path) -> argparse.Namespace:
-        """`rampwatch run --serve`'s flags for one configuration: the same parser, so every
-        default is the run's own."""
-        parser = argparse.ArgumentParser(add_help=False)
-        run_cli.configure(parser)
-        words = [self.spec.scenario, "--headless", "--serve", serve, "--record", str(recording)]
+    def run_config(self, serve: str, recording: Path) -> RunConfig:
+        """`rampwatch run --serve`'s configuration for one configuration of the sweep: the
+        run's own defaults (``RunConfig``'s), the sweep's scenario, load and stop grace,
+        this configuration's serve command and recording."""
         grace = self.spec.stop_grace_s if self.args.stop_grace is None else self.args.stop_grace
-        words += ["--stop-grace", repr(grace)]
-        for key, value in self.spec.sets:
-            words += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
-        words += ["--set", "schedule=" + json.dumps(self.spec.schedule)]
-        if self.args.api_key:
-            words += ["--api-key", self.args.api_key]
+        sets = [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in self.spec.sets]
+        sets.append("schedule=" + json.dumps(self.spec.schedule))
         argv = shlex.split(serve)
-        if is_sim_command(argv) and "--gpu-telemetry" in argv:
-            # a simulator serving GPU gauges: read them, as --gpu-metrics-url would
-            words += ["--gpu-metrics-url", ServeCommand.parse(serve).base_url + DCGM_PATH]
-        return parser.parse_args(words)
+        # a simulator serving GPU gauges: read them, as --gpu-metrics-url would
+        sim_gauges = is_sim_command(argv) and "--gpu-telemetry" in argv
+        return RunConfig(
+            scenario=self.spec.scenario,
+            headless=True,
+            serve=serve,
+            record=str(recording),
+            stop_grace=float(grace),  # as the flag gives it: the recording's header keeps it
+            set=tuple(sets),
+            api_key=self.args.api_key or None,
+            gpu_metrics_url=(ServeCommand.parse(serve).base_url + DCGM_PATH,) if sim_gauges else (),
+        )
 
     def say(self, text: str) -> None:
         for line in text.split("\n"):

@@ -12,7 +12,8 @@ import pytest
 
 from rampwatch.core.cache_salt import cache_salt_choice
 from rampwatch.core.errors import UserError
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import SimConfig

@@ -173,7 +173,7 @@ def test_a_dead_socket_is_one_line(directory):
 
 
 def test_the_controls_a_viewer_forwards_are_the_run_controls():
-    from rampwatch.core.timeline import RunControl
+    from rampwatch.core.controls import RunControl
 
     protocol = {name for name in vars(RunControl) if not name.startswith("_")}
     assert protocol == CALLS

@@ -384,7 +384,7 @@ def test_a_recording_that_failed_mid_run_is_one_line_and_a_failed_exit(tmp_path,
     from rampwatch.app.run_config import RunConfig
     from rampwatch.app.session import PreparedRun, finish_run
     from rampwatch.core.timeline import RequestRecord, RunHeader
-    from rampwatch.loadgen.run.runner import RequestCounts, RunResult
+    from rampwatch.loadgen.run.result import RequestCounts, RunResult
     from rampwatch.record.writer import RecordingWriter
 
     header = RunHeader(
@@ -458,7 +458,7 @@ def test_without_a_readable_recording_the_summary_is_the_live_one_said_so_and_a_
     from rampwatch.app.session import PreparedRun, finish_run
     from rampwatch.core.figures.summary import RequestBlock, SummaryBuilder
     from rampwatch.core.timeline import RequestRecord, RunHeader
-    from rampwatch.loadgen.run.runner import RequestCounts, RunResult
+    from rampwatch.loadgen.run.result import RequestCounts, RunResult
 
     header = RunHeader(
         rampwatch_version="0", started_at_unix=0.0, target="http://127.0.0.1:1", model="m", scenario_name="random"

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from rampwatch.core.timeline import NullSink
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.traces import load_trace
 from rampwatch.sim.config import SimConfig

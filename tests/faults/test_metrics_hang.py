@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 
 from rampwatch.core.timeline import NullSink
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import SimServer, run_server

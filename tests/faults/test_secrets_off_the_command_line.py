@@ -15,9 +15,9 @@ from collections import Counter
 
 import pytest
 
-from rampwatch.app import credentials
 from rampwatch.app.cli import build_parser
 from rampwatch.app.detach import child_argv
+from rampwatch.app.run_config import RunConfig
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.transport.connection import HEADERS_ENV
 from tests.faults.test_connection_options import HEADER, REPO, TOKEN, Gateway, short_run
@@ -30,6 +30,10 @@ def run_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["run", "chat", *argv])
 
 
+def run_config(*argv: str) -> RunConfig:
+    return RunConfig.from_cli_args(run_args(*argv))
+
+
 def test_the_key_from_a_file_or_stdin_and_headers_from_a_file_stdin_or_the_environment(tmp_path, monkeypatch):
     key_file = tmp_path / "key"
     key_file.write_text(f"{KEY}\n")
@@ -37,25 +41,24 @@ def test_the_key_from_a_file_or_stdin_and_headers_from_a_file_stdin_or_the_envir
     headers.write_text("# the gateway's\nX-Gateway-Token: from-file\n\nX-Team: tuning\n")
     monkeypatch.setenv(HEADERS_ENV, "X-Gateway-Token: from-env\nX-Env: e\n")
 
-    args = run_args("--api-key-file", str(key_file), "--header-file", str(headers), "--header", "X-Team: typed")
-    assert credentials.resolve(args) == []  # nothing secret on the command line
-    assert args.api_key == KEY
+    config = run_config("--api-key-file", str(key_file), "--header-file", str(headers), "--header", "X-Team: typed")
+    config, warnings = config.with_credentials()
+    assert warnings == []  # nothing secret on the command line
+    assert config.api_key == KEY
     # the environment's, then the file's, then the flags': a later one of the same name wins
     from rampwatch.loadgen.transport.connection import Connection
 
-    assert Connection(headers=tuple(args.header)).extra_headers() == {
+    assert Connection(headers=config.header).extra_headers() == {
         "X-Gateway-Token": "from-file",
         "X-Env": "e",
         "X-Team": "typed",
     }
 
     monkeypatch.delenv(HEADERS_ENV)
-    args = run_args("--api-key-file", "-")
-    credentials.resolve(args, stdin=io.StringIO(KEY + "\n"))
-    assert args.api_key == KEY
-    args = run_args("--header-file", "-")
-    credentials.resolve(args, stdin=io.StringIO("Authorization: Bearer abc\n"))
-    assert args.header == [("Authorization", "Bearer abc")]
+    config, _ = run_config("--api-key-file", "-").with_credentials(stdin=io.StringIO(KEY + "\n"))
+    assert config.api_key == KEY
+    config, _ = run_config("--header-file", "-").with_credentials(stdin=io.StringIO("Authorization: Bearer abc\n"))
+    assert config.header == (("Authorization", "Bearer abc"),)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +77,7 @@ def test_a_bad_key_or_header_file_is_one_line_naming_it_and_never_its_values(tmp
         path.write_text(content)
     argv = [a.format(missing=tmp_path / "missing", file=path) for a in argv]
     with pytest.raises(UserError, match=expected) as err:
-        credentials.resolve(run_args(*argv), stdin=io.StringIO(""))
+        run_config(*argv).with_credentials(stdin=io.StringIO(""))
     assert "sk-zzz" not in str(err.value) and "\n" not in str(err.value)
 
 
@@ -100,7 +103,7 @@ def test_the_key_flags_exclude_each_other_and_help_says_the_command_line_is_visi
     ],
 )
 def test_a_secret_on_the_command_line_is_one_warning_saying_what_else_to_use(argv, warned):
-    warnings = credentials.resolve(run_args(*argv))
+    _, warnings = run_config(*argv).with_credentials()
     assert [w.split(":")[0] for w in warnings] == warned
     for warning in warnings:
         assert "visible to every user" in warning and "sk-typed-1" not in warning and " t;" not in warning
@@ -113,17 +116,15 @@ def test_a_detached_run_gets_its_key_and_headers_in_its_environment_not_its_comm
         "run", "chat", "--detach", "--api-key", "sk-typed-2", "--header", "X-Gateway-Token: g-secret-3",
         f"--header-file={headers}", "--duration", "60",
     ]  # fmt: skip
-    args = build_parser()[0].parse_args(typed)
-    credentials.resolve(args)
+    config, _ = RunConfig.from_cli_args(build_parser()[0].parse_args(typed)).with_credentials()
     argv = child_argv(typed, "abcd0000", tmp_path / "run.log", None)
     assert not any(secret in " ".join(argv) for secret in ("sk-typed-2", "g-secret-3", "--header", str(headers)))
-    env = credentials.child_environment(args, base={})
+    env = config.child_environment(base={})
     assert env["OPENAI_API_KEY"] == "sk-typed-2"
     # the child reads them back as they were
-    child = build_parser()[0].parse_args(argv[4:])
     monkeypatch.setenv(HEADERS_ENV, env[HEADERS_ENV])
-    credentials.resolve(child)
-    assert child.header == [("X-File", "f-secret-1"), ("X-Gateway-Token", "g-secret-3")]  # in their order
+    child, _ = RunConfig.from_cli_args(build_parser()[0].parse_args(argv[4:])).with_credentials()
+    assert child.header == (("X-File", "f-secret-1"), ("X-Gateway-Token", "g-secret-3"))  # in their order
 
 
 @pytest.mark.slow
@@ -169,19 +170,14 @@ def test_a_key_typed_on_the_command_line_is_overwritten_in_the_process_table():
 def test_the_process_table_loses_url_passwords_and_the_serve_lines_secrets_too():
     """`ps` showed `--target http://alice:pw…@host` and `--serve "VLLM_API_KEY=… vllm
     serve"` for the whole run: they are hidden with the key and the headers."""
-    from argparse import Namespace
-
-    from rampwatch.app.credentials import typed_secrets
-
-    args = Namespace(
-        api_key=None,
-        header=[("X-Team", "blue")],
+    config = RunConfig(
+        "chat",
+        header=(("X-Team", "blue"),),
         target="http://alice:pw-URLSECRET-999@127.0.0.1:8000",
-        metrics_url=["http://u:m-SECRET-42@127.0.0.1:8000/metrics"],
-        gpu_metrics_url=[],
+        metrics_url=("http://u:m-SECRET-42@127.0.0.1:8000/metrics",),
         serve="VLLM_API_KEY=vk-VerySecret-789 vllm serve m --api-key served-key-123 --port 8000",
     )
-    hidden = typed_secrets(args)
+    hidden = config.command_line_secrets()
     for secret in ("pw-URLSECRET-999", "m-SECRET-42", "vk-VerySecret-789", "served-key-123"):
         assert secret in hidden
     assert "blue" not in hidden and "8000" not in hidden and "vllm" not in hidden

@@ -18,7 +18,7 @@ import pytest
 
 from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import FanoutSink
-from rampwatch.loadgen.run.runner import RunCollector
+from rampwatch.loadgen.run.result import RunCollector
 from rampwatch.record.analysis import summarise
 from rampwatch.record.reader import open_recording
 from rampwatch.record.writer import RecordingWriter

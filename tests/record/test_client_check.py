@@ -12,7 +12,8 @@ import pytest
 from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.figures.summary import client_lag_warning
 from rampwatch.core.timeline import NullSink
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.record.analysis import summarise
 from rampwatch.record.reader import open_recording
 from rampwatch.record.replay import feed

@@ -135,7 +135,7 @@ def test_the_end_of_a_run_prints_the_turns_and_writes_them_to_the_result_json(tm
 
     from rampwatch.app.run_config import RunConfig
     from rampwatch.app.session import PreparedRun, finish_run
-    from rampwatch.loadgen.run.runner import RequestCounts, RunResult
+    from rampwatch.loadgen.run.result import RequestCounts, RunResult
 
     records = session_records(sessions=4, turns=3)
     if not with_sessions:

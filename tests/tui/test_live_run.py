@@ -19,7 +19,8 @@ from rampwatch.app import session
 from rampwatch.app.live import start_live_prepared
 from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session import serving_sim
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.record.reader import open_recording

@@ -12,7 +12,8 @@ import pytest
 from textual.widgets import Input, Static
 
 from rampwatch.app.live import start_live
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.server.managed import ManagedServer, ServeCommand, server_log_path
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.record.analysis import configuration_segments

@@ -1,11 +1,14 @@
-"""The headless sweep in this process: a signal between two loads, and a repeat's seed.
+"""The headless sweep in this process: a signal between two loads, a repeat's seed, and a
+configuration's run configuration.
 Nothing here starts a server (tests/app/sweep/test_cli.py runs whole sweeps)."""
 
 import argparse
 import io
 import json
+import shlex
 import signal
 
+from rampwatch.app.run_config import RunConfig
 from rampwatch.app.sweep import cli as sweep_cli
 from rampwatch.app.sweep.run import Sweep, repeat_scenario
 from rampwatch.loadgen.workload.scenario import load_scenario
@@ -47,3 +50,26 @@ def test_a_repeat_moves_the_seed_on_so_its_arrivals_differ():
     assert first.raw["seed"] == first.seed  # the first run's scenario is left as it was
     gaps = [[s.next_send_time() for _ in range(20)] for s in (first.build_schedule(), second.build_schedule())]
     assert gaps[0] != gaps[1]
+
+
+def test_a_configurations_run_configuration_is_rampwatch_run_serves_with_the_sweeps_flags(tmp_path):
+    """Built directly, not written as flags and parsed again: it is what `rampwatch run`'s
+    parser gives for the same words (the run's defaults, the stop grace a float, the
+    simulator's GPU gauges read)."""
+    parser = argparse.ArgumentParser()
+    sweep_cli.configure(parser)
+    path = sweep_file(tmp_path, "[{max-num-seqs: 2}]")
+    sweep = Sweep(parser.parse_args([str(path), "--headless", "--api-key", "sk-sweep-1"]), out=io.StringIO())
+    serve = sweep.spec.serve + " --max-num-seqs 2"
+    recording = tmp_path / "out" / "c1.rwrec"
+    config = sweep.run_config(serve, recording)
+
+    port = shlex.split(serve)[shlex.split(serve).index("--port") + 1]
+    run_parser = argparse.ArgumentParser()
+    RunConfig.add_cli_args(run_parser)
+    words = ["chat", "--headless", "--serve", serve, "--record", str(recording), "--stop-grace", "1"]
+    words += ["--set", 'workload.output_tokens={"dist": "uniform", "min": 10, "max": 30}']
+    words += ["--set", "schedule=" + json.dumps(sweep.spec.schedule), "--api-key", "sk-sweep-1"]
+    words += ["--gpu-metrics-url", f"http://127.0.0.1:{port}/dcgm/metrics"]
+    assert config == RunConfig.from_cli_args(run_parser.parse_args(words))
+    assert isinstance(config.stop_grace, float) and config.recorded_options()["stop_grace"] == 1.0

@@ -23,7 +23,8 @@ from rampwatch.core.figures.client_lag import (
 from rampwatch.core.figures.summary import client_lag_warning, format_summary, summarise_requests, to_bench_result
 from rampwatch.core.timeline import NullSink, RequestRecord
 from rampwatch.loadgen.run.loop_health import GC_ENV, ClientHealth, LoadPhaseGC, LoopLagProbe
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import serve

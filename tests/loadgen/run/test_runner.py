@@ -13,7 +13,8 @@ from rampwatch.app.session import progress_line
 from rampwatch.core.errors import TargetUnreachable
 from rampwatch.core.timeline import NullSink, ServerSample
 from rampwatch.loadgen.run.drain import DrainPolicy
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import FaultConfig, SimConfig

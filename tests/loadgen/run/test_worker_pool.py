@@ -22,7 +22,8 @@ from aiohttp import web
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.run import worker_pool
 from rampwatch.loadgen.run.loop_health import LoopLagProbe
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.run.worker_pool import LocalWorkers
 from rampwatch.loadgen.run.workers import ClientSpec
 from rampwatch.loadgen.transport.client import RequestCancelled

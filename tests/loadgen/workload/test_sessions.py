@@ -17,7 +17,8 @@ from aiohttp import web
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.timeline import NullSink, Tick
-from rampwatch.loadgen.run.runner import Run, RunOptions
+from rampwatch.loadgen.run.options import RunOptions
+from rampwatch.loadgen.run.runner import Run
 from rampwatch.loadgen.workload.prompts import SEPARATOR
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.sessions import sample_think, users_for
