@@ -36,6 +36,7 @@ class Ticks(NullSink):
         self.ticks.append(tick)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("speed", [1, 4])
 async def test_trace_times_are_honoured_within_the_send_lateness_bound(tmp_path, speed):

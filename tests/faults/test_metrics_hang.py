@@ -17,7 +17,7 @@ from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.server import SimServer, run_server
 
-pytestmark = pytest.mark.slow  # starts a process or a Textual app (tests/tiers.py)
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # starts a process (tests/tiers.py); bounds in wall-clock time
 
 SCRAPE_TIMEOUT_S = 0.5
 

@@ -116,6 +116,7 @@ def strict_json(text: str):
     return json.loads(text, parse_constant=lambda word: pytest.fail(f"not strict JSON: {word}"))
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_hostile_metrics_page_reaches_no_output_and_every_json_is_strict(tmp_path):
     recording, result = tmp_path / "r.rwrec", tmp_path / "r.json"

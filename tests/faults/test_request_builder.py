@@ -37,6 +37,7 @@ def builder_pid(parent: int, deadline: float) -> int:
     raise AssertionError("no request builder process started")
 
 
+@pytest.mark.timing
 def test_a_killed_request_builder_stops_the_run_with_one_line(tmp_path):
     recording, result = tmp_path / "run.rwrec", tmp_path / "run.json"
     argv = ["run", "random", "--headless", "--sim-hardware", "instant", "--record", str(recording)]

@@ -19,7 +19,7 @@ from tests.processes import free_port
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timing, pytest.mark.timeout(120)]
 
 BIN = Path(sys.executable).parent
 RAY_ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}

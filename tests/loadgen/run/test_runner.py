@@ -95,6 +95,7 @@ def sends_between(records, t0: float, t1: float) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_constant_rate_run_publishes_the_whole_stream():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -130,6 +131,7 @@ async def test_constant_rate_run_publishes_the_whole_stream():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_max_concurrency_caps_in_flight_and_the_wait_is_client_queue_time():
     # Each request takes a few hundred ms on the simulated L4; 12 arrive at once-ish.
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=4.0)
@@ -165,6 +167,7 @@ async def test_max_concurrency_caps_in_flight_and_the_wait_is_client_queue_time(
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_steering_changes_the_sends_and_every_call_is_an_event():
     sink = StartedSink()
     async with serve(INSTANT) as url:
@@ -230,6 +233,7 @@ async def test_steering_changes_the_sends_and_every_call_is_an_event():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 @pytest.mark.parametrize(
     "drain",
     # a stop that cuts the schedule short gives its grace whatever the policy for the
@@ -272,6 +276,7 @@ async def test_stop_cancels_in_flight_after_the_grace_period(drain):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_state_is_draining_while_the_last_requests_finish():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=2.0)
     sink = ListSink()
@@ -296,6 +301,7 @@ async def test_state_is_draining_while_the_last_requests_finish():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_stop_while_draining_applies_the_grace_period():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny")
     sink = ListSink()
@@ -334,6 +340,7 @@ async def test_unreachable_target_raises_naming_the_url():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_server_errors_count_in_the_error_rate():
     faulty = SimConfig(hardware="instant", model="tiny", faults=FaultConfig(error_rate=0.5), seed=3)
     async with serve(faulty) as url:
@@ -366,6 +373,7 @@ def test_scrape_failures_are_an_event_when_they_start_change_or_end():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_ending_the_drain_now_cancels_in_flight_requests_and_records_it():
     """The UI's end-the-drain key: every request still streaming is cancelled at once
     (no grace period), the cancel is an event, the requests are counted as cancelled (not
@@ -409,6 +417,7 @@ async def test_ending_the_drain_now_cancels_in_flight_requests_and_records_it():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_the_peak_in_flight_on_screen_is_the_summarys_peak_concurrency():
     """One definition: requests sent and not ended, whatever their outcome. The run's
     exact peak (in its ticks) equals the peak overlap of the records' [sent, end)
@@ -441,6 +450,7 @@ async def test_the_peak_in_flight_on_screen_is_the_summarys_peak_concurrency():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_steering_that_changes_nothing_is_not_recorded():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -467,6 +477,7 @@ async def test_steering_that_changes_nothing_is_not_recorded():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_ticks_carry_the_plan_moved_on_by_a_hold():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -493,6 +504,7 @@ async def test_ticks_carry_the_plan_moved_on_by_a_hold():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_requests_cancelled_while_waiting_for_a_slot_are_recorded_not_lost():
     """With a concurrency cap, ending the drain also cancels requests still queued for a
     slot: each is recorded as cancelled (never sent), so every offered request has a record."""
@@ -552,6 +564,7 @@ async def test_the_serve_commands_limits_reach_the_knee_detector_with_the_server
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_requests_built_in_their_own_process_are_all_sent_in_order():
     sink = ListSink()
     async with serve(INSTANT) as url:
@@ -566,6 +579,7 @@ async def test_requests_built_in_their_own_process_are_all_sent_in_order():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_a_request_builder_killed_mid_run_stops_the_run_with_its_records_kept():
     sink = SentSink(20)
     async with serve(INSTANT) as url:
@@ -589,6 +603,7 @@ async def test_a_request_builder_killed_mid_run_stops_the_run_with_its_records_k
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 @pytest.mark.parametrize(
     ("policy", "lasts_at_least", "lasts_under"),
     [
@@ -619,6 +634,7 @@ async def test_a_drain_policy_cancels_what_is_left_as_planned_not_interrupted(po
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 async def test_the_wait_policy_waits_for_every_request_and_a_cap_longer_than_the_drain_cancels_nothing():
     slow = SimConfig(hardware="l4", model="llama-3.1-8b-fp8", served_model_name="tiny", speed=2.0)
     for policy in (DrainPolicy(), DrainPolicy("cap", 60.0)):
