@@ -10,16 +10,8 @@ from dataclasses import replace
 from typing import TextIO
 
 from rampwatch.app import credentials, runs
-from rampwatch.app.detach import launch
 from rampwatch.app.ray_run import check_ray_flags
-from rampwatch.app.run_config import (  # noqa: F401 - the run's flag types, for the sweep's flags
-    DEFAULT_SIM_HARDWARE,
-    DEFAULT_SIM_MODEL,
-    RunConfig,
-    non_negative_float,
-    positive_float,
-)
-from rampwatch.app.session import run_headless
+from rampwatch.app.run_config import RunConfig
 from rampwatch.core.files import release_all
 
 
@@ -49,6 +41,11 @@ def run(config: RunConfig) -> int:
     for warning in warnings:
         print(f"rampwatch run: warning: {warning}", file=sys.stderr)
     credentials.hide_in_process_table(config.command_line_secrets())
+    # The run's machinery (the whole product) is imported here, not at the top: `run --help`
+    # and a bad flag need only the parser, which is RunConfig's.
+    from rampwatch.app.detach import launch
+    from rampwatch.app.session import run_headless
+
     if config.detach:
         return launch(config)
     run_id = config.run_id or runs.new_run_id()

@@ -8,7 +8,8 @@ import argparse
 import sys
 
 from rampwatch.app import credentials
-from rampwatch.app.run import non_negative_float, positive_float, want_tui
+from rampwatch.app.run import want_tui
+from rampwatch.app.run_config import non_negative_float, positive_float
 from rampwatch.app.sweep.spec import MAX_REPEATS
 
 
