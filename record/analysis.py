@@ -143,6 +143,10 @@ def final_snapshot(recording: Recording) -> Snapshot:
         stored = stored_builder(recording, recording.duration_s)
     except CheckpointTooOld:  # e.g. written before the step table: build from the start
         pass
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+        # A checkpoint of a newer schema, or a damaged one: it only saves time, so build
+        # from the start, as the replay does (``ReplayTimeline._restore``).
+        pass
     t0, builder = stored if stored is not None else (float("-inf"), series_builder(recording.header))
     feed(builder, recording.items_between(t0, recording.duration_s))
     if recording.finished:

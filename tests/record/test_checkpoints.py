@@ -261,3 +261,41 @@ def test_the_send_lateness_read_back_is_the_runs(tmp_path):
     assert run.max == pytest.approx(20.0)  # the failed request's; the one never sent (500 ms) left out
     for got, want in zip((report.p50, report.p99, report.max), (run.p50, run.p99, run.max), strict=True):
         assert got == pytest.approx(want, abs=2e-3)  # the recording keeps times to 1 µs
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda state: state.update(schema=99),  # written by a newer rampwatch
+        lambda state: state.update(schema="two"),
+        lambda state: state.update(schema=[2]),
+        lambda state: state.update({k: "x" for k in list(state)}),  # fields of the wrong types
+    ],
+    ids=["newer-schema", "schema-text", "schema-list", "fields-wrong-type"],
+)
+def test_the_final_summary_builds_from_the_start_past_an_unusable_checkpoint(tmp_path, monkeypatch, spoil):
+    """`report` and `export` (``final_snapshot``) read the last checkpoint: one they cannot
+    restore is skipped, as the replay skips it, instead of ending in a traceback."""
+    from rampwatch.record import checkpoint
+    from rampwatch.record.analysis import final_snapshot
+
+    path = tmp_path / "r.rwrec"
+    _write(path, duration=12.0)
+    rec = open_recording(path)
+    assert rec.checkpoint_times
+    want = final_snapshot(rec)
+    stored = rec.checkpoint
+
+    def spoilt(t):
+        found = stored(t)
+        if found is None:
+            return None
+        cp_time, state, arrays = found
+        state = dict(state)
+        spoil(state)
+        return cp_time, state, arrays
+
+    monkeypatch.setattr(rec, "checkpoint", spoilt)
+    with pytest.raises((ValueError, TypeError, AttributeError)):
+        checkpoint.stored_builder(rec, rec.duration_s)
+    _assert_same(final_snapshot(rec), want)
