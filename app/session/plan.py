@@ -242,9 +242,9 @@ def plan_run(config: RunConfig, claim: bool = True) -> RunPlan:
     if command is None:
         # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
         target = normalize_base_url(check_url("--target", config.target or ""))
-        _check_one_authorization(target, config, connection)
     else:
-        target = command.base_url
+        target = command.base_url  # --target's user:password, if any, is kept in it
+    _check_one_authorization(target, config, connection)
     if gpu_plan is None:  # a server of the user's (started here or not): where it runs decides
         gpu_plan = gpu_telemetry(config.gpu, gpu_urls, target)
     if gpu_plan.simulated:

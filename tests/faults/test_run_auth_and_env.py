@@ -4,6 +4,7 @@ authorization at once (a password in `--target` and an API key), and a
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import subprocess
@@ -88,3 +89,23 @@ def test_other_load_gc_policies_are_refused(monkeypatch, value):
     monkeypatch.setenv(GC_ENV, value)
     with pytest.raises(UserError, match=rf"^RAMPWATCH_LOAD_GC='{value}': expected load or python$"):
         check_gc_policy()
+
+
+@pytest.mark.parametrize("extra", [("--api-key", API_KEY), ("--header", f"Authorization: Bearer {API_KEY}")])
+def test_a_password_in_the_target_of_a_served_run_and_an_api_key_are_refused_in_one_line(tmp_path, extra):
+    """With --serve the target's user:password goes to the server's URL: the same refusal,
+    before the server starts (it was aiohttp's ValueError traceback once the server was up)."""
+    from rampwatch.app.run_config import RunConfig
+    from rampwatch.app.session.plan import plan_run
+
+    port = closed_port()
+    parser = argparse.ArgumentParser()
+    RunConfig.add_cli_args(parser)
+    args = parser.parse_args(
+        ["chat", "--serve", f"rampwatch sim --port {port}", "--target", f"http://user:{PASSWORD}@127.0.0.1:{port}"]
+        + [*extra, "--headless", "--no-record"]
+    )
+    config = RunConfig.from_cli_args(args)
+    with pytest.raises(UserError, match="and a user:password in --target: give one of them") as caught:
+        plan_run(config, claim=False)
+    assert PASSWORD not in str(caught.value) and API_KEY not in str(caught.value)
