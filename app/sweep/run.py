@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session import build_run, plan_run, progress_line
 from rampwatch.app.sweep.early_stop import EarlyStopRule
-from rampwatch.app.sweep.serve_args import apply_args, command_line
+from rampwatch.app.sweep.serve_args import apply_args, command_line, shown_command
 from rampwatch.app.sweep.spec import load_sweep
 from rampwatch.app.sweep.state import (
     SWEEP_STATE,
@@ -280,7 +280,7 @@ class Sweep:
         rows = self.state["rows"]
         total = len(rows)
         self.say(
-            f"rampwatch sweep: {self.spec.name}: {total} configurations of {self.spec.serve!s}; SLO {self.spec.slo.text}"
+            f"rampwatch sweep: {self.spec.name}: {total} configurations of {shown_command(shlex.split(self.spec.serve))}; SLO {self.spec.slo.text}"
         )
         self.say(f"output: {self.out_dir}")
         try:

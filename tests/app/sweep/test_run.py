@@ -12,7 +12,7 @@ from rampwatch.app.run_config import RunConfig
 from rampwatch.app.sweep import cli as sweep_cli
 from rampwatch.app.sweep.run import Sweep, repeat_scenario
 from rampwatch.loadgen.workload.scenario import load_scenario
-from tests.app.sweep.sweep_files import sweep_file
+from tests.app.sweep.sweep_files import GOOD_SWEEP, sweep_file
 
 
 def test_a_signal_landing_as_the_start_line_is_written_interrupts_that_configuration(tmp_path, monkeypatch):
@@ -73,3 +73,26 @@ def test_a_configurations_run_configuration_is_rampwatch_run_serves_with_the_swe
     words += ["--gpu-metrics-url", f"http://127.0.0.1:{port}/dcgm/metrics"]
     assert config == RunConfig.from_cli_args(run_parser.parse_args(words))
     assert isinstance(config.stop_grace, float) and config.recorded_options()["stop_grace"] == 1.0
+
+
+def test_the_headline_masks_an_api_key_in_the_serve_command(tmp_path, monkeypatch):
+    """The first line a sweep prints names its serve command: with secrets masked, as
+    sweep.json keeps it (it printed `--api-key KEY` as typed)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(GOOD_SWEEP.replace("--port 8311", "--port 8311 --api-key SWEEPSECRET999"))
+    parser = argparse.ArgumentParser()
+    sweep_cli.configure(parser)
+    out = io.StringIO()
+    sweep = Sweep(parser.parse_args([str(path), "--headless", "--output-dir", str(tmp_path / "out")]), out=out)
+    sweep.prepare()
+    monkeypatch.setattr(sweep, "_one", lambda row, label: None)  # no server, no load
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        sweep.execute()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    printed = out.getvalue()
+    assert "configurations of vllm serve Qwen/Qwen2.5-0.5B --port 8311 --api-key" in printed
+    assert "SWEEPSECRET999" not in printed
+    assert "SWEEPSECRET999" not in (tmp_path / "out" / "sweep.json").read_text()
