@@ -140,8 +140,39 @@ def _loads_printable(text: bytes) -> Any:
     return printable_value(value) if _JSON_CONTROL.search(text) else value
 
 
+# What each header field must hold, by its declared type: a damaged or hostile file whose
+# `options` is a string would otherwise end every reader in a traceback far from here.
+_HEADER_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "float": (int, float),
+    "float | None": (int, float, type(None)),
+    "bool": (bool,),
+    "dict[str, Any]": (dict,),
+    "list[str]": (list,),
+}
+
+
+def header_problem(d: Any) -> str | None:
+    """Why a decoded header is not a ``RunHeader``'s fields (None: it is)."""
+    if not isinstance(d, dict):
+        return f"expected a JSON object, got {type(d).__name__}"
+    for name, spec in RunHeader.__dataclass_fields__.items():
+        if name not in d:
+            continue
+        value, allowed = d[name], _HEADER_TYPES[str(spec.type)]
+        if isinstance(value, bool) and bool not in allowed:  # a bool is an int to Python, not a number here
+            return f"field {name}: expected {spec.type}, got bool"
+        if not isinstance(value, allowed):
+            return f"field {name}: expected {spec.type}, got {type(value).__name__}"
+    return None
+
+
 def decode_header(payload: bytes) -> RunHeader:
     d = _loads_printable(inflate(payload))
+    problem = header_problem(d)
+    if problem is not None:
+        raise ValueError(problem)
     known = set(RunHeader.__dataclass_fields__)
     return RunHeader(**{k: v for k, v in d.items() if k in known})
 

@@ -4,6 +4,8 @@ format allows (a zlib bomb) is refused without inflating it."""
 
 from __future__ import annotations
 
+import json
+import re
 import resource
 import struct
 import subprocess
@@ -136,3 +138,38 @@ def test_inflate_stops_at_its_limit():
         fmt.inflate(data, 9_999)
     with pytest.raises(ValueError, match="truncated"):
         fmt.inflate(data[:-4], 10_000)
+
+
+def with_header_fields(path: Path, **fields) -> None:
+    """``path`` rewritten with its header's ``fields`` replaced (a valid block, wrong contents)."""
+    data = path.read_bytes()
+    (pos, _kind, _count), (next_pos, *_rest) = frames_of(data)[:2]
+    header = open_recording(path).header.to_dict() | fields
+    payload = zlib.compress(json.dumps(header).encode())
+    path.write_bytes(data[:pos] + fmt.frame(fmt.KIND_HEADER, payload, 1, 0.0, 0.0) + data[next_pos:])
+
+
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        ({"options": "x"}, "field options: expected dict[str, Any], got str"),
+        ({"scenario": 3}, "field scenario: expected dict[str, Any], got int"),
+        ({"planned_duration_s": "abc"}, "field planned_duration_s: expected float | None, got str"),
+        ({"metrics_urls": {"a": 1}}, "field metrics_urls: expected list[str], got dict"),
+        ({"started_at_unix": True}, "field started_at_unix: expected float, got bool"),
+    ],
+)
+def test_a_header_field_of_the_wrong_type_is_one_line_naming_it(tmp_path, fields, said, capsys):
+    """Each reader of the header (report, export, compare, replay) ended in a traceback
+    far from the file (`'str' object has no attribute 'get'`)."""
+    from rampwatch.app.cli import main
+
+    path = tmp_path / "run.rwrec"
+    write_recording(path)
+    with_header_fields(path, **fields)
+    with pytest.raises(UserError, match=re.escape(f"run.rwrec: corrupted recording (unreadable header: {said})")):
+        open_recording(path)
+    for argv in (["report", str(path)], ["export", str(path), "-o", str(tmp_path / "out.json")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], err
