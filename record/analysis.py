@@ -41,7 +41,7 @@ from rampwatch.core.figures.turns import TurnFigures, TurnTable
 from rampwatch.core.text import server_text
 from rampwatch.core.timeline import CANCELLED, Event, Snapshot
 from rampwatch.record import format as fmt
-from rampwatch.record.checkpoint import CheckpointTooOld, series_builder, stored_builder
+from rampwatch.record.checkpoint import series_builder, stored_builder
 from rampwatch.record.reader import Recording
 from rampwatch.record.replay import feed
 from rampwatch.record.significance import Samples
@@ -141,11 +141,10 @@ def final_snapshot(recording: Recording) -> Snapshot:
     stored = None
     try:  # the last stored state, plus what follows it
         stored = stored_builder(recording, recording.duration_s)
-    except CheckpointTooOld:  # e.g. written before the step table: build from the start
-        pass
     except (ValueError, TypeError, KeyError, AttributeError, IndexError):
-        # A checkpoint of a newer schema, or a damaged one: it only saves time, so build
-        # from the start, as the replay does (``ReplayTimeline._restore``).
+        # A checkpoint too old (``CheckpointTooOld``, a ValueError: from before the step
+        # table), of a newer schema, or damaged: it only saves time, so build from the
+        # start, as the replay does (``ReplayTimeline._restore``).
         pass
     t0, builder = stored if stored is not None else (float("-inf"), series_builder(recording.header))
     feed(builder, recording.items_between(t0, recording.duration_s))
