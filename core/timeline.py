@@ -55,6 +55,19 @@ class RequestRecord:
     # (``usage.prompt_tokens_details.cached_tokens``; vLLM: --enable-prompt-tokens-details).
     # None when the server does not say.
     cached_tokens: int | None = None
+    # A reasoning model's answer (``delta.reasoning`` / ``delta.reasoning_content`` before
+    # ``delta.content``): when the first answer chunk came, and how many of
+    # ``completion_tokens`` were thinking. None when the stream carried no reasoning.
+    first_answer_at: float | None = None
+    reasoning_tokens: int | None = None
+    # Where ``reasoning_tokens`` came from: the server's usage
+    # (``completion_tokens_details.reasoning_tokens``: True) or the tokenizer (False).
+    reasoning_from_usage: bool | None = None
+    # The LoRA adapter the request was sent to (its ``model``), when the scenario sends
+    # to adapters; None otherwise.
+    adapter: str | None = None
+    # How many images the request carried (their size is the scenario's); None: none.
+    images: int | None = None
     # The answer's text, kept only when the run was asked to (`--save-generated-texts`);
     # not recorded in recordings.
     generated_text: str | None = None
@@ -71,6 +84,21 @@ class RequestRecord:
     @property
     def ttft(self) -> float | None:
         return None if self.first_token_at is None else self.first_token_at - self.sent_at
+
+    @property
+    def ttfa(self) -> float | None:
+        """Time to the first answer token: the TTFT when the request did not reason, None
+        when it reasoned and no answer came (cut short while thinking)."""
+        if self.first_answer_at is not None:
+            return self.first_answer_at - self.sent_at
+        if self.reasoning_tokens:
+            return None
+        return self.ttft
+
+    @property
+    def answer_tokens(self) -> int:
+        """The completion tokens that were the answer, not thinking."""
+        return max(0, self.completion_tokens - (self.reasoning_tokens or 0))
 
     @property
     def e2e(self) -> float:
@@ -140,6 +168,21 @@ class ServerSample:
     prefix_queries_total: float | None = None
     prefix_hits_total: float | None = None
     preemptions_total: float | None = None
+    # Speculative decoding (vLLM: vllm:spec_decode_num_drafts / _num_draft_tokens /
+    # _num_accepted_tokens), and accepted tokens by draft position, {"0": n, "1": n, …}.
+    spec_drafts_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
+    spec_accepted_by_position: dict[str, float] = field(default_factory=dict)
+    # The multimodal processor cache (vLLM: vllm:mm_cache_queries / vllm:mm_cache_hits).
+    mm_cache_queries_total: float | None = None
+    mm_cache_hits_total: float | None = None
+    # LoRA adapters (vLLM: vllm:lora_requests_info's labels, its newest series): those
+    # running and waiting, and the most the server holds at once (--max-loras).
+    # None when not exported.
+    lora_running: list[str] | None = None
+    lora_waiting: list[str] | None = None
+    max_lora: float | None = None
     # Same fields per data-parallel engine label, e.g. {"0": {"running": 3.0, ...}}.
     per_engine: dict[str, dict[str, float]] = field(default_factory=dict)
     # Counter identity (e.g. a `_created` timestamp); a change means the server restarted.

@@ -362,7 +362,19 @@ def _decode_chunks(data: bytes, n_chunks: np.ndarray, total: int) -> np.ndarray:
 
 # RequestRecord fields kept as JSON lists beside the strings, when a block has any; a
 # recording without them (older, or a plain run) reads them as None.
-OPTIONAL_REQUEST_FIELDS = ("request_class", "session", "turn", "cached_tokens")
+OPTIONAL_REQUEST_FIELDS = (
+    "request_class",
+    "session",
+    "turn",
+    "cached_tokens",
+    "first_answer_at",
+    "reasoning_tokens",
+    "reasoning_from_usage",
+    "adapter",
+    "images",
+)
+# Of those, the times: written as whole time quanta (``time_quantum_us``), as the others.
+_OPTIONAL_TIMES = ("first_answer_at",)
 
 
 def encode_requests(records: list[RequestRecord], chunk_quantum_us: int = CHUNK_QUANTUM_US) -> bytes:
@@ -399,6 +411,8 @@ def encode_requests(records: list[RequestRecord], chunk_quantum_us: int = CHUNK_
     for key in OPTIONAL_REQUEST_FIELDS:
         column = [getattr(r, key) for r in records]
         if any(value is not None for value in column):
+            if key in _OPTIONAL_TIMES:
+                column = [None if v is None else round(v * 1e6 / q_t) for v in column]
             strings[key] = column
     js = _json_bytes(strings)
     scalars = b"".join(
@@ -516,7 +530,11 @@ def decode_requests(payload: bytes) -> list[RequestRecord]:
     flags_l = c.flags.tolist()
     fr, ec, er, tag = (c.strings[k] for k in ("finish_reason", "error_class", "error", "scenario_tag"))
     none = [None] * n
-    klass, session, turn, cached = (c.strings.get(k) or none for k in OPTIONAL_REQUEST_FIELDS)
+    optional = {k: c.strings.get(k) or none for k in OPTIONAL_REQUEST_FIELDS}
+    q_t = c.strings.get("time_quantum_us", 1) / 1e6
+    for key in _OPTIONAL_TIMES:
+        if key in c.strings:
+            optional[key] = [None if v is None else v * q_t for v in optional[key]]
     return [
         RequestRecord(
             id=ids[i],
@@ -533,10 +551,7 @@ def decode_requests(payload: bytes) -> list[RequestRecord]:
             error_class=ec[i],
             error=er[i],
             scenario_tag=tag[i],
-            request_class=klass[i],
-            session=session[i],
-            turn=turn[i],
-            cached_tokens=cached[i],
+            **{k: column[i] for k, column in optional.items()},
         )
         for i in range(n)
     ]

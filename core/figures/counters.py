@@ -18,6 +18,11 @@ COUNTER_FIELDS = (
     "prefix_queries_total",
     "prefix_hits_total",
     "preemptions_total",
+    "spec_drafts_total",
+    "spec_draft_tokens_total",
+    "spec_accepted_tokens_total",
+    "mm_cache_queries_total",
+    "mm_cache_hits_total",
 )
 
 

@@ -38,6 +38,11 @@ FIELD_MAPS: dict[str, dict[str, str]] = {
         "prefix_queries_total": "vllm:prefix_cache_queries_total",
         "prefix_hits_total": "vllm:prefix_cache_hits_total",
         "preemptions_total": "vllm:num_preemptions_total",
+        "spec_drafts_total": "vllm:spec_decode_num_drafts_total",
+        "spec_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
+        "spec_accepted_tokens_total": "vllm:spec_decode_num_accepted_tokens_total",
+        "mm_cache_queries_total": "vllm:mm_cache_queries_total",
+        "mm_cache_hits_total": "vllm:mm_cache_hits_total",
     },
     "vllm-legacy": {
         "running": "vllm:num_requests_running",
