@@ -78,7 +78,9 @@ class RequestsAhead:
         except Exception as exc:  # e.g. a trace shorter than the probe: raised at its take
             self._failure = exc
             return
-        if (time.thread_time() - started) / (PROBE_REQUESTS - 1) < self.ahead_above_s:
+        # Images (``RequestFactory.costly``) go there whatever the probe measured.
+        costly = bool(getattr(self.factory, "costly", False))
+        if not costly and (time.thread_time() - started) / (PROBE_REQUESTS - 1) < self.ahead_above_s:
             return
         try:
             payload = pickle.dumps(self.factory, protocol=pickle.HIGHEST_PROTOCOL)
