@@ -64,12 +64,7 @@ CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
     (
         "KV cache and prefix cache",
         "%",
-        # the multimodal cache's only in a run with images (a series only then)
-        [
-            ("kv_usage_pct", "KV usage"),
-            ("prefix_hit_pct", "prefix hit rate"),
-            ("mm_cache_hit_pct", "MM cache hit rate"),
-        ],
+        [("kv_usage_pct", "KV usage"), ("prefix_hit_pct", "prefix hit rate")],
         1.0,
         100.0,
     ),
