@@ -13,7 +13,6 @@ from rampwatch.core.figures.series import SeriesBuilder
 from rampwatch.core.figures.summary import (
     SummaryBuilder,
     format_summary,
-    server_figures,
     summarise_requests,
     to_bench_result,
 )
