@@ -118,6 +118,7 @@ def request_block(c: fmt.RequestColumns) -> RequestBlock:
         tokens_from_usage=(c.flags & 1).astype(bool),
         itls=_block_itls(c, ok),
         token_times=np.concatenate([c.first_token_at[use], c.chunk_times[np.repeat(use, counts)]]),
+        images=c.strings.get("images") or (),
     )
 
 

@@ -77,6 +77,11 @@ GPU_CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = 
     ("GPU utilisation", "%", [("gpu_util_pct", "mean over GPUs")], 1.0, 100.0),
     ("GPU power", "W", [("gpu_power_w", "all GPUs")], 1.0, None),
 ]
+# Only for a run whose server counted a multimodal cache query (a series only then:
+# core.figures.series_server.ServerSeries.optional_series).
+IMAGE_CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
+    ("Multimodal processor cache", "%", [("mm_cache_hit_pct", "hit rate")], 1.0, 100.0),
+]
 
 
 def _nice_max(v: float) -> float:
@@ -456,7 +461,9 @@ def render_html(
     chart_marks = with_knee_reviews(marks)
     charts = []
     with_gpu = snapshot.last_good_gpu_t is not None
-    for chart_title, unit, names, scale, y_top in CHARTS + (GPU_CHARTS if with_gpu else []):
+    with_images = "mm_cache_hit_pct" in snapshot.series
+    optional = (GPU_CHARTS if with_gpu else []) + (IMAGE_CHARTS if with_images else [])
+    for chart_title, unit, names, scale, y_top in CHARTS + optional:
         lines = []
         for name, label in names:
             values = snapshot.series.get(name)

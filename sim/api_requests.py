@@ -12,7 +12,8 @@ from typing import Any
 from aiohttp import web
 
 from rampwatch.core.cache_salt import cache_salt_problem
-from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer, apply_chat_template
+from rampwatch.core.tokenizer import VOCAB_SIZE, SimTokenizer
+from rampwatch.sim.multimodal import DEFAULT_IMAGE_LIMIT, ImageError, chat_prompt
 
 # The simulator's one tokenizer: prompts are encoded and answers written with it.
 TOKENIZER = SimTokenizer()
@@ -56,9 +57,18 @@ def bad_request(message: str, param: str | None = None, value: Any = None) -> Ap
     return ApiError(400, message, "BadRequestError", param)
 
 
-def parse_request(body: Any, chat: bool, model_name: str, max_model_len: int) -> tuple[list[int], int, dict[str, Any]]:
+def parse_request(
+    body: Any,
+    chat: bool,
+    model_name: str,
+    max_model_len: int,
+    takes_images: bool = False,
+    image_limit: int = DEFAULT_IMAGE_LIMIT,
+) -> tuple[list[int], int, dict[str, Any]]:
     """A completion or chat request's prompt ids, max_tokens and options, checked as vLLM
-    checks them; raises ``ApiError`` with vLLM's message."""
+    checks them; raises ``ApiError`` with vLLM's message. A chat request's images
+    (``sim.multimodal``) are in its prompt ids as placeholder tokens, and in
+    ``options["images"]`` / ``options["mm_inputs"]``."""
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
     model = body.get("model")
@@ -69,7 +79,9 @@ def parse_request(body: Any, chat: bool, model_name: str, max_model_len: int) ->
         if not isinstance(messages, list) or not messages:
             raise bad_request("'messages' must be a non-empty list of messages.", "messages", messages)
         try:
-            prompt_ids = apply_chat_template(TOKENIZER, messages)
+            prompt_ids, images, mm_inputs = chat_prompt(TOKENIZER, messages, takes_images, image_limit)
+        except ImageError as exc:
+            raise ApiError(400, f"{exc} (parameter={exc.param})", "BadRequestError", exc.param) from None
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         max_tokens = body.get("max_completion_tokens")
@@ -78,6 +90,7 @@ def parse_request(body: Any, chat: bool, model_name: str, max_model_len: int) ->
             max_tokens = body.get("max_tokens")
             param = "max_tokens"
     else:
+        images, mm_inputs = [], []
         prompt_ids = prompt_ids_of(body.get("prompt"))
         max_tokens = body.get("max_tokens", 16)
         param = "max_tokens"
@@ -137,6 +150,8 @@ def parse_request(body: Any, chat: bool, model_name: str, max_model_len: int) ->
         "continuous_usage": bool(stream_options.get("continuous_usage_stats", False)),
         "seed": seed if isinstance(seed, int) else None,
         "cache_salt": cache_salt,
+        "images": images,
+        "mm_inputs": mm_inputs,
     }
     return prompt_ids, max_tokens, options
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from rampwatch.sim.config import (
     model_preset_for,
 )
 from rampwatch.sim.gpu_telemetry import DCGM_PATH
+from rampwatch.sim.multimodal import DEFAULT_CACHE_GB, DEFAULT_IMAGE_LIMIT, image_limit_of
 from rampwatch.sim.serve_flags import IGNORED_VLLM_FLAGS_WITH_VALUE, IGNORED_VLLM_SWITCHES
 from rampwatch.sim.server import SimServer, serve_until
 
@@ -159,6 +161,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="as vLLM: report each request's prefix-cache hit in usage.prompt_tokens_details.cached_tokens",
     )
+    parser.add_argument(
+        "--limit-mm-per-prompt",
+        metavar="JSON",
+        default=None,
+        help="as vLLM: the most images a prompt may carry, e.g. '{\"image\": 2}' (default 999); past it a "
+        "request is refused with vLLM's message (images: --model qwen2-vl-7b, sim.multimodal)",
+    )
+    parser.add_argument(
+        "--mm-processor-cache-gb",
+        type=float,
+        default=DEFAULT_CACHE_GB,
+        help="as vLLM: the multimodal processor cache's size in GiB (0: none); a hit skips an image's processing",
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -225,6 +240,10 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         routing=args.routing,
         gpu_telemetry=args.gpu_telemetry,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        limit_mm_images=DEFAULT_IMAGE_LIMIT
+        if args.limit_mm_per_prompt is None
+        else image_limit_of(args.limit_mm_per_prompt),
+        mm_processor_cache_gb=args.mm_processor_cache_gb,
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -374,6 +393,10 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv.append("--gpu-telemetry")
     if config.enable_prompt_tokens_details:
         argv.append("--enable-prompt-tokens-details")
+    if config.limit_mm_images != DEFAULT_IMAGE_LIMIT:
+        argv += ["--limit-mm-per-prompt", json.dumps({"image": config.limit_mm_images})]
+    if config.mm_processor_cache_gb != DEFAULT_CACHE_GB:
+        argv += ["--mm-processor-cache-gb", repr(config.mm_processor_cache_gb)]
     return argv
 
 

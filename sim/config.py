@@ -78,10 +78,13 @@ class ModelPreset:
     # profiling sets aside before sizing the KV cache.
     runtime_reserve_gib: float = 2.0
     description: str = ""
+    # A vision-language model's vision encoder (sim.multimodal): its weights are held
+    # beside the language model's; 0 for a text-only model.
+    vision_params: float = 0.0
 
     @property
     def weight_bytes(self) -> float:
-        return self.params * self.bytes_per_weight
+        return (self.params + self.vision_params) * self.bytes_per_weight
 
     @property
     def fp8_weights(self) -> bool:
@@ -233,6 +236,20 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
             description="mistralai/Mistral-7B-Instruct-v0.3, bf16 weights and KV cache",
         ),
         ModelPreset(
+            "qwen2-vl-7b",
+            7.62e9,
+            28,
+            3584,
+            28,
+            4,
+            128,
+            2,
+            2,
+            32768,
+            vision_params=0.675e9,
+            description="Qwen/Qwen2-VL-7B-Instruct, bf16: takes images (sim.multimodal: Qwen2-VL's image tokens)",
+        ),
+        ModelPreset(
             "tiny",
             4.0e6,
             2,
@@ -261,6 +278,7 @@ MODEL_ALIASES: dict[str, str] = {
     "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b-fp8",
     "mistralai/Mistral-7B-Instruct-v0.3": "mistral-7b",
     "mistralai/Mistral-7B-v0.3": "mistral-7b",
+    "Qwen/Qwen2-VL-7B-Instruct": "qwen2-vl-7b",
 }
 
 
@@ -354,6 +372,10 @@ class SimConfig:
     # vLLM's --enable-prompt-tokens-details: a request's usage carries its prefix-cache
     # hit as prompt_tokens_details.cached_tokens (off by default, as in vLLM).
     enable_prompt_tokens_details: bool = False
+    # Images (sim.multimodal): vLLM's --limit-mm-per-prompt for images (its default 999)
+    # and --mm-processor-cache-gb (0: no processor cache).
+    limit_mm_images: int = 999
+    mm_processor_cache_gb: float = 4.0
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -406,6 +428,10 @@ class SimConfig:
         ):
             if overhead is not None and not overhead >= 0:
                 raise UserError(f"{flag}: must be >= 0")
+        if self.limit_mm_images < 0:
+            raise UserError(f"--limit-mm-per-prompt: the image limit {self.limit_mm_images} must be >= 0")
+        if not self.mm_processor_cache_gb >= 0:
+            raise UserError(f"--mm-processor-cache-gb {self.mm_processor_cache_gb}: must be >= 0")
         if not self.speed > 0:
             raise UserError(f"--speed {self.speed}: must be > 0")
         if self.routing not in ROUTING_CHOICES:

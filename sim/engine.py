@@ -55,6 +55,7 @@ from typing import Protocol
 
 from rampwatch.core.tokenizer import VOCAB_SIZE
 from rampwatch.sim.config import SimConfig
+from rampwatch.sim.multimodal import encoder_flops_in
 from rampwatch.sim.stats import EngineStats
 
 _MASK64 = (1 << 64) - 1
@@ -82,6 +83,8 @@ class SimRequest:
     ignore_eos: bool = True
     seed: int | None = None  # the request's own `seed`, mixed into its token stream
     cache_salt: str | None = None  # the request's `cache_salt`: only equal salts share cached blocks
+    # Its images (sim.multimodal): each one's first placeholder position and encoder FLOPs.
+    mm_inputs: list[tuple[int, float]] = field(default_factory=list)
     # Engine-owned state below.
     arrival: float = 0.0
     status: str = WAITING
@@ -482,12 +485,17 @@ class Engine:
         total = 0
         attn_pairs = 0.0
         kv_tokens = 0
+        encoder_flops = 0.0
         for req, n in scheduled:
             total += n
             ctx = req.num_computed_tokens
             attn_pairs += n * (ctx + (n + 1) * 0.5)
             kv_tokens += ctx + n
+            if req.mm_inputs:
+                encoder_flops += encoder_flops_in(req.mm_inputs, ctx, ctx + n)
         cost = self.step_cost(total, attn_pairs, kv_tokens, len(scheduled))
+        if encoder_flops and not self._instant:  # the vision encoder, in bf16
+            cost.compute += encoder_flops / self._attn_flops
         duration = cost.total
         end = now + duration
         emitted: list[SimRequest] = []

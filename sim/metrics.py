@@ -154,6 +154,16 @@ class SimCollector:
             lambda e: e.stats.prefix_hits,
         )
         yield counter(
+            "vllm:mm_cache_queries",
+            "Multi-modal cache queries, in terms of number of queried items.",
+            lambda e: e.stats.mm_cache_queries,
+        )
+        yield counter(
+            "vllm:mm_cache_hits",
+            "Multi-modal cache hits, in terms of number of cached items.",
+            lambda e: e.stats.mm_cache_hits,
+        )
+        yield counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine.", lambda e: e.stats.preemptions
         )
         yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lambda e: e.stats.prompt_tokens)

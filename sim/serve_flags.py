@@ -31,6 +31,8 @@ VLLM_FLAGS = (
     "-dp",
     "--api-server-count",
     "--enable-prompt-tokens-details",
+    "--limit-mm-per-prompt",
+    "--mm-processor-cache-gb",
     "--pipeline-parallel-size",  # accepted at 1 only
     "-pp",
 )
@@ -62,7 +64,6 @@ IGNORED_VLLM_FLAGS_WITH_VALUE = (
     "--max-seq-len-to-capture",
     "--scheduling-policy",
     "--max-logprobs",
-    "--limit-mm-per-prompt",
 )
 IGNORED_VLLM_SWITCHES = (
     "--trust-remote-code",

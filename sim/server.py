@@ -31,6 +31,7 @@ from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
 from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
 from rampwatch.sim.metrics import make_registry, render
+from rampwatch.sim.multimodal import IMAGE_MODELS, Processor
 from rampwatch.sim.router import Router
 from rampwatch.sim.streams import (
     DONE_EVENT,
@@ -81,6 +82,8 @@ class SimServer:
         self._counter = 0
         self._t0_wall = 0.0
         self.gpu_telemetry = GpuTelemetry(cfg, len(self.engines), first) if cfg.gpu_telemetry else None
+        # Images: this API server's processing and its processor cache (sim.multimodal).
+        self.mm_processor = Processor(cfg.mm_processor_cache_gb)
         word_tables()
 
     # -- clock
@@ -206,7 +209,14 @@ class SimServer:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return bad_request(f"JSON decode error: {exc}").response()
         try:
-            prompt_ids, max_tokens, opts = parse_request(body, chat, self.model_name, self.capacity.max_model_len)
+            prompt_ids, max_tokens, opts = parse_request(
+                body,
+                chat,
+                self.model_name,
+                self.capacity.max_model_len,
+                self.config.model in IMAGE_MODELS,
+                self.config.limit_mm_images,
+            )
         except ApiError as err:
             return err.response()
         faults = self.config.faults
@@ -228,7 +238,10 @@ class SimServer:
             ignore_eos=opts["ignore_eos"],
             seed=opts["seed"],
             cache_salt=opts["cache_salt"],
+            mm_inputs=opts["mm_inputs"],
         )
+        if opts["images"]:
+            await self._process_images(opts["images"], engine)
         prefix = b'data: {"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
             request_id.encode(),
             b"chat.completion.chunk" if chat else b"text_completion",
@@ -255,6 +268,15 @@ class SimServer:
         finally:
             if req.status != FINISHED:
                 engine.abort(request_id, self.sim_now())
+
+    async def _process_images(self, images: list, engine: Engine) -> None:
+        """The API server's processing of a request's images before the engine sees it
+        (a processor-cache hit skips it), counted on the engine it goes to, as vLLM does."""
+        delay, queries, hits = self.mm_processor.process(images, self.sim_now())
+        engine.stats.mm_cache_queries += queries
+        engine.stats.mm_cache_hits += hits
+        if delay > 0:
+            await asyncio.sleep(delay / self.config.speed)
 
     async def _stream_response(
         self, request: web.Request, stream: OutputStream, prefix: bytes, include_usage: bool

@@ -134,6 +134,8 @@ class EngineStats:
     prefix_queries: int = 0  # tokens, counted when a request is first scheduled
     prefix_hits: int = 0  # tokens
     preemptions: int = 0
+    mm_cache_queries: int = 0  # images looked up in the processor cache (sim.multimodal)
+    mm_cache_hits: int = 0
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
     ttft: Hist = field(default_factory=lambda: Hist(TTFT_BUCKETS))
     itl: Hist = field(default_factory=lambda: Hist(ITL_BUCKETS))

@@ -163,6 +163,13 @@ class StatsPanel(Widget):
             else:
                 value = fmt(current_value(snapshot, name, LATENCY_LOOK_BACK.get(name)))
             now_rows.append((label, value))
+        if "mm_cache_hit_pct" in snapshot.series:  # a run with images only
+            mm = format_number(current_value(snapshot, "mm_cache_hit_pct"))
+            if not snapshot.server_metrics_available:
+                mm = "no /metrics"
+            elif stale_since is not None:
+                mm = f"stale {snapshot.t - stale_since:.0f} s"
+            now_rows.append(("MM cache hit %", mm))
         now_rows.append(("in flight", str(snapshot.in_flight)))
         lag = recent_client_lag_ms(snapshot)
         if lag is not None:  # only when the client's own delay could show in its figures

@@ -180,4 +180,6 @@ def result_fields(
     result["rampwatch_gpu"] = summary.get("gpu") or None
     result["rampwatch_energy_wh"] = summary.get("energy_wh")
     result["rampwatch_tokens_per_joule"] = summary.get("tokens_per_joule")
+    if summary.get("images"):  # a run with images only (core.figures.images)
+        result["rampwatch_images"] = summary["images"]
     return result

@@ -173,6 +173,9 @@ class Summary:
     # The client's self-check: its loops' lag and its collections (None: a recording
     # made before it).
     client: ClientFigures | None = None
+    # Images per request, their size and the multimodal cache (core.figures.images);
+    # None: a run without images.
+    images: dict[str, Any] | None = None
 
     @property
     def _divisor_s(self) -> float:
@@ -256,4 +259,6 @@ class Summary:
         energy = self.energy_j
         out["energy_wh"] = None if energy is None else energy / 3600.0
         out["tokens_per_joule"] = self.tokens_per_joule
+        if self.images is not None:
+            out["images"] = self.images
         return out

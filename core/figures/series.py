@@ -429,7 +429,9 @@ class SeriesBuilder:
             state=self.state,
             target_rps=self.target_rps,
             times=times[cut:],
-            series={name: arrays[name][cut:].tolist() for name in SERIES_NAMES},
+            series={
+                name: arrays[name][cut:].tolist() for name in (*SERIES_NAMES, *self.server.optional_series(arrays))
+            },
             in_flight=self.in_flight,
             events=list(self.events),
             summary=summary,

@@ -6,7 +6,9 @@
 - server token rates and preemptions: each URL's counter increase between two
   successive good scrapes (reset-safe, ``counters``) is spread uniformly over the
   interval between them and divided by the covered time of each second, then summed
-  over URLs; ``prefix_hit_pct`` is Δhits/Δqueries over the last ``window_s`` seconds;
+  over URLs; ``prefix_hit_pct`` is Δhits/Δqueries over the last ``window_s`` seconds,
+  and so is ``mm_cache_hit_pct`` (the multimodal processor cache), a series only of a
+  run whose server counted a multimodal cache query (``optional_series``);
 - GPU series (``GPU_SERIES``) from GPU samples (``ServerSample.is_gpu``: NVML, a DCGM
   exporter), the last in the second: utilisation and SM clock averaged over the GPUs,
   power and memory summed, over the sources not stale; they never touch the server's
@@ -127,6 +129,16 @@ class ServerSeries:
         queries = self._rate("prefix_queries_total", n)
         out["prefix_hit_pct"] = _window_ratio(hits, queries, window_s)
         out["_prefix_hits"], out["_prefix_queries"] = hits, queries
+        mm_hits = self._rate("mm_cache_hits_total", n)
+        mm_queries = self._rate("mm_cache_queries_total", n)
+        out["mm_cache_hit_pct"] = _window_ratio(mm_hits, mm_queries, window_s)
+        out["_mm_hits"], out["_mm_queries"] = mm_hits, mm_queries
+
+    @staticmethod
+    def optional_series(arrays: dict[str, np.ndarray]) -> tuple[str, ...]:
+        """The series beyond ``SERIES_NAMES`` this run has: ``mm_cache_hit_pct`` once the
+        server counted a multimodal cache query (a run without images has none of it)."""
+        return ("mm_cache_hit_pct",) if np.nansum(arrays["_mm_queries"]) > 0 else ()
 
     def summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """Run-so-far server figures from the series (``arrays`` output)."""
@@ -137,6 +149,8 @@ class ServerSeries:
 
         hits = float(np.nansum(arrays["_prefix_hits"]))
         queries = float(np.nansum(arrays["_prefix_queries"]))
+        mm_queries = float(np.nansum(arrays["_mm_queries"]))
+        mm = {"mm_cache_hit_pct": float(100 * np.nansum(arrays["_mm_hits"]) / mm_queries)} if mm_queries else {}
         return {
             "available": self.metrics_available,
             "avg_prompt_throughput": agg(np.mean, arrays["server_prompt_tps"]),
@@ -146,6 +160,7 @@ class ServerSeries:
             "max_kv_usage_pct": agg(np.max, arrays["kv_usage_pct"]),
             "prefix_hit_pct": float(100 * hits / queries) if queries else None,
             "preemptions": agg(np.sum, arrays["preemptions"]),
+            **mm,
         }
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from rampwatch.core.figures import stats
 from rampwatch.core.figures.client_lag import ClientFigures
+from rampwatch.core.figures.images import ImageCounts, image_figures
 from rampwatch.core.figures.run_summary import (
     METRICS,
     LatencyMs,
@@ -49,6 +50,7 @@ class RequestBlock:
     itls: np.ndarray  # every ITL of the successful requests, request after request
     token_times: np.ndarray  # first-token and chunk times of the successful requests with a first token
     error_messages: Sequence[str | None] = ()  # each request's error text (the summary keeps one a class)
+    images: Sequence[int | None] = ()  # each request's image count (None or absent: no images)
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord]) -> RequestBlock:
@@ -70,6 +72,7 @@ class RequestBlock:
             itls=stats.requests_itls(first_token_at, chunk_times),
             token_times=_concat([first_token_at, *chunk_times]),
             error_messages=[r.error for r in records],
+            images=[r.images for r in records],
         )
 
 
@@ -149,6 +152,7 @@ class SummaryBuilder:
         self._last_token_end = -math.inf  # last completion of a request with a token: where the bins end
         # [sent, end) of every request, whatever its outcome: the peak concurrency
         self._sent, self._ended = stats.ExactValues(), stats.ExactValues()
+        self.images = ImageCounts()
 
     @property
     def failed(self) -> int:
@@ -181,6 +185,8 @@ class SummaryBuilder:
         self.last_end_at = max(self.last_end_at, float(block.end_at.max()))
         if not ok.any():
             return
+        if block.images:
+            self.images.add(block.images, ok.tolist())
         sent, end, first = block.sent_at[ok], block.end_at[ok], block.first_token_at[ok]
         completion = block.completion_tokens[ok]
         has_first = ~np.isnan(first)
@@ -277,6 +283,7 @@ class SummaryBuilder:
             gpu={**gpu, "source": gpu_source(header)} if gpu else None,
             send_lateness=None if self.send_lateness is None else SendLatenessMs.of(self.send_lateness.values()),
             client=client,
+            images=image_figures(self.images, header, server or {}),
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
@@ -309,6 +316,7 @@ class SummaryBuilder:
             "first_send_at": None if self.requests == 0 else self.first_send_at,
             "last_end_at": None if self.requests == 0 else self.last_end_at,
             "peak_in_flight": self.peak_in_flight,
+            **({"images": self.images.state()} if self.images.requests else {}),
         }
 
     @classmethod
@@ -332,6 +340,8 @@ class SummaryBuilder:
         if state["first_send_at"] is not None:
             b.first_send_at, b.last_end_at = state["first_send_at"], state["last_end_at"]
         b.peak_in_flight = state["peak_in_flight"]
+        if "images" in state:
+            b.images.restore(state["images"])
         return b
 
 

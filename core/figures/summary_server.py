@@ -9,6 +9,7 @@ from typing import Any, TypeGuard
 
 from rampwatch.core.figures.counters import CounterTracker
 from rampwatch.core.figures.gpu import NVML_URL
+from rampwatch.core.figures.images import mm_cache_figures
 from rampwatch.core.figures.samples import combine_samples
 from rampwatch.core.timeline import RunHeader, ServerSample
 
@@ -79,6 +80,7 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         "max_kv_usage_pct": max_kv,
         "prefix_hit_pct": (totals.get("prefix_hits_total", 0.0) / queries * 100) if queries else None,
         "preemptions": totals.get("preemptions_total"),
+        **mm_cache_figures(totals),  # only when the server counted a multimodal cache query
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from rampwatch.core.figures import stats
 from rampwatch.core.figures.client_lag import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE, CPU_STARVED_PCT, ClientFigures
+from rampwatch.core.figures.images import image_lines
 from rampwatch.core.figures.run_summary import METRIC_TITLES, METRICS, Summary
 from rampwatch.core.figures.summary_server import SIMULATED_GPU
 from rampwatch.core.text import printable
@@ -209,6 +210,7 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         lines.append(_row("Preemptions:", server.get("preemptions"), ".0f"))
     else:
         lines.append("no server metrics")
+    lines.extend(image_lines(summary.get("images"), _row))
     if summary.get("knee_rps") is not None:
         lines.append(_row("Knee at offered rate (req/s):", summary["knee_rps"]))
         why = summary.get("knee_explanation")

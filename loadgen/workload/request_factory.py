@@ -14,6 +14,7 @@ import numpy as np
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures.classes import MIX_KEY
 from rampwatch.loadgen.workload.datasets import load_dataset
+from rampwatch.loadgen.workload.images import ImageMaker, with_images
 from rampwatch.loadgen.workload.mixture import MixtureFactory
 from rampwatch.loadgen.workload.prompts import compose_exact, join, random_token_ids, synth_text
 from rampwatch.loadgen.workload.requests import PreparedRequest
@@ -94,12 +95,21 @@ class RequestFactory:
         if self.workload.get("dataset"):
             ds = self.workload["dataset"]
             self.dataset = load_dataset(ds["path"], ds["format"])
+        # Images after the user's text (loadgen.workload.images); None: a text workload.
+        self._images = ImageMaker(self.workload["images"], scenario.seed) if self.workload.get("images") else None
         # A mixture: each class builds its requests with its own factory (loadgen.workload.mixture).
         self._mixture = (
             MixtureFactory(scenario, self.tokenizer, functools.partial(RequestFactory, cache_salt=cache_salt))
             if MIX_KEY in self.workload
             else None
         )
+
+    @property
+    def costly(self) -> bool:
+        """Its requests carry images: built in a process of their own (``requests_ahead``)."""
+        if self._mixture is not None:
+            return any(factory.costly for factory in self._mixture.factories)
+        return self._images is not None
 
     # -- shared parts (built once, identical in every request)
 
@@ -267,6 +277,11 @@ class RequestFactory:
         payload.update(self.workload.get("extra_body") or {})
         if self.cache_salt is not None:
             payload["cache_salt"] = self.cache_salt
+        images = None
+        if self._images is not None:
+            parts = self._images.next_parts()
+            payload["messages"] = with_images(payload["messages"], parts)
+            images = len(parts)
         return PreparedRequest(
             endpoint=self.endpoint,  # type: ignore[arg-type]
             payload=payload,
@@ -274,4 +289,5 @@ class RequestFactory:
             max_tokens=n_out,
             tag=tag,
             extra=extra,
+            images=images,
         )

@@ -28,13 +28,14 @@ class PreparedRequest:
     request_class: str | None = None  # a mixture's class name
     session: int | None = None  # a session workload's conversation id
     turn: int | None = None  # this request's turn in its session (1-based)
+    images: int | None = None  # how many images it carries (None: a text workload)
     # Keep the answer's text on the record (a session's next turn carries it).
     keep_text: bool = False
 
     def labels(self) -> dict[str, Any]:
-        """What every record of this request carries from it (its mixture class, session
-        and turn), whether it was answered, failed or never sent."""
-        return {"request_class": self.request_class, "session": self.session, "turn": self.turn}
+        """What every record of this request carries from it (its mixture class, session,
+        turn and image count), whether it was answered, failed or never sent."""
+        return {"request_class": self.request_class, "session": self.session, "turn": self.turn, "images": self.images}
 
     def unanswered(
         self, request_id: int, scheduled_at: float, sent_at: float, end_at: float, error_class: str, error: str

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 PROBE_REQUESTS = 5  # built here before the run's clock starts: the first untimed
 AHEAD_ABOVE_S = 0.0003  # a mean build time (CPU) from which the builder process pays for itself
 AHEAD = 64  # requests unpickled and waiting; more wait in the socket's buffers
+# ... and at most this many bytes of them: a request with images is megabytes
+# (loadgen.workload.images), and 64 of them would hold hundreds.
+AHEAD_BYTES = 64 * 1024 * 1024
 START_TIMEOUT_S = 60.0  # a fresh interpreter imports numpy and the tokenizer: ~1-2 s
 _LENGTH = struct.Struct("!I")
 # A frame from the builder: its length (of the tag and the pickle), a tag, the pickle.
@@ -63,6 +66,7 @@ class RequestsAhead:
         self._process: subprocess.Popen | None = None
         self._transport: asyncio.Transport | None = None
         self._paused = False
+        self._ready_bytes = 0  # of the pickles waiting in _ready
 
     @property
     def in_process_of_its_own(self) -> bool:
@@ -78,7 +82,9 @@ class RequestsAhead:
         except Exception as exc:  # e.g. a trace shorter than the probe: raised at its take
             self._failure = exc
             return
-        if (time.thread_time() - started) / (PROBE_REQUESTS - 1) < self.ahead_above_s:
+        # Images (``RequestFactory.costly``) go there whatever the probe measured.
+        costly = bool(getattr(self.factory, "costly", False))
+        if not costly and (time.thread_time() - started) / (PROBE_REQUESTS - 1) < self.ahead_above_s:
             return
         try:
             payload = pickle.dumps(self.factory, protocol=pickle.HIGHEST_PROTOCOL)
@@ -93,6 +99,7 @@ class RequestsAhead:
             await self.close()
             while len(self._ready) > PROBE_REQUESTS:
                 self._ready.pop()
+            self._ready_bytes = 0
             self._arrived, self._failure = None, None
 
     async def _spawn(self, payload: bytes) -> None:
@@ -124,7 +131,14 @@ class RequestsAhead:
                 raise RuntimeError("take() before wait_ready(): no request built yet")
             return self.factory.next_request()
         request = self._ready.popleft()
-        if self._paused and len(self._ready) <= AHEAD // 2 and self._transport is not None:
+        if isinstance(request, bytes):
+            self._ready_bytes -= len(request)
+        if (
+            self._paused
+            and len(self._ready) <= AHEAD // 2
+            and self._ready_bytes <= AHEAD_BYTES // 2
+            and self._transport is not None
+        ):
             self._paused = False
             self._transport.resume_reading()
         return pickle.loads(request) if isinstance(request, bytes) else request
@@ -132,7 +146,9 @@ class RequestsAhead:
     def _received(self, tag: bytes, body: bytes) -> None:
         if tag == _REQUEST:
             self._ready.append(body)
-            if len(self._ready) >= AHEAD and not self._paused and self._transport is not None:
+            self._ready_bytes += len(body)
+            full = len(self._ready) >= AHEAD or self._ready_bytes >= AHEAD_BYTES
+            if full and not self._paused and self._transport is not None:
                 self._paused = True  # the builder blocks once the socket's buffers are full
                 self._transport.pause_reading()
         else:  # the factory raised there: raised here, where it would have been

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rampwatch.core.figures.classes import MIX_KEY
+from rampwatch.loadgen.workload.images import check_images
 from rampwatch.loadgen.workload.mixture import CLASS_KEYS, check_mix
 from rampwatch.loadgen.workload.spec_checks import (
     KeyPath,
@@ -36,6 +37,7 @@ WORKLOAD_KEYS = (
     "dataset",
     "ignore_eos",
     "extra_body",
+    "images",
 )
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
@@ -88,7 +90,16 @@ def check_length(p: Problems, path: KeyPath, value: Any) -> dict[str, Any] | Non
 
 
 # Workload keys a trace schedule decides itself: the trace gives each request's prompt.
-TRACE_DECIDES = ("input_tokens", "output_tokens", "system_prompt", "documents", "conversations", "sessions", "dataset")
+TRACE_DECIDES = (
+    "input_tokens",
+    "output_tokens",
+    "system_prompt",
+    "documents",
+    "conversations",
+    "sessions",
+    "dataset",
+    "images",
+)
 
 
 def check_workload(
@@ -235,6 +246,12 @@ def check_workload(
             elif key == "cache_salt":  # one per run, recorded: the run's flag, not the file's
                 p.add(path + ("extra_body", key), "is the run's: use --cache-salt SALT (auto, none or a salt)", True)
         out["extra_body"] = dict(extra)
+    if w.get("images") is not None:  # loadgen.workload.images
+        images = check_images(p, path + ("images",), w["images"], endpoint)
+        if w.get("sessions") is not None:
+            p.add(path + ("images",), "cannot be combined with workload.sessions (yet)", True)
+        if images is not None:
+            out["images"] = images
     return out
 
 

@@ -149,3 +149,13 @@ def test_gpu_charts_only_in_a_run_with_gpu_telemetry():
     page = render_html(with_gpus(fake_snapshot(120.0)), summary, "summary", [], "t", "s")
     power = _chart(page, "GPU power")
     assert "<polyline" in power and "<polyline" in _chart(page, "GPU utilisation")
+
+
+def test_the_multimodal_cache_chart_only_in_a_run_with_images():
+    from rampwatch.record.html_report import IMAGE_CHARTS
+
+    summary = summarise_requests(None, [], [], [], idle_duration_s=120.0)
+    snapshot = fake_snapshot(120.0)
+    assert "Multimodal processor cache" not in render_html(snapshot, summary, "summary", [], "t", "s")
+    snapshot.series["mm_cache_hit_pct"] = [50.0] * len(snapshot.times)
+    assert IMAGE_CHARTS[0][0] in render_html(snapshot, summary, "summary", [], "t", "s")

@@ -111,6 +111,8 @@ def test_config_to_argv_round_trips_through_the_cli_flags():
         enable_prefix_caching=False,
         served_model_name="demo",
         enable_prompt_tokens_details=True,
+        limit_mm_images=3,
+        mm_processor_cache_gb=0.5,
         faults=FaultConfig(error_rate=0.1, stall_at=3.0, stall_for=1.0),
     )
     parser = argparse.ArgumentParser()

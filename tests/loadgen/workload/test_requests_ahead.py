@@ -4,6 +4,7 @@ there and not on the run's loop, its failures raised where they would have been.
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,34 @@ async def test_a_factory_that_fails_within_the_probe_fails_at_that_take_only():
     with pytest.raises(ValueError, match="no request 2"):
         ahead.take()
     await ahead.close()
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+def test_reading_pauses_at_a_byte_bound_too(monkeypatch):
+    # Requests with images are megabytes: far fewer than AHEAD of them fill the bound.
+    import rampwatch.loadgen.workload.requests_ahead as ahead_module
+
+    request = pickle.dumps(PreparedRequest("chat", {"messages": [], "pad": "x" * 300}, 1, 1))
+    monkeypatch.setattr(ahead_module, "AHEAD_BYTES", int(2.5 * len(request)))
+    ahead = RequestsAhead(FailingFactory(fail_at=0))
+    transport = FakeTransport()
+    ahead._transport = transport  # type: ignore[assignment]
+    ahead._received(b"R", request)
+    ahead._received(b"R", request)
+    assert transport.reading
+    ahead._received(b"R", request)  # 3 of 64 requests, over the bound in bytes
+    assert not transport.reading
+    ahead.take()
+    assert not transport.reading  # 2 still waiting: above half the bound
+    ahead.take()
+    assert transport.reading and ahead._ready_bytes == len(request)
