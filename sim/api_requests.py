@@ -7,6 +7,7 @@ and refuses what vLLM refuses, with vLLM's messages (``ApiError``, a JSON error 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from aiohttp import web
@@ -56,13 +57,16 @@ def bad_request(message: str, param: str | None = None, value: Any = None) -> Ap
     return ApiError(400, message, "BadRequestError", param)
 
 
-def parse_request(body: Any, chat: bool, model_name: str, max_model_len: int) -> tuple[list[int], int, dict[str, Any]]:
+def parse_request(
+    body: Any, chat: bool, model_name: str, max_model_len: int, adapters: Collection[str] = ()
+) -> tuple[list[int], int, dict[str, Any]]:
     """A completion or chat request's prompt ids, max_tokens and options, checked as vLLM
-    checks them; raises ``ApiError`` with vLLM's message."""
+    checks them; raises ``ApiError`` with vLLM's message. ``adapters``: the LoRA adapters
+    served (``sim.lora``); a request naming one runs on it (``options["lora"]``)."""
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
     model = body.get("model")
-    if model is not None and model != model_name:
+    if model is not None and model != model_name and not (isinstance(model, str) and model in adapters):
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
     if chat:
         messages = body.get("messages")
@@ -137,6 +141,7 @@ def parse_request(body: Any, chat: bool, model_name: str, max_model_len: int) ->
         "continuous_usage": bool(stream_options.get("continuous_usage_stats", False)),
         "seed": seed if isinstance(seed, int) else None,
         "cache_salt": cache_salt,
+        "lora": model if model is not None and model != model_name else None,
     }
     return prompt_ids, max_tokens, options
 

@@ -26,6 +26,7 @@ from rampwatch.sim.config import (
     model_preset_for,
 )
 from rampwatch.sim.gpu_telemetry import DCGM_PATH
+from rampwatch.sim.lora import LoraConfig, lora_argv, parse_lora_modules
 from rampwatch.sim.serve_flags import IGNORED_VLLM_FLAGS_WITH_VALUE, IGNORED_VLLM_SWITCHES
 from rampwatch.sim.server import SimServer, serve_until
 
@@ -159,6 +160,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="as vLLM: report each request's prefix-cache hit in usage.prompt_tokens_details.cached_tokens",
     )
+    lora = parser.add_argument_group("LoRA adapters (as vLLM; sim.lora)")
+    lora.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (--lora-modules)")
+    lora.add_argument("--max-loras", type=int, default=1, help="most distinct adapters in one batch (default 1)")
+    lora.add_argument(
+        "--max-lora-rank", type=int, default=16, help="the adapters' rank: load time and step cost grow with it"
+    )
+    lora.add_argument(
+        "--max-cpu-loras",
+        type=int,
+        default=None,
+        help="adapters kept in CPU memory, least recently used dropped (default --max-loras): "
+        "loading one from there is faster than from disk",
+    )
+    lora.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=None,
+        metavar="NAME=PATH",
+        help="the adapters served, each under its name in /v1/models (NAME=PATH, or vLLM's JSON form)",
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -225,6 +246,13 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         routing=args.routing,
         gpu_telemetry=args.gpu_telemetry,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        lora=LoraConfig(
+            enable_lora=args.enable_lora,
+            modules=parse_lora_modules(args.lora_modules),
+            max_loras=args.max_loras,
+            max_lora_rank=args.max_lora_rank,
+            max_cpu_loras=args.max_cpu_loras,
+        ),
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -374,7 +402,7 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv.append("--gpu-telemetry")
     if config.enable_prompt_tokens_details:
         argv.append("--enable-prompt-tokens-details")
-    return argv
+    return argv + lora_argv(config.lora)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from rampwatch.sim.chunk_gaps import ChunkGaps, text_key
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
 from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
+from rampwatch.sim.lora import lora_model_cards
 from rampwatch.sim.metrics import make_registry, render
 from rampwatch.sim.router import Router
 from rampwatch.sim.streams import (
@@ -171,7 +172,8 @@ class SimServer:
                         "parent": None,
                         "max_model_len": self.config.max_model_len,
                         "permission": [],
-                    }
+                    },
+                    *lora_model_cards(self.config.lora, name, self.created_unix),
                 ],
             }
         )
@@ -206,7 +208,9 @@ class SimServer:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return bad_request(f"JSON decode error: {exc}").response()
         try:
-            prompt_ids, max_tokens, opts = parse_request(body, chat, self.model_name, self.capacity.max_model_len)
+            prompt_ids, max_tokens, opts = parse_request(
+                body, chat, self.model_name, self.capacity.max_model_len, self.config.lora.names
+            )
         except ApiError as err:
             return err.response()
         faults = self.config.faults
@@ -228,12 +232,13 @@ class SimServer:
             ignore_eos=opts["ignore_eos"],
             seed=opts["seed"],
             cache_salt=opts["cache_salt"],
+            lora=opts["lora"],
         )
         prefix = b'data: {"id":"%s","object":"%s","created":%d,"model":%s,"choices":' % (
             request_id.encode(),
             b"chat.completion.chunk" if chat else b"text_completion",
             created,
-            self.model_json,
+            self.model_json if opts["lora"] is None else json.dumps(opts["lora"]).encode(),  # vLLM: the adapter's name
         )
         if chat:
             head = prefix + b'[{"index":0,"delta":{"content":"'
@@ -364,7 +369,7 @@ class SimServer:
                 "id": request_id,
                 "object": "chat.completion",
                 "created": created,
-                "model": self.model_name,
+                "model": req.lora or self.model_name,  # vLLM: the adapter's name
                 "choices": [choice],
                 "service_tier": None,
                 "system_fingerprint": None,
@@ -385,7 +390,7 @@ class SimServer:
                 "id": request_id,
                 "object": "text_completion",
                 "created": created,
-                "model": self.model_name,
+                "model": req.lora or self.model_name,  # vLLM: the adapter's name
                 "choices": [choice],
                 "usage": usage,
                 "kv_transfer_params": None,

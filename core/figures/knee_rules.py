@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from rampwatch.core.figures.knee_explanation import TITLES, KneeExplanation
+from rampwatch.core.figures.knee_lora import lora_slots
 from rampwatch.core.figures.knee_window import (
     RECENT_S,
     KneeWindow,
@@ -417,6 +418,7 @@ RULES: dict[str, Rule] = {
     "kv_full": _kv_full,
     "batch_cap": _batch_cap,
     "token_budget": _token_budget,
+    "lora_slots": lora_slots,
     "client_cap": _client_cap,
     "compute_bound": _compute_bound,
 }

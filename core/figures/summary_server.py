@@ -9,6 +9,7 @@ from typing import Any, TypeGuard
 
 from rampwatch.core.figures.counters import CounterTracker
 from rampwatch.core.figures.gpu import NVML_URL
+from rampwatch.core.figures.lora import lora_figures
 from rampwatch.core.figures.samples import combine_samples
 from rampwatch.core.timeline import RunHeader, ServerSample
 
@@ -62,7 +63,7 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         return totals[name] / span if name in totals and span > 0 else None
 
     queries = totals.get("prefix_queries_total")
-    return {
+    figures = {
         "available": ok > 0,
         "scrapes_ok": ok,
         "scrapes_failed": sum(1 for s in samples if not s.ok),
@@ -80,6 +81,10 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         "prefix_hit_pct": (totals.get("prefix_hits_total", 0.0) / queries * 100) if queries else None,
         "preemptions": totals.get("preemptions_total"),
     }
+    lora = lora_figures(samples)  # only where the server exports vllm:lora_requests_info
+    if lora is not None:
+        figures["lora"] = lora
+    return figures
 
 
 class GpuTotals:

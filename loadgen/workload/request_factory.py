@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.adapters import ADAPTERS_KEY
 from rampwatch.core.figures.classes import MIX_KEY
+from rampwatch.loadgen.workload.adapters import AdapterPicker
 from rampwatch.loadgen.workload.datasets import load_dataset
 from rampwatch.loadgen.workload.mixture import MixtureFactory
 from rampwatch.loadgen.workload.prompts import compose_exact, join, random_token_ids, synth_text
@@ -94,6 +96,9 @@ class RequestFactory:
         if self.workload.get("dataset"):
             ds = self.workload["dataset"]
             self.dataset = load_dataset(ds["path"], ds["format"])
+        # LoRA adapters: each request's model picked by weight (loadgen.workload.adapters).
+        adapters = self.workload.get(ADAPTERS_KEY)
+        self._adapters = AdapterPicker(adapters, scenario.seed) if adapters else None
         # A mixture: each class builds its requests with its own factory (loadgen.workload.mixture).
         self._mixture = (
             MixtureFactory(scenario, self.tokenizer, functools.partial(RequestFactory, cache_salt=cache_salt))
@@ -267,6 +272,9 @@ class RequestFactory:
         payload.update(self.workload.get("extra_body") or {})
         if self.cache_salt is not None:
             payload["cache_salt"] = self.cache_salt
+        adapter = None
+        if self._adapters is not None:  # a session keeps one adapter for all its turns
+            adapter = self._adapters.for_session(extra["session"]) if "session" in extra else self._adapters.next()
         return PreparedRequest(
             endpoint=self.endpoint,  # type: ignore[arg-type]
             payload=payload,
@@ -274,4 +282,5 @@ class RequestFactory:
             max_tokens=n_out,
             tag=tag,
             extra=extra,
+            adapter=adapter,
         )

@@ -26,15 +26,21 @@ class PreparedRequest:
     tag: str | None = None  # e.g. "doc-3", "conv-12/turn-2"
     extra: dict[str, Any] = field(default_factory=dict)
     request_class: str | None = None  # a mixture's class name
+    adapter: str | None = None  # the LoRA adapter sent to: the request's model (loadgen.workload.adapters)
     session: int | None = None  # a session workload's conversation id
     turn: int | None = None  # this request's turn in its session (1-based)
     # Keep the answer's text on the record (a session's next turn carries it).
     keep_text: bool = False
 
     def labels(self) -> dict[str, Any]:
-        """What every record of this request carries from it (its mixture class, session
-        and turn), whether it was answered, failed or never sent."""
-        return {"request_class": self.request_class, "session": self.session, "turn": self.turn}
+        """What every record of this request carries from it (its mixture class, session,
+        turn and adapter), whether it was answered, failed or never sent."""
+        return {
+            "request_class": self.request_class,
+            "session": self.session,
+            "turn": self.turn,
+            "adapter": self.adapter,
+        }
 
     def unanswered(
         self, request_id: int, scheduled_at: float, sent_at: float, end_at: float, error_class: str, error: str
