@@ -40,7 +40,8 @@ def scenario_adapters(scenario: dict[str, Any] | None) -> list[str]:
     workload = scenario.get("workload") if isinstance(scenario, dict) else None
     if not isinstance(workload, dict):
         return []
-    specs = workload.get(MIX_KEY) if isinstance(workload.get(MIX_KEY), list) else [workload]
+    mix = workload.get(MIX_KEY)
+    specs: list[Any] = mix if isinstance(mix, list) else [workload]
     names: dict[str, None] = {}
     for spec in specs:
         adapters = spec.get(ADAPTERS_KEY) if isinstance(spec, dict) else None

@@ -125,3 +125,20 @@ def lora_summary_lines(lora: Mapping[str, Any] | None) -> list[str]:
         row("Scrapes with adapters waiting (%):", number(lora.get("waiting_scrapes_pct"), ".1f")),
         row("Adapters that waited:", waited if len(waited) <= 60 else waited[:59] + "…"),
     ]
+
+
+def lora_now_rows(state: Mapping[str, Any] | None, width: int = 24) -> list[tuple[str, str]]:
+    """The Stats panel's LoRA rows: adapters running (of ``max_lora``) and waiting, each
+    count followed by the names, cut to ``width``; none without LoRA state."""
+    if not state:
+        return []
+
+    def cell(count: str, values: Sequence[str]) -> str:
+        text = count + (f" {','.join(values)}" if values else "")
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    top = state.get("max_lora")
+    running = list(state.get("running") or [])
+    waiting = list(state.get("waiting") or [])
+    cap = f"/{top:g}" if isinstance(top, (int, float)) else ""
+    return [("LoRA running", cell(f"{len(running)}{cap}", running)), ("LoRA waiting", cell(str(len(waiting)), waiting))]

@@ -63,7 +63,7 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         return totals[name] / span if name in totals and span > 0 else None
 
     queries = totals.get("prefix_queries_total")
-    figures = {
+    figures: dict[str, Any] = {
         "available": ok > 0,
         "scrapes_ok": ok,
         "scrapes_failed": sum(1 for s in samples if not s.ok),

@@ -80,7 +80,8 @@ def check_adapters(p: Problems, path: KeyPath, value: Any) -> list[dict[str, Any
 def adapter_names(workload: dict[str, Any]) -> list[str]:
     """Every adapter a validated workload sends to (its mixture classes' too), in order,
     once each: what ``/v1/models`` must list."""
-    specs = workload.get(MIX_KEY) if isinstance(workload.get(MIX_KEY), list) else [workload]
+    mix = workload.get(MIX_KEY)
+    specs: list[Any] = mix if isinstance(mix, list) else [workload]
     names: dict[str, None] = {}
     for spec in specs:
         for adapter in spec.get(ADAPTERS_KEY) or []:
