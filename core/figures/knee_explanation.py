@@ -11,7 +11,7 @@ from typing import Any
 from rampwatch.core.figures.summary import provisional_text
 
 # lora_slots (core.figures.knee_lora) holds only where the server exports vllm:lora_requests_info.
-PRIORITY = ("kv_full", "batch_cap", "token_budget", "lora_slots", "client_cap", "compute_bound")
+PRIORITY = ("kv_full", "lora_slots", "batch_cap", "token_budget", "client_cap", "compute_bound")
 TITLES = {
     "kv_full": "KV cache full",
     "batch_cap": "batch-size cap",

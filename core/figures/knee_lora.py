@@ -7,7 +7,10 @@ It reads the seconds' ``lora_running``, ``lora_waiting`` (counts of adapters, fr
 present only where the server exports them. It holds when, in the recent seconds (the
 knee's overload, ``KneeWindow.recent``), adapters waited in at least ``WAIT_SHARE`` of
 the seconds that carry the figures, and the running adapters sat at ``max_lora`` in at
-least ``FULL_SHARE`` of those that waited. The advice: ``--max-loras`` raised to the
+least ``FULL_SHARE`` of those that waited, while running requests were below a known
+batch cap (at the cap, ``batch_cap`` binds first). It comes before the batch cap in
+``PRIORITY``: requests held back by their adapter keep running flat below the cap, which
+the inferred batch cap would take for one. The advice: ``--max-loras`` raised to the
 distinct adapters wanted at once (running + waiting, at the most), at most twice it.
 """
 
@@ -21,6 +24,7 @@ from rampwatch.core.figures.server_limits import ServerLimits
 
 WAIT_SHARE = 0.5  # share of the recent seconds (with LoRA figures) in which adapters waited
 FULL_SHARE = 0.8  # share of those seconds with the running adapters at max_lora
+CAP_FRACTION = 0.95  # running at this share of a known batch cap is at it (knee_rules' own; a test holds them equal)
 MIN_SECONDS = 3  # recent seconds with LoRA figures needed before the rule says anything
 
 
@@ -34,6 +38,9 @@ def lora_slots(w: KneeWindow, limits: ServerLimits) -> KneeExplanation | None:
         return None
     full = waited & (np.nan_to_num(running) >= np.nan_to_num(top))
     if full.sum() < FULL_SHARE * waited.sum():
+        return None
+    cap = limits.running_cap
+    if cap is not None and (w.peak(w.recent("running")) or 0.0) >= CAP_FRACTION * cap:
         return None
     max_lora = int(np.nanmax(top[known]))
     wanted = int(np.nanmax((running + waiting)[known]))

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.figures import series_state
+from rampwatch.core.figures.adapters import scenario_adapters
 from rampwatch.core.figures.classes import class_slos
 from rampwatch.core.figures.client_lag import ClientTotals
 from rampwatch.core.figures.lora import LoraSeconds, lora_state
@@ -204,7 +205,8 @@ class SeriesBuilder:
         self.state = "starting"
         self.steps.configure(*_schedule_of(header))
         if self.class_name is None:
-            for name in class_slos(header.scenario):  # every class shown from the start
+            # every class shown from the start; without a mixture, every LoRA adapter
+            for name in class_slos(header.scenario) or scenario_adapters(header.scenario):
                 self._class_builder(name)
 
     def on_request(self, record: RequestRecord) -> None:
