@@ -2,8 +2,9 @@
 were wanted than the batch may hold (vLLM's ``--max-loras``), so requests for the others
 waited for a slot while the server had room for more requests.
 
-It reads the seconds' ``lora_running``, ``lora_waiting`` (counts of adapters, from
-``vllm:lora_requests_info``'s labels) and ``max_lora`` (``core.figures.adapters.LoraSeconds``),
+It reads the seconds' ``lora_running`` and ``lora_waiting`` (counts of adapters from
+``vllm:lora_requests_info``'s labels: those running, and those waiting that are not
+running, i.e. wanting a slot) and ``max_lora`` (``core.figures.adapters.LoraSeconds``),
 present only where the server exports them. It holds when, in the recent seconds (the
 knee's overload, ``KneeWindow.recent``), adapters waited in at least ``WAIT_SHARE`` of
 the seconds that carry the figures, and the running adapters sat at ``max_lora`` in at

@@ -21,11 +21,20 @@ def has_lora(sample: ServerSample) -> bool:
     return sample.ok and not sample.is_gpu and sample.max_lora is not None
 
 
+def waiting_for_slot(sample: ServerSample) -> list[str]:
+    """The waiting adapters that are not running: those that want a slot. vLLM lists an
+    adapter as waiting whenever one of its requests waits, for whatever reason, so an
+    adapter often appears both running and waiting (a full batch, a request admitted in
+    the same step)."""
+    running = set(sample.lora_running or [])
+    return [name for name in sample.lora_waiting or [] if name not in running]
+
+
 def lora_figures(samples: Sequence[ServerSample]) -> dict[str, Any] | None:
     """The summary's ``server.lora``: ``max_lora`` (the newest), the most adapters running
-    and waiting in one scrape, the share of scrapes (%) with an adapter waiting for a
-    slot, and the adapters seen waiting (the first ``MAX_NAMED``); None when no scrape
-    carried LoRA information."""
+    and waiting (vLLM's list) in one scrape, the share of scrapes (%) with an adapter
+    waiting for a slot (``waiting_for_slot``), and those adapters (the first
+    ``MAX_NAMED``); None when no scrape carried LoRA information."""
     read = [s for s in samples if has_lora(s)]
     if not read:
         return None
@@ -33,9 +42,10 @@ def lora_figures(samples: Sequence[ServerSample]) -> dict[str, Any] | None:
     waited: OrderedDict[str, None] = OrderedDict()
     with_waiting = 0
     for s in read:
-        if s.lora_waiting:
+        wanting = waiting_for_slot(s)
+        if wanting:
             with_waiting += 1
-            for name in s.lora_waiting:
+            for name in wanting:
                 if len(waited) < MAX_NAMED:
                     waited[name] = None
     return {
@@ -77,7 +87,7 @@ def lora_state_text(state: Mapping[str, Any], width: int = 60) -> str:
 
 class LoraSeconds:
     """The newest scrape's LoRA state in each second, for the knee's rules: the counts of
-    running and waiting adapters and ``max_lora``. Keeps the last ``keep_s`` seconds."""
+    running adapters and of those waiting for a slot (``waiting_for_slot``), and ``max_lora``. Keeps the last ``keep_s`` seconds."""
 
     def __init__(self, keep_s: int = 600) -> None:
         self.keep_s = keep_s
@@ -93,7 +103,7 @@ class LoraSeconds:
         assert sample.max_lora is not None
         self._by_second[second] = {
             "lora_running": float(len(sample.lora_running or [])),
-            "lora_waiting": float(len(sample.lora_waiting or [])),
+            "lora_waiting": float(len(waiting_for_slot(sample))),
             "max_lora": float(sample.max_lora),
         }
         self._by_second.move_to_end(second)
@@ -122,8 +132,8 @@ def lora_summary_lines(lora: Mapping[str, Any] | None) -> list[str]:
         row("LoRA max_lora (--max-loras):", number(lora.get("max_lora"), ".0f")),
         row("Max running adapters:", number(lora.get("max_running_adapters"), ".0f")),
         row("Max waiting adapters:", number(lora.get("max_waiting_adapters"), ".0f")),
-        row("Scrapes with adapters waiting (%):", number(lora.get("waiting_scrapes_pct"), ".1f")),
-        row("Adapters that waited:", waited if len(waited) <= 60 else waited[:59] + "…"),
+        row("Scrapes with adapters wanting a slot %:", number(lora.get("waiting_scrapes_pct"), ".1f")),
+        row("Adapters that waited for a slot:", waited if len(waited) <= 60 else waited[:59] + "…"),
     ]
 
 

@@ -83,7 +83,7 @@ def test_the_recordings_adapter_summaries_are_the_in_memory_ones(recorded):
     assert lora["max_lora"] == 1.0 and lora["max_waiting_adapters"] == 1 and lora["adapters_waited"] == ["chat"]
     assert 0 < lora["waiting_scrapes_pct"] < 100
     text = format_summary(summary)
-    assert "LoRA max_lora (--max-loras):" in text and "Adapters that waited:" in text
+    assert "LoRA max_lora (--max-loras):" in text and "Adapters that waited for a slot:" in text
 
 
 def test_the_replay_groups_its_live_figures_by_adapter(recorded):

@@ -90,3 +90,16 @@ def test_per_second_values_keep_the_newest_scrape_of_each_second_and_are_bounded
         seconds.add(sample(t, [], []))
     assert seconds.at(0) == {} and seconds.at(3)["lora_running"] == 0.0
     assert seconds.latest is not None and seconds.latest.t == 3.5
+
+
+def test_an_adapter_both_running_and_waiting_does_not_want_a_slot():
+    """vLLM lists an adapter as waiting whenever a request of it waits (a real capture:
+    running "sql", waiting "sql"): only adapters not running want a slot."""
+    both = sample(0, ["sql"], ["sql", "chat"], max_lora=1.0)
+    seconds = LoraSeconds()
+    seconds.add(both)
+    assert seconds.at(0)["lora_waiting"] == 1.0
+    figures = lora_figures([both, sample(1, ["sql"], ["sql"], max_lora=1.0)])
+    assert figures is not None
+    assert figures["adapters_waited"] == ["chat"] and figures["waiting_scrapes_pct"] == 50.0
+    assert figures["max_waiting_adapters"] == 2  # vLLM's own list
