@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from rampwatch.core.figures.knee_explain import explain_knee
 from rampwatch.core.figures.knee_lora import lora_slots
 from rampwatch.core.figures.knee_window import KneeWindow
@@ -51,3 +53,42 @@ def test_at_a_known_batch_cap_the_batch_cap_binds_first():
     limits = ServerLimits(max_num_seqs=4)
     assert lora_slots(KneeWindow(at_cap), limits) is None
     assert explain_knee(at_cap, limits).limit == "batch_cap"
+
+
+@pytest.mark.slow
+def test_a_headless_run_against_a_simulator_with_one_slot_names_the_lora_slots(tmp_path):
+    """A known case end to end: three adapters, one slot (vLLM's default --max-loras 1) on
+    a simulated L4 at 6x: the knee is the slots, and the advice the next slot count."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from rampwatch.app.session import sim_serve_text
+    from rampwatch.sim.config import SimConfig
+    from rampwatch.sim.lora import LoraConfig, LoraModule
+
+    names = ("sql", "chat", "code")
+    lora = LoraConfig(enable_lora=True, modules=tuple(LoraModule(n, f"/{n}") for n in names), max_loras=1)
+    sim = SimConfig(hardware="l4", model="llama-3.1-8b", speed=6.0, lora=lora)
+    scenario = tmp_path / "lora.yaml"
+    scenario.write_text(
+        "name: lora-knee\nseed: 1\n"
+        "schedule: {kind: linear, start_rps: 2, end_rps: 30, duration_s: 12, arrival: constant}\n"
+        "workload:\n  input_tokens: 100\n  output_tokens: 60\n"
+        "  adapters: [{name: sql, weight: 3}, {name: chat, weight: 1}, {name: code, weight: 1}]\n"
+    )
+    result = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "run", str(scenario), "--headless", "--no-record"]
+        + ["--serve", sim_serve_text(sim), "--result-json", str(result)],
+        cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    why = json.loads(result.read_text())["rampwatch_knee_explanation"]
+    assert why is not None and why["limit"] == "lora_slots", why
+    assert "running adapters at --max-loras 1" in why["evidence"], why
+    assert why["try"] == "--max-loras 2"
