@@ -55,3 +55,19 @@ def test_on_a_tie_the_last_series_on_the_page_wins():
     name = "vllm:lora_requests_info"
     assert lora_fields([(name, a, 5.0), (name, b, 5.0)])["lora_running"] == ["b"]
     assert lora_fields([]) == {}
+
+
+# vLLM 0.32 CPU, --max-loras 1, two adapters, after one request to each: the states in the
+# order the page gave them; the newest (second) is the idle one.
+REAL = """\
+# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="1",running_lora_adapters="sql",waiting_lora_adapters="sql"} 1.7957800240513053e+09
+vllm:lora_requests_info{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""} 1.795780024124759e+09
+vllm:lora_requests_info{max_lora="1",running_lora_adapters="chat",waiting_lora_adapters="chat"} 1.7957800240972927e+09
+"""
+
+
+def test_a_real_vllm_page_reads_its_newest_state():
+    sample = parse_metrics(REAL, "u", 0.0)
+    assert (sample.lora_running, sample.lora_waiting, sample.max_lora) == ([], [], 1.0)
