@@ -604,6 +604,9 @@ class Snapshot:
     # A session workload's figures by turn index so far (``core.figures.turns.TurnTable``);
     # None when no request of the run had a turn.
     turns: Any = None
+    # The server's LoRA adapters at its newest scrape (``core.figures.adapters.lora_state``:
+    # running, waiting, max_lora); None where it exports none.
+    lora: dict[str, Any] | None = None
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rampwatch.core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from rampwatch.record.analysis import class_figures, comparison_samples, recording_turns, summarise
+    from rampwatch.record.analysis import adapter_figures, class_figures, comparison_samples, recording_turns, summarise
     from rampwatch.record.cli_compare import compare_rows, load_warning, shared_cache_warning
     from rampwatch.record.cli_export import write_bench_result
     from rampwatch.record.reader import Recording, open_recording, print_warnings
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 # module -> the public names it defines, loaded on first use
 _MODULES: dict[str, tuple[str, ...]] = {
     "analysis": (
+        "adapter_figures",
         "class_figures",
         "comparison_samples",
         "recording_turns",
@@ -45,6 +46,7 @@ __all__ = [
     "Recording",
     "RecordingWriter",
     "ReplayTimeline",
+    "adapter_figures",
     "class_figures",
     "compare_rows",
     "comparison_samples",

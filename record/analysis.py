@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.figures import stats
+from rampwatch.core.figures.adapters import AdapterSummaries
 from rampwatch.core.figures.classes import ClassSummaries, class_table
 from rampwatch.core.figures.client_lag import client_figures
 from rampwatch.core.figures.knee_explain import knee_explanation_of
@@ -339,3 +340,25 @@ def class_figures(recording: Recording) -> dict[str, Summary]:
 def classes_table(summaries: dict[str, Summary]) -> SegmentTable | None:
     """The classes side by side; None outside a mixture."""
     return class_table({name: s.to_dict() for name, s in summaries.items()}) if summaries else None
+
+
+def adapter_figures(recording: Recording) -> dict[str, Summary]:
+    """Each LoRA adapter's summary (``core.figures.adapters``), fed block by block as
+    ``class_figures``; empty for a recording whose requests name no adapter."""
+    header = recording.header
+    options: dict[str, Any] = {}
+    if header is not None:
+        options["gpu_price_per_hour"] = (header.options or {}).get("gpu_price_per_hour")
+    frames = [
+        f
+        for f in recording.request_frames
+        if f.count and "adapter" in recording.request_columns(f, with_chunks=False).strings
+    ]
+    if not frames:
+        return {}
+    accumulator = AdapterSummaries(
+        header, itl_values=stats.MicrosecondCounts, token_bins_from=first_token_send(recording), **options
+    )
+    for info in frames:
+        accumulator.add_records(recording.decode_requests(info))
+    return accumulator.build(header, recording.duration_s)

@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.adapters import adapter_table
 from rampwatch.core.figures.summary import format_summary
 from rampwatch.core.files import is_special, private_file
 from rampwatch.record.analysis import (
+    adapter_figures,
     class_figures,
     classes_table,
     configuration_table,
@@ -228,6 +230,7 @@ def main(args: argparse.Namespace) -> int:
             configurations=configuration_table(recording),
             turns=recording_turns(recording),
             classes=classes_table(class_figures(recording)),
+            adapters=adapter_table(adapter_figures(recording)),
         )
         if to_stdout:
             sys.stdout.write(page)

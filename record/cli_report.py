@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from rampwatch.core import strict_json
+from rampwatch.core.figures.adapters import ADAPTER_NOTE, adapter_table
 from rampwatch.core.figures.classes import CLASS_NOTE
 from rampwatch.core.figures.segments import SEGMENT_NOTE
 from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_json, step_table_text
@@ -17,6 +18,7 @@ from rampwatch.core.figures.summary import format_summary
 from rampwatch.core.figures.turns import TURNS_NOTE, turn_sections
 from rampwatch.core.text import fill_to, fit_lines, terminal_width
 from rampwatch.record.analysis import (
+    adapter_figures,
     class_figures,
     classes_table,
     configuration_segments,
@@ -43,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     steps = snapshot.steps
     turns = recording_turns(recording)
     classes = class_figures(recording)
+    adapters = adapter_figures(recording)
     if args.json:
         out = {
             **summary.to_dict(),
@@ -66,6 +69,8 @@ def main(args: argparse.Namespace) -> int:
         out.update(turn_sections(turns))
         if classes:  # a mixture: each class's figures in the same schema
             out["per_class"] = {name: figures.to_dict() for name, figures in classes.items()}
+        if adapters:  # LoRA adapters: each one's figures in the same schema
+            out["per_adapter"] = {name: figures.to_dict() for name, figures in adapters.items()}
         print(strict_json.dumps(out, indent=2, default=str))
     else:
         h = recording.header
@@ -89,6 +94,10 @@ def main(args: argparse.Namespace) -> int:
         table = classes_table(classes)
         if table is not None:
             print("\n" + fill_to(f"Classes ({CLASS_NOTE})", width))
+            print(table.text(width))
+        table = adapter_table(adapters)
+        if table is not None:
+            print("\n" + fill_to(f"Adapters ({ADAPTER_NOTE})", width))
             print(table.text(width))
         if steps:
             print("\n" + fill_to(f"Steps ({STEP_TABLE_NOTE})", width))

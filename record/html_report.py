@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from rampwatch.core.figures.adapters import ADAPTER_NOTE
 from rampwatch.core.figures.classes import CLASS_NOTE
 from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
@@ -284,8 +285,18 @@ CLASS_CHARTS = (
 )
 
 
-def classes_section(table: SegmentTable, snapshot: Snapshot, marks: Sequence[Event], t_max: float) -> str:
-    """ "Classes": a mixture's classes side by side, then charts with a line per class."""
+def classes_section(
+    table: SegmentTable,
+    snapshot: Snapshot,
+    marks: Sequence[Event],
+    t_max: float,
+    title: str = "Classes",
+    note: str = CLASS_NOTE,
+    charts_shown: bool = True,
+) -> str:
+    """ "Classes": a mixture's classes side by side, then charts with a line per class
+    (the same for a run's LoRA adapters: ``title`` "Adapters"; the live series group by
+    adapter only in a run without a mixture, so a mixture's adapters have no charts)."""
     head = "".join(f"<th>{html.escape(col)}</th>" for col in table.columns)
     body = "".join(
         f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>"
@@ -294,7 +305,7 @@ def classes_section(table: SegmentTable, snapshot: Snapshot, marks: Sequence[Eve
     charts = "".join(
         '<section class="chart">'
         + svg_chart(
-            title,
+            chart_title,
             unit,
             snapshot.times,
             [(c.name, [v * scale for v in c.series.get(name, [])]) for c in snapshot.classes],
@@ -303,13 +314,27 @@ def classes_section(table: SegmentTable, snapshot: Snapshot, marks: Sequence[Eve
             None,
         )
         + "</section>"
-        for title, unit, name, scale in CLASS_CHARTS
-        if snapshot.classes
+        for chart_title, unit, name, scale in CLASS_CHARTS
+        if snapshot.classes and charts_shown
     )
     return (
-        f'<h2 id="classes">Classes</h2><p class="sub">{html.escape(CLASS_NOTE)}</p>'
+        f'<h2 id="{title.lower()}">{html.escape(title)}</h2><p class="sub">{html.escape(note)}</p>'
         f"<table><tr><th></th>{head}</tr>{body}</table>{charts}"
     )
+
+
+def adapters_section(
+    table: SegmentTable | None,
+    classes: SegmentTable | None,
+    snapshot: Snapshot,
+    marks: Sequence[Event],
+    t_max: float,
+) -> str:
+    """ "Adapters": a run's LoRA adapters side by side (``core.figures.adapters``); nothing
+    without adapters."""
+    if table is None:
+        return ""
+    return classes_section(table, snapshot, marks, t_max, "Adapters", ADAPTER_NOTE, charts_shown=classes is None)
 
 
 def with_knee_reviews(marks: Sequence[Event]) -> list[Event]:
@@ -452,6 +477,7 @@ def render_html(
     configurations: SegmentTable | None = None,
     turns: TurnTable | None = None,
     classes: SegmentTable | None = None,
+    adapters: SegmentTable | None = None,
 ) -> str:
     """The page; ``configurations``: the side-by-side table of a run restarted with other
     engine arguments (``core.figures.segments``), None for a run with one configuration;
@@ -509,7 +535,7 @@ td {{ text-align: right; font-variant-numeric: tabular-nums; }}
 {"".join(charts)}
 {configurations_section(configurations) if configurations is not None else ""}
 {turns_section(turns) if turns is not None else ""}
-{classes_section(classes, snapshot, marks, t_max) if classes is not None else ""}
+{classes_section(classes, snapshot, marks, t_max) if classes is not None else ""}{adapters_section(adapters, classes, snapshot, marks, t_max)}
 {steps}
 {knee}
 <h2>Marks</h2>

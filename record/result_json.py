@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from rampwatch.core import strict_json
+from rampwatch.core.figures.adapters import adapter_results, adapter_summaries
 from rampwatch.core.figures.bench_result import PER_REQUEST_KEYS, REQUEST_LISTS, dump_list, result_fields
 from rampwatch.core.figures.summary import Summary
 from rampwatch.core.figures.turns import TurnTable, turn_sections
@@ -41,7 +42,7 @@ def write_bench_result(
     """A recording's result JSON. ``texts``: the answers by request id (a run that kept
     them; recordings do not). ``path``: a file (made 0600), or a stream (``export -o -``:
     standard output)."""
-    from rampwatch.record.analysis import class_figures, recording_turns
+    from rampwatch.record.analysis import adapter_figures, class_figures, recording_turns
 
     def parts(key: str, request_class: str | None) -> Iterable[list[Any]]:
         for info in recording.request_frames:
@@ -49,6 +50,7 @@ def write_bench_result(
 
     result = result_fields(summary, recording.header, recording.request_count, detailed=detailed)
     result.update(turn_sections(recording_turns(recording)))
+    result.update(adapter_section(adapter_figures(recording)))
     _write(path, result, summary, recording.header, class_figures(recording), detailed, parts)
 
 
@@ -70,7 +72,14 @@ def write_records_result(
 
     result = result_fields(summary, header, len(records), detailed=detailed)
     result.update(turn_sections(turns))
+    result.update(adapter_section(adapter_summaries(header, records)))
     _write(path, result, summary, header, classes or {}, detailed, parts)
+
+
+def adapter_section(adapters: Mapping[str, Summary]) -> dict[str, Any]:
+    """``rampwatch_per_adapter``: each LoRA adapter's figures (``core.figures.adapters``);
+    nothing for a run without adapters."""
+    return {"rampwatch_per_adapter": adapter_results(adapters)} if adapters else {}
 
 
 def _write(

@@ -7,6 +7,7 @@ and refuses what vLLM refuses, with vLLM's messages (``ApiError``, a JSON error 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from aiohttp import web
@@ -64,15 +65,17 @@ def parse_request(
     max_model_len: int,
     takes_images: bool = False,
     image_limit: int = DEFAULT_IMAGE_LIMIT,
+    adapters: Collection[str] = (),
 ) -> tuple[list[int], int, dict[str, Any]]:
     """A completion or chat request's prompt ids, max_tokens and options, checked as vLLM
     checks them; raises ``ApiError`` with vLLM's message. A chat request's images
     (``sim.multimodal``) are in its prompt ids as placeholder tokens, and in
-    ``options["images"]`` / ``options["mm_inputs"]``."""
+    ``options["images"]`` / ``options["mm_inputs"]``. ``adapters``: the LoRA adapters
+    served (``sim.lora``); a request naming one runs on it (``options["lora"]``)."""
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object.")
     model = body.get("model")
-    if model is not None and model != model_name:
+    if model is not None and model != model_name and not (isinstance(model, str) and model in adapters):
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
     if chat:
         messages = body.get("messages")
@@ -152,6 +155,7 @@ def parse_request(
         "cache_salt": cache_salt,
         "images": images,
         "mm_inputs": mm_inputs,
+        "lora": model if model is not None and model != model_name else None,
     }
     return prompt_ids, max_tokens, options
 

@@ -27,6 +27,7 @@ from rampwatch.sim.config import (
     model_preset_for,
 )
 from rampwatch.sim.gpu_telemetry import DCGM_PATH
+from rampwatch.sim.lora import LoraConfig, lora_argv, parse_lora_modules
 from rampwatch.sim.multimodal import DEFAULT_CACHE_GB, DEFAULT_IMAGE_LIMIT, image_limit_of
 from rampwatch.sim.serve_flags import IGNORED_VLLM_FLAGS_WITH_VALUE, IGNORED_VLLM_SWITCHES
 from rampwatch.sim.server import SimServer, serve_until
@@ -174,6 +175,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_CACHE_GB,
         help="as vLLM: the multimodal processor cache's size in GiB (0: none); a hit skips an image's processing",
     )
+    lora = parser.add_argument_group("LoRA adapters (as vLLM; sim.lora)")
+    lora.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (--lora-modules)")
+    lora.add_argument("--max-loras", type=int, default=1, help="most distinct adapters in one batch (default 1)")
+    lora.add_argument(
+        "--max-lora-rank", type=int, default=16, help="the adapters' rank: load time and step cost grow with it"
+    )
+    lora.add_argument(
+        "--max-cpu-loras",
+        type=int,
+        default=None,
+        help="adapters kept in CPU memory, least recently used dropped (default --max-loras): "
+        "loading one from there is faster than from disk",
+    )
+    lora.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=None,
+        metavar="NAME=PATH",
+        help="the adapters served, each under its name in /v1/models (NAME=PATH, or vLLM's JSON form)",
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -244,6 +265,13 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         if args.limit_mm_per_prompt is None
         else image_limit_of(args.limit_mm_per_prompt),
         mm_processor_cache_gb=args.mm_processor_cache_gb,
+        lora=LoraConfig(
+            enable_lora=args.enable_lora,
+            modules=parse_lora_modules(args.lora_modules),
+            max_loras=args.max_loras,
+            max_lora_rank=args.max_lora_rank,
+            max_cpu_loras=args.max_cpu_loras,
+        ),
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -397,7 +425,7 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv += ["--limit-mm-per-prompt", json.dumps({"image": config.limit_mm_images})]
     if config.mm_processor_cache_gb != DEFAULT_CACHE_GB:
         argv += ["--mm-processor-cache-gb", repr(config.mm_processor_cache_gb)]
-    return argv
+    return argv + lora_argv(config.lora)
 
 
 def run(argv: list[str] | None = None) -> int:

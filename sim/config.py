@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from rampwatch.core.errors import UserError
+from rampwatch.sim.lora import LoraConfig
 
 GIB = 1024**3
 
@@ -376,6 +377,8 @@ class SimConfig:
     # and --mm-processor-cache-gb (0: no processor cache).
     limit_mm_images: int = 999
     mm_processor_cache_gb: float = 4.0
+    # vLLM's --enable-lora --max-loras --max-lora-rank --max-cpu-loras --lora-modules (sim.lora).
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -437,6 +440,7 @@ class SimConfig:
         if self.routing not in ROUTING_CHOICES:
             raise UserError(f"--routing {self.routing!r}: valid values: {', '.join(ROUTING_CHOICES)}")
         self.faults.validate()
+        self.lora.validate()
         blocks = self.num_gpu_blocks
         if blocks is None:
             blocks = derive_num_gpu_blocks(

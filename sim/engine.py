@@ -55,6 +55,7 @@ from typing import Protocol
 
 from rampwatch.core.tokenizer import VOCAB_SIZE
 from rampwatch.sim.config import SimConfig
+from rampwatch.sim.lora import LoraSlots
 from rampwatch.sim.multimodal import encoder_flops_in
 from rampwatch.sim.stats import EngineStats
 
@@ -85,6 +86,7 @@ class SimRequest:
     cache_salt: str | None = None  # the request's `cache_salt`: only equal salts share cached blocks
     # Its images (sim.multimodal): each one's first placeholder position and encoder FLOPs.
     mm_inputs: list[tuple[int, float]] = field(default_factory=list)
+    lora: str | None = None  # the LoRA adapter it runs on (sim.lora); None: the base model
     # Engine-owned state below.
     arrival: float = 0.0
     status: str = WAITING
@@ -305,6 +307,7 @@ class Engine:
         self.stats = EngineStats(max_model_len=self.capacity.max_model_len, created=created)
         self.eos_threshold = int(config.eos_probability * _EOS_SCALE)
         self.lookups = LookupCounts()
+        self.lora = LoraSlots(config.lora) if config.lora.enable_lora else None  # adapter slots (sim.lora)
         self._roofline_constants()
 
     def _roofline_constants(self) -> None:
@@ -425,6 +428,8 @@ class Engine:
             i += 1
 
         if not preempted:
+            if self.lora is not None:
+                self.lora.begin_step(r.lora for r in running)
             self._admit(now, budget, scheduled)
 
         return self._execute(now, scheduled, preempted)
@@ -447,8 +452,12 @@ class Engine:
         chunked = self.config.enable_chunked_prefill
         lookups = self.lookups
         bs = self.block_size
+        lora, skipped = self.lora, []
         while waiting and budget > 0 and len(running) < max_seqs:
             req = waiting[0]
+            if lora is not None and not lora.admits(req.lora):
+                skipped.append(waiting.popleft())  # no slot for its adapter: those behind it may go (vLLM)
+                continue
             hit_blocks: list[int] = []
             if caching:
                 if req.block_hashes is None:  # first admission: no output yet; later ones keep them
@@ -480,6 +489,9 @@ class Engine:
             running.append(req)
             scheduled.append((req, n))
             budget -= n
+            if lora is not None:
+                lora.take(req.lora)
+        waiting.extendleft(reversed(skipped))
 
     def _execute(self, now: float, scheduled: list[tuple[SimRequest, int]], preempted: list[SimRequest]) -> StepResult:
         total = 0
@@ -496,6 +508,8 @@ class Engine:
         cost = self.step_cost(total, attn_pairs, kv_tokens, len(scheduled))
         if encoder_flops and not self._instant:  # the vision encoder, in bf16
             cost.compute += encoder_flops / self._attn_flops
+        if self.lora is not None and total and not self._instant:  # adapter loads, low-rank matmuls
+            cost.host += self.lora.step_time(cost.gpu, any(req.lora is not None for req, _ in scheduled))
         duration = cost.total
         end = now + duration
         emitted: list[SimRequest] = []

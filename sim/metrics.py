@@ -6,6 +6,7 @@ A custom collector reads each engine's ``EngineStats`` at scrape time, so the ho
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -13,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.samples import Sample
 
 from rampwatch.sim.engine import Engine
+from rampwatch.sim.lora import LoraInfo, adapters_of
 from rampwatch.sim.stats import Hist
 
 _LABELS = ["engine", "model_name"]
@@ -112,6 +114,8 @@ class SimCollector:
     def __init__(self, engines: Sequence[Engine], model_name: str) -> None:
         self.engines = engines
         self.model_name = model_name
+        lora = engines[0].config.lora if engines else None
+        self.lora_info = LoraInfo(lora.max_loras) if lora is not None and lora.enable_lora else None
 
     def collect(self):
         engines = self.engines
@@ -210,6 +214,8 @@ class SimCollector:
             info.add_metric(list(cache_labels.values()), 1.0)
         if info is not None:
             yield info
+        if self.lora_info is not None:
+            yield lora_info_family(self.lora_info, engines)
 
 
 def make_registry(engines: Sequence[Engine], model_name: str) -> CollectorRegistry:
@@ -221,3 +227,19 @@ def make_registry(engines: Sequence[Engine], model_name: str) -> CollectorRegist
 
 def render(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+def lora_info_family(info: LoraInfo, engines: Sequence[Engine]) -> GaugeMetricFamily:
+    """``vllm:lora_requests_info`` as vLLM exports it: the engines' running and waiting
+    adapters now (set to the current time), and every state before it (``sim.lora``)."""
+    running = adapters_of(r for e in engines for r in e.running)
+    waiting = adapters_of(r for e in engines for r in e.waiting)
+    info.update(running, waiting, time.time())
+    family = GaugeMetricFamily(
+        "vllm:lora_requests_info",
+        "Running stats on lora requests.",
+        labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+    )
+    for labels, value in info.samples():
+        family.add_metric([labels["max_lora"], labels["waiting_lora_adapters"], labels["running_lora_adapters"]], value)
+    return family

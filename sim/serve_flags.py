@@ -35,6 +35,11 @@ VLLM_FLAGS = (
     "--mm-processor-cache-gb",
     "--pipeline-parallel-size",  # accepted at 1 only
     "-pp",
+    "--enable-lora",
+    "--max-loras",
+    "--max-lora-rank",
+    "--max-cpu-loras",
+    "--lora-modules",
 )
 
 # `vllm serve` flags a tuning sweep commonly passes that change nothing the simulator

@@ -30,6 +30,7 @@ from rampwatch.sim.chunk_gaps import ChunkGaps, text_key
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.engine import FINISHED, Engine, SimRequest
 from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
+from rampwatch.sim.lora import lora_model_cards
 from rampwatch.sim.metrics import make_registry, render
 from rampwatch.sim.multimodal import IMAGE_MODELS, Processor
 from rampwatch.sim.router import Router
@@ -174,7 +175,8 @@ class SimServer:
                         "parent": None,
                         "max_model_len": self.config.max_model_len,
                         "permission": [],
-                    }
+                    },
+                    *lora_model_cards(self.config.lora, name, self.created_unix),
                 ],
             }
         )
@@ -216,6 +218,7 @@ class SimServer:
                 self.capacity.max_model_len,
                 self.config.model in IMAGE_MODELS,
                 self.config.limit_mm_images,
+                self.config.lora.names,
             )
         except ApiError as err:
             return err.response()
@@ -239,6 +242,7 @@ class SimServer:
             seed=opts["seed"],
             cache_salt=opts["cache_salt"],
             mm_inputs=opts["mm_inputs"],
+            lora=opts["lora"],
         )
         if opts["images"]:
             await self._process_images(opts["images"], engine)
@@ -246,7 +250,7 @@ class SimServer:
             request_id.encode(),
             b"chat.completion.chunk" if chat else b"text_completion",
             created,
-            self.model_json,
+            self.model_json if opts["lora"] is None else json.dumps(opts["lora"]).encode(),  # vLLM: the adapter's name
         )
         if chat:
             head = prefix + b'[{"index":0,"delta":{"content":"'
@@ -386,7 +390,7 @@ class SimServer:
                 "id": request_id,
                 "object": "chat.completion",
                 "created": created,
-                "model": self.model_name,
+                "model": req.lora or self.model_name,  # vLLM: the adapter's name
                 "choices": [choice],
                 "service_tier": None,
                 "system_fingerprint": None,
@@ -407,7 +411,7 @@ class SimServer:
                 "id": request_id,
                 "object": "text_completion",
                 "created": created,
-                "model": self.model_name,
+                "model": req.lora or self.model_name,  # vLLM: the adapter's name
                 "choices": [choice],
                 "usage": usage,
                 "kv_transfer_params": None,

@@ -5,7 +5,9 @@
 their names). The Classes panel, shown only for a mixture, has one column per class:
 requests sent so far, the "now" rates and latencies as the Stats panel takes them (its
 ``NOW_WINDOW_S`` mean; the newest complete second's percentiles), and the share of the
-class's finished requests that met its SLO so far. The class the chart shows is marked.
+class's finished requests that met its SLO so far. The class the chart shows is marked. A run that sends to LoRA adapters without a
+mixture has its adapters here instead (the panel titled Adapters), and ``w`` steps
+through them.
 """
 
 from __future__ import annotations
@@ -17,12 +19,21 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from rampwatch.core.figures.classes import sent, slo_attainment_pct
+from rampwatch.core.figures.adapters import scenario_adapters
+from rampwatch.core.figures.classes import MIX_KEY, sent, slo_attainment_pct
 from rampwatch.core.timeline import ClassFigures, Snapshot
 from rampwatch.tui.chart_data import NOW_WINDOW_S, current_value, format_rate, is_present, recent_rate
 from rampwatch.tui.stats_panel import LATENCY_LOOK_BACK
 
 CLASS_NOTE = f"w: chart · rates over {NOW_WINDOW_S} s · ms"
+
+
+def adapters_grouped(snapshot: Snapshot) -> bool:
+    """Whether ``Snapshot.classes`` holds LoRA adapters (a run that sends to adapters
+    without a mixture) rather than a mixture's classes."""
+    scenario = snapshot.header.scenario if snapshot.header is not None else None
+    workload = scenario.get("workload") if isinstance(scenario, dict) else None
+    return bool(scenario_adapters(scenario)) and not (isinstance(workload, dict) and MIX_KEY in workload)
 
 
 def class_of(snapshot: Snapshot, name: str) -> ClassFigures | None:
@@ -102,6 +113,8 @@ class ClassPanel(Widget):
         self._columns: list[tuple[str, list[str]]] = []
 
     def show_snapshot(self, snapshot: Snapshot, compare: Snapshot | None = None) -> None:
+        # A run without a mixture groups its live figures by LoRA adapter (core.figures.series).
+        self.border_title = "Adapters" if adapters_grouped(snapshot) else "Classes"
         columns = class_columns(snapshot)
         self.display = bool(columns)
         if columns != self._columns:

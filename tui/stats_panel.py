@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
+from rampwatch.core.figures.lora import lora_now_rows
 from rampwatch.core.timeline import Snapshot
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
 from rampwatch.tui.chart_data import (
@@ -175,6 +176,7 @@ class StatsPanel(Widget):
         if lag is not None:  # only when the client's own delay could show in its figures
             now_rows.append(("client lag (late)", format_ms(lag / 1000.0)))
         now_rows += gpu_now_rows(snapshot)
+        now_rows += lora_now_rows(snapshot.lora)  # a server with LoRA adapters (vllm:lora_requests_info)
         so_far = summary_rows(snapshot.summary or {})
         so_far += [
             (label, format_number(v))

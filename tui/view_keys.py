@@ -74,7 +74,7 @@ class ViewKeys(_AppBase):
         """w: the latency chart for every request, then each class of a mixture in turn."""
         names = [c.name for c in self.latest.classes]
         if not names:
-            self.notify("w: this run has no classes (a scenario with workload.mix has)", timeout=3)
+            self.notify("w: this run has no classes (workload.mix) or adapters (workload.adapters)", timeout=3)
             return
         charts = list(self.main_screen.query(LatencyChart))
         shown = next_class(names, charts[0].class_name if charts else None)

@@ -11,6 +11,7 @@ from typing import TextIO
 from rampwatch.app.session.build import PreparedRun
 from rampwatch.app.session.server import print_server_tail
 from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.figures.adapters import ADAPTER_NOTE, adapter_table
 from rampwatch.core.figures.classes import CLASS_NOTE, class_table
 from rampwatch.core.figures.summary import (
     Summary,
@@ -21,7 +22,7 @@ from rampwatch.core.figures.turns import TURNS_NOTE, TurnTable
 from rampwatch.core.text import fill_to, fit_lines, terminal_width
 from rampwatch.loadgen.run.result import RunResult
 from rampwatch.loadgen.server.managed import server_log_path
-from rampwatch.record.analysis import class_figures, recording_turns, summarise
+from rampwatch.record.analysis import adapter_figures, class_figures, recording_turns, summarise
 from rampwatch.record.reader import Recording, open_recording
 from rampwatch.record.result_json import write_bench_result, write_records_result
 
@@ -122,6 +123,9 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     if classes:  # a mixture: its classes side by side, as `rampwatch report` prints them
         table = class_table({name: s.to_dict() for name, s in classes.items()})
         print(f"\n{fill_to(f'Classes ({CLASS_NOTE})', width)}\n{table.text(width)}", file=out)
+    adapters = adapter_table(adapter_figures(figures.recording)) if figures.recording is not None else None
+    if adapters is not None:  # LoRA adapters side by side, as `rampwatch report` prints them
+        print(f"\n{fill_to(f'Adapters ({ADAPTER_NOTE})', width)}\n{adapters.text(width)}", file=out)
     code = 0
     if result_json_error is not None:
         print(f"rampwatch run: cannot write {prepared.result_json_path}: {result_json_error}", file=sys.stderr)

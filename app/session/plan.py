@@ -26,6 +26,7 @@ from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable
 from rampwatch.loadgen.server.managed import ManagedServer, server_log_path
 from rampwatch.loadgen.transport.connection import Connection, ca_context
 from rampwatch.loadgen.transport.server_probe import normalize_base_url
+from rampwatch.loadgen.workload.adapters import adapter_names
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 from rampwatch.record.writer import default_recording_path
@@ -237,7 +238,12 @@ def plan_run(config: RunConfig, claim: bool = True) -> RunPlan:
     gpu_urls = [check_url("--gpu-metrics-url", u) for u in config.gpu_metrics_url]
     # The embedded simulator: no target yet (GPU telemetry is simulated or absent).
     gpu_plan = gpu_telemetry(config.gpu, gpu_urls, None) if config.embedded_sim else None
-    command = serve_command(config, seed=scenario.seed, gpu_telemetry=gpu_plan is not None and gpu_plan.simulated)
+    command = serve_command(
+        config,
+        seed=scenario.seed,
+        gpu_telemetry=gpu_plan is not None and gpu_plan.simulated,
+        adapters=adapter_names(scenario.workload),  # the embedded simulator serves them
+    )
     server = None
     if command is None:
         # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.

@@ -9,7 +9,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TextIO
@@ -22,6 +22,7 @@ from rampwatch.loadgen.server.managed import PHASE_STARTING, ManagedServer, Serv
 from rampwatch.loadgen.transport.server_probe import normalize_base_url
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
+from rampwatch.sim.lora import LoraConfig, LoraModule
 
 # Headless, between the lines that say a server is still starting.
 SERVER_PROGRESS_INTERVAL_S = 30.0
@@ -64,10 +65,12 @@ def serving_sim(config: SimConfig, host: str = "127.0.0.1", timeout_s: float = 3
         yield server
 
 
-def serve_command(config: RunConfig, seed: int | None = None, gpu_telemetry: bool = False) -> ServeCommand | None:
+def serve_command(
+    config: RunConfig, seed: int | None = None, gpu_telemetry: bool = False, adapters: Sequence[str] = ()
+) -> ServeCommand | None:
     """What `rampwatch run` starts: ``--serve``, else (no ``--target``) the embedded
-    simulator (serving its DCGM page with ``gpu_telemetry``); None when it only connects
-    to ``--target``."""
+    simulator (serving its DCGM page with ``gpu_telemetry``, and the scenario's LoRA
+    ``adapters`` with vLLM's default --max-loras); None when it only connects to ``--target``."""
     target = normalize_base_url(check_url("--target", config.target)) if config.target else None
     if config.serve is not None:
         return ServeCommand.parse(config.serve, target=target)
@@ -78,6 +81,9 @@ def serve_command(config: RunConfig, seed: int | None = None, gpu_telemetry: boo
         model=config.sim_model,
         seed=seed if seed is not None else 0,
         gpu_telemetry=gpu_telemetry,
+        lora=LoraConfig(enable_lora=True, modules=tuple(LoraModule(name, f"sim://{name}") for name in adapters))
+        if adapters
+        else LoraConfig(),
     )
     try:
         return ServeCommand.parse(sim_serve_text(sim_config))

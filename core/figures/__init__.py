@@ -10,6 +10,15 @@ from typing import TYPE_CHECKING
 from rampwatch.core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from rampwatch.core.figures.adapters import (
+        ADAPTER_NOTE,
+        ADAPTERS_KEY,
+        AdapterSummaries,
+        adapter_results,
+        adapter_summaries,
+        adapter_table,
+        scenario_adapters,
+    )
     from rampwatch.core.figures.classes import (
         CLASS_NOTE,
         MIX_KEY,
@@ -36,6 +45,7 @@ if TYPE_CHECKING:
         explain_recorded_knee,
         knee_explanation_of,
     )
+    from rampwatch.core.figures.lora import lora_state_text
     from rampwatch.core.figures.segments import (
         CONFIG_EVENT,
         RESUME_CHOICES,
@@ -93,6 +103,16 @@ if TYPE_CHECKING:
 
 # module -> the public names it defines, loaded on first use
 _MODULES: dict[str, tuple[str, ...]] = {
+    "lora": ("lora_state_text",),
+    "adapters": (
+        "ADAPTERS_KEY",
+        "ADAPTER_NOTE",
+        "AdapterSummaries",
+        "adapter_results",
+        "adapter_summaries",
+        "adapter_table",
+        "scenario_adapters",
+    ),
     "classes": (
         "CLASS_NOTE",
         "ClassSummaries",
@@ -178,6 +198,9 @@ _MODULES: dict[str, tuple[str, ...]] = {
     ),
 }
 __all__ = [
+    "ADAPTERS_KEY",
+    "ADAPTER_NOTE",
+    "AdapterSummaries",
     "CLASS_NOTE",
     "CONFIG_EVENT",
     "COUNTER_FIELDS",
@@ -214,6 +237,9 @@ __all__ = [
     "TurnFigures",
     "TurnRow",
     "TurnTable",
+    "adapter_results",
+    "adapter_summaries",
+    "adapter_table",
     "class_summaries",
     "class_table",
     "client_figures",
@@ -229,9 +255,11 @@ __all__ = [
     "knee_explanation_of",
     "knee_review",
     "knee_rps",
+    "lora_state_text",
     "number_text",
     "parse_slo",
     "restarted",
+    "scenario_adapters",
     "segment_table",
     "sent",
     "server_figures",

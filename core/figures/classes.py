@@ -55,16 +55,23 @@ def _mapping(value: Any) -> dict[str, Any]:
 class ClassSummaries:
     """One ``SummaryBuilder`` per class, fed requests in any grouping: each request goes
     to its class's builder (requests without a class to none). The header's classes come
-    first, in the mixture's order; a class it does not name is judged by the scenario's SLO."""
+    first, in the mixture's order; a class it does not name is judged by the scenario's SLO.
+    A subclass groups by another field of the record (``group_key``, e.g. the adapter)."""
+
+    group_key = "request_class"
 
     def __init__(self, header: RunHeader | None, **builder_options: Any) -> None:
         scenario = header.scenario if header is not None else None
         self._top_slo = _mapping(scenario).get("slo") or None
-        self._slos = class_slos(scenario)
+        self._slos = self.group_slos(scenario)
         self._options = {k: v for k, v in builder_options.items() if k != "slo"}
         self.builders: dict[str, SummaryBuilder] = {}
         for name in self._slos:
             self._builder(name)
+
+    @staticmethod
+    def group_slos(scenario: dict[str, Any] | None) -> dict[str, dict[str, float] | None]:
+        return class_slos(scenario)
 
     def _builder(self, name: str) -> SummaryBuilder:
         builder = self.builders.get(name)
@@ -75,9 +82,11 @@ class ClassSummaries:
 
     def add_records(self, records: Iterable[RequestRecord]) -> None:
         groups: dict[str, list[RequestRecord]] = {}
+        key = self.group_key
         for record in records:
-            if record.request_class is not None:
-                groups.setdefault(record.request_class, []).append(record)
+            name = getattr(record, key)
+            if name is not None:
+                groups.setdefault(name, []).append(record)
         for name, group in groups.items():
             self._builder(name).add_block(RequestBlock.from_records(group))
 

@@ -23,6 +23,8 @@ the knee, and every second after it when those are given):
   known budget, the same with the computed prompt tok/s grown ``PROMPT_GREW``-fold and
   then flat (spread under ``FLAT_SPREAD``, at least ``PROMPT_TOP_SHARE`` of the window's
   90th percentile), neither the KV cache full nor running at a cap: said to be inferred;
+- ``lora_slots``: adapters waited for a LoRA slot at ``--max-loras`` (``core.figures.knee_lora``,
+  where the server exports ``vllm:lora_requests_info``);
 - ``client_cap``: rampwatch's own queue (``client_queued``) reached ``CLIENT_QUEUE_MIN``
   and grew, while the server had room (recent waiting mean under ``WAITING_MIN``, running
   under the cap when the cap is known);
@@ -32,8 +34,8 @@ the knee, and every second after it when those are given):
 
 "Rose" and "grew" compare the mean of the recent seconds with the mean of the window's
 first ``RECENT_S`` seconds. ``PRIORITY`` puts the hard limits the server reached first —
-the KV cache (raising the batch cap would not help while it is full), then the batch cap,
-then the token budget — then the client's cap, then the soft compute bound.
+the KV cache (raising the batch cap would not help while it is full), then the LoRA
+slots, then the batch cap, then the token budget — then the client's cap, then the soft compute bound.
 
 The advice is a change that can matter: a batch cap is raised to twice its value, or to
 what keeps KV under ``KV_ROOM_TARGET_PCT``, and only when that is at least ``MIN_RAISE``
@@ -50,6 +52,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from rampwatch.core.figures.knee_explanation import TITLES, KneeExplanation
+from rampwatch.core.figures.knee_lora import lora_slots
 from rampwatch.core.figures.knee_window import (
     RECENT_S,
     KneeWindow,
@@ -417,6 +420,7 @@ RULES: dict[str, Rule] = {
     "kv_full": _kv_full,
     "batch_cap": _batch_cap,
     "token_budget": _token_budget,
+    "lora_slots": lora_slots,
     "client_cap": _client_cap,
     "compute_bound": _compute_bound,
 }

@@ -42,8 +42,10 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.figures import series_state
+from rampwatch.core.figures.adapters import scenario_adapters
 from rampwatch.core.figures.classes import class_slos
 from rampwatch.core.figures.client_lag import ClientTotals
+from rampwatch.core.figures.lora import LoraSeconds, lora_state
 from rampwatch.core.figures.segments import CONFIG_EVENT, SegmentTable, config_segments, segment_index, segment_table
 from rampwatch.core.figures.series_bins import Growable, RequestBins, sec
 from rampwatch.core.figures.series_latency import (
@@ -150,6 +152,9 @@ class SeriesBuilder:
         # requests; a class builder has its name here and no classes of its own.
         self.classes: dict[str, SeriesBuilder] = {}
         self.class_name: str | None = None
+        # The server's LoRA adapters (vllm:lora_requests_info) per second, for the knee's
+        # rules and the live view; empty where the server exports none.
+        self.lora = LoraSeconds()
 
     # -- the parts' figures, by their old names --------------------------------------
     @property
@@ -200,7 +205,8 @@ class SeriesBuilder:
         self.state = "starting"
         self.steps.configure(*_schedule_of(header))
         if self.class_name is None:
-            for name in class_slos(header.scenario):  # every class shown from the start
+            # every class shown from the start; without a mixture, every LoRA adapter
+            for name in class_slos(header.scenario) or scenario_adapters(header.scenario):
                 self._class_builder(name)
 
     def on_request(self, record: RequestRecord) -> None:
@@ -217,8 +223,10 @@ class SeriesBuilder:
         if self.class_name is None:  # a class builder keeps no step table
             for record in records:
                 self.steps.on_request(record)
-                if record.request_class is not None:
-                    self._class_builder(record.request_class)._queued.append(record)
+                # a mixture's class; in a run without one, the LoRA adapter (core.figures.adapters)
+                group = record.request_class if record.request_class is not None else record.adapter
+                if group is not None:
+                    self._class_builder(group)._queued.append(record)
         self.bins.add_records(records)
         # one block per run of records that ended in the same second (usually one or two)
         start = 0
@@ -270,6 +278,7 @@ class SeriesBuilder:
             self.gpu.on_good_sample(sample, self.header, self.gauges)
         elif sample.ok:
             self.server.on_good_scrape(sample, self.header, self.gauges, self.steps)
+            self.lora.add(sample)
         else:
             self.server.count_error(sample)
         self._advance(sample.t)
@@ -395,7 +404,7 @@ class SeriesBuilder:
             return []
         seconds = self.latency.take_newly_final()
         _, arrays = self._arrays(None, unfrozen=False)  # the seconds are frozen ones
-        return [(float(b), {name: float(arrays[name][b]) for name in SERIES_NAMES}) for b in seconds]
+        return [(float(b), {name: float(arrays[name][b]) for name in SERIES_NAMES} | self.lora.at(b)) for b in seconds]
 
     def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """Run-so-far server figures from the series (``_arrays`` output)."""
@@ -448,4 +457,5 @@ class SeriesBuilder:
             configurations=self.configurations(now, arrays),
             turns=None if self.turns is None else self.turns.table(self.bins.sessions_finished),
             classes=self.class_figures(now, last_bins),
+            lora=lora_state(self.lora.latest),
         )

@@ -10,6 +10,7 @@ from typing import Any, TypeGuard
 from rampwatch.core.figures.counters import CounterTracker
 from rampwatch.core.figures.gpu import NVML_URL
 from rampwatch.core.figures.images import mm_cache_figures
+from rampwatch.core.figures.lora import lora_figures
 from rampwatch.core.figures.samples import combine_samples
 from rampwatch.core.timeline import RunHeader, ServerSample
 
@@ -63,7 +64,7 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         return totals[name] / span if name in totals and span > 0 else None
 
     queries = totals.get("prefix_queries_total")
-    return {
+    figures: dict[str, Any] = {
         "available": ok > 0,
         "scrapes_ok": ok,
         "scrapes_failed": sum(1 for s in samples if not s.ok),
@@ -82,6 +83,10 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         "preemptions": totals.get("preemptions_total"),
         **mm_cache_figures(totals),  # only when the server counted a multimodal cache query
     }
+    lora = lora_figures(samples)  # only where the server exports vllm:lora_requests_info
+    if lora is not None:
+        figures["lora"] = lora
+    return figures
 
 
 class GpuTotals:

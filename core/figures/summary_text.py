@@ -10,6 +10,7 @@ from typing import Any
 from rampwatch.core.figures import stats
 from rampwatch.core.figures.client_lag import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE, CPU_STARVED_PCT, ClientFigures
 from rampwatch.core.figures.images import image_lines
+from rampwatch.core.figures.lora import lora_summary_lines
 from rampwatch.core.figures.run_summary import METRIC_TITLES, METRICS, Summary
 from rampwatch.core.figures.summary_server import SIMULATED_GPU
 from rampwatch.core.text import printable
@@ -208,6 +209,7 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         lines.append(_row("Max KV-cache usage (%):", server.get("max_kv_usage_pct"), ".1f"))
         lines.append(_row("Prefix cache hit rate (%):", server.get("prefix_hit_pct"), ".1f"))
         lines.append(_row("Preemptions:", server.get("preemptions"), ".0f"))
+        lines.extend(lora_summary_lines(server.get("lora")))
     else:
         lines.append("no server metrics")
     lines.extend(image_lines(summary.get("images"), _row))

@@ -30,6 +30,8 @@ from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.server.scrape import MetricsPoller
 from rampwatch.loadgen.transport.client import StreamingClient
 from rampwatch.loadgen.transport.open_files import raise_open_files_limit
+from rampwatch.loadgen.transport.server_probe import check_adapters_served
+from rampwatch.loadgen.workload.adapters import adapter_names
 from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.scenario import Scenario
 
@@ -93,6 +95,7 @@ class Run(LoadLoop):
             server_info = await client.fetch_server_info(
                 require_model=True, answer=opts.models_answer, extras_timeout_s=opts.scrape_timeout_s
             )
+            check_adapters_served(adapter_names(self.scenario.workload), server_info, redact_text(opts.target))
             if opts.managed_server is not None:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]

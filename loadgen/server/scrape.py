@@ -33,6 +33,7 @@ from rampwatch.core.redact import redact_text
 from rampwatch.core.text import printable_value, server_text
 from rampwatch.core.timeline import ServerSample
 from rampwatch.loadgen.server import backends
+from rampwatch.loadgen.server.lora_info import LORA_INFO, lora_fields
 from rampwatch.loadgen.transport import redirects
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,13 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         return ServerSample(t=t, url=url, ok=False, error=server_text(f"unparsable /metrics: {exc}")[:300])
     backend = backends.detect_backend(name for name, _, _ in samples)
     fields, per_engine, created = backends.extract_fields(backend, samples)
-    raw = {sample_key(name, labels): value for name, labels, value in samples if not name.endswith("_created")}
+    # The LoRA state's history stays on the page, one series per state: read, not kept raw.
+    lora = lora_fields(samples)
+    raw = {
+        sample_key(name, labels): value
+        for name, labels, value in samples
+        if not name.endswith("_created") and name != LORA_INFO
+    }
     if len(raw) > MAX_RAW_SERIES:
         raw = {}  # the summed fields above stand; thousands of series a second would swamp the run
     return ServerSample(
@@ -150,6 +157,7 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         created=created,
         raw=raw,
         rejected=rejected,
+        **lora,
         # fields holds only ServerSample's float | None gauge and counter fields (extract_fields)
         **fields,  # type: ignore[arg-type]
     )

@@ -262,7 +262,7 @@ class StreamingClient:
         return server_text(text, self._secrets)[:_MAX_MESSAGE]
 
     def build_body(self, req: PreparedRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model}
+        body: dict[str, Any] = {"model": req.adapter or self.model}  # a LoRA adapter is a model of its own
         body.update(req.payload)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

@@ -145,6 +145,25 @@ def check_model_served(model: str, answer: ModelsAnswer) -> None:
     raise ModelNotServed(f"--model {printable(repr(model), one_line=True)} is not served by {answer.url}: {served}")
 
 
+def check_adapters_served(adapters: list[str], server_info: dict[str, Any], url: str) -> None:
+    """Raise ``ModelNotServed`` naming the first of the scenario's LoRA adapters
+    (``workload.adapters``) that the server's ``/v1/models`` list (``fetch_server_info``'s
+    ``models``) lacks; vLLM lists each ``--lora-modules NAME=PATH`` under its name. A
+    server without a usable list proves nothing: no error."""
+    if not adapters or "/v1/models" in server_info.get("errors", {}):
+        return
+    ids = served_model_ids(server_info.get("models") or [])
+    for name in adapters:
+        if name not in ids:
+            named = ", ".join(printable(repr(i[:100]), one_line=True) for i in ids[:MAX_MODELS_NAMED])
+            more = f" and {len(ids) - MAX_MODELS_NAMED} more" if len(ids) > MAX_MODELS_NAMED else ""
+            raise ModelNotServed(
+                f"workload.adapters: adapter {printable(repr(name), one_line=True)} is not served by "
+                f"{url}/v1/models (it serves {named or 'no models'}{more}); "
+                f"vLLM serves one with --enable-lora --lora-modules {printable(name, one_line=True)}=PATH"
+            )
+
+
 async def fetch_server_info(
     base_url: str,
     api_key: str | None = None,

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.adapters import ADAPTERS_KEY
 from rampwatch.core.figures.classes import MIX_KEY
+from rampwatch.loadgen.workload.adapters import AdapterPicker
 from rampwatch.loadgen.workload.datasets import load_dataset
 from rampwatch.loadgen.workload.images import ImageMaker, with_images
 from rampwatch.loadgen.workload.mixture import MixtureFactory
@@ -97,6 +99,9 @@ class RequestFactory:
             self.dataset = load_dataset(ds["path"], ds["format"])
         # Images after the user's text (loadgen.workload.images); None: a text workload.
         self._images = ImageMaker(self.workload["images"], scenario.seed) if self.workload.get("images") else None
+        # LoRA adapters: each request's model picked by weight (loadgen.workload.adapters).
+        adapters = self.workload.get(ADAPTERS_KEY)
+        self._adapters = AdapterPicker(adapters, scenario.seed) if adapters else None
         # A mixture: each class builds its requests with its own factory (loadgen.workload.mixture).
         self._mixture = (
             MixtureFactory(scenario, self.tokenizer, functools.partial(RequestFactory, cache_salt=cache_salt))
@@ -282,6 +287,9 @@ class RequestFactory:
             parts = self._images.next_parts()
             payload["messages"] = with_images(payload["messages"], parts)
             images = len(parts)
+        adapter = None
+        if self._adapters is not None:  # a session keeps one adapter for all its turns
+            adapter = self._adapters.for_session(extra["session"]) if "session" in extra else self._adapters.next()
         return PreparedRequest(
             endpoint=self.endpoint,  # type: ignore[arg-type]
             payload=payload,
@@ -290,4 +298,5 @@ class RequestFactory:
             tag=tag,
             extra=extra,
             images=images,
+            adapter=adapter,
         )

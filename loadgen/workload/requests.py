@@ -26,6 +26,7 @@ class PreparedRequest:
     tag: str | None = None  # e.g. "doc-3", "conv-12/turn-2"
     extra: dict[str, Any] = field(default_factory=dict)
     request_class: str | None = None  # a mixture's class name
+    adapter: str | None = None  # the LoRA adapter sent to: the request's model (loadgen.workload.adapters)
     session: int | None = None  # a session workload's conversation id
     turn: int | None = None  # this request's turn in its session (1-based)
     images: int | None = None  # how many images it carries (None: a text workload)
@@ -34,8 +35,14 @@ class PreparedRequest:
 
     def labels(self) -> dict[str, Any]:
         """What every record of this request carries from it (its mixture class, session,
-        turn and image count), whether it was answered, failed or never sent."""
-        return {"request_class": self.request_class, "session": self.session, "turn": self.turn, "images": self.images}
+        turn, adapter and image count), whether it was answered, failed or never sent."""
+        return {
+            "request_class": self.request_class,
+            "session": self.session,
+            "turn": self.turn,
+            "adapter": self.adapter,
+            "images": self.images,
+        }
 
     def unanswered(
         self, request_id: int, scheduled_at: float, sent_at: float, end_at: float, error_class: str, error: str

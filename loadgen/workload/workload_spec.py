@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rampwatch.core.figures.adapters import ADAPTERS_KEY
 from rampwatch.core.figures.classes import MIX_KEY
+from rampwatch.loadgen.workload.adapters import check_adapters
 from rampwatch.loadgen.workload.images import check_images
 from rampwatch.loadgen.workload.mixture import CLASS_KEYS, check_mix
 from rampwatch.loadgen.workload.spec_checks import (
@@ -38,6 +40,7 @@ WORKLOAD_KEYS = (
     "ignore_eos",
     "extra_body",
     "images",
+    ADAPTERS_KEY,
 )
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
@@ -233,6 +236,8 @@ def check_workload(
                 path + ("prompt_format",),
                 "expected text with workload.sessions (each turn carries the answer's text), got 'token_ids'",
             )
+    if w.get(ADAPTERS_KEY) is not None:  # LoRA adapters (loadgen.workload.adapters)
+        out[ADAPTERS_KEY] = check_adapters(p, path + (ADAPTERS_KEY,), w[ADAPTERS_KEY])
     ignore_eos = w.get("ignore_eos", True)
     if not isinstance(ignore_eos, bool):
         p.add(path + ("ignore_eos",), f"expected true or false, got {describe(ignore_eos)}")
