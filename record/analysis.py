@@ -19,6 +19,7 @@ from rampwatch.core.figures import stats
 from rampwatch.core.figures.classes import ClassSummaries, class_table
 from rampwatch.core.figures.client_lag import client_figures
 from rampwatch.core.figures.knee_explain import knee_explanation_of
+from rampwatch.core.figures.reasoning import ReasoningBlock
 from rampwatch.core.figures.segments import (
     ConfigSegment,
     SegmentSummaries,
@@ -118,7 +119,38 @@ def request_block(c: fmt.RequestColumns) -> RequestBlock:
         tokens_from_usage=(c.flags & 1).astype(bool),
         itls=_block_itls(c, ok),
         token_times=np.concatenate([c.first_token_at[use], c.chunk_times[np.repeat(use, counts)]]),
+        reasoning=_reasoning_block(c, ok),
     )
+
+
+def _reasoning_block(c: fmt.RequestColumns, ok: np.ndarray) -> ReasoningBlock | None:
+    """The block's reasoning side (``RequestBlock.reasoning``): None for a block whose
+    requests did not reason (no such columns: every plain run's)."""
+    if "first_answer_at" not in c.strings and "reasoning_tokens" not in c.strings:
+        return None
+    assert c.chunk_times is not None, "read with its chunks"
+    none = [None] * c.n
+    return ReasoningBlock.of_columns(
+        ok=ok,
+        sent_at=c.sent_at,
+        first_token_at=np.where(c.has_first.astype(bool), c.first_token_at, np.nan),
+        completion_tokens=c.completion_tokens.astype(np.int64),
+        first_answer_at=_answer_times(c) or none,
+        reasoning_tokens=c.strings.get("reasoning_tokens") or none,
+        reasoning_from_usage=c.strings.get("reasoning_from_usage") or none,
+        chunk_times=c.chunk_times,
+        counts=c.n_chunks.astype(np.int64),
+    )
+
+
+def _answer_times(c: fmt.RequestColumns) -> list[float | None] | None:
+    """The block's ``first_answer_at`` in seconds (stored in time quanta, as the writer
+    keeps it: ``format.decode_requests``)."""
+    stored = c.strings.get("first_answer_at")
+    if stored is None:
+        return None
+    q_t = c.strings.get("time_quantum_us", 1) / 1e6
+    return [None if v is None else v * q_t for v in stored]
 
 
 def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rampwatch.core.figures.client_lag import ClientFigures
 from rampwatch.core.timeline import Event, RunHeader
+
+if TYPE_CHECKING:
+    from rampwatch.core.figures.reasoning import ReasoningFigures
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
@@ -173,6 +176,9 @@ class Summary:
     # The client's self-check: its loops' lag and its collections (None: a recording
     # made before it).
     client: ClientFigures | None = None
+    # A reasoning model's figures (time to first answer, each phase's ITL, the reasoning
+    # share); None when no request reasoned: nothing of it shows then.
+    reasoning: ReasoningFigures | None = None
 
     @property
     def _divisor_s(self) -> float:
@@ -256,4 +262,6 @@ class Summary:
         energy = self.energy_j
         out["energy_wh"] = None if energy is None else energy / 3600.0
         out["tokens_per_joule"] = self.tokens_per_joule
+        if self.reasoning is not None:
+            out["reasoning"] = self.reasoning.to_dict()
         return out

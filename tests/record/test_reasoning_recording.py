@@ -1,0 +1,45 @@
+"""A reasoning model's recording: its reasoning fields read back give the figures the
+records in memory give (TTFA, each phase's ITL, the reasoning share)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rampwatch.core.figures.summary import summarise_requests
+from rampwatch.record.analysis import summarise
+from rampwatch.record.reader import open_recording
+from rampwatch.record.writer import RecordingWriter
+from tests.core.figures.reasoning_records import Reasoning
+from tests.record.helpers import CaptureSink
+from tests.synthetic import SyntheticRun, play_synthetic
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    path = tmp_path_factory.mktemp("reasoning") / "reasoning.rwrec"
+    writer = RecordingWriter(path, flush_interval_s=None, checkpoint_every_s=5.0)
+    capture = CaptureSink()
+    play_synthetic(SyntheticRun(duration_s=20.0, start_rps=2, end_rps=10, seed=4), Reasoning(writer, capture))
+    writer.close()
+    return path, capture
+
+
+def test_the_recordings_reasoning_figures_are_the_in_memory_ones(recorded):
+    path, capture = recorded
+    with open_recording(path) as recording:
+        from_file = summarise(recording).reasoning
+    in_memory = summarise_requests(capture.header, capture.requests, [], []).reasoning
+    assert from_file is not None and in_memory is not None
+    assert from_file.reasoning_requests == in_memory.reasoning_requests > 50
+    assert from_file.no_answer_requests == in_memory.no_answer_requests > 0
+    assert from_file.reasoning_tokens == in_memory.reasoning_tokens
+    assert from_file.reasoning_share == pytest.approx(in_memory.reasoning_share)
+    assert 0.5 < from_file.reasoning_share < 0.8
+    assert from_file.tokens_source == "usage"
+    assert from_file.ttfa.mean == pytest.approx(in_memory.ttfa.mean, abs=0.01)
+    assert from_file.ttfa.percentiles["p99"] == pytest.approx(in_memory.ttfa.percentiles["p99"], abs=0.01)
+    # chunk times are kept to 10 µs: the ITLs within that
+    for phase in ("reasoning_itl", "answer_itl"):
+        got, want = getattr(from_file, phase), getattr(in_memory, phase)
+        assert got.mean == pytest.approx(want.mean, abs=0.02), phase
+        assert got.percentiles["p99"] == pytest.approx(want.percentiles["p99"], abs=0.02), phase
