@@ -604,6 +604,9 @@ class Snapshot:
     # A session workload's figures by turn index so far (``core.figures.turns.TurnTable``);
     # None when no request of the run had a turn.
     turns: Any = None
+    # A reasoning run's series aligned with ``times`` (``core.figures.series_reasoning``:
+    # ttfa_p50/p90/p99 in s, reasoning_share_pct); None when no request reasoned.
+    reasoning: dict[str, list[float]] | None = None
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:

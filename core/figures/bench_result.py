@@ -180,4 +180,7 @@ def result_fields(
     result["rampwatch_gpu"] = summary.get("gpu") or None
     result["rampwatch_energy_wh"] = summary.get("energy_wh")
     result["rampwatch_tokens_per_joule"] = summary.get("tokens_per_joule")
+    # A reasoning run's figures (ReasoningFigures.to_dict), each key prefixed; none otherwise
+    for key, value in (summary.get("reasoning") or {}).items():
+        result[f"rampwatch_{key}"] = value
     return result

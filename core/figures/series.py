@@ -52,6 +52,7 @@ from rampwatch.core.figures.series_latency import (
     LatencyWindows,
     latency_series,
 )
+from rampwatch.core.figures.series_reasoning import REASONING_SERIES, ReasoningSeries
 from rampwatch.core.figures.series_server import GpuSeries, ServerSeries
 from rampwatch.core.figures.steps import StepTracker
 from rampwatch.core.figures.summary import (
@@ -150,6 +151,9 @@ class SeriesBuilder:
         # requests; a class builder has its name here and no classes of its own.
         self.classes: dict[str, SeriesBuilder] = {}
         self.class_name: str | None = None
+        # A reasoning run's TTFA and reasoning-share series, from its first request that
+        # reasoned (``series_reasoning``); None in a plain run.
+        self.reasoning: ReasoningSeries | None = None
 
     # -- the parts' figures, by their old names --------------------------------------
     @property
@@ -235,6 +239,10 @@ class SeriesBuilder:
         block = RequestBlock.from_records(records)
         ok = np.fromiter((e is None for e in block.error_classes), dtype=bool, count=len(records))
         self.latency.add_block(end, block, ok)
+        if block.reasoning is not None and self.reasoning is None:
+            self.reasoning = ReasoningSeries(self.window_s, self.grace_s)
+        if self.reasoning is not None:
+            self.reasoning.add_block(end, block, ok)
         good_before = self.summary.good
         self.summary.add_block(block)
         good = self.bins.counts.get("good_rps")  # a class builder's, under an SLO
@@ -357,6 +365,8 @@ class SeriesBuilder:
         if self.latency.final_upto <= last_due:
             self._fold_queued()
         self.latency.freeze_upto(last_due)
+        if self.reasoning is not None:
+            self.reasoning.freeze_upto(last_due)
         for sub in self.classes.values():
             sub._advance(t)
 
@@ -446,4 +456,13 @@ class SeriesBuilder:
             configurations=self.configurations(now, arrays),
             turns=None if self.turns is None else self.turns.table(self.bins.sessions_finished),
             classes=self.class_figures(now, last_bins),
+            reasoning=self._reasoning_series(len(times), cut),
         )
+
+    def _reasoning_series(self, n: int, cut: int) -> dict[str, list[float]] | None:
+        """A reasoning run's series (``series_reasoning``) from bin ``cut`` on; None in a plain run."""
+        if self.reasoning is None:
+            return None
+        out: dict[str, np.ndarray] = {}
+        self.reasoning.arrays(n, out)
+        return {name: out[name][cut:].tolist() for name in REASONING_SERIES}

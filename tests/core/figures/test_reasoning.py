@@ -146,3 +146,46 @@ def test_the_live_figures_come_back_from_a_checkpoint():
     restored = SummaryBuilder.restore_state(builder.export_state(arrays), arrays)
     assert restored.build().reasoning == builder.build().reasoning
     assert not math.isnan(restored.build().reasoning.ttfa.percentiles["p99"])
+
+
+def test_the_summary_text_has_a_reasoning_section_only_when_a_request_reasoned():
+    from rampwatch.core.figures.summary import format_summary
+
+    text = format_summary(summarise_requests(None, records_of_a_reasoning_run(), [], []))
+    section = text[text.index("Time to First Answer") :].splitlines()
+    assert section[1].split()[:3] == ["Mean", "TTFA", "(ms):"]
+    assert float(section[2].split()[-1]) == pytest.approx(600.0)  # the median
+    rows = {line[:40].strip(): line[40:].strip() for line in section[1:16]}
+    assert rows["Cut short while thinking:"] == "1"
+    assert rows["Reasoning share of output (%):"] == f"{100 * 11 / 21:.1f}"
+    assert rows["Reasoning tokens from:"] == "mixed"
+    assert "Time to First Answer" not in format_summary(summarise_requests(None, [plain(0)], [], []))
+
+
+def test_the_result_json_adds_the_figures_under_rampwatch_keys_only_when_a_request_reasoned():
+    from rampwatch.core.figures.bench_result import result_fields
+
+    records = records_of_a_reasoning_run()
+    summary = summarise_requests(None, records, [], [])
+    result = result_fields(summary, None, len(records))
+    assert result["rampwatch_mean_ttfa_ms"] == summary.reasoning.ttfa.mean
+    assert result["rampwatch_p99_reasoning_itl_ms"] == summary.reasoning.reasoning_itl.percentiles["p99"]
+    assert result["rampwatch_reasoning_share"] == pytest.approx(11 / 21)
+    assert result["mean_ttft_ms"] == summary.ttft.mean  # vLLM's keys as they were
+    assert not [k for k in result if "ttfa" in k and not k.startswith("rampwatch_")]
+    plain_result = result_fields(summarise_requests(None, [plain(0)], [], []), None, 1)
+    assert not [k for k in plain_result if "ttfa" in k or "reasoning" in k]
+
+
+def test_the_class_table_has_ttfa_rows_only_when_a_class_reasoned():
+    from rampwatch.core.figures.classes import class_summaries, class_table
+
+    records = records_of_a_reasoning_run()
+    for record in records:
+        record.request_class = "think" if record.reasoning_tokens else "plain"
+    rows = dict(class_table({n: s.to_dict() for n, s in class_summaries(None, records).items()}).rows)
+    # "plain" (the first request's class) reasoned in none of its requests: nothing shown
+    assert rows["TTFA p50 ms"] == ["-", "800.00"]  # "think": 1.0 and 0.6 s
+    assert rows["reasoning share %"] == ["-", f"{100 * 11 / 18:.1f}"]
+    plain_rows = dict(class_table({n: s.to_dict() for n, s in class_summaries(None, [plain(0)]).items()}).rows)
+    assert "TTFA p50 ms" not in plain_rows
