@@ -37,7 +37,7 @@ WORKLOAD_KEYS = (
     "ignore_eos",
     "extra_body",
 )
-SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms", "ttfa_ms")  # ttfa: a reasoning model's first answer token
 
 
 def check_length(p: Problems, path: KeyPath, value: Any) -> dict[str, Any] | None:

@@ -189,3 +189,17 @@ def test_the_class_table_has_ttfa_rows_only_when_a_class_reasoned():
     assert rows["reasoning share %"] == ["-", f"{100 * 11 / 18:.1f}"]
     plain_rows = dict(class_table({n: s.to_dict() for n, s in class_summaries(None, [plain(0)]).items()}).rows)
     assert "TTFA p50 ms" not in plain_rows
+
+
+def test_a_class_slo_on_the_first_answer_judges_that_class_good_put():
+    from rampwatch.core.figures.classes import class_summaries
+    from rampwatch.core.timeline import RunHeader
+
+    records = records_of_a_reasoning_run()
+    for record in records:
+        record.request_class = "think"
+    mix = [{"name": "think", "weight": 1, "slo": {"ttfa_ms": 800.0}}]
+    header = RunHeader("0", 0.0, "http://h", "m", "s", {"workload": {"mix": mix}}, {})
+    think = class_summaries(header, records)["think"]
+    assert think.slo_ms == {"ttfa_ms": 800.0}
+    assert think.good_requests == 2  # the plain 0.2 s and 0.6 s; 1.0 s and the cut-short one miss
