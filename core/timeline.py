@@ -535,6 +535,8 @@ class StepRow:
     kv_max_pct: float | None  # from /metrics scrapes in the row (None: no usable scrape)
     kv_mean_pct: float | None
     waiting_max: float | None
+    # A reasoning run's time to first answer p99 (seconds, NaN: none yet); None in a plain run.
+    ttfa_p99: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -195,7 +195,8 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
     """A recording's values that ``rampwatch compare`` resamples (``record.significance``).
 
     Per request: ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (successful requests, as the summary
-    takes them) and ``error_pct`` (100 for a failed request, 0 for a completed one; a cancelled one is
+    takes them), ``ttfa_ms`` (a reasoning model's time to first answer: the TTFT of a
+    request that did not reason, none for one cut short while thinking) and ``error_pct`` (100 for a failed request, 0 for a completed one; a cancelled one is
     neither, as in the summary's error rate); ``itl_ms``, every
     chunk gap grouped by its request. Per second of the run's window (first send to last
     completion): ``completed_per_s``, ``output_tokens_per_s`` and ``total_tokens_per_s``
@@ -203,7 +204,7 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
     are those of about ``MAX_ITL_REQUESTS`` requests at most, picked at random (``seed``)."""
     rng = np.random.default_rng(seed)
     keep_itls = min(1.0, MAX_ITL_REQUESTS / max(recording.request_count, 1))
-    ttft, tpot, e2el, errors, itl, itl_owner = [], [], [], [], [], []
+    ttft, tpot, e2el, errors, itl, itl_owner, ttfa = [], [], [], [], [], [], []
     sent, ends, outputs, totals = [], [], [], []
     first_id = 0
     for info in (f for f in recording.request_frames if f.count):
@@ -216,6 +217,11 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
         sent.append(c.sent_at)
         use = ok & has_first
         ttft.append((c.first_token_at - c.sent_at)[use] * 1000)
+        thinking = _reasoning_block(c, ok)
+        if thinking is None:
+            ttfa.append(ttft[-1])
+        else:
+            ttfa.append(thinking.ttfa_s[~np.isnan(thinking.ttfa_s)] * 1000)
         e2el.append((c.end_at - c.sent_at)[ok] * 1000)
         many = use & (c.completion_tokens > 1)
         tpot.append(((c.end_at - c.first_token_at) / np.maximum(c.completion_tokens - 1, 1))[many] * 1000)
@@ -234,6 +240,7 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
         "ttft_ms": Samples.of(_join(ttft)),
         "tpot_ms": Samples.of(_join(tpot)),
         "e2el_ms": Samples.of(_join(e2el)),
+        "ttfa_ms": Samples.of(_join(ttfa)),
         "error_pct": Samples.of(_join(errors)),
         "itl_ms": Samples.of(_join(itl), _join(itl_owner).astype(np.int64)),
     }

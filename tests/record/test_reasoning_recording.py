@@ -43,3 +43,39 @@ def test_the_recordings_reasoning_figures_are_the_in_memory_ones(recorded):
         got, want = getattr(from_file, phase), getattr(in_memory, phase)
         assert got.mean == pytest.approx(want.mean, abs=0.02), phase
         assert got.percentiles["p99"] == pytest.approx(want.percentiles["p99"], abs=0.02), phase
+
+
+def _recording(path, share: float | None):
+    writer = RecordingWriter(path, flush_interval_s=None, checkpoint_every_s=5.0)
+    sink = writer if share is None else Reasoning(writer, share=share, cut_short=0.0)
+    play_synthetic(SyntheticRun(duration_s=20.0, start_rps=2, end_rps=10, seed=4), sink)
+    writer.close()
+    return path
+
+
+def _rows(a_path, b_path):
+    from rampwatch.record.analysis import comparison_samples
+    from rampwatch.record.cli_compare import compare_rows
+
+    with open_recording(a_path) as a, open_recording(b_path) as b:
+        rows = compare_rows(
+            summarise(a).to_dict(), summarise(b).to_dict(), comparison_samples(a), comparison_samples(b), resamples=200
+        )
+    return {r["key"]: r for r in rows}
+
+
+def test_compare_tells_a_later_first_answer_from_noise(tmp_path):
+    rows = _rows(_recording(tmp_path / "a.rwrec", 0.3), _recording(tmp_path / "b.rwrec", 0.7))
+    # the same requests, thinking through 70 % of their chunks instead of 30 %: B answers later
+    for key in ("mean_ttfa_ms", "median_ttfa_ms", "p99_ttfa_ms"):
+        assert rows[key]["verdict"] == "worse" and rows[key]["better"] == "A", key
+    assert rows["mean_ttft_ms"]["verdict"] == "within noise"  # the first token came as soon
+    assert rows["reasoning_share_pct"]["b"] > rows["reasoning_share_pct"]["a"] + 30
+    assert rows["reasoning_share_pct"]["verdict"] == "-"
+
+
+def test_compare_of_a_reasoning_run_with_a_plain_one_tests_no_ttfa(tmp_path):
+    rows = _rows(_recording(tmp_path / "plain.rwrec", None), _recording(tmp_path / "b.rwrec", 0.5))
+    assert rows["mean_ttfa_ms"]["a"] is None and rows["mean_ttfa_ms"]["verdict"] == "-"
+    plain = _rows(tmp_path / "plain.rwrec", tmp_path / "plain.rwrec")
+    assert not [key for key in plain if "ttfa" in key or "reasoning" in key]
