@@ -8,6 +8,7 @@ from textual.widget import Widget
 
 from rampwatch.core.timeline import Snapshot
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
+from rampwatch.tui import reasoning_view
 from rampwatch.tui.chart_data import (
     NOW_WINDOW_S,
     current_value,
@@ -163,12 +164,15 @@ class StatsPanel(Widget):
             else:
                 value = fmt(current_value(snapshot, name, LATENCY_LOOK_BACK.get(name)))
             now_rows.append((label, value))
+            if name == "itl_p99":  # a reasoning run's TTFA and share, after the latencies
+                now_rows += reasoning_view.now_rows(snapshot)
         now_rows.append(("in flight", str(snapshot.in_flight)))
         lag = recent_client_lag_ms(snapshot)
         if lag is not None:  # only when the client's own delay could show in its figures
             now_rows.append(("client lag (late)", format_ms(lag / 1000.0)))
         now_rows += gpu_now_rows(snapshot)
         so_far = summary_rows(snapshot.summary or {})
+        so_far += reasoning_view.summary_rows(snapshot.summary or {})
         so_far += [
             (label, format_number(v))
             for key, label in GPU_SUMMARY_ROWS
