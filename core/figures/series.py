@@ -405,7 +405,11 @@ class SeriesBuilder:
             return []
         seconds = self.latency.take_newly_final()
         _, arrays = self._arrays(None, unfrozen=False)  # the seconds are frozen ones
-        return [(float(b), {name: float(arrays[name][b]) for name in SERIES_NAMES}) for b in seconds]
+        names: tuple[str, ...] = SERIES_NAMES
+        if self.reasoning is not None:  # a reasoning run's knee can say when the answer slowed
+            self.reasoning.arrays(len(arrays["ttft_p50"]), arrays, unfrozen=False)
+            names = (*SERIES_NAMES, *REASONING_SERIES)
+        return [(float(b), {name: float(arrays[name][b]) for name in names}) for b in seconds]
 
     def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """Run-so-far server figures from the series (``_arrays`` output)."""

@@ -120,6 +120,8 @@ def knee_why_lines(why: dict[str, Any]) -> list[str]:
     lines = [text]
     if why.get("conflict"):
         lines.append(f"  {why['conflict']}")
+    if why.get("note"):  # a reasoning run's: the first answer slowed more than the first token
+        lines.append(f"  note: {why['note']}")
     judged = [f"judged on the {why['window']}"] if why.get("window") else []
     if isinstance(why.get("provisional"), dict):
         judged.append(f"revised: at the knee it read {provisional_text(why['provisional'])}")

@@ -84,3 +84,13 @@ def test_the_windowed_share():
     got = windowed_share_pct(part, whole, window_s=2)
     assert got.tolist()[:3] == pytest.approx([50.0, 50.0, 75.0]) and got[3] == pytest.approx(75.0)
     assert math.isnan(windowed_share_pct(np.zeros(3), np.zeros(3), 2)[0])
+
+
+def test_the_knees_seconds_carry_the_ttfa_only_in_a_reasoning_run():
+    reasoning, plain = SeriesBuilder(), SeriesBuilder()
+    play_synthetic(RUN, Reasoning(reasoning, cut_short=0.0), finish=False)
+    play_synthetic(RUN, plain, finish=False)
+    (_, with_ttfa), *_ = reasoning.take_completed_seconds()[-1:]
+    (_, without), *_ = plain.take_completed_seconds()[-1:]
+    assert set(with_ttfa) - set(without) == set(REASONING_SERIES)
+    assert with_ttfa["ttfa_p50"] > with_ttfa["ttft_p50"]
