@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         explain_recorded_knee,
         knee_explanation_of,
     )
+    from rampwatch.core.figures.reasoning import ReasoningBlock, ReasoningFigures, request_phases
     from rampwatch.core.figures.segments import (
         CONFIG_EVENT,
         RESUME_CHOICES,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
         STEP_COLUMNS,
         STEP_TABLE_NOTE,
         step_cells,
+        step_columns,
         step_json,
         step_table_text,
     )
@@ -119,6 +121,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "explain_recorded_knee",
         "knee_explanation_of",
     ),
+    "reasoning": ("ReasoningBlock", "ReasoningFigures", "request_phases"),
     "segments": (
         "CONFIG_EVENT",
         "ConfigSegment",
@@ -143,6 +146,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "STEP_COLUMNS",
         "STEP_TABLE_NOTE",
         "step_cells",
+        "step_columns",
         "step_json",
         "step_table_text",
     ),
@@ -198,6 +202,8 @@ __all__ = [
     "PER_REQUEST_KEYS",
     "RESUME_CHOICES",
     "RESUME_TEXT",
+    "ReasoningBlock",
+    "ReasoningFigures",
     "RequestBlock",
     "SEGMENT_NOTE",
     "STEP_COLUMNS",
@@ -231,6 +237,7 @@ __all__ = [
     "knee_rps",
     "number_text",
     "parse_slo",
+    "request_phases",
     "restarted",
     "segment_table",
     "sent",
@@ -238,6 +245,7 @@ __all__ = [
     "sessions_line",
     "slo_attainment_pct",
     "step_cells",
+    "step_columns",
     "step_json",
     "step_table_text",
     "summarise_requests",

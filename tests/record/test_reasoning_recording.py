@@ -79,3 +79,22 @@ def test_compare_of_a_reasoning_run_with_a_plain_one_tests_no_ttfa(tmp_path):
     assert rows["mean_ttfa_ms"]["a"] is None and rows["mean_ttfa_ms"]["verdict"] == "-"
     plain = _rows(tmp_path / "plain.rwrec", tmp_path / "plain.rwrec")
     assert not [key for key in plain if "ttfa" in key or "reasoning" in key]
+
+
+def test_the_series_csv_has_the_reasoning_columns_only_in_a_reasoning_run(recorded, tmp_path):
+    import csv
+
+    from rampwatch.core.figures.series_reasoning import REASONING_SERIES
+    from rampwatch.record.analysis import final_snapshot
+    from rampwatch.record.cli_export import write_series_csv
+
+    path, _ = recorded
+    with open_recording(path) as recording:
+        write_series_csv(final_snapshot(recording), tmp_path / "s.csv")
+    header, *rows = list(csv.reader((tmp_path / "s.csv").open()))
+    assert header[-len(REASONING_SERIES) :] == list(REASONING_SERIES)
+    assert any(row[header.index("ttfa_p50")] for row in rows)
+    plain = _recording(tmp_path / "plain.rwrec", None)
+    with open_recording(plain) as recording:
+        write_series_csv(final_snapshot(recording), tmp_path / "p.csv")
+    assert not [n for n in next(csv.reader((tmp_path / "p.csv").open())) if "ttfa" in n or "reasoning" in n]
