@@ -202,7 +202,8 @@ class ReasoningBlock:
             first_answer_at=[r.first_answer_at for r in records],
             reasoning_tokens=[r.reasoning_tokens for r in records],
             reasoning_from_usage=[r.reasoning_from_usage for r in records],
-            chunk_times=np.fromiter((t for r in records for t in r.chunk_times), dtype=np.float64),
+            # each record's chunk times as one array (array('d') once packed): no loop per chunk
+            chunk_times=np.concatenate([np.asarray(r.chunk_times, dtype=np.float64) for r in records]),
             counts=np.array([len(r.chunk_times) for r in records], dtype=np.int64),
         )
 
