@@ -98,3 +98,22 @@ def test_the_series_csv_has_the_reasoning_columns_only_in_a_reasoning_run(record
     with open_recording(plain) as recording:
         write_series_csv(final_snapshot(recording), tmp_path / "p.csv")
     assert not [n for n in next(csv.reader((tmp_path / "p.csv").open())) if "ttfa" in n or "reasoning" in n]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("reasoning_tokens", "many"), ("reasoning_tokens", True), ("reasoning_tokens", 2.5), ("reasoning_from_usage", 1)],
+)
+def test_a_reasoning_column_of_the_wrong_type_makes_its_block_undecodable(field, value):
+    """A crafted block (its checksum holds) with text where a count belongs: a ValueError,
+    which the reader turns into a lost block with a warning (``reader._DECODE_ERRORS``),
+    not a traceback in the figures; the writer refuses to write one (it decodes its blocks)."""
+    from rampwatch.record import format as fmt
+    from tests.core.figures.reasoning_records import reasoning_record
+
+    good = fmt.encode_requests([reasoning_record(0)])
+    assert fmt.decode_request_columns(good).strings["reasoning_tokens"] == [3]
+    bad = reasoning_record(0)
+    setattr(bad, field, value)
+    with pytest.raises(ValueError, match=f"its {field} column is not 1 values of type"):
+        fmt.decode_request_columns(fmt.encode_requests([bad]))
