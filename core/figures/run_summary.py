@@ -9,6 +9,8 @@ price, ``cost_per_1m_output_tokens`` / ``cost_per_1m_total_tokens`` (hourly pric
 measured tokens per second * 1e6 / 3600). With GPU telemetry (NVML, a
 DCGM exporter) ``gpu`` holds the GPU figures (``summary_server.GpuTotals``) and, when power
 is known, ``energy_wh`` and ``tokens_per_joule`` (output tokens ÷ the energy the GPUs drew).
+A reasoning run adds ``reasoning`` (``core.figures.reasoning.ReasoningFigures.to_dict``:
+time to first answer, each phase's ITL, the reasoning share); a plain run has no such key.
 """
 
 from __future__ import annotations
