@@ -303,7 +303,10 @@ def tail_of(snapshot: Snapshot, bins: int = TAIL_BINS) -> tuple[int, Snapshot]:
         dataclasses.replace(c, series={name: values[start:] for name, values in c.series.items()})
         for c in snapshot.classes
     ]
-    tail = dataclasses.replace(snapshot, times=snapshot.times[start:], series=series, classes=classes)
+    reasoning = None if snapshot.reasoning is None else {k: v[start:] for k, v in snapshot.reasoning.items()}
+    tail = dataclasses.replace(
+        snapshot, times=snapshot.times[start:], series=series, classes=classes, reasoning=reasoning
+    )
     return first + start, tail
 
 
@@ -324,8 +327,21 @@ def with_tail(base: Snapshot, start: int, tail: Snapshot) -> Snapshot:
         raise ValueError(f"snapshot tail from bin {start} on a base of {len(base.times)} bins")
     series = {name: base.series.get(name, [])[:start] + values for name, values in tail.series.items()}
     return dataclasses.replace(
-        tail, times=base.times[:start] + tail.times, series=series, classes=_classes_with_tail(base, start, tail)
+        tail,
+        times=base.times[:start] + tail.times,
+        series=series,
+        classes=_classes_with_tail(base, start, tail),
+        reasoning=_reasoning_with_tail(base, start, tail),
     )
+
+
+def _reasoning_with_tail(base: Snapshot, start: int, tail: Snapshot) -> dict[str, list[float]] | None:
+    """A reasoning run's series, as ``with_tail`` does the run's: NaN before the tail when
+    the base had none yet (no request had reasoned then)."""
+    if tail.reasoning is None:
+        return None
+    before = base.reasoning or {}
+    return {name: (before.get(name) or [math.nan] * start)[:start] + values for name, values in tail.reasoning.items()}
 
 
 def _classes_with_tail(base: Snapshot, start: int, tail: Snapshot) -> list[ClassFigures]:

@@ -535,6 +535,8 @@ class StepRow:
     kv_max_pct: float | None  # from /metrics scrapes in the row (None: no usable scrape)
     kv_mean_pct: float | None
     waiting_max: float | None
+    # A reasoning run's time to first answer p99 (seconds, NaN: none yet); None in a plain run.
+    ttfa_p99: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -607,6 +609,9 @@ class Snapshot:
     # The server's LoRA adapters at its newest scrape (``core.figures.adapters.lora_state``:
     # running, waiting, max_lora); None where it exports none.
     lora: dict[str, Any] | None = None
+    # A reasoning run's series aligned with ``times`` (``core.figures.series_reasoning``:
+    # ttfa_p50/p90/p99 in s, reasoning_share_pct); None when no request reasoned.
+    reasoning: dict[str, list[float]] | None = None
 
     @classmethod
     def empty(cls, state: str = "starting") -> Snapshot:

@@ -20,6 +20,7 @@ from rampwatch.core.figures.adapters import AdapterSummaries
 from rampwatch.core.figures.classes import ClassSummaries, class_table
 from rampwatch.core.figures.client_lag import client_figures
 from rampwatch.core.figures.knee_explain import knee_explanation_of
+from rampwatch.core.figures.reasoning import ReasoningBlock
 from rampwatch.core.figures.segments import (
     ConfigSegment,
     SegmentSummaries,
@@ -120,7 +121,38 @@ def request_block(c: fmt.RequestColumns) -> RequestBlock:
         itls=_block_itls(c, ok),
         token_times=np.concatenate([c.first_token_at[use], c.chunk_times[np.repeat(use, counts)]]),
         images=c.strings.get("images") or (),
+        reasoning=_reasoning_block(c, ok),
     )
+
+
+def _reasoning_block(c: fmt.RequestColumns, ok: np.ndarray) -> ReasoningBlock | None:
+    """The block's reasoning side (``RequestBlock.reasoning``): None for a block whose
+    requests did not reason (no such columns: every plain run's)."""
+    if "first_answer_at" not in c.strings and "reasoning_tokens" not in c.strings:
+        return None
+    assert c.chunk_times is not None, "read with its chunks"
+    none = [None] * c.n
+    return ReasoningBlock.of_columns(
+        ok=ok,
+        sent_at=c.sent_at,
+        first_token_at=np.where(c.has_first.astype(bool), c.first_token_at, np.nan),
+        completion_tokens=c.completion_tokens.astype(np.int64),
+        first_answer_at=_answer_times(c) or none,
+        reasoning_tokens=c.strings.get("reasoning_tokens") or none,
+        reasoning_from_usage=c.strings.get("reasoning_from_usage") or none,
+        chunk_times=c.chunk_times,
+        counts=c.n_chunks.astype(np.int64),
+    )
+
+
+def _answer_times(c: fmt.RequestColumns) -> list[float | None] | None:
+    """The block's ``first_answer_at`` in seconds (stored in time quanta, as the writer
+    keeps it: ``format.decode_requests``)."""
+    stored = c.strings.get("first_answer_at")
+    if stored is None:
+        return None
+    q_t = c.strings.get("time_quantum_us", 1) / 1e6
+    return [None if v is None else v * q_t for v in stored]
 
 
 def _block_itls(c: fmt.RequestColumns, ok: np.ndarray) -> np.ndarray:
@@ -165,7 +197,8 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
     """A recording's values that ``rampwatch compare`` resamples (``record.significance``).
 
     Per request: ``ttft_ms``, ``tpot_ms``, ``e2el_ms`` (successful requests, as the summary
-    takes them) and ``error_pct`` (100 for a failed request, 0 for a completed one; a cancelled one is
+    takes them), ``ttfa_ms`` (a reasoning model's time to first answer: the TTFT of a
+    request that did not reason, none for one cut short while thinking) and ``error_pct`` (100 for a failed request, 0 for a completed one; a cancelled one is
     neither, as in the summary's error rate); ``itl_ms``, every
     chunk gap grouped by its request. Per second of the run's window (first send to last
     completion): ``completed_per_s``, ``output_tokens_per_s`` and ``total_tokens_per_s``
@@ -173,7 +206,7 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
     are those of about ``MAX_ITL_REQUESTS`` requests at most, picked at random (``seed``)."""
     rng = np.random.default_rng(seed)
     keep_itls = min(1.0, MAX_ITL_REQUESTS / max(recording.request_count, 1))
-    ttft, tpot, e2el, errors, itl, itl_owner = [], [], [], [], [], []
+    ttft, tpot, e2el, errors, itl, itl_owner, ttfa = [], [], [], [], [], [], []
     sent, ends, outputs, totals = [], [], [], []
     first_id = 0
     for info in (f for f in recording.request_frames if f.count):
@@ -186,6 +219,11 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
         sent.append(c.sent_at)
         use = ok & has_first
         ttft.append((c.first_token_at - c.sent_at)[use] * 1000)
+        thinking = _reasoning_block(c, ok)
+        if thinking is None:
+            ttfa.append(ttft[-1])
+        else:
+            ttfa.append(thinking.ttfa_s[~np.isnan(thinking.ttfa_s)] * 1000)
         e2el.append((c.end_at - c.sent_at)[ok] * 1000)
         many = use & (c.completion_tokens > 1)
         tpot.append(((c.end_at - c.first_token_at) / np.maximum(c.completion_tokens - 1, 1))[many] * 1000)
@@ -204,6 +242,7 @@ def comparison_samples(recording: Recording, seed: int = 0) -> dict[str, Samples
         "ttft_ms": Samples.of(_join(ttft)),
         "tpot_ms": Samples.of(_join(tpot)),
         "e2el_ms": Samples.of(_join(e2el)),
+        "ttfa_ms": Samples.of(_join(ttfa)),
         "error_pct": Samples.of(_join(errors)),
         "itl_ms": Samples.of(_join(itl), _join(itl_owner).astype(np.int64)),
     }

@@ -42,6 +42,11 @@ COMPARED: list[tuple[str, str, bool, tuple[str, str] | None]] = [
     ("mean_ttft_ms", "Mean TTFT (ms)", False, ("ttft_ms", "mean")),
     ("median_ttft_ms", "Median TTFT (ms)", False, ("ttft_ms", "p50")),
     ("p99_ttft_ms", "P99 TTFT (ms)", False, ("ttft_ms", "p99")),
+    # a reasoning run's (Summary.reasoning): absent from a plain run's summary, so no row
+    ("mean_ttfa_ms", "Mean TTFA (ms)", False, ("ttfa_ms", "mean")),
+    ("median_ttfa_ms", "Median TTFA (ms)", False, ("ttfa_ms", "p50")),
+    ("p99_ttfa_ms", "P99 TTFA (ms)", False, ("ttfa_ms", "p99")),
+    ("reasoning_share_pct", "Reasoning share of output (%)", False, None),
     ("mean_tpot_ms", "Mean TPOT (ms)", False, ("tpot_ms", "mean")),
     ("p99_tpot_ms", "P99 TPOT (ms)", False, ("tpot_ms", "p99")),
     ("mean_itl_ms", "Mean ITL (ms)", False, ("itl_ms", "mean")),
@@ -67,6 +72,11 @@ def _number(value: Any) -> float | None:
 
 def _with_error_rate(summary: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(summary)
+    reasoning = summary.get("reasoning")
+    if isinstance(reasoning, Mapping):  # a reasoning run's figures, compared as the others
+        out.update({k: v for k, v in reasoning.items() if k.endswith("_ttfa_ms")})
+        share = _number(reasoning.get("reasoning_share"))
+        out["reasoning_share_pct"] = None if share is None else share * 100.0
     completed, failed = _number(summary.get("completed")), _number(summary.get("failed"))
     if completed is not None and failed is not None and completed + failed > 0:
         out["error_rate_pct"] = failed / (completed + failed) * 100.0
@@ -97,7 +107,9 @@ def compare_rows(
             change = (vb - va) / abs(va) * 100.0
         low = high = None
         verdict = NO_TEST
-        if sampled is not None and samples_a is not None and samples_b is not None:
+        # a reasoning run beside a plain one: TTFA on one side only, nothing to test
+        one_sided = key.endswith("_ttfa_ms") and (va is None or vb is None)
+        if sampled is not None and samples_a is not None and samples_b is not None and not one_sided:
             name, statistic = sampled
             delta = bootstrap_delta(samples_a[name], samples_b[name], statistic, resamples=resamples, seed=seed)
             verdict = delta.verdict(higher_better)

@@ -186,12 +186,13 @@ def write_requests_csv(records, path: Path) -> None:
 
 
 def write_series_csv(snapshot, path: Path) -> None:
-    names = list(snapshot.series)
+    series = {**snapshot.series, **(snapshot.reasoning or {})}  # a reasoning run's columns last
+    names = list(series)
     with private_file(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["t", *(spreadsheet_text(n) for n in names)])
         for i, t in enumerate(snapshot.times):
-            w.writerow([_num(t), *(_num(snapshot.series[n][i]) for n in names)])
+            w.writerow([_num(t), *(_num(series[n][i]) for n in names)])
 
 
 def main(args: argparse.Namespace) -> int:

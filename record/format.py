@@ -458,12 +458,31 @@ class RequestColumns:
     chunk_times: np.ndarray | None  # float64, request after request (None if not decoded)
 
 
+# The reasoning columns' types (``first_answer_at`` in time quanta), checked as a block is
+# decoded: a column of another type or length (a damaged or crafted file whose checksum
+# holds) makes the block undecodable, so it is lost with a warning, never a traceback.
+_REASONING_TYPES: dict[str, type] = {"first_answer_at": int, "reasoning_tokens": int, "reasoning_from_usage": bool}
+
+
+def _check_reasoning_columns(strings: dict[str, Any], n: int) -> None:
+    for key, kind in _REASONING_TYPES.items():
+        column = strings.get(key)
+        if column is None:
+            continue
+        ok = isinstance(column, list) and len(column) == n
+        if ok and any(v is not None and (type(v) is not kind) for v in column):
+            ok = False
+        if not ok:
+            raise ValueError(f"its {key} column is not {n} values of type {kind.__name__} or null")
+
+
 def decode_request_columns(payload: bytes, with_chunks: bool = True) -> RequestColumns:
     n, ls, lc = _REQ_HEAD.unpack_from(payload, 0)
     pos = _REQ_HEAD.size
     scalars = inflate(payload[pos : pos + ls], _scalars_limit(n))
     (jl,) = struct.unpack_from("<I", scalars, 0)
     strings = _loads_printable(scalars[4 : 4 + jl])
+    _check_reasoning_columns(strings, n)
     p = 4 + jl
     rel = _unshuffle(scalars[p : p + 40 * n], np.int64, 5 * n).reshape(5, n)
     p += 40 * n

@@ -23,7 +23,7 @@ from rampwatch.core.figures.adapters import ADAPTER_NOTE
 from rampwatch.core.figures.classes import CLASS_NOTE
 from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
-from rampwatch.core.figures.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
+from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_cells, step_columns
 from rampwatch.core.figures.summary import Summary, knee_review
 from rampwatch.core.figures.turns import NO_HIT_RATE_HINT, TEXT_COLUMNS, TURNS_NOTE, TurnTable, sessions_line
 from rampwatch.core.timeline import Event, Snapshot
@@ -71,6 +71,18 @@ CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
     ),
     ("Time to first token", "ms", [("ttft_p50", "p50"), ("ttft_p90", "p90"), ("ttft_p99", "p99")], 1000.0, None),
     ("Inter-token latency", "ms", [("itl_p50", "p50"), ("itl_p90", "p90"), ("itl_p99", "p99")], 1000.0, None),
+]
+# Only for a reasoning run (``Snapshot.reasoning``): the first token against the first answer
+# token, and how much of the output was thinking.
+REASONING_CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
+    (
+        "Time to first token vs first answer",
+        "ms",
+        [("ttft_p50", "TTFT p50"), ("ttfa_p50", "TTFA p50"), ("ttfa_p99", "TTFA p99")],
+        1000.0,
+        None,
+    ),
+    ("Reasoning share of output tokens", "%", [("reasoning_share_pct", "reasoning")], 1.0, 100.0),
 ]
 # Only for a run with GPU telemetry (NVML, a DCGM exporter): the GPUs' utilisation (mean
 # over them) and power (summed); memory, clock and tokens per joule are in the summary.
@@ -489,19 +501,23 @@ def render_html(
     with_gpu = snapshot.last_good_gpu_t is not None
     with_images = "mm_cache_hit_pct" in snapshot.series
     optional = (GPU_CHARTS if with_gpu else []) + (IMAGE_CHARTS if with_images else [])
-    for chart_title, unit, names, scale, y_top in CHARTS + optional:
+    thinking = REASONING_CHARTS if snapshot.reasoning is not None else []
+    series = {**snapshot.series, **(snapshot.reasoning or {})}
+    for chart_title, unit, names, scale, y_top in CHARTS + thinking + optional:
         lines = []
         for name, label in names:
-            values = snapshot.series.get(name)
+            values = series.get(name)
             if values is None:
                 continue
             lines.append((label, [v * scale if v is not None else v for v in values]))
         charts.append(
             f'<section class="chart">{svg_chart(chart_title, unit, snapshot.times, lines, chart_marks, t_max, y_top)}</section>'
         )
+    figures = summary.to_dict()
+    figures.update(figures.pop("reasoning", None) or {})  # a reasoning run's figures, as rows
     rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"
-        for k, v in summary.to_dict().items()
+        for k, v in figures.items()
         if not isinstance(v, (dict, list))
     )
     mark_rows = "".join(
@@ -511,9 +527,10 @@ def render_html(
     )
     warn = "".join(f'<p class="warn">{html.escape(w)}</p>' for w in warnings)
     knee = knee_section(summary)
-    step_head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in STEP_COLUMNS)
+    columns = step_columns(snapshot.steps)
+    step_head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
     step_rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cells[name])}</td>" for name, _ in STEP_COLUMNS) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(cells[name])}</td>" for name, _ in columns) + "</tr>"
         for cells in (step_cells(row) for row in snapshot.steps)
     )
     steps = (

@@ -9,6 +9,7 @@ from textual.widget import Widget
 from rampwatch.core.figures.lora import lora_now_rows
 from rampwatch.core.timeline import Snapshot
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
+from rampwatch.tui import reasoning_view
 from rampwatch.tui.chart_data import (
     NOW_WINDOW_S,
     current_value,
@@ -164,6 +165,8 @@ class StatsPanel(Widget):
             else:
                 value = fmt(current_value(snapshot, name, LATENCY_LOOK_BACK.get(name)))
             now_rows.append((label, value))
+            if name == "itl_p99":  # a reasoning run's TTFA and share, after the latencies
+                now_rows += reasoning_view.now_rows(snapshot)
         if "mm_cache_hit_pct" in snapshot.series:  # a run with images only
             mm = format_number(current_value(snapshot, "mm_cache_hit_pct"))
             if not snapshot.server_metrics_available:
@@ -178,6 +181,7 @@ class StatsPanel(Widget):
         now_rows += gpu_now_rows(snapshot)
         now_rows += lora_now_rows(snapshot.lora)  # a server with LoRA adapters (vllm:lora_requests_info)
         so_far = summary_rows(snapshot.summary or {})
+        so_far += reasoning_view.summary_rows(snapshot.summary or {})
         so_far += [
             (label, format_number(v))
             for key, label in GPU_SUMMARY_ROWS

@@ -58,7 +58,8 @@ _RATE_SERIES = ("sent_rps", "completed_rps", "error_rps", "client_output_tps")
 def progress_line(snap: Any, window_s: float = 1.0) -> str:
     """One headless progress line. Rates are means over the last ``window_s`` complete
     seconds; latencies and server gauges are the latest complete second."""
-    s = snap.series
+    reasoning = getattr(snap, "reasoning", None)  # a reasoning run's TTFA series
+    s = snap.series if reasoning is None else {**snap.series, **reasoning}
     window = max(1, int(round(window_s)))
 
     def fmt(name: str, scale: float = 1.0, digits: int = 1) -> str:
@@ -91,6 +92,8 @@ def progress_line(snap: Any, window_s: float = 1.0) -> str:
         f"in-flight {snap.in_flight}{client_queue}{sessions} | out {fmt('client_output_tps', digits=0)} tok/s | "
         f"TTFT p50 {fmt('ttft_p50', 1000, 0)} ms p99 {fmt('ttft_p99', 1000, 0)} ms"
     )
+    if reasoning is not None:
+        line += f" | TTFA p50 {fmt('ttfa_p50', 1000, 0)} ms p99 {fmt('ttfa_p99', 1000, 0)} ms"
     if snap.server_metrics_available:
         line += (
             f" | server run {fmt('running', digits=0)} wait {fmt('waiting', digits=0)} "

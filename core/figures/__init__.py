@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         knee_explanation_of,
     )
     from rampwatch.core.figures.lora import lora_state_text
+    from rampwatch.core.figures.reasoning import ReasoningBlock, ReasoningFigures, request_phases
     from rampwatch.core.figures.segments import (
         CONFIG_EVENT,
         RESUME_CHOICES,
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         STEP_COLUMNS,
         STEP_TABLE_NOTE,
         step_cells,
+        step_columns,
         step_json,
         step_table_text,
     )
@@ -139,6 +141,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "explain_recorded_knee",
         "knee_explanation_of",
     ),
+    "reasoning": ("ReasoningBlock", "ReasoningFigures", "request_phases"),
     "segments": (
         "CONFIG_EVENT",
         "ConfigSegment",
@@ -163,6 +166,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "STEP_COLUMNS",
         "STEP_TABLE_NOTE",
         "step_cells",
+        "step_columns",
         "step_json",
         "step_table_text",
     ),
@@ -221,6 +225,8 @@ __all__ = [
     "PER_REQUEST_KEYS",
     "RESUME_CHOICES",
     "RESUME_TEXT",
+    "ReasoningBlock",
+    "ReasoningFigures",
     "RequestBlock",
     "SEGMENT_NOTE",
     "STEP_COLUMNS",
@@ -258,6 +264,7 @@ __all__ = [
     "lora_state_text",
     "number_text",
     "parse_slo",
+    "request_phases",
     "restarted",
     "scenario_adapters",
     "segment_table",
@@ -266,6 +273,7 @@ __all__ = [
     "sessions_line",
     "slo_attainment_pct",
     "step_cells",
+    "step_columns",
     "step_json",
     "step_table_text",
     "summarise_requests",

@@ -182,4 +182,7 @@ def result_fields(
     result["rampwatch_tokens_per_joule"] = summary.get("tokens_per_joule")
     if summary.get("images"):  # a run with images only (core.figures.images)
         result["rampwatch_images"] = summary["images"]
+    # A reasoning run's figures (ReasoningFigures.to_dict), each key prefixed; none otherwise
+    for key, value in (summary.get("reasoning") or {}).items():
+        result[f"rampwatch_{key}"] = value
     return result

@@ -148,6 +148,21 @@ def class_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, li
     def ms(key: str):
         return lambda s: number_cell(s.get(key))
 
+    def reasoning(key: str, scale: float = 1.0, fmt: str = ".2f"):
+        def cell(s: Mapping[str, Any]) -> str:
+            value = (s.get("reasoning") or {}).get(key)
+            return number_cell(None if value is None else value * scale, fmt)
+
+        return cell
+
+    # A reasoning run's rows (after ITL's), only when some class reasoned
+    thinking = [
+        row("TTFA p50 ms", reasoning("p50_ttfa_ms")),
+        row("TTFA p99 ms", reasoning("p99_ttfa_ms")),
+        row("reasoning share %", reasoning("reasoning_share", 100.0, ".1f")),
+    ]
+    if not any(s.get("reasoning") for s in values):
+        thinking = []
     return [
         row("requests sent", lambda s: str(sent(s))),
         row("share %", lambda s: number_cell(100.0 * sent(s) / total if total else None, ".1f")),
@@ -157,6 +172,7 @@ def class_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, li
         row("TTFT p99 ms", ms("p99_ttft_ms")),
         row("ITL p50 ms", ms("p50_itl_ms")),
         row("ITL p99 ms", ms("p99_itl_ms")),
+        *thinking,
         row("E2EL p99 ms", ms("p99_e2el_ms")),
         row("failed", lambda s: str(s.get("failed", 0))),
         row("SLO ms", lambda s: slo_text(s.get("slo_ms"))),

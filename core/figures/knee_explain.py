@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from rampwatch.core.figures.knee_explanation import PRIORITY, KneeExplanation
-from rampwatch.core.figures.knee_rules import CONFLICTS, RULES, undetermined
+from rampwatch.core.figures.knee_rules import CONFLICTS, RULES, reasoning_note, undetermined
 from rampwatch.core.figures.knee_window import KneeWindow
 from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.core.figures.summary import KNEE_REVIEW, knee_review, provisional_text
@@ -53,8 +53,9 @@ def explain_knee(
     w = KneeWindow(window, after)
     limits = limits or ServerLimits()
     held = [found for name in PRIORITY if (found := RULES[name](w, limits)) is not None]
+    note = reasoning_note(w)
     if not held:
-        return replace(undetermined(w), window=w.text())
+        return replace(undetermined(w), window=w.text(), note=note)
     first = held[0]
     also = tuple({"limit": e.limit, "title": e.title, "evidence": e.evidence} for e in held[1:])
     conflict = next(
@@ -65,7 +66,7 @@ def explain_knee(
         ),
         None,
     )
-    return replace(first, also=also, conflict=conflict, window=w.text())
+    return replace(first, also=also, conflict=conflict, window=w.text(), note=note)
 
 
 def first_knee(events: Sequence[Event]) -> Event | None:

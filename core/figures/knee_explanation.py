@@ -41,12 +41,16 @@ class KneeExplanation:
     # The explanation declared at the knee, when the seconds after it changed the limit
     # or the advice: {"limit", "title", "try"}.
     provisional: dict[str, str | None] | None = None
+    # A reasoning run's note on its time to first answer (``knee_rules.reasoning_note``);
+    # None otherwise, and then not in ``to_dict``.
+    note: str | None = None
     # A few words of the evidence, for another limit's conflict line; not kept.
     brief: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable form kept in the knee event's data (``explanation``), the result
         JSON and the sweep table (docs/recording-format.md)."""
+        note = {} if self.note is None else {"note": self.note}
         return {
             "limit": self.limit,
             "title": self.title,
@@ -58,6 +62,7 @@ class KneeExplanation:
             "conflict": self.conflict,
             "window": self.window,
             "provisional": dict(self.provisional) if self.provisional else None,
+            **note,
         }
 
     @classmethod
@@ -83,6 +88,7 @@ class KneeExplanation:
             provisional={k: None if v is None else str(v) for k, v in provisional.items()}
             if isinstance(provisional, Mapping)
             else None,
+            note=str(data["note"]) if data.get("note") else None,
         )
 
     def line(self) -> str:
@@ -102,6 +108,8 @@ class KneeExplanation:
         out.extend(f"also: {a.get('title', a.get('limit', ''))} ({a.get('evidence', '')})" for a in self.also)
         if self.conflict:
             out.append(self.conflict)
+        if self.note:
+            out.append(f"note: {self.note}")
         if self.window:
             out.append(f"window: {self.window}")
         if self.provisional:

@@ -42,6 +42,12 @@ what keeps KV under ``KV_ROOM_TARGET_PCT``, and only when that is at least ``MIN
 times the cap — else the KV cache is the next limit and its advice comes first. A full
 cache: ``--gpu-memory-utilization`` ``MEMORY_TOP``, an FP8 cache (twice the tokens), half
 the sequences, the cache split over twice the GPUs, shorter contexts.
+
+A reasoning run's knee can carry a note (``reasoning_note``, whatever the limit): when the
+time to first answer p50 rose ``TTFA_RISE``-fold and at least ``AFTER_FIRST_TOKEN_SHARE``
+of its rise came after the first token (TTFT p50 rose far less), the thinking before the
+answer slowed — a slower ITL over the same reasoning tokens, or longer thinking — which
+TTFT alone does not show.
 """
 
 from __future__ import annotations
@@ -424,6 +430,30 @@ RULES: dict[str, Rule] = {
     "client_cap": _client_cap,
     "compute_bound": _compute_bound,
 }
+
+
+TTFA_RISE = 1.5  # a reasoning run's TTFA p50, recent over baseline, that counts as risen
+AFTER_FIRST_TOKEN_SHARE = 2 / 3  # of TTFA p50's rise, the share after the first token that makes the note
+
+
+def reasoning_note(w: KneeWindow) -> str | None:
+    """A reasoning run's note (see the module docstring); None in a plain run (no
+    ``ttfa_p50`` series) or when the first token moved as much as the first answer."""
+    ttfa = w.growth("ttfa_p50")
+    if ttfa is None or ttfa[1] < TTFA_RISE * ttfa[0]:
+        return None
+    ttft = w.growth("ttft_p50")
+    ttft_rise = 0.0 if ttft is None else max(0.0, ttft[1] - ttft[0])
+    rise = ttfa[1] - ttfa[0]
+    if rise - ttft_rise < AFTER_FIRST_TOKEN_SHARE * rise:
+        return None
+    first = "" if ttft is None else f" while TTFT p50 went {ms_text(ttft[0])}→{ms_text(ttft[1])}"
+    itl = w.growth("itl_p50")
+    why = "" if itl is None else f" (ITL p50 {ms_text(itl[0])}→{ms_text(itl[1])})"
+    return (
+        f"time to first answer p50 rose {ms_text(ttfa[0])}→{ms_text(ttfa[1])}{first}: "
+        f"the thinking before the answer slowed{why}, which TTFT does not show"
+    )
 
 
 # Two hard limits held at once: why the first in PRIORITY binds, in the terms of the

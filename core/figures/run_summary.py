@@ -9,18 +9,23 @@ price, ``cost_per_1m_output_tokens`` / ``cost_per_1m_total_tokens`` (hourly pric
 measured tokens per second * 1e6 / 3600). With GPU telemetry (NVML, a
 DCGM exporter) ``gpu`` holds the GPU figures (``summary_server.GpuTotals``) and, when power
 is known, ``energy_wh`` and ``tokens_per_joule`` (output tokens ÷ the energy the GPUs drew).
+A reasoning run adds ``reasoning`` (``core.figures.reasoning.ReasoningFigures.to_dict``:
+time to first answer, each phase's ITL, the reasoning share); a plain run has no such key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rampwatch.core.figures.client_lag import ClientFigures
 from rampwatch.core.timeline import Event, RunHeader
+
+if TYPE_CHECKING:
+    from rampwatch.core.figures.reasoning import ReasoningFigures
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
@@ -176,6 +181,9 @@ class Summary:
     # Images per request, their size and the multimodal cache (core.figures.images);
     # None: a run without images.
     images: dict[str, Any] | None = None
+    # A reasoning model's figures (time to first answer, each phase's ITL, the reasoning
+    # share); None when no request reasoned: nothing of it shows then.
+    reasoning: ReasoningFigures | None = None
 
     @property
     def _divisor_s(self) -> float:
@@ -261,4 +269,6 @@ class Summary:
         out["tokens_per_joule"] = self.tokens_per_joule
         if self.images is not None:
             out["images"] = self.images
+        if self.reasoning is not None:
+            out["reasoning"] = self.reasoning.to_dict()
         return out

@@ -54,6 +54,7 @@ from rampwatch.core.figures.series_latency import (
     LatencyWindows,
     latency_series,
 )
+from rampwatch.core.figures.series_reasoning import REASONING_SERIES, ReasoningSeries
 from rampwatch.core.figures.series_server import GpuSeries, ServerSeries
 from rampwatch.core.figures.steps import StepTracker
 from rampwatch.core.figures.summary import (
@@ -155,6 +156,9 @@ class SeriesBuilder:
         # The server's LoRA adapters (vllm:lora_requests_info) per second, for the knee's
         # rules and the live view; empty where the server exports none.
         self.lora = LoraSeconds()
+        # A reasoning run's TTFA and reasoning-share series, from its first request that
+        # reasoned (``series_reasoning``); None in a plain run.
+        self.reasoning: ReasoningSeries | None = None
 
     # -- the parts' figures, by their old names --------------------------------------
     @property
@@ -243,6 +247,10 @@ class SeriesBuilder:
         block = RequestBlock.from_records(records)
         ok = np.fromiter((e is None for e in block.error_classes), dtype=bool, count=len(records))
         self.latency.add_block(end, block, ok)
+        if block.reasoning is not None and self.reasoning is None:
+            self.reasoning = ReasoningSeries(self.window_s, self.grace_s)
+        if self.reasoning is not None:
+            self.reasoning.add_block(end, block, ok)
         good_before = self.summary.good
         self.summary.add_block(block)
         good = self.bins.counts.get("good_rps")  # a class builder's, under an SLO
@@ -366,6 +374,8 @@ class SeriesBuilder:
         if self.latency.final_upto <= last_due:
             self._fold_queued()
         self.latency.freeze_upto(last_due)
+        if self.reasoning is not None:
+            self.reasoning.freeze_upto(last_due)
         for sub in self.classes.values():
             sub._advance(t)
 
@@ -404,7 +414,11 @@ class SeriesBuilder:
             return []
         seconds = self.latency.take_newly_final()
         _, arrays = self._arrays(None, unfrozen=False)  # the seconds are frozen ones
-        return [(float(b), {name: float(arrays[name][b]) for name in SERIES_NAMES} | self.lora.at(b)) for b in seconds]
+        names: tuple[str, ...] = SERIES_NAMES
+        if self.reasoning is not None:  # a reasoning run's knee can say when the answer slowed
+            self.reasoning.arrays(len(arrays["ttft_p50"]), arrays, unfrozen=False)
+            names = (*SERIES_NAMES, *REASONING_SERIES)
+        return [(float(b), {name: float(arrays[name][b]) for name in names} | self.lora.at(b)) for b in seconds]
 
     def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """Run-so-far server figures from the series (``_arrays`` output)."""
@@ -458,4 +472,13 @@ class SeriesBuilder:
             turns=None if self.turns is None else self.turns.table(self.bins.sessions_finished),
             classes=self.class_figures(now, last_bins),
             lora=lora_state(self.lora.latest),
+            reasoning=self._reasoning_series(len(times), cut),
         )
+
+    def _reasoning_series(self, n: int, cut: int) -> dict[str, list[float]] | None:
+        """A reasoning run's series (``series_reasoning``) from bin ``cut`` on; None in a plain run."""
+        if self.reasoning is None:
+            return None
+        out: dict[str, np.ndarray] = {}
+        self.reasoning.arrays(n, out)
+        return {name: out[name][cut:].tolist() for name in REASONING_SERIES}

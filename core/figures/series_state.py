@@ -14,6 +14,7 @@ import numpy as np
 
 from rampwatch.core.figures.client_lag import ClientTotals
 from rampwatch.core.figures.series_bins import Growable
+from rampwatch.core.figures.series_reasoning import ReasoningSeries
 from rampwatch.core.figures.stats import LogHistogram
 from rampwatch.core.figures.steps import StepTracker
 from rampwatch.core.figures.summary import GpuTotals, SummaryBuilder
@@ -92,6 +93,8 @@ def export_state(b: SeriesBuilder) -> tuple[State, Arrays]:
     }
     if b.turns is not None:
         meta["turns"] = b.turns.export_state(arrays)
+    if b.reasoning is not None:
+        meta["reasoning"] = b.reasoning.export_state(arrays)
     if b.classes:
         classes = []
         for i, (name, sub) in enumerate(b.classes.items()):
@@ -179,6 +182,8 @@ def restore_state(
         ]
     if "turns" in meta:
         b.turns = TurnFigures.restore_state(meta["turns"], arrays)
+    if "reasoning" in meta:
+        b.reasoning = ReasoningSeries.restore_state(b.window_s, b.grace_s, meta["reasoning"], arrays)
     for i, (name, sub_meta) in enumerate(meta.get("classes", [])):
         prefix = f"class{i}/"
         sub_arrays = {key[len(prefix) :]: a for key, a in arrays.items() if key.startswith(prefix)}

@@ -2,8 +2,10 @@
 
 The same text is accepted by ``rampwatch sweep --slo`` and a SWEEP.yaml's ``slo:`` key.
 Each item is ``METRIC_pNN<LIMIT`` (``<=`` reads the same: a value equal to the limit
-passes, as vLLM's ``--goodput``) with METRIC one of ttft, itl, tpot, e2el and a limit in
-ms (the default unit), s or us, or ``error_rate<LIMIT`` with a fraction or a percentage.
+passes, as vLLM's ``--goodput``) with METRIC one of ttft, itl, tpot, e2el, ttfa (a
+reasoning model's time to its first answer token: the TTFT of a request that did not
+reason; a request cut short while thinking never meets it) and a limit in ms (the
+default unit), s or us, or ``error_rate<LIMIT`` with a fraction or a percentage.
 
 An ``Slo`` answers two questions:
 
@@ -25,8 +27,10 @@ import numpy as np
 
 from rampwatch.core.errors import UserError
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2el")
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2el", "ttfa")
 UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "": 1.0}
+# What an infinite value (a figure a request never gave) counts as in a percentile.
+NEVER_S = 1e12
 # The error-rate bound of an SLO that names none: rampwatch run's --max-error-rate default.
 DEFAULT_MAX_ERROR_RATE = 0.05
 
@@ -37,7 +41,7 @@ _ITEM = re.compile(
 
 @dataclass(frozen=True)
 class Bound:
-    metric: str  # ttft, itl, tpot, e2el
+    metric: str  # one of LATENCY_METRICS
     percentile: float  # 0-100
     limit_ms: float
 
@@ -80,9 +84,12 @@ class Slo:
             values = values_s.get(b.metric)
             if values is None or len(values) == 0:
                 continue
-            value_ms = float(np.percentile(values, b.percentile)) * 1000
+            # inf: a request that never gave the figure (cut short while thinking: no answer);
+            # a huge finite stand-in keeps numpy's interpolation from giving inf - inf = NaN
+            value_ms = float(np.percentile(np.minimum(values, NEVER_S), b.percentile)) * 1000
             if value_ms > b.limit_ms:
-                out.append(f"{b.metric.upper()} p{b.percentile:g} {value_ms:.0f} ms > {b.limit_ms:g} ms")
+                shown = "never (no answer)" if value_ms > NEVER_S else f"{value_ms:.0f} ms"
+                out.append(f"{b.metric.upper()} p{b.percentile:g} {shown} > {b.limit_ms:g} ms")
         if error_rate is not None and error_rate > self.max_error_rate:
             out.append(f"error rate {error_rate:.1%} > {self.max_error_rate:.1%}")
         return out

@@ -27,7 +27,7 @@ import numpy as np
 from rampwatch.core.timeline import RequestRecord
 
 PERCENTILES = (50, 90, 99)
-SLO_KEYS = ("ttft", "tpot", "e2el")
+SLO_KEYS = ("ttft", "tpot", "e2el", "ttfa")
 
 
 def output_len(rec: RequestRecord) -> int:
@@ -95,12 +95,20 @@ def percentile_word(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
 
-def meets_slo(ttft_s: np.ndarray, tpot_s: np.ndarray, e2el_s: np.ndarray, slo_ms: dict[str, float]) -> np.ndarray:
+def meets_slo(
+    ttft_s: np.ndarray,
+    tpot_s: np.ndarray,
+    e2el_s: np.ndarray,
+    slo_ms: dict[str, float],
+    ttfa_s: np.ndarray | None = None,
+) -> np.ndarray:
     """Which successful requests meet every SLO (ms) in ``slo_ms`` (``>=`` passes).
 
     Keys are ``ttft``/``tpot``/``e2el`` as in ``--goodput``, or the scenario's spelling
-    ``ttft_ms``/``tpot_ms``/``e2el_ms``. ``tpot_s`` is 0 for requests with <= 1 token."""
-    by_key = {"ttft": ttft_s, "tpot": tpot_s, "e2el": e2el_s}
+    ``ttft_ms``/``tpot_ms``/``e2el_ms``. ``tpot_s`` is 0 for requests with <= 1 token.
+    ``ttfa`` bounds a reasoning model's time to its first answer token (``ttfa_s``: inf
+    for a request cut short while thinking; without it, the TTFT: nothing reasoned)."""
+    by_key = {"ttft": ttft_s, "tpot": tpot_s, "e2el": e2el_s, "ttfa": ttft_s if ttfa_s is None else ttfa_s}
     good = np.ones(np.shape(ttft_s), dtype=bool)
     for key, limit in slo_ms.items():
         key = key.removesuffix("_ms")

@@ -25,7 +25,8 @@ OK is not known). The
 completion rate (requests that ended OK in the row per second of it) is kept beside it;
 output tok/s counts the tokens streamed in the row, by chunk arrival (what the server
 delivered meanwhile). KV cache % is the maximum (and mean) of the scrapes in the row;
-waiting is the maximum.
+waiting is the maximum. A reasoning run's rows add the time to first answer p99
+(``reasoning``: from the first request that reasoned on, in every row).
 
 ``StepTracker`` is bounded: per row a few counters and two histograms, never request
 records. Rows arrive in time order; a request's row is found by bisecting the row
@@ -40,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from rampwatch.core.figures.reasoning import reasoned
 from rampwatch.core.figures.stats import LogHistogram, itl_array
 from rampwatch.core.text import column_groups
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, StepRow
@@ -109,6 +111,7 @@ class _Row:
         "kv_max",
         "waiting_max",
         "cached",
+        "ttfa",
     )
 
     def __init__(self, key: StepKey | None, start: float) -> None:
@@ -130,6 +133,7 @@ class _Row:
         self.kv_max: float | None = None
         self.waiting_max: float | None = None
         self.cached: tuple[float, StepRow] | None = None  # (end used, row) until the row changes
+        self.ttfa: LogHistogram | None = None  # a reasoning run's time to first answer
 
     def target(self, rps: float) -> None:
         self.lo = rps if math.isnan(self.lo) else min(self.lo, rps)
@@ -171,6 +175,8 @@ class StepTracker:
         # When the oldest request in flight was sent (None: none in flight): the rows that
         # end after it may have requests in flight still.
         self._unsettled_from: float | None = None
+        # A request has reasoned: every row has a TTFA column from then on.
+        self.reasoning = False
 
     def configure(self, schedule_kind: str | None, planned_s: float | None) -> None:
         self.schedule_kind = schedule_kind
@@ -251,6 +257,7 @@ class StepTracker:
             sent_row.succeeded += 1
             if record.ttft is not None:
                 sent_row.ttft.add((record.ttft,))
+            self._add_ttfa(sent_row, record)
             sent_row.itl.add(itl_array(record) if itls is None else itls)
             end_row = self._row_at(record.end_at)
             end_row.completed += 1
@@ -259,6 +266,16 @@ class StepTracker:
         else:
             sent_row.errors += 1
         self._touch(self._rows[-1], record.end_at)
+
+    def _add_ttfa(self, row: _Row, record: RequestRecord) -> None:
+        """A successful request's time to first answer, once the run has reasoning."""
+        if not self.reasoning and not reasoned(record):
+            return
+        self.reasoning = True
+        if row.ttfa is None:
+            row.ttfa = LogHistogram()
+        if record.ttfa is not None:
+            row.ttfa.add((record.ttfa,))
 
     def _add_streamed(self, record: RequestRecord) -> None:
         """The record's output tokens to the rows its chunks arrived in, spread evenly over
@@ -345,6 +362,7 @@ class StepTracker:
             kv_max_pct=row.kv_max,
             kv_mean_pct=row.kv_sum / row.kv_n if row.kv_n else None,
             waiting_max=row.waiting_max,
+            ttfa_p99=None if not self.reasoning else math.nan if row.ttfa is None else row.ttfa.quantiles((0.99,))[0],
         )
 
     # -- checkpoints ----------------------------------------------------------------
@@ -359,7 +377,15 @@ class StepTracker:
             "last_tick": list(self._last_tick) if self._last_tick is not None else None,
             "unsettled_from": self._unsettled_from,
             "rows": [r.scalars() for r in self._rows],
+            **({"ttfa": self._export_ttfa(arrays)} if self.reasoning else {}),
         }
+
+    def _export_ttfa(self, arrays: dict[str, np.ndarray]) -> list[int | None]:
+        """The rows' TTFA histograms (zeros for a row without one) and their totals (None: none)."""
+        empty = np.zeros(LogHistogram.N, dtype=np.int64)
+        if self._rows:
+            arrays["steps.ttfa"] = np.stack([empty if r.ttfa is None else r.ttfa.counts for r in self._rows])
+        return [None if r.ttfa is None else r.ttfa.total for r in self._rows]
 
     @classmethod
     def restore_state(cls, state: dict[str, Any], arrays: dict[str, np.ndarray]) -> StepTracker:
@@ -390,6 +416,13 @@ class StepTracker:
                 hist.total = int(total)
             tracker._rows.append(row)
             tracker._starts.append(row.start)
+        if "ttfa" in state:
+            tracker.reasoning = True
+            for k, (row, total) in enumerate(zip(tracker._rows, state["ttfa"])):
+                if total is not None:
+                    row.ttfa = LogHistogram()
+                    row.ttfa._counts = np.array(arrays["steps.ttfa"][k], dtype=np.int64)
+                    row.ttfa.total = int(total)
         return tracker
 
 
@@ -413,6 +446,16 @@ STEP_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 # Dropped first when a screen is too narrow for every column (least useful first).
 NARROW_DROP = ("out tok/s", "kind", "start")
+# A reasoning run's column, after TTFT p99's.
+TTFA_COLUMN = ("TTFA p99", "TTFA99")
+
+
+def step_columns(rows: list[StepRow]) -> tuple[tuple[str, str], ...]:
+    """``STEP_COLUMNS``, with ``TTFA_COLUMN`` when the rows are a reasoning run's."""
+    if not any(row.ttfa_p99 is not None for row in rows):
+        return STEP_COLUMNS
+    at = [name for name, _ in STEP_COLUMNS].index("TTFT p99") + 1
+    return (*STEP_COLUMNS[:at], TTFA_COLUMN, *STEP_COLUMNS[at:])
 
 
 def _clock(seconds: float) -> str:
@@ -445,8 +488,10 @@ def _rate_range(lo: float, hi: float) -> str:
 
 
 def step_cells(row: StepRow) -> dict[str, str]:
-    """A row's text per column header (``STEP_COLUMNS``); latencies in ms."""
+    """A row's text per column header (``step_columns``); latencies in ms."""
+    ttfa = {} if row.ttfa_p99 is None else {TTFA_COLUMN[0]: _ms(row.ttfa_p99)}
     return {
+        **ttfa,
         "#": str(row.index),
         "start": _clock(row.start_s),
         "kind": row.kind,
@@ -468,9 +513,9 @@ def step_table_text(rows: list[StepRow], width: int | None = None) -> str:
     """The table as aligned plain text (``rampwatch report``); latencies in ms. Given a
     terminal's ``width``, columns that do not fit go in groups, each under the row
     number again (the terminal never folds a row)."""
-    headers = [name for name, _ in STEP_COLUMNS]
+    headers = [name for name, _ in step_columns(rows)]
     cells = [[step_cells(row)[name] for name in headers] for row in rows]
-    headers = [h + " ms" if h.startswith(("TTFT", "ITL")) else h for h in headers]
+    headers = [h + " ms" if h.startswith(("TTFT", "TTFA", "ITL")) else h for h in headers]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
     rest = list(range(1, len(headers)))  # column 0, the row number, leads every group
     room = math.inf if width is None else width - widths[0] - 2
@@ -491,5 +536,8 @@ STEP_TABLE_NOTE = (
 
 
 def step_json(row: StepRow) -> dict[str, Any]:
-    """A row as plain JSON (NaN as null)."""
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.to_dict().items()}
+    """A row as plain JSON (NaN as null); a plain run's rows without ``ttfa_p99``."""
+    out = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.to_dict().items()}
+    if row.ttfa_p99 is None:
+        del out["ttfa_p99"]
+    return out

@@ -20,6 +20,7 @@ import numpy as np
 from rampwatch.core.figures import stats
 from rampwatch.core.figures.client_lag import ClientFigures
 from rampwatch.core.figures.images import ImageCounts, image_figures
+from rampwatch.core.figures.reasoning import ReasoningBlock, ReasoningTotals
 from rampwatch.core.figures.run_summary import (
     METRICS,
     LatencyMs,
@@ -51,6 +52,7 @@ class RequestBlock:
     token_times: np.ndarray  # first-token and chunk times of the successful requests with a first token
     error_messages: Sequence[str | None] = ()  # each request's error text (the summary keeps one a class)
     images: Sequence[int | None] = ()  # each request's image count (None or absent: no images)
+    reasoning: ReasoningBlock | None = None  # None: no request of the block reasoned
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord]) -> RequestBlock:
@@ -73,6 +75,7 @@ class RequestBlock:
             token_times=_concat([first_token_at, *chunk_times]),
             error_messages=[r.error for r in records],
             images=[r.images for r in records],
+            reasoning=ReasoningBlock.from_records(records),
         )
 
 
@@ -153,6 +156,8 @@ class SummaryBuilder:
         # [sent, end) of every request, whatever its outcome: the peak concurrency
         self._sent, self._ended = stats.ExactValues(), stats.ExactValues()
         self.images = ImageCounts()
+        # A reasoning model's figures, from the first request that reasoned on (None before)
+        self.reasoning: ReasoningTotals | None = None
 
     @property
     def failed(self) -> int:
@@ -165,6 +170,8 @@ class SummaryBuilder:
         n = len(block.error_classes)
         if n == 0:
             return
+        if block.reasoning is not None and self.reasoning is None:
+            self.reasoning = ReasoningTotals.seeded(self.latencies["ttft"], self.latencies["itl"], self.total_output)
         ok = np.fromiter((e is None for e in block.error_classes), dtype=bool, count=n)
         self.requests += n
         self.client_queue.add(block.client_queue_s)
@@ -203,10 +210,16 @@ class SummaryBuilder:
         self.latencies["tpot"].add(tpot)
         self.latencies["itl"].add(block.itls)
         self.latencies["e2el"].add(e2el)
+        ttfa = ttft if block.reasoning is None else np.nan_to_num(block.reasoning.ttfa_s[ok], nan=math.inf)
+        if self.reasoning is not None:
+            if block.reasoning is not None:
+                self.reasoning.add(block.reasoning)
+            else:
+                self.reasoning.add_plain(int(stats.output_lens(completion).sum()), ttft, block.itls)
         if self.slo:
             tpot_or_zero = np.zeros(ttft.size)
             tpot_or_zero[with_tpot] = tpot
-            self.good += int(stats.meets_slo(ttft, tpot_or_zero, e2el, self.slo).sum())
+            self.good += int(stats.meets_slo(ttft, tpot_or_zero, e2el, self.slo, ttfa_s=ttfa).sum())
         if self.token_bins_from is not None:
             if has_first.any():
                 self._last_token_end = max(self._last_token_end, float(end[has_first].max()))
@@ -284,6 +297,7 @@ class SummaryBuilder:
             send_lateness=None if self.send_lateness is None else SendLatenessMs.of(self.send_lateness.values()),
             client=client,
             images=image_figures(self.images, header, server or {}),
+            reasoning=None if self.reasoning is None else self.reasoning.figures(self.percentiles),
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
@@ -299,6 +313,7 @@ class SummaryBuilder:
         stores = self._running_stores()
         for name, store in stores.items():
             arrays[f"{prefix}.{name}"] = store.hist.counts
+        reasoning = {} if self.reasoning is None else {"reasoning": self.reasoning.export_state(arrays, prefix)}
         return {
             "slo": self.slo,
             "gpu_price_per_hour": self.gpu_price_per_hour,
@@ -317,6 +332,7 @@ class SummaryBuilder:
             "last_end_at": None if self.requests == 0 else self.last_end_at,
             "peak_in_flight": self.peak_in_flight,
             **({"images": self.images.state()} if self.images.requests else {}),
+            **reasoning,
         }
 
     @classmethod
@@ -342,6 +358,8 @@ class SummaryBuilder:
         b.peak_in_flight = state["peak_in_flight"]
         if "images" in state:
             b.images.restore(state["images"])
+        if "reasoning" in state:
+            b.reasoning = ReasoningTotals.restore_state(state["reasoning"], arrays, prefix)
         return b
 
 

@@ -122,6 +122,8 @@ def knee_why_lines(why: dict[str, Any]) -> list[str]:
     lines = [text]
     if why.get("conflict"):
         lines.append(f"  {why['conflict']}")
+    if why.get("note"):  # a reasoning run's: the first answer slowed more than the first token
+        lines.append(f"  note: {why['note']}")
     judged = [f"judged on the {why['window']}"] if why.get("window") else []
     if isinstance(why.get("provisional"), dict):
         judged.append(f"revised: at the knee it read {provisional_text(why['provisional'])}")
@@ -175,6 +177,8 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         for p in percentiles:
             word = stats.percentile_word(p)
             lines.append(_row(f"P{word} {short} (ms):", summary[f"p{word}_{metric}_ms"]))
+    if summary.get("reasoning"):
+        lines.extend(reasoning_lines(summary["reasoning"], percentiles))
     if figures.client_queue is not None:
         lines.append("{s:{c}^{n}}".format(s="Client-side Queueing", n=50, c="-"))
         lines.append(_row("Mean Client Queue Time (ms):", summary["mean_client_queue_time_ms"]))
@@ -235,6 +239,30 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         if warning is not None:
             lines.append(warning)
     return "\n".join(lines)
+
+
+def reasoning_lines(reasoning: dict[str, Any], percentiles: Sequence[float] = stats.PERCENTILES) -> list[str]:
+    """A reasoning run's section (``ReasoningFigures.to_dict``): TTFA as TTFT's rows, the
+    tokens of each phase and where the count came from, and each phase's ITL."""
+    lines = ["{s:{c}^{n}}".format(s="Time to First Answer (reasoning)", n=50, c="-")]
+    lines.append(_row("Mean TTFA (ms):", reasoning["mean_ttfa_ms"]))
+    lines.append(_row("Median TTFA (ms):", reasoning["median_ttfa_ms"]))
+    for p in percentiles:
+        word = stats.percentile_word(p)
+        lines.append(_row(f"P{word} TTFA (ms):", reasoning[f"p{word}_ttfa_ms"]))
+    lines.append(_row("Requests that reasoned:", reasoning["reasoning_requests"]))
+    lines.append(_row("Cut short while thinking:", reasoning["no_answer_requests"]))
+    lines.append(_row("Reasoning tokens:", reasoning["reasoning_tokens"]))
+    lines.append(_row("Answer tokens:", reasoning["answer_tokens"]))
+    share = reasoning.get("reasoning_share")
+    lines.append(_row("Reasoning share of output (%):", None if share is None else share * 100, ".1f"))
+    lines.append(_row("Reasoning tokens from:", reasoning.get("reasoning_tokens_source") or "n/a", ""))
+    for phase, label in (("reasoning_itl", "thinking"), ("answer_itl", "answer")):
+        lines.append(_row(f"Mean ITL, {label} (ms):", reasoning[f"mean_{phase}_ms"]))
+        worst = stats.percentile_word(max(percentiles)) if percentiles else None
+        if worst is not None:
+            lines.append(_row(f"P{worst} ITL, {label} (ms):", reasoning[f"p{worst}_{phase}_ms"]))
+    return lines
 
 
 # An error's text under its class in the summary: enough to name the URL or what came.

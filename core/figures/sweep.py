@@ -52,9 +52,10 @@ def good_requests(requests: Sequence[RequestRecord], slo: Slo) -> np.ndarray:
     ttft = np.array([r.ttft if r.ttft is not None else math.inf for r in requests], dtype=float)
     tpot = np.array([r.tpot or 0.0 for r in requests], dtype=float)
     e2el = np.array([r.e2e for r in requests], dtype=float)
+    ttfa = np.array([math.inf if r.ttfa is None else r.ttfa for r in requests], dtype=float)
     if not requests:
         return np.zeros(0, dtype=bool)
-    return np.array(ok, dtype=bool) & stats.meets_slo(ttft, tpot, e2el, slo.per_request_ms())
+    return np.array(ok, dtype=bool) & stats.meets_slo(ttft, tpot, e2el, slo.per_request_ms(), ttfa_s=ttfa)
 
 
 def max_window_rate(times: np.ndarray, window_s: float = GOODPUT_WINDOW_S) -> float:
@@ -122,6 +123,8 @@ def slo_breaks(window: Sequence[RequestRecord], slo: Slo) -> list[str]:
         "itl": np.concatenate([stats.itl_array(r) for r in ok]) if ok else np.zeros(0),
         "tpot": np.array([r.tpot for r in ok if r.tpot is not None], dtype=float),
         "e2el": np.array([r.e2e for r in ok], dtype=float),
+        # a request cut short while thinking has no answer: it counts as never answering
+        "ttfa": np.array([math.inf if r.ttfa is None else r.ttfa for r in ok], dtype=float),
     }
     failed = sum(1 for r in judged if not r.ok)
     return slo.violations(values, failed / len(judged))

@@ -42,7 +42,7 @@ WORKLOAD_KEYS = (
     "images",
     ADAPTERS_KEY,
 )
-SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms", "ttfa_ms")  # ttfa: a reasoning model's first answer token
 
 
 def check_length(p: Problems, path: KeyPath, value: Any) -> dict[str, Any] | None:

@@ -533,3 +533,15 @@ def test_the_drain_policy_is_shown_before_the_run_and_its_cancellations_are_coun
     assert (
         f"the drain policy (cap:1) cancelled {result['rampwatch_cancelled']:,} requests still in flight" in proc.stderr
     )
+
+
+def test_a_reasoning_runs_progress_line_has_its_time_to_first_answer():
+    from rampwatch.app.session.headless import progress_line
+    from tests.tui.fakes import fake_snapshot
+    from tests.tui.reasoning_fakes import fake_reasoning_snapshot
+
+    line = progress_line(fake_reasoning_snapshot(95.0))
+    ttft, ttfa = line.split(" | TTFA p50 ")
+    assert "TTFT p50" in ttft and " ms p99 " in ttfa.split(" | ")[0]
+    assert int(ttfa.split(" ms")[0]) > int(ttft.split("TTFT p50 ")[1].split(" ms")[0])
+    assert "TTFA" not in progress_line(fake_snapshot(95.0))

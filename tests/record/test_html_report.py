@@ -159,3 +159,24 @@ def test_the_multimodal_cache_chart_only_in_a_run_with_images():
     assert "Multimodal processor cache" not in render_html(snapshot, summary, "summary", [], "t", "s")
     snapshot.series["mm_cache_hit_pct"] = [50.0] * len(snapshot.times)
     assert IMAGE_CHARTS[0][0] in render_html(snapshot, summary, "summary", [], "t", "s")
+
+
+def test_reasoning_charts_and_rows_only_in_a_reasoning_run():
+    from rampwatch.core.figures.series import SeriesBuilder
+    from rampwatch.core.figures.series_reasoning import REASONING_SERIES
+    from rampwatch.record.html_report import REASONING_CHARTS
+    from tests.core.figures.reasoning_records import Reasoning
+    from tests.record.helpers import CaptureSink
+    from tests.synthetic import SyntheticRun, play_synthetic
+
+    assert {n for chart in REASONING_CHARTS for n, _ in chart[2]} <= {*SERIES_NAMES, *REASONING_SERIES}
+    builder, capture = SeriesBuilder(), CaptureSink()
+    play_synthetic(SyntheticRun(duration_s=30.0, start_rps=2, end_rps=8, seed=4), Reasoning(builder, capture))
+    summary = summarise_requests(None, capture.requests, [], [])
+    page = render_html(builder.snapshot(), summary, "summary", [], "t", "s")
+    ttfa = _chart(page, "Time to first token vs first answer")
+    assert ttfa.count("<polyline") == 3 and "TTFA p99" in ttfa
+    assert "<polyline" in _chart(page, "Reasoning share of output tokens")
+    assert "<tr><th>p99_ttfa_ms</th>" in page and "<tr><th>reasoning_share</th>" in page
+    plain = report([])
+    assert "first answer" not in plain and "ttfa" not in plain and "reasoning" not in plain

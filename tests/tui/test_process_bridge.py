@@ -385,3 +385,19 @@ def test_an_item_forwarder_keeps_nothing_once_too_much_waited():
     for i in range(10):
         forwarder.on_event(Event(2.0 + i, "mark", "x" * 50))
     assert forwarder.given_up and forwarder.take() == b""
+
+
+def test_a_reasoning_runs_series_travel_as_tails_too():
+    from rampwatch.core.figures.series import SeriesBuilder
+    from tests.core.figures.reasoning_records import Reasoning
+    from tests.synthetic import SyntheticRun, play_synthetic
+
+    builder = SeriesBuilder()
+    play_synthetic(SyntheticRun(duration_s=60, start_rps=2, end_rps=6, seed=4), Reasoning(builder), finish=False)
+    before, after = builder.snapshot(builder.now - 3.0), builder.snapshot(builder.now)
+    start, tail = tail_of(after, bins=10)
+    assert tail.reasoning is not None and all(len(v) == 10 for v in tail.reasoning.values())
+    rebuilt = with_tail(before, start, tail)
+    assert rebuilt.reasoning is not None and after.reasoning is not None
+    for name, values in after.reasoning.items():
+        assert rebuilt.reasoning[name] == pytest.approx(values, nan_ok=True)

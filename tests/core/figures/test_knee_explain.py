@@ -810,3 +810,40 @@ def test_the_summary_reads_the_settled_explanation_with_its_conflict_and_what_it
     )
     # before the review: the knee's own, provisional explanation
     assert summarise_requests(None, [], [], [knee], duration_s=50.0).knee_explanation == first.to_dict()
+
+
+THINKING_TOKENS = 150  # each request of a reasoning run thinks this long before answering
+
+
+def thinking(series: dict[str, list[float]]) -> dict[str, list[float]]:
+    """``series`` of a reasoning run: the first answer ``THINKING_TOKENS`` ITLs after the first token."""
+    ttfa = [a + THINKING_TOKENS * b for a, b in zip(series["ttft_p50"], series["itl_p50"], strict=True)]
+    return {**series, "ttfa_p50": ttfa}
+
+
+def test_a_reasoning_runs_knee_notes_when_the_answer_slowed_more_than_the_first_token():
+    # compute bound: the batch grows, each step slows (ITL 20 → 50 ms) and TTFT rises a
+    # little: the 150 thinking tokens before the answer take seconds more
+    why = explain_knee(thinking(window(**COMPUTE)))
+    assert why.limit == "compute_bound"
+    assert why.note == (
+        "time to first answer p50 rose 3,625 ms→7,255 ms while TTFT p50 went 105 ms→275 ms: "
+        "the thinking before the answer slowed (ITL p50 23 ms→47 ms), which TTFT does not show"
+    )
+    assert why.to_dict()["note"] == why.note and KneeExplanation.from_dict(why.to_dict()) == why
+    assert f"note: {why.note}" in why.lines()
+
+
+def test_no_note_when_the_first_token_moved_as_much_as_the_answer():
+    queued = window(ttft_p50=ramp(0.08, 4.0, 20), waiting=ramp(0.0, 40.0, 20), running=flat(64.0))
+    why = explain_knee(thinking(queued))  # the TTFA's rise is the queue's, which TTFT shows
+    assert why.note is None and "note" not in why.to_dict()
+    plain = explain_knee(window(**COMPUTE))
+    assert plain.note is None and "note" not in plain.to_dict()
+
+
+def test_the_summary_prints_the_note_under_the_knee():
+    from rampwatch.core.figures.summary import knee_why_lines
+
+    why = explain_knee(thinking(window(**COMPUTE))).to_dict()
+    assert knee_why_lines(why)[1] == f"  note: {why['note']}"

@@ -62,3 +62,31 @@ def test_violations_compare_percentiles_and_error_rate():
 def test_text_round_trips():
     slo = parse_slo("ttft_p99<0.5s,itl_p99<50ms,error_rate<1%")
     assert parse_slo(slo.text) == slo
+
+
+def test_a_ttfa_bound_reads_and_judges_each_request_by_its_first_answer():
+    slo = parse_slo("ttfa_p99<2s,ttft_p99<500ms")
+    assert slo.bounds[0] == Bound("ttfa", 99, 2000) and slo.per_request_ms() == {"ttfa": 2000.0, "ttft": 500.0}
+    answered = {"ttfa": np.full(100, 1.5), "ttft": np.full(100, 0.2)}
+    assert slo.violations(answered, 0.0) == []
+    late = {"ttfa": np.r_[np.full(95, 1.5), np.full(5, 3.0)], "ttft": np.full(100, 0.2)}
+    assert slo.violations(late, 0.0) == ["TTFA p99 3000 ms > 2000 ms"]
+    # requests cut short while thinking never answered (inf): the bound breaks, named so
+    never = {"ttfa": np.r_[np.full(90, 1.5), np.full(10, np.inf)]}
+    assert slo.violations(never, 0.0) == ["TTFA p99 never (no answer) > 2000 ms"]
+
+
+def test_a_sweeps_good_requests_under_a_ttfa_bound():
+    from rampwatch.core.figures.sweep import good_requests, slo_breaks
+    from tests.core.figures.reasoning_records import reasoning_record
+
+    requests = [
+        reasoning_record(0),  # TTFA 1.0 s
+        reasoning_record(1, first_answer_at=2.0, chunk_times=(1.1, 2.0, 2.1)),  # TTFA 1.5 s
+        reasoning_record(2, first_answer_at=None, reasoning_tokens=6),  # cut short: no answer
+    ]
+    assert good_requests(requests, parse_slo("ttfa_p99<1200ms")).tolist() == [True, False, False]
+    assert good_requests(requests, parse_slo("ttft_p99<1200ms")).tolist() == [True, True, True]
+    # the median of 1.0 s, 1.5 s and never
+    assert slo_breaks(requests, parse_slo("ttfa_p50<1200ms")) == ["TTFA p50 1500 ms > 1200 ms"]
+    assert slo_breaks(requests, parse_slo("ttfa_p50<2s")) == []

@@ -347,3 +347,37 @@ def test_the_held_speed_kinds_are_the_trace_schedule():
     """The figures cannot import the sender: the schedule kind a step holds a speed for
     is written out there, and tied to the schedule's own name here."""
     assert HELD_SPEED_KINDS == (TRACE_KIND,)
+
+
+def test_a_reasoning_runs_rows_have_a_ttfa_column_a_plain_runs_none():
+    from rampwatch.core.figures.steps import step_columns, step_json
+    from tests.core.figures.reasoning_records import reasoning_record
+
+    tracker = StepTracker()
+    tracker.configure("steps", 20.0)
+    tracker.on_tick(0.0, "ramping", 1.0)
+    tracker.on_request(ok(0, 0.1, 0.2, 0.5))  # before any reasoning: its row has no TTFA
+    tracker.on_tick(5.0, "ramping", 2.0)
+    thinking = reasoning_record(
+        1, sent_at=5.5, first_token_at=6.0, chunk_times=(6.1, 6.2, 6.5, 6.6), first_answer_at=6.5
+    )
+    tracker.on_request(thinking)
+    tracker.on_request(ok(2, 5.6, 0.3, 7.0))  # after it, a plain request's TTFA is its TTFT
+    first, second = tracker.rows(8.0)
+    assert first.ttfa_p99 is not None and math.isnan(first.ttfa_p99)
+    assert second.ttfa_p99 == pytest.approx(0.3 + (1.0 - 0.3) * 0.99, rel=0.02)  # p99 of 1.0 s and 0.3 s
+    assert [name for name, _ in step_columns([first, second])][7:10] == ["TTFT p99", "TTFA p99", "ITL p50"]
+    assert step_cells(first)["TTFA p99"] == "–"
+    assert "TTFA p99 ms" in step_table_text([first, second]).splitlines()[0]
+    assert step_json(second)["ttfa_p99"] == second.ttfa_p99
+    arrays: dict[str, np.ndarray] = {}
+    restored = StepTracker.restore_state(tracker.export_state(arrays), arrays)
+    assert restored.rows(8.0) == tracker.rows(8.0)
+
+    plain = StepTracker()
+    plain.on_tick(0.0, "ramping", 1.0)
+    plain.on_request(ok(0, 0.1, 0.2, 0.5))
+    (row,) = plain.rows(1.0)
+    assert row.ttfa_p99 is None and "ttfa_p99" not in step_json(row) and "TTFA p99" not in step_cells(row)
+    assert "TTFA" not in step_table_text([row])
+    assert "ttfa" not in plain.export_state({})

@@ -187,3 +187,9 @@ def test_a_mixture_cannot_take_a_trace_schedule(tmp_path):
     assert str(exc.value).startswith(path + ":4: workload.mix: cannot be combined with schedule.kind trace"), str(
         exc.value
     )
+
+
+def test_a_class_slo_can_bound_the_time_to_first_answer(tmp_path):
+    text = MIXED.replace("slo: {ttft_ms: 300}", "slo: {ttfa_ms: 2500}")
+    scenario = load_scenario(write(tmp_path, text))
+    assert class_slos(scenario.raw)["chat"] == {"ttft_ms": 1000.0, "tpot_ms": 80.0, "ttfa_ms": 2500.0}
