@@ -159,6 +159,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="as vLLM: report each request's prefix-cache hit in usage.prompt_tokens_details.cached_tokens",
     )
+    parser.add_argument(
+        "--speculative-config",
+        "-sc",
+        default=None,
+        metavar="JSON",
+        help='as vLLM: speculative decoding, e.g. \'{"method": "ngram", "num_speculative_tokens": 3}\' '
+        "(methods ngram, suffix, eagle, eagle3, mtp, draft_model; num_speculative_tokens_per_batch_size; "
+        "acceptance per position from the method's preset, vLLM's synthetic_acceptance_rates, or the "
+        'simulator\'s own "acceptance": see docs/sim-presets.md)',
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -225,6 +235,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         routing=args.routing,
         gpu_telemetry=args.gpu_telemetry,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        speculative_config=args.speculative_config,
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -374,6 +385,8 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv.append("--gpu-telemetry")
     if config.enable_prompt_tokens_details:
         argv.append("--enable-prompt-tokens-details")
+    if config.speculative_config is not None:
+        argv += ["--speculative-config", config.speculative_config]
     return argv
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from rampwatch.core.errors import UserError
+from rampwatch.sim.speculation import SpecConfig, parse_speculative_config
 
 GIB = 1024**3
 
@@ -354,6 +355,13 @@ class SimConfig:
     # vLLM's --enable-prompt-tokens-details: a request's usage carries its prefix-cache
     # hit as prompt_tokens_details.cached_tokens (off by default, as in vLLM).
     enable_prompt_tokens_details: bool = False
+    # vLLM's --speculative-config, its JSON text as given (sim.speculation); None: no speculation.
+    speculative_config: str | None = None
+
+    @property
+    def speculation(self) -> SpecConfig | None:
+        """The parsed ``speculative_config`` (raises ``UserError`` on a bad one)."""
+        return None if self.speculative_config is None else parse_speculative_config(self.speculative_config)
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -411,6 +419,7 @@ class SimConfig:
         if self.routing not in ROUTING_CHOICES:
             raise UserError(f"--routing {self.routing!r}: valid values: {', '.join(ROUTING_CHOICES)}")
         self.faults.validate()
+        _ = self.speculation  # a bad --speculative-config is refused before anything starts
         blocks = self.num_gpu_blocks
         if blocks is None:
             blocks = derive_num_gpu_blocks(

@@ -31,6 +31,8 @@ VLLM_FLAGS = (
     "-dp",
     "--api-server-count",
     "--enable-prompt-tokens-details",
+    "--speculative-config",  # sim.speculation
+    "-sc",
     "--pipeline-parallel-size",  # accepted at 1 only
     "-pp",
 )
