@@ -53,6 +53,7 @@ from rampwatch.core.figures.series_latency import (
     latency_series,
 )
 from rampwatch.core.figures.series_server import GpuSeries, ServerSeries
+from rampwatch.core.figures.speculation import SPEC_SERIES_NAMES
 from rampwatch.core.figures.steps import StepTracker
 from rampwatch.core.figures.summary import (
     GpuTotals,
@@ -368,7 +369,11 @@ class SeriesBuilder:
     def series(self, now: float | None = None) -> tuple[list[float], dict[str, np.ndarray]]:
         """``(times, {name: array})`` for every name in ``SERIES_NAMES``."""
         times, arrays = self._arrays(now)
-        return times, {name: arrays[name] for name in SERIES_NAMES}
+        return times, {name: arrays[name] for name in self.series_names()}
+
+    def series_names(self) -> tuple[str, ...]:
+        """``SERIES_NAMES``, and speculative decoding's series when the server speculates."""
+        return SERIES_NAMES + SPEC_SERIES_NAMES if self.server.spec_available else SERIES_NAMES
 
     def _arrays(self, now: float | None, unfrozen: bool = True) -> tuple[list[float], dict[str, np.ndarray]]:
         """Every series plus the per-second prefix hit and query rates behind the ratio;
@@ -395,7 +400,8 @@ class SeriesBuilder:
             return []
         seconds = self.latency.take_newly_final()
         _, arrays = self._arrays(None, unfrozen=False)  # the seconds are frozen ones
-        return [(float(b), {name: float(arrays[name][b]) for name in SERIES_NAMES}) for b in seconds]
+        names = self.series_names()
+        return [(float(b), {name: float(arrays[name][b]) for name in names}) for b in seconds]
 
     def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """Run-so-far server figures from the series (``_arrays`` output)."""
@@ -429,7 +435,7 @@ class SeriesBuilder:
             state=self.state,
             target_rps=self.target_rps,
             times=times[cut:],
-            series={name: arrays[name][cut:].tolist() for name in SERIES_NAMES},
+            series={name: arrays[name][cut:].tolist() for name in self.series_names()},
             in_flight=self.in_flight,
             events=list(self.events),
             summary=summary,

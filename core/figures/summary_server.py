@@ -10,6 +10,7 @@ from typing import Any, TypeGuard
 from rampwatch.core.figures.counters import CounterTracker
 from rampwatch.core.figures.gpu import NVML_URL
 from rampwatch.core.figures.samples import combine_samples
+from rampwatch.core.figures.speculation import DRAFTS, position_deltas, spec_figures
 from rampwatch.core.timeline import RunHeader, ServerSample
 
 
@@ -39,9 +40,12 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
             continue
         ok += 1
         backends.add(s.backend)
+        prev = tracker.last(s.url)
         step = tracker.update(s)
         if step is not None:
             dt, deltas = step
+            if prev is not None and s.spec_accepted_by_position:
+                deltas.update(position_deltas(prev, s))
             for name, d in deltas.items():
                 if d is not None:
                     totals[name] = totals.get(name, 0.0) + d
@@ -62,7 +66,7 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         return totals[name] / span if name in totals and span > 0 else None
 
     queries = totals.get("prefix_queries_total")
-    return {
+    out: dict[str, Any] = {
         "available": ok > 0,
         "scrapes_ok": ok,
         "scrapes_failed": sum(1 for s in samples if not s.ok),
@@ -80,6 +84,9 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
         "prefix_hit_pct": (totals.get("prefix_hits_total", 0.0) / queries * 100) if queries else None,
         "preemptions": totals.get("preemptions_total"),
     }
+    if DRAFTS in totals:  # the server speculates: acceptance over the run (core.figures.speculation)
+        out["speculation"] = spec_figures(totals)
+    return out
 
 
 class GpuTotals:

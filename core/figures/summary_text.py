@@ -10,6 +10,7 @@ from typing import Any
 from rampwatch.core.figures import stats
 from rampwatch.core.figures.client_lag import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE, CPU_STARVED_PCT, ClientFigures
 from rampwatch.core.figures.run_summary import METRIC_TITLES, METRICS, Summary
+from rampwatch.core.figures.speculation import summary_rows
 from rampwatch.core.figures.summary_server import SIMULATED_GPU
 from rampwatch.core.text import printable
 from rampwatch.core.timeline import CLIENT_LIMIT
@@ -207,6 +208,9 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         lines.append(_row("Max KV-cache usage (%):", server.get("max_kv_usage_pct"), ".1f"))
         lines.append(_row("Prefix cache hit rate (%):", server.get("prefix_hit_pct"), ".1f"))
         lines.append(_row("Preemptions:", server.get("preemptions"), ".0f"))
+        if server.get("speculation"):  # only a server that speculates: vLLM's definitions
+            lines.append("{s:{c}^{n}}".format(s="Speculative decoding", n=50, c="-"))
+            lines.extend(_row(label, value, "") for label, value in summary_rows(server["speculation"]))
     else:
         lines.append("no server metrics")
     if summary.get("knee_rps") is not None:
