@@ -535,6 +535,10 @@ class StepRow:
     kv_max_pct: float | None  # from /metrics scrapes in the row (None: no usable scrape)
     kv_mean_pct: float | None
     waiting_max: float | None
+    # Speculative decoding over the row's scrapes (accepted / drafted tokens, %, and 1 +
+    # accepted per draft); None where the server does not speculate.
+    spec_acceptance_pct: float | None = None
+    spec_accept_len: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,7 +22,7 @@ import numpy as np
 from rampwatch.core.figures.classes import CLASS_NOTE
 from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
-from rampwatch.core.figures.steps import STEP_COLUMNS, STEP_TABLE_NOTE, step_cells
+from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_cells, step_columns
 from rampwatch.core.figures.summary import Summary, knee_review
 from rampwatch.core.figures.turns import NO_HIT_RATE_HINT, TEXT_COLUMNS, TURNS_NOTE, TurnTable, sessions_line
 from rampwatch.core.timeline import Event, Snapshot
@@ -478,9 +478,10 @@ def render_html(
     )
     warn = "".join(f'<p class="warn">{html.escape(w)}</p>' for w in warnings)
     knee = knee_section(summary)
-    step_head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in STEP_COLUMNS)
+    columns = step_columns(snapshot.steps)  # speculative decoding's columns only where the server speculates
+    step_head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
     step_rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cells[name])}</td>" for name, _ in STEP_COLUMNS) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(cells[name])}</td>" for name, _ in columns) + "</tr>"
         for cells in (step_cells(row) for row in snapshot.steps)
     )
     steps = (

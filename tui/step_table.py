@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from rampwatch.core.figures.steps import NARROW_DROP, STEP_COLUMNS, step_cells
+from rampwatch.core.figures.steps import NARROW_DROP, STEP_COLUMNS, step_cells, step_columns
 from rampwatch.core.timeline import Snapshot, StepRow
 
 
@@ -18,14 +18,16 @@ def _needed(headers: list[tuple[str, str]], cells: list[dict[str, str]]) -> int:
     return sum(max(len(header), *(len(row[name]) for row in cells)) for name, header in headers) + len(headers) - 1
 
 
-def columns_for(width: int, cells: list[dict[str, str]]) -> list[tuple[str, str]]:
-    """(column, header) pairs that fit ``width`` cells: the full headers when every column
-    fits with them, else the short ones, dropping the columns of ``NARROW_DROP`` in turn
-    until the rest fits."""
-    full = [(name, name) for name, _ in STEP_COLUMNS]
+def columns_for(
+    width: int, cells: list[dict[str, str]], all_columns: tuple[tuple[str, str], ...] = STEP_COLUMNS
+) -> list[tuple[str, str]]:
+    """(column, header) pairs of ``all_columns`` that fit ``width`` cells: the full headers
+    when every column fits with them, else the short ones, dropping the columns of
+    ``NARROW_DROP`` in turn until the rest fits."""
+    full = [(name, name) for name, _ in all_columns]
     if _needed(full, cells) <= width:
         return full
-    columns = list(STEP_COLUMNS)
+    columns = list(all_columns)
     for name in NARROW_DROP:
         if _needed(columns, cells) <= width:
             break
@@ -57,7 +59,7 @@ class StepTable(Widget):
         # The newest rows matter most: when they do not all fit, the oldest scroll off.
         room = max(1, (self.size.height or 20) - 1)
         shown = self._shown[-room:]
-        columns = columns_for(self.size.width or 80, shown)
+        columns = columns_for(self.size.width or 80, shown, step_columns(self._rows))
         table = Table(box=None, padding=(0, 1, 0, 0), expand=False, show_edge=False, header_style="bold")
         for name, short in columns:
             table.add_column(short, justify="left" if name == "kind" else "right", no_wrap=True)

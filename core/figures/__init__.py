@@ -52,11 +52,13 @@ if TYPE_CHECKING:
     )
     from rampwatch.core.figures.series import SeriesBuilder
     from rampwatch.core.figures.slo import Slo, parse_slo
+    from rampwatch.core.figures.speculation import SPEC_SERIES_NAMES, positions_text, summary_rows
     from rampwatch.core.figures.steps import (
         NARROW_DROP,
         STEP_COLUMNS,
         STEP_TABLE_NOTE,
         step_cells,
+        step_columns,
         step_json,
         step_table_text,
     )
@@ -143,9 +145,11 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "STEP_COLUMNS",
         "STEP_TABLE_NOTE",
         "step_cells",
+        "step_columns",
         "step_json",
         "step_table_text",
     ),
+    "speculation": ("SPEC_SERIES_NAMES", "positions_text", "summary_rows"),
     "summary": (
         "KNEE_REVIEW",
         "PER_REQUEST_KEYS",
@@ -200,6 +204,7 @@ __all__ = [
     "RESUME_TEXT",
     "RequestBlock",
     "SEGMENT_NOTE",
+    "SPEC_SERIES_NAMES",
     "STEP_COLUMNS",
     "STEP_TABLE_NOTE",
     "SegmentSummaries",
@@ -231,6 +236,7 @@ __all__ = [
     "knee_rps",
     "number_text",
     "parse_slo",
+    "positions_text",
     "restarted",
     "segment_table",
     "sent",
@@ -238,9 +244,11 @@ __all__ = [
     "sessions_line",
     "slo_attainment_pct",
     "step_cells",
+    "step_columns",
     "step_json",
     "step_table_text",
     "summarise_requests",
+    "summary_rows",
     "to_bench_result",
     "tokens_per_joule",
     "turn_sections",

@@ -73,6 +73,9 @@ class ServerSeries:
         # server was not seen stay a gap rather than a line of made-up averages.
         if step is not None and step[0] <= metrics_stale_after_s(header):
             self._spread_deltas(sample.url, sample.t - step[0], sample.t, step[1])
+        if step is not None and step[1].get(DRAFTS) is not None:  # the step table's acceptance
+            deltas = step[1]
+            steps.on_spec(sample.t, deltas[DRAFTS] or 0.0, deltas.get(DRAFT_TOKENS) or 0.0, deltas.get(ACCEPTED) or 0.0)
         self._set_gauges(sample.t, header, gauges, steps)
 
     def _set_gauges(self, t: float, header: RunHeader | None, gauges: dict[str, Growable], steps: StepTracker) -> None:

@@ -108,6 +108,7 @@ class _Row:
         "kv_n",
         "kv_max",
         "waiting_max",
+        "spec",
         "cached",
     )
 
@@ -129,6 +130,7 @@ class _Row:
         self.kv_n = 0
         self.kv_max: float | None = None
         self.waiting_max: float | None = None
+        self.spec: list[float] | None = None  # [drafts, draft tokens, accepted] from the row's scrapes
         self.cached: tuple[float, StepRow] | None = None  # (end used, row) until the row changes
 
     def target(self, rps: float) -> None:
@@ -294,6 +296,16 @@ class StepTracker:
         row.cached = None
         self._touch(self._rows[-1], t)
 
+    def on_spec(self, t: float, drafts: float, draft_tokens: float, accepted: float) -> None:
+        """Speculative decoding's counter increases up to the scrape at ``t``."""
+        row = self._row_at(t)
+        if row.spec is None:
+            row.spec = [0.0, 0.0, 0.0]
+        row.spec[0] += drafts
+        row.spec[1] += draft_tokens
+        row.spec[2] += accepted
+        row.cached = None
+
     def _touch(self, row: _Row, t: float) -> None:
         if t > row.last:
             row.last = t
@@ -345,6 +357,8 @@ class StepTracker:
             kv_max_pct=row.kv_max,
             kv_mean_pct=row.kv_sum / row.kv_n if row.kv_n else None,
             waiting_max=row.waiting_max,
+            spec_acceptance_pct=None if row.spec is None or not row.spec[1] else 100.0 * row.spec[2] / row.spec[1],
+            spec_accept_len=None if row.spec is None or not row.spec[0] else 1.0 + row.spec[2] / row.spec[0],
         )
 
     # -- checkpoints ----------------------------------------------------------------
@@ -359,6 +373,7 @@ class StepTracker:
             "last_tick": list(self._last_tick) if self._last_tick is not None else None,
             "unsettled_from": self._unsettled_from,
             "rows": [r.scalars() for r in self._rows],
+            **({"spec": [r.spec for r in self._rows]} if any(r.spec for r in self._rows) else {}),
         }
 
     @classmethod
@@ -390,6 +405,8 @@ class StepTracker:
                 hist.total = int(total)
             tracker._rows.append(row)
             tracker._starts.append(row.start)
+        for row, spec in zip(tracker._rows, state.get("spec") or []):  # a speculating server's rows
+            row.spec = None if spec is None else [float(x) for x in spec]
         return tracker
 
 
@@ -411,8 +428,17 @@ STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("KV % max", "KV%"),
     ("waiting max", "wait"),
 )
+# Speculative decoding's columns: only in a table of a server that speculates (step_columns).
+SPEC_STEP_COLUMNS: tuple[tuple[str, str], ...] = (("accept %", "acc%"), ("accept len", "alen"))
 # Dropped first when a screen is too narrow for every column (least useful first).
 NARROW_DROP = ("out tok/s", "kind", "start")
+
+
+def step_columns(rows: list[StepRow]) -> tuple[tuple[str, str], ...]:
+    """``STEP_COLUMNS``, with ``SPEC_STEP_COLUMNS`` when a row has speculative decoding's figures."""
+    if any(row.spec_acceptance_pct is not None for row in rows):
+        return STEP_COLUMNS + SPEC_STEP_COLUMNS
+    return STEP_COLUMNS
 
 
 def _clock(seconds: float) -> str:
@@ -461,6 +487,8 @@ def step_cells(row: StepRow) -> dict[str, str]:
         "errors": f"{row.errors}" if row.errors == 0 else f"{row.errors}/{row.sent}",
         "KV % max": _num(row.kv_max_pct),
         "waiting max": _num(row.waiting_max, 0),
+        "accept %": _num(row.spec_acceptance_pct),
+        "accept len": _num(row.spec_accept_len, 2),
     }
 
 
@@ -468,7 +496,7 @@ def step_table_text(rows: list[StepRow], width: int | None = None) -> str:
     """The table as aligned plain text (``rampwatch report``); latencies in ms. Given a
     terminal's ``width``, columns that do not fit go in groups, each under the row
     number again (the terminal never folds a row)."""
-    headers = [name for name, _ in STEP_COLUMNS]
+    headers = [name for name, _ in step_columns(rows)]
     cells = [[step_cells(row)[name] for name in headers] for row in rows]
     headers = [h + " ms" if h.startswith(("TTFT", "ITL")) else h for h in headers]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
@@ -491,5 +519,9 @@ STEP_TABLE_NOTE = (
 
 
 def step_json(row: StepRow) -> dict[str, Any]:
-    """A row as plain JSON (NaN as null)."""
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.to_dict().items()}
+    """A row as plain JSON (NaN as null); speculative decoding's keys only where it has them."""
+    return {
+        k: None if isinstance(v, float) and math.isnan(v) else v
+        for k, v in row.to_dict().items()
+        if v is not None or not k.startswith("spec_")
+    }
