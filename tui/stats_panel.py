@@ -21,6 +21,7 @@ from rampwatch.tui.chart_data import (
 )
 from rampwatch.tui.gpu_view import gpu_now, gpu_stale_since, has_gpu, per_gpu_lines
 from rampwatch.tui.health import metrics_stale_since
+from rampwatch.tui.spec_view import spec_now_rows, spec_so_far_rows
 
 # (series, label, formatter) for the "now" column. Its rates are means over the last
 # NOW_WINDOW_S complete seconds (``RATE_SERIES``); latency percentiles are the newest
@@ -168,12 +169,14 @@ class StatsPanel(Widget):
         if lag is not None:  # only when the client's own delay could show in its figures
             now_rows.append(("client lag (late)", format_ms(lag / 1000.0)))
         now_rows += gpu_now_rows(snapshot)
+        now_rows += spec_now_rows(snapshot)  # none where the server does not speculate
         so_far = summary_rows(snapshot.summary or {})
         so_far += [
             (label, format_number(v))
             for key, label in GPU_SUMMARY_ROWS
             if (v := (snapshot.summary or {}).get(key)) is not None
         ]
+        so_far += spec_so_far_rows(snapshot)
         for cls, count in sorted(errors_by_class(snapshot).items()):
             so_far.append((f"errors {cls}", f"{count:,}"))
         return now_rows, so_far
