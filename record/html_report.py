@@ -78,6 +78,12 @@ GPU_CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = 
     ("GPU power", "W", [("gpu_power_w", "all GPUs")], 1.0, None),
 ]
 
+# Only for a server that speculates (its spec-decode series, core.figures.speculation).
+SPEC_CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
+    ("Speculative decoding: draft acceptance", "%", [("spec_acceptance_pct", "accepted / drafted")], 1.0, 100.0),
+    ("Mean acceptance length", "tokens", [("spec_accept_len", "per step, bonus token included")], 1.0, None),
+]
+
 
 def _nice_max(v: float) -> float:
     if v <= 0 or not math.isfinite(v):
@@ -456,7 +462,9 @@ def render_html(
     chart_marks = with_knee_reviews(marks)
     charts = []
     with_gpu = snapshot.last_good_gpu_t is not None
-    for chart_title, unit, names, scale, y_top in CHARTS + (GPU_CHARTS if with_gpu else []):
+    with_spec = "spec_acceptance_pct" in snapshot.series
+    extra = (GPU_CHARTS if with_gpu else []) + (SPEC_CHARTS if with_spec else [])
+    for chart_title, unit, names, scale, y_top in CHARTS + extra:
         lines = []
         for name, label in names:
             values = snapshot.series.get(name)
