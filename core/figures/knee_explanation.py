@@ -10,12 +10,13 @@ from typing import Any
 
 from rampwatch.core.figures.summary import provisional_text
 
-PRIORITY = ("kv_full", "batch_cap", "token_budget", "client_cap", "compute_bound")
+PRIORITY = ("kv_full", "spec_decode", "batch_cap", "token_budget", "client_cap", "compute_bound")
 TITLES = {
     "kv_full": "KV cache full",
     "batch_cap": "batch-size cap",
     "token_budget": "token budget",
     "client_cap": "client concurrency cap",
+    "spec_decode": "speculative decoding at high batch",
     "compute_bound": "compute/bandwidth bound",
     "undetermined": "undetermined",
 }
