@@ -412,10 +412,12 @@ class Engine:
             computed = req.num_computed_tokens
             n = min(len(req.prompt_token_ids) + len(req.output_token_ids) - computed, budget)
             # Speculative decoding: a decoding request also verifies its k drafts (their KV
-            # slots are allocated; the rejected ones are rolled back in _execute).
+            # slots are allocated; the rejected ones are rolled back in _execute). As in
+            # vLLM, only the step's budget and max_model_len cut a draft, never max_tokens:
+            # tokens past it are dropped when they are accepted.
             drafts = 0
             if k and n == 1 and req.output_token_ids:
-                drafts = max(0, min(k, budget - 1, req.max_tokens - len(req.output_token_ids) - 1))
+                drafts = max(0, min(k, budget - 1, self.capacity.max_model_len - 1 - computed - 1))
             need = -(-(computed + n + drafts) // bs) - len(req.blocks)
             while need > pool.num_free:
                 victim = running.pop()

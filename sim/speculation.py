@@ -4,8 +4,9 @@ counters.
 
 Each decode step, every running request in decode drafts ``k`` tokens (``k`` =
 ``num_speculative_tokens``, or the entry of ``num_speculative_tokens_per_batch_size`` for
-the step's batch, as vLLM 0.32's dynamic speculative decoding looks it up; capped by the
-request's remaining ``max_tokens``) and the target model verifies them with its own next
+the step's batch, as vLLM 0.32's dynamic speculative decoding looks it up; cut only by the
+step's token budget and ``max_model_len``, as vLLM's scheduler cuts it: accepted tokens past
+``max_tokens`` are dropped) and the target model verifies them with its own next
 token: the step computes ``1 + k`` tokens for the request, and it emits ``1 + accepted``
 of them. Draft position ``i`` is accepted, given positions ``0..i-1`` were, with the
 method's conditional rate ``acceptance[i]`` (seeded, per engine); the first rejection ends
