@@ -192,3 +192,44 @@ def test_the_counters_are_vllms_families_with_a_series_per_position():
 def test_a_server_without_speculation_exports_no_spec_decode_family():
     engine, _, _ = run_engine(None)
     assert b"spec_decode" not in render(make_registry([engine], "m"))
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completion", "chat"])
+async def test_a_streamed_step_of_accepted_drafts_is_one_chunk_of_several_tokens(chat):
+    import json as jsonlib
+
+    import aiohttp
+
+    from rampwatch.core.tokenizer import SimTokenizer
+    from rampwatch.sim.server import serve
+
+    config = SimConfig(
+        hardware="instant", model="tiny", seed=3, speculative_config='{"method": "mtp", "num_speculative_tokens": 3}'
+    )
+    path, payload = (
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a b"}]})
+        if chat
+        else ("/v1/completions", {"prompt": "a b"})
+    )
+    payload.update(max_tokens=40, ignore_eos=True, stream=True, stream_options={"include_usage": True})
+    async with serve(config) as url, aiohttp.ClientSession() as s, s.post(url + path, json=payload) as r:
+        body = await r.text()
+    chunks = [jsonlib.loads(line[6:]) for line in body.split("\n\n") if line.startswith("data: {")]
+    texts = [
+        (c["choices"][0]["delta"].get("content", "") if chat else c["choices"][0]["text"])
+        for c in chunks
+        if c["choices"]
+    ]
+    tokenizer = SimTokenizer()
+    per_chunk = [tokenizer.count(t) for t in texts if t]
+    assert sum(per_chunk) == 40 == chunks[-1]["usage"]["completion_tokens"]
+    assert max(per_chunk) > 1 and max(per_chunk) <= 4  # 1 + up to 3 accepted drafts a step
+    assert len(per_chunk) < 40
+    # the same words as without speculation: the generated tokens do not depend on it
+    plain_config = SimConfig(hardware="instant", model="tiny", seed=3)
+    payload["stream"] = False
+    payload.pop("stream_options")
+    async with serve(plain_config) as url, aiohttp.ClientSession() as s, s.post(url + path, json=payload) as r:
+        whole = await r.json()
+    answer = whole["choices"][0]["message"]["content"] if chat else whole["choices"][0]["text"]
+    assert "".join(texts) == answer

@@ -165,6 +165,11 @@ def test_a_speculating_server_adds_its_series_and_summary():
     live = snapshot.summary["server"]["speculation"]
     assert live["mean_acceptance_length"] == pytest.approx(2.5)
     assert live["per_position_acceptance_pct"] == pytest.approx([80.0, 50.0, 20.0])
+    # a checkpoint keeps them (the per-position counters' spread too)
+    meta, arrays = builder.export_state()
+    restored = SeriesBuilder.from_state(builder.header, meta, arrays).snapshot(11.0)
+    assert restored.summary["server"]["speculation"] == live
+    np.testing.assert_array_equal(restored.series["spec_accept_len"], snapshot.series["spec_accept_len"])
     # the knee detector's seconds carry them too
     seconds = builder.take_completed_seconds()
     assert seconds and all("spec_accept_len" in values for _, values in seconds)
