@@ -537,6 +537,10 @@ class StepRow:
     waiting_max: float | None
     # A reasoning run's time to first answer p99 (seconds, NaN: none yet); None in a plain run.
     ttfa_p99: float | None = None
+    # Speculative decoding over the row's scrapes (accepted / drafted tokens, %, and 1 +
+    # accepted per draft); None where the server does not speculate.
+    spec_acceptance_pct: float | None = None
+    spec_accept_len: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

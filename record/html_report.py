@@ -96,6 +96,12 @@ IMAGE_CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] 
     ("Multimodal processor cache", "%", [("mm_cache_hit_pct", "hit rate")], 1.0, 100.0),
 ]
 
+# Only for a server that speculates (its spec-decode series, core.figures.speculation).
+SPEC_CHARTS: list[tuple[str, str, list[tuple[str, str]], float, float | None]] = [
+    ("Speculative decoding: draft acceptance", "%", [("spec_acceptance_pct", "accepted / drafted")], 1.0, 100.0),
+    ("Mean acceptance length", "tokens", [("spec_accept_len", "per step, bonus token included")], 1.0, None),
+]
+
 
 def _nice_max(v: float) -> float:
     if v <= 0 or not math.isfinite(v):
@@ -500,7 +506,10 @@ def render_html(
     charts = []
     with_gpu = snapshot.last_good_gpu_t is not None
     with_images = "mm_cache_hit_pct" in snapshot.series
-    optional = (GPU_CHARTS if with_gpu else []) + (IMAGE_CHARTS if with_images else [])
+    with_spec = "spec_acceptance_pct" in snapshot.series
+    optional = (
+        (GPU_CHARTS if with_gpu else []) + (SPEC_CHARTS if with_spec else []) + (IMAGE_CHARTS if with_images else [])
+    )
     thinking = REASONING_CHARTS if snapshot.reasoning is not None else []
     series = {**snapshot.series, **(snapshot.reasoning or {})}
     for chart_title, unit, names, scale, y_top in CHARTS + thinking + optional:
@@ -527,7 +536,7 @@ def render_html(
     )
     warn = "".join(f'<p class="warn">{html.escape(w)}</p>' for w in warnings)
     knee = knee_section(summary)
-    columns = step_columns(snapshot.steps)
+    columns = step_columns(snapshot.steps)  # speculative decoding's columns only where the server speculates
     step_head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
     step_rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(cells[name])}</td>" for name, _ in columns) + "</tr>"

@@ -195,6 +195,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=PATH",
         help="the adapters served, each under its name in /v1/models (NAME=PATH, or vLLM's JSON form)",
     )
+    parser.add_argument(
+        "--speculative-config",
+        "-sc",
+        default=None,
+        metavar="JSON",
+        help='as vLLM: speculative decoding, e.g. \'{"method": "ngram", "num_speculative_tokens": 3}\' '
+        "(methods ngram, suffix, eagle, eagle3, mtp, draft_model; num_speculative_tokens_per_batch_size; "
+        "acceptance per position from the method's preset, vLLM's synthetic_acceptance_rates, or the "
+        'simulator\'s own "acceptance": see docs/sim-presets.md)',
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -272,6 +282,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             max_lora_rank=args.max_lora_rank,
             max_cpu_loras=args.max_cpu_loras,
         ),
+        speculative_config=args.speculative_config,
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -425,6 +436,8 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv += ["--limit-mm-per-prompt", json.dumps({"image": config.limit_mm_images})]
     if config.mm_processor_cache_gb != DEFAULT_CACHE_GB:
         argv += ["--mm-processor-cache-gb", repr(config.mm_processor_cache_gb)]
+    if config.speculative_config is not None:
+        argv += ["--speculative-config", config.speculative_config]
     return argv + lora_argv(config.lora)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from rampwatch.core.errors import UserError
 from rampwatch.sim.lora import LoraConfig
+from rampwatch.sim.speculation import SpecConfig, parse_speculative_config
 
 GIB = 1024**3
 
@@ -379,6 +380,13 @@ class SimConfig:
     mm_processor_cache_gb: float = 4.0
     # vLLM's --enable-lora --max-loras --max-lora-rank --max-cpu-loras --lora-modules (sim.lora).
     lora: LoraConfig = field(default_factory=LoraConfig)
+    # vLLM's --speculative-config, its JSON text as given (sim.speculation); None: no speculation.
+    speculative_config: str | None = None
+
+    @property
+    def speculation(self) -> SpecConfig | None:
+        """The parsed ``speculative_config`` (raises ``UserError`` on a bad one)."""
+        return None if self.speculative_config is None else parse_speculative_config(self.speculative_config)
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -441,6 +449,7 @@ class SimConfig:
             raise UserError(f"--routing {self.routing!r}: valid values: {', '.join(ROUTING_CHOICES)}")
         self.faults.validate()
         self.lora.validate()
+        _ = self.speculation  # a bad --speculative-config is refused before anything starts
         blocks = self.num_gpu_blocks
         if blocks is None:
             blocks = derive_num_gpu_blocks(

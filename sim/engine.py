@@ -57,6 +57,7 @@ from rampwatch.core.tokenizer import VOCAB_SIZE
 from rampwatch.sim.config import SimConfig
 from rampwatch.sim.lora import LoraSlots
 from rampwatch.sim.multimodal import encoder_flops_in
+from rampwatch.sim.speculation import Speculator, draft_cost
 from rampwatch.sim.stats import EngineStats
 
 _MASK64 = (1 << 64) - 1
@@ -123,10 +124,11 @@ class StepCost:
     memory: float = 0.0  # bytes read / achievable bandwidth (per GPU)
     allreduce: float = 0.0  # tensor-parallel all-reduces, 2 per layer
     host: float = 0.0  # fixed per-step + per-request host overhead
+    draft: float = 0.0  # speculative decoding's draft passes (sim.speculation.draft_cost)
 
     @property
     def gpu(self) -> float:
-        return max(self.compute, self.memory) + self.allreduce
+        return max(self.compute, self.memory) + self.allreduce + self.draft
 
     @property
     def total(self) -> float:
@@ -139,7 +141,9 @@ class StepResult:
 
     duration: float
     num_scheduled_tokens: int
-    emitted: list[SimRequest]  # each got exactly one new token: ``req.output_token_ids[-1]``
+    # Each got one new token, ``req.output_token_ids[-1]``; with speculative decoding one
+    # or more (its accepted drafts too).
+    emitted: list[SimRequest]
     finished: list[SimRequest]
     preempted: list[SimRequest]
     cost: StepCost = field(default_factory=StepCost)
@@ -308,6 +312,8 @@ class Engine:
         self.eos_threshold = int(config.eos_probability * _EOS_SCALE)
         self.lookups = LookupCounts()
         self.lora = LoraSlots(config.lora) if config.lora.enable_lora else None  # adapter slots (sim.lora)
+        spec = config.speculation
+        self.speculator = None if spec is None else Speculator(spec, config.seed, index, config.max_num_seqs)
         self._roofline_constants()
 
     def _roofline_constants(self) -> None:
@@ -404,13 +410,21 @@ class Engine:
         preempted: list[SimRequest] = []
         running = self.running
         bs = self.block_size
+        k = 0 if self.speculator is None else self.speculator.draft_len(len(running))
 
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
             computed = req.num_computed_tokens
             n = min(len(req.prompt_token_ids) + len(req.output_token_ids) - computed, budget)
-            need = -(-(computed + n) // bs) - len(req.blocks)
+            # Speculative decoding: a decoding request also verifies its k drafts (their KV
+            # slots are allocated; the rejected ones are rolled back in _execute). As in
+            # vLLM, only the step's budget and max_model_len cut a draft, never max_tokens:
+            # tokens past it are dropped when they are accepted.
+            drafts = 0
+            if k and n == 1 and req.output_token_ids:
+                drafts = max(0, min(k, budget - 1, self.capacity.max_model_len - 1 - computed - 1))
+            need = -(-(computed + n + drafts) // bs) - len(req.blocks)
             while need > pool.num_free:
                 victim = running.pop()
                 self._preempt(victim)
@@ -423,8 +437,8 @@ class Engine:
                 req.blocks.extend(pool.allocate(need))
             if (computed + n) // bs > req.num_registered_blocks and req.block_hashes is not None:
                 self._cache_blocks(req, computed + n)
-            scheduled.append((req, n))
-            budget -= n
+            scheduled.append((req, n + drafts))
+            budget -= n + drafts
             i += 1
 
         if not preempted:
@@ -498,6 +512,7 @@ class Engine:
         attn_pairs = 0.0
         kv_tokens = 0
         encoder_flops = 0.0
+        drafting = max_drafts = 0
         for req, n in scheduled:
             total += n
             ctx = req.num_computed_tokens
@@ -505,11 +520,27 @@ class Engine:
             kv_tokens += ctx + n
             if req.mm_inputs:
                 encoder_flops += encoder_flops_in(req.mm_inputs, ctx, ctx + n)
+            drafts = ctx + n - req.num_tokens
+            if drafts > 0:
+                drafting += 1
+                max_drafts = max(max_drafts, drafts)
         cost = self.step_cost(total, attn_pairs, kv_tokens, len(scheduled))
         if encoder_flops and not self._instant:  # the vision encoder, in bf16
             cost.compute += encoder_flops / self._attn_flops
         if self.lora is not None and total and not self._instant:  # adapter loads, low-rank matmuls
             cost.host += self.lora.step_time(cost.gpu, any(req.lora is not None for req, _ in scheduled))
+        if drafting and self.speculator is not None and not self._instant:
+            gpu, host = draft_cost(
+                self.speculator.config,
+                drafting,
+                max_drafts,
+                self._flops_per_token,
+                self._linear_flops,
+                self._weight_bytes,
+                self._bandwidth,
+            )
+            cost.draft += gpu
+            cost.host += host
         duration = cost.total
         end = now + duration
         emitted: list[SimRequest] = []
@@ -522,21 +553,37 @@ class Engine:
         for req, n in scheduled:
             req.num_computed_tokens += n
             prompt_len = len(req.prompt_token_ids)
-            if req.num_computed_tokens < req.num_tokens:
+            drafts = req.num_computed_tokens - req.num_tokens
+            if drafts < 0:
                 continue  # chunked prefill still in progress
-            x = (req.rng_state * _LCG_A + _LCG_C) & _MASK64
-            req.rng_state = x
+            new_tokens = 1
+            if drafts:
+                assert self.speculator is not None  # only a speculating engine drafts
+                accepted = self.speculator.verify(drafts)
+                req.num_computed_tokens -= drafts - accepted  # the rejected drafts' KV is rolled back
+                new_tokens += accepted
             out = req.output_token_ids
-            out.append((x >> 20) % VOCAB_SIZE)
-            n_out = len(out)
-            if (prompt_len + n_out) % bs == 0 and req.block_hashes is not None:
-                # The new token completed a block: hash it now, once per block; it is
-                # cached when its KV computation is scheduled (the next step's _cache_blocks).
-                start = prompt_len + n_out - bs
-                tokens = out[start - prompt_len :] if start >= prompt_len else req.prompt_token_ids[start:] + out
-                req.block_hashes.append(next_block_hash(req.block_hashes, tokens, req.cache_salt))
+            done = False
+            for _ in range(new_tokens):
+                x = (req.rng_state * _LCG_A + _LCG_C) & _MASK64
+                req.rng_state = x
+                out.append((x >> 20) % VOCAB_SIZE)
+                n_out = len(out)
+                if (prompt_len + n_out) % bs == 0 and req.block_hashes is not None:
+                    # The new token completed a block: hash it now, once per block; it is
+                    # cached when its KV computation is scheduled (the next step's _cache_blocks).
+                    start = prompt_len + n_out - bs
+                    tokens = out[start - prompt_len :] if start >= prompt_len else req.prompt_token_ids[start:] + out
+                    req.block_hashes.append(next_block_hash(req.block_hashes, tokens, req.cache_salt))
+                stats.generation_tokens += 1
+                if n_out >= req.max_tokens or prompt_len + n_out >= max_len:
+                    done = True
+                elif not req.ignore_eos and n_out >= req.min_tokens and (x >> 40) % _EOS_SCALE < eos_threshold:
+                    req.finish_reason = "stop"
+                    done = True
+                if done:
+                    break  # a stop among accepted drafts drops the ones after it, as vLLM does
             emitted.append(req)
-            stats.generation_tokens += 1
             last_token_at = req.last_token_at
             if last_token_at is None:  # set together with first_token_at
                 req.first_token_at = end
@@ -546,10 +593,7 @@ class Engine:
             else:
                 itl.observe(end - last_token_at)
             req.last_token_at = end
-            if n_out >= req.max_tokens or prompt_len + n_out >= max_len:
-                finished.append(req)
-            elif not req.ignore_eos and n_out >= req.min_tokens and (x >> 40) % _EOS_SCALE < eos_threshold:
-                req.finish_reason = "stop"
+            if done:
                 finished.append(req)
         if finished:
             for req in finished:

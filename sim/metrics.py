@@ -204,6 +204,7 @@ class SimCollector:
             yield _histogram(
                 name, help_text, [(labels, getattr(e.stats, attr), e.stats.created) for labels, e in labelled]
             )
+        yield from spec_decode_families(labelled)
         info = None
         for e in engines:
             cache_labels = cache_config_labels(e)
@@ -216,6 +217,33 @@ class SimCollector:
             yield info
         if self.lora_info is not None:
             yield lora_info_family(self.lora_info, engines)
+
+
+def spec_decode_families(labelled: list[tuple[list[str], Engine]]):
+    """vLLM 0.32's ``SpecDecodingProm`` counters, only from engines that speculate (vLLM
+    registers none without ``--speculative-config``); one per-position series per draft
+    position, ``position`` "0".."k-1"."""
+    speculating = [(labels, e, e.speculator) for labels, e in labelled if e.speculator is not None]
+    if not speculating:
+        return
+    for name, help_text, attr in (
+        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", "drafts"),
+        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", "draft_tokens"),
+        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", "accepted_tokens"),
+    ):
+        c = CounterMetricFamily(name, help_text, labels=_LABELS)
+        for labels, e, spec in speculating:
+            c.add_metric(labels, getattr(spec.stats, attr), created=e.stats.created)
+        yield c
+    per_pos = CounterMetricFamily(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        labels=[*_LABELS, "position"],
+    )
+    for labels, e, spec in speculating:
+        for position, value in enumerate(spec.stats.accepted_per_pos):
+            per_pos.add_metric([*labels, str(position)], value, created=e.stats.created)
+    yield per_pos
 
 
 def make_registry(engines: Sequence[Engine], model_name: str) -> CollectorRegistry:

@@ -33,6 +33,8 @@ VLLM_FLAGS = (
     "--enable-prompt-tokens-details",
     "--limit-mm-per-prompt",
     "--mm-processor-cache-gb",
+    "--speculative-config",  # sim.speculation
+    "-sc",
     "--pipeline-parallel-size",  # accepted at 1 only
     "-pp",
     "--enable-lora",

@@ -66,6 +66,7 @@ class OutputStream:
         "prompt_tokens",
         "abort_after",
         "sent",
+        "pushed",
         "done",
     )
 
@@ -94,15 +95,15 @@ class OutputStream:
         self.prompt_tokens = req.num_prompt_tokens
         self.abort_after = abort_after
         self.sent = 0
+        self.pushed = 0  # output tokens handed over (a speculative step gives several)
         self.done = False  # the final token has been handed over
 
     def push(self) -> None:
-        """Called by the driver after a step that gave this request a token."""
+        """Called by the driver after a step that gave this request one token or more."""
         req = self.req
         if self.stream:
             out = req.output_token_ids
             n = len(out)
-            words = self.first_words if n == 1 else WORDS_REST
             if req.status == FINISHED:
                 self.done = True
                 reason = req.finish_reason
@@ -115,7 +116,13 @@ class OutputStream:
             if self.role_prefix is not None:
                 self.pending.append(self.role_prefix)
                 self.role_prefix = None
-            self.pending.append(self.head + words[out[-1]] + tail)
+            if n == self.pushed + 1:  # one token, the usual step
+                text = (self.first_words if n == 1 else WORDS_REST)[out[-1]]
+            else:  # several (accepted drafts): one chunk carries them all, as vLLM's delta does
+                first = self.pushed
+                text = b"".join((self.first_words if i == 0 else WORDS_REST)[out[i]] for i in range(first, n))
+            self.pushed = n
+            self.pending.append(self.head + text + tail)
         elif req.status == FINISHED:
             self.done = True
         self.wake()

@@ -40,6 +40,8 @@ from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.quit_dialog import DetachDialog, QuitDialog
 from rampwatch.tui.replay_keys import REPLAY_ACTIONS, ReplayKeys
 from rampwatch.tui.server_log import ServerLogPanel
+from rampwatch.tui.spec_chart import SpecChart
+from rampwatch.tui.spec_view import has_spec
 from rampwatch.tui.stats_panel import StatsPanel
 from rampwatch.tui.steering import LIVE_ACTIONS, NO_SERVER, AwaitedEvent, LiveSteering, why_unavailable
 from rampwatch.tui.step_table import StepTable
@@ -178,6 +180,7 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
         self.server_exit = server_exit
         self.server_exit_shown = False
         self.gpu_shown: bool | None = None
+        self.spec_shown: bool | None = None
 
     @property
     def main_screen(self) -> Screen[Any]:
@@ -200,6 +203,8 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
                         yield chart(id=f"w-{key}", classes="chart")
                         if key == "throughput":  # beside it, once the run has GPU telemetry
                             yield GpuChart(id="w-gpu", classes="chart")
+                        if key == "latency":  # under it, once the server speculates
+                            yield SpecChart(id="w-spec", classes="chart")
                 yield StepTable(id="w-steps", classes="panel")
                 with Vertical(id="side"):
                     yield StatsPanel(id="w-stats", classes="panel")
@@ -226,6 +231,8 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
                 gpu_tab = len(CHARTS) + (5 if self.comparison is not None else 4)
                 with TabPane(f"{gpu_tab} GPU", id="tab-gpu"):
                     yield GpuChart(id="n-gpu", classes="chart")
+                with TabPane(f"{gpu_tab + 1} Spec", id="tab-spec"):  # hidden until the server speculates
+                    yield SpecChart(id="n-spec", classes="chart")
         if self.server_log is not None:
             yield ServerLogPanel(self.server_log, id="server-log", classes="panel")
         yield Footer()
@@ -235,6 +242,7 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
         self._main_screen = self.screen
         self.apply_layout(self.size)
         self.show_gpu(False)
+        self.show_spec(False)
         if self.compare_source is not None:
             self.compare_snapshot = self.compare_source.snapshot()
         self.poll_source()
@@ -318,11 +326,24 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
         else:
             tabs.hide_tab("tab-gpu")
 
+    def show_spec(self, shown: bool) -> None:
+        """The spec-decode chart (and its tab) on screen only when the server speculates."""
+        if shown == self.spec_shown:
+            return
+        self.spec_shown = shown
+        self.main_screen.query_one("#chart-grid").set_class(shown, "with-spec")
+        tabs = self.main_screen.query_one("#narrow", TabbedContent)
+        if shown:
+            tabs.show_tab("tab-spec")
+        else:
+            tabs.hide_tab("tab-spec")
+
     def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
         if self._main_screen is None:
             return
         snapshot = message.snapshot
         self.show_gpu(has_gpu(snapshot))
+        self.show_spec(has_spec(snapshot))
         if self.mode == "live" and self.latest.state in ACTIVE_STATES and snapshot.state == "done":
             self.notify("run finished — q to quit", timeout=10)
         state_changed = snapshot.state != self.latest.state

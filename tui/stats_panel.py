@@ -23,6 +23,7 @@ from rampwatch.tui.chart_data import (
 )
 from rampwatch.tui.gpu_view import gpu_now, gpu_stale_since, has_gpu, per_gpu_lines
 from rampwatch.tui.health import metrics_stale_since
+from rampwatch.tui.spec_view import spec_now_rows, spec_so_far_rows
 
 # (series, label, formatter) for the "now" column. Its rates are means over the last
 # NOW_WINDOW_S complete seconds (``RATE_SERIES``); latency percentiles are the newest
@@ -180,6 +181,7 @@ class StatsPanel(Widget):
             now_rows.append(("client lag (late)", format_ms(lag / 1000.0)))
         now_rows += gpu_now_rows(snapshot)
         now_rows += lora_now_rows(snapshot.lora)  # a server with LoRA adapters (vllm:lora_requests_info)
+        now_rows += spec_now_rows(snapshot)  # none where the server does not speculate
         so_far = summary_rows(snapshot.summary or {})
         so_far += reasoning_view.summary_rows(snapshot.summary or {})
         so_far += [
@@ -187,6 +189,7 @@ class StatsPanel(Widget):
             for key, label in GPU_SUMMARY_ROWS
             if (v := (snapshot.summary or {}).get(key)) is not None
         ]
+        so_far += spec_so_far_rows(snapshot)
         for cls, count in sorted(errors_by_class(snapshot).items()):
             so_far.append((f"errors {cls}", f"{count:,}"))
         return now_rows, so_far

@@ -19,15 +19,15 @@ def _needed(headers: list[tuple[str, str]], cells: list[dict[str, str]]) -> int:
 
 
 def columns_for(
-    width: int, cells: list[dict[str, str]], step_columns: tuple[tuple[str, str], ...] = STEP_COLUMNS
+    width: int, cells: list[dict[str, str]], all_columns: tuple[tuple[str, str], ...] = STEP_COLUMNS
 ) -> list[tuple[str, str]]:
-    """(column, header) pairs that fit ``width`` cells: the full headers when every column
-    fits with them, else the short ones, dropping the columns of ``NARROW_DROP`` in turn
-    until the rest fits."""
-    full = [(name, name) for name, _ in step_columns]
+    """(column, header) pairs of ``all_columns`` that fit ``width`` cells: the full headers
+    when every column fits with them, else the short ones, dropping the columns of
+    ``NARROW_DROP`` in turn until the rest fits."""
+    full = [(name, name) for name, _ in all_columns]
     if _needed(full, cells) <= width:
         return full
-    columns = list(step_columns)
+    columns = list(all_columns)
     for name in NARROW_DROP:
         if _needed(columns, cells) <= width:
             break

@@ -4,6 +4,7 @@ the number of GPUs it uses, the command line with secrets masked."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -28,13 +29,16 @@ def _negation(flag: str) -> str:
 
 def render_args(args: dict[str, Any]) -> list[str]:
     """A configuration's arguments as command-line words: ``True`` is the bare flag,
-    ``False`` its ``--no-`` form (as ``vllm bench sweep`` writes booleans)."""
+    ``False`` its ``--no-`` form, a mapping its JSON (``--speculative-config``), as ``vllm
+    bench sweep`` writes them."""
     out: list[str] = []
     for flag, value in args.items():
         if value is True:
             out.append(flag)
         elif value is False:
             out.append(_negation(flag))
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
         else:
             out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return out

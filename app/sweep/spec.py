@@ -112,7 +112,9 @@ def flag_name(key: Any) -> str:
 def _check_value(p: _Problems, path: KeyPath, value: Any) -> Any:
     if isinstance(value, bool) or is_number(value) or (isinstance(value, str) and value.strip()):
         return value
-    raise p.fail(path, f"expected a number, a string or true/false, got {describe(value)}")
+    if isinstance(value, dict) and value:  # a JSON-valued flag (--speculative-config): given as its JSON
+        return value
+    raise p.fail(path, f"expected a number, a string, true/false or a mapping (a JSON flag), got {describe(value)}")
 
 
 def expand_matrix(product: dict[str, list[Any]] | None, sets: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     )
     from rampwatch.core.figures.series import SeriesBuilder
     from rampwatch.core.figures.slo import Slo, parse_slo
+    from rampwatch.core.figures.speculation import SPEC_SERIES_NAMES, positions_text, summary_rows
     from rampwatch.core.figures.steps import (
         NARROW_DROP,
         STEP_COLUMNS,
@@ -170,6 +171,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "step_json",
         "step_table_text",
     ),
+    "speculation": ("SPEC_SERIES_NAMES", "positions_text", "summary_rows"),
     "summary": (
         "KNEE_REVIEW",
         "PER_REQUEST_KEYS",
@@ -229,6 +231,7 @@ __all__ = [
     "ReasoningFigures",
     "RequestBlock",
     "SEGMENT_NOTE",
+    "SPEC_SERIES_NAMES",
     "STEP_COLUMNS",
     "STEP_TABLE_NOTE",
     "SegmentSummaries",
@@ -264,6 +267,7 @@ __all__ = [
     "lora_state_text",
     "number_text",
     "parse_slo",
+    "positions_text",
     "request_phases",
     "restarted",
     "scenario_adapters",
@@ -277,6 +281,7 @@ __all__ = [
     "step_json",
     "step_table_text",
     "summarise_requests",
+    "summary_rows",
     "to_bench_result",
     "tokens_per_joule",
     "turn_sections",

@@ -166,6 +166,9 @@ def result_fields(
         if len(parts) == 3 and parts[1] in METRICS and parts[2] == "ms":
             result[key] = value
     result["rampwatch_server"] = summary.get("server")
+    speculation = (summary.get("server") or {}).get("speculation")
+    if speculation:  # only a server that speculates has the key
+        result["rampwatch_spec_decode"] = speculation
     result["rampwatch_errors_by_class"] = summary.get("errors_by_class")
     result["rampwatch_cancelled"] = summary.get("cancelled", 0)
     result["rampwatch_send_lateness_ms"] = summary.get("send_lateness_ms")

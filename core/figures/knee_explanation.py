@@ -10,14 +10,16 @@ from typing import Any
 
 from rampwatch.core.figures.summary import provisional_text
 
-# lora_slots (core.figures.knee_lora) holds only where the server exports vllm:lora_requests_info.
-PRIORITY = ("kv_full", "lora_slots", "batch_cap", "token_budget", "client_cap", "compute_bound")
+# lora_slots (core.figures.knee_lora) holds only where the server exports vllm:lora_requests_info,
+# spec_decode (core.figures.knee_spec) only where it speculates.
+PRIORITY = ("kv_full", "lora_slots", "spec_decode", "batch_cap", "token_budget", "client_cap", "compute_bound")
 TITLES = {
     "kv_full": "KV cache full",
     "batch_cap": "batch-size cap",
     "token_budget": "token budget",
     "lora_slots": "LoRA adapter slots",
     "client_cap": "client concurrency cap",
+    "spec_decode": "speculative decoding at high batch",
     "compute_bound": "compute/bandwidth bound",
     "undetermined": "undetermined",
 }

@@ -28,6 +28,9 @@ the knee, and every second after it when those are given):
 - ``client_cap``: rampwatch's own queue (``client_queued``) reached ``CLIENT_QUEUE_MIN``
   and grew, while the server had room (recent waiting mean under ``WAITING_MIN``, running
   under the cap when the cap is known);
+- ``spec_decode`` (``core.figures.knee_spec``): the server speculates, the batch grew, and
+  the step time grew or the draft acceptance fell: speculation is to be turned off above a
+  batch size;
 - ``compute_bound``: running below the cap, and the step time (ITL p50) grew at least
   ``ITL_GROWTH``-fold as the batch (running) grew at least ``RUNNING_GROWTH``-fold: the
   GPU's compute or memory bandwidth is the limit.
@@ -35,7 +38,11 @@ the knee, and every second after it when those are given):
 "Rose" and "grew" compare the mean of the recent seconds with the mean of the window's
 first ``RECENT_S`` seconds. ``PRIORITY`` puts the hard limits the server reached first —
 the KV cache (raising the batch cap would not help while it is full), then the LoRA
-slots, then the batch cap, then the token budget — then the client's cap, then the soft compute bound.
+slots, then the batch cap, then the token budget — then the client's cap, then the soft
+compute bound. Speculative decoding comes right after the KV cache and the LoRA slots:
+when its verification made the steps compute bound, raising the batch cap or the budget
+only lengthens them further, while turning it off above the batch where it paid shortens
+every step at high load.
 
 The advice is a change that can matter: a batch cap is raised to twice its value, or to
 what keeps KV under ``KV_ROOM_TARGET_PCT``, and only when that is at least ``MIN_RAISE``
@@ -59,6 +66,7 @@ import numpy as np
 
 from rampwatch.core.figures.knee_explanation import TITLES, KneeExplanation
 from rampwatch.core.figures.knee_lora import lora_slots
+from rampwatch.core.figures.knee_spec import spec_decode
 from rampwatch.core.figures.knee_window import (
     RECENT_S,
     KneeWindow,
@@ -428,6 +436,7 @@ RULES: dict[str, Rule] = {
     "token_budget": _token_budget,
     "lora_slots": lora_slots,
     "client_cap": _client_cap,
+    "spec_decode": spec_decode,  # core.figures.knee_spec
     "compute_bound": _compute_bound,
 }
 
@@ -460,6 +469,8 @@ def reasoning_note(w: KneeWindow) -> str | None:
 # other's advice.
 CONFLICTS = {
     ("kv_full", "batch_cap"): "KV binds first, raising --max-num-seqs would not help",
+    ("spec_decode", "batch_cap"): "the speculating steps are compute bound: a larger batch would lengthen them further",
+    ("spec_decode", "token_budget"): "the speculating steps are compute bound: a larger budget would lengthen them",
     ("kv_full", "token_budget"): "KV binds first, a larger --max-num-batched-tokens would not help",
 }
 

@@ -39,6 +39,9 @@ def combine_samples(samples: Sequence[ServerSample]) -> ServerSample:
     )
     for name in ("running", "waiting") + COUNTER_FIELDS:
         setattr(out, name, _sum_optional([getattr(s, name) for s in good]))
+    for s in good:  # accepted drafts by position: summed like the counters
+        for position, value in s.spec_accepted_by_position.items():
+            out.spec_accepted_by_position[position] = out.spec_accepted_by_position.get(position, 0.0) + value
     kv = [s.kv_usage for s in good if s.kv_usage is not None]
     out.kv_usage = sum(kv) / len(kv) if kv else None
     for index, s in enumerate(samples):

@@ -56,6 +56,7 @@ from rampwatch.core.figures.series_latency import (
 )
 from rampwatch.core.figures.series_reasoning import REASONING_SERIES, ReasoningSeries
 from rampwatch.core.figures.series_server import GpuSeries, ServerSeries
+from rampwatch.core.figures.speculation import SPEC_SERIES_NAMES
 from rampwatch.core.figures.steps import StepTracker
 from rampwatch.core.figures.summary import (
     GpuTotals,
@@ -387,7 +388,13 @@ class SeriesBuilder:
     def series(self, now: float | None = None) -> tuple[list[float], dict[str, np.ndarray]]:
         """``(times, {name: array})`` for every name in ``SERIES_NAMES``."""
         times, arrays = self._arrays(now)
-        return times, {name: arrays[name] for name in SERIES_NAMES}
+        return times, {name: arrays[name] for name in self.series_names(arrays)}
+
+    def series_names(self, arrays: dict[str, np.ndarray]) -> tuple[str, ...]:
+        """``SERIES_NAMES``, speculative decoding's series when the server speculates, and
+        the multimodal cache's once it counted a query (``ServerSeries.optional_series``)."""
+        names = SERIES_NAMES + SPEC_SERIES_NAMES if self.server.spec_available else SERIES_NAMES
+        return (*names, *self.server.optional_series(arrays))
 
     def _arrays(self, now: float | None, unfrozen: bool = True) -> tuple[list[float], dict[str, np.ndarray]]:
         """Every series plus the per-second prefix hit and query rates behind the ratio;
@@ -414,10 +421,10 @@ class SeriesBuilder:
             return []
         seconds = self.latency.take_newly_final()
         _, arrays = self._arrays(None, unfrozen=False)  # the seconds are frozen ones
-        names: tuple[str, ...] = SERIES_NAMES
+        names = self.series_names(arrays)
         if self.reasoning is not None:  # a reasoning run's knee can say when the answer slowed
             self.reasoning.arrays(len(arrays["ttft_p50"]), arrays, unfrozen=False)
-            names = (*SERIES_NAMES, *REASONING_SERIES)
+            names = (*names, *REASONING_SERIES)
         return [(float(b), {name: float(arrays[name][b]) for name in names} | self.lora.at(b)) for b in seconds]
 
     def server_summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -452,9 +459,7 @@ class SeriesBuilder:
             state=self.state,
             target_rps=self.target_rps,
             times=times[cut:],
-            series={
-                name: arrays[name][cut:].tolist() for name in (*SERIES_NAMES, *self.server.optional_series(arrays))
-            },
+            series={name: arrays[name][cut:].tolist() for name in self.series_names(arrays)},
             in_flight=self.in_flight,
             events=list(self.events),
             summary=summary,

@@ -29,6 +29,15 @@ from rampwatch.core.figures.counters import CounterTracker
 from rampwatch.core.figures.gpu import combine_gpus, gpu_aggregates
 from rampwatch.core.figures.samples import combine_samples
 from rampwatch.core.figures.series_bins import Growable, sec
+from rampwatch.core.figures.speculation import (
+    ACCEPTED,
+    DRAFT_TOKENS,
+    DRAFTS,
+    POSITION_PREFIX,
+    position_deltas,
+    spec_figures,
+    spec_series,
+)
 from rampwatch.core.figures.steps import StepTracker
 from rampwatch.core.figures.summary import GpuTotals
 from rampwatch.core.timeline import RunHeader, ScrapeErrorLine, ServerSample, metrics_stale_after_s
@@ -58,11 +67,17 @@ class ServerSeries:
     ) -> None:
         self.metrics_available = True
         self.last_good_scrape_t = sample.t
+        prev = self.tracker.last(sample.url)
         step = self.tracker.update(sample)
+        if step is not None and prev is not None and sample.spec_accepted_by_position:
+            step[1].update(position_deltas(prev, sample))
         # Counters that grew over an outage are not spread over it: the seconds the
         # server was not seen stay a gap rather than a line of made-up averages.
         if step is not None and step[0] <= metrics_stale_after_s(header):
             self._spread_deltas(sample.url, sample.t - step[0], sample.t, step[1])
+        if step is not None and step[1].get(DRAFTS) is not None:  # the step table's acceptance
+            deltas = step[1]
+            steps.on_spec(sample.t, deltas[DRAFTS] or 0.0, deltas.get(DRAFT_TOKENS) or 0.0, deltas.get(ACCEPTED) or 0.0)
         self._set_gauges(sample.t, header, gauges, steps)
 
     def _set_gauges(self, t: float, header: RunHeader | None, gauges: dict[str, Growable], steps: StepTracker) -> None:
@@ -133,12 +148,27 @@ class ServerSeries:
         mm_queries = self._rate("mm_cache_queries_total", n)
         out["mm_cache_hit_pct"] = _window_ratio(mm_hits, mm_queries, window_s)
         out["_mm_hits"], out["_mm_queries"] = mm_hits, mm_queries
+        if self.spec_available:  # speculative decoding's series and rates: only when the server speculates
+            for field in self._spec_fields():
+                out["_spec." + field] = self._rate(field, n)
+            out.update(
+                spec_series(out["_spec." + DRAFTS], out["_spec." + DRAFT_TOKENS], out["_spec." + ACCEPTED], window_s)
+            )
 
     @staticmethod
     def optional_series(arrays: dict[str, np.ndarray]) -> tuple[str, ...]:
         """The series beyond ``SERIES_NAMES`` this run has: ``mm_cache_hit_pct`` once the
         server counted a multimodal cache query (a run without images has none of it)."""
         return ("mm_cache_hit_pct",) if np.nansum(arrays["_mm_queries"]) > 0 else ()
+
+    @property
+    def spec_available(self) -> bool:
+        """Whether some URL's speculative-decoding counters have grown between two scrapes."""
+        return any(DRAFTS in fields for fields in self.spread.values())
+
+    def _spec_fields(self) -> list[str]:
+        positions = {f for fields in self.spread.values() for f in fields if f.startswith(POSITION_PREFIX)}
+        return [DRAFTS, DRAFT_TOKENS, ACCEPTED, *sorted(positions, key=lambda f: int(f.removeprefix(POSITION_PREFIX)))]
 
     def summary(self, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         """Run-so-far server figures from the series (``arrays`` output)."""
@@ -151,7 +181,7 @@ class ServerSeries:
         queries = float(np.nansum(arrays["_prefix_queries"]))
         mm_queries = float(np.nansum(arrays["_mm_queries"]))
         mm = {"mm_cache_hit_pct": float(100 * np.nansum(arrays["_mm_hits"]) / mm_queries)} if mm_queries else {}
-        return {
+        out: dict[str, Any] = {
             "available": self.metrics_available,
             "avg_prompt_throughput": agg(np.mean, arrays["server_prompt_tps"]),
             "avg_generation_throughput": agg(np.mean, arrays["server_generation_tps"]),
@@ -162,6 +192,12 @@ class ServerSeries:
             "preemptions": agg(np.sum, arrays["preemptions"]),
             **mm,
         }
+        if "_spec." + DRAFTS in arrays:
+            totals = {
+                key[len("_spec.") :]: float(np.nansum(a)) for key, a in arrays.items() if key.startswith("_spec.")
+            }
+            out["speculation"] = spec_figures(totals)
+        return out
 
 
 def _window_ratio(num: np.ndarray, den: np.ndarray, window_s: int) -> np.ndarray:

@@ -110,6 +110,7 @@ class _Row:
         "kv_n",
         "kv_max",
         "waiting_max",
+        "spec",
         "cached",
         "ttfa",
     )
@@ -132,6 +133,7 @@ class _Row:
         self.kv_n = 0
         self.kv_max: float | None = None
         self.waiting_max: float | None = None
+        self.spec: list[float] | None = None  # [drafts, draft tokens, accepted] from the row's scrapes
         self.cached: tuple[float, StepRow] | None = None  # (end used, row) until the row changes
         self.ttfa: LogHistogram | None = None  # a reasoning run's time to first answer
 
@@ -311,6 +313,16 @@ class StepTracker:
         row.cached = None
         self._touch(self._rows[-1], t)
 
+    def on_spec(self, t: float, drafts: float, draft_tokens: float, accepted: float) -> None:
+        """Speculative decoding's counter increases up to the scrape at ``t``."""
+        row = self._row_at(t)
+        if row.spec is None:
+            row.spec = [0.0, 0.0, 0.0]
+        row.spec[0] += drafts
+        row.spec[1] += draft_tokens
+        row.spec[2] += accepted
+        row.cached = None
+
     def _touch(self, row: _Row, t: float) -> None:
         if t > row.last:
             row.last = t
@@ -363,6 +375,8 @@ class StepTracker:
             kv_mean_pct=row.kv_sum / row.kv_n if row.kv_n else None,
             waiting_max=row.waiting_max,
             ttfa_p99=None if not self.reasoning else math.nan if row.ttfa is None else row.ttfa.quantiles((0.99,))[0],
+            spec_acceptance_pct=None if row.spec is None or not row.spec[1] else 100.0 * row.spec[2] / row.spec[1],
+            spec_accept_len=None if row.spec is None or not row.spec[0] else 1.0 + row.spec[2] / row.spec[0],
         )
 
     # -- checkpoints ----------------------------------------------------------------
@@ -378,6 +392,7 @@ class StepTracker:
             "unsettled_from": self._unsettled_from,
             "rows": [r.scalars() for r in self._rows],
             **({"ttfa": self._export_ttfa(arrays)} if self.reasoning else {}),
+            **({"spec": [r.spec for r in self._rows]} if any(r.spec for r in self._rows) else {}),
         }
 
     def _export_ttfa(self, arrays: dict[str, np.ndarray]) -> list[int | None]:
@@ -423,6 +438,8 @@ class StepTracker:
                     row.ttfa = LogHistogram()
                     row.ttfa._counts = np.array(arrays["steps.ttfa"][k], dtype=np.int64)
                     row.ttfa.total = int(total)
+        for row, spec in zip(tracker._rows, state.get("spec") or []):  # a speculating server's rows
+            row.spec = None if spec is None else [float(x) for x in spec]
         return tracker
 
 
@@ -444,6 +461,8 @@ STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("KV % max", "KV%"),
     ("waiting max", "wait"),
 )
+# Speculative decoding's columns: only in a table of a server that speculates (step_columns).
+SPEC_STEP_COLUMNS: tuple[tuple[str, str], ...] = (("accept %", "acc%"), ("accept len", "alen"))
 # Dropped first when a screen is too narrow for every column (least useful first).
 NARROW_DROP = ("out tok/s", "kind", "start")
 # A reasoning run's column, after TTFT p99's.
@@ -451,11 +470,15 @@ TTFA_COLUMN = ("TTFA p99", "TTFA99")
 
 
 def step_columns(rows: list[StepRow]) -> tuple[tuple[str, str], ...]:
-    """``STEP_COLUMNS``, with ``TTFA_COLUMN`` when the rows are a reasoning run's."""
-    if not any(row.ttfa_p99 is not None for row in rows):
-        return STEP_COLUMNS
-    at = [name for name, _ in STEP_COLUMNS].index("TTFT p99") + 1
-    return (*STEP_COLUMNS[:at], TTFA_COLUMN, *STEP_COLUMNS[at:])
+    """``STEP_COLUMNS``, with ``TTFA_COLUMN`` when the rows are a reasoning run's and
+    ``SPEC_STEP_COLUMNS`` when a row has speculative decoding's figures."""
+    columns = STEP_COLUMNS
+    if any(row.ttfa_p99 is not None for row in rows):
+        at = [name for name, _ in STEP_COLUMNS].index("TTFT p99") + 1
+        columns = (*STEP_COLUMNS[:at], TTFA_COLUMN, *STEP_COLUMNS[at:])
+    if any(row.spec_acceptance_pct is not None for row in rows):
+        columns = (*columns, *SPEC_STEP_COLUMNS)
+    return columns
 
 
 def _clock(seconds: float) -> str:
@@ -506,6 +529,8 @@ def step_cells(row: StepRow) -> dict[str, str]:
         "errors": f"{row.errors}" if row.errors == 0 else f"{row.errors}/{row.sent}",
         "KV % max": _num(row.kv_max_pct),
         "waiting max": _num(row.waiting_max, 0),
+        "accept %": _num(row.spec_acceptance_pct),
+        "accept len": _num(row.spec_accept_len, 2),
     }
 
 
@@ -536,8 +561,10 @@ STEP_TABLE_NOTE = (
 
 
 def step_json(row: StepRow) -> dict[str, Any]:
-    """A row as plain JSON (NaN as null); a plain run's rows without ``ttfa_p99``."""
-    out = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.to_dict().items()}
-    if row.ttfa_p99 is None:
-        del out["ttfa_p99"]
-    return out
+    """A row as plain JSON (NaN as null); a plain run's rows without ``ttfa_p99``, and
+    speculative decoding's keys only where it has them."""
+    return {
+        k: None if isinstance(v, float) and math.isnan(v) else v
+        for k, v in row.to_dict().items()
+        if v is not None or not (k == "ttfa_p99" or k.startswith("spec_"))
+    }

@@ -12,6 +12,7 @@ from rampwatch.core.figures.gpu import NVML_URL
 from rampwatch.core.figures.images import mm_cache_figures
 from rampwatch.core.figures.lora import lora_figures
 from rampwatch.core.figures.samples import combine_samples
+from rampwatch.core.figures.speculation import DRAFTS, position_deltas, spec_figures
 from rampwatch.core.timeline import RunHeader, ServerSample
 
 
@@ -41,9 +42,12 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
             continue
         ok += 1
         backends.add(s.backend)
+        prev = tracker.last(s.url)
         step = tracker.update(s)
         if step is not None:
             dt, deltas = step
+            if prev is not None and s.spec_accepted_by_position:
+                deltas.update(position_deltas(prev, s))
             for name, d in deltas.items():
                 if d is not None:
                     totals[name] = totals.get(name, 0.0) + d
@@ -86,6 +90,8 @@ def server_figures(samples: Sequence[ServerSample]) -> dict[str, Any]:
     lora = lora_figures(samples)  # only where the server exports vllm:lora_requests_info
     if lora is not None:
         figures["lora"] = lora
+    if DRAFTS in totals:  # the server speculates: acceptance over the run (core.figures.speculation)
+        figures["speculation"] = spec_figures(totals)
     return figures
 
 

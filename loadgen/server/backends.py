@@ -193,3 +193,22 @@ def extract_fields(
 
 
 _EXTRA_NAMES = frozenset({"tgi_batch_current_max_tokens", "tgi_batch_max_total_tokens"})
+
+# vLLM's accepted draft tokens by draft position (``position`` "0".."k-1"), per engine.
+SPEC_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+MAX_SPEC_POSITIONS = 64  # more positions than any draft has: a hostile page's thousands are not kept
+
+
+def accepted_by_position(samples: list[Sample]) -> dict[str, float]:
+    """``{"0": n, "1": n, …}``: accepted draft tokens by position, summed over engines (and
+    every other label); positions that are not small non-negative integers are skipped."""
+    out: dict[str, float] = {}
+    for name, labels, value in samples:
+        if name != SPEC_PER_POSITION:
+            continue
+        position = labels.get("position", "")
+        if not (position.isascii() and position.isdigit()) or int(position) >= MAX_SPEC_POSITIONS:
+            continue
+        key = str(int(position))
+        out[key] = out.get(key, 0.0) + value
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))

@@ -158,6 +158,7 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         raw=raw,
         rejected=rejected,
         **lora,
+        spec_accepted_by_position=backends.accepted_by_position(samples),
         # fields holds only ServerSample's float | None gauge and counter fields (extract_fields)
         **fields,  # type: ignore[arg-type]
     )

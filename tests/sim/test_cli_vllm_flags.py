@@ -77,9 +77,26 @@ def test_bad_vllm_values_are_one_line_errors(capsys, args, expected):
 
 def test_an_unknown_flag_still_fails_naming_it(capsys):
     with pytest.raises(SystemExit) as exc:
-        rampwatch_main(["sim", "--speculative-config", "{}", "--port", "0"])
+        rampwatch_main(["sim", "--kv-transfer-config", "{}", "--port", "0"])
     assert exc.value.code == 2
-    assert "unrecognized arguments: --speculative-config" in capsys.readouterr().err
+    assert "unrecognized arguments: --kv-transfer-config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("{}", "give a method"),
+        ("not json", "not valid JSON"),
+        ('{"method": "ngram"}', "num_speculative_tokens must be an integer >= 1"),
+        ('{"method": "medusa", "num_speculative_tokens": 2}', "method 'medusa'"),
+        ('{"method": "ngram", "num_speculative_tokens": 2, "bogus": 1}', "unknown key 'bogus'"),
+    ],
+)
+def test_a_bad_speculative_config_is_one_line_naming_the_flag(capsys, value, said):
+    assert rampwatch_main(["sim", "--speculative-config", value, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--speculative-config" in err and said in err
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_the_api_key_is_never_echoed(capsys):

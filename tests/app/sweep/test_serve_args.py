@@ -1,5 +1,6 @@
 """A configuration's arguments in the serve command, its command line and its GPUs."""
 
+import json
 import shlex
 
 import pytest
@@ -48,3 +49,22 @@ def test_command_line_quotes_what_a_shell_would_split():
 )
 def test_gpu_count(command, gpus):
     assert gpu_count(shlex.split(command)) == gpus
+
+
+SPEC = {"method": "ngram", "num_speculative_tokens": 3}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [SPEC, '{"method": "ngram", "num_speculative_tokens": 3}'],
+    ids=["mapping", "json-text"],
+)
+def test_a_json_valued_flag_is_one_word_of_json_and_replaces_the_base_ones(value):
+    base = shlex.split(
+        """rampwatch sim --speculative-config '{"method": "eagle", "num_speculative_tokens": 5}' --port 1"""
+    )
+    argv = apply_args(base, {"--speculative-config": value})
+    assert argv == ["rampwatch", "sim", "--port", "1", "--speculative-config", json.dumps(SPEC)]
+    line = command_line(argv)  # the command kept and run: a shell splits it back to the same words
+    assert shlex.split(line) == argv
+    assert json.loads(shlex.split(line)[-1]) == SPEC

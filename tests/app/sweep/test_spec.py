@@ -91,3 +91,28 @@ def test_a_missing_file_and_a_bad_flag_slo(tmp_path):
 )
 def test_expand_matrix(product, sets, expected):
     assert expand_matrix(product, sets) == expected
+
+
+def test_a_sweep_compares_with_and_without_speculation(tmp_path):
+    text = GOOD_SWEEP.replace(
+        "  product:\n    max_num_seqs: [8, 64]\n",
+        "  sets:\n"
+        "    - {}\n"
+        "    - {speculative-config: {method: ngram, num_speculative_tokens: 3}}\n"
+        '    - {speculative_config: \'{"method": "eagle3", "num_speculative_tokens": 4}\'}\n',
+    )
+    spec = load_sweep(write(tmp_path, text))
+    assert spec.configs == [
+        {},
+        {"--speculative-config": {"method": "ngram", "num_speculative_tokens": 3}},
+        {"--speculative-config": '{"method": "eagle3", "num_speculative_tokens": 4}'},
+    ]
+
+
+def test_an_empty_mapping_is_no_flag_value(tmp_path):
+    text = GOOD_SWEEP.replace("max_num_seqs: [8, 64]", "speculative-config: [{}]")
+    with pytest.raises(UserError) as err:
+        load_sweep(write(tmp_path, text))
+    assert "matrix.product.speculative-config[0]: expected a number, a string, true/false or a mapping" in str(
+        err.value
+    )

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rampwatch.core.figures.series import SeriesBuilder
-from rampwatch.core.figures.steps import HELD_SPEED_KINDS, StepTracker, step_cells, step_key, step_table_text
+from rampwatch.core.figures.steps import HELD_SPEED_KINDS, StepTracker, step_cells, step_json, step_key, step_table_text
 from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSample, Tick
 from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND
 from rampwatch.record.checkpoint import CheckpointTooOld, read_checkpoint
@@ -381,3 +381,33 @@ def test_a_reasoning_runs_rows_have_a_ttfa_column_a_plain_runs_none():
     assert row.ttfa_p99 is None and "ttfa_p99" not in step_json(row) and "TTFA p99" not in step_cells(row)
     assert "TTFA" not in step_table_text([row])
     assert "ttfa" not in plain.export_state({})
+
+
+def test_a_speculating_server_gives_each_row_its_acceptance_and_the_table_its_columns():
+    b = SeriesBuilder()
+    b.on_start(header("steps", 20.0))
+    b.on_tick(Tick(t=0.5, target_rps=2.0, state="ramping"))
+    accepted = 0.0
+    for t in range(1, 21):
+        if t == 11:
+            b.on_tick(Tick(t=10.5, target_rps=4.0, state="ramping"))
+        accepted += 2.0 if t <= 10 else 1.0  # each draft: 2 accepted in the first step, 1 in the second
+        b.on_scrape(ServerSample(t=float(t), url="u", ok=True, backend="vllm", spec_drafts_total=10.0 * t,
+                                 spec_draft_tokens_total=30.0 * t, spec_accepted_tokens_total=10.0 * accepted))  # fmt: skip
+    first, second = b.snapshot().steps
+    assert first.spec_acceptance_pct == pytest.approx(200 / 3) and first.spec_accept_len == pytest.approx(3.0)
+    assert second.spec_acceptance_pct == pytest.approx(100 / 3) and second.spec_accept_len == pytest.approx(2.0)
+    text = step_table_text([first, second])
+    assert "accept %" in text and "accept len" in text and "3.00" in text
+    assert step_json(first)["spec_accept_len"] == pytest.approx(3.0)
+    meta, arrays = b.export_state()  # a checkpoint keeps them
+    assert SeriesBuilder.from_state(b.header, meta, arrays).snapshot().steps == [first, second]
+
+
+def test_a_plain_servers_table_and_rows_have_no_speculation():
+    b = SeriesBuilder()
+    feed_steps(b)
+    rows = b.snapshot().steps
+    assert "accept" not in step_table_text(rows)
+    assert not any(key.startswith("spec_") for key in step_json(rows[0]))
+    assert "spec" not in b.export_state()[0]["steps"]

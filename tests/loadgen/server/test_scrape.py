@@ -269,3 +269,50 @@ def test_scrape_failures_are_described_in_a_few_words_on_one_line(exc, reason):
 )
 def test_which_scrape_failures_mean_the_server_is_unreachable(reason, unreachable):
     assert is_connection_failure(reason) is unreachable
+
+
+SPEC_PAGE = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 100.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 50.0
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 300.0
+vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="m"} 150.0
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 120.0
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="m"} 60.0
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 70.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 35.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 15.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="0"} 35.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="1"} 17.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="2"} 8.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="x"} 999.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="99999"} 999.0
+"""
+
+
+def test_spec_decode_counters_and_the_per_position_one_are_summed_over_engines():
+    s = parse_metrics(SPEC_PAGE, "u", 1.0)
+    assert (s.spec_drafts_total, s.spec_draft_tokens_total, s.spec_accepted_tokens_total) == (150.0, 450.0, 180.0)
+    # positions that are no draft position (not a number, or beyond any draft) are not kept
+    assert s.spec_accepted_by_position == {"0": 105.0, "1": 52.0, "2": 23.0}
+    assert s.per_engine["1"]["spec_accepted_tokens_total"] == 60.0
+
+
+def test_a_server_without_speculation_has_no_spec_decode_figures(vllm_captures):
+    s = parse_metrics((vllm_captures / "metrics-under-load.txt").read_text(), "u", 1.0)
+    assert s.spec_drafts_total is None and s.spec_accepted_by_position == {}
+
+
+def test_replicas_spec_decode_positions_are_summed():
+    a = parse_metrics(SPEC_PAGE, "a", 1.0)
+    b = parse_metrics(SPEC_PAGE, "b", 1.0)
+    combined = combine_samples([a, b])
+    assert combined.spec_accepted_by_position == {"0": 210.0, "1": 104.0, "2": 46.0}
+    assert combined.spec_drafts_total == 300.0
