@@ -60,7 +60,7 @@ import orjson
 
 from rampwatch.core.text import server_text
 from rampwatch.core.timeline import CLIENT_LIMIT, RequestRecord
-from rampwatch.loadgen.transport import http_stream, redirects, sse
+from rampwatch.loadgen.transport import http_stream, reasoning, redirects, sse
 from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.loadgen.transport.open_files import out_of_files
 from rampwatch.loadgen.transport.server_probe import (
@@ -298,7 +298,7 @@ class StreamingClient:
             self._headers,
             _body_bytes(self.build_body(req)),
         )
-        state = StreamState(keep_text=self._keep_text or req.keep_text)
+        state = StreamState(keep_text=self._keep_text or req.keep_text, chat=req.endpoint == "chat")
         conn: http_stream.HttpConnection | None = None
         exchange: StreamExchange | None = None
         try:
@@ -377,7 +377,7 @@ class StreamingClient:
     async def _send_aiohttp(self, req: PreparedRequest, rec: RequestRecord) -> RequestRecord:
         session = self._open_session()
         clock = self.clock
-        state = StreamState(keep_text=self._keep_text or req.keep_text)
+        state = StreamState(keep_text=self._keep_text or req.keep_text, chat=req.endpoint == "chat")
         try:
             async with redirects.request(
                 session, "POST", self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
@@ -496,6 +496,19 @@ class StreamingClient:
             rec.tokens_from_usage = False
             if self.fallback_tokenizer is not None and state.raw_chunks:
                 rec.completion_tokens = count_tokens(self.fallback_tokenizer, self._text(rec, state))
+        if state.reasoning is not None:
+            self._settle_reasoning(rec, state)
+
+    def _settle_reasoning(self, rec: RequestRecord, state: StreamState) -> None:
+        """A chat stream's thinking: its first answer chunk and thinking tokens
+        (``loadgen.transport.reasoning``); counted without usage, the thinking is part of
+        the completion tokens, as the server counts it."""
+        assert state.reasoning is not None
+        tokenizer = self.fallback_tokenizer
+        count = None if tokenizer is None else (lambda text: count_tokens(tokenizer, text))
+        counted = reasoning.settle(rec, state.reasoning, state.usage, count)
+        if not rec.tokens_from_usage and count is not None and state.raw_chunks:
+            rec.completion_tokens += counted
 
     def _text(self, rec: RequestRecord, state: StreamState) -> str:
         """The answer's text, decoded once per request."""
