@@ -26,6 +26,7 @@ from rampwatch.sim.config import (
     model_preset_for,
 )
 from rampwatch.sim.gpu_telemetry import DCGM_PATH
+from rampwatch.sim.reasoning import DEFAULT_REASONING_TOKENS, REASONING_FIELDS, ReasoningConfig
 from rampwatch.sim.serve_flags import IGNORED_VLLM_FLAGS_WITH_VALUE, IGNORED_VLLM_SWITCHES
 from rampwatch.sim.server import SimServer, serve_until
 
@@ -159,6 +160,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="as vLLM: report each request's prefix-cache hit in usage.prompt_tokens_details.cached_tokens",
     )
+    reasoning = parser.add_argument_group("a reasoning model (sim.reasoning)")
+    reasoning.add_argument(
+        "--reasoning-parser",
+        metavar="NAME",
+        default=None,
+        help="as vLLM: chat answers stream their thinking as delta.reasoning before the answer, and usage "
+        "counts it in completion_tokens_details.reasoning_tokens (any NAME: the simulator has one model of thinking)",
+    )
+    reasoning.add_argument(
+        "--reasoning-tokens",
+        type=int,
+        metavar="N",
+        default=DEFAULT_REASONING_TOKENS,
+        help="mean thinking tokens at reasoning_effort medium, the default; low is N/4, high 4N; each "
+        f"request draws ±50 %% around its mean, seeded (default {DEFAULT_REASONING_TOKENS})",
+    )
+    reasoning.add_argument(
+        "--reasoning-field",
+        choices=REASONING_FIELDS,
+        default="reasoning",
+        help="the delta field of the thinking: reasoning (vLLM now) or reasoning_content (older vLLM, other servers)",
+    )
+    reasoning.add_argument(
+        "--no-reasoning-usage",
+        action="store_true",
+        help="leave completion_tokens_details out of usage (a server that does not report thinking tokens)",
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -225,6 +253,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         routing=args.routing,
         gpu_telemetry=args.gpu_telemetry,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        reasoning=reasoning_from_args(args),
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -234,6 +263,14 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         ),
     )
     return config.resolved()
+
+
+def reasoning_from_args(args: argparse.Namespace) -> ReasoningConfig | None:
+    if args.reasoning_parser is None:
+        return None
+    return ReasoningConfig(
+        args.reasoning_parser, args.reasoning_tokens, args.reasoning_field, usage_details=not args.no_reasoning_usage
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -374,6 +411,8 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv.append("--gpu-telemetry")
     if config.enable_prompt_tokens_details:
         argv.append("--enable-prompt-tokens-details")
+    if config.reasoning is not None:
+        argv += config.reasoning.argv()
     return argv
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from rampwatch.core.errors import UserError
+from rampwatch.sim.reasoning import ReasoningConfig
 
 GIB = 1024**3
 
@@ -354,6 +355,8 @@ class SimConfig:
     # vLLM's --enable-prompt-tokens-details: a request's usage carries its prefix-cache
     # hit as prompt_tokens_details.cached_tokens (off by default, as in vLLM).
     enable_prompt_tokens_details: bool = False
+    # vLLM's --reasoning-parser: chat answers think first (sim.reasoning); None: they do not.
+    reasoning: ReasoningConfig | None = None
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -411,6 +414,8 @@ class SimConfig:
         if self.routing not in ROUTING_CHOICES:
             raise UserError(f"--routing {self.routing!r}: valid values: {', '.join(ROUTING_CHOICES)}")
         self.faults.validate()
+        if self.reasoning is not None:
+            self.reasoning.validate()
         blocks = self.num_gpu_blocks
         if blocks is None:
             blocks = derive_num_gpu_blocks(

@@ -31,6 +31,7 @@ VLLM_FLAGS = (
     "-dp",
     "--api-server-count",
     "--enable-prompt-tokens-details",
+    "--reasoning-parser",
     "--pipeline-parallel-size",  # accepted at 1 only
     "-pp",
 )
@@ -51,7 +52,6 @@ IGNORED_VLLM_FLAGS_WITH_VALUE = (
     "--generation-config",
     "--override-generation-config",
     "--tool-call-parser",
-    "--reasoning-parser",
     "--uvicorn-log-level",
     "--max-log-len",
     "--api-key",
@@ -96,6 +96,9 @@ SIM_ONLY_FLAGS = (
     "--stall-at",
     "--stall-for",
     "--chunk-gaps-out",
+    "--reasoning-tokens",
+    "--reasoning-field",
+    "--no-reasoning-usage",
 )
 
 # The simulator's spelling of a vLLM argument -> vLLM's.

@@ -67,6 +67,8 @@ class OutputStream:
         "abort_after",
         "sent",
         "done",
+        "thinking",
+        "thinking_head",
     )
 
     def __init__(
@@ -95,6 +97,10 @@ class OutputStream:
         self.abort_after = abort_after
         self.sent = 0
         self.done = False  # the final token has been handed over
+        # A reasoning model's first `thinking` tokens are thinking (sim.reasoning),
+        # streamed after `thinking_head` (None: not streamed, include_reasoning false).
+        self.thinking = 0
+        self.thinking_head: bytes | None = None
 
     def push(self) -> None:
         """Called by the driver after a step that gave this request a token."""
@@ -102,7 +108,11 @@ class OutputStream:
         if self.stream:
             out = req.output_token_ids
             n = len(out)
-            words = self.first_words if n == 1 else WORDS_REST
+            head: bytes | None = self.head
+            if n <= self.thinking:
+                head, words = self.thinking_head, WORDS_FIRST if n == 1 else WORDS_REST
+            else:
+                words = self.first_words if n == self.thinking + 1 else WORDS_REST
             if req.status == FINISHED:
                 self.done = True
                 reason = req.finish_reason
@@ -115,7 +125,10 @@ class OutputStream:
             if self.role_prefix is not None:
                 self.pending.append(self.role_prefix)
                 self.role_prefix = None
-            self.pending.append(self.head + words[out[-1]] + tail)
+            if head is not None:
+                self.pending.append(head + words[out[-1]] + tail)
+            elif self.done:  # hidden thinking cut short: the finish reason still comes
+                self.pending.append(self.head + tail)
         elif req.status == FINISHED:
             self.done = True
         self.wake()
