@@ -16,6 +16,7 @@ from rampwatch.core.figures.classes import MIX_KEY
 from rampwatch.loadgen.workload.datasets import load_dataset
 from rampwatch.loadgen.workload.mixture import MixtureFactory
 from rampwatch.loadgen.workload.prompts import compose_exact, join, random_token_ids, synth_text
+from rampwatch.loadgen.workload.reasoning_spec import reasoning_fields
 from rampwatch.loadgen.workload.requests import PreparedRequest
 from rampwatch.loadgen.workload.scenario import Scenario
 from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND
@@ -265,6 +266,7 @@ class RequestFactory:
         if self.workload.get("ignore_eos", True):
             payload["ignore_eos"] = True
         payload.update(self.workload.get("extra_body") or {})
+        payload.update(reasoning_fields(self.workload))
         if self.cache_salt is not None:
             payload["cache_salt"] = self.cache_salt
         return PreparedRequest(

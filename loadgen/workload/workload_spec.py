@@ -9,6 +9,7 @@ from typing import Any
 
 from rampwatch.core.figures.classes import MIX_KEY
 from rampwatch.loadgen.workload.mixture import CLASS_KEYS, check_mix
+from rampwatch.loadgen.workload.reasoning_spec import REASONING_KEYS, check_reasoning
 from rampwatch.loadgen.workload.spec_checks import (
     KeyPath,
     Problems,
@@ -36,6 +37,7 @@ WORKLOAD_KEYS = (
     "dataset",
     "ignore_eos",
     "extra_body",
+    *REASONING_KEYS,
 )
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 
@@ -235,6 +237,7 @@ def check_workload(
             elif key == "cache_salt":  # one per run, recorded: the run's flag, not the file's
                 p.add(path + ("extra_body", key), "is the run's: use --cache-salt SALT (auto, none or a salt)", True)
         out["extra_body"] = dict(extra)
+    out.update(check_reasoning(p, path, w, endpoint))
     return out
 
 
