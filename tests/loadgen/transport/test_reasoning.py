@@ -285,3 +285,70 @@ async def test_real_vllm_hidden_reasoning_shows_none(replay, vllm_captures):
     rec = await _send(replay, (vllm_captures / "chat-stream-reasoning-hidden.txt").read_bytes())
     assert rec.ok and rec.completion_tokens == 24
     assert rec.reasoning_tokens is None and rec.first_answer_at is None and rec.ttfa == rec.ttft
+
+
+# -- acceptance: a reasoning scenario against the simulator --
+
+ACCEPTANCE = """\
+name: think
+seed: 5
+endpoint: chat
+max_concurrency: 1
+schedule: {kind: constant, rate: 50, num_requests: 9}
+workload:
+  mix:
+    - {name: deep, weight: 1, input_tokens: 30, output_tokens: 150, reasoning_effort: high}
+    - {name: light, weight: 1, input_tokens: 30, output_tokens: 150, reasoning_effort: low}
+    - name: plain
+      weight: 1
+      input_tokens: 30
+      output_tokens: 150
+      chat_template_kwargs: {enable_thinking: false}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["http_stream"], indirect=True)
+@pytest.mark.parametrize("usage", [True, False])
+async def test_acceptance_time_to_first_answer_is_the_thinking_at_the_answers_itl(tmp_path, transport, usage):
+    """One request at a time (the batch, so the step time, stays the same through each
+    answer): the first answer comes the thinking tokens times the answer's ITL after the
+    first token, within 10 %, and the thinking tokens are the simulator's: from its usage,
+    or (a server that does not report them) counted with the run's tokenizer."""
+    from statistics import median
+
+    from rampwatch.loadgen.run.options import RunOptions
+    from rampwatch.loadgen.run.runner import Run
+    from rampwatch.loadgen.workload.scenario import load_scenario
+    from rampwatch.sim.config import SimConfig
+    from rampwatch.sim.reasoning import ReasoningConfig
+    from rampwatch.sim.server import serve
+
+    path = tmp_path / "think.yaml"
+    path.write_text(ACCEPTANCE)
+    thinking = ReasoningConfig("deepseek_r1", 24, usage_details=usage)
+    config = SimConfig(hardware="h100", model="llama-3.1-8b", seed=5, reasoning=thinking)
+    async with serve(config) as url:
+        options = RunOptions(
+            target=url, model="llama-3.1-8b", keep_records=True, scrape_interval_s=5.0, tokenizer=load_tokenizer(None)
+        )
+        result = await asyncio.wait_for(Run(load_scenario(str(path)), options).execute(), 60)
+    records = result.requests
+    assert len(records) == 9 and all(r.ok for r in records)
+    by_class: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        by_class.setdefault(r.request_class, []).append(r)
+    assert set(by_class) == {"deep", "light", "plain"}
+    for r in by_class["plain"]:
+        assert r.reasoning_tokens is None and r.first_answer_at is None and r.ttfa == r.ttft
+    for r in by_class["deep"] + by_class["light"]:
+        # the simulator's count, from usage: 24 x 4 (high) or 24 / 4 (low), ±50 %
+        assert r.reasoning_from_usage is usage and r.completion_tokens == 150
+        bounds = (48, 144) if r.request_class == "deep" else (3, 9)
+        assert bounds[0] <= r.reasoning_tokens <= bounds[1]
+        assert r.answer_tokens == 150 - r.reasoning_tokens
+        # one token a chunk: the first answer chunk follows the last thinking one
+        assert r.first_answer_at == r.chunk_times[r.reasoning_tokens]
+        answer_times = [r.first_answer_at, *r.chunk_times[r.reasoning_tokens + 1 :]]
+        answer_itl = median(b - a for a, b in zip(answer_times, answer_times[1:]))
+        assert r.ttfa - r.ttft == pytest.approx(r.reasoning_tokens * answer_itl, rel=0.10)
