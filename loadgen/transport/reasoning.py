@@ -44,21 +44,33 @@ from typing import Any
 from rampwatch.core.timeline import RequestRecord
 from rampwatch.loadgen.transport import sse
 
-_REASONING = b'"reasoning":"'
-_REASONING_CONTENT = b'"reasoning_content":"'
+_REASONING = b'"reasoning'  # then '":"' (vLLM now) or '_content":"' (the older spelling)
+_AFTER_REASONING = b'":"'
+_AFTER_REASONING_CONTENT = b'_content":"'
 _CONTENT = b'"content":"'
-
-
-def _has_text(payload: bytes, mark: bytes) -> bool:
-    """Whether ``payload`` holds ``mark`` followed by a non-empty string."""
-    at = payload.find(mark)
-    return at >= 0 and payload[at + len(mark) : at + len(mark) + 1] != b'"'
+_QUOTE = 34  # a string that closes right after it opened is empty
 
 
 def delta_parts(payload: bytes) -> tuple[bool, bool]:
-    """(thinking, answer) of one chat chunk, from its compact JSON's bytes."""
-    thinking = _has_text(payload, _REASONING) or _has_text(payload, _REASONING_CONTENT)
-    return thinking, _has_text(payload, _CONTENT)
+    """(thinking, answer) of one chat chunk, from its compact JSON's bytes: whether it
+    holds ``"reasoning":"`` or ``"reasoning_content":"`` and whether ``"content":"``,
+    each followed by a non-empty string. (A key of another name that starts with
+    ``reasoning``, such as usage's ``reasoning_tokens``, is passed over.)"""
+    thinking = False
+    at = payload.find(_REASONING)
+    while at >= 0:
+        at += 10
+        if payload.startswith(_AFTER_REASONING, at):
+            at += 3
+        elif payload.startswith(_AFTER_REASONING_CONTENT, at):
+            at += 11
+        else:
+            at = payload.find(_REASONING, at)
+            continue
+        thinking = at < len(payload) and payload[at] != _QUOTE
+        break
+    at = payload.find(_CONTENT)
+    return thinking, at >= 0 and at + 11 < len(payload) and payload[at + 11] != _QUOTE
 
 
 def decoded_parts(body: dict[str, Any] | None) -> tuple[bool, bool]:
@@ -106,8 +118,16 @@ class ReasoningWatch:
 
     def see_read(self, read: bytes, events: int, now: float) -> bool:
         """A read of ``events`` whole one-line token events (``sse.token_events_only``)."""
-        if events == 1:
-            return self.see(read, now)
+        if events == 1:  # the usual read: ``see`` inlined, this runs for every thinking chunk
+            thinking, answer = delta_parts(read)
+            if thinking:
+                self.thinking_chunks += 1
+                if self.keep_text:
+                    self.thinking_payloads.append(read)
+            if answer:
+                self.answer_at = now
+                return False
+            return True
         for event in read[:-2].split(b"\n\n"):
             if not self.see(event, now):
                 return False

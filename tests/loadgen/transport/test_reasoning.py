@@ -45,6 +45,17 @@ def events_of(body: bytes) -> list[bytes]:
         # text that looks like a key: its quotes are escaped, so it is answer text
         (b'{"choices":[{"delta":{"content":"\\"reasoning\\":\\"x"}}]}', (False, True)),
         (b'{"choices":[{"delta":{"content":"\\""}}]}', (False, True)),
+        # usage's reasoning_tokens before the delta's key (continuous usage, reordered)
+        (
+            b'{"usage":{"completion_tokens_details":{"reasoning_tokens":2}},"choices":[{"delta":{"reasoning":"x"}}]}',
+            (True, False),
+        ),
+        (
+            b'{"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens_details":{"reasoning_tokens":2}}}',
+            (False, True),
+        ),
+        (b'{"choices":[{"delta":{"content":"', (False, False)),  # cut off: no string after the key
+        (b'{"choices":[{"delta":{"reasoning":"', (False, False)),
     ],
 )
 def test_delta_parts_from_bytes_agree_with_the_decoded_chunk(payload, parts):
@@ -129,13 +140,13 @@ def test_a_completions_stream_is_never_watched():
 def test_a_plain_chat_stream_stops_being_watched_at_its_first_answer_chunk(vllm_captures, monkeypatch):
     events = events_of((vllm_captures / "chat-stream.txt").read_bytes())
     seen = []
-    original = reasoning.ReasoningWatch.see
+    original = reasoning.delta_parts
 
-    def counting(self, payload, now, body=None):
+    def counting(payload):
         seen.append(payload)
-        return original(self, payload, now, body)
+        return original(payload)
 
-    monkeypatch.setattr(reasoning.ReasoningWatch, "see", counting)
+    monkeypatch.setattr(reasoning, "delta_parts", counting)
     rec, state = _feed(events, True, False, monkeypatch)
     # the role chunk, the empty first chunk, the first "content" chunk: then no more
     assert len(seen) == 3 and len(rec.chunk_times) == 4
