@@ -387,7 +387,11 @@ class SimServer:
                     "function_call": None,
                     "tool_calls": [],
                     "reasoning_content": None,
-                    **({"reasoning": generated_text(req.output_token_ids[:thought])} if thought else {}),
+                    **(
+                        {"reasoning": generated_text(req.output_token_ids[:thought])}
+                        if stream.thinking_head and thought
+                        else {}
+                    ),
                 },
                 "logprobs": None,
                 "finish_reason": req.finish_reason,

@@ -118,19 +118,32 @@ class ReasoningWatch:
 
     def see_read(self, read: bytes, events: int, now: float) -> bool:
         """A read of ``events`` whole one-line token events (``sse.token_events_only``)."""
-        if events == 1:  # the usual read: ``see`` inlined, this runs for every thinking chunk
-            thinking, answer = delta_parts(read)
-            if thinking:
+        if events != 1:
+            for event in read[:-2].split(b"\n\n"):
+                if not self.see(event, now):
+                    return False
+            return True
+        # The usual read, one event: ``delta_parts`` inlined (a call and a tuple less on
+        # every thinking chunk); tests/loadgen/transport/test_reasoning.py holds them equal.
+        at = read.find(_REASONING)
+        while at >= 0:
+            at += 10
+            if read.startswith(_AFTER_REASONING, at):
+                at += 3
+            elif read.startswith(_AFTER_REASONING_CONTENT, at):
+                at += 11
+            else:
+                at = read.find(_REASONING, at)
+                continue
+            if at < len(read) and read[at] != _QUOTE:
                 self.thinking_chunks += 1
                 if self.keep_text:
                     self.thinking_payloads.append(read)
-            if answer:
-                self.answer_at = now
-                return False
-            return True
-        for event in read[:-2].split(b"\n\n"):
-            if not self.see(event, now):
-                return False
+            break
+        at = read.find(_CONTENT)
+        if at >= 0 and at + 11 < len(read) and read[at + 11] != _QUOTE:
+            self.answer_at = now
+            return False
         return True
 
     def thinking_text(self) -> str:

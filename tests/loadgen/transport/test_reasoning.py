@@ -61,6 +61,13 @@ def events_of(body: bytes) -> list[bytes]:
 def test_delta_parts_from_bytes_agree_with_the_decoded_chunk(payload, parts):
     assert reasoning.delta_parts(payload) == parts
     assert reasoning.decoded_parts(sse.decode_json(payload)) == parts
+    if sse.decode_json(payload) is None:
+        return  # cut off: not an event the fast path takes whole
+    # the fast path's inlined copy, on the read that holds the event
+    watch = reasoning.ReasoningWatch(keep_text=True)
+    still_watching = watch.see_read(b"data: " + payload + b"\n\n", 1, 5.0)
+    assert (watch.thinking_chunks == 1, not still_watching) == parts
+    assert watch.answer_at == (5.0 if parts[1] else None) and len(watch.thinking_payloads) == parts[0]
 
 
 @pytest.mark.parametrize(
@@ -137,17 +144,19 @@ def test_a_completions_stream_is_never_watched():
     assert state.reasoning is None and not state.watching
 
 
-def test_a_plain_chat_stream_stops_being_watched_at_its_first_answer_chunk(vllm_captures, monkeypatch):
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_plain_chat_stream_stops_being_watched_at_its_first_answer_chunk(vllm_captures, fast, monkeypatch):
     events = events_of((vllm_captures / "chat-stream.txt").read_bytes())
     seen = []
-    original = reasoning.delta_parts
+    for method in ("see", "see_read"):
+        original = getattr(reasoning.ReasoningWatch, method)
 
-    def counting(payload):
-        seen.append(payload)
-        return original(payload)
+        def counting(self, payload, *args, original=original):
+            seen.append(payload)
+            return original(self, payload, *args)
 
-    monkeypatch.setattr(reasoning, "delta_parts", counting)
-    rec, state = _feed(events, True, False, monkeypatch)
+        monkeypatch.setattr(reasoning.ReasoningWatch, method, counting)
+    rec, state = _feed(events, fast, False, monkeypatch)
     # the role chunk, the empty first chunk, the first "content" chunk: then no more
     assert len(seen) == 3 and len(rec.chunk_times) == 4
     assert state.reasoning is not None and state.reasoning.thinking_chunks == 0
