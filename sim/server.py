@@ -256,6 +256,7 @@ class SimServer:
             head = prefix + b'[{"index":0,"text":"'
             role_chunk = None
         stream = OutputStream(req, chat, opts["stream"], head, role_chunk, opts["continuous_usage"], abort_after)
+        stream.reasoning_usage = chat and self.config.reasoning is not None and self.config.reasoning.usage_details
         if thinking.tokens:
             stream.thinking = thinking.tokens
             stream.thinking_head = thinking_head(self.config.reasoning, prefix) if thinking.shown else None  # type: ignore[arg-type]

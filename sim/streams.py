@@ -69,6 +69,7 @@ class OutputStream:
         "done",
         "thinking",
         "thinking_head",
+        "reasoning_usage",
     )
 
     def __init__(
@@ -101,6 +102,7 @@ class OutputStream:
         # streamed after `thinking_head` (None: not streamed, include_reasoning false).
         self.thinking = 0
         self.thinking_head: bytes | None = None
+        self.reasoning_usage = False  # continuous usage carries completion_tokens_details
 
     def push(self) -> None:
         """Called by the driver after a step that gave this request a token."""
@@ -121,7 +123,12 @@ class OutputStream:
             else:
                 tail = self.tail
             if self.continuous_usage:
-                tail = tail[:-3] + usage_bytes(self.prompt_tokens, n) + b"}\n\n"
+                usage = usage_bytes(self.prompt_tokens, n)
+                if self.reasoning_usage:  # as vLLM with a reasoning parser: the thinking so far
+                    usage = usage[:-1] + b',"completion_tokens_details":{"reasoning_tokens":%d}}' % min(
+                        n, self.thinking
+                    )
+                tail = tail[:-3] + usage + b"}\n\n"
             if self.role_prefix is not None:
                 self.pending.append(self.role_prefix)
                 self.role_prefix = None

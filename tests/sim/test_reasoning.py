@@ -208,3 +208,14 @@ def test_flags_round_trip_and_the_vllm_line_keeps_the_parser():
 def test_bad_reasoning_flags_are_one_line(config, flag):
     with pytest.raises(UserError, match=f"^{flag}"):
         SimConfig(**FAST, reasoning=config).resolved()
+
+
+async def test_continuous_usage_counts_the_thinking_so_far():
+    async with serve(SimConfig(**FAST, reasoning=R1)) as url:
+        _, chunks = await chat(
+            url, max_tokens=60, stream_options={"include_usage": True, "continuous_usage_stats": True}
+        )
+    thinking, _, usage = split(chunks)
+    shown = [c["usage"]["completion_tokens_details"]["reasoning_tokens"] for c in chunks[1:-1]]
+    assert shown == [min(i + 1, len(thinking)) for i in range(60)]
+    assert usage["completion_tokens_details"] == {"reasoning_tokens": len(thinking)}
