@@ -22,6 +22,10 @@ Timing follows ``vllm bench serve`` (``vllm/benchmarks/lib/endpoint_request_func
   over the streamed text (``tokens_from_usage=False``); without a tokenizer they stay 0.
   The prompt count then falls back to ``PreparedRequest.expected_prompt_tokens``.
   Chunks are never counted as tokens: chunks may hold zero or several tokens.
+- A reasoning model's chat stream (``delta.reasoning`` / ``delta.reasoning_content``
+  before ``delta.content``): TTFT stays the first chunk of any kind; ``first_answer_at``
+  is the first answer chunk and ``reasoning_tokens`` the thinking's share of the
+  completion tokens (``loadgen.transport.reasoning`` says where it comes from).
 
 A request succeeds when the status is 200, at least one token chunk arrived and the
 stream ended with ``[DONE]``. Otherwise ``error_class`` is one of:
