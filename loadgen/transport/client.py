@@ -509,9 +509,10 @@ class StreamingClient:
         the completion tokens, as the server counts it."""
         assert state.reasoning is not None
         tokenizer = self.fallback_tokenizer
-        count = None if tokenizer is None else (lambda text: count_tokens(tokenizer, text))
+        counting = tokenizer is not None and bool(state.raw_chunks)
+        count = (lambda: count_tokens(tokenizer, state.thinking_text())) if counting else None
         counted = reasoning.settle(rec, state.reasoning, state.usage, count)
-        if not rec.tokens_from_usage and count is not None and state.raw_chunks:
+        if not rec.tokens_from_usage and counting:
             rec.completion_tokens += counted
 
     def _text(self, rec: RequestRecord, state: StreamState) -> str:

@@ -12,8 +12,9 @@ plain chat stream: its role chunk and its first content chunk), with byte patter
 ``sse`` classifies events — a JSON string cannot hold an unescaped ``"``, so
 ``"reasoning":"`` matches a key, never text. After the answer started it does nothing;
 completions streams never have one. Thinking that comes back after the answer started
-(interleaved with tool calls) is not watched: usage's figure still counts it, a client
-count does not.
+(interleaved with tool calls) is not watched, so not timed; usage's figure and the
+tokenizer's count (over every chunk's thinking text) still count it, the chunk count
+does not.
 
 Where ``reasoning_tokens`` comes from (``settle``), first match wins:
 
@@ -25,8 +26,9 @@ Where ``reasoning_tokens`` comes from (``settle``), first match wins:
    ``</think>`` of the output, so a model whose chat template puts ``<think>`` in the
    prompt (DeepSeek-R1's) streams its thinking while usage says 0 (the capture
    ``tests/data/vllm-0.32.0-cpu/chat-stream-reasoning.txt``).
-2. The run's tokenizer over the thinking text, ``reasoning_from_usage=False``, at most
-   the completion tokens usage gave.
+2. The run's tokenizer over the stream's thinking text (decoded from the chunks the
+   client keeps for a tokenizer, once the stream is over), ``reasoning_from_usage=False``,
+   at most the completion tokens usage gave.
 3. Without a tokenizer, the thinking chunks (vLLM streams one token per chunk unless
    ``--stream-interval`` or speculative decoding groups them), also
    ``reasoning_from_usage=False``, at most the completion tokens usage gave.
@@ -42,7 +44,6 @@ from collections.abc import Callable
 from typing import Any
 
 from rampwatch.core.timeline import RequestRecord
-from rampwatch.loadgen.transport import sse
 
 _REASONING = b'"reasoning'  # then '":"' (vLLM now) or '_content":"' (the older spelling)
 _AFTER_REASONING = b'":"'
@@ -94,14 +95,11 @@ def _nonempty_str(value: Any) -> bool:
 class ReasoningWatch:
     """One chat stream's thinking chunks until its first answer chunk."""
 
-    __slots__ = ("answer_at", "thinking_chunks", "thinking_payloads", "keep_text")
+    __slots__ = ("answer_at", "thinking_chunks")
 
-    def __init__(self, keep_text: bool) -> None:
+    def __init__(self) -> None:
         self.answer_at: float | None = None
         self.thinking_chunks = 0
-        # the thinking chunks' JSON, kept only when a tokenizer may count them
-        self.thinking_payloads: list[bytes] = []
-        self.keep_text = keep_text
 
     def see(self, payload: bytes, now: float, body: dict[str, Any] | None = None) -> bool:
         """One token chunk (its event data, or a whole ``data: …`` event); ``body`` when it
@@ -109,8 +107,6 @@ class ReasoningWatch:
         thinking, answer = delta_parts(payload) if body is None else decoded_parts(body)
         if thinking:
             self.thinking_chunks += 1
-            if self.keep_text:
-                self.thinking_payloads.append(payload)
         if answer:
             self.answer_at = now
             return False
@@ -137,8 +133,6 @@ class ReasoningWatch:
                 continue
             if at < len(read) and read[at] != _QUOTE:
                 self.thinking_chunks += 1
-                if self.keep_text:
-                    self.thinking_payloads.append(read)
             break
         at = read.find(_CONTENT)
         if at >= 0 and at + 11 < len(read) and read[at + 11] != _QUOTE:
@@ -146,16 +140,11 @@ class ReasoningWatch:
             return False
         return True
 
-    def thinking_text(self) -> str:
-        parts: list[str] = []
-        for payload in self.thinking_payloads:
-            if payload.startswith(b"data: "):
-                payload = payload[6:]
-            delta = _first_delta(sse.decode_json(payload))
-            for key in ("reasoning", "reasoning_content"):
-                if _nonempty_str(delta.get(key)):
-                    parts.append(delta[key])
-        return "".join(parts)
+
+def thinking_of_chunk(body: dict[str, Any] | None) -> str:
+    """A decoded chunk's thinking text (either spelling; empty when none)."""
+    delta = _first_delta(body)
+    return "".join(delta[key] for key in ("reasoning", "reasoning_content") if _nonempty_str(delta.get(key)))
 
 
 def usage_reasoning_tokens(
@@ -179,12 +168,13 @@ def settle(
     rec: RequestRecord,
     watch: ReasoningWatch,
     usage: dict[str, Any] | None,
-    count: Callable[[str], int] | None,
+    count_thinking: Callable[[], int] | None,
 ) -> int:
     """Fill the record's reasoning fields once its token counts are known (see the module
-    docstring); ``count`` is the run's tokenizer as ``str -> int``, None without one.
-    Returns the thinking tokens the client counted (0 when usage gave the figure), which
-    a completion count made without usage adds to the answer's."""
+    docstring); ``count_thinking`` counts the stream's thinking text with the run's
+    tokenizer (None without one, or without the stream's text). Returns the thinking
+    tokens the client counted (0 when usage gave the figure), which a completion count
+    made without usage adds to the answer's."""
     capped = rec.tokens_from_usage and usage is not None
     from_usage = usage_reasoning_tokens(usage, rec.completion_tokens, watch.thinking_chunks) if capped else None
     if not watch.thinking_chunks:
@@ -196,7 +186,7 @@ def settle(
     if from_usage is not None:
         rec.reasoning_tokens, rec.reasoning_from_usage = from_usage, True
         return 0
-    counted = count(watch.thinking_text()) if count is not None and watch.keep_text else watch.thinking_chunks
+    counted = count_thinking() if count_thinking is not None else watch.thinking_chunks
     rec.reasoning_tokens = min(counted, rec.completion_tokens) if capped else counted
     rec.reasoning_from_usage = False
     return counted

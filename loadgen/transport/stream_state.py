@@ -13,7 +13,7 @@ from typing import Any
 from rampwatch.core.text import printable
 from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
 from rampwatch.loadgen.transport import redirects, sse
-from rampwatch.loadgen.transport.reasoning import ReasoningWatch
+from rampwatch.loadgen.transport.reasoning import ReasoningWatch, thinking_of_chunk
 
 _TOKEN_MARK = sse.TOKEN_MARK
 _FINISH_MARK = sse.FINISH_MARK
@@ -194,7 +194,7 @@ class StreamState:
         self.head: bytes | None = None
         # A chat stream's thinking chunks, looked at until its first answer chunk
         # (loadgen.transport.reasoning); None for completions, which never think.
-        self.reasoning = ReasoningWatch(keep_text) if chat else None
+        self.reasoning = ReasoningWatch() if chat else None
         self.watching = chat
 
     def received(self, headers: Mapping[str, str]) -> None:
@@ -301,18 +301,21 @@ class StreamState:
         if isinstance(body.get("usage"), dict) and not (keep_known and self.usage is not None):
             self.usage = body["usage"]
 
-    def text(self) -> str:
-        parts = []
+    def _bodies(self) -> list[dict[str, Any]]:
+        """The kept token events, decoded."""
         payloads: list[bytes] = []
         for item in self.raw_chunks:  # event payloads, or whole reads of token events
             if item.startswith(b"data: "):
                 payloads += [event[6:] for event in item[:-2].split(b"\n\n")]
             else:
                 payloads.append(item)
-        for payload in payloads:
-            body = sse.decode_json(payload)
-            if not body:
-                continue
+        return [body for body in map(sse.decode_json, payloads) if body]
+
+    def text(self) -> str:
+        """The answer's text (a reasoning model's thinking left out, as vLLM's
+        ``generated_text`` leaves it)."""
+        parts = []
+        for body in self._bodies():
             for choice in body.get("choices") or []:
                 piece = choice.get("text")
                 if piece is None:
@@ -320,3 +323,7 @@ class StreamState:
                 if piece:
                     parts.append(piece)
         return "".join(parts)
+
+    def thinking_text(self) -> str:
+        """A reasoning model's thinking text, all of it (``loadgen.transport.reasoning``)."""
+        return "".join(thinking_of_chunk(body) for body in self._bodies())

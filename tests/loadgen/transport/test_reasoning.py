@@ -64,10 +64,10 @@ def test_delta_parts_from_bytes_agree_with_the_decoded_chunk(payload, parts):
     if sse.decode_json(payload) is None:
         return  # cut off: not an event the fast path takes whole
     # the fast path's inlined copy, on the read that holds the event
-    watch = reasoning.ReasoningWatch(keep_text=True)
+    watch = reasoning.ReasoningWatch()
     still_watching = watch.see_read(b"data: " + payload + b"\n\n", 1, 5.0)
     assert (watch.thinking_chunks == 1, not still_watching) == parts
-    assert watch.answer_at == (5.0 if parts[1] else None) and len(watch.thinking_payloads) == parts[0]
+    assert watch.answer_at == (5.0 if parts[1] else None)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,8 @@ def test_fixtures_give_the_same_figures_on_both_parse_paths(name, group, keep_te
         assert state.reasoning.thinking_chunks == THINKING
         assert not state.watching  # nothing more is looked at once the answer started
         rec.completion_tokens, rec.tokens_from_usage = 10, True
-        reasoning.settle(rec, state.reasoning, state.usage, tokenizer.count if keep_text else None)
+        count = (lambda state=state: tokenizer.count(state.thinking_text())) if keep_text else None
+        reasoning.settle(rec, state.reasoning, state.usage, count)
         assert rec.first_answer_at == answer_tick
         assert (rec.reasoning_tokens, rec.answer_tokens) == (THINKING, ANSWER)
         assert rec.reasoning_from_usage is name.endswith("-usage.txt")
@@ -376,3 +377,15 @@ async def test_acceptance_time_to_first_answer_is_the_thinking_at_the_answers_it
         # answer's ITL (summed over its requests: a few ms of a loaded machine's jitter in
         # one request's handful of gaps is not the server's)
         assert thinking_time == pytest.approx(thinking_tokens * answer_time / answer_gaps, rel=0.10)
+
+
+async def test_thinking_after_the_answer_started_is_counted_not_timed(replay):
+    """Interleaved thinking (between tool calls): the tokenizer counts every chunk's
+    thinking text; the first answer stays the first answer."""
+    events = events_of((FIXTURES / "reasoning-no-details.txt").read_bytes())
+    late = events[7].replace(b'"content":" sky"', b'"reasoning":" hmm"')
+    body = b"".join([*events[:8], late, *events[8:]]).replace(b'"completion_tokens":10', b'"completion_tokens":11')
+    rec = await _send(replay, body, fallback_tokenizer=load_tokenizer(None))
+    assert rec.ok and rec.completion_tokens == 11
+    assert rec.reasoning_tokens == THINKING + 1 and rec.reasoning_from_usage is False
+    assert rec.first_answer_at == pytest.approx(rec.chunk_times[FIRST_ANSWER_EVENT - 1])
