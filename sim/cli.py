@@ -267,6 +267,17 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
 def reasoning_from_args(args: argparse.Namespace) -> ReasoningConfig | None:
     if args.reasoning_parser is None:
+        given = [
+            flag
+            for flag, value, default in (
+                ("--reasoning-tokens", args.reasoning_tokens, DEFAULT_REASONING_TOKENS),
+                ("--reasoning-field", args.reasoning_field, "reasoning"),
+                ("--no-reasoning-usage", args.no_reasoning_usage, False),
+            )
+            if value != default
+        ]
+        if given:
+            raise UserError(f"{given[0]}: shapes a reasoning model's answers; add --reasoning-parser NAME")
         return None
     return ReasoningConfig(
         args.reasoning_parser, args.reasoning_tokens, args.reasoning_field, usage_details=not args.no_reasoning_usage

@@ -219,3 +219,27 @@ async def test_continuous_usage_counts_the_thinking_so_far():
     shown = [c["usage"]["completion_tokens_details"]["reasoning_tokens"] for c in chunks[1:-1]]
     assert shown == [min(i + 1, len(thinking)) for i in range(60)]
     assert usage["completion_tokens_details"] == {"reasoning_tokens": len(thinking)}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--reasoning-tokens", "64"],
+            "--reasoning-tokens: shapes a reasoning model's answers; add --reasoning-parser",
+        ),
+        (["--no-reasoning-usage"], "--no-reasoning-usage: shapes"),
+        (["--reasoning-parser", "r1", "--reasoning-tokens", "-5"], "--reasoning-tokens -5: must be >= 0"),
+    ],
+)
+def test_reasoning_flags_on_the_command_line(argv, message):
+    import argparse
+
+    from rampwatch.sim.cli import config_from_args, configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    with pytest.raises(UserError, match=f"^{message}"):
+        config_from_args(parser.parse_args(["--hardware", "instant", "--model", "tiny", *argv]))
+    config = config_from_args(parser.parse_args(["--model", "tiny", "--reasoning-parser", "qwen3"]))
+    assert config.reasoning == reasoning.ReasoningConfig("qwen3")
