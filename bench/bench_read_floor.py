@@ -11,15 +11,24 @@ events (one token per event):
   and nothing else. With asyncio's default read size (a fresh 256 KiB bytes object per
   recv), with reads capped at 64 KiB (what ``loadgen.transport.http_stream`` sets), and on uvloop.
 - ``StreamingClient``: rampwatch's client (``loadgen.transport.client``, ``http_stream`` transport)
-  sending the same request in a loop, with no runner, workload or summary around it.
+  sending the same request in a loop, with no runner, workload or summary around it;
+  ``--endpoint chat`` sends it as a chat request instead.
+
+``--target URL`` measures against a server already running instead of starting the
+simulator, e.g. ``rampwatch sim --reasoning-parser r1 --reasoning-tokens 128`` for a
+reasoning model's streams (thinking chunks, then the answer), and lets two checkouts'
+clients (each with its own ``.venv``) read the same server; ``--client-only`` skips the
+trivial protocol's rows.
 
     .venv/bin/python bench/bench_read_floor.py [--requests 2000] [--sim-hardware instant]
+        [--target URL] [--endpoint chat] [--client-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import resource
 import sys
@@ -121,12 +130,17 @@ async def trivial(url: str, requests: int, read_size: int | None) -> dict[str, f
     return meter.result()
 
 
-async def streaming_client(url: str, requests: int) -> dict[str, float]:
+async def streaming_client(url: str, requests: int, endpoint: str = "completions") -> dict[str, float]:
     from rampwatch.loadgen.transport.client import StreamingClient
     from rampwatch.loadgen.workload.requests import PreparedRequest
 
+    text = "hello " * 32
+    prompt = {"messages": [{"role": "user", "content": text}]} if endpoint == "chat" else {"prompt": text}
     req = PreparedRequest(
-        "completions", {"prompt": "hello " * 32, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True}, 32, OUTPUT_TOKENS
+        endpoint,  # type: ignore[arg-type]
+        {**prompt, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True},
+        32,
+        OUTPUT_TOKENS,
     )
     t0 = time.monotonic()
     meter = Meter(requests)
@@ -161,6 +175,9 @@ def main() -> int:
     parser.add_argument("--sim-hardware", default="instant")
     parser.add_argument("--sim-model", default="tiny")
     parser.add_argument("--sim-speed", type=float, default=1.0)
+    parser.add_argument("--target", default=None, help="a running server's URL instead of the simulator")
+    parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    parser.add_argument("--client-only", action="store_true", help="only the StreamingClient rows")
     args = parser.parse_args()
 
     from rampwatch.app.session import serving_sim
@@ -174,20 +191,32 @@ def main() -> int:
         ),
         ("trivial protocol, asyncio, 64 KiB reads", "asyncio", lambda url: trivial(url, args.requests, 64 * 1024)),
         ("trivial protocol, uvloop", "uvloop", lambda url: trivial(url, args.requests, None)),
-        ("StreamingClient, asyncio", "asyncio", lambda url: streaming_client(url, args.requests)),
-        ("StreamingClient, uvloop", "uvloop", lambda url: streaming_client(url, args.requests)),
+        (
+            f"StreamingClient {args.endpoint}, asyncio",
+            "asyncio",
+            lambda url: streaming_client(url, args.requests, args.endpoint),
+        ),
+        (
+            f"StreamingClient {args.endpoint}, uvloop",
+            "uvloop",
+            lambda url: streaming_client(url, args.requests, args.endpoint),
+        ),
     ]
+    if args.client_only:
+        cases = cases[3:]
     config = SimConfig(hardware=args.sim_hardware, model=args.sim_model, speed=args.sim_speed, served_model_name="tiny")
+    server = args.target or f"simulator {args.sim_hardware}/{args.sim_model} speed {args.sim_speed:g}"
     print(
-        f"simulator {args.sim_hardware}/{args.sim_model} speed {args.sim_speed:g}; {CONCURRENCY} streams of "
-        f"{OUTPUT_TOKENS} tokens, {args.requests} requests per row; CPU-s per 1M streamed events"
+        f"{server}; {CONCURRENCY} streams of {OUTPUT_TOKENS} tokens, {args.requests} requests per row; "
+        "CPU-s per 1M streamed events"
     )
     print()
     print("| reader | events/s | events per read | user | system | total |")
     print("|---|---|---|---|---|---|")
-    with serving_sim(config) as sim:
+    with contextlib.ExitStack() as stack:
+        url = args.target or stack.enter_context(serving_sim(config)).url
         for name, loop_kind, make in cases:
-            r = run_on(loop_kind, make(sim.url))
+            r = run_on(loop_kind, make(url))
             per_read = f"{r['events/read']:.2f}" if "events/read" in r else "-"
             print(
                 f"| {name} | {r['events/s']:,.0f} | {per_read} | {r['user']:.2f} | {r['system']:.2f} | "

@@ -29,6 +29,7 @@ from rampwatch.sim.config import (
 from rampwatch.sim.gpu_telemetry import DCGM_PATH
 from rampwatch.sim.lora import LoraConfig, lora_argv, parse_lora_modules
 from rampwatch.sim.multimodal import DEFAULT_CACHE_GB, DEFAULT_IMAGE_LIMIT, image_limit_of
+from rampwatch.sim.reasoning import DEFAULT_REASONING_TOKENS, REASONING_FIELDS, ReasoningConfig
 from rampwatch.sim.serve_flags import IGNORED_VLLM_FLAGS_WITH_VALUE, IGNORED_VLLM_SWITCHES
 from rampwatch.sim.server import SimServer, serve_until
 
@@ -205,6 +206,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "acceptance per position from the method's preset, vLLM's synthetic_acceptance_rates, or the "
         'simulator\'s own "acceptance": see docs/sim-presets.md)',
     )
+    reasoning = parser.add_argument_group("a reasoning model (sim.reasoning)")
+    reasoning.add_argument(
+        "--reasoning-parser",
+        metavar="NAME",
+        default=None,
+        help="as vLLM: chat answers stream their thinking as delta.reasoning before the answer, and usage "
+        "counts it in completion_tokens_details.reasoning_tokens (any NAME: the simulator has one model of thinking)",
+    )
+    reasoning.add_argument(
+        "--reasoning-tokens",
+        type=int,
+        metavar="N",
+        default=DEFAULT_REASONING_TOKENS,
+        help="mean thinking tokens at reasoning_effort medium, the default; low is N/4, high 4N; each "
+        f"request draws ±50 %% around its mean, seeded (default {DEFAULT_REASONING_TOKENS})",
+    )
+    reasoning.add_argument(
+        "--reasoning-field",
+        choices=REASONING_FIELDS,
+        default="reasoning",
+        help="the delta field of the thinking: reasoning (vLLM now) or reasoning_content (older vLLM, other servers)",
+    )
+    reasoning.add_argument(
+        "--no-reasoning-usage",
+        action="store_true",
+        help="leave completion_tokens_details out of usage (a server that does not report thinking tokens)",
+    )
     faults = parser.add_argument_group("fault injection (seeded)")
     faults.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests answered with HTTP 500")
     faults.add_argument("--abort-rate", type=float, default=0.0, help="fraction of streams cut mid-way")
@@ -283,6 +311,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             max_cpu_loras=args.max_cpu_loras,
         ),
         speculative_config=args.speculative_config,
+        reasoning=reasoning_from_args(args),
         faults=FaultConfig(
             error_rate=args.error_rate,
             abort_rate=args.abort_rate,
@@ -292,6 +321,25 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         ),
     )
     return config.resolved()
+
+
+def reasoning_from_args(args: argparse.Namespace) -> ReasoningConfig | None:
+    if args.reasoning_parser is None:
+        given = [
+            flag
+            for flag, value, default in (
+                ("--reasoning-tokens", args.reasoning_tokens, DEFAULT_REASONING_TOKENS),
+                ("--reasoning-field", args.reasoning_field, "reasoning"),
+                ("--no-reasoning-usage", args.no_reasoning_usage, False),
+            )
+            if value != default
+        ]
+        if given:
+            raise UserError(f"{given[0]}: shapes a reasoning model's answers; add --reasoning-parser NAME")
+        return None
+    return ReasoningConfig(
+        args.reasoning_parser, args.reasoning_tokens, args.reasoning_field, usage_details=not args.no_reasoning_usage
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -438,6 +486,8 @@ def config_to_argv(config: SimConfig) -> list[str]:
         argv += ["--mm-processor-cache-gb", repr(config.mm_processor_cache_gb)]
     if config.speculative_config is not None:
         argv += ["--speculative-config", config.speculative_config]
+    if config.reasoning is not None:
+        argv += config.reasoning.argv()
     return argv + lora_argv(config.lora)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from rampwatch.core.errors import UserError
 from rampwatch.sim.lora import LoraConfig
+from rampwatch.sim.reasoning import ReasoningConfig
 from rampwatch.sim.speculation import SpecConfig, parse_speculative_config
 
 GIB = 1024**3
@@ -388,6 +389,9 @@ class SimConfig:
         """The parsed ``speculative_config`` (raises ``UserError`` on a bad one)."""
         return None if self.speculative_config is None else parse_speculative_config(self.speculative_config)
 
+    # vLLM's --reasoning-parser: chat answers think first (sim.reasoning); None: they do not.
+    reasoning: ReasoningConfig | None = None
+
     @property
     def kv_bytes_per_element(self) -> float:
         """``auto`` keeps the model's KV dtype; every fp8 variant stores one byte."""
@@ -450,6 +454,8 @@ class SimConfig:
         self.faults.validate()
         self.lora.validate()
         _ = self.speculation  # a bad --speculative-config is refused before anything starts
+        if self.reasoning is not None:
+            self.reasoning.validate()
         blocks = self.num_gpu_blocks
         if blocks is None:
             blocks = derive_num_gpu_blocks(

@@ -35,6 +35,7 @@ VLLM_FLAGS = (
     "--mm-processor-cache-gb",
     "--speculative-config",  # sim.speculation
     "-sc",
+    "--reasoning-parser",
     "--pipeline-parallel-size",  # accepted at 1 only
     "-pp",
     "--enable-lora",
@@ -60,7 +61,6 @@ IGNORED_VLLM_FLAGS_WITH_VALUE = (
     "--generation-config",
     "--override-generation-config",
     "--tool-call-parser",
-    "--reasoning-parser",
     "--uvicorn-log-level",
     "--max-log-len",
     "--api-key",
@@ -104,6 +104,9 @@ SIM_ONLY_FLAGS = (
     "--stall-at",
     "--stall-for",
     "--chunk-gaps-out",
+    "--reasoning-tokens",
+    "--reasoning-field",
+    "--no-reasoning-usage",
 )
 
 # The simulator's spelling of a vLLM argument -> vLLM's.

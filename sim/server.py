@@ -33,6 +33,7 @@ from rampwatch.sim.gpu_telemetry import DCGM_PATH, GpuTelemetry
 from rampwatch.sim.lora import lora_model_cards
 from rampwatch.sim.metrics import make_registry, render
 from rampwatch.sim.multimodal import IMAGE_MODELS, Processor
+from rampwatch.sim.reasoning import RequestProblem, Thinking, thinking_head, thinking_of, usage_details
 from rampwatch.sim.router import Router
 from rampwatch.sim.streams import (
     DONE_EVENT,
@@ -72,6 +73,7 @@ class SimServer:
         self.registry = make_registry(self.engines, self.model_name)
         # Rank 0 keeps the one-process sequence; the others draw their own faults.
         self.fault_rng = random.Random(cfg.seed if rank == 0 else f"{cfg.seed}/{rank}")
+        self.reasoning_rng = random.Random(f"reasoning/{cfg.seed}/{rank}")  # its own: faults' draws stay
         self.rank = rank
         # Ground truth for the client's ITL: per completed stream, the gaps between the
         # writes of its successive token chunks (see _stream_response); None: nothing kept.
@@ -222,6 +224,12 @@ class SimServer:
             )
         except ApiError as err:
             return err.response()
+        thinking = Thinking(0)
+        if chat and self.config.reasoning is not None:
+            try:
+                thinking = thinking_of(self.config.reasoning, body, self.reasoning_rng)
+            except RequestProblem as exc:
+                return bad_request(str(exc), exc.param, exc.value).response()
         faults = self.config.faults
         if faults.error_rate and self.fault_rng.random() < faults.error_rate:
             return json_response(error_body("Simulated internal server error", "InternalServerError", 500), 500)
@@ -237,7 +245,10 @@ class SimServer:
             request_id,
             prompt_ids,
             max_tokens,
-            min_tokens=opts["min_tokens"],
+            # no end of sequence while thinking: a reasoning model answers after it
+            min_tokens=max(opts["min_tokens"], min(thinking.tokens + 1, max_tokens))
+            if thinking.tokens
+            else opts["min_tokens"],
             ignore_eos=opts["ignore_eos"],
             seed=opts["seed"],
             cache_salt=opts["cache_salt"],
@@ -262,6 +273,10 @@ class SimServer:
             head = prefix + b'[{"index":0,"text":"'
             role_chunk = None
         stream = OutputStream(req, chat, opts["stream"], head, role_chunk, opts["continuous_usage"], abort_after)
+        stream.reasoning_usage = chat and self.config.reasoning is not None and self.config.reasoning.usage_details
+        if thinking.tokens:
+            stream.thinking = thinking.tokens
+            stream.thinking_head = thinking_head(self.config.reasoning, prefix) if thinking.shown else None  # type: ignore[arg-type]
         req.client = stream
         engine.add_request(req, self.sim_now())
         self._wake[index].set()
@@ -315,7 +330,13 @@ class SimServer:
                         batch.append(
                             prefix + b'[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%s},'
                             b'"system_fingerprint":"%s"}\n\n'
-                            % (p, p + n, n, self._streamed_details(stream), SYSTEM_FINGERPRINT.encode())
+                            % (
+                                p,
+                                p + n,
+                                n,
+                                self._streamed_details(stream) + self._reasoning_details(stream),
+                                SYSTEM_FINGERPRINT.encode(),
+                            )
                         )
                     batch.append(DONE_EVENT)
                     await resp.write(b"".join(batch))
@@ -357,11 +378,19 @@ class SimServer:
             created,
         )
 
+    def _reasoning_details(self, stream: OutputStream) -> bytes:
+        """``completion_tokens_details`` of a chat answer when the server runs a reasoning
+        parser (sim.reasoning): the thinking tokens generated."""
+        if not stream.chat:
+            return b""
+        return usage_details(self.config.reasoning, min(stream.thinking, len(stream.req.output_token_ids)))
+
     async def _full_response(self, stream: OutputStream, request_id: str, created: int, chat: bool) -> web.Response:
         req = stream.req
         while not stream.done:
             await stream.next_batch()
-        text = generated_text(req.output_token_ids, continuation=not chat)
+        thought = min(stream.thinking, len(req.output_token_ids))
+        text = generated_text(req.output_token_ids[thought:], continuation=not chat)
         n, p = len(req.output_token_ids), req.num_prompt_tokens
         usage = {
             "prompt_tokens": p,
@@ -369,6 +398,10 @@ class SimServer:
             "completion_tokens": n,
             "prompt_tokens_details": self._prompt_tokens_details(req, chat),
         }
+        if chat and self.config.reasoning is not None:
+            usage["completion_tokens_details"] = (
+                {"reasoning_tokens": thought} if self.config.reasoning.usage_details else None
+            )
         if chat:
             choice = {
                 "index": 0,
@@ -381,6 +414,11 @@ class SimServer:
                     "function_call": None,
                     "tool_calls": [],
                     "reasoning_content": None,
+                    **(
+                        {"reasoning": generated_text(req.output_token_ids[:thought])}
+                        if stream.thinking_head and thought
+                        else {}
+                    ),
                 },
                 "logprobs": None,
                 "finish_reason": req.finish_reason,

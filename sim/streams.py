@@ -68,6 +68,9 @@ class OutputStream:
         "sent",
         "pushed",
         "done",
+        "thinking",
+        "thinking_head",
+        "reasoning_usage",
     )
 
     def __init__(
@@ -97,6 +100,11 @@ class OutputStream:
         self.sent = 0
         self.pushed = 0  # output tokens handed over (a speculative step gives several)
         self.done = False  # the final token has been handed over
+        # A reasoning model's first `thinking` tokens are thinking (sim.reasoning),
+        # streamed after `thinking_head` (None: not streamed, include_reasoning false).
+        self.thinking = 0
+        self.thinking_head: bytes | None = None
+        self.reasoning_usage = False  # continuous usage carries completion_tokens_details
 
     def push(self) -> None:
         """Called by the driver after a step that gave this request one token or more."""
@@ -104,6 +112,7 @@ class OutputStream:
         if self.stream:
             out = req.output_token_ids
             n = len(out)
+            first, self.pushed = self.pushed, n
             if req.status == FINISHED:
                 self.done = True
                 reason = req.finish_reason
@@ -112,20 +121,48 @@ class OutputStream:
             else:
                 tail = self.tail
             if self.continuous_usage:
-                tail = tail[:-3] + usage_bytes(self.prompt_tokens, n) + b"}\n\n"
+                usage = usage_bytes(self.prompt_tokens, n)
+                if self.reasoning_usage:  # as vLLM with a reasoning parser: the thinking so far
+                    usage = usage[:-1] + b',"completion_tokens_details":{"reasoning_tokens":%d}}' % min(
+                        n, self.thinking
+                    )
+                tail = tail[:-3] + usage + b"}\n\n"
             if self.role_prefix is not None:
                 self.pending.append(self.role_prefix)
                 self.role_prefix = None
-            if n == self.pushed + 1:  # one token, the usual step
-                text = (self.first_words if n == 1 else WORDS_REST)[out[-1]]
-            else:  # several (accepted drafts): one chunk carries them all, as vLLM's delta does
-                first = self.pushed
-                text = b"".join((self.first_words if i == 0 else WORDS_REST)[out[i]] for i in range(first, n))
-            self.pushed = n
-            self.pending.append(self.head + text + tail)
+            # The new tokens [first, n): thinking ones (sim.reasoning), then answer ones. A
+            # step that gave several (accepted drafts) sends each kind as one chunk, as
+            # vLLM's delta does; the last chunk carries the finish reason and usage.
+            split = min(max(first, self.thinking), n)
+            chunks: list[tuple[bytes, bytes]] = []
+            if split > first and self.thinking_head is not None:
+                chunks.append((self.thinking_head, self._words(out, first, split)))
+            if n > split:
+                chunks.append((self.head, self._words(out, split, n)))
+            if not chunks:
+                if self.done:  # hidden thinking cut short: the finish reason still comes
+                    self.pending.append(self.head + tail)
+            else:
+                for head, text in chunks[:-1]:
+                    self.pending.append(head + text + self.tail)
+                head, text = chunks[-1]
+                self.pending.append(head + text + tail)
         elif req.status == FINISHED:
             self.done = True
         self.wake()
+
+    def _words(self, out: list[int], start: int, end: int) -> bytes:
+        """The text of output tokens [start, end): the first thinking token and the first
+        answer token as a first word (no leading space in chat), the others as the rest."""
+
+        def word(i: int) -> bytes:
+            if i < self.thinking:
+                return (WORDS_FIRST if i == 0 else WORDS_REST)[out[i]]
+            return (self.first_words if i == self.thinking else WORDS_REST)[out[i]]
+
+        if end == start + 1:
+            return word(start)
+        return b"".join(word(i) for i in range(start, end))
 
     def wake(self) -> None:
         w = self.waiter

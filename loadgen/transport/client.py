@@ -22,6 +22,10 @@ Timing follows ``vllm bench serve`` (``vllm/benchmarks/lib/endpoint_request_func
   over the streamed text (``tokens_from_usage=False``); without a tokenizer they stay 0.
   The prompt count then falls back to ``PreparedRequest.expected_prompt_tokens``.
   Chunks are never counted as tokens: chunks may hold zero or several tokens.
+- A reasoning model's chat stream (``delta.reasoning`` / ``delta.reasoning_content``
+  before ``delta.content``): TTFT stays the first chunk of any kind; ``first_answer_at``
+  is the first answer chunk and ``reasoning_tokens`` the thinking's share of the
+  completion tokens (``loadgen.transport.reasoning`` says where it comes from).
 
 A request succeeds when the status is 200, at least one token chunk arrived and the
 stream ended with ``[DONE]``. Otherwise ``error_class`` is one of:
@@ -60,7 +64,7 @@ import orjson
 
 from rampwatch.core.text import server_text
 from rampwatch.core.timeline import CLIENT_LIMIT, RequestRecord
-from rampwatch.loadgen.transport import http_stream, redirects, sse
+from rampwatch.loadgen.transport import http_stream, reasoning, redirects, sse
 from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.loadgen.transport.open_files import out_of_files
 from rampwatch.loadgen.transport.server_probe import (
@@ -298,7 +302,7 @@ class StreamingClient:
             self._headers,
             _body_bytes(self.build_body(req)),
         )
-        state = StreamState(keep_text=self._keep_text or req.keep_text)
+        state = StreamState(keep_text=self._keep_text or req.keep_text, chat=req.endpoint == "chat")
         conn: http_stream.HttpConnection | None = None
         exchange: StreamExchange | None = None
         try:
@@ -377,7 +381,7 @@ class StreamingClient:
     async def _send_aiohttp(self, req: PreparedRequest, rec: RequestRecord) -> RequestRecord:
         session = self._open_session()
         clock = self.clock
-        state = StreamState(keep_text=self._keep_text or req.keep_text)
+        state = StreamState(keep_text=self._keep_text or req.keep_text, chat=req.endpoint == "chat")
         try:
             async with redirects.request(
                 session, "POST", self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
@@ -496,6 +500,20 @@ class StreamingClient:
             rec.tokens_from_usage = False
             if self.fallback_tokenizer is not None and state.raw_chunks:
                 rec.completion_tokens = count_tokens(self.fallback_tokenizer, self._text(rec, state))
+        if state.reasoning is not None:
+            self._settle_reasoning(rec, state)
+
+    def _settle_reasoning(self, rec: RequestRecord, state: StreamState) -> None:
+        """A chat stream's thinking: its first answer chunk and thinking tokens
+        (``loadgen.transport.reasoning``); counted without usage, the thinking is part of
+        the completion tokens, as the server counts it."""
+        assert state.reasoning is not None
+        tokenizer = self.fallback_tokenizer
+        counting = tokenizer is not None and bool(state.raw_chunks)
+        count = (lambda: count_tokens(tokenizer, state.thinking_text())) if counting else None
+        counted = reasoning.settle(rec, state.reasoning, state.usage, count)
+        if not rec.tokens_from_usage and counting:
+            rec.completion_tokens += counted
 
     def _text(self, rec: RequestRecord, state: StreamState) -> str:
         """The answer's text, decoded once per request."""

@@ -13,6 +13,7 @@ from typing import Any
 from rampwatch.core.text import printable
 from rampwatch.core.timeline import MAX_TOKEN_COUNT, RequestRecord
 from rampwatch.loadgen.transport import redirects, sse
+from rampwatch.loadgen.transport.reasoning import ReasoningWatch, thinking_of_chunk
 
 _TOKEN_MARK = sse.TOKEN_MARK
 _FINISH_MARK = sse.FINISH_MARK
@@ -120,7 +121,10 @@ class StreamExchange:
         state = self.state
         tokens = self.decoder.token_events_only(data)
         if tokens:
-            state.token_events(tokens, self.rec, self.clock())
+            now = self.clock()
+            if state.watching:
+                state.watching = state.reasoning.see_read(data, tokens, now)  # type: ignore[union-attr]
+            state.token_events(tokens, self.rec, now)
             state.last_fast_read = data
             if state.keep_text:
                 state.raw_chunks.append(data)  # whole events; text() splits them
@@ -172,9 +176,11 @@ class StreamState:
         "content_type",
         "content_encoding",
         "head",
+        "reasoning",
+        "watching",
     )
 
-    def __init__(self, keep_text: bool) -> None:
+    def __init__(self, keep_text: bool, chat: bool = False) -> None:
         self.done = False
         self.usage: dict[str, Any] | None = None
         self.error_message: str | None = None
@@ -186,6 +192,10 @@ class StreamState:
         self.content_type = ""
         self.content_encoding = ""
         self.head: bytes | None = None
+        # A chat stream's thinking chunks, looked at until its first answer chunk
+        # (loadgen.transport.reasoning); None for completions, which never think.
+        self.reasoning = ReasoningWatch() if chat else None
+        self.watching = chat
 
     def received(self, headers: Mapping[str, str]) -> None:
         """The answer's head: its content type and encoding (``headers``: lower-case names,
@@ -243,6 +253,8 @@ class StreamState:
                     chunk_times.append(now)
                 if self.keep_text:
                     self.raw_chunks.append(payload)
+                if self.watching:
+                    self.watching = self.reasoning.see(payload, now, body)  # type: ignore[union-attr]
                 if body is not None:
                     self._apply_chunk(body, rec)
                 elif _FINISH_MARK in payload or _USAGE_MARK in payload:
@@ -289,18 +301,21 @@ class StreamState:
         if isinstance(body.get("usage"), dict) and not (keep_known and self.usage is not None):
             self.usage = body["usage"]
 
-    def text(self) -> str:
-        parts = []
+    def _bodies(self) -> list[dict[str, Any]]:
+        """The kept token events, decoded."""
         payloads: list[bytes] = []
         for item in self.raw_chunks:  # event payloads, or whole reads of token events
             if item.startswith(b"data: "):
                 payloads += [event[6:] for event in item[:-2].split(b"\n\n")]
             else:
                 payloads.append(item)
-        for payload in payloads:
-            body = sse.decode_json(payload)
-            if not body:
-                continue
+        return [body for body in map(sse.decode_json, payloads) if body]
+
+    def text(self) -> str:
+        """The answer's text (a reasoning model's thinking left out, as vLLM's
+        ``generated_text`` leaves it)."""
+        parts = []
+        for body in self._bodies():
             for choice in body.get("choices") or []:
                 piece = choice.get("text")
                 if piece is None:
@@ -308,3 +323,7 @@ class StreamState:
                 if piece:
                     parts.append(piece)
         return "".join(parts)
+
+    def thinking_text(self) -> str:
+        """A reasoning model's thinking text, all of it (``loadgen.transport.reasoning``)."""
+        return "".join(thinking_of_chunk(body) for body in self._bodies())

@@ -19,6 +19,7 @@ from rampwatch.loadgen.workload.datasets import load_dataset
 from rampwatch.loadgen.workload.images import ImageMaker, with_images
 from rampwatch.loadgen.workload.mixture import MixtureFactory
 from rampwatch.loadgen.workload.prompts import compose_exact, join, random_token_ids, synth_text
+from rampwatch.loadgen.workload.reasoning_spec import reasoning_fields
 from rampwatch.loadgen.workload.requests import PreparedRequest
 from rampwatch.loadgen.workload.scenario import Scenario
 from rampwatch.loadgen.workload.schedule_spec import TRACE_KIND
@@ -280,6 +281,7 @@ class RequestFactory:
         if self.workload.get("ignore_eos", True):
             payload["ignore_eos"] = True
         payload.update(self.workload.get("extra_body") or {})
+        payload.update(reasoning_fields(self.workload))
         if self.cache_salt is not None:
             payload["cache_salt"] = self.cache_salt
         images = None

@@ -382,7 +382,8 @@ class SessionDriver:
         text = record.generated_text
         if not self.keep_texts:
             record.generated_text = None
-        return record.ok, text, record.end_at, record.completion_tokens
+        # the answer only: the history holds no thinking (as chat templates drop it)
+        return record.ok, text, record.end_at, record.answer_tokens
 
     async def _wait_until(self, actor: _Actor, at: float) -> bool:
         """Sleep until ``at`` (the end of a think time); False when ended meanwhile."""

@@ -12,6 +12,7 @@ from rampwatch.core.figures.classes import MIX_KEY
 from rampwatch.loadgen.workload.adapters import check_adapters
 from rampwatch.loadgen.workload.images import check_images
 from rampwatch.loadgen.workload.mixture import CLASS_KEYS, check_mix
+from rampwatch.loadgen.workload.reasoning_spec import REASONING_KEYS, check_reasoning
 from rampwatch.loadgen.workload.spec_checks import (
     KeyPath,
     Problems,
@@ -41,6 +42,7 @@ WORKLOAD_KEYS = (
     "extra_body",
     "images",
     ADAPTERS_KEY,
+    *REASONING_KEYS,
 )
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms", "ttfa_ms")  # ttfa: a reasoning model's first answer token
 
@@ -257,6 +259,7 @@ def check_workload(
             p.add(path + ("images",), "cannot be combined with workload.sessions (yet)", True)
         if images is not None:
             out["images"] = images
+    out.update(check_reasoning(p, path, w, endpoint))
     return out
 
 

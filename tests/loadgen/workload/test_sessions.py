@@ -156,6 +156,38 @@ async def test_chat_turns_carry_the_previous_answer_exactly(server, tmp_path):
     assert all(r.generated_text is None for r in records)
 
 
+async def test_a_reasoning_answer_joins_the_history_without_its_thinking(server, tmp_path):
+    """As chat templates drop past thinking: the next turn carries the answer's text only,
+    and its prompt count grows by the answer's tokens, not the thinking's."""
+
+    async def thinking_first(body: dict, request: web.Request) -> web.StreamResponse:
+        server.bodies.append(body)
+        answer = server.pieces(server.answer(len(server.bodies)))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        deltas = [{"role": "assistant", "content": ""}] + [{"reasoning": f" hmm{i}"} for i in range(3)]
+        for delta in deltas + [{"content": piece} for piece in answer]:
+            await resp.write(f"data: {json.dumps({'choices': [{'index': 0, 'delta': delta}]})}\n\n".encode())
+        # no prompt_tokens: the record keeps the count the session expected
+        usage = {"completion_tokens": 3 + len(answer), "completion_tokens_details": {"reasoning_tokens": 3}}
+        await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    server.handler = thinking_first
+    sink = Sink()
+    await run_to_end(make_run(server.url, sessions_scenario(tmp_path, turns="2"), sink))
+    first, second = server.bodies
+    assert second["messages"][-2] == {"role": "assistant", "content": server.answer(1)}
+    assert "hmm" not in json.dumps(second["messages"])
+    one, two = sorted(sink.records, key=lambda r: r.turn)
+    assert one.ok and two.ok and one.reasoning_tokens == 3 and one.reasoning_from_usage
+    assert one.answer_tokens == len(server.pieces(server.answer(1)))
+    # turn 2's prompt: turn 1's, the answer (as the server counted it), 8 new tokens
+    assert two.prompt_tokens == one.prompt_tokens + one.answer_tokens + 8
+
+
 async def test_completions_turns_append_answer_separator_and_new_text(server, tmp_path):
     sink = Sink()
     run = make_run(server.url, sessions_scenario(tmp_path, endpoint="completions", turns="2"), sink)
