@@ -243,3 +243,23 @@ def test_reasoning_flags_on_the_command_line(argv, message):
         config_from_args(parser.parse_args(["--hardware", "instant", "--model", "tiny", *argv]))
     config = config_from_args(parser.parse_args(["--model", "tiny", "--reasoning-parser", "qwen3"]))
     assert config.reasoning == reasoning.ReasoningConfig("qwen3")
+
+
+async def test_a_speculative_step_splits_its_tokens_into_thinking_and_answer_chunks():
+    """Accepted drafts arrive several tokens a chunk; a step that crosses from thinking to
+    the answer sends a thinking chunk and an answer chunk, and the texts are those of the
+    same request without speculation."""
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 4, "acceptance": [0.9, 0.9, 0.9, 0.9]})
+    texts = []
+    for speculative_config in (None, spec):
+        async with serve(SimConfig(**FAST, reasoning=R1, speculative_config=speculative_config)) as url:
+            status, chunks = await chat(url, seed=3)
+        assert status == 200
+        thinking, answer, usage = split(chunks)
+        assert usage["completion_tokens"] == 200
+        assert usage["completion_tokens_details"]["reasoning_tokens"] == len("".join(thinking).split())
+        assert all(len(c["choices"][0]["delta"]) == 1 for c in chunks[1:-1])  # one kind a chunk
+        texts.append(("".join(thinking), "".join(answer), len(chunks)))
+    (plain_thinking, plain_answer, plain_chunks), (spec_thinking, spec_answer, spec_chunks) = texts
+    assert (spec_thinking, spec_answer) == (plain_thinking, plain_answer)
+    assert spec_chunks < plain_chunks / 2  # most steps gave several tokens
