@@ -359,18 +359,24 @@ def class_figures(recording: Recording) -> dict[str, Summary]:
     """Each class's summary of a mixture's recording (``core.figures.classes``: its requests,
     its SLO), fed block by block; ITLs kept as ``summarise`` keeps them. Empty for a
     recording without classes (any before mixtures)."""
+    return _group_figures(recording, ClassSummaries)
+
+
+def _group_figures(recording: Recording, groups: type[ClassSummaries]) -> dict[str, Summary]:
+    """The summaries of ``groups`` (classes, adapters) from the request blocks that carry
+    its ``group_key`` column; only those blocks are decoded. The header's groups are
+    there even without requests; none when neither names one."""
     header = recording.header
     options: dict[str, Any] = {}
     if header is not None:
         options["gpu_price_per_hour"] = (header.options or {}).get("gpu_price_per_hour")
-    # Only the blocks with a class column are decoded (none in a run without a mixture).
     frames = [
         f
         for f in recording.request_frames
-        if f.count and "request_class" in recording.request_columns(f, with_chunks=False).strings
+        if f.count and groups.group_key in recording.request_columns(f, with_chunks=False).strings
     ]
     bins_from = first_token_send(recording) if frames else None
-    accumulator = ClassSummaries(header, itl_values=stats.MicrosecondCounts, token_bins_from=bins_from, **options)
+    accumulator = groups(header, itl_values=stats.MicrosecondCounts, token_bins_from=bins_from, **options)
     for info in frames:
         accumulator.add_records(recording.decode_requests(info))
     return accumulator.build(header, recording.duration_s)
@@ -384,20 +390,4 @@ def classes_table(summaries: dict[str, Summary]) -> SegmentTable | None:
 def adapter_figures(recording: Recording) -> dict[str, Summary]:
     """Each LoRA adapter's summary (``core.figures.adapters``), fed block by block as
     ``class_figures``; empty for a recording whose requests name no adapter."""
-    header = recording.header
-    options: dict[str, Any] = {}
-    if header is not None:
-        options["gpu_price_per_hour"] = (header.options or {}).get("gpu_price_per_hour")
-    frames = [
-        f
-        for f in recording.request_frames
-        if f.count and "adapter" in recording.request_columns(f, with_chunks=False).strings
-    ]
-    if not frames:
-        return {}
-    accumulator = AdapterSummaries(
-        header, itl_values=stats.MicrosecondCounts, token_bins_from=first_token_send(recording), **options
-    )
-    for info in frames:
-        accumulator.add_records(recording.decode_requests(info))
-    return accumulator.build(header, recording.duration_s)
+    return _group_figures(recording, AdapterSummaries)
