@@ -76,6 +76,11 @@ DEFAULT_CACHE_GB = 4.0
 # The most of an image's bytes decoded to find its size (a JPEG's frame header may sit
 # behind its metadata segments).
 HEADER_BYTES = 64 * 1024
+# The most pixels an image may claim: vLLM's VLLM_MAX_IMAGE_PIXELS default (PIL's
+# decompression-bomb limit, twice Image.MAX_IMAGE_PIXELS), checked before any processing.
+# Without it a header claiming 4e9 x 4e9 costs ~1e11 simulated seconds of the processor's
+# queue (processing_s grows with the pixels), and every later image request waits behind it.
+MAX_IMAGE_PIXELS = 178_956_970
 VISION_START_ID, VISION_END_ID = 9, 10
 # The model presets that take images (sim.config.MODEL_PRESETS).
 IMAGE_MODELS = ("qwen2-vl-7b",)
@@ -198,6 +203,11 @@ def read_image(url: Any) -> SimImage:
     width, height = image_size(data)
     if width < 1 or height < 1:
         raise ImageError(f"the image's size is {width} x {height}: empty")
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ImageError(
+            f"Image size ({width * height} pixels) exceeds limit of {MAX_IMAGE_PIXELS} pixels, "
+            "could be decompression bomb DOS attack."
+        )
     digest = hashlib.blake2b(payload.encode("ascii", "replace"), digest_size=16).digest()
     return SimImage(width, height, digest, prompt_tokens_of(width, height))
 

@@ -82,7 +82,8 @@ class Thinking:
 def mean_tokens(config: ReasoningConfig, body: dict[str, Any]) -> float:
     """The mean thinking a request asks for; raises ``RequestProblem`` as vLLM refuses."""
     effort = body.get("reasoning_effort")
-    if effort is not None and effort not in EFFORT_SCALE:
+    # not a string (a mapping, a list: unhashable) is refused the same, never a 500
+    if effort is not None and (not isinstance(effort, str) or effort not in EFFORT_SCALE):
         raise RequestProblem(
             f"reasoning_effort must be one of {', '.join(EFFORT_SCALE)}, got {effort!r}.", "reasoning_effort", effort
         )

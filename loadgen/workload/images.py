@@ -36,6 +36,13 @@ SIZE_KEYS = ("width", "height", "weight")
 # The largest side accepted: a 8,192 × 8,192 image is 200 MB of noise, already absurd to send.
 MAX_SIDE = 8192
 DEFAULT_REPEAT_POOL = 8
+# The most pixels one request's images may hold together (one 8,192 × 8,192 image, ~270
+# MB of base64): the count is not bounded otherwise, and 3,000 images of 1,024 × 1,024 in
+# one request (12 GB) were built until the process ran out of memory, with a traceback.
+MAX_REQUEST_PIXELS = MAX_SIDE * MAX_SIDE
+# The most pixels the repeat pool may keep (it is built lazily and kept for the run): the
+# default pool of the largest image.
+MAX_POOL_PIXELS = DEFAULT_REPEAT_POOL * MAX_REQUEST_PIXELS
 # Streams of the scenario's seed: the image draws (counts, sizes, repeats, pixels), and
 # the pool of repeated images (one stream per pool slot).
 IMAGE_STREAM = 105
@@ -82,6 +89,22 @@ def check_images(p: Problems, path: KeyPath, value: Any, endpoint: str) -> dict[
     lo, hi = count_bounds(int(count), float(ratio), None if limit is None else int(limit))
     if lo > hi:
         p.add(path + ("limit_per_prompt",), f"expected a limit >= the fewest images a request takes ({lo}), got {hi}")
+        return None
+    largest = max(s["width"] * s["height"] for s in sizes)
+    if hi * largest > MAX_REQUEST_PIXELS:
+        p.add(
+            path + ("count",),
+            f"a request would carry up to {hi:,} images of up to {largest:,} pixels ({hi * largest:,} pixels, "
+            f"~{hi * largest * 4 / 1e6:,.0f} MB of base64); at most {MAX_REQUEST_PIXELS:,} pixels a request "
+            f"(one {MAX_SIDE} x {MAX_SIDE} image): fewer or smaller images, or limit_per_prompt",
+        )
+        return None
+    if repeat and pool * largest > MAX_POOL_PIXELS:
+        p.add(
+            path + ("repeat_pool",),
+            f"expected at most {MAX_POOL_PIXELS // largest:,} images of {largest:,} pixels in the pool "
+            f"(it is kept for the run: at most {MAX_POOL_PIXELS:,} pixels), got {pool:,}",
+        )
         return None
     return {
         "count": int(count),

@@ -95,8 +95,25 @@ def test_bad_images_are_refused_with_one_line(url, message):
 
 
 def test_a_huge_claimed_size_costs_the_clamped_tokens_and_no_memory():
-    image = read_image(png_url(100_000, 100_000))
-    assert image.tokens == image_tokens(100_000, 100_000) + FRAMING_TOKENS <= 1280 + FRAMING_TOKENS
+    image = read_image(png_url(13_000, 13_000))
+    assert image.tokens == image_tokens(13_000, 13_000) + FRAMING_TOKENS <= 1280 + FRAMING_TOKENS
+
+
+@pytest.mark.parametrize("width, height", [(100_000, 100_000), (0xFFFFFFFF, 0xFFFFFFFF), (13_378, 13_378)])
+def test_a_decompression_bomb_header_is_refused_as_vllm_does(width, height):
+    # Past vLLM's VLLM_MAX_IMAGE_PIXELS (PIL's bomb limit): refused, never processed
+    # (its processing time would hold the processor's queue for every later image).
+    with pytest.raises(ImageError, match="exceeds limit of 178956970 pixels"):
+        read_image(png_url(width, height))
+
+
+async def test_a_bomb_does_not_stall_the_next_image_request():
+    async with serve(SimConfig(model="qwen2-vl-7b")) as url, aiohttp.ClientSession() as s:
+        for side, status in ((0xFFFFFFFF, 400), (64, 200)):
+            part = {"type": "image_url", "image_url": {"url": png_url(side, side)}}
+            body = {"max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]}
+            async with s.post(url + "/v1/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=20)) as r:
+                assert r.status == status
 
 
 def test_only_the_header_is_decoded():

@@ -170,6 +170,8 @@ async def test_the_whole_answer_splits_thinking_and_content():
     "fields, param",
     [
         ({"reasoning_effort": "huge"}, "reasoning_effort"),
+        ({"reasoning_effort": {"level": "high"}}, "reasoning_effort"),  # unhashable: was a 500
+        ({"reasoning_effort": ["high"]}, "reasoning_effort"),
         ({"chat_template_kwargs": "off"}, "chat_template_kwargs"),
         ({"thinking_token_budget": -1}, "thinking_token_budget"),
     ],

@@ -94,12 +94,31 @@ def test_bucket_weights_are_normalised():
         ({"count": 4, "width": 8, "height": 8, "limit_per_prompt": 2}, "chat", "limit_per_prompt: expected a limit"),
         ({"width": 8, "height": 8, "sizes": [{"width": 8, "height": 8}]}, "chat", "cannot be combined with sizes"),
         ({"width": 8, "height": 8, "colour": 1}, "chat", "workload.images.colour: unknown key"),
+        # memory: 3,000 images of 1,024 x 1,024 a request (12 GB) ran out of memory with a traceback
+        ({"count": 3000, "width": 1024, "height": 1024}, "chat", "workload.images.count: a request would carry up"),
+        ({"count": 2, "width": 8192, "height": 8192}, "chat", "workload.images.count: a request would carry up"),
+        ({"count": 64, "count_range_ratio": 1, "width": 1024, "height": 1024}, "chat", "workload.images.count: a"),
+        (
+            {
+                "count": 1,
+                "sizes": [{"width": 8, "height": 8}, {"width": 8192, "height": 4096}],
+                "repeat": 1,
+                "repeat_pool": 1_000_000,
+            },
+            "chat",
+            "workload.images.repeat_pool: expected at most 16 images",
+        ),
     ],
 )
 def test_bad_specs_are_one_line_naming_the_key(images, endpoint, message):
     with pytest.raises(UserError) as err:
         scenario(images, endpoint=endpoint)
     assert message in str(err.value).splitlines()[0]
+
+
+def test_the_largest_request_and_pool_allowed():
+    assert scenario({"count": 64, "width": 1024, "height": 1024}).workload["images"]["count"] == 64
+    assert scenario({"count": 1000, "width": 8, "height": 8, "repeat": 0.5, "repeat_pool": 100_000})
 
 
 def test_images_cannot_come_with_sessions():
