@@ -95,7 +95,12 @@ class Run(LoadLoop):
             server_info = await client.fetch_server_info(
                 require_model=True, answer=opts.models_answer, extras_timeout_s=opts.scrape_timeout_s
             )
-            check_adapters_served(adapter_names(self.scenario.workload), server_info, redact_text(opts.target))
+            check_adapters_served(
+                adapter_names(self.scenario.workload),
+                server_info,
+                redact_text(opts.target),
+                self.connection.secrets(),
+            )
             if opts.managed_server is not None:
                 server_info = {**server_info, "managed_server": opts.managed_server}
             metrics_urls = opts.metrics_urls or [opts.target.rstrip("/") + "/metrics"]

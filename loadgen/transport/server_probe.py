@@ -6,13 +6,14 @@ server information a recording's header keeps (``fetch_server_info``: the models
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from rampwatch.core.errors import ModelNotServed, TargetUnreachable, UserError
-from rampwatch.core.redact import redact_text
+from rampwatch.core.redact import redact_text, scrub
 from rampwatch.core.text import printable, server_text
 from rampwatch.loadgen.transport import redirects
 from rampwatch.loadgen.transport.connection import Connection
@@ -130,32 +131,43 @@ def served_model_ids(models: list[Any]) -> list[str]:
     return [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id") is not None]
 
 
-def check_model_served(model: str, answer: ModelsAnswer) -> None:
+def named_models(ids: list[str], secrets: Iterable[str] = ()) -> str:
+    """The first ``MAX_MODELS_NAMED`` served ids as an error names them: each printable,
+    cut to 100 characters, and masked of ``secrets`` first (a hostile server may list the
+    API key or a header's value it was sent as a model's id)."""
+    kept = set(secrets)
+    return ", ".join(printable(repr(scrub(i, kept)[:100]), one_line=True) for i in ids[:MAX_MODELS_NAMED])
+
+
+def check_model_served(model: str, answer: ModelsAnswer, secrets: Iterable[str] = ()) -> None:
     """Raise ``ModelNotServed`` when the server lists its models and ``model`` is not one
     of them (matched as vLLM does, by id, exactly). A server without a usable list
-    (404, not OpenAI's shape) proves nothing: no error."""
+    (404, not OpenAI's shape) proves nothing: no error. ``secrets``: masked in the ids named."""
     if answer.status != 200 or answer.models is None:
         return
     ids = served_model_ids(answer.models)
     if model in ids:
         return
-    named = ", ".join(printable(repr(i[:100]), one_line=True) for i in ids[:MAX_MODELS_NAMED])
+    named = named_models(ids, secrets)
     more = f" and {len(ids) - MAX_MODELS_NAMED} more" if len(ids) > MAX_MODELS_NAMED else ""
     served = f"it serves {named}{more}" if ids else "it lists no models"
     raise ModelNotServed(f"--model {printable(repr(model), one_line=True)} is not served by {answer.url}: {served}")
 
 
-def check_adapters_served(adapters: list[str], server_info: dict[str, Any], url: str) -> None:
+def check_adapters_served(
+    adapters: list[str], server_info: dict[str, Any], url: str, secrets: Iterable[str] = ()
+) -> None:
     """Raise ``ModelNotServed`` naming the first of the scenario's LoRA adapters
     (``workload.adapters``) that the server's ``/v1/models`` list (``fetch_server_info``'s
     ``models``) lacks; vLLM lists each ``--lora-modules NAME=PATH`` under its name. A
-    server without a usable list proves nothing: no error."""
+    server without a usable list proves nothing: no error. ``secrets``: masked in the ids
+    named."""
     if not adapters or "/v1/models" in server_info.get("errors", {}):
         return
     ids = served_model_ids(server_info.get("models") or [])
     for name in adapters:
         if name not in ids:
-            named = ", ".join(printable(repr(i[:100]), one_line=True) for i in ids[:MAX_MODELS_NAMED])
+            named = named_models(ids, secrets)
             more = f" and {len(ids) - MAX_MODELS_NAMED} more" if len(ids) > MAX_MODELS_NAMED else ""
             raise ModelNotServed(
                 f"workload.adapters: adapter {printable(repr(name), one_line=True)} is not served by "
@@ -203,7 +215,7 @@ async def fetch_server_info(
         else:
             info["models"] = answer.models
         if model is not None:
-            check_model_served(model, answer)
+            check_model_served(model, answer, secrets)
     except TargetUnreachable as exc:
         if model is not None:
             raise

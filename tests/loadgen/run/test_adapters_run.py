@@ -16,6 +16,7 @@ from rampwatch.core.figures.adapters import adapter_summaries
 from rampwatch.core.timeline import NullSink
 from rampwatch.loadgen.run.options import RunOptions
 from rampwatch.loadgen.run.runner import Run
+from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import SimConfig
@@ -86,3 +87,22 @@ async def test_an_adapter_the_server_does_not_serve_stops_the_run_in_one_line(tm
     assert "\n" not in message
     assert message.startswith("workload.adapters: adapter 'code' is not served by http://127.0.0.1:")
     assert "it serves 'tiny', 'sql', 'chat'" in message and "--lora-modules code=PATH" in message
+
+
+@pytest.mark.slow
+async def test_a_server_listing_the_api_key_as_a_model_never_shows_it_in_the_not_served_line(tmp_path):
+    # A hostile server echoes the key it was sent as a served model's id: the line that
+    # names what it serves masks it, as the recording's header does.
+    key = "sk-secret-key-28"
+    scn = scenario(tmp_path, SCENARIO.replace("name: chat", "name: code"))
+    served = LoraConfig(enable_lora=True, modules=(LoraModule("sql", "/a"), LoraModule(key, "/b")), max_loras=2)
+    async with serve(SimConfig(hardware="instant", model="tiny", lora=served)) as url:
+        options = RunOptions(target=url, model="tiny", keep_records=True, connection=Connection(api_key=key))
+        with pytest.raises(ModelNotServed) as exc:
+            await Run(scn, options, sinks=[NullSink()]).execute()
+        message = str(exc.value)
+        assert key not in message and "'sql', '<redacted>'" in message
+        options = RunOptions(target=url, model="nope", keep_records=True, connection=Connection(api_key=key))
+        with pytest.raises(ModelNotServed) as exc:
+            await Run(scenario(tmp_path, SCENARIO), options, sinks=[NullSink()]).execute()
+        assert key not in str(exc.value) and "'<redacted>'" in str(exc.value)
