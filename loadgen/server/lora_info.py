@@ -28,12 +28,19 @@ def adapter_names(label: str | None) -> list[str]:
     return [name for name in names if name][:MAX_NAMES]
 
 
+# The largest max_lora read (vLLM's --max-loras is an int; a slot a few GB of adapter
+# weights): a label of 1e308 was shown as a 309-digit count.
+MAX_LORA_SLOTS = 2**31 - 1
+
+
 def _count(text: str | None) -> float | None:
+    """``max_lora``: a whole number from 0 to ``MAX_LORA_SLOTS``, else None (unread)."""
     try:
         value = float(text) if text is not None else None
     except ValueError:
         return None
-    return value if value is not None and math.isfinite(value) and value >= 0 else None
+    ok = value is not None and math.isfinite(value) and value.is_integer() and 0 <= value <= MAX_LORA_SLOTS
+    return value if ok else None
 
 
 def lora_fields(samples: Iterable[tuple[str, dict[str, str], float]]) -> dict[str, Any]:

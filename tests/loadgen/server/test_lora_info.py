@@ -42,6 +42,14 @@ def test_hostile_names_are_printable_and_bounded():
     assert sample.max_lora is None  # not a count: not a number made up
 
 
+@pytest.mark.parametrize("max_lora", ["1e308", "2.5", "-1", "nan", "inf", "4294967296"])
+def test_a_max_lora_that_is_not_a_slot_count_is_unread(max_lora):
+    # 1e308 was read and the summary showed a 309-digit max_lora
+    labels = {"max_lora": max_lora, "running_lora_adapters": "a", "waiting_lora_adapters": ""}
+    assert lora_fields([("vllm:lora_requests_info", labels, 5.0)])["max_lora"] is None
+    assert lora_fields([("vllm:lora_requests_info", {**labels, "max_lora": "4"}, 5.0)])["max_lora"] == 4.0
+
+
 @pytest.mark.parametrize(
     ("label", "expected"), [(None, []), ("", []), ("a", ["a"]), ("a,,b", ["a", "b"]), (" a , b", ["a", "b"])]
 )
