@@ -142,9 +142,14 @@ class ReasoningWatch:
 
 
 def thinking_of_chunk(body: dict[str, Any] | None) -> str:
-    """A decoded chunk's thinking text (either spelling; empty when none)."""
+    """A decoded chunk's thinking text: ``reasoning``, else ``reasoning_content`` (empty
+    when neither). A chunk with both holds the same text twice (servers that keep the old
+    spelling for older clients, e.g. mlx-vlm's): it is counted once."""
     delta = _first_delta(body)
-    return "".join(delta[key] for key in ("reasoning", "reasoning_content") if _nonempty_str(delta.get(key)))
+    for key in ("reasoning", "reasoning_content"):
+        if _nonempty_str(delta.get(key)):
+            return delta[key]
+    return ""
 
 
 def usage_reasoning_tokens(

@@ -8,6 +8,7 @@ on both transports and however the network splits the stream.
 """
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -389,3 +390,19 @@ async def test_thinking_after_the_answer_started_is_counted_not_timed(replay):
     assert rec.ok and rec.completion_tokens == 11
     assert rec.reasoning_tokens == THINKING + 1 and rec.reasoning_from_usage is False
     assert rec.first_answer_at == pytest.approx(rec.chunk_times[FIRST_ANSWER_EVENT - 1])
+
+
+@pytest.mark.parametrize("usage", [True, False])
+async def test_both_spellings_in_one_chunk_are_one_thinking_text(replay, usage):
+    """A server that sends the thinking in ``reasoning`` and again in
+    ``reasoning_content`` (kept for older clients): the tokenizer counts it once (it
+    counted it twice: 12 thinking tokens of 10, or 14 completion tokens without usage)."""
+    body = re.sub(
+        rb'"reasoning":("[^"]*")',
+        rb'"reasoning":\1,"reasoning_content":\1',
+        (FIXTURES / "reasoning-no-details.txt").read_bytes(),
+    )
+    rec = await _send(replay, body if usage else _without_usage(body), fallback_tokenizer=load_tokenizer(None))
+    assert rec.ok, rec.error
+    assert (rec.completion_tokens, rec.reasoning_tokens, rec.answer_tokens) == (10, THINKING, ANSWER)
+    assert rec.reasoning_from_usage is False
