@@ -137,6 +137,11 @@ class SpecConfig:
         return out
 
 
+# The longest draft modelled: rampwatch reads this many positions of vLLM's per-position
+# counter (loadgen.server.backends.MAX_SPEC_POSITIONS); real drafts are a few to ~30 tokens.
+MAX_SPECULATIVE_TOKENS = 64
+
+
 def _fail(message: str) -> UserError:
     return UserError(f"{FLAG}: {message}")
 
@@ -223,6 +228,9 @@ def parse_speculative_config(text: str) -> SpecConfig:
     k = data.get("num_speculative_tokens")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise _fail(f"num_speculative_tokens must be an integer >= 1, got {json.dumps(k)[:40]}")
+    if k > MAX_SPECULATIVE_TOKENS:
+        # 1e9 built a billion rates (gigabytes) before the server started, silently
+        raise _fail(f"num_speculative_tokens must be at most {MAX_SPECULATIVE_TOKENS}, got {k}")
     preset = SPEC_PRESETS[method]
     rates = [preset.acceptance[min(i, len(preset.acceptance) - 1)] for i in range(k)]
     if data.get("rejection_sample_method") == "synthetic":

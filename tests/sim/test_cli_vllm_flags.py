@@ -88,6 +88,7 @@ def test_an_unknown_flag_still_fails_naming_it(capsys):
         ("{}", "give a method"),
         ("not json", "not valid JSON"),
         ('{"method": "ngram"}', "num_speculative_tokens must be an integer >= 1"),
+        ('{"method": "ngram", "num_speculative_tokens": 1000000000}', "num_speculative_tokens must be at most 64"),
         ('{"method": "medusa", "num_speculative_tokens": 2}', "method 'medusa'"),
         ('{"method": "ngram", "num_speculative_tokens": 2, "bogus": 1}', "unknown key 'bogus'"),
     ],
