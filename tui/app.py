@@ -114,6 +114,7 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
         Binding("p", "previous_mark", "prev mark", show=False, priority=True),
         # tabs on narrow terminals
         *[Binding(str(i), f"show_tab({i})", f"tab {i}", show=False) for i in range(1, 10)],
+        Binding("0", "show_tab(10)", "tab 10", show=False),
         # views
         # in the help, not the footer: an 80-column footer holds the run's own keys only
         Binding("t", "toggle_steps", "steps", show=False),
@@ -325,6 +326,7 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
             tabs.show_tab("tab-gpu")
         else:
             tabs.hide_tab("tab-gpu")
+        self._number_tabs()
 
     def show_spec(self, shown: bool) -> None:
         """The spec-decode chart (and its tab) on screen only when the server speculates."""
@@ -337,6 +339,22 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
             tabs.show_tab("tab-spec")
         else:
             tabs.hide_tab("tab-spec")
+        self._number_tabs()
+
+    def _shown_panes(self) -> list[str]:
+        """The narrow layout's tabs on screen, in order (GPU and Spec only once shown)."""
+        hidden = {"tab-gpu": not self.gpu_shown, "tab-spec": not self.spec_shown}
+        tabs = self.main_screen.query_one("#narrow", TabbedContent)
+        return [pane.id for pane in tabs.query(TabPane) if pane.id is not None and not hidden.get(pane.id, False)]
+
+    def _number_tabs(self) -> None:
+        """Number the tabs on screen 1, 2, … as the digit keys reach them (0 is the tenth):
+        a hidden tab takes no number, so the Spec tab is 9 without GPU telemetry."""
+        tabs = self.main_screen.query_one("#narrow", TabbedContent)
+        for number, pane_id in enumerate(self._shown_panes(), start=1):
+            tab = tabs.get_tab(pane_id)
+            title = str(tab.label).split(" ", 1)[-1]
+            tab.label = f"{number} {title}"
 
     def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
         if self._main_screen is None:
@@ -525,7 +543,7 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
 
     def action_show_tab(self, index: int) -> None:
         tabs = self.main_screen.query_one("#narrow", TabbedContent)
-        panes = [pane.id for pane in tabs.query(TabPane) if pane.id is not None]  # compose names each
+        panes = self._shown_panes()
         if 1 <= index <= len(panes):
             tabs.active = panes[index - 1]
 

@@ -16,6 +16,7 @@ from rampwatch.tui.spec_chart import SpecChart
 from rampwatch.tui.spec_view import has_spec, spec_legend_note, spec_now_rows, spec_so_far_rows
 from rampwatch.tui.stats_panel import StatsPanel
 from tests.tui.fakes import FakeControl, FrozenSource, fake_snapshot
+from tests.tui.gpu_fakes import with_gpus
 
 WIDE = (120, 40)
 SPECULATION = {
@@ -80,3 +81,27 @@ async def test_the_chart_is_hidden_until_the_server_speculates():
         assert tabs.get_tab("tab-spec").display is True
         now, so_far = app.query_one("#w-stats", StatsPanel).rows(app.latest)
         assert ("accept length", "2.71") in now and ("accept by position", "80 / 56 / 35 %") in so_far
+
+
+@pytest.mark.slow
+async def test_on_a_narrow_screen_each_tab_shown_has_a_digit_key():
+    """The tabs shown are numbered 1, 2, … as the digit keys reach them (0 the tenth): the
+    Spec tab is 9 while the GPU tab is hidden, 10 (key 0) once it shows."""
+    source = FrozenSource(with_spec(fake_snapshot(60.0)))
+    app = make_live_app(source, FakeControl())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        tabs = app.query_one("#narrow")
+        assert str(tabs.get_tab("tab-spec").label) == "9 Spec"
+        await pilot.press("9")
+        assert tabs.active == "tab-spec"
+        source._snapshot = with_gpus(with_spec(fake_snapshot(61.0)))  # GPU telemetry comes
+        app.poll_source()
+        await pilot.pause()
+        await pilot.pause()
+        assert str(tabs.get_tab("tab-gpu").label) == "9 GPU" and str(tabs.get_tab("tab-spec").label) == "10 Spec"
+        await pilot.press("9")
+        assert tabs.active == "tab-gpu"
+        await pilot.press("0")
+        assert tabs.active == "tab-spec"
