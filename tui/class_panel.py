@@ -76,7 +76,7 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.0f}" if value >= 99.5 or value < 10 else f"{value:.1f}"
 
 
-ROW_LABELS = ("sent", "req/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "SLO met %")
+ROW_LABELS = ("ended", "req/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "SLO met %")
 
 
 def class_columns(snapshot: Snapshot) -> list[tuple[str, list[str]]]:

@@ -46,8 +46,8 @@ def test_class_columns_follow_the_class_summaries():
     columns = dict(class_columns(snap))
     assert list(columns) == NAMES
     for (name, _share, _scale, met), figures in zip(FAKE_CLASSES, snap.classes, strict=True):
-        cells = dict(zip(("sent", "req/s", "ttft50", "ttft99", "itl50", "itl99", "slo"), columns[name], strict=True))
-        assert cells["sent"] == f"{figures.summary['completed'] + figures.summary['failed']:,}"
+        cells = dict(zip(("ended", "req/s", "ttft50", "ttft99", "itl50", "itl99", "slo"), columns[name], strict=True))
+        assert cells["ended"] == f"{figures.summary['completed'] + figures.summary['failed']:,}"
         assert float(cells["slo"]) == pytest.approx(met, abs=0.1)
 
 
