@@ -239,6 +239,8 @@ def prepare_run(
         on_plan(plan)
     try:
         if plan.server is not None:
+            if plan.sim_notes:  # what the embedded simulator serves for this scenario
+                print(f"embedded simulator: {'; '.join(plan.sim_notes)}", file=out, flush=True)
             try:
                 start_server(plan.server, config.serve_timeout, out)
             except UserError as exc:
