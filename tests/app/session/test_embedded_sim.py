@@ -2,6 +2,10 @@
 parser for reasoning fields, the image model for images (unless --sim-model names one),
 the adapters; the run's --sim-model resolved for the header; nothing added otherwise."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from rampwatch.app.run_config import DEFAULT_SIM_MODEL, RunConfig
@@ -15,6 +19,7 @@ from rampwatch.app.session.plan import plan_run
 from rampwatch.app.session.server import serve_command
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.workload.scenario import load_scenario
+from tests.processes import free_port
 
 IMAGES = {"count": 1, "width": 64, "height": 64}
 PLAIN = {"input_tokens": 10, "output_tokens": 10}
@@ -104,3 +109,79 @@ def test_the_plan_of_a_shipped_scenario_resolves_the_model_and_says_what_it_adde
     assert len(plan.sim_notes) == len(notes) and all(n.startswith(w) for n, w in zip(plan.sim_notes, notes))
     assert plan.server is not None and flag(list(plan.server.command.argv), "--model") == model
     load_scenario(scenario)  # the shipped file is valid
+
+
+# The shipped scenarios of issue 28, run as the docs show them (docs/scenarios.md): headless
+# on the embedded simulator (an H100: seconds), each summary with its feature's section.
+
+
+def run_headless(tmp_path, scenario: str, *extra: str) -> tuple[str, dict]:
+    result = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rampwatch.app.cli", "run", scenario, "--headless", "--no-record"]
+        + ["--duration", "4", "--progress-interval", "100", "--result-json", str(result), *extra],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, json.loads(result.read_text())
+
+
+def section(out: str, title: str) -> dict[str, str]:
+    """A summary section's rows, label → value, from its ``--- title ---`` line to the next."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("-") and line.strip("-= ") == title)
+    rows = {}
+    for line in lines[start + 1 :]:
+        if line.startswith(("-", "=")):
+            break
+        label, _, value = line.partition(":")
+        rows[label.strip()] = value.strip()
+    return rows
+
+
+@pytest.mark.slow
+def test_the_reasoning_scenario_runs_on_a_reasoning_simulator(tmp_path):
+    out, result = run_headless(tmp_path, "reasoning", "--sim-hardware", "h100")
+    assert out.splitlines()[0].startswith("embedded simulator: --reasoning-parser deepseek_r1")
+    rows = section(out, "Time to First Answer (reasoning)")
+    assert int(rows["Requests that reasoned"]) > 0 and rows["Reasoning tokens from"] == "usage"
+    assert float(rows["Mean TTFA (ms)"]) > result["mean_ttft_ms"]  # the thinking comes first
+    classes = out[out.index("Classes (") :].splitlines()
+    assert classes[1].split() == ["minimal", "low", "no-think"]
+    assert any(line.startswith("TTFA p50 ms") for line in classes)
+
+
+@pytest.mark.slow
+def test_the_lora_scenario_runs_on_a_simulator_serving_its_adapters(tmp_path):
+    out, result = run_headless(tmp_path, "lora", "--sim-hardware", "h100")
+    assert out.splitlines()[0] == "embedded simulator: --enable-lora --max-loras 1 and its 3 adapters"
+    assert "LoRA max_lora (--max-loras):             1" in out
+    adapters = out[out.index("Adapters (") :].splitlines()
+    assert adapters[1].split() == ["sql", "support", "summarize"]
+    assert list(result["rampwatch_per_adapter"]) == ["sql", "support", "summarize"]
+
+
+@pytest.mark.slow
+def test_the_images_scenario_runs_on_the_image_model(tmp_path):
+    out, result = run_headless(tmp_path, "images", "--sim-hardware", "h100")
+    assert out.splitlines()[0] == f"embedded simulator: --model {IMAGE_SIM_MODEL} (the scenario sends images)"
+    rows = section(out, "Images")
+    assert 1.0 <= float(rows["Images per request (mean)"]) <= 2.0 and rows["Images per request (max)"] in ("1", "2")
+    assert "MM cache hit rate (%)" in rows
+    # the prompts hold the image tokens the simulator charged: at least 326 (a 512×512 image) each
+    assert result["total_input_tokens"] / result["completed"] > 326
+
+
+@pytest.mark.slow
+def test_the_documented_speculation_line_shows_its_acceptance(tmp_path):
+    port = free_port()
+    spec = '{"method": "ngram", "num_speculative_tokens": 3}'
+    serve = f"rampwatch sim --hardware h100 --port {port} --speculative-config '{spec}'"
+    out, result = run_headless(tmp_path, "chat", "--serve", serve)
+    rows = section(out, "Speculative decoding")
+    assert rows["Drafted tokens per draft"] == "3.00"
+    # ngram's preset at k = 3: 1 + 0.45 + 0.45·0.35 + 0.45·0.35·0.30 = 1.65 (docs/sim-presets.md)
+    assert float(rows["Mean acceptance length"]) == pytest.approx(1.65, abs=0.08)
+    assert result["rampwatch_spec_decode"]["mean_acceptance_length"] == pytest.approx(1.65, abs=0.08)
