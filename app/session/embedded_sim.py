@@ -94,3 +94,9 @@ def embedded_sim_model(config: RunConfig, workload: dict[str, Any]) -> str:
     if config.sim_model is not None:
         return config.sim_model
     return sim_choice(workload, None).model if config.embedded_sim else DEFAULT_SIM_MODEL
+
+
+def notes_line(notes: tuple[str, ...]) -> str:
+    """The one line the run prints (and records as an info event) on what the scenario
+    added to the embedded simulator."""
+    return f"embedded simulator: {'; '.join(notes)}"

@@ -19,6 +19,7 @@ from rampwatch.app.session.plan import plan_run
 from rampwatch.app.session.server import serve_command
 from rampwatch.core.errors import UserError
 from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.record.reader import open_recording
 from tests.processes import free_port
 
 IMAGES = {"count": 1, "width": 64, "height": 64}
@@ -118,7 +119,16 @@ def test_the_plan_of_a_shipped_scenario_resolves_the_model_and_says_what_it_adde
 def run_headless(tmp_path, scenario: str, *extra: str) -> tuple[str, dict]:
     result = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "rampwatch.app.cli", "run", scenario, "--headless", "--no-record"]
+        [
+            sys.executable,
+            "-m",
+            "rampwatch.app.cli",
+            "run",
+            scenario,
+            "--headless",
+            "--record",
+            str(tmp_path / "r.rwrec"),
+        ]
         + ["--duration", "4", "--progress-interval", "100", "--result-json", str(result), *extra],
         capture_output=True,
         text=True,
@@ -156,7 +166,10 @@ def test_the_reasoning_scenario_runs_on_a_reasoning_simulator(tmp_path):
 @pytest.mark.slow
 def test_the_lora_scenario_runs_on_a_simulator_serving_its_adapters(tmp_path):
     out, result = run_headless(tmp_path, "lora", "--sim-hardware", "h100")
-    assert out.splitlines()[0] == "embedded simulator: --enable-lora --max-loras 1 and its 3 adapters"
+    note = "embedded simulator: --enable-lora --max-loras 1 and its 3 adapters"
+    assert out.splitlines()[0] == note
+    with open_recording(tmp_path / "r.rwrec") as recording:  # the live screen's Events panel shows it
+        assert [(e.kind, e.message) for e in recording.events if e.data.get("server")] == [("info", note)]
     assert "LoRA max_lora (--max-loras):             1" in out
     adapters = out[out.index("Adapters (") :].splitlines()
     assert adapters[1].split() == ["sql", "support", "summarize"]
