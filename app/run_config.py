@@ -122,7 +122,7 @@ class RunConfig:
     drain: DrainPolicy | None = None  # None: the scenario's drain:, else wait
     workers: int | None = None
     sim_hardware: str = DEFAULT_SIM_HARDWARE
-    sim_model: str = DEFAULT_SIM_MODEL
+    sim_model: str | None = None  # None: DEFAULT_SIM_MODEL, or the image preset for a scenario with images
     ray: str | None = None
     max_clock_offset: float = DEFAULT_MAX_CLOCK_OFFSET_MS
     # What was typed (not a flag): --detach starts the same command in the background.
@@ -367,9 +367,8 @@ class RunConfig:
         )
         parser.add_argument(
             "--sim-model",
-            default=DEFAULT_SIM_MODEL,
             metavar="PRESET",
-            help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL})",
+            help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL}; qwen2-vl-7b for a scenario with images)",
         )
         add_ray_flags(parser, positive_float)
 

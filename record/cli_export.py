@@ -156,10 +156,60 @@ def spreadsheet_text(text: str) -> str:
     return text
 
 
-def write_requests_csv(records, path: Path) -> None:
+# Columns a recording has only when some request has the field (issue 28's: a plain
+# recording's CSV keeps REQUEST_COLUMNS alone, byte for byte): (the group's test, its
+# columns, its cells).
+def _reasoning_cells(r) -> list:
+    from_usage = r.reasoning_from_usage
+    return [
+        _num(r.first_answer_at),
+        _num(r.ttfa),
+        "" if r.reasoning_tokens is None else r.reasoning_tokens,
+        r.answer_tokens,  # every completion token of a request that did not reason
+        "" if from_usage is None else int(from_usage),
+    ]
+
+
+OPTIONAL_COLUMNS = (
+    (
+        lambda r: r.first_answer_at is not None or r.reasoning_tokens is not None,
+        ("first_answer_at", "ttfa_s", "reasoning_tokens", "answer_tokens", "reasoning_from_usage"),
+        _reasoning_cells,
+    ),
+    (lambda r: r.adapter is not None, ("adapter",), lambda r: [spreadsheet_text(r.adapter or "")]),
+    (lambda r: r.images is not None, ("images",), lambda r: ["" if r.images is None else r.images]),
+)
+# A mixture's class, before those columns, only with one of them: a mixture's CSV
+# without them is pinned as it was (tests/test_pinned_figures.py), with no class column.
+CLASS_COLUMN = (
+    lambda r: r.request_class is not None,
+    ("request_class",),
+    lambda r: [spreadsheet_text(r.request_class or "")],
+)
+
+
+def optional_columns(records) -> list:
+    """The ``OPTIONAL_COLUMNS`` groups some record has, in order, with the class
+    column first when there is one of them and a record has a class (one pass)."""
+    groups = (CLASS_COLUMN, *OPTIONAL_COLUMNS)
+    present = [False] * len(groups)
+    for r in records:
+        for i, (has, _, _) in enumerate(groups):
+            present[i] = present[i] or has(r)
+        if all(present):
+            break
+    if not any(present[1:]):
+        return []
+    return [group for group, yes in zip(groups, present) if yes]
+
+
+def write_requests_csv(records, path: Path, extra: list | None = None) -> None:
+    """One row a request; ``extra`` (``optional_columns``, from a pass of its own over
+    the records) adds the columns of the fields the recording has, after the others."""
+    extra = extra or []
     with private_file(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(REQUEST_COLUMNS)
+        w.writerow([*REQUEST_COLUMNS, *(name for _, names, _ in extra for name in names)])
         for r in records:
             w.writerow(
                 [
@@ -181,6 +231,7 @@ def write_requests_csv(records, path: Path) -> None:
                     spreadsheet_text(r.error_class or ""),
                     spreadsheet_text(r.error or ""),
                     spreadsheet_text(r.scenario_tag or ""),
+                    *(cell for _, _, cells in extra for cell in cells(r)),
                 ]
             )
 
@@ -213,7 +264,8 @@ def main(args: argparse.Namespace) -> int:
         else:
             _write_atomically(outputs[0], lambda tmp: write_bench_result(recording, summary, tmp, args.save_detailed))
     elif args.format == "csv":
-        _write_atomically(outputs[0], lambda tmp: write_requests_csv(recording.iter_requests(), tmp))
+        extra = optional_columns(recording.iter_requests())  # a first pass: which fields the requests have
+        _write_atomically(outputs[0], lambda tmp: write_requests_csv(recording.iter_requests(), tmp, extra))
         _write_atomically(outputs[1], lambda tmp: write_series_csv(final_snapshot(recording), tmp))
     else:
         snapshot = final_snapshot(recording)

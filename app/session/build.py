@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from rampwatch.app.ray_run import ray_workers
 from rampwatch.app.run_config import RunConfig
+from rampwatch.app.session.embedded_sim import notes_line
 from rampwatch.app.session.plan import RunPlan, drain_policy, plan_run, recorded_options
 from rampwatch.app.session.server import SERVER_TAIL_SHOWN, start_server
 from rampwatch.core.errors import ServerExited, UserError
@@ -202,6 +203,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         gpu_metrics_urls=plan.gpu.dcgm_urls,
         gpu_nvml=plan.gpu.nvml,
         gpu_note=plan.gpu.note,
+        server_notes=(notes_line(plan.sim_notes),) if plan.sim_notes else (),
         gpu_simulated=plan.gpu.simulated,
         cache_salt_policy=plan.cache_policy[0],
         cache_salt=plan.cache_policy[1],
@@ -239,6 +241,8 @@ def prepare_run(
         on_plan(plan)
     try:
         if plan.server is not None:
+            if plan.sim_notes:  # what the embedded simulator serves for this scenario
+                print(notes_line(plan.sim_notes), file=out, flush=True)
             try:
                 start_server(plan.server, config.serve_timeout, out)
             except UserError as exc:

@@ -175,7 +175,7 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     if drained:
         cancelled = sum(int(e.data.get("requests", 0)) for e in drained)
         print(
-            f"rampwatch run: the drain policy ({drained[0].data['drain']}) cancelled {cancelled:,} requests still "
+            f"rampwatch run: the drain policy ({drained[0].data['drain']}) cancelled {cancelled:,} request{'' if cancelled == 1 else 's'} still "
             "in flight at its end; the summary counts them as cancelled, not failed",
             file=sys.stderr,
         )

@@ -10,12 +10,13 @@ import socket
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from rampwatch.app.run_config import RunConfig
+from rampwatch.app.session.embedded_sim import embedded_sim_model, sim_choice
 from rampwatch.app.session.server import check_url, serve_command
 from rampwatch.core.cache_salt import cache_salt_choice
 from rampwatch.core.errors import UserError
@@ -26,7 +27,6 @@ from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable
 from rampwatch.loadgen.server.managed import ManagedServer, server_log_path
 from rampwatch.loadgen.transport.connection import Connection, ca_context
 from rampwatch.loadgen.transport.server_probe import normalize_base_url
-from rampwatch.loadgen.workload.adapters import adapter_names
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.loadgen.workload.tokenizers import load_tokenizer
 from rampwatch.record.writer import default_recording_path
@@ -199,6 +199,8 @@ class RunPlan:
     # The recording, result JSON and server log, held by this run (``core.files``) until
     # ``finish_run`` has written them; None when the plan only checks (``--detach``).
     outputs: OutputClaim | None = None
+    # What the scenario added to the embedded simulator's flags, in words (embedded_sim).
+    sim_notes: tuple[str, ...] = ()
 
 
 def unused_default_path(path: Path) -> Path:
@@ -238,12 +240,17 @@ def plan_run(config: RunConfig, claim: bool = True) -> RunPlan:
     gpu_urls = [check_url("--gpu-metrics-url", u) for u in config.gpu_metrics_url]
     # The embedded simulator: no target yet (GPU telemetry is simulated or absent).
     gpu_plan = gpu_telemetry(config.gpu, gpu_urls, None) if config.embedded_sim else None
+    # The embedded simulator serves what the scenario needs (app.session.embedded_sim).
     command = serve_command(
         config,
         seed=scenario.seed,
         gpu_telemetry=gpu_plan is not None and gpu_plan.simulated,
-        adapters=adapter_names(scenario.workload),  # the embedded simulator serves them
+        workload=scenario.workload,
     )
+    sim_notes = (
+        sim_choice(scenario.workload, config.sim_model).notes if command is not None and config.embedded_sim else ()
+    )
+    config = replace(config, sim_model=embedded_sim_model(config, scenario.workload))  # the header keeps the one run
     server = None
     if command is None:
         # A base URL with or without /v1: requests go to BASE/v1/..., metrics to BASE/metrics.
@@ -284,6 +291,7 @@ def plan_run(config: RunConfig, claim: bool = True) -> RunPlan:
         gpu=gpu_plan,
         cache_policy=cache_policy,
         outputs=outputs,
+        sim_notes=sim_notes,
     )
 
 

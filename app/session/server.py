@@ -9,20 +9,20 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TextIO
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from rampwatch.app.run_config import RunConfig
+from rampwatch.app.session.embedded_sim import sim_choice
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.redact import redact_text
 from rampwatch.loadgen.server.managed import PHASE_STARTING, ManagedServer, ServeCommand
 from rampwatch.loadgen.transport.server_probe import normalize_base_url
 from rampwatch.sim.cli import config_to_argv
 from rampwatch.sim.config import SimConfig
-from rampwatch.sim.lora import LoraConfig, LoraModule
 
 # Headless, between the lines that say a server is still starting.
 SERVER_PROGRESS_INTERVAL_S = 30.0
@@ -66,24 +66,25 @@ def serving_sim(config: SimConfig, host: str = "127.0.0.1", timeout_s: float = 3
 
 
 def serve_command(
-    config: RunConfig, seed: int | None = None, gpu_telemetry: bool = False, adapters: Sequence[str] = ()
+    config: RunConfig, seed: int | None = None, gpu_telemetry: bool = False, workload: dict[str, Any] | None = None
 ) -> ServeCommand | None:
     """What `rampwatch run` starts: ``--serve``, else (no ``--target``) the embedded
-    simulator (serving its DCGM page with ``gpu_telemetry``, and the scenario's LoRA
-    ``adapters`` with vLLM's default --max-loras); None when it only connects to ``--target``."""
+    simulator (serving its DCGM page with ``gpu_telemetry``, and what the scenario's
+    ``workload`` needs of it: ``app.session.embedded_sim``); None when it only connects
+    to ``--target``."""
     target = normalize_base_url(check_url("--target", config.target)) if config.target else None
     if config.serve is not None:
         return ServeCommand.parse(config.serve, target=target)
     if target is not None:
         return None
+    choice = sim_choice(workload or {}, config.sim_model)
     sim_config = SimConfig(
         hardware=config.sim_hardware,
-        model=config.sim_model,
+        model=choice.model,
         seed=seed if seed is not None else 0,
         gpu_telemetry=gpu_telemetry,
-        lora=LoraConfig(enable_lora=True, modules=tuple(LoraModule(name, f"sim://{name}") for name in adapters))
-        if adapters
-        else LoraConfig(),
+        lora=choice.lora,
+        reasoning=choice.reasoning,
     )
     try:
         return ServeCommand.parse(sim_serve_text(sim_config))

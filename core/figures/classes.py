@@ -146,7 +146,9 @@ def class_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, li
         return label, [cell(s) for s in values]
 
     def ms(key: str):
-        return lambda s: number_cell(s.get(key))
+        # A class none of whose requests completed has no latencies: its summary's 0
+        # (vLLM's convention for an empty list) would read as a measured 0.00 ms.
+        return lambda s: number_cell(s.get(key) if s.get("completed") else None)
 
     def reasoning(key: str, scale: float = 1.0, fmt: str = ".2f"):
         def cell(s: Mapping[str, Any]) -> str:

@@ -46,6 +46,9 @@ class RunOptions:
     gpu_metrics_urls: list[str] = field(default_factory=list)
     gpu_nvml: bool = False
     gpu_note: str | None = None
+    # Lines on what the run's server was started with, each an info event at the start
+    # (the embedded simulator's additions for the scenario: app.session.embedded_sim).
+    server_notes: tuple[str, ...] = ()
     # The server's batch and KV limits when rampwatch knows its engine arguments (a
     # managed `vllm serve`: ServerLimits.from_engine_args); the knee's explanation adds the
     # server's cache config and the run's --max-concurrency to them.

@@ -154,6 +154,8 @@ class Run(LoadLoop):
                 self.sink.on_event(Event(0.0, "info", server_text(warning, self.connection.secrets())))
             if gpu_note is not None:
                 self.sink.on_event(Event(0.0, "info", gpu_note, {"gpu": "hidden"}))
+            for note in opts.server_notes:
+                self.sink.on_event(Event(0.0, "info", note, {"server": "started with"}))
             if open_files_warning is not None:
                 log.warning(open_files_warning)
                 self.sink.on_event(Event(0.0, "info", open_files_warning, {"open_files": "short"}))

@@ -5,7 +5,8 @@ from rampwatch.app.session.server import serve_command
 
 
 def test_the_embedded_simulator_serves_the_scenarios_adapters():
-    command = serve_command(RunConfig("random"), seed=0, adapters=["sql", "chat"])
+    workload = {"adapters": [{"name": "sql", "weight": 3.0}, {"name": "chat", "weight": 1.0}]}
+    command = serve_command(RunConfig("random"), seed=0, workload=workload)
     assert command is not None
     words = list(command.argv)
     tail = words[words.index("--enable-lora") :]

@@ -206,6 +206,20 @@ def test_class_table_has_a_column_per_class_in_order():
     assert float(rows["share %"][0]) + float(rows["share %"][1]) == pytest.approx(100.0, abs=0.1)
 
 
+def test_a_class_none_of_whose_requests_completed_has_no_latencies_in_the_table():
+    """Its summary holds 0 for every latency (vLLM's value for an empty list): the table
+    shows "-", not a measured 0.00 ms (a starved LoRA adapter, a class cut by the drain)."""
+    header, records = mixed_header(), mixed_records()
+    for r in records:
+        if r.request_class == "batch":  # every batch request failed
+            r.error_class, r.first_token_at, r.chunk_times, r.completion_tokens = "http_500", None, [], 0
+    rows = dict(class_table({k: s.to_dict() for k, s in class_summaries(header, records).items()}).rows)
+    for label in ("TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "E2EL p99 ms"):
+        chat, batch = rows[label]
+        assert batch == "-" and float(chat) > 0, label
+    assert rows["completed req/s"][1] == "0.00"  # a rate of none is a measured 0
+
+
 def test_class_e2e_percentiles_per_second_and_checkpoints_from_before_them():
     header, records = mixed_header(), mixed_records()
     b = built(records, header, until=12.0)
