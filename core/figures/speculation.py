@@ -124,6 +124,15 @@ def positions_text(per_position_pct: Sequence[float] | None) -> str:
     return f"{shown}{more} %"
 
 
+# Under the speculation rows: why the peak output rate may read below the mean. The peak
+# counts chunks a second, as ``vllm bench serve``'s max_output_tokens_per_s does (one token
+# a chunk); an accepted draft's chunk carries several tokens.
+SPEC_PEAK_NOTE = (
+    "(Peak output tok/s counts chunks, as vllm bench serve",
+    " does: a chunk of accepted drafts holds several tokens)",
+)
+
+
 def summary_rows(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The summary's speculative-decoding rows, (label, value) as text."""
     return [

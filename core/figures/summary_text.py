@@ -12,7 +12,7 @@ from rampwatch.core.figures.client_lag import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SH
 from rampwatch.core.figures.images import image_lines
 from rampwatch.core.figures.lora import lora_summary_lines
 from rampwatch.core.figures.run_summary import METRIC_TITLES, METRICS, Summary
-from rampwatch.core.figures.speculation import summary_rows
+from rampwatch.core.figures.speculation import SPEC_PEAK_NOTE, summary_rows
 from rampwatch.core.figures.summary_server import SIMULATED_GPU
 from rampwatch.core.text import printable
 from rampwatch.core.timeline import CLIENT_LIMIT
@@ -218,6 +218,7 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
         if server.get("speculation"):  # only a server that speculates: vLLM's definitions
             lines.append("{s:{c}^{n}}".format(s="Speculative decoding", n=50, c="-"))
             lines.extend(_row(label, value, "") for label, value in summary_rows(server["speculation"]))
+            lines.extend(SPEC_PEAK_NOTE)
     else:
         lines.append("no server metrics")
     lines.extend(image_lines(summary.get("images"), _row))

@@ -173,3 +173,20 @@ def test_a_speculating_server_adds_its_series_and_summary():
     # the knee detector's seconds carry them too
     seconds = builder.take_completed_seconds()
     assert seconds and all("spec_accept_len" in values for _, values in seconds)
+
+
+def test_the_summary_says_why_the_peak_output_rate_may_read_low_only_when_the_server_speculates():
+    from rampwatch.core.figures.speculation import SPEC_PEAK_NOTE
+    from rampwatch.core.figures.summary_text import format_summary
+
+    def summary_of(samples: list[ServerSample]) -> str:
+        builder = SeriesBuilder(window_s=3)
+        for s in samples:
+            builder.on_scrape(s)
+        return format_summary(builder.run_summary(11.0))
+
+    speculating = summary_of(spec_run())
+    assert "\n".join(SPEC_PEAK_NOTE) in speculating
+    assert all(len(line) <= 80 for line in SPEC_PEAK_NOTE)
+    plain = summary_of([ServerSample(t=float(t), url="u", ok=True, backend="vllm", running=1.0) for t in range(12)])
+    assert "counts chunks" not in plain
