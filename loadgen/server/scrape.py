@@ -128,6 +128,42 @@ def screen_samples(samples: list[backends.Sample]) -> tuple[list[backends.Sample
 MAX_RAW_SERIES = 5000
 
 
+# Counters a coherent server keeps as part <= whole (both cumulative): prefix-cache hits of
+# its queries, multimodal-cache hits of its queries, accepted draft tokens of those drafted.
+PART_OF_WHOLE = (
+    ("prefix_hits_total", "prefix_queries_total"),
+    ("mm_cache_hits_total", "mm_cache_queries_total"),
+    ("spec_accepted_tokens_total", "spec_draft_tokens_total"),
+)
+
+
+def drop_incoherent(
+    fields: dict[str, float | None],
+    per_engine: dict[str, dict[str, float]],
+    by_position: dict[str, float],
+    rejected: dict[str, str],
+) -> dict[str, float]:
+    """Drops (sets to None, per engine too) each ``PART_OF_WHOLE`` pair whose part exceeds
+    its whole, noting it in ``rejected``, so that no ratio over 100 % is shown; returns
+    the per-position accepted counts kept (none when the drafts were dropped, or one
+    position claims more accepted than there were drafts)."""
+    for part, whole in PART_OF_WHOLE:
+        p, w = fields.get(part), fields.get(whole)
+        if p is not None and w is not None and p > w:
+            fields[part] = fields[whole] = None
+            for values in per_engine.values():
+                values.pop(part, None)
+                values.pop(whole, None)
+            if len(rejected) < MAX_REJECTED_SERIES:
+                rejected[part] = f"{p:g} above {whole} {w:g}: both dropped"
+    drafts = fields.get("spec_drafts_total")
+    if fields.get("spec_draft_tokens_total") is None or (
+        drafts is not None and any(v > drafts for v in by_position.values())
+    ):
+        return {}
+    return by_position
+
+
 def parse_metrics(text: str, url: str, t: float) -> ServerSample:
     """One scrape's text -> ``ServerSample`` (``ok=False`` if the text cannot be parsed)."""
     started = time.perf_counter()
@@ -138,6 +174,7 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         return ServerSample(t=t, url=url, ok=False, error=server_text(f"unparsable /metrics: {exc}")[:300])
     backend = backends.detect_backend(name for name, _, _ in samples)
     fields, per_engine, created = backends.extract_fields(backend, samples)
+    by_position = drop_incoherent(fields, per_engine, backends.accepted_by_position(samples), rejected)
     # The LoRA state's history stays on the page, one series per state: read, not kept raw.
     lora = lora_fields(samples)
     raw = {
@@ -158,7 +195,7 @@ def parse_metrics(text: str, url: str, t: float) -> ServerSample:
         raw=raw,
         rejected=rejected,
         **lora,
-        spec_accepted_by_position=backends.accepted_by_position(samples),
+        spec_accepted_by_position=by_position,
         # fields holds only ServerSample's float | None gauge and counter fields (extract_fields)
         **fields,  # type: ignore[arg-type]
     )

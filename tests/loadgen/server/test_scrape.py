@@ -316,3 +316,43 @@ def test_replicas_spec_decode_positions_are_summed():
     combined = combine_samples([a, b])
     assert combined.spec_accepted_by_position == {"0": 210.0, "1": 104.0, "2": 46.0}
     assert combined.spec_drafts_total == 300.0
+
+
+@pytest.mark.parametrize(
+    "page, part, whole",
+    [
+        (
+            "vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 300\n",
+            "prefix_hits_total",
+            "prefix_queries_total",
+        ),
+        (
+            "vllm:mm_cache_queries_total 10\nvllm:mm_cache_hits_total 100\n",
+            "mm_cache_hits_total",
+            "mm_cache_queries_total",
+        ),
+        (
+            "vllm:spec_decode_num_drafts_total 10\nvllm:spec_decode_num_draft_tokens_total 30\n"
+            "vllm:spec_decode_num_accepted_tokens_total 100\n"
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 9\n',
+            "spec_accepted_tokens_total",
+            "spec_draft_tokens_total",
+        ),
+    ],
+)
+def test_a_page_whose_hits_exceed_their_queries_has_both_dropped_and_says_so(page, part, whole):
+    """A lying page (more hits than queries, more accepted than drafted tokens) gives no
+    ratio over 100 %: both counters are unread and the sample names them."""
+    s = parse_metrics("vllm:num_requests_running 1\n" + page, "u", 1.0)
+    assert s.ok and getattr(s, part) is None and getattr(s, whole) is None
+    assert part in s.rejected and "both dropped" in s.rejected[part]
+    assert s.spec_accepted_by_position == {}
+    coherent = parse_metrics(SPEC_PAGE, "u", 1.0)
+    assert coherent.rejected == {} and coherent.spec_accepted_tokens_total == 180.0
+
+
+def test_a_position_accepting_more_than_the_drafts_drops_the_positions_only():
+    page = SPEC_PAGE.replace('position="0"} 70.0', 'position="0"} 7000.0')
+    assert page != SPEC_PAGE
+    s = parse_metrics(page, "u", 1.0)
+    assert s.spec_accepted_by_position == {} and s.spec_accepted_tokens_total == 180.0
