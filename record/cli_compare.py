@@ -29,8 +29,9 @@ from rampwatch.record.analysis import comparison_samples, summarise
 from rampwatch.record.reader import open_recording, print_warnings
 from rampwatch.record.significance import DEFAULT_CONFIDENCE, Samples, bootstrap_delta
 
-# (summary key, label, True when higher is better, (sample name, statistic) or None)
-COMPARED: list[tuple[str, str, bool, tuple[str, str] | None]] = [
+# (summary key, label, True when higher is better (None: neither, a trait of the workload),
+# (sample name, statistic) or None)
+COMPARED: list[tuple[str, str, bool | None, tuple[str, str] | None]] = [
     ("completed", "Successful requests", True, None),
     ("failed", "Failed requests", False, None),
     ("error_rate_pct", "Error rate (%)", False, ("error_pct", "mean")),
@@ -46,7 +47,7 @@ COMPARED: list[tuple[str, str, bool, tuple[str, str] | None]] = [
     ("mean_ttfa_ms", "Mean TTFA (ms)", False, ("ttfa_ms", "mean")),
     ("median_ttfa_ms", "Median TTFA (ms)", False, ("ttfa_ms", "p50")),
     ("p99_ttfa_ms", "P99 TTFA (ms)", False, ("ttfa_ms", "p99")),
-    ("reasoning_share_pct", "Reasoning share of output (%)", False, None),
+    ("reasoning_share_pct", "Reasoning share of output (%)", None, None),
     ("mean_tpot_ms", "Mean TPOT (ms)", False, ("tpot_ms", "mean")),
     ("p99_tpot_ms", "P99 TPOT (ms)", False, ("tpot_ms", "p99")),
     ("mean_itl_ms", "Mean ITL (ms)", False, ("itl_ms", "mean")),
@@ -109,7 +110,13 @@ def compare_rows(
         verdict = NO_TEST
         # a reasoning run beside a plain one: TTFA on one side only, nothing to test
         one_sided = key.endswith("_ttfa_ms") and (va is None or vb is None)
-        if sampled is not None and samples_a is not None and samples_b is not None and not one_sided:
+        if (
+            sampled is not None
+            and higher_better is not None
+            and samples_a is not None
+            and samples_b is not None
+            and not one_sided
+        ):
             name, statistic = sampled
             delta = bootstrap_delta(samples_a[name], samples_b[name], statistic, resamples=resamples, seed=seed)
             verdict = delta.verdict(higher_better)
@@ -262,10 +269,10 @@ def format_comparison(
     lines.append("-" * (len(lines[-1]) + 8))
     for r, interval in zip(rows, intervals):
         change = "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
-        arrow = "↑" if r["higher_is_better"] else "↓"
+        direction = {True: " (↑ better)", False: " (↓ better)"}.get(r["higher_is_better"], "")
         lines.append(
             f"{r['label']:<{w}}  {_fmt(r['a']):>12}  {_fmt(r['b']):>12}  {change:>9}  {interval:<{wi}}  "
-            f"{verdict_text(r)} ({arrow} better)"
+            f"{verdict_text(r)}{direction}"
         )
     lines.append("")
     lines.append(

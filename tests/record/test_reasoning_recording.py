@@ -72,6 +72,14 @@ def test_compare_tells_a_later_first_answer_from_noise(tmp_path):
     assert rows["mean_ttft_ms"]["verdict"] == "within noise"  # the first token came as soon
     assert rows["reasoning_share_pct"]["b"] > rows["reasoning_share_pct"]["a"] + 30
     assert rows["reasoning_share_pct"]["verdict"] == "-"
+    # how much a model thinks is the workload's trait: neither more nor less is "better"
+    assert rows["reasoning_share_pct"]["higher_is_better"] is None
+    from rampwatch.record.cli_compare import format_comparison
+
+    text = format_comparison(list(rows.values()), "a", "b")
+    share = next(line for line in text.splitlines() if line.startswith("Reasoning share"))
+    assert "better" not in share
+    assert next(line for line in text.splitlines() if line.startswith("Mean TTFA")).endswith("(↓ better)")
 
 
 def test_compare_of_a_reasoning_run_with_a_plain_one_tests_no_ttfa(tmp_path):
