@@ -5,7 +5,8 @@ reasoning_content``: the older spelling), then the answer as ``delta.content``.
 How much it thinks: a request's ``reasoning_effort`` (vLLM's values: none, minimal, low,
 medium, high, xhigh, max) scales ``--reasoning-tokens`` (the mean at ``medium``, the
 default effort); ``reasoning_effort: none`` or ``chat_template_kwargs.enable_thinking:
-false`` turns the thinking off, as vLLM's chat templates read them; each request's
+false`` turns the thinking off, as vLLM's chat templates read them (any other value by
+its truth, never refused: ``thinking_enabled``); each request's
 figure is drawn around its mean (uniform, ±50 %, seeded by ``--seed``), and
 ``thinking_token_budget`` caps it. The thinking is part of ``max_tokens`` and of
 ``completion_tokens``, as in vLLM, so a short ``max_tokens`` cuts an answer short while
@@ -79,6 +80,15 @@ class Thinking:
     shown: bool = True
 
 
+def thinking_enabled(value: Any) -> bool:
+    """``chat_template_kwargs.enable_thinking`` as vLLM reads it: any JSON value is taken
+    (never a 400), by its truth, as its reasoning parsers do (Qwen3's: ``not
+    chat_kwargs.get("enable_thinking", True)`` turns the parsing off) and as a chat
+    template's ``{% if enable_thinking %}`` (Jinja truthiness) does: ``"no"`` and
+    ``"false"`` are non-empty strings, so on; ``""``, ``0`` and ``null`` are off."""
+    return bool(value)
+
+
 def mean_tokens(config: ReasoningConfig, body: dict[str, Any]) -> float:
     """The mean thinking a request asks for; raises ``RequestProblem`` as vLLM refuses."""
     effort = body.get("reasoning_effort")
@@ -90,7 +100,7 @@ def mean_tokens(config: ReasoningConfig, body: dict[str, Any]) -> float:
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise RequestProblem("chat_template_kwargs must be an object.", "chat_template_kwargs", kwargs)
-    if kwargs and kwargs.get("enable_thinking") is False:
+    if kwargs and "enable_thinking" in kwargs and not thinking_enabled(kwargs["enable_thinking"]):
         return 0.0
     return config.tokens * EFFORT_SCALE[effort or DEFAULT_EFFORT]
 

@@ -34,6 +34,8 @@ INTERRUPTED_EXIT = 130
 
 # The server the run started (--serve, or the embedded simulator) exited on its own.
 SERVER_EXITED_EXIT = ServerExited.exit_code
+# ``error`` events' data keys of what stopped the run from inside the client (said on stderr)
+_STOPPED_FROM_INSIDE = frozenset({"load_worker_lost", "request_builder_lost", "request_build_failed"})
 
 
 @dataclass
@@ -135,7 +137,7 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     if prepared.recording_path is not None:
         print(f"recording: {prepared.recording_path}", file=out)
     for event in result.events:  # what stopped the run from inside the client: said, not only recorded
-        if event.kind == "error" and {"load_worker_lost", "request_builder_lost"} & set(event.data or {}):
+        if event.kind == "error" and _STOPPED_FROM_INSIDE & set(event.data or {}):
             print(f"rampwatch run: {event.message}", file=sys.stderr)
     if result.recording_error is not None:
         if prepared.recording_path is not None:

@@ -20,13 +20,26 @@ from __future__ import annotations
 import numpy as np
 
 from rampwatch.core.figures.knee_explanation import TITLES, KneeExplanation
-from rampwatch.core.figures.knee_window import KneeWindow, from_to_text, number_text
+from rampwatch.core.figures.knee_window import KneeWindow, number_text
 from rampwatch.core.figures.server_limits import ServerLimits
 
 WAIT_SHARE = 0.5  # share of the recent seconds (with LoRA figures) in which adapters waited
 FULL_SHARE = 0.8  # share of those seconds with the running adapters at max_lora
 CAP_FRACTION = 0.95  # running at this share of a known batch cap is at it (knee_rules' own; a test holds them equal)
 MIN_SECONDS = 3  # recent seconds with LoRA figures needed before the rule says anything
+
+
+def waiting_while_adapters_waited(waiting: np.ndarray) -> str | None:
+    """The requests waiting over the seconds the rule read (recent, adapters waiting):
+    ``first→last``, and the peak when it is above both. Not the window's ends: its first
+    second is often before the load, and its last, in a review that ran to the run's
+    end, after the drain (a queue of 89 was said ``0→0``)."""
+    finite = waiting[np.isfinite(waiting)]
+    if not finite.size:
+        return None
+    first, last, peak = float(finite[0]), float(finite[-1]), float(finite.max())
+    text = f"{number_text(first)}→{number_text(last)}"
+    return text + (f" (at most {number_text(peak)})" if peak > max(first, last) else "")
 
 
 def lora_slots(w: KneeWindow, limits: ServerLimits) -> KneeExplanation | None:
@@ -50,7 +63,7 @@ def lora_slots(w: KneeWindow, limits: ServerLimits) -> KneeExplanation | None:
         f"running adapters at --max-loras {max_lora} in {int(full.sum())} of them",
         f"up to {wanted} distinct adapters wanted at once",
     ]
-    queue = from_to_text(w, "waiting")
+    queue = waiting_while_adapters_waited(w.recent("waiting")[waited])
     if queue:
         parts.append(f"requests waiting {queue}")
     raised = max(max_lora + 1, min(wanted, 2 * max_lora))

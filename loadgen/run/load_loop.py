@@ -16,7 +16,7 @@ from rampwatch.loadgen.run.steering import RunSteering
 from rampwatch.loadgen.run.workers import Sender
 from rampwatch.loadgen.transport.client import RequestCancelled
 from rampwatch.loadgen.transport.redirects import REDIRECT_STATUSES
-from rampwatch.loadgen.workload.requests_ahead import BuilderLost
+from rampwatch.loadgen.workload.requests_ahead import BuilderLost, BuildFailed
 from rampwatch.loadgen.workload.schedule_spec import USERS_KIND
 from rampwatch.loadgen.workload.sessions import SessionDriver
 
@@ -66,6 +66,9 @@ class LoadLoop(RunSteering):
                 request = self.requests.take()
             except BuilderLost as lost:
                 self._builder_lost(str(lost))
+                return
+            except BuildFailed as failed:  # stops as a lost builder does: no traceback
+                self._stop_on_error(f"{failed}: the run stops here", {"request_build_failed": True})
                 return
             self._launch(client, semaphore, request, send_at)
 

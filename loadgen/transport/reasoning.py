@@ -55,8 +55,10 @@ _QUOTE = 34  # a string that closes right after it opened is empty
 def delta_parts(payload: bytes) -> tuple[bool, bool]:
     """(thinking, answer) of one chat chunk, from its compact JSON's bytes: whether it
     holds ``"reasoning":"`` or ``"reasoning_content":"`` and whether ``"content":"``,
-    each followed by a non-empty string. (A key of another name that starts with
-    ``reasoning``, such as usage's ``reasoning_tokens``, is passed over.)"""
+    each followed by a non-empty string: either spelling's non-empty string is thinking,
+    as ``decoded_parts`` has it (``"reasoning":"","reasoning_content":"x"`` too). (A key
+    of another name that starts with ``reasoning``, such as usage's
+    ``reasoning_tokens``, is passed over.)"""
     thinking = False
     at = payload.find(_REASONING)
     while at >= 0:
@@ -68,8 +70,10 @@ def delta_parts(payload: bytes) -> tuple[bool, bool]:
         else:
             at = payload.find(_REASONING, at)
             continue
-        thinking = at < len(payload) and payload[at] != _QUOTE
-        break
+        if at < len(payload) and payload[at] != _QUOTE:
+            thinking = True
+            break
+        at = payload.find(_REASONING, at)  # an empty one: the other spelling may hold it
     at = payload.find(_CONTENT)
     return thinking, at >= 0 and at + 11 < len(payload) and payload[at + 11] != _QUOTE
 
@@ -133,7 +137,8 @@ class ReasoningWatch:
                 continue
             if at < len(read) and read[at] != _QUOTE:
                 self.thinking_chunks += 1
-            break
+                break
+            at = read.find(_REASONING, at)  # an empty one: the other spelling may hold it
         at = read.find(_CONTENT)
         if at >= 0 and at + 11 < len(read) and read[at + 11] != _QUOTE:
             self.answer_at = now

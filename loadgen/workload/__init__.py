@@ -9,7 +9,7 @@ from rampwatch.core.lazy import lazy_attributes
 if TYPE_CHECKING:
     from rampwatch.loadgen.workload.request_factory import RequestFactory
     from rampwatch.loadgen.workload.requests import PreparedRequest
-    from rampwatch.loadgen.workload.requests_ahead import BuilderLost, RequestsAhead
+    from rampwatch.loadgen.workload.requests_ahead import BuilderLost, BuildFailed, RequestsAhead
     from rampwatch.loadgen.workload.scenario import Scenario, load_scenario
     from rampwatch.loadgen.workload.scenario_files import (
         BUILTIN_SCENARIOS,
@@ -34,6 +34,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "request_factory": ("RequestFactory",),
     "requests": ("PreparedRequest",),
     "requests_ahead": (
+        "BuildFailed",
         "BuilderLost",
         "RequestsAhead",
     ),
@@ -69,6 +70,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
 }
 __all__ = [
     "BUILTIN_SCENARIOS",
+    "BuildFailed",
     "BuilderLost",
     "PreparedRequest",
     "RequestFactory",

@@ -124,7 +124,8 @@ def _check_sizes(p: Problems, path: KeyPath, value: dict[str, Any]) -> list[dict
                 p.add(path + (key,), "cannot be combined with sizes (each size has its own)", True)
         raw = value["sizes"]
         if not isinstance(raw, list) or not raw:
-            p.add(path + ("sizes",), f"expected a list of {{width, height, weight}}, got {describe(raw)}")
+            got = "an empty list" if raw == [] else describe(raw)  # describe() says only "a list"
+            p.add(path + ("sizes",), f"expected a list of {{width, height, weight}}, got {got}")
             return None
         sizes = []
         for i, item in enumerate(raw):

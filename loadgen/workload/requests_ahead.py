@@ -34,6 +34,7 @@ from typing import Any
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.interpreter import module_command
+from rampwatch.core.text import printable
 from rampwatch.loadgen.workload.requests import PreparedRequest
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class RequestsAhead:
         self._transport: asyncio.Transport | None = None
         self._paused = False
         self._ready_bytes = 0  # of the pickles waiting in _ready
+        self._taken = 0  # requests asked of take(): the failing one is named by its number
 
     @property
     def in_process_of_its_own(self) -> bool:
@@ -123,13 +125,21 @@ class RequestsAhead:
             await self._arrived.wait()
 
     def take(self) -> PreparedRequest:
-        """The next request (``wait_ready`` first when building ahead)."""
+        """The next request (``wait_ready`` first when building ahead). The factory's
+        failure, here or in the builder process, is raised as ``BuildFailed``: no further
+        request can be built in order, and the run stops on it (``BuilderLost`` alike)."""
+        self._taken += 1
         if not self._ready:
-            if self._failure is not None:
+            if isinstance(self._failure, BuilderLost):
                 raise self._failure
+            if self._failure is not None:
+                raise BuildFailed.of(self._taken, self._failure) from self._failure
             if self._arrived is not None:
                 raise RuntimeError("take() before wait_ready(): no request built yet")
-            return self.factory.next_request()
+            try:
+                return self.factory.next_request()
+            except Exception as exc:  # a bug or bad data in the factory, MemoryError
+                raise BuildFailed.of(self._taken, exc) from exc
         request = self._ready.popleft()
         if isinstance(request, bytes):
             self._ready_bytes -= len(request)
@@ -152,7 +162,10 @@ class RequestsAhead:
                 self._paused = True  # the builder blocks once the socket's buffers are full
                 self._transport.pause_reading()
         else:  # the factory raised there: raised here, where it would have been
-            self._failure = pickle.loads(body)
+            try:
+                self._failure = pickle.loads(body)
+            except Exception as exc:  # an exception class that cannot be rebuilt from its args
+                self._failure = RuntimeError(f"an error that could not be read back ({type(exc).__name__}: {exc})")
         if self._arrived is not None:
             self._arrived.set()
 
@@ -177,6 +190,17 @@ class RequestsAhead:
 
 class BuilderLost(RuntimeError):
     """The builder process exited or its socket broke before the run closed it."""
+
+
+class BuildFailed(RuntimeError):
+    """The factory raised building a request (a bug, a dataset row it cannot use, no
+    memory for an image): the message names the request and the error, in one line."""
+
+    @classmethod
+    def of(cls, number: int, error: BaseException) -> BuildFailed:
+        # A UserError is already a line for the user; anything else is named by its type.
+        what = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}".rstrip(": ")
+        return cls(f"building request {number} failed: {printable(what, one_line=True)}")
 
 
 class _BuiltRequests(asyncio.Protocol):

@@ -71,3 +71,45 @@ def test_a_killed_request_builder_stops_the_run_with_one_line(tmp_path):
         assert rec.finished
         ids = sorted(r.id for r in rec.requests)
         assert ids == list(range(len(ids)))  # every request sent is recorded
+
+
+# The run's CLI with the factory's 30th request failing (as a bug, a dataset row it cannot
+# use or an image's MemoryError would): cheap prompts are built on the run's loop.
+FAILING_CLI = """
+import sys
+from rampwatch.app.cli import main
+from rampwatch.loadgen.workload.request_factory import RequestFactory
+
+built = RequestFactory.next_request
+count = 0
+
+def next_request(self):
+    global count
+    count += 1
+    if count == 30:
+        raise KeyError("prompt")
+    return built(self)
+
+RequestFactory.next_request = next_request
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timing
+def test_a_request_that_cannot_be_built_stops_the_run_with_one_line(tmp_path):
+    recording, result = tmp_path / "run.rwrec", tmp_path / "run.json"
+    argv = ["run", "random", "--headless", "--sim-hardware", "instant", "--record", str(recording)]
+    argv += ["--result-json", str(result)]
+    argv += ["--set", "schedule.kind=constant", "--set", "schedule.rate=40", "--set", "schedule.duration_s=60"]
+    argv += ["--set", "workload.input_tokens=16", "--set", "workload.output_tokens=4"]
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILING_CLI, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr
+    line = "rampwatch run: building request 30 failed: KeyError: 'prompt': the run stops here"
+    assert line in proc.stderr.splitlines()
+    assert "Successful requests:" in proc.stdout and json.loads(result.read_text())["completed"] == 29
+    with open_recording(recording) as rec:
+        assert rec.finished
+        assert sorted(r.id for r in rec.requests) == list(range(29))

@@ -90,6 +90,12 @@ async def test_thinking_streams_first_then_the_answer(field, vllm_captures):
         ({"reasoning_effort": "none"}, False),
         ({"chat_template_kwargs": {"enable_thinking": False}}, False),
         ({"chat_template_kwargs": {"enable_thinking": True}}, True),
+        # a non-bool is taken by its truth, as vLLM does (no 400): "no" is a non-empty string
+        ({"chat_template_kwargs": {"enable_thinking": "no"}}, True),
+        ({"chat_template_kwargs": {"enable_thinking": ""}}, False),
+        ({"chat_template_kwargs": {"enable_thinking": 0}}, False),
+        ({"chat_template_kwargs": {"enable_thinking": None}}, False),
+        ({"chat_template_kwargs": {"other": 1}}, True),
         ({"thinking_token_budget": 0}, False),
     ],
 )
@@ -100,6 +106,27 @@ async def test_the_request_turns_thinking_on_and_off(fields, thinks):
     assert status == 200 and bool(thinking) is thinks
     # vLLM reports the figure once a parser runs, 0 when the answer did not think
     assert usage["completion_tokens_details"] == {"reasoning_tokens": len(thinking)}
+
+
+@pytest.mark.parametrize(
+    "value, enabled",
+    [
+        (True, True),
+        (False, False),
+        ("no", True),
+        ("false", True),
+        ("", False),
+        (0, False),
+        (1, True),
+        (None, False),
+        ([], False),
+        ({"a": 1}, True),
+    ],
+)
+def test_enable_thinking_is_read_by_its_truth_as_vllms_parsers_and_templates_do(value, enabled):
+    assert reasoning.thinking_enabled(value) is enabled
+    mean = reasoning.mean_tokens(R1, {"chat_template_kwargs": {"enable_thinking": value}})
+    assert (mean > 0) is enabled
 
 
 def test_effort_scales_the_mean_and_each_request_draws_around_it():

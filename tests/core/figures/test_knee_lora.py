@@ -2,10 +2,11 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from rampwatch.core.figures.knee_explain import explain_knee
-from rampwatch.core.figures.knee_lora import lora_slots
+from rampwatch.core.figures.knee_lora import lora_slots, waiting_while_adapters_waited
 from rampwatch.core.figures.knee_window import KneeWindow
 from rampwatch.core.figures.server_limits import ServerLimits
 
@@ -27,7 +28,51 @@ def test_adapters_waiting_at_max_loras_name_the_flag_with_evidence():
     assert "adapters waited for a slot in 10 of 10 s" in found.evidence
     assert "running adapters at --max-loras 2 in 10 of them" in found.evidence
     assert "up to 5 distinct adapters wanted at once" in found.evidence
-    assert "requests waiting 0→19" in found.evidence.replace(" ", " ")
+    # the recent seconds the rule read (the last 10 before the knee), not the window's ends
+    assert "requests waiting 10→19" in found.evidence.replace(" ", " ")
+
+
+def test_the_queue_is_said_over_the_seconds_adapters_waited_not_the_windows_ends():
+    """The reported case: a linear ramp against one slot and three adapters, reviewed to
+    the run's end. The window's first second is before the queue, its last after the
+    drain: the evidence said "requests waiting 0→0" of a queue that peaked at 89."""
+    before = window(running=1, waiting=0, max_lora=1, n=45, queue=[0.0] * 45)
+    before["lora_waiting"] = [0.0] * 35 + [2.0] * 10  # adapters wait from 10 s before the knee
+    before["waiting"] = [0.0] * 35 + [float(q) for q in range(12, 52, 4)]  # 12 … 48
+    after = {
+        "lora_running": [1.0] * 15 + [0.0] * 10,
+        "lora_waiting": [2.0] * 15 + [0.0] * 10,  # drained: none waits
+        "max_lora": [1.0] * 25,
+        "waiting": [float(q) for q in (52, 60, 70, 80, 89, 85, 80, 70, 60, 50, 40, 30, 20, 10, 5)] + [0.0] * 10,
+        "running": [4.0] * 25,
+    }
+    assert "requests waiting 0→0" in explain_knee_old_text(before, after)  # the bug, as it read
+    found = explain_knee(before, ServerLimits(), after)
+    assert found.limit == "lora_slots"
+    assert "adapters waited for a slot in 25 of 35 s" in found.evidence
+    assert "requests waiting 12→5 (at most 89)" in found.evidence
+
+
+def explain_knee_old_text(before, after) -> str:
+    """How the evidence read the queue before: the whole window's first and last second."""
+    from rampwatch.core.figures.knee_window import from_to_text
+
+    return f"requests waiting {from_to_text(KneeWindow(before, after), 'waiting')}"
+
+
+@pytest.mark.parametrize(
+    ("waiting", "said"),
+    [
+        ([3.0, 9.0, 20.0], "3→20"),
+        ([3.0, 89.0, 40.0], "3→40 (at most 89)"),
+        ([math.nan, 5.0, math.nan, 5.0], "5→5"),
+        ([50.0, 10.0], "50→10"),
+        ([math.nan], None),
+        ([], None),
+    ],
+)
+def test_waiting_while_adapters_waited(waiting, said):
+    assert waiting_while_adapters_waited(np.array(waiting, dtype=float)) == said
 
 
 def test_raised_to_what_is_wanted_when_that_is_under_twice():
@@ -92,3 +137,8 @@ def test_a_headless_run_against_a_simulator_with_one_slot_names_the_lora_slots(t
     assert why is not None and why["limit"] == "lora_slots", why
     assert "running adapters at --max-loras 1" in why["evidence"], why
     assert why["try"] == "--max-loras 2"
+    # the queue over the seconds adapters waited: requests waited in each of them
+    import re
+
+    queue = re.search(r"requests waiting (\d+)→(\d+)", why["evidence"])
+    assert queue is not None and int(queue[1]) >= 1 and int(queue[2]) >= 1, why["evidence"]

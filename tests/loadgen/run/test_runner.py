@@ -15,7 +15,7 @@ from rampwatch.core.timeline import NullSink, ServerSample
 from rampwatch.loadgen.run.drain import DrainPolicy
 from rampwatch.loadgen.run.options import RunOptions
 from rampwatch.loadgen.run.runner import Run
-from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS
+from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS, RequestsAhead
 from rampwatch.loadgen.workload.scenario import load_scenario
 from rampwatch.sim.config import FaultConfig, SimConfig
 from rampwatch.sim.server import serve
@@ -599,6 +599,43 @@ async def test_a_request_builder_killed_mid_run_stops_the_run_with_its_records_k
     assert errors[0].message.startswith("the request builder process ")
     records = sorted(sink.of("request"), key=lambda r: r.id)
     assert [r.id for r in records] == list(range(len(records))) and len(records) >= 20  # none lost
+    assert sink.items[-1][0] == "finish"
+
+
+class FailsAt:
+    """The run's own factory until its ``fail_at``-th request, which raises (a bug, a
+    dataset row the factory chokes on, an image's MemoryError)."""
+
+    def __init__(self, factory, fail_at: int) -> None:
+        self.factory, self.fail_at, self.count = factory, fail_at, 0
+
+    def next_request(self):
+        self.count += 1
+        if self.count == self.fail_at:
+            raise MemoryError("an image of 3 GB")
+        return self.factory.next_request()
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+async def test_a_request_that_cannot_be_built_stops_the_run_with_one_error_and_its_records_kept():
+    sink = ListSink()
+    async with serve(INSTANT) as url:
+        run = make_run(url, scenario({"kind": "constant", "rate": 40, "duration_s": 30.0}), sink)
+        # built on the run's loop at each take (the in-process path; the builder
+        # process's failure reaches take() the same way: tests/loadgen/workload)
+        run.requests = RequestsAhead(FailsAt(run.factory, fail_at=12), ahead_above_s=float("inf"))
+        result = await run.execute()
+    assert result.interrupted  # stopped, not crashed: the summary and the recording follow
+    errors = [e for e in sink.of("event") if e.kind == "error"]
+    assert [(e.message, e.data) for e in errors] == [
+        (
+            "building request 12 failed: MemoryError: an image of 3 GB: the run stops here",
+            {"request_build_failed": True},
+        )
+    ]
+    records = sorted(sink.of("request"), key=lambda r: r.id)
+    assert [r.id for r in records] == list(range(11))  # the 11 built were sent and drained
     assert sink.items[-1][0] == "finish"
 
 

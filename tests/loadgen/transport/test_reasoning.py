@@ -57,6 +57,14 @@ def events_of(body: bytes) -> list[bytes]:
         ),
         (b'{"choices":[{"delta":{"content":"', (False, False)),  # cut off: no string after the key
         (b'{"choices":[{"delta":{"reasoning":"', (False, False)),
+        # both spellings, one empty: either non-empty string is thinking (the byte path
+        # stopped at the first key and said not thinking)
+        (b'{"choices":[{"delta":{"reasoning":"","reasoning_content":"x"}}]}', (True, False)),
+        (b'{"choices":[{"delta":{"reasoning_content":"","reasoning":"x"}}]}', (True, False)),
+        (b'{"choices":[{"delta":{"reasoning":"x","reasoning_content":""}}]}', (True, False)),
+        (b'{"choices":[{"delta":{"reasoning":"","reasoning_content":"","content":"A"}}]}', (False, True)),
+        (b'{"choices":[{"delta":{"reasoning":"","reasoning_content":"x","content":"A"}}]}', (True, True)),
+        (b'{"choices":[{"delta":{"reasoning":"","reasoning_content":null}}]}', (False, False)),
     ],
 )
 def test_delta_parts_from_bytes_agree_with_the_decoded_chunk(payload, parts):

@@ -94,6 +94,12 @@ def test_bucket_weights_are_normalised():
         ({"count": 4, "width": 8, "height": 8, "limit_per_prompt": 2}, "chat", "limit_per_prompt: expected a limit"),
         ({"width": 8, "height": 8, "sizes": [{"width": 8, "height": 8}]}, "chat", "cannot be combined with sizes"),
         ({"width": 8, "height": 8, "colour": 1}, "chat", "workload.images.colour: unknown key"),
+        ({"sizes": []}, "chat", "workload.images.sizes: expected a list of {width, height, weight}, got an empty list"),
+        (
+            {"sizes": {"width": 8}},
+            "chat",
+            "workload.images.sizes: expected a list of {width, height, weight}, got a map",
+        ),
         # memory: 3,000 images of 1,024 x 1,024 a request (12 GB) ran out of memory with a traceback
         ({"count": 3000, "width": 1024, "height": 1024}, "chat", "workload.images.count: a request would carry up"),
         ({"count": 2, "width": 8192, "height": 8192}, "chat", "workload.images.count: a request would carry up"),

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from rampwatch.core.errors import UserError
 from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests import PreparedRequest
-from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS, BuilderLost, RequestsAhead
+from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS, BuilderLost, BuildFailed, RequestsAhead
 from rampwatch.loadgen.workload.scenario import load_scenario
 
 REPO = str(Path(__file__).resolve().parents[3])
@@ -98,7 +99,10 @@ async def test_the_factorys_error_is_raised_after_the_requests_built_before_it(m
         assert ahead.in_process_of_its_own
         got = await take(ahead, PROBE_REQUESTS + 2)
         await ahead.wait_ready()  # a schedule that ends here never sees the error
-        with pytest.raises(ValueError, match=f"no request {PROBE_REQUESTS + 3}"):
+        with pytest.raises(
+            BuildFailed,
+            match=f"^building request {PROBE_REQUESTS + 3} failed: ValueError: no request {PROBE_REQUESTS + 3}$",
+        ):
             ahead.take()
     finally:
         await ahead.close()
@@ -126,9 +130,58 @@ async def test_a_factory_that_fails_within_the_probe_fails_at_that_take_only():
     assert not ahead.in_process_of_its_own
     await ahead.wait_ready()
     assert ahead.take().payload["prompt"] == "1"
-    with pytest.raises(ValueError, match="no request 2"):
+    with pytest.raises(BuildFailed, match="^building request 2 failed: ValueError: no request 2$"):
         ahead.take()
     await ahead.close()
+
+
+class FailingHere:
+    """Cheap requests built at their take (never probed costly) until its ``fail_at``-th."""
+
+    def __init__(self, fail_at: int, error: BaseException) -> None:
+        self.count = 0
+        self.fail_at, self.error = fail_at, error
+
+    def next_request(self) -> PreparedRequest:
+        self.count += 1
+        if self.count == self.fail_at:
+            raise self.error
+        return PreparedRequest("completions", {"prompt": str(self.count), "max_tokens": 1}, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (MemoryError(), "building request 7 failed: MemoryError"),
+        (KeyError("prompt"), "building request 7 failed: KeyError: 'prompt'"),
+        (UserError("dataset.jsonl: line 7: no prompt"), "building request 7 failed: dataset.jsonl: line 7: no prompt"),
+        (ValueError("bad\x1b[31m\nrow"), "building request 7 failed: ValueError: bad\\x1b[31m\\x0arow"),
+    ],
+)
+async def test_a_factory_failing_at_a_take_built_here_is_one_line_naming_the_request(error, line):
+    ahead = RequestsAhead(FailingHere(fail_at=7, error=error), ahead_above_s=float("inf"))
+    await ahead.start()
+    assert not ahead.in_process_of_its_own
+    for _ in range(6):
+        ahead.take()
+    with pytest.raises(BuildFailed) as raised:
+        ahead.take()
+    assert str(raised.value) == line and raised.value.__cause__ is error
+    await ahead.close()
+
+
+class UnrebuildableError(Exception):
+    def __init__(self, row: int, why: str) -> None:
+        super().__init__(f"row {row}: {why}")
+
+
+def test_an_error_from_the_builder_that_cannot_be_unpickled_is_still_a_failure():
+    ahead = RequestsAhead(FailingHere(fail_at=1, error=MemoryError()))
+    ahead._received(b"E", pickle.dumps(UnrebuildableError(3, "no prompt")))
+    with pytest.raises(
+        BuildFailed, match="^building request 1 failed: RuntimeError: an error that could not be read back"
+    ):
+        ahead.take()
 
 
 class FakeTransport:
