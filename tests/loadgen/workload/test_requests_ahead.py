@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import os
 import pickle
+import random
 from pathlib import Path
 
 import pytest
 
+from rampwatch.loadgen.workload.encoded_payload import EncodedPayload
 from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests import PreparedRequest
-from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS, BuilderLost, RequestsAhead
+from rampwatch.loadgen.workload.requests_ahead import (
+    _LENGTH,
+    PROBE_REQUESTS,
+    READ_BUFFER,
+    BuilderLost,
+    RequestsAhead,
+    _BuiltRequests,
+)
 from rampwatch.loadgen.workload.scenario import load_scenario
 
 REPO = str(Path(__file__).resolve().parents[3])
@@ -61,6 +70,8 @@ async def test_requests_built_in_their_own_process_are_the_factorys_sequence_and
     reference = factory()
     assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(300)]
     assert built_here._count == PROBE_REQUESTS  # the probe only: the rest came from the process
+    # all encoded, the probe's too: the loop neither decodes nor encodes their payloads
+    assert all(isinstance(r.payload, EncodedPayload) for r in got)
 
 
 async def test_cheap_requests_are_built_here_at_their_take():
@@ -73,6 +84,7 @@ async def test_cheap_requests_are_built_here_at_their_take():
     assert built_here._count == 10
     reference = factory("chat", [])
     assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(10)]
+    assert all(type(r.payload) is dict for r in got)  # built at their take: nothing to gain
 
 
 async def test_a_factory_that_cannot_be_pickled_builds_here():
@@ -160,3 +172,39 @@ def test_reading_pauses_at_a_byte_bound_too(monkeypatch):
     assert not transport.reading  # 2 still waiting: above half the bound
     ahead.take()
     assert transport.reading and ahead._ready_bytes == len(request)
+
+
+class Frames:
+    """What ``_BuiltRequests`` hands its owner."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[bytes, bytes]] = []
+
+    def _received(self, tag: bytes, body: bytes | memoryview) -> None:
+        self.got.append((tag, bytes(body)))
+
+
+@pytest.mark.parametrize("read", [7, 4096, READ_BUFFER // 3, READ_BUFFER, 10 * READ_BUFFER])
+def test_frames_come_whole_and_in_order_however_the_socket_splits_them(read):
+    # Requests of a few bytes and of megabytes (images: larger than the read buffer,
+    # read into a buffer of their own), one frame's end in the same read as the next's start.
+    rng = random.Random(read)
+    bodies = [(b"R", bytes(rng.getrandbits(8) for _ in range(n))) for n in (0, 5, 300, 70_000)]
+    sizes = (READ_BUFFER - 5, READ_BUFFER - 4, READ_BUFFER + 1, 3 * READ_BUFFER) if read > 7 else (READ_BUFFER + 1,)
+    bodies += [(b"R", os.urandom(n)) for n in sizes]
+    bodies += [(b"R", b"x" * 10)] * 50 + [(b"E", b"the end")]
+    rng.shuffle(bodies)
+    stream = b"".join(_LENGTH.pack(len(body) + 1) + tag + body for tag, body in bodies)
+    owner = Frames()
+    protocol = _BuiltRequests(owner)  # type: ignore[arg-type]
+    at = 0
+    while at < len(stream):
+        space = protocol.get_buffer(-1)
+        assert len(space) > 0  # asyncio fails a read into an empty buffer
+        n = min(len(space), rng.randint(1, read), len(stream) - at)  # reads of any size up to read
+        space[:n] = stream[at : at + n]
+        del space  # the transport lets go of it before the next read
+        protocol.buffer_updated(n)
+        at += n
+    assert owner.got == bodies
+    assert protocol.large is None and protocol.end == 0
