@@ -1,8 +1,9 @@
 """The run's loop with image requests: what each one costs the loop, and the lag a run
 with images sees.
 
-    .venv/bin/python bench/bench_image_requests.py                   # both parts
+    .venv/bin/python bench/bench_image_requests.py                   # every part
     .venv/bin/python bench/bench_image_requests.py --part costs --requests 40
+    .venv/bin/python bench/bench_image_requests.py --part splice
     .venv/bin/python bench/bench_image_requests.py --part run --rate 8 --duration 30 --images 4x512x512
 
 ``costs``: per workload (text only; 1 and 4 images of 512 × 512 and of 1280 × 720), a
@@ -14,6 +15,10 @@ Per request: the loop's busy time (all callbacks, wall), of it the builder socke
 (``receive``), the longest single callback (the stall a stream open at that moment would
 see), and, timed apart on the same requests, ``take`` (the request out of the builder's
 frame) and ``body`` (the HTTP body's bytes: what ``_send_stream`` writes after the head).
+
+``splice``: a chat payload of text of each size (2 KB to 1 MB), unpickled and turned into
+its body in this process on both paths: a dict payload (as every request was before, and
+still is below ``requests_ahead.ENCODE_FROM_BYTES``) and an encoded one, spliced.
 
 ``run``: `rampwatch run --headless` (a child process, its default loop) against the
 simulator (``h100``, ``qwen2-vl-7b``, slowed to ``--sim-speed`` × real time so each
@@ -183,6 +188,49 @@ def part_costs(args: argparse.Namespace) -> None:
             )
 
 
+def part_splice(args: argparse.Namespace) -> None:
+    """A chat payload of each size, taken and turned into its body, on the two paths."""
+    import pickle
+    import random
+    import string
+
+    try:
+        from rampwatch.loadgen.workload.encoded_payload import encode_payload
+        from rampwatch.loadgen.workload.requests_ahead import _request_frame, _unframed
+    except ImportError:
+        print("\n== splice: no encoded payloads in this checkout")
+        return
+    from rampwatch.loadgen.transport.client import StreamingClient, _body_bytes
+    from rampwatch.loadgen.workload.requests import PreparedRequest
+
+    client = StreamingClient("http://127.0.0.1:9", "qwen2-vl-7b")
+    rng = random.Random(1)
+    print("\n== take + body per request, in µs (best of 20 rounds of 100): a dict payload vs an encoded one")
+    for size in (2_000, 8_000, 16_000, 32_000, 64_000, 256_000, 1_000_000):
+        words = " ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))) for _ in range(size // 5))
+        messages = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": words[:size]}]
+        request = PreparedRequest(
+            "chat", {"messages": messages, "max_completion_tokens": 100, "ignore_eos": True}, 1, 1
+        )
+        plain = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        request.payload = encode_payload(request.payload)  # type: ignore[assignment]
+        encoded = b"".join(_request_frame(request)[1])
+        best = {"dict": float("inf"), "encoded": float("inf")}
+        for _ in range(20):
+            started = time.perf_counter()
+            for _ in range(100):
+                _body_bytes(client.build_body(pickle.loads(plain)))
+            best["dict"] = min(best["dict"], (time.perf_counter() - started) / 100)
+            started = time.perf_counter()
+            for _ in range(100):
+                client.body_bytes(_unframed(encoded))
+            best["encoded"] = min(best["encoded"], (time.perf_counter() - started) / 100)
+        print(
+            f"{size:>9,} bytes of text: dict {best['dict'] * 1e6:7.1f}, encoded {best['encoded'] * 1e6:7.1f}",
+            flush=True,
+        )
+
+
 def part_run(args: argparse.Namespace) -> None:
     from rampwatch.app.session import serving_sim
     from rampwatch.sim.config import SimConfig
@@ -244,7 +292,7 @@ def recording_line(path: Path) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["both", "costs", "run"], default="both")
+    parser.add_argument("--part", choices=["all", "costs", "splice", "run"], default="all")
     parser.add_argument("--requests", type=int, default=30, help="requests per workload (costs)")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), help="COUNTxWIDTHxHEIGHT or none")
     parser.add_argument("--rate", type=float, default=8.0, help="requests per second (run)")
@@ -257,9 +305,11 @@ def main() -> int:
     if args.baseline is not None and not os.environ.get("_RW_BENCH_CHILD"):
         return compare(args)
     print(f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {sys.prefix}")
-    if args.part in ("both", "costs"):
+    if args.part in ("all", "costs"):
         part_costs(args)
-    if args.part in ("both", "run"):
+    if args.part in ("all", "splice"):
+        part_splice(args)
+    if args.part in ("all", "run"):
         part_run(args)
     return 0
 

@@ -21,6 +21,7 @@ usual path.
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -33,11 +34,13 @@ CLIENT_FIELDS = frozenset({"model", "stream", "stream_options"})
 
 class EncodedPayload(Mapping[str, Any]):
     """A payload as its JSON bytes (``json``: ``orjson.dumps`` of the mapping); reading it
-    as a mapping decodes it once. Pickled as the bytes alone."""
+    as a mapping decodes it once. Pickled as the bytes alone: with pickle's protocol 5 as
+    a buffer, which a ``buffer_callback`` can carry out of band (``requests_ahead``: the
+    request then reads its bytes where the frame was received, never copied)."""
 
     __slots__ = ("json", "_fields")
 
-    def __init__(self, json: bytes) -> None:
+    def __init__(self, json: bytes | bytearray | memoryview) -> None:
         self.json = json
         self._fields: dict[str, Any] | None = None
 
@@ -55,8 +58,10 @@ class EncodedPayload(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._decoded())
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (EncodedPayload, (self.json,))
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        if protocol >= 5:
+            return (EncodedPayload, (pickle.PickleBuffer(self.json),))
+        return (EncodedPayload, (bytes(self.json),))
 
     def __repr__(self) -> str:
         return f"EncodedPayload({len(self.json):,} bytes)"

@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rampwatch.core.errors import UserError
@@ -49,9 +50,15 @@ AHEAD = 64  # requests unpickled and waiting; more wait in the socket's buffers
 AHEAD_BYTES = 64 * 1024 * 1024
 READ_BUFFER = 256 * 1024  # the builder's socket is read in this much (asyncio's own read size)
 START_TIMEOUT_S = 60.0  # a fresh interpreter imports numpy and the tokenizer: ~1-2 s
+# A payload is sent encoded (encoded_payload) from this size of its JSON: below it, the
+# splice's fixed cost (~1 µs) is more than decoding and encoding it (a 256-token prompt's
+# ~2 KB is; bench/bench_image_requests.py --part splice).
+ENCODE_FROM_BYTES = 16 * 1024
 _LENGTH = struct.Struct("!I")
-# A frame from the builder: its length (of the tag and the pickle), a tag, the pickle.
-_REQUEST, _ERROR = b"R", b"E"
+# A frame from the builder: its length (of all that follows), a tag, then a request's
+# pickle (R), or (B) a request whose encoded payload goes out of band (``_request_frame``:
+# read where it was received, never copied on the loop), or the factory's error (E).
+_REQUEST, _REQUEST_BUFFERS, _ERROR = b"R", b"B", b"E"
 
 
 class RequestsAhead:
@@ -62,9 +69,12 @@ class RequestsAhead:
     def __init__(self, factory: Any, ahead_above_s: float = AHEAD_ABOVE_S) -> None:
         self.factory = factory
         self.ahead_above_s = ahead_above_s
-        # Built requests; those from the builder still pickled: each is unpickled at its
-        # take, so that a burst of arrivals costs the loop no long callback.
-        self._ready: collections.deque[PreparedRequest | bytes | memoryview] = collections.deque()
+        # Built requests; those from the builder still pickled (how to unpickle it, its
+        # frame): each is unpickled at its take, so that a burst of arrivals costs the loop
+        # no long callback.
+        self._ready: collections.deque[PreparedRequest | tuple[Callable[[Any], Any], bytes | memoryview]] = (
+            collections.deque()
+        )
         self._arrived: asyncio.Event | None = None
         self._failure: BaseException | None = None
         self._process: subprocess.Popen | None = None
@@ -141,7 +151,7 @@ class RequestsAhead:
             return self.factory.next_request()
         request = self._ready.popleft()
         if not isinstance(request, PreparedRequest):
-            self._ready_bytes -= len(request)
+            self._ready_bytes -= len(request[1])
         if (
             self._paused
             and len(self._ready) <= AHEAD // 2
@@ -150,11 +160,14 @@ class RequestsAhead:
         ):
             self._paused = False
             self._transport.resume_reading()
-        return request if isinstance(request, PreparedRequest) else pickle.loads(request)
+        if isinstance(request, PreparedRequest):
+            return request
+        unpickle, frame = request
+        return unpickle(frame)
 
     def _received(self, tag: bytes, body: bytes | memoryview) -> None:
-        if tag == _REQUEST:
-            self._ready.append(body)
+        if tag != _ERROR:
+            self._ready.append((pickle.loads if tag == _REQUEST else _unframed, body))
             self._ready_bytes += len(body)
             full = len(self._ready) >= AHEAD or self._ready_bytes >= AHEAD_BYTES
             if full and not self._paused and self._transport is not None:
@@ -263,12 +276,40 @@ def spawn_builder(payload: bytes) -> tuple[subprocess.Popen, socket.socket]:
 
 
 def encode_in_place(request: PreparedRequest) -> PreparedRequest:
-    """``request`` with its payload encoded as JSON where it can be (``encoded_payload``):
-    the run's loop then neither unpickles its strings nor encodes them again."""
+    """``request`` with its payload encoded as JSON where it can be (``encoded_payload``)
+    and that pays (``ENCODE_FROM_BYTES``): the run's loop then neither unpickles its
+    strings nor encodes them again."""
     encoded = encode_payload(request.payload)
-    if encoded is not None:
+    if encoded is not None and len(encoded.json) >= ENCODE_FROM_BYTES:
         request.payload = encoded
     return request
+
+
+def _request_frame(request: PreparedRequest) -> tuple[bytes, list[Any]]:
+    """A built request's frame after its tag: its pickle (``_REQUEST``), or, where its
+    payload is encoded, [the count and lengths of the buffers and the pickle, each
+    buffer] (``_REQUEST_BUFFERS``: the payload's bytes out of band, not in the pickle)."""
+    buffers: list[pickle.PickleBuffer] = []
+    pickled = pickle.dumps(request, protocol=5, buffer_callback=buffers.append)
+    if not buffers:
+        return _REQUEST, [pickled]
+    raws = [buffer.raw() for buffer in buffers]
+    head = _LENGTH.pack(len(raws)) + b"".join(_LENGTH.pack(len(raw)) for raw in raws)
+    return _REQUEST_BUFFERS, [head + pickled, *raws]
+
+
+def _unframed(body: bytes | memoryview) -> Any:
+    """The request of a ``_REQUEST_BUFFERS`` frame; its buffers are views of ``body``, not copies."""
+    view = memoryview(body)
+    (count,) = _LENGTH.unpack_from(view)
+    lengths = [_LENGTH.unpack_from(view, _LENGTH.size * (1 + i))[0] for i in range(count)]
+    end = len(view) - sum(lengths)
+    buffers = []
+    at = end
+    for length in lengths:
+        buffers.append(view[at : at + length])
+        at += length
+    return pickle.loads(view[_LENGTH.size * (1 + count) : end], buffers=buffers)
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes:
@@ -299,12 +340,17 @@ def builder_main(fd: int) -> None:
             except Exception as exc:
                 tag, built = _ERROR, exc
             try:
-                payload = pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)
+                if tag == _ERROR:
+                    parts = [pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)]
+                else:
+                    tag, parts = _request_frame(built)
             except Exception as exc:  # what cannot travel fails there: its text does
                 failed = built if tag == _ERROR else exc
                 tag = _ERROR
-                payload = pickle.dumps(RuntimeError(f"{type(failed).__name__}: {failed}"))
-            sock.sendall(_LENGTH.pack(len(payload) + 1) + tag + payload)
+                parts = [pickle.dumps(RuntimeError(f"{type(failed).__name__}: {failed}"))]
+            sock.sendall(_LENGTH.pack(1 + sum(len(part) for part in parts)) + tag + parts[0])
+            for buffer in parts[1:]:  # an encoded payload: sent as it is, not joined
+                sock.sendall(buffer)
             if tag == _ERROR:
                 return
     except (EOFError, OSError):

@@ -653,15 +653,18 @@ def test_an_encoded_payload_gives_the_same_body_byte_for_byte(requests):
     import pickle
 
     from rampwatch.loadgen.transport.client import _body_bytes
-    from rampwatch.loadgen.workload.encoded_payload import EncodedPayload
-    from rampwatch.loadgen.workload.requests_ahead import encode_in_place
+    from rampwatch.loadgen.workload.encoded_payload import EncodedPayload, encode_payload
+    from rampwatch.loadgen.workload.requests_ahead import _request_frame, _unframed
 
     client = StreamingClient("http://127.0.0.1:9", "the-model")
     for request in requests():
         before = _body_bytes(client.build_body(request))  # the body as it was sent
-        # as the builder process sends it
-        travelled = pickle.loads(pickle.dumps(encode_in_place(pickle.loads(pickle.dumps(request))), protocol=5))
-        assert isinstance(travelled.payload, EncodedPayload)
+        # as the builder process sends it (short ones too, which it would not encode)
+        encoded = pickle.loads(pickle.dumps(request))
+        encoded.payload = encode_payload(encoded.payload)
+        tag, parts = _request_frame(encoded)
+        travelled = _unframed(memoryview(bytearray(b"".join(parts))))
+        assert tag == b"B" and isinstance(travelled.payload, EncodedPayload)
         assert client.body_bytes(travelled) == before
         assert client.body_bytes(request) == before  # a dict payload: as before
         assert client.build_body(travelled) == client.build_body(request)  # the aiohttp path's

@@ -15,11 +15,15 @@ from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests import PreparedRequest
 from rampwatch.loadgen.workload.requests_ahead import (
     _LENGTH,
+    ENCODE_FROM_BYTES,
     PROBE_REQUESTS,
     READ_BUFFER,
     BuilderLost,
     RequestsAhead,
     _BuiltRequests,
+    _request_frame,
+    _unframed,
+    encode_in_place,
 )
 from rampwatch.loadgen.workload.scenario import load_scenario
 
@@ -70,6 +74,22 @@ async def test_requests_built_in_their_own_process_are_the_factorys_sequence_and
     reference = factory()
     assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(300)]
     assert built_here._count == PROBE_REQUESTS  # the probe only: the rest came from the process
+    assert all(type(r.payload) is dict for r in got)  # short prompts: not worth encoding
+
+
+@pytest.mark.slow
+async def test_requests_with_images_come_from_their_own_process_encoded():
+    sets = [("workload.input_tokens", "16"), ("workload.output_tokens", "4")]
+    sets += [("workload.images", "{count: 2, width: 64, height: 48}")]
+    ahead = RequestsAhead(factory("chat", sets))  # images: whatever the probe measured
+    await ahead.start()
+    try:
+        assert ahead.in_process_of_its_own
+        got = await take(ahead, 20)
+    finally:
+        await ahead.close()
+    reference = factory("chat", sets)
+    assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(20)]
     # all encoded, the probe's too: the loop neither decodes nor encodes their payloads
     assert all(isinstance(r.payload, EncodedPayload) for r in got)
 
@@ -208,3 +228,26 @@ def test_frames_come_whole_and_in_order_however_the_socket_splits_them(read):
         at += n
     assert owner.got == bodies
     assert protocol.large is None and protocol.end == 0
+
+
+def test_an_encoded_payload_crosses_out_of_band_and_is_read_where_it_was_received():
+    payload = {"messages": [{"role": "user", "content": "x" * ENCODE_FROM_BYTES}], "max_completion_tokens": 4}
+    request = encode_in_place(PreparedRequest("chat", dict(payload), 10, 4, images=1))
+    assert isinstance(request.payload, EncodedPayload)
+    tag, parts = _request_frame(request)
+    frame = bytearray(b"".join(parts))
+    assert tag == b"B" and len(frame) < len(request.payload.json) + 500  # the bytes once, beside a small pickle
+    got = _unframed(memoryview(frame))
+    assert got.payload == payload and got.images == 1 and got.expected_prompt_tokens == 10
+    assert isinstance(got.payload, EncodedPayload) and got.payload.json.obj is frame  # a view: no copy
+    # sent on (a load worker's pickle, in band), it is the same request
+    again = pickle.loads(pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL))
+    assert again.payload == payload and bytes(again.payload.json) == bytes(request.payload.json)
+
+
+def test_a_small_payload_stays_a_dict_in_a_plain_pickle():
+    # a short prompt's payload decodes and encodes faster than it splices: as before
+    request = encode_in_place(PreparedRequest("completions", {"prompt": "x" * 2000, "max_tokens": 4}, 10, 4))
+    assert type(request.payload) is dict
+    tag, parts = _request_frame(request)
+    assert tag == b"R" and parts == [pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)]
