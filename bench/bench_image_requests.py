@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -257,7 +258,10 @@ def part_run(args: argparse.Namespace) -> None:
         cmd += ["--progress-interval", "60", "--max-error-rate", "1"]
         for item in sets:
             cmd += ["--set", item]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration * 4 + 120)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the run and its builder (the simulator is reaped later)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         if proc.returncode != 0:
             raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
         result = json.loads((out / "run.json").read_text())
@@ -266,7 +270,8 @@ def part_run(args: argparse.Namespace) -> None:
         p50, p99, peak, cpu_wait = (float("nan") if x is None else float(x) for x in figures)
         print(
             f"the run's loop lag p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {peak:.1f} ms "
-            f"({lag.get('loop_lag_samples')} samples); CPU wait {cpu_wait:.1f} %"
+            f"({lag.get('loop_lag_samples')} samples); CPU wait {cpu_wait:.1f} %; "
+            f"the run's CPU (its builder's with it) {cpu:.1f} s, peak RSS {after.ru_maxrss / 1024:.0f} MB"
         )
         print(recording_line(out / "run.rwrec"), flush=True)
 
