@@ -10,11 +10,13 @@ with images sees.
 real ``RequestsAhead`` (its builder process) feeding a real ``StreamingClient`` that sends
 one request at a time to the simulator (``instant`` hardware, ``qwen2-vl-7b``: it reads
 the images' headers and answers at once), on asyncio's own loop in this process. Every
-callback the loop runs is timed (``asyncio.events.Handle._run`` wrapped, ~1 µs each).
-Per request: the loop's busy time (all callbacks, wall), of it the builder socket's reads
-(``receive``), the longest single callback (the stall a stream open at that moment would
-see), and, timed apart on the same requests, ``take`` (the request out of the builder's
-frame) and ``body`` (the HTTP body's bytes: what ``_send_stream`` writes after the head).
+callback the loop runs is timed in CPU time (``asyncio.events.Handle._run`` wrapped,
+``time.thread_time``: a busy machine's preemptions left out). Per request: the loop's
+busy time (all its callbacks, plus its share of the builder socket's reads), of it those
+reads (``receive``: they come in bursts, so their total over the requests read), the
+longest single callback (the stall a stream open at that moment would see), and, timed
+apart on the same requests, ``take`` (the request out of the builder's frame) and
+``body`` (the HTTP body's bytes: what ``_send_stream`` writes after the head). Medians.
 
 ``splice``: a chat payload of text of each size (2 KB to 1 MB), unpickled and turned into
 its body in this process on both paths: a dict payload (as every request was before, and
@@ -24,11 +26,12 @@ still is below ``requests_ahead.ENCODE_FROM_BYTES``) and an encoded one, spliced
 simulator (``h100``, ``qwen2-vl-7b``, slowed to ``--sim-speed`` × real time so each
 answer stays open for seconds and many streams are in flight), a constant rate of chat
 requests carrying ``--images`` (COUNTxWIDTHxHEIGHT, or ``none``). It prints the run's own
-loop lag (the result JSON's ``rampwatch_client``), the send lateness, TTFT p50/p99 and the
-peak in flight.
+loop lag and CPU wait (the result JSON's ``rampwatch_client``), the run's CPU and peak
+RSS, the send lateness, TTFT p50/p99 and the peak in flight.
 
 With ``--baseline DIR`` (another checkout with its own ``DIR/.venv``) every part runs on
-both, in alternating order, so the two are compared on the same machine load. Figures
+both (the baseline first), so the two are compared on about the same machine load: on a
+shared machine, run rounds in both orders and read the CPU wait beside each. Figures
 only: nothing here asserts a timing.
 """
 
