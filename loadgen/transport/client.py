@@ -52,6 +52,7 @@ The ``/v1/models`` probe and the server information a recording keeps are
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -82,6 +83,7 @@ from rampwatch.loadgen.transport.stream_state import (
     cached_prompt_tokens,
     usage_counts,
 )
+from rampwatch.loadgen.workload.encoded_payload import EncodedPayload
 from rampwatch.loadgen.workload.requests import PreparedRequest
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -90,6 +92,9 @@ TRANSPORT_ENV = "RAMPWATCH_HTTP_CLIENT"
 # How long a stream that sent [DONE] may take to end its HTTP body before its
 # connection is dropped instead of reused.
 _BODY_END_GRACE_S = 1.0
+# body_bytes: the field a frame's payload is found by; a frame not built yet
+_PAYLOAD_MARK = "\x00payload"
+_NO_FRAME: Any = object()
 # aiohttp >= 3.10 tells a connect timeout apart from a read timeout
 _CONNECT_TIMEOUT: tuple[type[BaseException], ...] = tuple(
     cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if cls is not None
@@ -182,6 +187,8 @@ class StreamingClient:
             **self.connection.request_headers(),
         }
         self._session: aiohttp.ClientSession | None = None
+        # body_bytes's JSON around an encoded payload, per LoRA adapter (None: the model)
+        self._body_frames: dict[str | None, tuple[bytes, bytes] | None] = {}
         self._pool: http_stream.ConnectionPool | None = None
         self._started = False
         self._target = _stream_target(self.base_url)
@@ -272,6 +279,30 @@ class StreamingClient:
         body["stream_options"] = {"include_usage": True}
         return body
 
+    def body_bytes(self, req: PreparedRequest) -> bytes:
+        """The JSON of ``build_body(req)``, as ``http_stream`` sends it. A payload encoded
+        ahead (``EncodedPayload``: a request with images is megabytes) is spliced between
+        the client's fields, never decoded: the same bytes, copies only."""
+        payload = req.payload
+        if isinstance(payload, EncodedPayload):
+            frame = self._body_frames.get(req.adapter, _NO_FRAME)
+            if frame is _NO_FRAME:
+                frame = self._body_frames[req.adapter] = self._body_frame(req)
+            if frame is not None:
+                return payload.within(*frame)
+        return _body_bytes(self.build_body(req))
+
+    def _body_frame(self, req: PreparedRequest) -> tuple[bytes, bytes] | None:
+        """The JSON of ``build_body`` around the payload's fields, split where they go
+        (found by a payload of one marker field): the same for every request to the same
+        model. None where orjson cannot encode it (the usual path then says what it can)."""
+        try:
+            framed = orjson.dumps(self.build_body(dataclasses.replace(req, payload={_PAYLOAD_MARK: None})))
+        except TypeError:
+            return None
+        head, _, tail = framed.rpartition(orjson.dumps({_PAYLOAD_MARK: None})[1:-1])
+        return head, tail
+
     async def send(self, req: PreparedRequest, request_id: int, scheduled_at: float) -> RequestRecord:
         """Send one streaming request and return its record; never raises except on
         cancellation (``RequestCancelled``). Call ``start()`` first."""
@@ -300,7 +331,7 @@ class StreamingClient:
             prefix + ENDPOINT_PATHS[req.endpoint],
             host_header,
             self._headers,
-            _body_bytes(self.build_body(req)),
+            self.body_bytes(req),
         )
         state = StreamState(keep_text=self._keep_text or req.keep_text, chat=req.endpoint == "chat")
         conn: http_stream.HttpConnection | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,10 +18,14 @@ class PreparedRequest:
 
     completions: ``payload = {"prompt": str | list[int], "max_tokens": n, ...}``
     chat:        ``payload = {"messages": [...], "max_completion_tokens": n, ...}``
+
+    A request built in the builder process carries its payload already encoded
+    (``loadgen.workload.encoded_payload.EncodedPayload``, a mapping of the same fields):
+    the client splices those bytes into its body instead of encoding megabytes of images.
     """
 
     endpoint: Endpoint
-    payload: dict[str, Any]
+    payload: Mapping[str, Any]
     expected_prompt_tokens: int  # what the workload built it to be (tokenizer count)
     max_tokens: int
     tag: str | None = None  # e.g. "doc-3", "conv-12/turn-2"

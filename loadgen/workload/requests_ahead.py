@@ -13,7 +13,9 @@ favours the thread that just released it).
 So the factory's first ``PROBE_REQUESTS`` requests are built here, timed (but the first,
 which warms caches up); if they took ``AHEAD_ABOVE_S`` of CPU or more each, the factory (its state after them) goes to a fresh
 interpreter that builds the rest in order and streams them back, pickled, ahead of
-their use; the loop only unpickles each at its take (~10 µs). The sequence is the factory's
+their use, each payload already encoded as JSON (``encoded_payload``: the client splices
+those bytes into its body, so megabytes of images are never decoded nor encoded on the
+loop); the loop only unpickles each at its take (~10 µs). The sequence is the factory's
 own, request for request, either way. A process that cannot start leaves the building
 here, as before.
 """
@@ -30,11 +32,13 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rampwatch.core.errors import UserError
 from rampwatch.core.interpreter import module_command
 from rampwatch.core.text import printable
+from rampwatch.loadgen.workload.encoded_payload import encode_payload
 from rampwatch.loadgen.workload.requests import PreparedRequest
 
 log = logging.getLogger(__name__)
@@ -45,10 +49,17 @@ AHEAD = 64  # requests unpickled and waiting; more wait in the socket's buffers
 # ... and at most this many bytes of them: a request with images is megabytes
 # (loadgen.workload.images), and 64 of them would hold hundreds.
 AHEAD_BYTES = 64 * 1024 * 1024
+READ_BUFFER = 256 * 1024  # the builder's socket is read in this much (asyncio's own read size)
 START_TIMEOUT_S = 60.0  # a fresh interpreter imports numpy and the tokenizer: ~1-2 s
+# A payload is sent encoded (encoded_payload) from this size of its JSON: below it, the
+# splice's fixed cost (~1 µs) is more than decoding and encoding it (a 256-token prompt's
+# ~2 KB is; bench/bench_image_requests.py --part splice).
+ENCODE_FROM_BYTES = 16 * 1024
 _LENGTH = struct.Struct("!I")
-# A frame from the builder: its length (of the tag and the pickle), a tag, the pickle.
-_REQUEST, _ERROR = b"R", b"E"
+# A frame from the builder: its length (of all that follows), a tag, then a request's
+# pickle (R), or (B) a request whose encoded payload goes out of band (``_request_frame``:
+# read where it was received, never copied on the loop), or the factory's error (E).
+_REQUEST, _REQUEST_BUFFERS, _ERROR = b"R", b"B", b"E"
 
 
 class RequestsAhead:
@@ -59,9 +70,12 @@ class RequestsAhead:
     def __init__(self, factory: Any, ahead_above_s: float = AHEAD_ABOVE_S) -> None:
         self.factory = factory
         self.ahead_above_s = ahead_above_s
-        # Built requests; those from the builder still pickled: each is unpickled at its
-        # take, so that a burst of arrivals costs the loop no long callback.
-        self._ready: collections.deque[PreparedRequest | bytes] = collections.deque()
+        # Built requests; those from the builder still pickled (how to unpickle it, its
+        # frame): each is unpickled at its take, so that a burst of arrivals costs the loop
+        # no long callback.
+        self._ready: collections.deque[PreparedRequest | tuple[Callable[[Any], Any], bytes | memoryview]] = (
+            collections.deque()
+        )
         self._arrived: asyncio.Event | None = None
         self._failure: BaseException | None = None
         self._process: subprocess.Popen | None = None
@@ -93,6 +107,11 @@ class RequestsAhead:
         except Exception as exc:  # a factory that cannot travel (a test's fake): built here
             log.info("requests built on the run's loop: the factory cannot be pickled (%s)", exc)
             return
+        # The builder sends its requests with their payloads encoded (encoded_payload):
+        # these too, before the run's clock starts.
+        for request in self._ready:
+            if isinstance(request, PreparedRequest):
+                encode_in_place(request)
         try:
             await self._spawn(payload)
         except (OSError, UserError, BuilderLost) as exc:
@@ -141,8 +160,8 @@ class RequestsAhead:
             except Exception as exc:  # a bug or bad data in the factory, MemoryError
                 raise BuildFailed.of(self._taken, exc) from exc
         request = self._ready.popleft()
-        if isinstance(request, bytes):
-            self._ready_bytes -= len(request)
+        if not isinstance(request, PreparedRequest):
+            self._ready_bytes -= len(request[1])
         if (
             self._paused
             and len(self._ready) <= AHEAD // 2
@@ -151,11 +170,14 @@ class RequestsAhead:
         ):
             self._paused = False
             self._transport.resume_reading()
-        return pickle.loads(request) if isinstance(request, bytes) else request
+        if isinstance(request, PreparedRequest):
+            return request
+        unpickle, frame = request
+        return unpickle(frame)
 
-    def _received(self, tag: bytes, body: bytes) -> None:
-        if tag == _REQUEST:
-            self._ready.append(body)
+    def _received(self, tag: bytes, body: bytes | memoryview) -> None:
+        if tag != _ERROR:
+            self._ready.append((pickle.loads if tag == _REQUEST else _unframed, body))
             self._ready_bytes += len(body)
             full = len(self._ready) >= AHEAD or self._ready_bytes >= AHEAD_BYTES
             if full and not self._paused and self._transport is not None:
@@ -203,25 +225,52 @@ class BuildFailed(RuntimeError):
         return cls(f"building request {number} failed: {printable(what, one_line=True)}")
 
 
-class _BuiltRequests(asyncio.Protocol):
-    """The builder process's frames, whole, to the owner."""
+class _BuiltRequests(asyncio.BufferedProtocol):
+    """The builder process's frames, whole, to the owner. The socket is read into one
+    buffer, reused; a frame larger than it (a request with images: megabytes) is read
+    straight into a buffer of its own size: no copy of it on the loop but the socket's
+    (read into the transport's chunks and joined, a 15 MB frame cost the loop ~10 ms)."""
 
     def __init__(self, owner: RequestsAhead) -> None:
         self.owner = owner
-        self.buffer = bytearray()
+        self.buffer = bytearray(READ_BUFFER)
+        self.start = 0  # the first byte of self.buffer not handed over yet
+        self.end = 0  # the bytes read into self.buffer
+        self.large: bytearray | None = None  # a frame larger than self.buffer, being read
+        self.large_filled = 0
 
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        start = 0
-        while len(self.buffer) - start >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(self.buffer, start)
-            end = start + _LENGTH.size + length
-            if len(self.buffer) < end:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.large is not None:
+            return memoryview(self.large)[self.large_filled :]
+        return memoryview(self.buffer)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.large is not None:
+            self.large_filled += nbytes
+            if self.large_filled == len(self.large):
+                frame, self.large = self.large, None
+                self.owner._received(bytes(frame[:1]), memoryview(frame)[1:])
+            return
+        self.end += nbytes
+        buffer, start = self.buffer, self.start
+        while self.end - start >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(buffer, start)
+            begin, end = start + _LENGTH.size, start + _LENGTH.size + length
+            if end > self.end:
+                if end - start > len(buffer):  # read the rest of it into its own buffer
+                    self.large = bytearray(length)
+                    self.large_filled = self.end - begin
+                    self.large[: self.large_filled] = memoryview(buffer)[begin : self.end]
+                    start = self.end
                 break
-            tag = bytes(self.buffer[start + _LENGTH.size : start + _LENGTH.size + 1])
-            self.owner._received(tag, bytes(self.buffer[start + _LENGTH.size + 1 : end]))
+            self.owner._received(bytes(buffer[begin : begin + 1]), bytes(memoryview(buffer)[begin + 1 : end]))
             start = end
-        del self.buffer[:start]
+        # What is left (part of a frame) moves to the front: the next read has room.
+        if start:
+            left = self.end - start
+            buffer[:left] = buffer[start : self.end]  # a copy: the two may overlap
+            start, self.end = 0, left
+        self.start = start
 
     def eof_received(self) -> bool | None:
         self.owner._lost("exited")
@@ -250,6 +299,43 @@ def spawn_builder(payload: bytes) -> tuple[subprocess.Popen, socket.socket]:
     return process, ours
 
 
+def encode_in_place(request: PreparedRequest) -> PreparedRequest:
+    """``request`` with its payload encoded as JSON where it can be (``encoded_payload``)
+    and that pays (``ENCODE_FROM_BYTES``): the run's loop then neither unpickles its
+    strings nor encodes them again."""
+    encoded = encode_payload(request.payload)
+    if encoded is not None and len(encoded.json) >= ENCODE_FROM_BYTES:
+        request.payload = encoded
+    return request
+
+
+def _request_frame(request: PreparedRequest) -> tuple[bytes, list[Any]]:
+    """A built request's frame after its tag: its pickle (``_REQUEST``), or, where its
+    payload is encoded, [the count and lengths of the buffers and the pickle, each
+    buffer] (``_REQUEST_BUFFERS``: the payload's bytes out of band, not in the pickle)."""
+    buffers: list[pickle.PickleBuffer] = []
+    pickled = pickle.dumps(request, protocol=5, buffer_callback=buffers.append)
+    if not buffers:
+        return _REQUEST, [pickled]
+    raws = [buffer.raw() for buffer in buffers]
+    head = _LENGTH.pack(len(raws)) + b"".join(_LENGTH.pack(len(raw)) for raw in raws)
+    return _REQUEST_BUFFERS, [head + pickled, *raws]
+
+
+def _unframed(body: bytes | memoryview) -> Any:
+    """The request of a ``_REQUEST_BUFFERS`` frame; its buffers are views of ``body``, not copies."""
+    view = memoryview(body)
+    (count,) = _LENGTH.unpack_from(view)
+    lengths = [_LENGTH.unpack_from(view, _LENGTH.size * (1 + i))[0] for i in range(count)]
+    end = len(view) - sum(lengths)
+    buffers = []
+    at = end
+    for length in lengths:
+        buffers.append(view[at : at + length])
+        at += length
+    return pickle.loads(view[_LENGTH.size * (1 + count) : end], buffers=buffers)
+
+
 def _read_exactly(sock: socket.socket, n: int) -> bytes:
     data = bytearray()
     while len(data) < n:
@@ -274,16 +360,21 @@ def builder_main(fd: int) -> None:
         while True:
             tag = _REQUEST
             try:
-                built: Any = factory.next_request()
+                built: Any = encode_in_place(factory.next_request())
             except Exception as exc:
                 tag, built = _ERROR, exc
             try:
-                payload = pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)
+                if tag == _ERROR:
+                    parts = [pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)]
+                else:
+                    tag, parts = _request_frame(built)
             except Exception as exc:  # what cannot travel fails there: its text does
                 failed = built if tag == _ERROR else exc
                 tag = _ERROR
-                payload = pickle.dumps(RuntimeError(f"{type(failed).__name__}: {failed}"))
-            sock.sendall(_LENGTH.pack(len(payload) + 1) + tag + payload)
+                parts = [pickle.dumps(RuntimeError(f"{type(failed).__name__}: {failed}"))]
+            sock.sendall(_LENGTH.pack(1 + sum(len(part) for part in parts)) + tag + parts[0])
+            for buffer in parts[1:]:  # an encoded payload: sent as it is, not joined
+                sock.sendall(buffer)
             if tag == _ERROR:
                 return
     except (EOFError, OSError):

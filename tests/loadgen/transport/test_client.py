@@ -614,3 +614,70 @@ async def test_first_model_and_its_one_line_errors(server):
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TargetUnreachable, match=rf"^cannot reach {url} : "):
         await first_model(url, timeout_s=2)
+
+
+# -- the body: a payload encoded in the builder process is spliced, byte for byte
+
+
+def _requests_of(endpoint: str, images: dict | None = None, **workload) -> list[PreparedRequest]:
+    from rampwatch.loadgen.workload.request_factory import RequestFactory
+    from rampwatch.loadgen.workload.scenario import validate_scenario
+
+    spec = {"input_tokens": 24, "output_tokens": 8, "system_prompt": {"tokens": 10}, **workload}
+    if images is not None:
+        spec["images"] = images
+    data = {"endpoint": endpoint, "seed": 5, "schedule": {"kind": "constant", "rate": 1, "num_requests": 4}}
+    factory = RequestFactory(validate_scenario({**data, "workload": spec}, "x.yaml"), cache_salt="salt-1")
+    return [factory.next_request() for _ in range(3)]
+
+
+@pytest.mark.parametrize(
+    "requests",
+    [
+        pytest.param(lambda: _requests_of("chat"), id="chat text"),
+        pytest.param(lambda: _requests_of("completions"), id="completions text"),
+        pytest.param(lambda: _requests_of("completions", prompt_format="token_ids"), id="token ids"),
+        pytest.param(
+            lambda: _requests_of("chat", extra_body={"temperature": 0.5, "chat_template_kwargs": {"x": "é"}}),
+            id="extra body",
+        ),
+        pytest.param(lambda: _requests_of("chat", {"count": 2, "width": 8, "height": 6}), id="images"),
+        pytest.param(
+            lambda: _requests_of("chat", {"count": 1, "width": 4, "height": 4}, adapters=[{"name": "sql-lora"}]),
+            id="images and an adapter",
+        ),
+        pytest.param(lambda: _requests_of("chat", adapters=[{"name": "a"}, {"name": "b"}]), id="text and adapters"),
+    ],
+)
+def test_an_encoded_payload_gives_the_same_body_byte_for_byte(requests):
+    import pickle
+
+    from rampwatch.loadgen.transport.client import _body_bytes
+    from rampwatch.loadgen.workload.encoded_payload import EncodedPayload, encode_payload
+    from rampwatch.loadgen.workload.requests_ahead import _request_frame, _unframed
+
+    client = StreamingClient("http://127.0.0.1:9", "the-model")
+    for request in requests():
+        before = _body_bytes(client.build_body(request))  # the body as it was sent
+        # as the builder process sends it (short ones too, which it would not encode)
+        encoded = pickle.loads(pickle.dumps(request))
+        encoded.payload = encode_payload(encoded.payload)
+        tag, parts = _request_frame(encoded)
+        travelled = _unframed(memoryview(bytearray(b"".join(parts))))
+        assert tag == b"B" and isinstance(travelled.payload, EncodedPayload)
+        assert client.body_bytes(travelled) == before
+        assert client.body_bytes(request) == before  # a dict payload: as before
+        assert client.build_body(travelled) == client.build_body(request)  # the aiohttp path's
+        assert before.startswith(b'{"model":"' + (request.adapter or "the-model").encode() + b'"')
+
+
+@pytest.mark.parametrize("payload", [{}, {"prompt": "x", "max_tokens": 2}])
+def test_an_encoded_payload_the_model_name_cannot_be_encoded_by_orjson_goes_the_usual_way(payload):
+    from rampwatch.loadgen.transport.client import _body_bytes
+    from rampwatch.loadgen.workload.encoded_payload import encode_payload
+
+    client = StreamingClient("http://127.0.0.1:9", "odd-\ud800-model")
+    request = PreparedRequest("completions", payload, 1, 2)
+    encoded = PreparedRequest("completions", encode_payload(payload), 1, 2)  # type: ignore[arg-type]
+    assert client.body_bytes(encoded) == client.body_bytes(request) == _body_bytes(client.build_body(request))
+    assert b"\\ud800" in client.body_bytes(encoded)  # json's escape: orjson refused it

@@ -5,14 +5,28 @@ from __future__ import annotations
 
 import os
 import pickle
+import random
 from pathlib import Path
 
 import pytest
 
 from rampwatch.core.errors import UserError
+from rampwatch.loadgen.workload.encoded_payload import EncodedPayload
 from rampwatch.loadgen.workload.request_factory import RequestFactory
 from rampwatch.loadgen.workload.requests import PreparedRequest
-from rampwatch.loadgen.workload.requests_ahead import PROBE_REQUESTS, BuilderLost, BuildFailed, RequestsAhead
+from rampwatch.loadgen.workload.requests_ahead import (
+    _LENGTH,
+    ENCODE_FROM_BYTES,
+    PROBE_REQUESTS,
+    READ_BUFFER,
+    BuilderLost,
+    BuildFailed,
+    RequestsAhead,
+    _BuiltRequests,
+    _request_frame,
+    _unframed,
+    encode_in_place,
+)
 from rampwatch.loadgen.workload.scenario import load_scenario
 
 REPO = str(Path(__file__).resolve().parents[3])
@@ -62,6 +76,24 @@ async def test_requests_built_in_their_own_process_are_the_factorys_sequence_and
     reference = factory()
     assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(300)]
     assert built_here._count == PROBE_REQUESTS  # the probe only: the rest came from the process
+    assert all(type(r.payload) is dict for r in got)  # short prompts: not worth encoding
+
+
+@pytest.mark.slow
+async def test_requests_with_images_come_from_their_own_process_encoded():
+    sets = [("workload.input_tokens", "16"), ("workload.output_tokens", "4")]
+    sets += [("workload.images", "{count: 2, width: 64, height: 48}")]
+    ahead = RequestsAhead(factory("chat", sets))  # images: whatever the probe measured
+    await ahead.start()
+    try:
+        assert ahead.in_process_of_its_own
+        got = await take(ahead, 20)
+    finally:
+        await ahead.close()
+    reference = factory("chat", sets)
+    assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(20)]
+    # all encoded, the probe's too: the loop neither decodes nor encodes their payloads
+    assert all(isinstance(r.payload, EncodedPayload) for r in got)
 
 
 async def test_cheap_requests_are_built_here_at_their_take():
@@ -74,6 +106,7 @@ async def test_cheap_requests_are_built_here_at_their_take():
     assert built_here._count == 10
     reference = factory("chat", [])
     assert [fields(r) for r in got] == [fields(reference.next_request()) for _ in range(10)]
+    assert all(type(r.payload) is dict for r in got)  # built at their take: nothing to gain
 
 
 async def test_a_factory_that_cannot_be_pickled_builds_here():
@@ -213,3 +246,62 @@ def test_reading_pauses_at_a_byte_bound_too(monkeypatch):
     assert not transport.reading  # 2 still waiting: above half the bound
     ahead.take()
     assert transport.reading and ahead._ready_bytes == len(request)
+
+
+class Frames:
+    """What ``_BuiltRequests`` hands its owner."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[bytes, bytes]] = []
+
+    def _received(self, tag: bytes, body: bytes | memoryview) -> None:
+        self.got.append((tag, bytes(body)))
+
+
+@pytest.mark.parametrize("read", [7, 4096, READ_BUFFER // 3, READ_BUFFER, 10 * READ_BUFFER])
+def test_frames_come_whole_and_in_order_however_the_socket_splits_them(read):
+    # Requests of a few bytes and of megabytes (images: larger than the read buffer,
+    # read into a buffer of their own), one frame's end in the same read as the next's start.
+    rng = random.Random(read)
+    bodies = [(b"R", bytes(rng.getrandbits(8) for _ in range(n))) for n in (0, 5, 300, 70_000)]
+    sizes = (READ_BUFFER - 5, READ_BUFFER - 4, READ_BUFFER + 1, 3 * READ_BUFFER) if read > 7 else (READ_BUFFER + 1,)
+    bodies += [(b"R", os.urandom(n)) for n in sizes]
+    bodies += [(b"R", b"x" * 10)] * 50 + [(b"E", b"the end")]
+    rng.shuffle(bodies)
+    stream = b"".join(_LENGTH.pack(len(body) + 1) + tag + body for tag, body in bodies)
+    owner = Frames()
+    protocol = _BuiltRequests(owner)  # type: ignore[arg-type]
+    at = 0
+    while at < len(stream):
+        space = protocol.get_buffer(-1)
+        assert len(space) > 0  # asyncio fails a read into an empty buffer
+        n = min(len(space), rng.randint(1, read), len(stream) - at)  # reads of any size up to read
+        space[:n] = stream[at : at + n]
+        del space  # the transport lets go of it before the next read
+        protocol.buffer_updated(n)
+        at += n
+    assert owner.got == bodies
+    assert protocol.large is None and protocol.end == 0
+
+
+def test_an_encoded_payload_crosses_out_of_band_and_is_read_where_it_was_received():
+    payload = {"messages": [{"role": "user", "content": "x" * ENCODE_FROM_BYTES}], "max_completion_tokens": 4}
+    request = encode_in_place(PreparedRequest("chat", dict(payload), 10, 4, images=1))
+    assert isinstance(request.payload, EncodedPayload)
+    tag, parts = _request_frame(request)
+    frame = bytearray(b"".join(parts))
+    assert tag == b"B" and len(frame) < len(request.payload.json) + 500  # the bytes once, beside a small pickle
+    got = _unframed(memoryview(frame))
+    assert got.payload == payload and got.images == 1 and got.expected_prompt_tokens == 10
+    assert isinstance(got.payload, EncodedPayload) and got.payload.json.obj is frame  # a view: no copy
+    # sent on (a load worker's pickle, in band), it is the same request
+    again = pickle.loads(pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL))
+    assert again.payload == payload and bytes(again.payload.json) == bytes(request.payload.json)
+
+
+def test_a_small_payload_stays_a_dict_in_a_plain_pickle():
+    # a short prompt's payload decodes and encodes faster than it splices: as before
+    request = encode_in_place(PreparedRequest("completions", {"prompt": "x" * 2000, "max_tokens": 4}, 10, 4))
+    assert type(request.payload) is dict
+    tag, parts = _request_frame(request)
+    assert tag == b"R" and parts == [pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)]
