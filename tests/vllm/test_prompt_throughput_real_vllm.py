@@ -81,11 +81,11 @@ def test_avg_prompt_throughput_is_vllms_own(vllm_server, tmp_path):
     all_prompt = summary_figure(proc.stdout, "Prompt incl. cache hits (tok/s):")
 
     new_log = Path(vllm_server.log_path).read_text(errors="replace")[len(log_before) :]
-    # The load's start: the process's start plus its own start-up, which a busy machine
-    # stretches past 5 s (an interval before the first request logs 0 tok/s); the load
-    # ran the last DURATION_S seconds before the process ended, at the latest.
-    load_start = max(start, end - DURATION_S)
-    logged = logged_prompt_throughput(new_log, load_start + 5, end)  # past the first requests' cold cache
+    logged = logged_prompt_throughput(new_log, start + 5, end)  # past the first requests' cold cache
+    # At 4 req/s no 10 s interval of the load is without a prompt: a 0 tok/s line is one
+    # before the first request, which a busy machine's start-up (imports, the model
+    # check) pushed past the 5 s allowed for it.
+    logged = [value for value in logged if value > 0]
     assert len(logged) >= 2, f"too few vLLM log lines inside the run:\n{new_log[-3000:]}"
     vllm_figure = sum(logged) / len(logged)
     assert computed == pytest.approx(vllm_figure, rel=0.25), (computed, logged)
