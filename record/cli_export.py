@@ -1,4 +1,4 @@
-"""`rampwatch export REC --format json|csv|html [-o PATH]`."""
+"""`rampwatch export REC --format json|csv|html|parquet [-o PATH]`."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ from rampwatch.record.html_report import render_html
 from rampwatch.record.reader import open_recording, print_warnings
 from rampwatch.record.result_json import write_bench_result
 
-# ``-o -``: the export goes to standard output (json and html; csv is two files).
+# ``-o -``: the export goes to standard output (json and html; csv and parquet are two files).
 STDOUT = "-"
+TWO_FILES = ("csv", "parquet")  # a requests table and a series table
 
 REQUEST_COLUMNS = (
     "id",
@@ -57,15 +58,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recording", help="a .rwrec file written by `rampwatch run`")
     parser.add_argument(
         "--format",
-        choices=("json", "csv", "html"),
+        choices=("json", "csv", "html", "parquet"),
         default="json",
         help="json: `vllm bench serve --save-result` schema; csv: <stem>-requests.csv and "
-        "<stem>-series.csv; html: offline report with charts (default: json)",
+        "<stem>-series.csv; html: offline report with charts; parquet: the csv's two tables as "
+        "<stem>-requests.parquet and <stem>-series.parquet (needs pip install 'rampwatch[parquet]') "
+        "(default: json)",
     )
     parser.add_argument(
         "-o",
         "--output",
-        help="output file (csv: its stem names the two files; json, html: - for standard output); "
+        help="output file (csv, parquet: its stem names the two files; json, html: - for standard output); "
         "default: beside the recording",
     )
     parser.add_argument("--force", action="store_true", help="overwrite output files that already exist")
@@ -79,12 +82,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def output_paths(recording: Path, fmt: str, output: str | None) -> list[Path]:
-    """The files an export writes: one, or two for csv (``<stem>-requests.csv``, ``<stem>-series.csv``)."""
+    """The files an export writes: one, or two for csv and parquet (``<stem>-requests.csv``,
+    ``<stem>-series.csv``)."""
     out = Path(output) if output else recording.with_suffix(f".{fmt}")
-    if fmt != "csv":
+    if fmt not in TWO_FILES:
         return [out]
     stem = out.with_suffix("")
-    return [stem.with_name(stem.name + "-requests.csv"), stem.with_name(stem.name + "-series.csv")]
+    return [stem.with_name(f"{stem.name}-requests.{fmt}"), stem.with_name(f"{stem.name}-series.{fmt}")]
 
 
 def check_outputs(recording: Path, outputs: list[Path], force: bool) -> None:
@@ -203,54 +207,80 @@ def optional_columns(records) -> list:
     return [group for group, yes in zip(groups, present) if yes]
 
 
+def request_cells(r, extra: list) -> list:
+    """A request's row as the CSV writes it (the Parquet export reads the same cells)."""
+    return [
+        r.id,
+        _num(r.scheduled_at),
+        _num(r.sent_at),
+        _num(r.first_token_at),
+        _num(r.end_at),
+        _num(r.ttft),
+        _num(r.e2e),
+        _num(r.tpot),
+        _num(r.client_queue_s),
+        len(r.chunk_times),
+        r.prompt_tokens,
+        r.completion_tokens,
+        int(r.tokens_from_usage),
+        spreadsheet_text(r.finish_reason or ""),
+        "" if r.status is None else r.status,
+        spreadsheet_text(r.error_class or ""),
+        spreadsheet_text(r.error or ""),
+        spreadsheet_text(r.scenario_tag or ""),
+        *(cell for _, _, cells in extra for cell in cells(r)),
+    ]
+
+
+def request_header(extra: list) -> list[str]:
+    return [*REQUEST_COLUMNS, *(name for _, names, _ in extra for name in names)]
+
+
 def write_requests_csv(records, path: Path, extra: list | None = None) -> None:
     """One row a request; ``extra`` (``optional_columns``, from a pass of its own over
     the records) adds the columns of the fields the recording has, after the others."""
     extra = extra or []
     with private_file(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow([*REQUEST_COLUMNS, *(name for _, names, _ in extra for name in names)])
+        w.writerow(request_header(extra))
         for r in records:
-            w.writerow(
-                [
-                    r.id,
-                    _num(r.scheduled_at),
-                    _num(r.sent_at),
-                    _num(r.first_token_at),
-                    _num(r.end_at),
-                    _num(r.ttft),
-                    _num(r.e2e),
-                    _num(r.tpot),
-                    _num(r.client_queue_s),
-                    len(r.chunk_times),
-                    r.prompt_tokens,
-                    r.completion_tokens,
-                    int(r.tokens_from_usage),
-                    spreadsheet_text(r.finish_reason or ""),
-                    "" if r.status is None else r.status,
-                    spreadsheet_text(r.error_class or ""),
-                    spreadsheet_text(r.error or ""),
-                    spreadsheet_text(r.scenario_tag or ""),
-                    *(cell for _, _, cells in extra for cell in cells(r)),
-                ]
-            )
+            w.writerow(request_cells(r, extra))
+
+
+def _series(snapshot) -> dict:
+    return {**snapshot.series, **(snapshot.reasoning or {})}  # a reasoning run's columns last
+
+
+def series_header(snapshot) -> list[str]:
+    """The one-second series' columns, ``t`` first."""
+    return ["t", *(spreadsheet_text(n) for n in _series(snapshot))]
+
+
+def series_rows(snapshot):
+    """The one-second series' rows, as the CSV writes them (the Parquet export reads the same cells)."""
+    series = list(_series(snapshot).values())
+    for i, t in enumerate(snapshot.times):
+        yield [_num(t), *(_num(column[i]) for column in series)]
 
 
 def write_series_csv(snapshot, path: Path) -> None:
-    series = {**snapshot.series, **(snapshot.reasoning or {})}  # a reasoning run's columns last
-    names = list(series)
     with private_file(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["t", *(spreadsheet_text(n) for n in names)])
-        for i, t in enumerate(snapshot.times):
-            w.writerow([_num(t), *(_num(series[n][i]) for n in names)])
+        w.writerow(series_header(snapshot))
+        w.writerows(series_rows(snapshot))
 
 
 def main(args: argparse.Namespace) -> int:
 
     to_stdout = args.output == STDOUT
-    if to_stdout and args.format == "csv":
-        raise UserError("-o -: a csv export is two files (requests and series); give -o a path whose stem names them")
+    if to_stdout and args.format in TWO_FILES:
+        raise UserError(
+            f"-o -: a {args.format} export is two files (requests and series); give -o a path whose stem names them"
+        )
+    if args.format == "parquet":
+        from rampwatch.record import parquet_export  # pyarrow only when this export runs
+
+        parquet_export.require_pyarrow()
     recording = open_recording(args.recording)
     src = Path(args.recording)
     outputs = [] if to_stdout else output_paths(src, args.format, args.output)
@@ -267,6 +297,15 @@ def main(args: argparse.Namespace) -> int:
         extra = optional_columns(recording.iter_requests())  # a first pass: which fields the requests have
         _write_atomically(outputs[0], lambda tmp: write_requests_csv(recording.iter_requests(), tmp, extra))
         _write_atomically(outputs[1], lambda tmp: write_series_csv(final_snapshot(recording), tmp))
+    elif args.format == "parquet":
+        extra = optional_columns(recording.iter_requests())
+        header = request_header(extra)
+        rows = (request_cells(r, extra) for r in recording.iter_requests())
+        _write_atomically(outputs[0], lambda tmp: parquet_export.write_requests(tmp, header, rows))
+        snapshot = final_snapshot(recording)
+        _write_atomically(
+            outputs[1], lambda tmp: parquet_export.write_series(tmp, series_header(snapshot), series_rows(snapshot))
+        )
     else:
         snapshot = final_snapshot(recording)
         summary = with_knee_explanation(summarise(recording), snapshot)
