@@ -160,3 +160,14 @@ def test_a_parquet_export_to_standard_output_is_refused(tmp_path, capsys):
         "rampwatch export: error: -o -: a parquet export is two files (requests and series); "
         "give -o a path whose stem names them\n"
     )
+
+
+def test_a_parquet_export_checks_both_of_its_files_before_writing_either(tmp_path, capsys):
+    series = tmp_path / "out-series.parquet"
+    series.write_bytes(b"kept")
+    args = ["export", str(DATA / "small.rwrec"), "--format", "parquet", "-o", str(tmp_path / "out.parquet")]
+    assert cli_main(args) == 2
+    assert capsys.readouterr().err == f"rampwatch export: error: {series}: exists; pass --force to overwrite it\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out-series.parquet"] and series.read_bytes() == b"kept"
+    assert cli_main([*args, "--force"]) == 0
+    assert pq.read_table(series).num_rows > 0
