@@ -32,7 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("rampwatch.app.stop", "stop a run gracefully (drain, finish the recording) and wait for its exit code"),
     "replay": ("rampwatch.app.replay", "replay a recording in the live UI (optionally compared with another)"),
     "report": ("rampwatch.record.cli_report", "print the summary of a recording"),
-    "export": ("rampwatch.record.cli_export", "export a recording as JSON, CSV or HTML"),
+    "export": ("rampwatch.record.cli_export", "export a recording as JSON, CSV, HTML or Parquet"),
     "compare": ("rampwatch.record.cli_compare", "compare two recordings side by side"),
 }
 
