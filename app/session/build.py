@@ -232,7 +232,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
 
 
 def prometheus_sinks(config: RunConfig) -> list[TimelineSink]:
-    """``--prometheus-port``'s target, its port taken now (one in use: a one-line
+    """``--prometheus-port``'s target, its port tried now (one in use: a one-line
     ``UserError``); it serves from the run's start, in the process that runs the load."""
     if config.prometheus_port is None:
         return []
@@ -244,7 +244,7 @@ def prometheus_sinks(config: RunConfig) -> list[TimelineSink]:
     if previous is not None:  # a sweep's previous configuration: its run has ended
         previous.close()
     target = PrometheusTarget(config.prometheus_port, config.prometheus_host, config.run_id)
-    target.bind()
+    target.check_port()
     _PROMETHEUS_SERVING[address] = target
     atexit.register(target.close)
     return [target]

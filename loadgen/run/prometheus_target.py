@@ -25,10 +25,12 @@ one per chunk gap); the exposition is built on the server's thread when scraped.
 scrape thread reads what the loop writes without a lock: a scrape may see a request in
 one family and not yet in another, never a torn number (the GIL).
 
-**Processes.** The listening socket is bound where the run is built (``bind``: a port in
-use fails there, one line naming the flag), the thread that serves it is started by
-``on_start`` in the process that runs the load (the live screen forks the run after it is
-built; a thread does not survive a fork).
+**Processes.** Where the run is built, the port is only tried (``check_port``: one in
+use fails there, one line naming the flag, before any request); ``on_start`` binds it
+and starts the thread that serves it, in the process that runs the load: the live screen
+forks the run after it is built, a thread does not survive a fork, and a listening
+socket left open in the screen's process would queue scrapes nobody answers once the run
+process has ended.
 """
 
 from __future__ import annotations
@@ -343,6 +345,11 @@ class PrometheusTarget:
             raise UserError(
                 f"--prometheus-port {self.port}: cannot serve on {self.host}:{self.port} ({reason})"
             ) from None
+
+    def check_port(self) -> None:
+        """Whether the port can be served: bound and let go at once (``bind``'s error)."""
+        self.bind()
+        self.close()
 
     def serve(self) -> None:
         """Serve from a daemon thread (binding first if not bound yet)."""

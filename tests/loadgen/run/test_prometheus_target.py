@@ -185,7 +185,6 @@ async def test_a_run_scraped_while_it_runs_counts_what_the_run_counted():
                    ("schedule.duration_s", "1.5"), ("workload.input_tokens", "32"), ("workload.output_tokens", "8")],
     )  # fmt: skip
     target = PrometheusTarget(0, run_id="run-x")
-    target.bind()
     during: list[str] = []
     async with serve(SimConfig(hardware="instant", model="tiny")) as url:
         options = RunOptions(target=url, model="tiny", keep_records=True, scrape_interval_s=0.25, tick_interval_s=0.25)
