@@ -215,6 +215,9 @@ async def test_a_run_scraped_while_it_runs_counts_what_the_run_counted():
         "cancelled": sum(r.error_class == "cancelled" for r in records),
     }
     assert counted["ok"] >= 20
+    counts = result.counts  # the run's own final counts (its exit code's)
+    assert counts is not None and sum(counted.values()) == counts.ended
+    assert counted["failed"] == counts.failed and counted["cancelled"] == counts.ended - counts.judged
     assert final[("rampwatch_sent_requests_total", run_labels)] == len(records)
     assert final[("rampwatch_generation_tokens_total", (("class", ""), *run_labels))] == sum(
         r.completion_tokens for r in records if r.ok
