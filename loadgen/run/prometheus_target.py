@@ -12,7 +12,8 @@ also ``class``, the mixture's class or ``""``):
   vLLM's own bucket edges (and a few finer ones below them), so the client's and the
   server's ``histogram_quantile`` lines compare at one resolution
 - ``rampwatch_send_lateness_seconds``: how late each request was sent (``sent_at -
-  scheduled_at``, the summary's send lateness; it holds a ``--max-concurrency`` wait)
+  scheduled_at``, the summary's send lateness: requests really sent; it holds a
+  ``--max-concurrency`` wait)
 - ``rampwatch_offered_requests_total``, ``rampwatch_sent_requests_total``; gauges
   ``rampwatch_target_rate_rps``, ``rampwatch_offered_rate_rps``, ``rampwatch_achieved_rate_rps``
   (over the last tick), ``rampwatch_in_flight_requests``, ``rampwatch_client_queued_requests``
@@ -134,7 +135,10 @@ class ClassFigures:
     def add(self, record: RequestRecord) -> None:
         outcome = outcome_of(record)
         self.outcomes[outcome] += 1
-        self.lateness.observe(max(0.0, record.sent_at - record.scheduled_at))
+        # As the summary's send lateness: a request that ended at the instant it was to be
+        # sent (cancelled while it waited for a slot, its worker lost) had no real send.
+        if outcome == "ok" or record.sent_at != record.end_at:
+            self.lateness.observe(max(0.0, record.sent_at - record.scheduled_at))
         if outcome != "ok":
             return
         self.prompt_tokens += record.prompt_tokens
