@@ -92,12 +92,6 @@ def test_records_and_ticks_become_the_families_a_scrape_reads():
     assert got[("rampwatch_send_lateness_seconds_count", short)] == 3  # every ended request was sent
     assert got[("rampwatch_send_lateness_seconds_count", none)] == 1
 
-
-def test_a_request_cancelled_before_its_send_has_no_send_lateness():
-    metrics = RunMetrics("r", "s")
-    metrics.add_request(record(0, "cancelled", sent_at=5.0, end_at=5.0, first_token_at=None, chunk_times=[]))
-    figures = metrics.classes[""]
-    assert figures.outcomes["cancelled"] == 1 and sum(figures.lateness.counts) == 0
     assert got[("rampwatch_offered_requests_total", run)] == 8
     assert got[("rampwatch_offered_rate_rps", run)] == 4.0  # 8 offered over 2 s
     assert got[("rampwatch_achieved_rate_rps", run)] == 0.0  # the records came before the first tick
@@ -105,6 +99,13 @@ def test_a_request_cancelled_before_its_send_has_no_send_lateness():
     assert got[("rampwatch_loop_lag_seconds_count", run)] == 12
     assert got[("rampwatch_loop_lag_max_seconds", run)] == 0.0005
     assert got[("rampwatch_run_done", run)] == 0
+
+
+def test_a_request_cancelled_before_its_send_has_no_send_lateness():
+    metrics = RunMetrics("r", "s")
+    metrics.add_request(record(0, "cancelled", sent_at=5.0, end_at=5.0, first_token_at=None, chunk_times=[]))
+    figures = metrics.classes[""]
+    assert figures.outcomes["cancelled"] == 1 and sum(figures.lateness.counts) == 0
 
 
 def _render(metrics: RunMetrics) -> str:
