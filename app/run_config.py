@@ -34,6 +34,7 @@ DEFAULT_SIM_MODEL = "llama-3.1-8b-fp8"
 DEFAULT_MAX_ERROR_RATE = 0.05
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_STOP_GRACE_S = 10.0
+DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
 GPU_MODES = ("auto", "nvml", "sim", "off")  # --gpu (app.session.plan.gpu_telemetry)
 # The environment variable a run's API key defaults to (as `vllm bench serve` reads it).
 API_KEY_ENV = credentials.API_KEY_ENV
@@ -60,6 +61,7 @@ positive_float = _number(float, lambda v: 0 < v < float("inf"), "a number above 
 non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number ≥ 0")
 fraction = _number(float, lambda v: 0 <= v <= 1, "a fraction from 0 to 1")
 positive_int = _number(int, lambda v: v > 0, "a whole number above 0")
+port_number = _number(int, lambda v: 0 < v < 65536, "a port from 1 to 65535")
 
 
 def drain_policy(text: str) -> DrainPolicy:
@@ -125,6 +127,8 @@ class RunConfig:
     sim_model: str | None = None  # None: DEFAULT_SIM_MODEL, or the image preset for a scenario with images
     ray: str | None = None
     max_clock_offset: float = DEFAULT_MAX_CLOCK_OFFSET_MS
+    prometheus_port: int | None = None  # serve the run's own figures (loadgen.run.prometheus_target)
+    prometheus_host: str = DEFAULT_PROMETHEUS_HOST
     # What was typed (not a flag): --detach starts the same command in the background.
     argv: tuple[str, ...] = field(default=(), compare=False)
 
@@ -371,6 +375,22 @@ class RunConfig:
             help=f"embedded simulator model preset (default {DEFAULT_SIM_MODEL}; qwen2-vl-7b for a scenario with images)",
         )
         add_ray_flags(parser, positive_float)
+        prometheus = parser.add_argument_group("Prometheus target")
+        prometheus.add_argument(
+            "--prometheus-port",
+            type=port_number,
+            metavar="PORT",
+            help="serve the run's own client-side metrics (requests by outcome, TTFT/ITL/E2E histograms, rates, "
+            "in flight, send lateness, loop lag) for Prometheus at http://HOST:PORT/metrics while it runs "
+            "(default: off; see docs/prometheus.md)",
+        )
+        prometheus.add_argument(
+            "--prometheus-host",
+            default=DEFAULT_PROMETHEUS_HOST,
+            metavar="HOST",
+            help=f"the address --prometheus-port listens on (default {DEFAULT_PROMETHEUS_HOST}: this machine only; "
+            "0.0.0.0 for every interface)",
+        )
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> RunConfig:

@@ -24,7 +24,7 @@ from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.core.files import OutputClaim
 from rampwatch.core.redact import redact_options, redact_text
-from rampwatch.core.timeline import Event, RunHeader
+from rampwatch.core.timeline import Event, RunHeader, TimelineSink
 from rampwatch.core.version import rampwatch_version
 from rampwatch.loadgen.run import eventloop
 from rampwatch.loadgen.run.options import RunOptions
@@ -218,7 +218,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         atexit.register(shutil.rmtree, scratch.parent, ignore_errors=True)  # also when the run ends on an error
     secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
     recorder = RecordingWriter(records_path, secrets=secrets or None)
-    run = Run(scenario, options, sinks=[recorder])
+    run = Run(scenario, options, sinks=[recorder, *prometheus_sinks(config)])
     return PreparedRun(
         run=run,
         config=config,
@@ -229,6 +229,31 @@ def build_run(plan: RunPlan) -> PreparedRun:
         scratch_path=scratch,
         outputs=plan.outputs,
     )
+
+
+def prometheus_sinks(config: RunConfig) -> list[TimelineSink]:
+    """``--prometheus-port``'s target, its port tried now (one in use: a one-line
+    ``UserError``); it serves from the run's start, in the process that runs the load."""
+    if config.prometheus_port is None:
+        return []
+    # prometheus_client is imported only by a run that serves it
+    from rampwatch.loadgen.run.prometheus_target import PrometheusTarget
+
+    address = (config.prometheus_host, config.prometheus_port)
+    previous = _PROMETHEUS_SERVING.pop(address, None)
+    if previous is not None:  # a sweep's previous configuration: its run has ended
+        previous.close()
+    target = PrometheusTarget(config.prometheus_port, config.prometheus_host, config.run_id)
+    target.check_port()
+    _PROMETHEUS_SERVING[address] = target
+    atexit.register(target.close)
+    return [target]
+
+
+# The Prometheus target of this process's last run on each address: it serves until the
+# process exits (a scrape after the run's end reads its final figures) or the next run
+# on the address (a sweep) replaces it.
+_PROMETHEUS_SERVING: dict[tuple[str, int], Any] = {}
 
 
 def prepare_run(
