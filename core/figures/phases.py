@@ -117,11 +117,13 @@ class PhaseBlock:
 
 
 class PhaseTotals:
-    """A run's phases, block after block (exact values: the end of a run, a recording)."""
+    """A run's phases, block after block: exact values (the end of a run, a recording), or
+    ``bounded`` (the live run-so-far figures: ``stats.RunningValues``, checkpointed)."""
 
-    def __init__(self) -> None:
-        self.values = [stats.ExactValues() for _ in PHASES]
-        self.ttft = stats.ExactValues()
+    def __init__(self, bounded: bool = False) -> None:
+        store = stats.RunningValues if bounded else stats.ExactValues
+        self.values: list[Any] = [store() for _ in PHASES]
+        self.ttft: Any = store()
         self.new_connections = 0
         self.waited_for_slot = 0
 
@@ -131,6 +133,30 @@ class PhaseTotals:
         self.ttft.add(block.durations.sum(axis=0))
         self.new_connections += block.new_connections
         self.waited_for_slot += block.waited_for_slot
+
+    def _stores(self) -> dict[str, stats.RunningValues]:
+        stores = {**dict(zip(PHASE_NAMES, self.values)), "ttft": self.ttft}
+        assert all(isinstance(s, stats.RunningValues) for s in stores.values()), "only bounded totals are checkpointed"
+        return stores
+
+    def export_state(self, arrays: dict[str, np.ndarray], prefix: str) -> dict[str, Any]:
+        """A bounded total's state (``SummaryBuilder.export_state``), its histograms in
+        ``arrays`` (``<prefix>.phase_<name>``)."""
+        sums = {}
+        for name, store in self._stores().items():
+            arrays[f"{prefix}.phase_{name}"] = store.hist.counts
+            sums[name] = [store.n, store.total, store.squares, store.hist.total]
+        return {"sums": sums, "new_connections": self.new_connections, "waited_for_slot": self.waited_for_slot}
+
+    @classmethod
+    def restore_state(cls, state: dict[str, Any], arrays: dict[str, np.ndarray], prefix: str) -> PhaseTotals:
+        totals = cls(bounded=True)
+        for name, store in totals._stores().items():
+            store.n, store.total, store.squares, store.hist.total = state["sums"][name]
+            store.hist._counts = np.array(arrays[f"{prefix}.phase_{name}"], dtype=np.int64)
+        totals.new_connections = state["new_connections"]
+        totals.waited_for_slot = state["waited_for_slot"]
+        return totals
 
     def figures(self) -> PhaseFigures:
         return PhaseFigures(

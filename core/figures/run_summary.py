@@ -185,8 +185,8 @@ class Summary:
     # A reasoning model's figures (time to first answer, each phase's ITL, the reasoning
     # share); None when no request reasoned: nothing of it shows then.
     reasoning: ReasoningFigures | None = None
-    # Where TTFT went on the client's side (core.figures.phases); None: a recording without
-    # phase marks (an older client's), and the live run-so-far figures.
+    # Where TTFT went on the client's side (core.figures.phases); None: no request had
+    # phase marks (a recording of an older client's).
     ttft_phases: PhaseFigures | None = None
 
     @property

@@ -161,7 +161,7 @@ class SummaryBuilder:
         self.images = ImageCounts()
         # A reasoning model's figures, from the first request that reasoned on (None before)
         self.reasoning: ReasoningTotals | None = None
-        # Where TTFT went (core.figures.phases), exact: not kept by the live (bounded) builder
+        # Where TTFT went (core.figures.phases), from the first request with phase marks on
         self.phases: PhaseTotals | None = None
 
     @property
@@ -216,9 +216,9 @@ class SummaryBuilder:
         self.latencies["itl"].add(block.itls)
         self.latencies["e2el"].add(e2el)
         ttfa = ttft if block.reasoning is None else np.nan_to_num(block.reasoning.ttfa_s[ok], nan=math.inf)
-        if block.phases is not None and not self.bounded:
+        if block.phases is not None:
             if self.phases is None:
-                self.phases = PhaseTotals()
+                self.phases = PhaseTotals(self.bounded)
             self.phases.add(block.phases)
         if self.reasoning is not None:
             if block.reasoning is not None:
@@ -324,6 +324,8 @@ class SummaryBuilder:
         for name, store in stores.items():
             arrays[f"{prefix}.{name}"] = store.hist.counts
         reasoning = {} if self.reasoning is None else {"reasoning": self.reasoning.export_state(arrays, prefix)}
+        if self.phases is not None:
+            reasoning["ttft_phases"] = self.phases.export_state(arrays, prefix)
         return {
             "slo": self.slo,
             "gpu_price_per_hour": self.gpu_price_per_hour,
@@ -370,6 +372,8 @@ class SummaryBuilder:
             b.images.restore(state["images"])
         if "reasoning" in state:
             b.reasoning = ReasoningTotals.restore_state(state["reasoning"], arrays, prefix)
+        if "ttft_phases" in state:
+            b.phases = PhaseTotals.restore_state(state["ttft_phases"], arrays, prefix)
         return b
 
 

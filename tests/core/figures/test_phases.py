@@ -105,3 +105,24 @@ def test_a_recordings_phases_are_the_records_ones():
     assert from_file.durations == pytest.approx(in_memory.durations, abs=2e-6)  # 1 µs quanta
     assert (from_file.new_connections, from_file.waited_for_slot) == (1, 1)
     assert [r.slot_at for r in fmt.decode_requests(fmt.encode_requests(records))] == [None, None, 1.3]
+
+
+def test_the_live_builders_phases_survive_a_checkpoint():
+    from rampwatch.core.figures.summary_builder import RequestBlock, SummaryBuilder
+
+    exact = summarise_requests(None, _run(), [], []).ttft_phases
+    live = SummaryBuilder(bounded=True)
+    for rec in _run()[:2]:
+        live.add(rec)
+    arrays: dict[str, np.ndarray] = {}
+    restored = SummaryBuilder.restore_state(live.export_state(arrays), arrays)
+    restored.add_block(RequestBlock.from_records(_run()[2:]))
+    figures = restored.build().ttft_phases
+    assert figures is not None and exact is not None
+    assert (figures.requests, figures.new_connections, figures.waited_for_slot) == (3, 1, 1)
+    for name in PHASE_NAMES:  # running sums: the means are exact; percentiles within a bucket
+        assert figures.phases[name]["mean"] == pytest.approx(exact.phases[name]["mean"])
+        assert figures.phases[name]["p99"] == pytest.approx(
+            exact.phases[name]["p99"], rel=0.02, abs=0.02
+        )  # its lowest bucket: 10 µs
+    assert "ttft_phases" not in SummaryBuilder(bounded=True).export_state({})  # none without marks
