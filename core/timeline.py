@@ -68,6 +68,16 @@ class RequestRecord:
     adapter: str | None = None
     # How many images the request carried (their size is the scenario's); None: none.
     images: int | None = None
+    # Where the TTFT went, on the client's side (``core.figures.phases``): the run-axis
+    # times at which the request got its connection slot after waiting for one, its host's
+    # name was resolved, its new connection was ready (TCP, and TLS for https), its
+    # request was written, and the response's headers came. None where the phase did not
+    # happen (no wait, a reused connection, a cached name) or was not measured.
+    slot_at: float | None = None
+    dns_at: float | None = None
+    connected_at: float | None = None
+    request_sent_at: float | None = None
+    headers_at: float | None = None
     # The answer's text, kept only when the run was asked to (`--save-generated-texts`);
     # not recorded in recordings.
     generated_text: str | None = None

@@ -20,6 +20,7 @@ from rampwatch.core.figures.adapters import AdapterSummaries
 from rampwatch.core.figures.classes import ClassSummaries, class_table
 from rampwatch.core.figures.client_lag import client_figures
 from rampwatch.core.figures.knee_explain import knee_explanation_of
+from rampwatch.core.figures.phases import MARK_FIELDS, PhaseBlock
 from rampwatch.core.figures.reasoning import ReasoningBlock
 from rampwatch.core.figures.segments import (
     ConfigSegment,
@@ -122,7 +123,22 @@ def request_block(c: fmt.RequestColumns) -> RequestBlock:
         token_times=np.concatenate([c.first_token_at[use], c.chunk_times[np.repeat(use, counts)]]),
         images=c.strings.get("images") or (),
         reasoning=_reasoning_block(c, ok),
+        phases=_phase_block(c, ok),
     )
+
+
+def _phase_block(c: fmt.RequestColumns, ok: np.ndarray) -> PhaseBlock | None:
+    """Where the block's TTFTs went (``RequestBlock.phases``): None without phase marks
+    (every recording made before them)."""
+    if not any(key in c.strings for key in MARK_FIELDS):
+        return None
+    q_s = c.strings.get("time_quantum_us", 1) / 1e6  # stored in time quanta
+    marks = [
+        np.array([np.nan if v is None else v * q_s for v in c.strings.get(key) or [None] * c.n], dtype=np.float64)
+        for key in MARK_FIELDS
+    ]
+    first = np.where(c.has_first.astype(bool), c.first_token_at, np.nan)
+    return PhaseBlock.of(ok, c.sent_at, first, marks)
 
 
 def _reasoning_block(c: fmt.RequestColumns, ok: np.ndarray) -> ReasoningBlock | None:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures import phases
 from rampwatch.core.figures.adapters import adapter_table
 from rampwatch.core.figures.summary import format_summary
 from rampwatch.core.files import is_special, private_file
@@ -174,6 +175,14 @@ def _reasoning_cells(r) -> list:
     ]
 
 
+def _phase_cells(r) -> list:
+    """Where the request's TTFT went: its marks, then its phases (empty: a request that
+    failed or got no token)."""
+    durations = phases.record_phases(r)
+    cut = [""] * len(phases.PHASE_NAMES) if durations is None else [_num(durations[n]) for n in phases.PHASE_NAMES]
+    return [_num(getattr(r, f)) for f in phases.MARK_FIELDS] + cut
+
+
 OPTIONAL_COLUMNS = (
     (
         lambda r: r.first_answer_at is not None or r.reasoning_tokens is not None,
@@ -182,6 +191,11 @@ OPTIONAL_COLUMNS = (
     ),
     (lambda r: r.adapter is not None, ("adapter",), lambda r: [spreadsheet_text(r.adapter or "")]),
     (lambda r: r.images is not None, ("images",), lambda r: ["" if r.images is None else r.images]),
+    (
+        lambda r: any(getattr(r, f) is not None for f in phases.MARK_FIELDS),
+        (*phases.MARK_FIELDS, *(f"{name}_phase_s" for name in phases.PHASE_NAMES)),
+        _phase_cells,
+    ),
 )
 # A mixture's class, before those columns, only with one of them: a mixture's CSV
 # without them is pinned as it was (tests/test_pinned_figures.py), with no class column.

@@ -372,9 +372,14 @@ OPTIONAL_REQUEST_FIELDS = (
     "reasoning_from_usage",
     "adapter",
     "images",
+    "slot_at",
+    "dns_at",
+    "connected_at",
+    "request_sent_at",
+    "headers_at",
 )
 # Of those, the times: written as whole time quanta (``time_quantum_us``), as the others.
-_OPTIONAL_TIMES = ("first_answer_at",)
+_OPTIONAL_TIMES = ("first_answer_at", "slot_at", "dns_at", "connected_at", "request_sent_at", "headers_at")
 
 
 def encode_requests(records: list[RequestRecord], chunk_quantum_us: int = CHUNK_QUANTUM_US) -> bytes:
@@ -461,7 +466,12 @@ class RequestColumns:
 # The reasoning columns' types (``first_answer_at`` in time quanta), checked as a block is
 # decoded: a column of another type or length (a damaged or crafted file whose checksum
 # holds) makes the block undecodable, so it is lost with a warning, never a traceback.
-_REASONING_TYPES: dict[str, type] = {"first_answer_at": int, "reasoning_tokens": int, "reasoning_from_usage": bool}
+_REASONING_TYPES: dict[str, type] = {
+    "first_answer_at": int,
+    "reasoning_tokens": int,
+    "reasoning_from_usage": bool,
+    **{key: int for key in _OPTIONAL_TIMES},
+}
 
 
 def _check_reasoning_columns(strings: dict[str, Any], n: int) -> None:

@@ -524,6 +524,8 @@ def render_html(
         )
     figures = summary.to_dict()
     figures.update(figures.pop("reasoning", None) or {})  # a reasoning run's figures, as rows
+    phases = figures.pop("ttft_phases", None) or {}  # where TTFT went (core.figures.phases), as rows
+    figures.update({f"ttft_phase_{key}": value for key, value in phases.items()})
     rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{_cell(v)}</td></tr>"
         for k, v in figures.items()

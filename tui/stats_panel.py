@@ -9,7 +9,7 @@ from textual.widget import Widget
 from rampwatch.core.figures.lora import lora_now_rows
 from rampwatch.core.timeline import Snapshot
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
-from rampwatch.tui import reasoning_view
+from rampwatch.tui import phases_view, reasoning_view
 from rampwatch.tui.chart_data import (
     NOW_WINDOW_S,
     current_value,
@@ -184,6 +184,7 @@ class StatsPanel(Widget):
         now_rows += spec_now_rows(snapshot)  # none where the server does not speculate
         so_far = summary_rows(snapshot.summary or {})
         so_far += reasoning_view.summary_rows(snapshot.summary or {})
+        so_far += phases_view.summary_rows(snapshot.summary or {})  # where TTFT went, with marks only
         so_far += [
             (label, format_number(v))
             for key, label in GPU_SUMMARY_ROWS

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         knee_explanation_of,
     )
     from rampwatch.core.figures.lora import lora_state_text
+    from rampwatch.core.figures.phases import MARK_FIELDS, PHASE_NAMES, PhaseBlock, record_phases
     from rampwatch.core.figures.reasoning import ReasoningBlock, ReasoningFigures, request_phases
     from rampwatch.core.figures.segments import (
         CONFIG_EVENT,
@@ -142,6 +143,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "explain_recorded_knee",
         "knee_explanation_of",
     ),
+    "phases": ("MARK_FIELDS", "PHASE_NAMES", "PhaseBlock", "record_phases"),
     "reasoning": ("ReasoningBlock", "ReasoningFigures", "request_phases"),
     "segments": (
         "CONFIG_EVENT",
@@ -220,11 +222,14 @@ __all__ = [
     "KneeReview",
     "LIVE_LAG_BOUND_MS",
     "LagHistogram",
+    "MARK_FIELDS",
     "MIX_KEY",
     "NARROW_DROP",
     "NO_HIT_RATE_HINT",
     "NVML_URL",
     "PER_REQUEST_KEYS",
+    "PHASE_NAMES",
+    "PhaseBlock",
     "RESUME_CHOICES",
     "RESUME_TEXT",
     "ReasoningBlock",
@@ -268,6 +273,7 @@ __all__ = [
     "number_text",
     "parse_slo",
     "positions_text",
+    "record_phases",
     "request_phases",
     "restarted",
     "scenario_adapters",

@@ -188,4 +188,6 @@ def result_fields(
     # A reasoning run's figures (ReasoningFigures.to_dict), each key prefixed; none otherwise
     for key, value in (summary.get("reasoning") or {}).items():
         result[f"rampwatch_{key}"] = value
+    if summary.get("ttft_phases"):  # where TTFT went (core.figures.phases); absent without marks
+        result["rampwatch_ttft_phases"] = summary["ttft_phases"]
     return result

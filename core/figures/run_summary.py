@@ -25,6 +25,7 @@ from rampwatch.core.figures.client_lag import ClientFigures
 from rampwatch.core.timeline import Event, RunHeader
 
 if TYPE_CHECKING:
+    from rampwatch.core.figures.phases import PhaseFigures
     from rampwatch.core.figures.reasoning import ReasoningFigures
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -184,6 +185,9 @@ class Summary:
     # A reasoning model's figures (time to first answer, each phase's ITL, the reasoning
     # share); None when no request reasoned: nothing of it shows then.
     reasoning: ReasoningFigures | None = None
+    # Where TTFT went on the client's side (core.figures.phases); None: no request had
+    # phase marks (a recording of an older client's).
+    ttft_phases: PhaseFigures | None = None
 
     @property
     def _divisor_s(self) -> float:
@@ -271,4 +275,6 @@ class Summary:
             out["images"] = self.images
         if self.reasoning is not None:
             out["reasoning"] = self.reasoning.to_dict()
+        if self.ttft_phases is not None:
+            out["ttft_phases"] = self.ttft_phases.to_dict()
         return out

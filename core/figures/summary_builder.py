@@ -20,6 +20,7 @@ import numpy as np
 from rampwatch.core.figures import stats
 from rampwatch.core.figures.client_lag import ClientFigures
 from rampwatch.core.figures.images import ImageCounts, image_figures
+from rampwatch.core.figures.phases import PhaseBlock, PhaseTotals
 from rampwatch.core.figures.reasoning import ReasoningBlock, ReasoningTotals
 from rampwatch.core.figures.run_summary import (
     METRICS,
@@ -53,6 +54,7 @@ class RequestBlock:
     error_messages: Sequence[str | None] = ()  # each request's error text (the summary keeps one a class)
     images: Sequence[int | None] = ()  # each request's image count (None or absent: no images)
     reasoning: ReasoningBlock | None = None  # None: no request of the block reasoned
+    phases: PhaseBlock | None = None  # where TTFT went; None: no request has phase marks
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord]) -> RequestBlock:
@@ -76,6 +78,7 @@ class RequestBlock:
             error_messages=[r.error for r in records],
             images=[r.images for r in records],
             reasoning=ReasoningBlock.from_records(records),
+            phases=PhaseBlock.from_records(records),
         )
 
 
@@ -158,6 +161,8 @@ class SummaryBuilder:
         self.images = ImageCounts()
         # A reasoning model's figures, from the first request that reasoned on (None before)
         self.reasoning: ReasoningTotals | None = None
+        # Where TTFT went (core.figures.phases), from the first request with phase marks on
+        self.phases: PhaseTotals | None = None
 
     @property
     def failed(self) -> int:
@@ -211,6 +216,10 @@ class SummaryBuilder:
         self.latencies["itl"].add(block.itls)
         self.latencies["e2el"].add(e2el)
         ttfa = ttft if block.reasoning is None else np.nan_to_num(block.reasoning.ttfa_s[ok], nan=math.inf)
+        if block.phases is not None:
+            if self.phases is None:
+                self.phases = PhaseTotals(self.bounded)
+            self.phases.add(block.phases)
         if self.reasoning is not None:
             if block.reasoning is not None:
                 self.reasoning.add(block.reasoning)
@@ -298,6 +307,7 @@ class SummaryBuilder:
             client=client,
             images=image_figures(self.images, header, server or {}),
             reasoning=None if self.reasoning is None else self.reasoning.figures(self.percentiles),
+            ttft_phases=None if self.phases is None else self.phases.figures(),
         )
 
     # -- live checkpoints (bounded builders only) ----------------------------------
@@ -314,6 +324,8 @@ class SummaryBuilder:
         for name, store in stores.items():
             arrays[f"{prefix}.{name}"] = store.hist.counts
         reasoning = {} if self.reasoning is None else {"reasoning": self.reasoning.export_state(arrays, prefix)}
+        if self.phases is not None:
+            reasoning["ttft_phases"] = self.phases.export_state(arrays, prefix)
         return {
             "slo": self.slo,
             "gpu_price_per_hour": self.gpu_price_per_hour,
@@ -360,6 +372,8 @@ class SummaryBuilder:
             b.images.restore(state["images"])
         if "reasoning" in state:
             b.reasoning = ReasoningTotals.restore_state(state["reasoning"], arrays, prefix)
+        if "ttft_phases" in state:
+            b.phases = PhaseTotals.restore_state(state["ttft_phases"], arrays, prefix)
         return b
 
 

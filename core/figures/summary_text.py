@@ -11,6 +11,7 @@ from rampwatch.core.figures import stats
 from rampwatch.core.figures.client_lag import CLIENT_LAG_FLOOR_MS, CLIENT_LAG_SHARE, CPU_STARVED_PCT, ClientFigures
 from rampwatch.core.figures.images import image_lines
 from rampwatch.core.figures.lora import lora_summary_lines
+from rampwatch.core.figures.phases import phase_lines
 from rampwatch.core.figures.run_summary import METRIC_TITLES, METRICS, Summary
 from rampwatch.core.figures.speculation import SPEC_PEAK_NOTE, summary_rows
 from rampwatch.core.figures.summary_server import SIMULATED_GPU
@@ -180,6 +181,8 @@ def format_summary(figures: Summary, percentiles: Sequence[float] = stats.PERCEN
             lines.append(_row(f"P{word} {short} (ms):", summary[f"p{word}_{metric}_ms"]))
     if summary.get("reasoning"):
         lines.extend(reasoning_lines(summary["reasoning"], percentiles))
+    if summary.get("ttft_phases"):
+        lines.extend(phase_lines(summary["ttft_phases"]))
     if figures.client_queue is not None:
         lines.append("{s:{c}^{n}}".format(s="Client-side Queueing", n=50, c="-"))
         lines.append(_row("Mean Client Queue Time (ms):", summary["mean_client_queue_time_ms"]))

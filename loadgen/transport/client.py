@@ -65,7 +65,7 @@ import orjson
 
 from rampwatch.core.text import server_text
 from rampwatch.core.timeline import CLIENT_LIMIT, RequestRecord
-from rampwatch.loadgen.transport import http_stream, reasoning, redirects, sse
+from rampwatch.loadgen.transport import http_stream, phases, reasoning, redirects, sse
 from rampwatch.loadgen.transport.connection import Connection
 from rampwatch.loadgen.transport.open_files import out_of_files
 from rampwatch.loadgen.transport.server_probe import (
@@ -226,7 +226,12 @@ class StreamingClient:
                 total=self.request_timeout_s, sock_connect=min(self.connect_timeout_s, self.request_timeout_s)
             )
             # as http_stream: an encoded stream is not decoded but failed, naming its encoding
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=timeout,
+                auto_decompress=False,
+                trace_configs=[phases.trace_config(self.clock)],
+            )
         return self._session
 
     async def close(self) -> None:
@@ -336,12 +341,14 @@ class StreamingClient:
         state = StreamState(keep_text=self._keep_text or req.keep_text, chat=req.endpoint == "chat")
         conn: http_stream.HttpConnection | None = None
         exchange: StreamExchange | None = None
+        mark = phases.marker(rec, clock)
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 for _attempt in range(2):
-                    conn = await pool.acquire()
-                    exchange = StreamExchange(rec, state, clock, asyncio.get_running_loop().create_future())
+                    conn = await pool.acquire(mark)
+                    exchange = StreamExchange(rec, state, clock, asyncio.get_running_loop().create_future(), mark)
                     conn.send(payload, exchange)
+                    rec.request_sent_at = clock()
                     await exchange.finished
                     # A reused connection the server had already closed: nothing was
                     # answered, so the request never started; send it on a fresh one.
@@ -415,7 +422,12 @@ class StreamingClient:
         state = StreamState(keep_text=self._keep_text or req.keep_text, chat=req.endpoint == "chat")
         try:
             async with redirects.request(
-                session, "POST", self.url_for(req.endpoint), json=self.build_body(req), headers=self._headers
+                session,
+                "POST",
+                self.url_for(req.endpoint),
+                json=self.build_body(req),
+                headers=self._headers,
+                trace_request_ctx=rec,
             ) as resp:
                 rec.status = resp.status
                 if resp.status != 200:

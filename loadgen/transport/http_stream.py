@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -389,18 +390,29 @@ class ConnectionPool:
     def idle_count(self) -> int:
         return len(self._idle)
 
-    async def acquire(self) -> HttpConnection:
-        """An idle connection, else a new one (waiting for a slot when at the limit)."""
+    async def acquire(self, on_phase: Callable[[str], None] | None = None) -> HttpConnection:
+        """An idle connection, else a new one (waiting for a slot when at the limit).
+        ``on_phase`` hears ``"slot_at"`` when a wait for a slot ended and ``"connected_at"``
+        when a new connection is ready (``loadgen.transport.phases``)."""
+        waited = False
         while True:
             while self._idle:
                 conn = self._idle.pop()  # most recently used: least likely to be stale
                 if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                    if waited and on_phase is not None:
+                        on_phase("slot_at")
                     return conn
                 conn.close()
             if not self.limit or self.open_count < self.limit:
-                return await self._connect()
+                if waited and on_phase is not None:
+                    on_phase("slot_at")
+                conn = await self._connect()
+                if on_phase is not None:
+                    on_phase("connected_at")
+                return conn
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
+            waited = True
             try:
                 await waiter
             except BaseException:

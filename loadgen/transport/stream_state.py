@@ -75,10 +75,16 @@ class StreamExchange:
         "redirected",
         "body_ended",
         "oversized",
+        "mark",
     )
 
     def __init__(
-        self, rec: RequestRecord, state: StreamState, clock: Callable[[], float], finished: asyncio.Future[None]
+        self,
+        rec: RequestRecord,
+        state: StreamState,
+        clock: Callable[[], float],
+        finished: asyncio.Future[None],
+        mark: Callable[[str], None] | None = None,
     ) -> None:
         self.rec = rec
         self.state = state
@@ -93,10 +99,13 @@ class StreamExchange:
         self.redirected: tuple[int, str] | None = None  # (status, Location)
         self.body_ended: asyncio.Future[None] | None = None
         self.oversized = False  # an event passed the decoder's cap: the connection is dropped
+        self.mark = mark  # marks the head's arrival (``headers_at``)
 
     def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
         if self.finished.done():
             return
+        if self.mark is not None:  # where TTFT went: loadgen.transport.phases
+            self.mark("headers_at")
         self.response_started = True
         location = headers.get("location")
         if status in redirects.REDIRECT_STATUSES and location:

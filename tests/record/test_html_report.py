@@ -180,3 +180,13 @@ def test_reasoning_charts_and_rows_only_in_a_reasoning_run():
     assert "<tr><th>p99_ttfa_ms</th>" in page and "<tr><th>reasoning_share</th>" in page
     plain = report([])
     assert "first answer" not in plain and "ttfa" not in plain and "reasoning" not in plain
+
+
+def test_where_ttft_went_rows_only_in_a_run_with_phase_marks():
+    from tests.core.figures.test_phases import _run, marked
+
+    with_marks = render_html(fake_snapshot(120.0), summarise_requests(None, _run(), [], []), "summary", [], "t", "s")
+    assert "<th>ttft_phase_mean_first_token_ms</th>" in with_marks
+    assert "<th>ttft_phase_waited_for_slot</th><td>1</td>" in with_marks
+    plain = summarise_requests(None, [marked(i, float(i)) for i in range(3)], [], [])
+    assert "ttft_phase" not in render_html(fake_snapshot(120.0), plain, "summary", [], "t", "s")
