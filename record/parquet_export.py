@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures import phases
 from rampwatch.core.files import private_file
 
 EXTRA = "parquet"
@@ -39,6 +40,9 @@ FLOAT_COLUMNS = frozenset(
         "client_queue_s",
         "first_answer_at",
         "ttfa_s",
+        # where TTFT went (core.figures.phases): the marks and each phase's length
+        *phases.MARK_FIELDS,
+        *(f"{name}_phase_s" for name in phases.PHASE_NAMES),
     }
 )
 INT_COLUMNS = frozenset(

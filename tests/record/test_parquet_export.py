@@ -171,3 +171,32 @@ def test_a_parquet_export_checks_both_of_its_files_before_writing_either(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out-series.parquet"] and series.read_bytes() == b"kept"
     assert cli_main([*args, "--force"]) == 0
     assert pq.read_table(series).num_rows > 0
+
+
+class PhaseMarks(Issue28Fields):
+    """Passes a synthetic run on with the client-side phase marks of issue 29 (where the
+    TTFT went): a new connection every third request, the others on a kept one."""
+
+    def on_request(self, record: RequestRecord) -> None:
+        if record.first_token_at is not None:
+            sent = record.sent_at
+            marks = {"request_sent_at": sent + 0.001, "headers_at": sent + 0.002}
+            if record.id % 3 == 0:
+                marks["connected_at"] = sent + 0.0005
+            record = replace(record, **marks)
+        for s in self.sinks:
+            s.on_request(record)
+
+
+def test_the_ttft_phase_columns_round_trip_as_numbers(tmp_path):
+    from rampwatch.core.figures import phases
+
+    path = tmp_path / "phases.rwrec"
+    writer = RecordingWriter(path, flush_interval_s=None, checkpoint_every_s=5.0)
+    play_synthetic(SyntheticRun(duration_s=6.0, start_rps=2, end_rps=6, seed=4), PhaseMarks(writer))
+    writer.close()
+    header = assert_round_trip(path, tmp_path)
+    columns = [*phases.MARK_FIELDS, *(f"{name}_phase_s" for name in phases.PHASE_NAMES)]
+    assert set(columns) <= set(header)
+    schema = pq.read_schema(tmp_path / "out-requests.parquet")
+    assert all(schema.field(name).type == pa.float64() for name in columns)
