@@ -87,3 +87,22 @@ def test_the_run_variable_is_a_label_the_target_sets():
     variables = {v["name"] for v in dashboard["templating"]["list"]}
     assert {"datasource", "run_id", "model_name"} <= variables
     assert all('run_id=~"$run_id"' in e for e in queries() if "rampwatch_" in e and "label_values" not in e)
+
+
+def test_a_series_that_is_not_a_duration_is_not_drawn_in_seconds():
+    """A panel whose unit is seconds draws a per-second count (``…/s``, e.g. vLLM's
+    preemptions) with its own unit, not as a duration (0.5 preemptions/s read as 500 ms)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        field_config = panel.get("fieldConfig", {})
+        if field_config.get("defaults", {}).get("unit") != "s":
+            continue
+        overridden = {
+            override["matcher"]["options"]
+            for override in field_config.get("overrides", [])
+            if any(prop.get("id") == "unit" and prop.get("value") != "s" for prop in override["properties"])
+        }
+        for target in panel.get("targets", []):
+            legend = target.get("legendFormat", "")
+            if legend.endswith("/s"):
+                assert legend in overridden, f"{panel['title']}: {legend!r} drawn in seconds"
