@@ -398,6 +398,9 @@ class RunConfig:
         values = {f.name: _frozen(getattr(args, f.name)) for f in fields(cls) if f.name != "argv"}
         # app.cli adds what was typed; a parser of the flags alone (tests, the sweep) does not
         typed = vars(args).get("argv") or ()
+        if values["prometheus_port"] is None and any(a.split("=")[0] == "--prometheus-host" for a in typed):
+            # else nothing is served, silently
+            raise UserError(f"--prometheus-host {values['prometheus_host']}: needs --prometheus-port PORT")
         return cls(**values, argv=tuple(typed))
 
     def with_credentials(self, stdin: TextIO | None = None) -> tuple[RunConfig, list[str]]:

@@ -75,3 +75,18 @@ def test_where_the_key_came_from():
     assert RunConfig("chat", api_key_file="k").api_key_source() == "--api-key-file k"
     assert RunConfig("chat", api_key="x").api_key_source() == "--api-key"
     assert RunConfig("chat").api_key_source() == "$OPENAI_API_KEY"
+
+
+def test_a_prometheus_host_without_a_port_is_one_line_not_silently_ignored():
+    def typed(*argv: str) -> argparse.Namespace:
+        args = parsed(*argv)
+        args.argv = ["chat", *argv]  # what app.cli adds: the words typed
+        return args
+
+    with pytest.raises(UserError, match=r"--prometheus-host 0\.0\.0\.0: needs --prometheus-port PORT"):
+        RunConfig.from_cli_args(typed("--prometheus-host", "0.0.0.0"))
+    with pytest.raises(UserError, match="needs --prometheus-port"):
+        RunConfig.from_cli_args(typed("--prometheus-host=0.0.0.0"))
+    served = RunConfig.from_cli_args(parsed("--prometheus-host", "0.0.0.0", "--prometheus-port", "9400"))
+    assert (served.prometheus_host, served.prometheus_port) == ("0.0.0.0", 9400)
+    assert RunConfig.from_cli_args(parsed("--prometheus-port", "9400")).prometheus_host == "127.0.0.1"
