@@ -233,7 +233,8 @@ class Sweep:
         verdict = choose_best(rows)
         self.state["best"] = verdict["best"]
         self.state["not_reached"] = verdict["not_reached"]
-        self.state["overlap"] = verdict["overlap"]
+        self.state["tied"] = verdict["tied"]
+        self.state.pop("overlap", None)  # a sweep.json from before intervals
         try:
             write_state(self.state_path, self.state)
         except OSError as exc:  # the disk filled: the sweep goes on, the end says so
