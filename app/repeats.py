@@ -136,8 +136,9 @@ def repeat_figures(rec: Path, slo_ms: dict[str, float] | None) -> tuple[dict[str
     return result, figures
 
 
-def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: TextIO = sys.stdout) -> int:
+def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: TextIO | None = None) -> int:
     """The repeats, one after another, then the combined figures (see the module)."""
+    out = out if out is not None else sys.stdout
     check_repeats(config)
     scenario = load_scenario(config.scenario, overrides=config.scenario_sets(), flags=config.scenario_flags())
     base = base_recording(config, scenario.name)
@@ -160,8 +161,13 @@ def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: Tex
                 file=out,
                 flush=True,
             )
-            time.sleep(config.cool_down)
-            wait_for_idle(config, out)
+            try:
+                time.sleep(config.cool_down)
+                wait_for_idle(config, out)
+            except KeyboardInterrupt:  # between two repeats: the completed ones are combined
+                print(f"rampwatch run: interrupted before repeat {k}/{config.repeats}", file=sys.stderr)
+                code = 130
+                break
         print(
             f"rampwatch run: repeat {k}/{config.repeats} (seed {one.seed}) recording to {one.record}",
             file=out,
