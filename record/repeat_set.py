@@ -243,3 +243,19 @@ def format_set_summary(combined: Mapping[str, MeanInterval], requested: int) -> 
         lines.append(f"{label:<40}{interval.text(digits):>18} {interval.n:>2}  {values}")
     lines.append("=" * 78)
     return "\n".join(lines)
+
+
+def report_set(path: str | Path, as_json: bool = False) -> int:
+    """`rampwatch report REC.repeats.json`: the set's summary (mean ± 95 % interval, n and
+    the values of each figure) and its recordings; ``as_json``: the figures as JSON."""
+    one = read_set(path)
+    combined = {key: interval for key, values in one.values.items() if (interval := mean_interval(values)) is not None}
+    requested = json.loads(Path(path).read_text(encoding="utf-8")).get("requested")
+    requested = requested if isinstance(requested, int) and not isinstance(requested, bool) else len(one.recordings)
+    if as_json:
+        figures = {key: interval.to_dict() for key, interval in combined.items()}
+        print(strict_json.dumps({"recordings": [str(p) for p in one.recordings], "figures": figures}, indent=2))
+        return 0
+    print(format_set_summary(combined, requested))
+    print("recordings: " + printable(", ".join(str(p) for p in one.recordings)))
+    return 0

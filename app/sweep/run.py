@@ -315,7 +315,7 @@ class Sweep:
 
     def _runs(self, row: dict[str, Any], n: str) -> None:
         """The configuration run ``repeats`` times (to the first that does not complete);
-        its row then holds the median of each figure and the spread (``combine_runs``)."""
+        its row then holds the mean of each figure and its 95 % interval (``combine_runs``)."""
         repeats = self.spec.repeats
         if repeats == 1:
             ConfigRun(self, row).execute()

@@ -117,3 +117,18 @@ def test_a_bad_set_file_is_one_line_naming_it(tmp_path, damage, message):
 def test_a_missing_set_file_is_one_line(tmp_path):
     with pytest.raises(UserError, match="cannot read"):
         read_set(tmp_path / "none.repeats.json")
+
+
+def test_report_of_a_set_prints_its_summary_and_recordings(tmp_path, capsys):
+    from rampwatch.app.cli import main as rampwatch_main
+
+    path = make_set(tmp_path, "a", [50.0, 52.0, 54.0])
+    assert rampwatch_main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Repeats: mean ± 95 % interval (3 of 3)" in out and "50.00, 52.00, 54.00" in out
+    assert f"recordings: {tmp_path / 'a-r1.rwrec'}, " in out
+    assert rampwatch_main(["report", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["figures"]["mean_ttft_ms"]["mean"] == 52.0
+    (tmp_path / "a-r3.rwrec").unlink()
+    assert rampwatch_main(["report", str(path)]) == 2
+    assert "names recording(s) that are missing" in capsys.readouterr().err
