@@ -108,8 +108,10 @@ def combined_result(
 ) -> dict[str, Any]:
     """The combined result JSON: the first repeat's keys with every measured number
     replaced by its mean over the repeats (vLLM's keys unchanged), and
-    ``rampwatch_repeats``: each figure's mean, 95 % half-width, n and values."""
-    out = {k: v for k, v in results[0].items() if not isinstance(v, list)}
+    ``rampwatch_repeats``: each figure's mean, 95 % half-width, n and values. The first
+    repeat's own ``rampwatch_`` figures (server, client, phases …) are left out: one
+    repeat's, they would read as the set's (each repeat's result JSON keeps them)."""
+    out = {k: v for k, v in results[0].items() if not isinstance(v, list) and not k.startswith("rampwatch_")}
     for key, interval in combined.items():
         if key in out:
             out[key] = interval.mean

@@ -40,7 +40,14 @@ def test_numeric_figures_leave_out_settings_lists_text_and_additions():
 
 def test_combined_result_keeps_vllm_keys_as_the_means_and_adds_the_intervals():
     results = [
-        {"model_id": "m", "completed": 10, "mean_ttft_ms": 50.0, "request_rate": 5.0, "ttfts": [1.0]},
+        {
+            "model_id": "m",
+            "completed": 10,
+            "mean_ttft_ms": 50.0,
+            "request_rate": 5.0,
+            "ttfts": [1.0],
+            "rampwatch_server": {"kv": 3.0},
+        },  # fmt: skip
         {"model_id": "m", "completed": 12, "mean_ttft_ms": 54.0, "request_rate": 5.0, "ttfts": [1.0]},
         {"model_id": "m", "completed": 14, "mean_ttft_ms": 58.0, "request_rate": 5.0, "ttfts": [1.0]},
     ]
@@ -49,6 +56,7 @@ def test_combined_result_keeps_vllm_keys_as_the_means_and_adds_the_intervals():
     out = combined_result(results, combined, ["a-r1.rwrec", "a-r2.rwrec", "a-r3.rwrec"], 3)
     assert (out["completed"], out["mean_ttft_ms"], out["request_rate"], out["model_id"]) == (12.0, 54.0, 5.0, "m")
     assert "ttfts" not in out and "knee_rps" not in out  # knee only under rampwatch_repeats
+    assert "rampwatch_server" not in out  # the first repeat's own, not the set's
     repeats = out["rampwatch_repeats"]
     assert (repeats["requested"], repeats["completed"], repeats["confidence"]) == (3, 3, 0.95)
     ttft = repeats["figures"]["mean_ttft_ms"]

@@ -201,6 +201,7 @@ def test_repeats_give_the_mean_and_its_interval_over_runs_that_each_draw_their_o
             "workload.output_tokens: {dist: uniform, min: 20, max: 60}",
         )
     )
+    assert "duration_s: 8" in path.read_text() and "max: 60" in path.read_text()
     out = tmp_path / "out"
     done = rampwatch("sweep", str(path), "--headless", "--output-dir", str(out), "--repeats", "2")
     assert done.returncode == 0, done.stderr
