@@ -218,3 +218,13 @@ def test_the_live_screen_says_which_repeat_it_shows():
         "repeat 2/3 (seed 5): once it is done, q goes on to the next; stopping it before then ends the repeats"
     )
     assert repeat_notice(RunConfig("chat", repeats=3, repeat=3, seed=6)) == "repeat 3/3 (seed 6), the last one"
+
+
+def test_a_repeat_whose_figures_cannot_be_read_back_ends_the_repeats(tmp_path, capsys):
+    def no_result(config: RunConfig) -> int:
+        Path(config.record).write_bytes(b"not a recording")
+        return 0
+
+    config = RunConfig("chat", repeats=2, cool_down=0, record=str(tmp_path / "a.rwrec"))
+    assert run_repeats(config, no_result) == 1
+    assert f"repeat 1/2: cannot read its figures back from {tmp_path / 'a-r1.rwrec'}" in capsys.readouterr().err
