@@ -229,6 +229,21 @@ def run_live(config: RunConfig) -> int:
         return _run_live(config, plan, run_id, hangup)
 
 
+# How long a repeated run's screen says which repeat it shows (then the terminal line
+# before each screen says it).
+REPEAT_NOTICE_S = 20.0
+
+
+def repeat_notice(config: RunConfig) -> str:
+    """The live screen's line for one of `run --repeats N`'s runs."""
+    if config.repeat == config.repeats:
+        return f"repeat {config.repeat}/{config.repeats} (seed {config.seed}), the last one"
+    return (
+        f"repeat {config.repeat}/{config.repeats} (seed {config.seed}): once it is done, q goes on to the next; "
+        "stopping it before then ends the repeats"
+    )
+
+
 def _run_live(config: RunConfig, plan: RunPlan, run_id: str | None, hangup: Hangup | None) -> int:
     mouse = not config.no_mouse
 
@@ -256,6 +271,8 @@ def _run_live(config: RunConfig, plan: RunPlan, run_id: str | None, hangup: Hang
         bridge, app = start_live_prepared(prepared, log_path=log_path, mouse=mouse)
         if run_id is not None:
             app.call_later(app.notify, f"run {run_id} · rampwatch attach {run_id} watches it from another terminal")
+        if config.repeat is not None:  # `run --repeats N` (app.repeats): which of them this screen shows
+            app.call_later(app.notify, repeat_notice(config), timeout=REPEAT_NOTICE_S)
         try:
             if not hung_up():
                 # Without mouse capture the terminal selects text as usual (``c`` toggles it).

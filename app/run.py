@@ -44,10 +44,20 @@ def run(config: RunConfig) -> int:
     # The run's machinery (the whole product) is imported here, not at the top: `run --help`
     # and a bad flag need only the parser, which is RunConfig's.
     from rampwatch.app.detach import launch
-    from rampwatch.app.session import run_headless
 
+    if config.repeats > 1 and config.repeat is None:  # N runs one after another (app.repeats)
+        from rampwatch.app.repeats import run_repeats
+
+        return run_repeats(config, run_once)
     if config.detach:
         return launch(config)
+    return run_once(config)
+
+
+def run_once(config: RunConfig) -> int:
+    """One run of ``config`` (credentials resolved): on the live screen or headless."""
+    from rampwatch.app.session import run_headless
+
     run_id = config.run_id or runs.new_run_id()
     config = replace(config, run_id=run_id)
     code = 1

@@ -35,6 +35,8 @@ DEFAULT_MAX_ERROR_RATE = 0.05
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_STOP_GRACE_S = 10.0
 DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
+MAX_REPEATS = 20  # --repeats (app.repeats), as a sweep's repeats:
+DEFAULT_COOL_DOWN_S = 10.0
 GPU_MODES = ("auto", "nvml", "sim", "off")  # --gpu (app.session.plan.gpu_telemetry)
 # The environment variable a run's API key defaults to (as `vllm bench serve` reads it).
 API_KEY_ENV = credentials.API_KEY_ENV
@@ -61,6 +63,7 @@ positive_float = _number(float, lambda v: 0 < v < float("inf"), "a number above 
 non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number ≥ 0")
 fraction = _number(float, lambda v: 0 <= v <= 1, "a fraction from 0 to 1")
 positive_int = _number(int, lambda v: v > 0, "a whole number above 0")
+repeat_count = _number(int, lambda v: 1 <= v <= MAX_REPEATS, f"a whole number from 1 to {MAX_REPEATS}")
 port_number = _number(int, lambda v: 0 < v < 65536, "a port from 1 to 65535")
 
 
@@ -129,6 +132,10 @@ class RunConfig:
     max_clock_offset: float = DEFAULT_MAX_CLOCK_OFFSET_MS
     prometheus_port: int | None = None  # serve the run's own figures (loadgen.run.prometheus_target)
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST
+    repeats: int = 1  # --repeats N (app.repeats); a repeat's own run: repeat is its number, 1-based
+    cool_down: float = DEFAULT_COOL_DOWN_S
+    same_prompts: bool = False
+    repeat: int | None = None
     # What was typed (not a flag): --detach starts the same command in the background.
     argv: tuple[str, ...] = field(default=(), compare=False)
 
@@ -392,6 +399,32 @@ class RunConfig:
             "0.0.0.0 for every interface)",
         )
 
+        repeats = parser.add_argument_group("repeats")
+        repeats.add_argument(
+            "--repeats",
+            type=repeat_count,
+            default=1,
+            metavar="N",
+            help=f"run it N times (1 to {MAX_REPEATS}), one after another, and report every summary figure, the knee "
+            "and the max good-put as the mean ± its 95%% interval over them: a recording per repeat (REC-r1.rwrec …), "
+            "the combined result JSON and REC.repeats.json for `rampwatch compare` (default 1)",
+        )
+        repeats.add_argument(
+            "--cool-down",
+            type=non_negative_float,
+            default=DEFAULT_COOL_DOWN_S,
+            metavar="SECONDS",
+            help=f"--repeats: pause between repeats (default {DEFAULT_COOL_DOWN_S:g}); against --target, then also "
+            "wait (60 s at most) for its /metrics to show nothing running or waiting",
+        )
+        repeats.add_argument(
+            "--same-prompts",
+            action="store_true",
+            help="--repeats: send the same prompts and arrivals each repeat (default: the seed moves on by one a "
+            "repeat, so the server's prefix cache does not favour later repeats)",
+        )
+        parser.add_argument("--repeat", type=int, help=argparse.SUPPRESS)
+
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> RunConfig:
         """The configuration of a command line parsed with ``add_cli_args``'s flags."""
@@ -401,6 +434,10 @@ class RunConfig:
         if values["prometheus_port"] is None and any(a.split("=")[0] == "--prometheus-host" for a in typed):
             # else nothing is served, silently
             raise UserError(f"--prometheus-host {values['prometheus_host']}: needs --prometheus-port PORT")
+        if values["repeats"] == 1:
+            for flag in ("--cool-down", "--same-prompts"):
+                if any(a.split("=")[0] == flag for a in typed):  # else it would do nothing, silently
+                    raise UserError(f"{flag}: needs --repeats N (N ≥ 2)")
         return cls(**values, argv=tuple(typed))
 
     def with_credentials(self, stdin: TextIO | None = None) -> tuple[RunConfig, list[str]]:

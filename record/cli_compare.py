@@ -258,8 +258,10 @@ def format_comparison(
     warning: str | None = None,
     confidence: float = 0.95,
     cache_warning: str | None = None,
+    footer: str | None = None,
 ) -> str:
-    """The table; ``name_a``/``name_b`` are each run's line (its path, seed and cache policy)."""
+    """The table; ``name_a``/``name_b`` are each run's line (its path, seed and cache policy);
+    ``footer``: how the verdicts were reached (default: the bootstrap's)."""
     w = max(len(r["label"]) for r in rows) if rows else 10
     intervals = [format_interval(r) for r in rows]
     wi = max([len(f"B − A [{confidence:.0%} interval]"), *map(len, intervals)])
@@ -275,6 +277,9 @@ def format_comparison(
             f"{verdict_text(r)}{direction}"
         )
     lines.append("")
+    if footer is not None:
+        lines.append(footer.format(confidence=confidence))
+        return "\n".join(lines)
     lines.append(
         f"B better/worse only where the {confidence:.0%} bootstrap interval of B − A excludes 0 and the change "
         "is at least 1% (else negligible); per-request samples for latencies and errors, per-second bins for "
@@ -318,8 +323,10 @@ def _at_least_one(text: str) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a", metavar="A", help="baseline recording (.rwrec)")
-    parser.add_argument("b", metavar="B", help="recording compared with the baseline")
+    parser.add_argument(
+        "a", metavar="A", help="baseline recording (.rwrec), or a set of repeats (REC.repeats.json of run --repeats)"
+    )
+    parser.add_argument("b", metavar="B", help="recording (or set of repeats) compared with the baseline")
     parser.add_argument("--json", action="store_true", help="print the rows (and any load warning) as JSON")
     parser.add_argument(
         "--resamples",
@@ -340,6 +347,10 @@ def same_file(a: str, b: str) -> bool:
 
 
 def main(args: argparse.Namespace) -> int:
+    from rampwatch.record.repeat_set import is_set_file
+
+    if is_set_file(args.a) or is_set_file(args.b):  # two sets of repeats (record.compare_sets)
+        return compare_sets_main(args)
     recordings = [open_recording(args.a), open_recording(args.b)]
     figures = [summarise(rec) for rec in recordings]
     summaries = [f.to_dict() for f in figures]
@@ -374,3 +385,38 @@ def main(args: argparse.Namespace) -> int:
         print(format_comparison(rows, names[0], names[1], warning, cache_warning=cache_warning))
         print(format_client_check(summaries[0], summaries[1], client_warnings))
     return max(print_warnings(rec, "compare") for rec in recordings)
+
+
+def compare_sets_main(args: argparse.Namespace) -> int:
+    """Two ``REC.repeats.json`` sets: Welch's interval per figure over their repeats."""
+    from rampwatch.core.errors import UserError
+    from rampwatch.record.compare_sets import SET_FOOTER, compare_set_rows
+    from rampwatch.record.repeat_set import is_set_file, read_set
+
+    for path in (args.a, args.b):
+        if not is_set_file(path):
+            raise UserError(
+                f"{path}: not a repeats file (*.repeats.json), and the other is: compare two sets of repeats, "
+                "or two recordings"
+            )
+    sets = [read_set(args.a), read_set(args.b)]
+    rows = compare_set_rows(sets[0], sets[1])
+    headers = []
+    for one in sets:  # the load as each set's first repeat recorded it
+        with open_recording(one.recordings[0]) as rec:
+            headers.append(rec.header)
+    warning = load_warning(*(h.scenario if h is not None else None for h in headers))
+    if args.json:
+        out = {
+            "same_recording": same_file(args.a, args.b),
+            "sets": {side: [str(p) for p in one.recordings] for side, one in zip("ab", sets)},
+            "load_warning": warning,
+            "rows": rows,
+        }
+        print(strict_json.dumps(out, indent=2))
+        return 0
+    names = [f"{one.path} ({len(one.recordings)} repeats)" for one in sets]
+    if same_file(args.a, args.b):
+        print("note: A and B are the same set: a comparison with itself, every change 0")
+    print(format_comparison(rows, names[0], names[1], warning, footer=SET_FOOTER))
+    return 0

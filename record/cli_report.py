@@ -34,11 +34,17 @@ from rampwatch.record.reader import open_recording, print_warnings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("recording", help="a .rwrec file written by `rampwatch run`")
+    parser.add_argument(
+        "recording", help="a .rwrec file written by `rampwatch run` (or the REC.repeats.json of `run --repeats`)"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of the table")
 
 
 def main(args: argparse.Namespace) -> int:
+    from rampwatch.record.repeat_set import is_set_file, report_set
+
+    if is_set_file(args.recording):  # `run --repeats`' set: its figures as mean ± interval
+        return report_set(args.recording, args.json)
     recording = open_recording(args.recording)
     snapshot = final_snapshot(recording)
     summary = with_knee_explanation(summarise(recording), snapshot)

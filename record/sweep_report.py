@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rampwatch.core.figures.sweep import limit_reached
-from rampwatch.core.figures.sweep_text import TABLE_LEGEND, table_cells, verdict_text
+from rampwatch.core.figures.sweep_text import REPEATS_LEGEND, TABLE_LEGEND, table_cells, verdict_text
 from rampwatch.core.files import private_file
 from rampwatch.record.html_report import (
     PAD_B,
@@ -99,10 +99,26 @@ def pareto_svg(rows: list[dict[str, Any]]) -> str:
         # a configuration never loaded to its limit: hollow (its point is below its capacity)
         fill = f'fill="{colour}"' if limit_reached(r) else f'fill="#ffffff" stroke="{colour}" stroke-width="1.5"'
         tip = f"#{r['index'] + 1} {r['config']}: {r['tps_per_user']:.1f} tok/s/user, {r['tps_per_gpu']:.0f} tok/s/GPU"
+        out.extend(error_bars(r, cx, cy, x, y, colour))
         out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" {fill}><title>{html.escape(tip)}</title></circle>')
         out.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="11">{html.escape(label)}</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def error_bars(row: dict[str, Any], cx: float, cy: float, x: Any, y: Any, colour: str) -> list[str]:
+    """A repeated configuration's 95 % intervals as whiskers through its point: tok/s per
+    user across, tok/s per GPU (its output's interval over its GPUs) up; none for one run."""
+    ci = row.get("ci95") or {}
+    out = []
+    if ci.get("tps_per_user") is not None:
+        lo, hi = x(row["tps_per_user"] - ci["tps_per_user"]), x(row["tps_per_user"] + ci["tps_per_user"])
+        out.append(f'<line class="ci" x1="{lo:.1f}" y1="{cy:.1f}" x2="{hi:.1f}" y2="{cy:.1f}" stroke="{colour}"/>')
+    if ci.get("output_tps") is not None:
+        half = ci["output_tps"] / max(1, row.get("gpus", 1))
+        lo, hi = y(row["tps_per_gpu"] - half), y(row["tps_per_gpu"] + half)
+        out.append(f'<line class="ci" x1="{cx:.1f}" y1="{lo:.1f}" x2="{cx:.1f}" y2="{hi:.1f}" stroke="{colour}"/>')
+    return out
 
 
 def render_sweep_html(state: dict[str, Any]) -> str:
@@ -118,7 +134,8 @@ def render_sweep_html(state: dict[str, Any]) -> str:
         if r.get("status") != "done" and r.get("reason")
     )
     best_html = "<pre>" + html.escape(verdict_text(state)) + "</pre>"
-    legend = "".join(f"<li>{html.escape(line)}</li>" for line in TABLE_LEGEND)
+    legend_lines = [*TABLE_LEGEND, *([REPEATS_LEGEND] if any(r.get("ci95") for r in rows) else [])]
+    legend = "".join(f"<li>{html.escape(line)}</li>" for line in legend_lines)
     recordings = "".join(
         f"<li>#{r['index'] + 1}: {html.escape(str(r['recording']))}</li>" for r in rows if r.get("recording")
     )

@@ -147,6 +147,10 @@ class SweepPanel(Widget):
             verdict.append("best so far (on the front, max good-put): ", style="bold")
             verdict.append(f"#{best + 1} {best_row['config']}\n", style="green")
             verdict.append(f"  {best_row.get('vllm_command') or best_row['command']}", style="dim")
+        tied = state.get("tied") or []
+        if best is None and tied:  # repeats whose good-put intervals overlap: no single best
+            verdict.append("tied so far (good-put intervals overlap): ", style="bold")
+            verdict.append(", ".join(f"#{i + 1} {rows[i]['config']}" for i in tied), style="yellow")
         for i in state.get("not_reached") or []:
             verdict.append(f"\n#{i + 1} {NOT_REACHED}: not judged", style="yellow")
         parts: list[Any] = [head, Text(""), now_text, Text(""), table, Text("")]

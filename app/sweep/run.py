@@ -233,7 +233,8 @@ class Sweep:
         verdict = choose_best(rows)
         self.state["best"] = verdict["best"]
         self.state["not_reached"] = verdict["not_reached"]
-        self.state["overlap"] = verdict["overlap"]
+        self.state["tied"] = verdict["tied"]
+        self.state.pop("overlap", None)  # a sweep.json from before intervals
         try:
             write_state(self.state_path, self.state)
         except OSError as exc:  # the disk filled: the sweep goes on, the end says so
@@ -314,7 +315,7 @@ class Sweep:
 
     def _runs(self, row: dict[str, Any], n: str) -> None:
         """The configuration run ``repeats`` times (to the first that does not complete);
-        its row then holds the median of each figure and the spread (``combine_runs``)."""
+        its row then holds the mean of each figure and its 95 % interval (``combine_runs``)."""
         repeats = self.spec.repeats
         if repeats == 1:
             ConfigRun(self, row).execute()

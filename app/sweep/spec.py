@@ -66,7 +66,7 @@ class SweepSpec:
     stop_grace_s: float = 5.0
     vllm_model: str | None = None
     description: str = ""
-    repeats: int = 1  # runs of each configuration: the table gives their median and spread
+    repeats: int = 1  # runs of each configuration: the table gives their mean and 95 % interval
     raw: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,5 +1,5 @@
 """A sweep's figures: one configuration's row from its run's records (``config_row``),
-the median and spread of repeated runs, the Pareto front and the best configuration
+the mean and 95 % interval of repeated runs, the Pareto front and the best configuration
 (``BEST_RULE``). Pure: ``rampwatch.app.sweep`` runs the configurations and writes the
 rows into ``sweep.json``; ``sweep_text`` words them; ``record`` and ``tui`` show them.
 
@@ -23,8 +23,10 @@ Definitions (docs/tuning.md says the same):
 - *loaded to its limit*: a knee was declared, or the requests sent in the load's last
   ``KNEE_WINDOW_S`` seconds broke the SLO; a configuration that was not is never on the
   front nor best (``BEST_RULE``);
-- *repeats*: each figure the median of the runs, ``spread`` the min–max of the
-  ``SPREAD_KEYS``.
+- *repeats*: each figure the mean of the runs with its 95 % Student-t interval
+  (``ci95``, the half-width), ``spread`` the min–max of the ``SPREAD_KEYS``; with
+  repeats a best is declared only when its max good-put interval lies entirely above
+  every other front candidate's, else the candidates it overlaps are ``tied``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from rampwatch.core.figures import stats
+from rampwatch.core.figures.intervals import mean_interval
 from rampwatch.core.figures.knee_explanation import KneeExplanation
 from rampwatch.core.figures.slo import Slo
 from rampwatch.core.figures.summary import gpu_figures, knee_explanation, server_figures, tokens_per_joule
@@ -218,24 +221,30 @@ def knee_uncertainty(knee_rps: float | None, offered_range: Sequence[float] | No
     return max(knee_rps - lo, hi - knee_rps, 0.0)
 
 
-# A configuration's figures that repeats give a median and a min–max spread of.
+# A configuration's figures the table shows with their interval over repeats (every
+# numeric figure gets one in ``ci95``; these also a min–max ``spread``).
 SPREAD_KEYS = ("knee_rps", "max_goodput_rps", "output_tps", "tps_per_user")
 
 
 def combine_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One configuration's row from the figures of its repeated runs (``config_row``'s):
-    each figure's median over the runs that have it, ``spread`` the min and max of the
-    ``SPREAD_KEYS``; reached only when every run reached its limit (a limit that one run
-    of three missed is not established); the limit the runs named most. One run is
-    itself."""
+    each numeric figure's mean over the runs that have it, ``ci95`` its 95 % Student-t
+    half-width (``intervals.mean_interval``; none for a figure only one run has),
+    ``spread`` the min and max of the ``SPREAD_KEYS``, ``n_runs``; reached only when every
+    run reached its limit (a limit that one run of three missed is not established); the
+    limit the runs named most. One run is itself."""
     if len(runs) == 1:
         return dict(runs[0])
     out: dict[str, Any] = {}
-    for key in {k for run in runs for k in run}:
+    ci95: dict[str, float] = {}
+    for key in sorted({k for run in runs for k in run}):
         values = [run.get(key) for run in runs]
         numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if numbers and len(numbers) == len([v for v in values if v is not None]):
-            out[key] = float(np.median(numbers))
+            interval = mean_interval(numbers)
+            out[key] = None if interval is None else interval.mean
+            if interval is not None and interval.half_width is not None:
+                ci95[key] = interval.half_width
         else:
             present = [v for v in values if v is not None]
             out[key] = max(present, key=present.count) if present else None
@@ -250,6 +259,8 @@ def combine_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for key in SPREAD_KEYS
         if (vals := [float(run[key]) for run in runs if run.get(key) is not None])
     }
+    out["ci95"] = ci95
+    out["n_runs"] = len(runs)
     return out
 
 
@@ -305,11 +316,20 @@ def mark_pareto(rows: list[dict[str, Any]]) -> None:
         row["pareto"] = on
 
 
+def goodput_interval(row: dict[str, Any]) -> tuple[float, float] | None:
+    """A repeated configuration's max good-put interval (mean ± its ``ci95``); None for a
+    configuration run once (or a sweep.json from before intervals)."""
+    half = (row.get("ci95") or {}).get("max_goodput_rps")
+    mean = row.get("max_goodput_rps")
+    return None if half is None or mean is None else (mean - half, mean + half)
+
+
 def choose_best(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The sweep's verdict by ``BEST_RULE`` over rows ``mark_pareto`` has marked: ``best``
     (an index, or None), ``not_reached`` (completed configurations whose load never
-    reached their limit: extend the load to judge them) and ``overlap`` (configurations
-    whose good-put spread over repeats overlaps the best's: not distinguishable from it)."""
+    reached their limit: extend the load to judge them) and ``tied``: with repeats, the
+    leader and the front candidates whose max good-put interval reaches into the
+    leader's (no single best then: ``best`` is None)."""
     not_reached = [i for i, row in enumerate(rows) if row.get("status") == "done" and not limit_reached(row)]
     candidates = [
         i
@@ -324,11 +344,14 @@ def choose_best(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if candidates
         else None
     )
-    overlap: list[int] = []
-    if best is not None and "max_goodput_rps" in (rows[best].get("spread") or {}):
-        lo, hi = rows[best]["spread"]["max_goodput_rps"]
-        for i, row in enumerate(rows):
-            other = (row.get("spread") or {}).get("max_goodput_rps")
-            if i != best and loaded_to_limit(row) and other and other[0] <= hi and lo <= other[1]:
-                overlap.append(i)
-    return {"best": best, "not_reached": not_reached, "overlap": overlap}
+    tied: list[int] = []
+    leader = None if best is None else goodput_interval(rows[best])
+    if best is not None and leader is not None:
+        for i in candidates:
+            other = goodput_interval(rows[i])
+            top = rows[i]["max_goodput_rps"] if other is None else other[1]
+            if i != best and top >= leader[0]:
+                tied.append(i)
+        if tied:
+            tied, best = sorted([best, *tied]), None
+    return {"best": best, "not_reached": not_reached, "tied": tied}

@@ -41,9 +41,18 @@ TABLE_LEGEND = (
 )
 
 
-def _number(value: float, spread: Sequence[float] | None) -> str:
-    """A figure, and with repeats the min–max of the runs after it."""
-    text = f"{value:.1f}"
+REPEATS_LEGEND = (
+    "with repeats: each figure the mean of the runs ± the half-width of its 95 % interval (Student's t); "
+    "a best only when its good-put interval lies above every other front candidate's, else tied"
+)
+
+
+def _number(value: float, spread: Sequence[float] | None, ci95: float | None = None, digits: int = 1) -> str:
+    """A figure; with repeats ± its 95 % half-width (a sweep.json from before intervals:
+    the min–max of the runs after it)."""
+    text = f"{value:.{digits}f}"
+    if ci95 is not None:
+        return f"{text} ±{ci95:.{digits}f}"
     return text if not spread else f"{text} ({spread[0]:.1f}–{spread[1]:.1f})"
 
 
@@ -51,6 +60,7 @@ def _cell(key: str, row: dict[str, Any]) -> str:
     value = row.get(key)
     done = row.get("status") == "done"
     spread = (row.get("spread") or {}).get(key)
+    ci95 = (row.get("ci95") or {}).get(key)
     if key == "index":
         return f"{int(row['index']) + 1}{'*' if row.get('pareto') else ''}"
     if key == "config":
@@ -69,6 +79,8 @@ def _cell(key: str, row: dict[str, Any]) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     if key == "knee_rps":
+        if ci95 is not None:  # over repeats: the runs' spread, not one run's window
+            return _number(value, None, ci95)
         pm = row.get("knee_rps_pm")
         text = f"{value:.1f}" if pm is None else f"{value:.1f} ±{pm:.1f}"
         return text if not spread else f"{text} ({spread[0]:.1f}–{spread[1]:.1f})"
@@ -79,8 +91,8 @@ def _cell(key: str, row: dict[str, Any]) -> str:
     if key == "tokens_per_joule":
         return f"{value:.2f}"
     if key.endswith("_ms"):
-        return f"{value:.0f}"
-    return _number(value, spread)
+        return f"{value:.0f}" if ci95 is None else _number(value, None, ci95, digits=0)
+    return _number(value, spread, ci95)
 
 
 def table_cells(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
@@ -117,6 +129,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         if row.get("status") not in ("done", None) and row.get("reason"):
             lines.append(f"#{row['index'] + 1} {row['status']}: {row['reason']}")
     lines += ["", *TABLE_LEGEND]
+    if any(row.get("ci95") for row in rows):
+        lines.append(REPEATS_LEGEND)
     return "\n".join(lines)
 
 
@@ -157,7 +171,15 @@ def verdict_text(state: dict[str, Any]) -> str:
     rows = state["rows"]
     not_reached = state.get("not_reached") or []
     lines = []
-    if best is None:
+    tied = state.get("tied") or []
+    if best is None and tied:
+        repeats = state.get("repeats", 1)
+        names = ", ".join(f"#{i + 1} {rows[i]['config']} ({_goodput_text(rows[i])})" for i in tied)
+        lines.append(
+            f"best under {slo}: tied — {names} good req/s: their max good-put intervals over {repeats} runs overlap, "
+            "so no single best (more repeats narrow the intervals)"
+        )
+    elif best is None:
         if not any(r.get("status") == "done" for r in rows):
             why = "no configuration completed"
         elif not any(loaded_to_limit(r) for r in rows):
@@ -182,14 +204,23 @@ def verdict_text(state: dict[str, Any]) -> str:
                 f"  at its knee #{best + 1} breaks the SLO ({', '.join(breaches)}): good-put judges each request "
                 f"against the bounds, so run it at its max good-put ({row['max_goodput_rps']:.1f} req/s), not its knee"
             )
-        repeats = state.get("repeats", 1)
-        for i in state.get("overlap") or []:
+        if (row.get("ci95") or {}).get("max_goodput_rps") is not None:
+            lines.append(
+                f"  its max good-put {_goodput_text(row)} req/s (mean ± 95 % over {state.get('repeats', 1)} runs) "
+                "lies above every other front candidate's interval"
+            )
+        for i in state.get("overlap") or []:  # a sweep.json from before intervals
+            repeats = state.get("repeats", 1)
             lines.append(
                 f"#{best + 1} and #{i + 1} overlap (good-put over {repeats} runs): not distinguishable at {repeats} repeats"
             )
     for i in not_reached:
         lines.append(f"#{i + 1} {rows[i]['config']}: {knee_text(rows[i])} — not judged")
     return "\n".join(lines)
+
+
+def _goodput_text(row: dict[str, Any]) -> str:
+    return _number(row["max_goodput_rps"], None, (row.get("ci95") or {}).get("max_goodput_rps"))
 
 
 def place_labels(points: Sequence[tuple[int, int, str]], width: int, height: int) -> list[tuple[int, int, str]]:
@@ -246,4 +277,21 @@ def format_pareto(rows: Sequence[dict[str, Any]], width: int = 50, height: int =
     lines.append(f" tok/s per user → (right edge {xmax:.1f});  * on the Pareto front: {front}")
     if any(not p[4] for p in pts):
         lines.append(" (n): not loaded to its limit — below its capacity, not compared")
+    lines += pareto_intervals(rows)
     return "\n".join(lines)
+
+
+def pareto_intervals(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """With repeats: each front point's 95 % intervals on both axes (the plane draws the
+    means); nothing for a sweep run once."""
+    out = []
+    for row in rows:
+        ci = row.get("ci95") or {}
+        if not row.get("pareto") or row.get("tps_per_user") is None or row.get("tps_per_gpu") is None or not ci:
+            continue
+        gpu_half = None if ci.get("output_tps") is None else ci["output_tps"] / max(1, row.get("gpus", 1))
+        out.append(
+            f" #{row['index'] + 1}: tok/s/user {_number(row['tps_per_user'], None, ci.get('tps_per_user'))}, "
+            f"tok/s/GPU {_number(row['tps_per_gpu'], None, gpu_half, digits=0)} (mean ± 95 %)"
+        )
+    return out

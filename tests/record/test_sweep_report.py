@@ -53,3 +53,15 @@ def test_the_report_draws_an_unloaded_configuration_hollow_and_states_the_rule()
     assert "#2 (not reached)" in page
     assert "a configuration whose load never reached its limit is never best" in page
     assert all(html.escape(line) in page for line in verdict_text(state).splitlines())
+
+
+def test_repeated_configurations_get_interval_whiskers_and_the_repeats_legend():
+    rows = [row(0, 1000.0, 60.0), row(1, 900.0, 70.0)]
+    mark_pareto(rows)
+    plain = render_sweep_html({"rows": rows, "slo": "ttft_p99<500ms", "best": 0})
+    assert 'class="ci"' not in plain and "with repeats" not in plain
+    rows[0]["ci95"] = {"tps_per_user": 2.0, "output_tps": 50.0, "max_goodput_rps": 0.4}
+    page = render_sweep_html({"rows": rows, "slo": "ttft_p99<500ms", "best": 0})
+    assert page.count('class="ci"') == 2  # across (tok/s/user) and up (tok/s per GPU), for #1 only
+    assert "with repeats: each figure the mean of the runs ± the half-width of its 95 % interval" in html.unescape(page)
+    assert "60.0 ±2.0" in page

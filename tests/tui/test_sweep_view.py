@@ -168,3 +168,17 @@ async def test_a_configuration_never_loaded_to_its_limit_is_named_not_judged():
         lines = "\n".join(part.plain for part in group.renderables if isinstance(part, Text))
     assert "best so far (on the front, max good-put): #2 --max-num-seqs 16" in lines
     assert "#3 not reached; extend the load: not judged" in lines
+
+
+@pytest.mark.slow
+async def test_tied_configurations_are_named_with_no_best():
+    from rich.text import Text
+
+    state = state_mid_sweep()
+    state.update(current=None, best=None, tied=[0, 1])
+    app = SweepApp(lambda: state, clock=lambda: T0 + 60)
+    async with app.run_test(size=(160, 40)):
+        group = app.query_one(SweepPanel).render()
+        lines = "\n".join(part.plain for part in group.renderables if isinstance(part, Text))
+    assert "tied so far (good-put intervals overlap): #1 --max-num-seqs 4, #2 --max-num-seqs 16" in lines
+    assert "best so far" not in lines

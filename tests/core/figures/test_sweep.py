@@ -1,5 +1,5 @@
 """A sweep's figures: good requests and good-put, a configuration's row from its records,
-the median and spread of repeats, the Pareto front and the best configuration."""
+the mean and 95 % interval of repeats, the Pareto front and the best configuration."""
 
 import math
 
@@ -71,37 +71,66 @@ def test_an_unloaded_configuration_is_off_the_front_whatever_its_figures():
 
 
 @pytest.mark.parametrize(
-    ("spreads", "overlap"),
+    ("intervals", "best", "tied"),
     [
-        ([[5.0, 6.0], [4.0, 5.5], [1.0, 2.0]], [1]),  # #2 reaches into #1's range
-        ([[5.0, 6.0], [3.0, 4.9], [1.0, 2.0]], []),
+        ([(5.5, 0.5), (4.75, 0.8), (1.5, 0.5)], None, [0, 1]),  # #2 reaches into #1's interval: tied
+        ([(5.5, 0.5), (3.95, 0.5), (1.5, 0.5)], 0, []),  # #1's interval lies above every other's
+        ([(5.5, 0.5), (5.1, None), (1.5, 0.5)], None, [0, 1]),  # a figure without interval is its value
+        ([(5.5, 0.5), (5.2, 0.1), (5.1, 0.5)], None, [0, 1, 2]),  # every overlapping one is named
     ],
 )
-def test_repeats_whose_good_put_overlaps_the_best_are_named(spreads, overlap):
+def test_a_best_is_declared_only_when_its_good_put_interval_lies_above_every_other(intervals, best, tied):
     rows = [
-        dict(config(sum(s) / 2, 1000 - 100 * i, 60 + 10 * i), index=i, spread={"max_goodput_rps": s})
-        for i, s in enumerate(spreads)
+        dict(
+            config(mean, 1000 - 100 * i, 60 + 10 * i),
+            index=i,
+            ci95={} if half is None else {"max_goodput_rps": half},
+        )
+        for i, (mean, half) in enumerate(intervals)
     ]
     mark_pareto(rows)
+    assert all(row["pareto"] for row in rows)
     verdict = choose_best(rows)
-    assert verdict["best"] == 0 and verdict["overlap"] == overlap
+    assert (verdict["best"], verdict["tied"]) == (best, tied)
 
 
-def test_combine_runs_gives_medians_spreads_and_reached_only_when_every_run_was():
+def test_without_repeats_the_best_is_the_highest_good_put_however_close():
+    rows = [dict(config(5.5, 1000, 60), index=0), dict(config(5.49, 900, 70), index=1)]
+    mark_pareto(rows)
+    assert choose_best(rows) == {"best": 0, "not_reached": [], "tied": []}
+
+
+def test_combine_runs_gives_means_intervals_spreads_and_reached_only_when_every_run_was():
     runs = [
         {"knee_rps": 10.0, "knee_rps_pm": 1.0, "max_goodput_rps": 5.0, "output_tps": 900.0, "reached": True,
          "limit": "batch-size cap", "limit_key": "batch_cap", "try_next": "--max-num-seqs 16", "peak_kv_pct": 3.0},
         {"knee_rps": 12.0, "knee_rps_pm": 1.4, "max_goodput_rps": 6.0, "output_tps": 1000.0, "reached": True,
          "limit": "batch-size cap", "limit_key": "batch_cap", "try_next": "--max-num-seqs 16", "peak_kv_pct": 5.0},
-        {"knee_rps": 11.0, "knee_rps_pm": 1.2, "max_goodput_rps": 7.0, "output_tps": 950.0, "reached": True,
+        {"knee_rps": 11.0, "knee_rps_pm": 1.2, "max_goodput_rps": 7.0, "output_tps": 920.0, "reached": True,
          "limit": "undetermined", "limit_key": "undetermined", "try_next": None, "peak_kv_pct": 4.0},
     ]  # fmt: skip
     row = combine_runs(runs)
-    assert (row["knee_rps"], row["knee_rps_pm"], row["max_goodput_rps"], row["output_tps"]) == (11.0, 1.2, 6.0, 950.0)
+    assert (row["knee_rps"], row["knee_rps_pm"], row["max_goodput_rps"]) == (11.0, pytest.approx(1.2), 6.0)
+    assert row["output_tps"] == pytest.approx(940.0)  # the mean, not the median (920)
+    # s = 1 over 3 runs: t(0.975, 2) · 1 / sqrt(3)
+    assert row["ci95"]["knee_rps"] == pytest.approx(4.303 / math.sqrt(3), rel=1e-4)
+    assert row["ci95"]["max_goodput_rps"] == pytest.approx(4.303 / math.sqrt(3), rel=1e-4)
+    assert set(row["ci95"]) == {"knee_rps", "knee_rps_pm", "max_goodput_rps", "output_tps", "peak_kv_pct"}
+    assert row["n_runs"] == 3
     assert row["spread"] == {"knee_rps": [10.0, 12.0], "max_goodput_rps": [5.0, 7.0], "output_tps": [900.0, 1000.0]}
     assert (row["limit"], row["try_next"], row["reached"]) == ("batch-size cap", "--max-num-seqs 16", True)
     assert not combine_runs([*runs[:2], {**runs[2], "reached": False, "knee_rps": None}])["reached"]
     assert combine_runs(runs[:1]) == runs[0]
+
+
+def test_combine_runs_interval_contains_each_run_when_centred_on_their_mean():
+    runs = [{"max_goodput_rps": v, "reached": True} for v in (4.0, 5.0, 9.0)]
+    row = combine_runs(runs)
+    lo, hi = (
+        row["max_goodput_rps"] - row["ci95"]["max_goodput_rps"],
+        row["max_goodput_rps"] + row["ci95"]["max_goodput_rps"],
+    )
+    assert row["max_goodput_rps"] == pytest.approx(6.0) and lo < 6.0 < hi
 
 
 @pytest.mark.parametrize(

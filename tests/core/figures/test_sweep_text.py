@@ -139,15 +139,28 @@ def verdict_of(rows, repeats=1):
         ),
         (
             [
-                config(5.5, 1000, 60, knee_rps=8.0, spread={"max_goodput_rps": [5.0, 6.0]}),
-                config(5.2, 900, 70, knee_rps=7.0, spread={"max_goodput_rps": [4.5, 5.4]}),
+                config(5.5, 1000, 60, knee_rps=8.0, ci95={"max_goodput_rps": 0.5}),
+                config(5.2, 900, 70, knee_rps=7.0, ci95={"max_goodput_rps": 0.4}),
+            ],
+            3,
+            [
+                "best under ttft_p99<500ms: tied — #1 --max-num-seqs 4 (5.5 ±0.5), #2 --max-num-seqs 8 (5.2 ±0.4) "
+                "good req/s: their max good-put intervals over 3 runs overlap, so no single best (more repeats "
+                "narrow the intervals)",
+            ],
+        ),
+        (
+            [
+                config(5.5, 1000, 60, knee_rps=8.0, ci95={"max_goodput_rps": 0.3}),
+                config(4.2, 900, 70, knee_rps=7.0, ci95={"max_goodput_rps": 0.4}),
             ],
             3,
             [
                 "best under ttft_p99<500ms (of those loaded to their limit, on the Pareto front, the highest max "
                 "good-put): #1 --max-num-seqs 4 — 5.5 good req/s, knee 8.0 rps",
                 "  vllm serve m",
-                "#1 and #2 overlap (good-put over 3 runs): not distinguishable at 3 repeats",
+                "  its max good-put 5.5 ±0.3 req/s (mean ± 95 % over 3 runs) lies above every other front "
+                "candidate's interval",
             ],
         ),
         (  # the best's p99 at its knee breaks the SLO its good-put was judged by: said, not left to contradict it
@@ -165,3 +178,37 @@ def verdict_of(rows, repeats=1):
 )
 def test_the_verdict_names_the_best_what_it_cannot_tell_apart_and_what_was_not_judged(rows, repeats, lines):
     assert verdict_of(rows, repeats) == lines
+
+
+def test_repeated_rows_show_mean_and_interval_in_the_table_and_the_plane():
+    rows = [
+        dict(
+            config(5.5, 1000.0, 60.0, knee_rps=8.0, knee_rps_pm=1.0, ttft_p99_ms=420.0),
+            index=0,
+            config="--max-num-seqs 4",
+            ci95={
+                "max_goodput_rps": 0.3,
+                "knee_rps": 0.6,
+                "output_tps": 40.0,
+                "tps_per_user": 2.5,
+                "ttft_p99_ms": 31.0,
+            },
+            spread={"max_goodput_rps": [5.2, 5.8]},
+        )
+    ]
+    mark_pareto(rows)
+    table = format_table(rows)
+    cells = dict(zip(table_cells(rows)[0], table_cells(rows)[1], strict=True))
+    assert cells["knee rps"] == "8.0 ±0.6"  # the repeats' interval, not one run's window
+    assert (cells["good-put"], cells["out tok/s"], cells["tok/s/user"], cells["TTFT p99"]) == (
+        "5.5 ±0.3", "1000.0 ±40.0", "60.0 ±2.5", "420 ±31"
+    )  # fmt: skip
+    assert "with repeats: each figure the mean of the runs ± the half-width of its 95 % interval" in table
+    assert " #1: tok/s/user 60.0 ±2.5, tok/s/GPU 1000 ±40 (mean ± 95 %)" in format_pareto(rows)
+
+
+def test_a_sweep_without_repeats_has_no_interval_anywhere():
+    rows = [dict(config(5.5, 1000.0, 60.0, knee_rps=8.0), index=0, config="--max-num-seqs 4")]
+    mark_pareto(rows)
+    assert "±" not in format_table(rows).split("\n\n")[0] and "mean ± 95" not in format_pareto(rows)
+    assert "with repeats" not in format_table(rows)

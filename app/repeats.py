@@ -1,0 +1,216 @@
+"""`rampwatch run --repeats N`: the run N times, one after another, then their figures
+combined as mean ± 95 % interval (``record.repeat_set``).
+
+Each repeat is an ordinary run (headless, or its own live screen, one after another)
+with its own recording ``REC-rK.rwrec``, result JSON and server log beside it; by
+default it draws fresh prompts and arrivals (the seed moved on by one a repeat, as a
+sweep's repeats do; ``--cache-salt auto`` gives each repeat a fresh salt anyway), with
+``--same-prompts`` the same seed each time. Between repeats a cool-down
+(``--cool-down``), and against a server of the user's (``--target``) a bounded wait for
+its /metrics to show nothing running or waiting, so one repeat's tail does not load the
+next. After the last (or the first that fails or is interrupted: its recording is kept)
+the combined result JSON, the set file ``REC.repeats.json`` and the summary of the
+completed repeats are written; the exit code is the failed repeat's.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from rampwatch.app.run_config import RunConfig
+from rampwatch.core.errors import UserError
+from rampwatch.core.redact import redact_text
+from rampwatch.loadgen.workload.scenario import load_scenario
+from rampwatch.record import repeat_set
+from rampwatch.record.reader import open_recording
+from rampwatch.record.writer import default_recording_path
+
+# How long, at most, to wait after the cool-down for the server to show nothing running
+# or waiting (a server that never drains does not hold the repeats up for ever).
+IDLE_WAIT_S = 60.0
+IDLE_POLL_S = 1.0
+_QUEUE_METRIC = re.compile(r"^vllm:num_requests_(running|waiting)(\{[^}]*\})?\s+(\S+)", re.MULTILINE)
+
+
+def check_repeats(config: RunConfig) -> None:
+    """The flags a repeated run cannot take, as one line."""
+    if config.detach:
+        raise UserError(
+            "--detach with --repeats: not supported; run the repeats headless in the background instead "
+            "(e.g. nohup rampwatch run … --repeats N --headless &)"
+        )
+    if config.no_record:
+        raise UserError("--no-record with --repeats: each repeat's recording is what the combined result is read from")
+
+
+def base_recording(config: RunConfig, scenario_name: str) -> Path:
+    if config.record:
+        return Path(config.record)
+    from rampwatch.app.session.plan import unused_default_path
+
+    return unused_default_path(default_recording_path(scenario_name, time.time()))
+
+
+def repeat_config(config: RunConfig, k: int, base: Path, base_seed: int) -> RunConfig:
+    """Repeat ``k``'s (1-based) configuration: its own recording, result JSON and server
+    log; its seed moved on by ``k - 1`` unless ``--same-prompts``."""
+    rec = repeat_set.repeat_recording(base, k)
+    server_log = None if config.server_log is None else str(repeat_set.repeat_recording(Path(config.server_log), k))
+    return replace(
+        config,
+        record=str(rec),
+        result_json=None,  # beside the repeat's recording; --result-json is the combined one
+        server_log=server_log,
+        seed=base_seed if config.same_prompts else base_seed + k - 1,
+        repeat=k,
+        run_id=None,
+    )
+
+
+def server_queue(url: str, config: RunConfig, timeout_s: float = 2.0) -> float | None:
+    """Requests running plus waiting on the server's /metrics (vLLM's gauges); None when
+    the page cannot be read or has neither."""
+    request = urllib.request.Request(url, headers=dict(config.header))
+    key = config.api_key_or_env
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    context = None
+    if config.ca_cert:
+        context = ssl.create_default_context(cafile=config.ca_cert)
+    elif config.insecure:  # as the run itself: --insecure asked for no verification
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:  # noqa: S310
+            text = response.read(4_000_000).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    values = [float(m.group(3)) for m in _QUEUE_METRIC.finditer(text)]
+    return sum(values) if values else None
+
+
+def wait_for_idle(config: RunConfig, out: TextIO, limit_s: float = IDLE_WAIT_S) -> None:
+    """Against a server of the user's: until its /metrics shows nothing running or
+    waiting, at most ``limit_s`` (a page that cannot be read: no wait)."""
+    if config.serve is not None or not config.target:
+        return  # a server the run starts is started afresh for each repeat
+    url = config.metrics_url[0] if config.metrics_url else config.target.rstrip("/").removesuffix("/v1") + "/metrics"
+    deadline = time.monotonic() + limit_s
+    while True:
+        queue = server_queue(url, config)
+        if queue is None or queue <= 0:
+            return
+        if time.monotonic() >= deadline:
+            print(
+                f"rampwatch run: the server still shows {queue:.0f} request(s) running or waiting after "
+                f"{limit_s:.0f} s; starting the next repeat anyway",
+                file=out,
+                flush=True,
+            )
+            return
+        time.sleep(IDLE_POLL_S)
+
+
+def repeat_figures(rec: Path, slo_ms: dict[str, float] | None) -> tuple[dict[str, Any], dict[str, float]] | None:
+    """A finished repeat's result JSON and its figures (the JSON's numbers, its knee and
+    max good-put); None when either cannot be read."""
+    import json
+
+    from rampwatch.app.session.plan import result_json_path
+
+    path = result_json_path(None, rec)
+    if path is None:
+        return None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        with open_recording(rec) as recording:
+            extras = repeat_set.recording_extras(recording, slo_ms)
+    except (OSError, ValueError, UserError):
+        return None
+    figures: dict[str, float] = repeat_set.numeric_figures(result)
+    figures.update({k: v for k, v in extras.items() if v is not None})
+    return result, figures
+
+
+def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: TextIO | None = None) -> int:
+    """The repeats, one after another, then the combined figures (see the module)."""
+    out = out if out is not None else sys.stdout
+    check_repeats(config)
+    scenario = load_scenario(config.scenario, overrides=config.scenario_sets(), flags=config.scenario_flags())
+    base = base_recording(config, scenario.name)
+    combined_json = Path(config.result_json) if config.result_json else base.with_suffix(".json")
+    set_path = repeat_set.set_file(base)
+    seed = config.seed if config.seed is not None else scenario.seed
+    configs = [repeat_config(config, k, base, seed) for k in range(1, config.repeats + 1)]
+    if not config.force:  # every output claimed before the first repeat starts, not at repeat 3
+        for path in [combined_json, set_path, *(Path(c.record or "") for c in configs)]:
+            if path.exists():
+                raise UserError(f"{path}: exists (a repeat's output); --force replaces it")
+    results: list[dict[str, Any]] = []
+    figures: list[dict[str, float]] = []
+    recordings: list[Path] = []
+    code = 0
+    for k, one in enumerate(configs, start=1):
+        if k > 1:
+            print(
+                f"rampwatch run: cool-down {config.cool_down:g} s before repeat {k}/{config.repeats}",
+                file=out,
+                flush=True,
+            )
+            try:
+                time.sleep(config.cool_down)
+                wait_for_idle(config, out)
+            except KeyboardInterrupt:  # between two repeats: the completed ones are combined
+                print(f"rampwatch run: interrupted before repeat {k}/{config.repeats}", file=sys.stderr)
+                code = 130
+                break
+        print(
+            f"rampwatch run: repeat {k}/{config.repeats} (seed {one.seed}) recording to {one.record}",
+            file=out,
+            flush=True,
+        )
+        try:
+            code = run_one(one)
+        except KeyboardInterrupt:
+            code = 130
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        rec = Path(one.record or "")
+        if code != 0:
+            kept = f"; its recording {rec} is kept" if rec.is_file() else ""
+            print(f"rampwatch run: repeat {k}/{config.repeats} ended with exit {code}{kept}", file=sys.stderr)
+            break
+        got = repeat_figures(rec, scenario.slo)
+        if got is None:
+            print(
+                f"rampwatch run: repeat {k}/{config.repeats}: cannot read its figures back from {rec}", file=sys.stderr
+            )
+            code = 1
+            break
+        results.append(got[0])
+        figures.append(got[1])
+        recordings.append(rec)
+    if not results:
+        return code or 1
+    combined = repeat_set.combine_figures(figures)
+    names = [str(r) for r in recordings]
+    try:
+        repeat_set.write_json(combined_json, repeat_set.combined_result(results, combined, names, config.repeats))
+        repeat_set.write_set(set_path, scenario.name, config.repeats, recordings, combined)
+    except OSError as exc:
+        print(f"rampwatch run: cannot write the repeats' combined result: {exc.strerror or exc}", file=sys.stderr)
+        return code or 1
+    print("", file=out)
+    print(repeat_set.format_set_summary(combined, config.repeats), file=out)
+    print(f"combined result JSON: {redact_text(str(combined_json))}", file=out)
+    print(f"repeats: {set_path} (rampwatch compare A.repeats.json B.repeats.json)", file=out, flush=True)
+    return code
