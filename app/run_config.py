@@ -35,6 +35,9 @@ DEFAULT_MAX_ERROR_RATE = 0.05
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_STOP_GRACE_S = 10.0
 DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
+# After the run, --prometheus-port serves on until a scrape reads its final figures, at most
+# this long: two of Prometheus' usual 15 s scrape intervals (one scrape may fail or be late).
+DEFAULT_PROMETHEUS_LINGER_S = 30.0
 GPU_MODES = ("auto", "nvml", "sim", "off")  # --gpu (app.session.plan.gpu_telemetry)
 # The environment variable a run's API key defaults to (as `vllm bench serve` reads it).
 API_KEY_ENV = credentials.API_KEY_ENV
@@ -129,6 +132,7 @@ class RunConfig:
     max_clock_offset: float = DEFAULT_MAX_CLOCK_OFFSET_MS
     prometheus_port: int | None = None  # serve the run's own figures (loadgen.run.prometheus_target)
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST
+    prometheus_linger: float = DEFAULT_PROMETHEUS_LINGER_S  # after the run, until a scrape reads its end
     # What was typed (not a flag): --detach starts the same command in the background.
     argv: tuple[str, ...] = field(default=(), compare=False)
 
@@ -391,6 +395,14 @@ class RunConfig:
             help=f"the address --prometheus-port listens on (default {DEFAULT_PROMETHEUS_HOST}: this machine only; "
             "0.0.0.0 for every interface)",
         )
+        prometheus.add_argument(
+            "--prometheus-linger",
+            type=non_negative_float,
+            default=DEFAULT_PROMETHEUS_LINGER_S,
+            metavar="SECONDS",
+            help="after the run, keep serving until one scrape has read its final figures, at most this long "
+            f"after its end (default {DEFAULT_PROMETHEUS_LINGER_S:g}; 0: close with the run; Ctrl-C skips)",
+        )
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> RunConfig:
@@ -401,6 +413,8 @@ class RunConfig:
         if values["prometheus_port"] is None and any(a.split("=")[0] == "--prometheus-host" for a in typed):
             # else nothing is served, silently
             raise UserError(f"--prometheus-host {values['prometheus_host']}: needs --prometheus-port PORT")
+        if values["prometheus_port"] is None and any(a.split("=")[0] == "--prometheus-linger" for a in typed):
+            raise UserError(f"--prometheus-linger {values['prometheus_linger']:g}: needs --prometheus-port PORT")
         return cls(**values, argv=tuple(typed))
 
     def with_credentials(self, stdin: TextIO | None = None) -> tuple[RunConfig, list[str]]:

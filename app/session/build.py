@@ -251,9 +251,15 @@ def prometheus_sinks(config: RunConfig) -> list[TimelineSink]:
 
 
 # The Prometheus target of this process's last run on each address: it serves until the
-# process exits (a scrape after the run's end reads its final figures) or the next run
-# on the address (a sweep) replaces it.
+# process exits (after the run, ``--prometheus-linger`` waits for a scrape of its final
+# figures: app.session.prometheus_linger) or the next run on the address (a sweep)
+# replaces it.
 _PROMETHEUS_SERVING: dict[tuple[str, int], Any] = {}
+
+
+def prometheus_targets() -> list[Any]:
+    """This process's ``--prometheus-port`` targets (``PrometheusTarget``)."""
+    return list(_PROMETHEUS_SERVING.values())
 
 
 def prepare_run(

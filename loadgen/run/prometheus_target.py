@@ -37,8 +37,9 @@ process has ended.
 from __future__ import annotations
 
 import threading
+import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -315,9 +316,37 @@ def exported_metric_names() -> set[str]:
     return names
 
 
+class _FinalRead:
+    """A WSGI app around the exposition's that notes a scrape which read the run's final
+    figures (begun after the run's end) once its answer has been written out: the body's
+    ``close()``, which the server calls after the last byte (``PrometheusTarget.linger``
+    then may close the port)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], metrics: RunMetrics, read: threading.Event) -> None:
+        self._app, self._metrics, self._read = app, metrics, read
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        final = self._metrics.ticks.done  # read before rendering: every record is in by then
+        body = self._app(environ, start_response)
+        return _Answer(body, self._read if final else None)
+
+
+class _Answer:
+    def __init__(self, body: Iterable[bytes], read: threading.Event | None) -> None:
+        self._body, self._read = body, read
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        if self._read is not None:
+            self._read.set()
+
+
 class PrometheusTarget:
     """A ``TimelineSink`` that serves the run's figures on ``host:port`` (``bind``, then
-    ``on_start`` serves; ``close`` stops)."""
+    ``on_start`` serves; ``linger`` waits, after the run, for a scrape of its final
+    figures; ``close`` stops)."""
 
     def __init__(self, port: int, host: str = DEFAULT_HOST, run_id: str | None = None) -> None:
         self.port = port
@@ -327,6 +356,8 @@ class PrometheusTarget:
         self.registry.register(_Collector(self.metrics))
         self._server: ThreadingWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self.final_read = threading.Event()  # a scrape has read the figures of the ended run
+        self.finished_at: float | None = None  # time.monotonic() at the run's end
 
     @property
     def address(self) -> tuple[str, int]:
@@ -342,7 +373,11 @@ class PrometheusTarget:
             return
         try:
             self._server = make_server(
-                self.host, self.port, make_wsgi_app(self.registry), ThreadingWSGIServer, handler_class=_QuietHandler
+                self.host,
+                self.port,
+                _FinalRead(make_wsgi_app(self.registry), self.metrics, self.final_read),
+                ThreadingWSGIServer,
+                handler_class=_QuietHandler,
             )
         except OSError as exc:
             reason = printable(exc.strerror or str(exc))
@@ -361,6 +396,28 @@ class PrometheusTarget:
         if self._thread is None and self._server is not None:
             self._thread = threading.Thread(target=self._server.serve_forever, name="rampwatch-prometheus", daemon=True)
             self._thread.start()
+
+    @property
+    def serving(self) -> bool:
+        """Whether this process serves the port now (bound and its thread started)."""
+        return self._server is not None and self._thread is not None
+
+    def awaits_final_read(self) -> bool:
+        """Serving an ended run whose final figures no scrape has read yet."""
+        return self.serving and self.finished_at is not None and not self.final_read.is_set()
+
+    def linger(self, bound_s: float) -> bool:
+        """After the run: serve until a scrape has read its final figures, at most until
+        ``bound_s`` after the run's end; then close. Whether such a scrape came.
+        ``KeyboardInterrupt`` (Ctrl-C) is the caller's: it skips the wait."""
+        try:
+            if self.awaits_final_read() and self.finished_at is not None:
+                left = self.finished_at + bound_s - time.monotonic()
+                if left > 0:
+                    self.final_read.wait(left)
+            return self.final_read.is_set()
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Stop serving and free the port."""
@@ -402,4 +459,5 @@ class PrometheusTarget:
         pass
 
     def on_finish(self, t: float) -> None:
+        self.finished_at = time.monotonic()
         self.metrics.ticks.done = True

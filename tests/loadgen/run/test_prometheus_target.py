@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
+import time
 import urllib.request
 
 import pytest
@@ -232,3 +234,59 @@ async def test_a_run_scraped_while_it_runs_counts_what_the_run_counted():
         r.completion_tokens for r in records if r.ok
     )
     assert final[("rampwatch_run_done", run_labels)] == 1
+
+
+def ended_target() -> PrometheusTarget:
+    """A target serving a run that has ended (its final tick and ``on_finish`` seen)."""
+    target = PrometheusTarget(0, run_id="run-e")
+    target.on_start(RunHeader("0", 0.0, "http://x", "tiny", "chat"))
+    target.on_request(record(0))
+    target.on_tick(Tick(t=1.0, target_rps=0.0, state="done"))
+    target.on_finish(1.0)
+    return target
+
+
+def test_linger_ends_once_a_scrape_has_read_the_final_figures_and_closes_the_port():
+    target = ended_target()
+    assert target.awaits_final_read()
+    answers: list[str] = []
+    scraper = threading.Thread(target=lambda: answers.append(scrape(target)))
+    scraper.start()
+    started = time.monotonic()
+    assert target.linger(30.0) is True
+    assert time.monotonic() - started < 10  # the scrape ended it, not the bound
+    scraper.join(10)
+    final = samples(answers[0])  # the whole answer came through before the port closed
+    assert final[("rampwatch_run_done", (("run_id", "run-e"), ("scenario", "chat")))] == 1
+    assert not target.serving and not target.awaits_final_read()
+
+
+def test_a_scrape_before_the_end_is_not_the_final_read():
+    target = PrometheusTarget(0)
+    target.on_start(RunHeader("0", 0.0, "http://x", "tiny", "chat"))
+    try:
+        scrape(target)
+        assert not target.final_read.is_set()
+        target.on_finish(2.0)
+        assert target.awaits_final_read()
+        scrape(target)
+        assert target.final_read.is_set() and not target.awaits_final_read()
+    finally:
+        target.close()
+
+
+def test_linger_without_a_scrape_closes_at_its_bound_after_the_run_end():
+    target = ended_target()
+    assert target.finished_at is not None
+    target.finished_at -= 0.2  # the run ended 0.2 s ago: 0.1 s of bound is spent
+    started = time.monotonic()
+    assert target.linger(0.1) is False
+    assert time.monotonic() - started < 1.0
+    assert not target.serving
+
+
+def test_a_target_that_never_served_does_not_linger():
+    target = PrometheusTarget(0)
+    target.on_finish(1.0)
+    assert not target.awaits_final_read()
+    assert target.linger(30.0) is False  # at once
