@@ -176,10 +176,10 @@ def _reasoning_cells(r) -> list:
 
 
 def _phase_cells(r) -> list:
-    """Where the request's TTFT went: its marks, then its phases (empty: a request that
-    failed or got no token)."""
-    durations = phases.record_phases(r)
-    cut = [""] * len(phases.PHASE_NAMES) if durations is None else [_num(durations[n]) for n in phases.PHASE_NAMES]
+    """Where the request's TTFT went: its marks, then its phases (a request that failed or
+    got no token: those it reached, the rest empty)."""
+    durations = phases.record_phases(r) or {}
+    cut = [_num(durations[n]) if n in durations else "" for n in phases.PHASE_NAMES]
     return [_num(getattr(r, f)) for f in phases.MARK_FIELDS] + cut
 
 
