@@ -3,7 +3,8 @@
 server on a thread of its own that renders them for a scrape.
 
 What a scrape reads (every series labelled ``run_id`` and ``scenario``; request series
-also ``class``, the mixture's class or ``""``):
+also ``class``, the mixture's class or ``""``; past ``MAX_CLASS_LABELS`` classes the rest
+share ``OTHER_CLASS``):
 
 - ``rampwatch_requests_total{outcome}``: requests ended, ``ok`` / ``failed`` / ``cancelled``
 - ``rampwatch_prompt_tokens_total``, ``rampwatch_generation_tokens_total`` (ok requests)
@@ -77,6 +78,12 @@ LAG_BUCKETS_S: tuple[float, ...] = (
 # fmt: on
 
 OUTCOMES = ("ok", "failed", "cancelled")
+
+# Each class label costs ~100 series (four histograms of ~24 buckets, the counters): a
+# scenario's first MAX_CLASS_LABELS classes are labelled by name, the rest share
+# OTHER_CLASS (a name no mixture gives: the parentheses), said once where the run is built.
+MAX_CLASS_LABELS = 20
+OTHER_CLASS = "(other)"
 
 
 def outcome_of(record: RequestRecord) -> str:
@@ -177,19 +184,30 @@ class TickFigures:
 class RunMetrics:
     """The run's figures as the sink keeps them and a scrape renders them."""
 
-    def __init__(self, run_id: str, scenario: str) -> None:
+    def __init__(self, run_id: str, scenario: str, max_classes: int = MAX_CLASS_LABELS) -> None:
         self.run_id = run_id
         self.scenario = scenario
         self.model = ""
         self.classes: dict[str, ClassFigures] = {}
+        self.max_classes = max_classes  # class labels by name; past them OTHER_CLASS
         self.ticks = TickFigures()
         self.ok_total = 0
 
-    def add_request(self, record: RequestRecord) -> None:
-        name = record.request_class or ""
+    def class_figures(self, name: str) -> ClassFigures:
+        """The figures the class ``name`` adds to: its own while fewer than ``max_classes``
+        are labelled by name, else ``OTHER_CLASS``'s."""
         figures = self.classes.get(name)
         if figures is None:
-            figures = self.classes[name] = ClassFigures()
+            named = len(self.classes) - (OTHER_CLASS in self.classes)
+            if named >= self.max_classes:
+                name = OTHER_CLASS
+                figures = self.classes.get(name)
+            if figures is None:
+                figures = self.classes[name] = ClassFigures()
+        return figures
+
+    def add_request(self, record: RequestRecord) -> None:
+        figures = self.class_figures(record.request_class or "")
         figures.add(record)
         if record.error_class is None:
             self.ok_total += 1
@@ -286,6 +304,16 @@ def scenario_classes(scenario: Any) -> list[str]:
         return [""]
     names = [item.get("name") for item in mix if isinstance(item, dict)]
     return [str(name) for name in names if isinstance(name, str) and name] or [""]
+
+
+def class_label_note(classes: list[str], max_classes: int = MAX_CLASS_LABELS) -> str | None:
+    """The one line said where a scenario has more classes than are labelled by name."""
+    if len(classes) <= max_classes:
+        return None
+    return (
+        f"--prometheus-port: the scenario has {len(classes)} classes; the first {max_classes} are labelled by "
+        f'name, the other {len(classes) - max_classes} share class="{OTHER_CLASS}" (each label is ~100 series)'
+    )
 
 
 class _Collector:
@@ -437,7 +465,7 @@ class PrometheusTarget:
         self.metrics.model = printable(header.model)
         # Every class's series from the start, at 0 (Prometheus' rate() needs the 0)
         for name in scenario_classes(header.scenario):
-            self.metrics.classes.setdefault(name, ClassFigures())
+            self.metrics.class_figures(name)
         self.serve()
 
     def on_request(self, record: RequestRecord) -> None:
