@@ -32,7 +32,8 @@ use fails there, one line naming the flag, before any request); ``on_start`` bin
 and starts the thread that serves it, in the process that runs the load: the live screen
 forks the run after it is built, a thread does not survive a fork, and a listening
 socket left open in the screen's process would queue scrapes nobody answers once the run
-process has ended.
+process has ended. After the run, ``linger`` keeps serving until a scrape has read the
+final figures, within a bound (``--prometheus-linger``: app.session.prometheus_linger).
 """
 
 from __future__ import annotations
