@@ -172,7 +172,14 @@ def feed_items(builder: SeriesBuilder, items: bytes) -> None:
 
 
 def _child_main(
-    conn, run_coro_factory, snapshot_fn, control, publish_interval: float, log_path: str | None, mirror=None
+    conn,
+    run_coro_factory,
+    snapshot_fn,
+    control,
+    publish_interval: float,
+    log_path: str | None,
+    mirror=None,
+    after: Callable[[], object] | None = None,
 ) -> None:
     # The terminal's hangup is the UI process's to handle (``--on-hangup``); this process
     # follows the UI through the pipe, whatever it decides.
@@ -264,8 +271,11 @@ def _child_main(
             conn.send(("error", exc))
         except Exception:
             conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+        return
     finally:
         conn.close()
+    if after is not None:  # the result is with the UI: what this process still does
+        after()
 
 
 # Pickling a whole snapshot costs the run's loop ~1.4 ms (and a 650 KB pipe write)
@@ -387,9 +397,13 @@ class ProcessBridge:
         log_path: str | None = None,
         mirror: SeriesMirror | None = None,
         mirror_priority: str = "normal",
+        after: Callable[[], object] | None = None,
     ) -> None:
         self._ctx = multiprocessing.get_context("fork")
-        self._args = (run_coro_factory, snapshot_fn, control, publish_interval, log_path, mirror)
+        # after: called in the run's process once its result is sent (the process then
+        # goes on without the UI waiting for it: ``wait_process``)
+        self._args = (run_coro_factory, snapshot_fn, control, publish_interval, log_path, mirror, after)
+        self._after = after
         self._mirror = mirror
         self._mirror_priority = mirror_priority  # lower_ui_priority's policy for the building
         self._mirrored = 0  # item batches fed to the mirror
@@ -456,7 +470,8 @@ class ProcessBridge:
                     self.failure = payload
         finally:
             if self._process is not None:
-                self._process.join(5.0)
+                # a process with work after its result (``after``) is not waited for here
+                self._process.join(0.0 if self._after is not None and self.result is not None else 5.0)
                 if self.failure is None and self._process.exitcode not in (0, None):
                     self.failure = RuntimeError(f"the run process exited with code {self._process.exitcode}")
             self.done = True
@@ -496,6 +511,21 @@ class ProcessBridge:
 
     def cancel(self) -> None:
         self._send("cancel", ())
+
+    def process_alive(self) -> bool:
+        """Whether the run's process is still there (after its result: its ``after``)."""
+        return self._process is not None and self._process.is_alive()
+
+    def wait_process(self, timeout: float | None, terminate: bool = True) -> bool:
+        """Wait for the run's process to end (past ``timeout``: terminated, unless not
+        ``terminate``); whether it ended by itself."""
+        if self._process is None:
+            return True
+        self._process.join(timeout)
+        if self._process.is_alive() and terminate:
+            self._process.terminate()
+            self._process.join(5.0)
+        return not self._process.is_alive() and self._process.exitcode is not None
 
     def finish(self, drain_timeout: float = 30.0, escalation_timeout: float = 10.0) -> Any:
         """Stop gracefully; after ``drain_timeout`` cancel the requests still in flight

@@ -31,8 +31,10 @@ from rampwatch.app.session import (
     note_failed_start,
     plan_run,
     print_server_tail,
+    prometheus_targets,
     run_progress,
 )
+from rampwatch.app.session.prometheus_linger import linger_targets, note_run_process
 from rampwatch.core.controls import RunControl
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.timeline import Snapshot
@@ -62,6 +64,7 @@ def start_live(
     on_server: Callable[[ManagedServer | None], None] = lambda server: None,
     on_restart_failure: Callable[[UserError], None] = lambda error: None,
     mirror: SeriesMirror | None = None,
+    after: Callable[[], object] | None = None,
 ) -> tuple[ProcessBridge, RampwatchApp]:
     """Fork the run into its own process and build the live app on it. The caller runs
     the app (``app.run()`` on a terminal, ``app.run_test()`` in tests) and then calls
@@ -71,7 +74,13 @@ def start_live(
     ``on_server`` is told of the server in service, ``on_restart_failure`` of a new one
     that did not start)."""
     bridge = ProcessBridge(
-        run_coro_factory, snapshot_fn, control, log_path=log_path, mirror=mirror, mirror_priority=ui_priority
+        run_coro_factory,
+        snapshot_fn,
+        control,
+        log_path=log_path,
+        mirror=mirror,
+        mirror_priority=ui_priority,
+        after=after,
     ).start()
     restarter = None
     if server is not None:
@@ -134,7 +143,17 @@ def start_live_prepared(
         on_restart_failure=lambda error: setattr(prepared, "restart_error", error),
         # the screen's series are built here, from the run's items, not on the run's loop
         mirror=SeriesMirror(prepared.run.series, prepared.run.sink.sinks.append, prepared.run.now),
+        # --prometheus-port: the run's process serves the final figures on after the run
+        after=lingering(prepared.config),
     )
+
+
+def lingering(config: RunConfig) -> Callable[[], object] | None:
+    """What the live run's process does after its result: serve ``--prometheus-port``'s
+    final figures until scraped (``app.session.prometheus_linger``; the screen says it)."""
+    if config.prometheus_port is None or config.prometheus_linger <= 0:
+        return None
+    return lambda: linger_targets(prometheus_targets(), config.prometheus_linger, err=None)
 
 
 @contextmanager
@@ -269,6 +288,8 @@ def _run_live(config: RunConfig, plan: RunPlan, run_id: str | None, hangup: Hang
         log_path = log.name
     try:
         bridge, app = start_live_prepared(prepared, log_path=log_path, mouse=mouse)
+        if config.prometheus_port is not None:  # the run's process may serve on after it
+            note_run_process(bridge, f"{config.prometheus_host}:{config.prometheus_port}")
         if run_id is not None:
             app.call_later(app.notify, f"run {run_id} · rampwatch attach {run_id} watches it from another terminal")
         if config.repeat is not None:  # `run --repeats N` (app.repeats): which of them this screen shows

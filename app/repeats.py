@@ -61,7 +61,9 @@ def base_recording(config: RunConfig, scenario_name: str) -> Path:
 
 def repeat_config(config: RunConfig, k: int, base: Path, base_seed: int) -> RunConfig:
     """Repeat ``k``'s (1-based) configuration: its own recording, result JSON and server
-    log; its seed moved on by ``k - 1`` unless ``--same-prompts``."""
+    log; its seed moved on by ``k - 1`` unless ``--same-prompts``. A repeat before the last
+    serves its final figures (``--prometheus-linger``) no longer than the cool-down that
+    follows it: the next repeat is not held up waiting for a scrape."""
     rec = repeat_set.repeat_recording(base, k)
     server_log = None if config.server_log is None else str(repeat_set.repeat_recording(Path(config.server_log), k))
     return replace(
@@ -72,6 +74,9 @@ def repeat_config(config: RunConfig, k: int, base: Path, base_seed: int) -> RunC
         seed=base_seed if config.same_prompts else base_seed + k - 1,
         repeat=k,
         run_id=None,
+        prometheus_linger=config.prometheus_linger
+        if k == config.repeats
+        else min(config.prometheus_linger, config.cool_down),
     )
 
 

@@ -69,7 +69,6 @@ def run_once(config: RunConfig) -> int:
             code = run_live(config)
         else:
             code = run_headless(config)
-        return code
     except KeyboardInterrupt:
         code = 130
         raise
@@ -82,3 +81,9 @@ def run_once(config: RunConfig) -> int:
     finally:
         release_all()  # the run's outputs, whichever way it ended (finish_run let them go already)
         runs.finished(run_id, code)  # for `rampwatch ps` and `rampwatch stop`
+    if config.prometheus_port is not None:  # the port serves on until a scrape reads the end
+        from rampwatch.app.session import prometheus_targets
+        from rampwatch.app.session.prometheus_linger import linger
+
+        linger(config.prometheus_linger, prometheus_targets)
+    return code

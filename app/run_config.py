@@ -37,6 +37,9 @@ DEFAULT_STOP_GRACE_S = 10.0
 DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
 MAX_REPEATS = 20  # --repeats (app.repeats), as a sweep's repeats:
 DEFAULT_COOL_DOWN_S = 10.0
+# After the run, --prometheus-port serves on until a scrape reads its final figures, at most
+# this long: two of Prometheus' usual 15 s scrape intervals (one scrape may fail or be late).
+DEFAULT_PROMETHEUS_LINGER_S = 30.0
 GPU_MODES = ("auto", "nvml", "sim", "off")  # --gpu (app.session.plan.gpu_telemetry)
 # The environment variable a run's API key defaults to (as `vllm bench serve` reads it).
 API_KEY_ENV = credentials.API_KEY_ENV
@@ -136,6 +139,7 @@ class RunConfig:
     cool_down: float = DEFAULT_COOL_DOWN_S
     same_prompts: bool = False
     repeat: int | None = None
+    prometheus_linger: float = DEFAULT_PROMETHEUS_LINGER_S  # after the run, until a scrape reads its end
     # What was typed (not a flag): --detach starts the same command in the background.
     argv: tuple[str, ...] = field(default=(), compare=False)
 
@@ -398,6 +402,14 @@ class RunConfig:
             help=f"the address --prometheus-port listens on (default {DEFAULT_PROMETHEUS_HOST}: this machine only; "
             "0.0.0.0 for every interface)",
         )
+        prometheus.add_argument(
+            "--prometheus-linger",
+            type=non_negative_float,
+            default=DEFAULT_PROMETHEUS_LINGER_S,
+            metavar="SECONDS",
+            help="after the run, keep serving until one scrape has read its final figures, at most this long "
+            f"after its end (default {DEFAULT_PROMETHEUS_LINGER_S:g}; 0: close with the run; Ctrl-C skips)",
+        )
 
         repeats = parser.add_argument_group("repeats")
         repeats.add_argument(
@@ -438,6 +450,8 @@ class RunConfig:
             for flag in ("--cool-down", "--same-prompts"):
                 if any(a.split("=")[0] == flag for a in typed):  # else it would do nothing, silently
                     raise UserError(f"{flag}: needs --repeats N (N ≥ 2)")
+        if values["prometheus_port"] is None and any(a.split("=")[0] == "--prometheus-linger" for a in typed):
+            raise UserError(f"--prometheus-linger {values['prometheus_linger']:g}: needs --prometheus-port PORT")
         return cls(**values, argv=tuple(typed))
 
     def with_credentials(self, stdin: TextIO | None = None) -> tuple[RunConfig, list[str]]:

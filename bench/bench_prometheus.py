@@ -96,7 +96,7 @@ def one_run(rate: float, duration: float, prometheus: bool) -> dict:
                 "--result-json", str(result), "--progress-interval", "3600"]  # fmt: skip
         port = free_port() if prometheus else None
         if port is not None:
-            argv += ["--prometheus-port", str(port)]
+            argv += ["--prometheus-port", str(port), "--prometheus-linger", "0"]  # the run's cost alone
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         scrapes, done = [0], threading.Event()

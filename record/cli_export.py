@@ -69,8 +69,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        help="output file (csv, parquet: its stem names the two files; json, html: - for standard output); "
-        "default: beside the recording",
+        help="output file (csv, parquet: its stem names the two files; json, html: - for standard output), "
+        "or a directory to write into, the files named after the recording; default: beside the recording",
     )
     parser.add_argument("--force", action="store_true", help="overwrite output files that already exist")
     parser.add_argument(
@@ -84,8 +84,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def output_paths(recording: Path, fmt: str, output: str | None) -> list[Path]:
     """The files an export writes: one, or two for csv and parquet (``<stem>-requests.csv``,
-    ``<stem>-series.csv``)."""
+    ``<stem>-series.csv``). ``-o DIR`` (an existing directory, or a path ending in ``/``):
+    inside it, named after the recording, whatever the format."""
     out = Path(output) if output else recording.with_suffix(f".{fmt}")
+    if output and (out.is_dir() or output.endswith(("/", os.sep))):
+        out = out / recording.with_suffix(f".{fmt}").name
     if fmt not in TWO_FILES:
         return [out]
     stem = out.with_suffix("")
@@ -176,10 +179,10 @@ def _reasoning_cells(r) -> list:
 
 
 def _phase_cells(r) -> list:
-    """Where the request's TTFT went: its marks, then its phases (empty: a request that
-    failed or got no token)."""
-    durations = phases.record_phases(r)
-    cut = [""] * len(phases.PHASE_NAMES) if durations is None else [_num(durations[n]) for n in phases.PHASE_NAMES]
+    """Where the request's TTFT went: its marks, then its phases (a request that failed or
+    got no token: those it reached, the rest empty)."""
+    durations = phases.record_phases(r) or {}
+    cut = [_num(durations[n]) if n in durations else "" for n in phases.PHASE_NAMES]
     return [_num(getattr(r, f)) for f in phases.MARK_FIELDS] + cut
 
 

@@ -4,7 +4,8 @@
 - ``server``: the server the run starts (``--serve``, or the embedded simulator) and its start;
 - ``build``: the run and its recording writer over a plan whose server is ready;
 - ``finish``: the final figures (read back from the recording), summary, result JSON, exit code;
-- ``headless``: the headless loop and its progress lines.
+- ``headless``: the headless loop and its progress lines;
+- ``prometheus_linger``: ``--prometheus-port`` served on after the run until scraped.
 
 The live screen (``app.live``) and the sweep (``app.sweep``) use the same phases.
 """
@@ -17,6 +18,7 @@ from rampwatch.app.session.build import (
     load_senders,
     note_failed_start,
     prepare_run,
+    prometheus_targets,
     record_failed_start,
     run_progress,
 )
@@ -86,6 +88,7 @@ __all__ = [
     "nvml_missing",
     "plan_run",
     "prepare_run",
+    "prometheus_targets",
     "progress_line",
     "print_server_tail",
     "record_failed_start",

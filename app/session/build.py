@@ -218,7 +218,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         atexit.register(shutil.rmtree, scratch.parent, ignore_errors=True)  # also when the run ends on an error
     secrets = connection.secrets() | (plan.server.command.secrets() if plan.server is not None else set())
     recorder = RecordingWriter(records_path, secrets=secrets or None)
-    run = Run(scenario, options, sinks=[recorder, *prometheus_sinks(config)])
+    run = Run(scenario, options, sinks=[recorder, *prometheus_sinks(config, scenario.raw)])
     return PreparedRun(
         run=run,
         config=config,
@@ -231,13 +231,18 @@ def build_run(plan: RunPlan) -> PreparedRun:
     )
 
 
-def prometheus_sinks(config: RunConfig) -> list[TimelineSink]:
+def prometheus_sinks(config: RunConfig, scenario: Any = None) -> list[TimelineSink]:
     """``--prometheus-port``'s target, its port tried now (one in use: a one-line
-    ``UserError``); it serves from the run's start, in the process that runs the load."""
+    ``UserError``); it serves from the run's start, in the process that runs the load. A
+    ``scenario`` (its raw mapping) with more classes than are labelled by name: one line."""
     if config.prometheus_port is None:
         return []
     # prometheus_client is imported only by a run that serves it
-    from rampwatch.loadgen.run.prometheus_target import PrometheusTarget
+    from rampwatch.loadgen.run.prometheus_target import PrometheusTarget, class_label_note, scenario_classes
+
+    note = class_label_note(scenario_classes(scenario))
+    if note is not None:
+        print(f"rampwatch run: {note}", file=sys.stderr, flush=True)
 
     address = (config.prometheus_host, config.prometheus_port)
     previous = _PROMETHEUS_SERVING.pop(address, None)
@@ -251,9 +256,15 @@ def prometheus_sinks(config: RunConfig) -> list[TimelineSink]:
 
 
 # The Prometheus target of this process's last run on each address: it serves until the
-# process exits (a scrape after the run's end reads its final figures) or the next run
-# on the address (a sweep) replaces it.
+# process exits (after the run, ``--prometheus-linger`` waits for a scrape of its final
+# figures: app.session.prometheus_linger) or the next run on the address (a sweep)
+# replaces it.
 _PROMETHEUS_SERVING: dict[tuple[str, int], Any] = {}
+
+
+def prometheus_targets() -> list[Any]:
+    """This process's ``--prometheus-port`` targets (``PrometheusTarget``)."""
+    return list(_PROMETHEUS_SERVING.values())
 
 
 def prepare_run(

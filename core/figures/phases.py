@@ -18,8 +18,11 @@ and the time before a phase's mark (the client's own work) goes to that phase, s
 phases of a request add up to its TTFT exactly. A mark earlier than the one before it (a
 hop that repeated a phase) counts as that one: no phase is negative.
 
-Only successful requests with a first token and phase marks count (a recording of an
-older client has none: no figures, nothing shown).
+The run's figures (summary, result JSON, report, live view) count successful requests
+with a first token and phase marks, so that the phases' means add up to the mean TTFT (a
+recording of an older client has no marks: no figures, nothing shown). A request that
+failed (or got no token) still has, per request (``record_phases``: the CSV and Parquet
+exports), the phases it reached before it ended.
 """
 
 from __future__ import annotations
@@ -66,12 +69,32 @@ def phase_durations(sent_at: np.ndarray, marks: Sequence[np.ndarray], first_toke
 
 
 def record_phases(rec: RequestRecord) -> dict[str, float] | None:
-    """One request's phases in seconds (None: it failed, has no first token or no marks)."""
-    if not rec.ok or rec.first_token_at is None or all(getattr(rec, f) is None for f in MARK_FIELDS):
+    """One request's phases in seconds, those it reached (None: no marks). A request with
+    its first token has them all (adding up to its TTFT); one that failed or got no token
+    has those up to its last mark (connected, request sent, headers): the phases it
+    finished, the failure came after them; the later ones are absent."""
+    marks = [getattr(rec, f) for f in MARK_FIELDS]
+    reached = [i for i, mark in enumerate(marks) if mark is not None]
+    if not reached:
         return None
-    marks = [np.array([_nan(getattr(rec, f))]) for f in MARK_FIELDS]
-    durations = phase_durations(np.array([rec.sent_at]), marks, np.array([rec.first_token_at]))
-    return {name: float(durations[i, 0]) for i, name in enumerate(PHASE_NAMES)}
+    if rec.first_token_at is not None:
+        durations = phase_durations(
+            np.array([rec.sent_at]), [np.array([_nan(m)]) for m in marks], np.array([rec.first_token_at])
+        )
+        return {name: float(durations[i, 0]) for i, name in enumerate(PHASE_NAMES)}
+    return partial_phases(rec.sent_at, marks[: reached[-1] + 1])
+
+
+def partial_phases(sent_at: float, marks: Sequence[float | None]) -> dict[str, float]:
+    """The first ``len(marks)`` phases of a request that ended before its first token, cut
+    as ``phase_durations`` cuts them (an unmarked phase: 0; a mark before the one before
+    it counts as that one)."""
+    out, previous = {}, sent_at
+    for name, mark in zip(PHASE_NAMES, marks, strict=False):
+        end = previous if mark is None else max(mark, previous)
+        out[name] = end - previous
+        previous = end
+    return out
 
 
 def _nan(value: float | None) -> float:

@@ -68,9 +68,14 @@ class LoadLoop(RunSteering):
                 self._builder_lost(str(lost))
                 return
             except BuildFailed as failed:  # stops as a lost builder does: no traceback
-                self._stop_on_error(f"{failed}: the run stops here", {"request_build_failed": True})
+                self._build_failed(failed)
                 return
             self._launch(client, semaphore, request, send_at)
+
+    def _build_failed(self, failed: BuildFailed) -> None:
+        """A request (or a session's turn) that could not be built: no further one can be
+        built in order; the run stops with one line (an ``error`` event, the usual stop)."""
+        self._stop_on_error(f"{failed}: the run stops here", {"request_build_failed": True})
 
     def _builder_lost(self, message: str) -> None:
         """The process building the run's requests ahead is gone (killed, out of memory):
@@ -84,6 +89,7 @@ class LoadLoop(RunSteering):
         loop) or users are kept at its value (kind users); no turn after the schedule's
         planned end, or, with a number of sessions, none after the last session's end."""
         sessions.send_turn = lambda request, at, on_record: self._launch(client, semaphore, request, at, on_record)
+        sessions.build_failed = self._build_failed
         assert self._schedule_changed is not None
         if self.schedule.kind == USERS_KIND:
             await sessions.run_users(self.schedule, self._schedule_changed, lambda: self._stopping)

@@ -3,7 +3,8 @@
 server on a thread of its own that renders them for a scrape.
 
 What a scrape reads (every series labelled ``run_id`` and ``scenario``; request series
-also ``class``, the mixture's class or ``""``):
+also ``class``, the mixture's class or ``""``; past ``MAX_CLASS_LABELS`` classes the rest
+share ``OTHER_CLASS``):
 
 - ``rampwatch_requests_total{outcome}``: requests ended, ``ok`` / ``failed`` / ``cancelled``
 - ``rampwatch_prompt_tokens_total``, ``rampwatch_generation_tokens_total`` (ok requests)
@@ -31,14 +32,16 @@ use fails there, one line naming the flag, before any request); ``on_start`` bin
 and starts the thread that serves it, in the process that runs the load: the live screen
 forks the run after it is built, a thread does not survive a fork, and a listening
 socket left open in the screen's process would queue scrapes nobody answers once the run
-process has ended.
+process has ended. After the run, ``linger`` keeps serving until a scrape has read the
+final figures, within a bound (``--prometheus-linger``: app.session.prometheus_linger).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -76,6 +79,12 @@ LAG_BUCKETS_S: tuple[float, ...] = (
 # fmt: on
 
 OUTCOMES = ("ok", "failed", "cancelled")
+
+# Each class label costs ~100 series (four histograms of ~24 buckets, the counters): a
+# scenario's first MAX_CLASS_LABELS classes are labelled by name, the rest share
+# OTHER_CLASS (a name no mixture gives: the parentheses), said once where the run is built.
+MAX_CLASS_LABELS = 20
+OTHER_CLASS = "(other)"
 
 
 def outcome_of(record: RequestRecord) -> str:
@@ -176,19 +185,30 @@ class TickFigures:
 class RunMetrics:
     """The run's figures as the sink keeps them and a scrape renders them."""
 
-    def __init__(self, run_id: str, scenario: str) -> None:
+    def __init__(self, run_id: str, scenario: str, max_classes: int = MAX_CLASS_LABELS) -> None:
         self.run_id = run_id
         self.scenario = scenario
         self.model = ""
         self.classes: dict[str, ClassFigures] = {}
+        self.max_classes = max_classes  # class labels by name; past them OTHER_CLASS
         self.ticks = TickFigures()
         self.ok_total = 0
 
-    def add_request(self, record: RequestRecord) -> None:
-        name = record.request_class or ""
+    def class_figures(self, name: str) -> ClassFigures:
+        """The figures the class ``name`` adds to: its own while fewer than ``max_classes``
+        are labelled by name, else ``OTHER_CLASS``'s."""
         figures = self.classes.get(name)
         if figures is None:
-            figures = self.classes[name] = ClassFigures()
+            named = len(self.classes) - (OTHER_CLASS in self.classes)
+            if named >= self.max_classes:
+                name = OTHER_CLASS
+                figures = self.classes.get(name)
+            if figures is None:
+                figures = self.classes[name] = ClassFigures()
+        return figures
+
+    def add_request(self, record: RequestRecord) -> None:
+        figures = self.class_figures(record.request_class or "")
         figures.add(record)
         if record.error_class is None:
             self.ok_total += 1
@@ -287,6 +307,16 @@ def scenario_classes(scenario: Any) -> list[str]:
     return [str(name) for name in names if isinstance(name, str) and name] or [""]
 
 
+def class_label_note(classes: list[str], max_classes: int = MAX_CLASS_LABELS) -> str | None:
+    """The one line said where a scenario has more classes than are labelled by name."""
+    if len(classes) <= max_classes:
+        return None
+    return (
+        f"--prometheus-port: the scenario has {len(classes)} classes; the first {max_classes} are labelled by "
+        f'name, the other {len(classes) - max_classes} share class="{OTHER_CLASS}" (each label is ~100 series)'
+    )
+
+
 class _Collector:
     """The registry's view of ``RunMetrics``."""
 
@@ -315,9 +345,37 @@ def exported_metric_names() -> set[str]:
     return names
 
 
+class _FinalRead:
+    """A WSGI app around the exposition's that notes a scrape which read the run's final
+    figures (begun after the run's end) once its answer has been written out: the body's
+    ``close()``, which the server calls after the last byte (``PrometheusTarget.linger``
+    then may close the port)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], metrics: RunMetrics, read: threading.Event) -> None:
+        self._app, self._metrics, self._read = app, metrics, read
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        final = self._metrics.ticks.done  # read before rendering: every record is in by then
+        body = self._app(environ, start_response)
+        return _Answer(body, self._read if final else None)
+
+
+class _Answer:
+    def __init__(self, body: Iterable[bytes], read: threading.Event | None) -> None:
+        self._body, self._read = body, read
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        if self._read is not None:
+            self._read.set()
+
+
 class PrometheusTarget:
     """A ``TimelineSink`` that serves the run's figures on ``host:port`` (``bind``, then
-    ``on_start`` serves; ``close`` stops)."""
+    ``on_start`` serves; ``linger`` waits, after the run, for a scrape of its final
+    figures; ``close`` stops)."""
 
     def __init__(self, port: int, host: str = DEFAULT_HOST, run_id: str | None = None) -> None:
         self.port = port
@@ -327,6 +385,8 @@ class PrometheusTarget:
         self.registry.register(_Collector(self.metrics))
         self._server: ThreadingWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self.final_read = threading.Event()  # a scrape has read the figures of the ended run
+        self.finished_at: float | None = None  # time.monotonic() at the run's end
 
     @property
     def address(self) -> tuple[str, int]:
@@ -342,7 +402,11 @@ class PrometheusTarget:
             return
         try:
             self._server = make_server(
-                self.host, self.port, make_wsgi_app(self.registry), ThreadingWSGIServer, handler_class=_QuietHandler
+                self.host,
+                self.port,
+                _FinalRead(make_wsgi_app(self.registry), self.metrics, self.final_read),
+                ThreadingWSGIServer,
+                handler_class=_QuietHandler,
             )
         except OSError as exc:
             reason = printable(exc.strerror or str(exc))
@@ -362,6 +426,28 @@ class PrometheusTarget:
             self._thread = threading.Thread(target=self._server.serve_forever, name="rampwatch-prometheus", daemon=True)
             self._thread.start()
 
+    @property
+    def serving(self) -> bool:
+        """Whether this process serves the port now (bound and its thread started)."""
+        return self._server is not None and self._thread is not None
+
+    def awaits_final_read(self) -> bool:
+        """Serving an ended run whose final figures no scrape has read yet."""
+        return self.serving and self.finished_at is not None and not self.final_read.is_set()
+
+    def linger(self, bound_s: float) -> bool:
+        """After the run: serve until a scrape has read its final figures, at most until
+        ``bound_s`` after the run's end; then close. Whether such a scrape came.
+        ``KeyboardInterrupt`` (Ctrl-C) is the caller's: it skips the wait."""
+        try:
+            if self.awaits_final_read() and self.finished_at is not None:
+                left = self.finished_at + bound_s - time.monotonic()
+                if left > 0:
+                    self.final_read.wait(left)
+            return self.final_read.is_set()
+        finally:
+            self.close()
+
     def close(self) -> None:
         """Stop serving and free the port."""
         server, self._server = self._server, None
@@ -380,7 +466,7 @@ class PrometheusTarget:
         self.metrics.model = printable(header.model)
         # Every class's series from the start, at 0 (Prometheus' rate() needs the 0)
         for name in scenario_classes(header.scenario):
-            self.metrics.classes.setdefault(name, ClassFigures())
+            self.metrics.class_figures(name)
         self.serve()
 
     def on_request(self, record: RequestRecord) -> None:
@@ -402,4 +488,5 @@ class PrometheusTarget:
         pass
 
     def on_finish(self, t: float) -> None:
+        self.finished_at = time.monotonic()
         self.metrics.ticks.done = True

@@ -219,10 +219,12 @@ class BuildFailed(RuntimeError):
     memory for an image): the message names the request and the error, in one line."""
 
     @classmethod
-    def of(cls, number: int, error: BaseException) -> BuildFailed:
+    def of(cls, number: int | str, error: BaseException) -> BuildFailed:
+        """``number``: the request's (1-based), or what names it (a session's turn)."""
         # A UserError is already a line for the user; anything else is named by its type.
         what = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}".rstrip(": ")
-        return cls(f"building request {number} failed: {printable(what, one_line=True)}")
+        name = f"request {number}" if isinstance(number, int) else number
+        return cls(f"building {name} failed: {printable(what, one_line=True)}")
 
 
 class _BuiltRequests(asyncio.BufferedProtocol):

@@ -41,6 +41,7 @@ from rampwatch.core.timeline import Event, RequestRecord, RunHeader
 from rampwatch.loadgen.workload.prompts import SEPARATOR, compose_exact, join
 from rampwatch.loadgen.workload.request_factory import RequestFactory, sample_length
 from rampwatch.loadgen.workload.requests import PreparedRequest
+from rampwatch.loadgen.workload.requests_ahead import BuildFailed
 from rampwatch.loadgen.workload.schedule_spec import USERS_KIND
 
 # A closed-loop user whose turn failed waits at least this long before its next session.
@@ -258,6 +259,10 @@ class SessionDriver:
         self.clock = clock
         self.keep_texts = keep_texts
         self.send_turn: SendTurn | None = None
+        # Told (once) of a turn that could not be built: the run stops on it, as on a
+        # request of the open loop's (bound with send_turn; unbound: raised).
+        self.build_failed: Callable[[BuildFailed], None] | None = None
+        self._build_failure: BuildFailed | None = None
         self.started_total = 0
         self.finished_total = 0
         self.peak_histories = 0
@@ -285,7 +290,11 @@ class SessionDriver:
         """A session whose first turn is sent now, at the schedule's send time ``at``
         (sent here, not by the session's task: a send time the schedule handed out is a
         request, even at the schedule's very end)."""
-        first = self._open(at)
+        try:
+            first = self._open(at)
+        except BuildFailed as failed:
+            self._turn_failed(failed)
+            return
 
         async def follow(actor: _Actor) -> None:
             await self._follow(actor, *first)
@@ -303,7 +312,11 @@ class SessionDriver:
 
     async def _user(self, actor: _Actor) -> None:
         while not actor.ended.is_set():
-            conversation, turn, outcome = self._open(self.clock())
+            try:
+                conversation, turn, outcome = self._open(self.clock())
+            except BuildFailed as failed:
+                self._turn_failed(failed)
+                return
             if await self._follow(actor, conversation, turn, outcome):
                 # A failed turn: the user waits before its next session, so that a server
                 # that fails at once is not sent requests as fast as the client can.
@@ -333,12 +346,20 @@ class SessionDriver:
         self.idle.clear()
         self.histories[session_id] = conversation
         self.peak_histories = max(self.peak_histories, len(self.histories))
-        turn, outcome = self._send(conversation, at)
+        try:
+            turn, outcome = self._send(conversation, at)
+        except BuildFailed:
+            self._ended(session_id)  # never under way
+            raise
         return conversation, turn, outcome
 
     def _send(self, conversation: Conversation, at: float) -> tuple[asyncio.Task, list[_Outcome]]:
+        """The conversation's next turn sent; ``BuildFailed`` when it cannot be built."""
         assert self.send_turn is not None, "SessionDriver.send_turn is bound when the run starts"
-        request = conversation.next_request()
+        try:
+            request = conversation.next_request()
+        except Exception as exc:  # a bug or bad data in the factory, MemoryError: as the open loop's
+            raise BuildFailed.of(f"session {conversation.id}'s turn {conversation.turn}", exc) from exc
         assert request is not None  # a session has at least one turn; _follow checks the rest
         outcome: list[_Outcome] = []
         return self.send_turn(request, at, lambda record: outcome.append(self._take(record))), outcome
@@ -367,9 +388,23 @@ class SessionDriver:
                 at = end_at + conversation.think_time()
                 if not await self._wait_until(actor, at):
                     return False
-                turn, outcome = self._send(conversation, at)
+                try:
+                    turn, outcome = self._send(conversation, at)
+                except BuildFailed as failed:  # in a session's task: told, not left in it
+                    self._turn_failed(failed)
+                    actor.ended.set()
+                    return False
         finally:
             self._ended(conversation.id)
+
+    def _turn_failed(self, failed: BuildFailed) -> None:
+        """A turn that could not be built: ``build_failed`` is told of the first (the run
+        stops on it), later ones (sessions building meanwhile) are the same stop."""
+        if self.build_failed is None:
+            raise failed
+        if self._build_failure is None:
+            self._build_failure = failed
+            self.build_failed(failed)
 
     def _ended(self, session_id: int) -> None:
         del self.histories[session_id]

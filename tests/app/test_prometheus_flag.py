@@ -4,6 +4,7 @@ run's id), and a port in use is one line naming the flag (exit 2)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -75,8 +76,73 @@ def test_a_detached_run_serves_its_figures_while_it_runs(tmp_path, env):
     finally:
         stopped = rampwatch(env, "stop", run_id)
     assert stopped.returncode == 130, stopped.stderr  # the run's own exit code: stopped
-    with pytest.raises(OSError):  # the run's process has gone, and its server
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    # The run has finished (`stop` waited for its exit code), its port serves on
+    # (--prometheus-linger): one scrape reads the final figures, then the port closes.
+    final = scrape_until_requests(port)
+    assert final["rampwatch_run_done"]["value"] == 1
+    summary = read_summary(recording)
+    assert final["rampwatch_requests_total"]["value"] == summary["completed"] + summary["failed"] + summary["cancelled"]
+    wait_closed(port)
+
+
+def read_summary(recording) -> dict:
+    out = subprocess.run([*RAMPWATCH, "report", str(recording), "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def wait_closed(port: int, timeout_s: float = 10.0) -> None:
+    """The port refuses within ``timeout_s`` (its process has let it go)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).close()
+        except OSError:
+            return
+        assert time.monotonic() < deadline, f"port {port} still served"
+        time.sleep(0.2)  # another process's port: polled
+
+
+def test_a_headless_run_serves_its_final_figures_until_scraped(env):
+    port = free_port()
+    run = subprocess.Popen(
+        [*RAMPWATCH, "run", "random", *SIM_FLAGS, "--duration", "2", "--start-rps", "5", "--end-rps", "5",
+         "--headless", "--no-record", "--prometheus-port", str(port), "--prometheus-linger", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        got = scrape_until_requests(port)
+        while got["rampwatch_run_done"]["value"] != 1:  # until the run has ended
+            got = scrape_until_requests(port)
+        out, err = run.communicate(timeout=30)  # well before the 120 s bound: the scrape ended it
+    finally:
+        run.kill()
+    assert run.returncode == 0, err
+    completed = int(next(line for line in out.splitlines() if "Successful requests:" in line).split()[-1])
+    assert got["rampwatch_requests_total"]["value"] >= completed > 0
+    assert "Traceback" not in err
+
+
+def test_an_unscraped_run_says_it_waits_and_ends_at_the_bound(env):
+    port = free_port()
+    started = time.monotonic()
+    out = rampwatch(
+        env, "run", "random", *SIM_FLAGS, "--duration", "1", "--headless", "--no-record",
+        "--prometheus-port", str(port), "--prometheus-linger", "2",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    said = [line for line in out.stderr.splitlines() if "--prometheus-linger" in line]
+    assert said == [
+        f"rampwatch run: --prometheus-port: serving the final figures on 127.0.0.1:{port} until a scrape reads "
+        "them (at most 2 s after the run's end, --prometheus-linger; Ctrl-C skips)"
+    ]
+    assert time.monotonic() - started < 50
+
+
+def test_linger_without_a_port_is_one_line(env):
+    out = rampwatch(env, "run", "random", "--prometheus-linger", "5")
+    assert out.returncode == 2 and "--prometheus-linger 5: needs --prometheus-port PORT" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_a_port_in_use_is_one_line_naming_the_flag(env):

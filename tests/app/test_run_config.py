@@ -90,3 +90,14 @@ def test_a_prometheus_host_without_a_port_is_one_line_not_silently_ignored():
     served = RunConfig.from_cli_args(parsed("--prometheus-host", "0.0.0.0", "--prometheus-port", "9400"))
     assert (served.prometheus_host, served.prometheus_port) == ("0.0.0.0", 9400)
     assert RunConfig.from_cli_args(parsed("--prometheus-port", "9400")).prometheus_host == "127.0.0.1"
+
+
+def test_prometheus_linger_needs_a_port_and_defaults_to_two_scrape_intervals():
+    args = parsed("--prometheus-linger", "5")
+    args.argv = ["chat", "--prometheus-linger", "5"]
+    with pytest.raises(UserError, match=r"^--prometheus-linger 5: needs --prometheus-port PORT$"):
+        RunConfig.from_cli_args(args)
+    assert RunConfig.from_cli_args(parsed("--prometheus-port", "9400")).prometheus_linger == 30.0
+    assert (
+        RunConfig.from_cli_args(parsed("--prometheus-port", "9400", "--prometheus-linger", "0")).prometheus_linger == 0
+    )

@@ -113,3 +113,40 @@ def test_a_request_that_cannot_be_built_stops_the_run_with_one_line(tmp_path):
     with open_recording(recording) as rec:
         assert rec.finished
         assert sorted(r.id for r in rec.requests) == list(range(29))
+
+
+# The same with a session workload: session 2's second turn fails to build, in the session's
+# own task (issue 28 left it there: the task died, the run went on without a word).
+FAILING_TURN_CLI = """
+import sys
+from rampwatch.app.cli import main
+from rampwatch.loadgen.workload.sessions import Conversation
+
+built = Conversation.next_request
+
+def next_request(self):
+    if self.id == 2 and self.turn == 1:
+        self.turn += 1
+        raise KeyError("prompt")
+    return built(self)
+
+Conversation.next_request = next_request
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_session_turn_that_cannot_be_built_stops_the_run_with_one_line(tmp_path):
+    recording, result = tmp_path / "run.rwrec", tmp_path / "run.json"
+    argv = ["run", "multi-turn-chat", "--headless", "--sim-hardware", "instant", "--sim-model", "tiny"]
+    argv += ["--record", str(recording), "--result-json", str(result)]
+    argv += ["--set", "schedule={kind: constant, rate: 5, duration_s: 60}", "--set", "workload.sessions.think_time_s=0"]
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILING_TURN_CLI, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and "exception was never retrieved" not in proc.stderr
+    line = "rampwatch run: building session 2's turn 2 failed: KeyError: 'prompt': the run stops here"
+    assert line in proc.stderr.splitlines()
+    assert "Successful requests:" in proc.stdout and json.loads(result.read_text())["completed"] > 0
+    with open_recording(recording) as rec:
+        assert rec.finished and rec.duration_s < 50  # stopped, not run to its 60 s

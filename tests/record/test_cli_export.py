@@ -110,3 +110,41 @@ def test_a_reasoning_recordings_export_has_its_columns_as_recorded(tmp_path):
     for row, r in zip(got, records):
         assert row["reasoning_tokens"] == ("" if r.reasoning_tokens is None else str(r.reasoning_tokens))
         assert row["ttfa_s"] == ("" if r.ttfa is None else repr(round(r.ttfa, 6)))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "names"),
+    [
+        ("csv", ["run-requests.csv", "run-series.csv"]),
+        ("parquet", ["run-requests.parquet", "run-series.parquet"]),
+        ("json", ["run.json"]),
+        ("html", ["run.html"]),
+    ],
+)
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_an_export_to_a_directory_writes_inside_it_named_after_the_recording(fmt, names, slash, tmp_path, capsys):
+    from pathlib import Path
+
+    from rampwatch.app.cli import main as cli_main
+
+    recording = tmp_path / "run.rwrec"
+    recording.write_bytes((Path(__file__).parents[1] / "data" / "small.rwrec").read_bytes())
+    out = tmp_path / "exports"
+    out.mkdir()
+    assert cli_main(["export", str(recording), "--format", fmt, "-o", f"{out}{slash}"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exports", "run.rwrec"]  # nothing beside it
+    assert capsys.readouterr().out.split() == [str(out / name) for name in names]
+
+
+def test_an_export_to_a_missing_directory_is_one_line(tmp_path, capsys):
+    from pathlib import Path
+
+    from rampwatch.app.cli import main as cli_main
+
+    recording = Path(__file__).parents[1] / "data" / "small.rwrec"
+    missing = tmp_path / "nowhere"
+    assert cli_main(["export", str(recording), "--format", "csv", "-o", f"{missing}/"]) == 2
+    assert capsys.readouterr().err == (
+        f"rampwatch export: error: {missing / 'small-requests.csv'}: output directory {missing} does not exist\n"
+    )

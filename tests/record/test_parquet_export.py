@@ -178,12 +178,18 @@ class PhaseMarks(Issue28Fields):
     TTFT went): a new connection every third request, the others on a kept one."""
 
     def on_request(self, record: RequestRecord) -> None:
-        if record.first_token_at is not None:
-            sent = record.sent_at
+        sent = record.sent_at
+        if record.id % 7 == 5:  # an HTTP 500 at its headers: the phases it reached, none after
+            record = replace(
+                record, first_token_at=None, chunk_times=[], completion_tokens=0, error_class="http_500",
+                error="HTTP 500", end_at=sent + 0.003, request_sent_at=sent + 0.001, headers_at=sent + 0.002,
+            )  # fmt: skip
+        elif record.first_token_at is not None:
             marks = {"request_sent_at": sent + 0.001, "headers_at": sent + 0.002}
             if record.id % 3 == 0:
                 marks["connected_at"] = sent + 0.0005
             record = replace(record, **marks)
+
         for s in self.sinks:
             s.on_request(record)
 
@@ -200,3 +206,7 @@ def test_the_ttft_phase_columns_round_trip_as_numbers(tmp_path):
     assert set(columns) <= set(header)
     schema = pq.read_schema(tmp_path / "out-requests.parquet")
     assert all(schema.field(name).type == pa.float64() for name in columns)
+    rows = pq.read_table(tmp_path / "out-requests.parquet").to_pylist()
+    partial = [r for r in rows if r["first_token_at"] is None]
+    assert partial and all(r["headers_phase_s"] == pytest.approx(0.001, abs=2e-6) for r in partial)
+    assert all(r["first_token_phase_s"] is None for r in partial)

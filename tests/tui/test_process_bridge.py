@@ -401,3 +401,28 @@ def test_a_reasoning_runs_series_travel_as_tails_too():
     assert rebuilt.reasoning is not None and after.reasoning is not None
     for name, values in after.reasoning.items():
         assert rebuilt.reasoning[name] == pytest.approx(values, nan_ok=True)
+
+
+@pytest.mark.slow
+def test_work_after_the_result_does_not_hold_the_result_and_is_waited_for(tmp_path):
+    """``after`` (a live run's --prometheus-linger): the result comes back at the run's
+    end, the process goes on until ``after`` returns, and ``wait_process`` waits for it."""
+    release, ran = tmp_path / "release", tmp_path / "ran"
+
+    def after() -> None:  # in the run's process: until the test lets it go
+        while not release.exists():  # noqa: ASYNC110 (a plain function in another process)
+            time.sleep(0.02)
+        ran.write_text("yes")
+
+    async def quick() -> str:
+        return "result"
+
+    bridge = ProcessBridge(quick, lambda: fake_snapshot(1.0), FakeControl(), publish_interval=0.02, after=after)
+    bridge.start()
+    started = time.monotonic()
+    assert bridge.join(10.0) and bridge.finish() == "result"
+    assert time.monotonic() - started < 4.0  # not the reader's 5 s wait for the process
+    assert bridge.process_alive() and not ran.exists()
+    release.write_text("go")
+    assert bridge.wait_process(10.0) is True
+    assert ran.read_text() == "yes" and not bridge.process_alive()

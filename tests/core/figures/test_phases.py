@@ -50,16 +50,53 @@ def test_phase_durations_add_up_to_the_ttft(marks, want):
     assert got[:, 0].sum() == pytest.approx(0.5)
 
 
-def test_record_phases_only_for_a_successful_marked_request():
+def test_record_phases_of_a_successful_marked_request():
     rec = marked(request_sent_at=1.01, headers_at=1.2)
     assert record_phases(rec) == pytest.approx(
         {"slot": 0, "dns": 0, "connect": 0, "send": 0.01, "headers": 0.19, "first_token": 0.3}
     )
     assert record_phases(marked()) is None  # no marks: an older client's record
-    assert record_phases(marked(first=None, request_sent_at=1.01)) is None
-    failed = marked(request_sent_at=1.01)
-    failed.error_class = "http_500"
-    assert record_phases(failed) is None
+
+
+def failed(first: float | None = None, **marks: float | None) -> RequestRecord:
+    rec = marked(first=first, **marks)
+    rec.error_class, rec.error = "http_500", "HTTP 500"
+    return rec
+
+
+@pytest.mark.parametrize(
+    "rec, want",
+    [
+        # failed after its headers (an HTTP 500): every phase up to the headers, no first token
+        (failed(connected_at=1.02, request_sent_at=1.03, headers_at=1.2),
+         {"slot": 0, "dns": 0, "connect": 0.02, "send": 0.01, "headers": 0.17}),
+        # failed after connecting (the write or the wait for the head broke): up to connect
+        (failed(slot_at=1.1, connected_at=1.15), {"slot": 0.1, "dns": 0, "connect": 0.05}),
+        # a mark before the one before it counts as that one, as for a successful request
+        (failed(slot_at=1.1, request_sent_at=1.05), {"slot": 0.1, "dns": 0, "connect": 0, "send": 0}),
+        # failed mid-stream, after its first token: all of them, adding up to its TTFT
+        (failed(first=1.5, request_sent_at=1.01, headers_at=1.2),
+         {"slot": 0, "dns": 0, "connect": 0, "send": 0.01, "headers": 0.19, "first_token": 0.3}),
+        # ok but no token at all: the phases it reached
+        (marked(first=None, request_sent_at=1.01), {"slot": 0, "dns": 0, "connect": 0, "send": 0.01}),
+        # failed before any mark (refused at connect on a fresh name): none
+        (failed(), None),
+    ],
+)  # fmt: skip
+def test_a_request_that_ended_before_its_first_token_has_the_phases_it_reached(rec, want):
+    got = record_phases(rec)
+    assert got == (None if want is None else pytest.approx(want))
+    if got is not None and rec.first_token_at is None:  # they end at its last mark
+        last = max(m for m in (getattr(rec, f) for f in MARK_FIELDS) if m is not None)
+        assert rec.sent_at + sum(got.values()) == pytest.approx(max(last, rec.sent_at))
+
+
+def test_failed_requests_phases_stay_out_of_the_runs_figures():
+    ok = marked(0, request_sent_at=1.01, headers_at=1.2)
+    bad = failed(connected_at=1.3, request_sent_at=1.31, headers_at=2.0)
+    block = PhaseBlock.from_records([ok, bad])
+    assert block is not None and block.durations.shape == (len(PHASE_NAMES), 1)
+    assert block.new_connections == 0  # the failed request's connection is not counted either
 
 
 def _run() -> list[RequestRecord]:

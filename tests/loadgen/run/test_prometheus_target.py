@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
+import time
 import urllib.request
 
 import pytest
@@ -16,10 +18,13 @@ from rampwatch.core.timeline import RequestRecord, RunHeader, Tick
 from rampwatch.loadgen.run.options import RunOptions
 from rampwatch.loadgen.run.prometheus_target import (
     ITL_BUCKETS_S,
+    MAX_CLASS_LABELS,
+    OTHER_CLASS,
     TTFT_BUCKETS_S,
     Histogram,
     PrometheusTarget,
     RunMetrics,
+    class_label_note,
     outcome_of,
     scenario_classes,
 )
@@ -232,3 +237,95 @@ async def test_a_run_scraped_while_it_runs_counts_what_the_run_counted():
         r.completion_tokens for r in records if r.ok
     )
     assert final[("rampwatch_run_done", run_labels)] == 1
+
+
+def ended_target() -> PrometheusTarget:
+    """A target serving a run that has ended (its final tick and ``on_finish`` seen)."""
+    target = PrometheusTarget(0, run_id="run-e")
+    target.on_start(RunHeader("0", 0.0, "http://x", "tiny", "chat"))
+    target.on_request(record(0))
+    target.on_tick(Tick(t=1.0, target_rps=0.0, state="done"))
+    target.on_finish(1.0)
+    return target
+
+
+def test_linger_ends_once_a_scrape_has_read_the_final_figures_and_closes_the_port():
+    target = ended_target()
+    assert target.awaits_final_read()
+    answers: list[str] = []
+    scraper = threading.Thread(target=lambda: answers.append(scrape(target)))
+    scraper.start()
+    started = time.monotonic()
+    assert target.linger(30.0) is True
+    assert time.monotonic() - started < 10  # the scrape ended it, not the bound
+    scraper.join(10)
+    final = samples(answers[0])  # the whole answer came through before the port closed
+    assert final[("rampwatch_run_done", (("run_id", "run-e"), ("scenario", "chat")))] == 1
+    assert not target.serving and not target.awaits_final_read()
+
+
+def test_a_scrape_before_the_end_is_not_the_final_read():
+    target = PrometheusTarget(0)
+    target.on_start(RunHeader("0", 0.0, "http://x", "tiny", "chat"))
+    try:
+        scrape(target)
+        assert not target.final_read.is_set()
+        target.on_finish(2.0)
+        assert target.awaits_final_read()
+        scrape(target)
+        assert target.final_read.is_set() and not target.awaits_final_read()
+    finally:
+        target.close()
+
+
+def test_linger_without_a_scrape_closes_at_its_bound_after_the_run_end():
+    target = ended_target()
+    assert target.finished_at is not None
+    target.finished_at -= 0.2  # the run ended 0.2 s ago: 0.1 s of bound is spent
+    started = time.monotonic()
+    assert target.linger(0.1) is False
+    assert time.monotonic() - started < 1.0
+    assert not target.serving
+
+
+def test_a_target_that_never_served_does_not_linger():
+    target = PrometheusTarget(0)
+    target.on_finish(1.0)
+    assert not target.awaits_final_read()
+    assert target.linger(30.0) is False  # at once
+
+
+def test_classes_past_the_bound_share_the_other_label():
+    metrics = RunMetrics("run-1", "mix", max_classes=2)
+    for i, cls in enumerate(["a", "b", "c", "a", "d", None]):
+        metrics.add_request(record(i, None, cls))
+    assert list(metrics.classes) == ["a", "b", OTHER_CLASS]
+    assert metrics.classes["a"].outcomes["ok"] == 2
+    assert metrics.classes[OTHER_CLASS].outcomes["ok"] == 3  # c, d and the unclassed one
+    got = samples(_render(metrics))
+    labelled = {dict(k[1]).get("class") for k in got if k[0] == "rampwatch_requests_total"}
+    assert labelled == {"a", "b", OTHER_CLASS}
+
+
+def test_a_scenario_with_many_classes_is_capped_from_the_start():
+    target = PrometheusTarget(0)
+    mix = [{"name": f"c{i}"} for i in range(MAX_CLASS_LABELS + 5)]
+    target.on_start(RunHeader("0", 0.0, "http://x", "tiny", "mix", scenario={"workload": {"mix": mix}}))
+    try:
+        assert len(target.metrics.classes) == MAX_CLASS_LABELS + 1  # the named ones, then "(other)" at 0
+        assert OTHER_CLASS in target.metrics.classes
+        target.on_request(record(0, None, f"c{MAX_CLASS_LABELS + 3}"))
+        assert target.metrics.classes[OTHER_CLASS].outcomes["ok"] == 1
+    finally:
+        target.close()
+
+
+@pytest.mark.parametrize(("count", "said"), [(MAX_CLASS_LABELS, False), (MAX_CLASS_LABELS + 1, True)])
+def test_the_class_bound_is_said_in_one_line_only_past_it(count, said):
+    note = class_label_note([f"c{i}" for i in range(count)])
+    assert (note is not None) == said
+    if said:
+        assert note == (
+            f"--prometheus-port: the scenario has {count} classes; the first {MAX_CLASS_LABELS} are labelled by "
+            f'name, the other 1 share class="{OTHER_CLASS}" (each label is ~100 series)'
+        )

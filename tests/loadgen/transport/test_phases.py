@@ -100,3 +100,37 @@ async def test_phases_over_tls_on_aiohttp(tmp_path):
         await runner.cleanup()
     check_phases(rec, new_connection=True, waited=False)
     assert record_phases(rec)["connect"] > 0  # the TLS handshake is in it
+
+
+async def handle_500(request: web.Request) -> web.Response:
+    await request.read()
+    await asyncio.sleep(HEAD_DELAY)
+    return web.Response(status=500, text="engine down")
+
+
+@pytest.mark.parametrize("transport", ["http_stream", "aiohttp"])
+async def test_a_request_failed_at_its_headers_keeps_the_phases_it_reached(transport, monkeypatch):
+    if transport == "aiohttp":
+        monkeypatch.setenv("RAMPWATCH_HTTP_CLIENT", "aiohttp")
+    else:
+        monkeypatch.delenv("RAMPWATCH_HTTP_CLIENT", raising=False)
+    app = web.Application()
+    app.router.add_post("/v1/completions", handle_500)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    t0 = time.monotonic()
+    try:
+        async with StreamingClient(url + "/v1", "tiny", clock=lambda: time.monotonic() - t0) as c:
+            assert c.transport == transport
+            rec = await c.send(request(), 0, c.clock())
+    finally:
+        await runner.cleanup()
+    assert not rec.ok and rec.first_token_at is None
+    phases = record_phases(rec)
+    assert phases is not None and "first_token" not in phases
+    assert rec.connected_at is not None and rec.headers_at is not None
+    assert phases["headers"] >= HEAD_DELAY * 0.9  # the wait for the 500's head
+    assert rec.sent_at + sum(phases.values()) == pytest.approx(rec.headers_at, abs=1e-6)

@@ -673,3 +673,44 @@ def test_ticks_of_older_recordings_read_with_no_sessions():
     payload = zlib.compress(json.dumps({"samples": [], "ticks": [old], "events": []}).encode())
     _, (before,), _ = decode_meta(payload)
     assert (before.active_sessions, before.sessions_started_total, before.sessions_finished_total) == (0, 0, 0)
+
+
+# -- a turn that cannot be built stops the run, as an open-loop request does -----------
+
+
+@pytest.mark.parametrize(
+    ("schedule", "failing_turn"),
+    [
+        ("{kind: constant, rate: 20, duration_s: 30}", 1),  # the first turn: built by the dispatcher
+        ("{kind: constant, rate: 20, duration_s: 30}", 2),  # a later turn: in a session's task
+        ("{kind: users, users: 2, duration_s: 30}", 1),  # a closed-loop user's session
+        ("{kind: users, users: 2, duration_s: 30}", 2),
+    ],
+)
+async def test_a_turn_that_cannot_be_built_stops_the_run_with_one_line(
+    server, tmp_path, monkeypatch, schedule, failing_turn
+):
+    from rampwatch.loadgen.workload.sessions import Conversation
+
+    built = Conversation.next_request
+
+    def next_request(self):
+        if self.id == 1 and self.turn + 1 == failing_turn:  # session 1's turn: a bug, bad data, MemoryError
+            self.turn += 1
+            raise KeyError("prompt")
+        return built(self)
+
+    monkeypatch.setattr(Conversation, "next_request", next_request)
+    unretrieved: list[dict] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: unretrieved.append(context))
+    sink = Sink()
+    result = await run_to_end(make_run(server.url, sessions_scenario(tmp_path, schedule=schedule, turns="3"), sink))
+    errors = [e for e in result.events if e.kind == "error"]
+    assert [e.message for e in errors] == [
+        f"building session 1's turn {failing_turn} failed: KeyError: 'prompt': the run stops here"
+    ]
+    assert errors[0].data == {"request_build_failed": True}
+    assert result.interrupted and result.duration_s < 10  # stopped, not run to the schedule's 30 s
+    last = sink.ticks[-1]  # the session that failed is not left under way
+    assert last.sessions_started_total == last.sessions_finished_total > 1
+    assert unretrieved == []  # nothing left in a task for asyncio to print
