@@ -60,6 +60,12 @@ def test_each_repeat_has_its_own_files_and_seed():
     assert same.seed == 7
 
 
+def test_a_repeat_before_the_last_serves_its_final_figures_no_longer_than_the_cool_down():
+    config = RunConfig("chat", repeats=3, cool_down=5.0, prometheus_port=9400, prometheus_linger=30.0)
+    lingers = [repeat_config(config, k, Path("a.rwrec"), 7).prometheus_linger for k in (1, 2, 3)]
+    assert lingers == [5.0, 5.0, 30.0]
+
+
 class StandIn:
     """A run that leaves a recording and a result JSON (``mean_ttft_ms`` 50, 52, 54 …),
     or ends with ``codes[k]``."""
