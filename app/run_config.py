@@ -135,11 +135,11 @@ class RunConfig:
     max_clock_offset: float = DEFAULT_MAX_CLOCK_OFFSET_MS
     prometheus_port: int | None = None  # serve the run's own figures (loadgen.run.prometheus_target)
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST
+    prometheus_linger: float = DEFAULT_PROMETHEUS_LINGER_S  # after the run, until a scrape reads its end
     repeats: int = 1  # --repeats N (app.repeats); a repeat's own run: repeat is its number, 1-based
     cool_down: float = DEFAULT_COOL_DOWN_S
     same_prompts: bool = False
     repeat: int | None = None
-    prometheus_linger: float = DEFAULT_PROMETHEUS_LINGER_S  # after the run, until a scrape reads its end
     # What was typed (not a flag): --detach starts the same command in the background.
     argv: tuple[str, ...] = field(default=(), compare=False)
 
