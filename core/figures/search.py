@@ -17,7 +17,7 @@ A level is a rate (req/s, ``by="rate"``) or a number of concurrent users
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ import numpy as np
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures import stats
 from rampwatch.core.figures.slo import NEVER_S, Slo, parse_slo
-from rampwatch.core.timeline import CANCELLED, RequestRecord
+from rampwatch.core.timeline import CANCELLED, Event, RequestRecord
 
 BY_CHOICES = ("rate", "concurrency")
 DEFAULT_TOLERANCE = "5%"
@@ -95,6 +95,10 @@ class SearchPlan:
         if hold_s is not None and not (math.isfinite(hold_s) and hold_s > 0):
             raise UserError(f"--hold {hold_s!r}: expected seconds above 0")
         return cls(parse_slo(slo), by, parse_tolerance(tolerance), hold_s)
+
+    def options(self) -> dict[str, Any]:
+        """The plan as the recording's header keeps it (its ``options["search"]``)."""
+        return {"slo": self.slo.text, "by": self.by, "tolerance": self.tolerance.text, "hold_s": self.hold_s}
 
     @property
     def unit(self) -> str:
@@ -348,3 +352,36 @@ class Search:
 
 def _num(value: float) -> str:
     return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def search_result(events: Iterable[Event]) -> dict[str, Any] | None:
+    """A run's search result (``Search.to_dict()``) from its events; None: no search, or
+    one that did not finish (the run was stopped before)."""
+    for event in events:
+        if event.kind == "search" and (event.data or {}).get("search") == "result":
+            result = event.data.get("result")
+            return result if isinstance(result, dict) else None
+    return None
+
+
+def search_section(events: Iterable[Event]) -> dict[str, Any]:
+    """The result JSON's ``rampwatch_search`` (nothing for a run without a search)."""
+    result = search_result(events)
+    return {} if result is None else {"rampwatch_search": result}
+
+
+def search_holds(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """The holds so far, oldest first: each verdict's hold, and the one running (``passed``
+    None) — the live screen's and replay's list."""
+    holds: list[dict[str, Any]] = []
+    for event in events:
+        data = event.data or {}
+        if event.kind != "search":
+            continue
+        if data.get("search") == "hold":
+            holds.append({"level": data.get("level"), "passed": None, "seconds": None, "figures": {}})
+        elif data.get("search") == "verdict" and isinstance(data.get("hold"), dict):
+            if holds and holds[-1]["passed"] is None:
+                holds.pop()
+            holds.append(dict(data["hold"]))
+    return holds
