@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from typing import Any
 
 from rampwatch.app import run as run_command
 from rampwatch.app.run_config import RunConfig, positive_float
-from rampwatch.core.errors import UserError
 from rampwatch.core.figures.search import BY_CHOICES, DEFAULT_TOLERANCE, SearchPlan
 
 # The exit code of a search that found no maximum (it could not bracket one).
@@ -58,20 +56,3 @@ def plan_of(args: argparse.Namespace) -> SearchPlan:
 def main(args: argparse.Namespace) -> int:
     config = replace(RunConfig.from_cli_args(args), search=plan_of(args))
     return run_command.run(config)
-
-
-def check_schedule(plan: SearchPlan, schedule: dict[str, Any]) -> None:
-    """A search walks a ramp: a rate ramp (``--by rate``) or a users ramp (``--by
-    concurrency``), of a duration, not of a number of requests. One line otherwise."""
-    from rampwatch.loadgen.run.search_control import search_range
-
-    kind = schedule.get("kind")
-    if search_range(schedule, plan.by) is None:
-        wanted = (
-            "a linear or exponential rate ramp (start_rps → end_rps)"
-            if plan.by == "rate"
-            else "a users ramp (kind: users, start_users → end_users, a session workload)"
-        )
-        raise UserError(f"--by {plan.by}: the scenario's schedule (kind {kind}) is not {wanted}: the search walks it")
-    if schedule.get("num_requests") is not None:
-        raise UserError("schedule.num_requests: a search ends when it has its answer; give the ramp a duration only")

@@ -13,7 +13,7 @@ from rampwatch.app.session.server import print_server_tail
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.adapters import ADAPTER_NOTE, adapter_table
 from rampwatch.core.figures.classes import CLASS_NOTE, class_table
-from rampwatch.core.figures.search import search_result
+from rampwatch.core.figures.search import holds_text, search_result
 from rampwatch.core.figures.summary import (
     Summary,
     format_summary,
@@ -132,6 +132,7 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     searched = search_result(result.events)  # rampwatch search: its answer, under the summary
     if searched is not None:
         print(f"\n{fill_to(str(searched['line']), width)}", file=out)
+        print("\n".join(holds_text(searched)), file=out)
     code = 0
     if result_json_error is not None:
         print(f"rampwatch run: cannot write {prepared.result_json_path}: {result_json_error}", file=sys.stderr)

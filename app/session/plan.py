@@ -221,7 +221,7 @@ def plan_run(config: RunConfig, claim: bool = True) -> RunPlan:
     check_gc_policy()  # RAMPWATCH_LOAD_GC: a value it does not know stops the run here
     scenario = load_scenario(config.scenario, overrides=config.scenario_sets(), flags=config.scenario_flags())
     if config.search is not None:
-        from rampwatch.app.search import check_schedule
+        from rampwatch.loadgen.run.search_control import check_schedule
 
         check_schedule(config.search, scenario.schedule_spec)
     connection = Connection(

@@ -224,6 +224,7 @@ class Search:
         self.tol: float | None = None
         self.holds: list[Hold] = []
         self.failure: str | None = None  # why it cannot bracket
+        self.floor_first = False
 
     # -- the ramp
     def ramp_window(self, level: float, verdict: Verdict) -> bool:
@@ -233,6 +234,9 @@ class Search:
         if verdict.passed:
             self.last_pass = level
             return False
+        # The ramp's first window broke it already: the start is held first (one hold
+        # says whether any level meets the SLO, rather than a bisection down to it).
+        self.floor_first = self.last_pass is None
         self.bracket(self.last_pass if self.last_pass is not None else self.floor, max(level, self.floor))
         return True
 
@@ -260,6 +264,9 @@ class Search:
         """The next level to hold, or None: the search is over (``done``, or ``failure``)."""
         if self.failure is not None or self.lo is None or self.hi is None:
             return None
+        if self.floor_first and not self.lo_held and self.lo > 0:
+            self.floor_first = False
+            return self.lo
         if not self._close():
             mid = (self.lo + self.hi) / 2
             if self.plan.by == "concurrency":
@@ -385,3 +392,21 @@ def search_holds(events: Iterable[Event]) -> list[dict[str, Any]]:
                 holds.pop()
             holds.append(dict(data["hold"]))
     return holds
+
+
+def holds_text(result: dict[str, Any]) -> list[str]:
+    """A search's holds as lines under its answer (the summary and ``report``): each
+    hold's level, judged seconds, requests, the SLO's figures, PASS or FAIL; then the rule."""
+    unit = "req/s" if result.get("by") == "rate" else "users"
+    lines = []
+    for i, hold in enumerate(result.get("holds") or [], 1):
+        figures = ", ".join(f"{k} {v:.0f} ms" for k, v in (hold.get("figures") or {}).items() if v is not None)
+        verdict = "PASS" if hold.get("passed") else "FAIL"
+        seconds = hold.get("seconds") or 0.0
+        lines.append(
+            f"  hold {i}: {_num(float(hold.get('level') or 0.0))} {unit}, {seconds:.0f} s, "
+            f"{hold.get('requests', 0)} requests: {figures or 'no figures'}  {verdict}"
+        )
+    if result.get("hold_rule"):
+        lines.append(f"  ({result['hold_rule']})")
+    return lines

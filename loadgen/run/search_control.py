@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from rampwatch.core.errors import UserError
 from rampwatch.core.figures.search import Search, SearchPlan, Verdict, judge, ramp_window_s
 from rampwatch.core.timeline import Event, NullSink, RequestRecord
 
@@ -59,6 +60,21 @@ def search_range(spec: dict[str, Any], by: str) -> tuple[float, float, float] | 
     if by == "concurrency" and kind == "users" and "start_users" in spec:
         return float(spec["start_users"]), float(spec["end_users"]), float(spec["duration_s"])
     return None
+
+
+def check_schedule(plan: SearchPlan, schedule: dict[str, Any]) -> None:
+    """A search walks a ramp: a rate ramp (``--by rate``) or a users ramp (``--by
+    concurrency``), of a duration, not of a number of requests. One line otherwise."""
+    kind = schedule.get("kind")
+    if search_range(schedule, plan.by) is None:
+        wanted = (
+            "a linear or exponential rate ramp (start_rps → end_rps)"
+            if plan.by == "rate"
+            else "a users ramp (kind: users, start_users → end_users, a session workload)"
+        )
+        raise UserError(f"--by {plan.by}: the scenario's schedule (kind {kind}) is not {wanted}: the search walks it")
+    if schedule.get("num_requests") is not None:
+        raise UserError("schedule.num_requests: a search ends when it has its answer; give the ramp a duration only")
 
 
 def staircase(start: float, end: float, steps: int, by: str) -> list[float]:

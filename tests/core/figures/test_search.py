@@ -13,6 +13,7 @@ from rampwatch.core.figures.search import (
     SearchPlan,
     Tolerance,
     Verdict,
+    holds_text,
     judge,
     parse_tolerance,
 )
@@ -164,3 +165,36 @@ def test_judge_counts_unfinished_and_empty_as_failing():
     verdict = judge(fast, slo, unfinished=3)
     assert not verdict.passed and verdict.requests == 13 and "error rate" in verdict.breaks[0]
     assert not judge([], slo).passed
+
+
+def test_a_ramp_broken_at_once_holds_the_start_first():
+    search = run_search(SearchPlan.from_flags("ttft_p99<500ms"), 0.5, 2.0, 20.0)
+    assert [h.level for h in search.holds] == [2.0]
+
+
+def test_holds_text_lists_each_hold_and_the_rule():
+    search = run_search(SearchPlan.from_flags("ttft_p99<500ms", hold_s=12.0), 7.0, 1.0, 20.0)
+    lines = holds_text(search.to_dict())
+    assert len(lines) == len(search.holds) + 1
+    assert lines[0].startswith(f"  hold 1: {search.holds[0].level:.3g} req/s, 12 s, 100 requests")
+    assert lines[-1] == "  (each hold judged for 12 s (--hold))"
+    assert {line.split()[-1] for line in lines[:-1]} == {"PASS", "FAIL"}
+
+
+def test_search_events_give_the_result_and_the_holds():
+    from rampwatch.core.figures.search import search_holds, search_result, search_section
+    from rampwatch.core.timeline import Event
+
+    events = [
+        Event(1.0, "search", "hold", {"search": "hold", "level": 4.0}),
+        Event(5.0, "search", "verdict", {"search": "verdict", "hold": {"level": 4.0, "passed": True}}),
+        Event(6.0, "search", "hold", {"search": "hold", "level": 6.0}),
+    ]
+    assert search_holds(events) == [
+        {"level": 4.0, "passed": True},
+        {"level": 6.0, "passed": None, "seconds": None, "figures": {}},
+    ]
+    assert search_result(events) is None and search_section(events) == {}
+    events.append(Event(9.0, "search", "line", {"search": "result", "result": {"max": 4.0}}))
+    assert search_section(events) == {"rampwatch_search": {"max": 4.0}}
+    assert search_result([Event(0.0, "mark", "x", {"search": "result"})]) is None
