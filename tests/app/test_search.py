@@ -69,7 +69,7 @@ def search(tmp_path: Path, slo: str, *extra: str) -> subprocess.CompletedProcess
 
 
 @pytest.mark.slow
-def test_search_on_the_simulator_confirms_the_max(tmp_path):
+def test_search_on_the_simulator_confirms_the_max(tmp_path, capsys):
     out = search(
         tmp_path, "ttft_p90<300ms", "--start-rps", "1", "--end-rps", "20", "--duration", "10", "--tolerance", "1"
     )
@@ -87,6 +87,14 @@ def test_search_on_the_simulator_confirms_the_max(tmp_path):
     with open_recording(tmp_path / "s.rwrec") as recording:
         assert search_result(recording.events) == result
         assert [h["level"] for h in search_holds(recording.events)] == [h["level"] for h in holds]
+    # rampwatch report and its HTML say the answer and list the holds
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "s.rwrec")]) == 0
+    report = capsys.readouterr().out
+    assert line in report and f"hold {len(holds)}: " in report
+    html_page = tmp_path / "s.html"
+    assert main(["export", str(tmp_path / "s.rwrec"), "--format", "html", "-o", str(html_page)]) == 0
+    assert "<h2>Search</h2>" in html_page.read_text()
 
 
 @pytest.mark.slow
