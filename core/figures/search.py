@@ -410,3 +410,17 @@ def holds_text(result: dict[str, Any]) -> list[str]:
     if result.get("hold_rule"):
         lines.append(f"  ({result['hold_rule']})")
     return lines
+
+
+def search_row(events: Iterable[Event]) -> dict[str, Any]:
+    """A sweep row's search figures (``load: search``): the max, its ± and why there is
+    none; nothing for a configuration without a search."""
+    result = search_result(events)
+    if result is None:
+        return {}
+    return {
+        "search_max": result.get("max"),
+        "search_plus_minus": result.get("plus_minus"),
+        "search_failure": result.get("failure"),
+        "search_line": result.get("line"),
+    }
