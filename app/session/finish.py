@@ -195,7 +195,8 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
         return INTERRUPTED_EXIT
     if config.search is not None:  # its holds above the maximum broke the SLO on purpose
         if searched is None or searched.get("failure"):
-            print(f"rampwatch search: {searched['line'] if searched else 'the search did not finish'}", file=sys.stderr)
+            line = str(searched["line"]).removeprefix("search: ") if searched else "the search did not finish"
+            print(f"rampwatch search: {line}", file=sys.stderr)
             return 1
         return code
     if result.error_rate > config.max_error_rate:
