@@ -43,6 +43,8 @@ DEFAULT_SETTLE_S = 2.0
 # The ramp is judged in windows of its duration / RAMP_WINDOWS, between these bounds.
 RAMP_WINDOWS = 20
 RAMP_WINDOW_S = (2.0, 10.0)
+# Holds a search makes at most (a tolerance of 1e-9 req/s would bisect for ever).
+MAX_HOLDS = 40
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,9 @@ class Search:
     def next_level(self) -> float | None:
         """The next level to hold, or None: the search is over (``done``, or ``failure``)."""
         if self.failure is not None or self.lo is None or self.hi is None:
+            return None
+        if len(self.holds) >= MAX_HOLDS:
+            self.failure = f"no answer within the tolerance after {MAX_HOLDS} holds: give a coarser --tolerance"
             return None
         if self.floor_first and not self.lo_held and self.lo > 0:
             self.floor_first = False

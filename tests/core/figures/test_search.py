@@ -34,7 +34,7 @@ def run_search(plan: SearchPlan, true_max: float, start: float, end: float, ramp
             break
     else:
         search.ramp_ended()
-    for _ in range(60):
+    for _ in range(200):
         level = search.next_level()
         if level is None:
             break
@@ -198,3 +198,12 @@ def test_search_events_give_the_result_and_the_holds():
     events.append(Event(9.0, "search", "line", {"search": "result", "result": {"max": 4.0}}))
     assert search_section(events) == {"rampwatch_search": {"max": 4.0}}
     assert search_result([Event(0.0, "mark", "x", {"search": "result"})]) is None
+
+
+def test_a_search_ends_after_max_holds(monkeypatch):
+    from rampwatch.core.figures import search as search_module
+
+    monkeypatch.setattr(search_module, "MAX_HOLDS", 5)
+    search = run_search(SearchPlan.from_flags("ttft_p99<500ms", tolerance="0.001"), 7.123456789, 1.0, 20.0)
+    assert search.failure is not None and "after 5 holds: give a coarser --tolerance" in search.failure
+    assert len(search.holds) == 5
