@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TOLERANCE,
         metavar="STEP",
         help=f"how close the answer is known: a step in the level's unit (0.5) or a share of the bracket's "
-        f"upper bound (5%%) (default {DEFAULT_TOLERANCE})",
+        f"upper bound (5%%) (default {DEFAULT_TOLERANCE.replace('%', '%%')})",
     )
     group.add_argument(
         "--hold",

@@ -46,6 +46,14 @@ def test_bad_hold_is_refused_by_the_parser(capsys, hold):
     assert "--hold" in capsys.readouterr().err
 
 
+def test_help_lists_the_search_flags(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["search", "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    assert all(flag in out for flag in ("--slo", "--by", "--tolerance", "--hold", "(default 5%)"))
+
+
 def test_search_needs_an_slo(capsys):
     with pytest.raises(SystemExit):
         main(["search", "chat", "--headless"])
