@@ -22,6 +22,10 @@ from rampwatch.core.version import rampwatch_version
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("rampwatch.app.run", "ramp load against a server (or the embedded simulator) and watch it live"),
+    "search": (
+        "rampwatch.app.search",
+        "find the highest rate (or concurrency) that meets an SLO: ramp to bracket it, then confirm it with holds",
+    ),
     "sweep": (
         "rampwatch.app.sweep.cli",
         "start a server with each set of engine arguments of a matrix, ramp each to its knee, pick the best",

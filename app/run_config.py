@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from rampwatch.app import credentials
 from rampwatch.app.ray_run import add_ray_flags
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.search import SearchPlan
 from rampwatch.core.redact import REDACTED, redact_value
 from rampwatch.loadgen.run.drain import DrainPolicy, parse_drain
 from rampwatch.loadgen.run.ray_workers import DEFAULT_MAX_CLOCK_OFFSET_MS
@@ -140,6 +141,8 @@ class RunConfig:
     cool_down: float = DEFAULT_COOL_DOWN_S
     same_prompts: bool = False
     repeat: int | None = None
+    # rampwatch search (app.search): the run searches the max load under an SLO.
+    search: SearchPlan | None = None
     # What was typed (not a flag): --detach starts the same command in the background.
     argv: tuple[str, ...] = field(default=(), compare=False)
 
@@ -440,7 +443,7 @@ class RunConfig:
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> RunConfig:
         """The configuration of a command line parsed with ``add_cli_args``'s flags."""
-        values = {f.name: _frozen(getattr(args, f.name)) for f in fields(cls) if f.name != "argv"}
+        values = {f.name: _frozen(getattr(args, f.name)) for f in fields(cls) if f.name not in ("argv", "search")}
         # app.cli adds what was typed; a parser of the flags alone (tests, the sweep) does not
         typed = vars(args).get("argv") or ()
         if values["prometheus_port"] is None and any(a.split("=")[0] == "--prometheus-host" for a in typed):
@@ -520,9 +523,11 @@ class RunConfig:
         """The options as the recording's header keeps them (before the run's own
         corrections and redaction): the command, then every flag under its dest, lists as
         lists, as `rampwatch run`'s parsed command line held them."""
-        options: dict[str, Any] = {"command": "run"}
+        options: dict[str, Any] = {"command": "run" if self.search is None else "search"}
         for f in fields(self):
-            if f.name != "argv":
+            if f.name == "search" and self.search is not None:
+                options["search"] = self.search.options()
+            elif f.name not in ("argv", "search"):
                 value = getattr(self, f.name)
                 options[f.name] = list(value) if isinstance(value, tuple) else value
         return options

@@ -279,6 +279,9 @@ EVENT_KINDS = (
     # "start" or "current"; ``restart_started_at``, when the load stopped for it). The
     # requests sent from here on belong to the new configuration (``core.figures.segments``).
     "config",
+    # rampwatch search's steps (``data["search"]``: start, window, bracket, hold, verdict,
+    # result; ``loadgen.run.search_control``).
+    "search",
 )
 
 # A request cancelled by the run (a stop's grace period over, the user ending the drain):

@@ -12,6 +12,7 @@ import sys
 from rampwatch.core import strict_json
 from rampwatch.core.figures.adapters import ADAPTER_NOTE, adapter_table
 from rampwatch.core.figures.classes import CLASS_NOTE
+from rampwatch.core.figures.search import holds_text, search_result, search_section
 from rampwatch.core.figures.segments import SEGMENT_NOTE
 from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_json, step_table_text
 from rampwatch.core.figures.summary import format_summary
@@ -77,6 +78,7 @@ def main(args: argparse.Namespace) -> int:
             out["per_class"] = {name: figures.to_dict() for name, figures in classes.items()}
         if adapters:  # LoRA adapters: each one's figures in the same schema
             out["per_adapter"] = {name: figures.to_dict() for name, figures in adapters.items()}
+        out.update(search_section(recording.events))
         print(strict_json.dumps(out, indent=2, default=str))
     else:
         h = recording.header
@@ -105,6 +107,10 @@ def main(args: argparse.Namespace) -> int:
         if table is not None:
             print("\n" + fill_to(f"Adapters ({ADAPTER_NOTE})", width))
             print(table.text(width))
+        searched = search_result(recording.events)
+        if searched is not None:  # rampwatch search: its answer and holds
+            print("\n" + fill_to(str(searched["line"]), width))
+            print("\n".join(holds_text(searched)))
         if steps:
             print("\n" + fill_to(f"Steps ({STEP_TABLE_NOTE})", width))
             print(step_table_text(steps, width))

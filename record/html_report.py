@@ -22,6 +22,7 @@ import numpy as np
 from rampwatch.core.figures.adapters import ADAPTER_NOTE
 from rampwatch.core.figures.classes import CLASS_NOTE
 from rampwatch.core.figures.knee_explanation import KneeExplanation
+from rampwatch.core.figures.search import search_result
 from rampwatch.core.figures.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_cells, step_columns
 from rampwatch.core.figures.summary import Summary, knee_review
@@ -366,6 +367,24 @@ def with_knee_reviews(marks: Sequence[Event]) -> list[Event]:
     return out
 
 
+def search_html(result: dict[str, Any] | None) -> str:
+    """rampwatch search's answer and its holds (empty for a run without a search)."""
+    if result is None:
+        return ""
+    unit = "req/s" if result.get("by") == "rate" else "users"
+    rows = "".join(
+        f"<tr><td>{i}</td><td>{_cell(h.get('level'))} {unit}</td><td>{_cell(h.get('seconds'))}</td>"
+        f"<td>{_cell(h.get('requests'))}</td><td>{html.escape(', '.join(f'{k} {v:.0f} ms' for k, v in (h.get('figures') or {}).items() if v is not None))}</td>"
+        f"<td>{'PASS' if h.get('passed') else 'FAIL'}</td></tr>"
+        for i, h in enumerate(result.get("holds") or [], 1)
+    )
+    return (
+        f'<h2>Search</h2><p class="knee">{html.escape(str(result.get("line", "")))}</p>'
+        f'<p class="sub">{html.escape(str(result.get("hold_rule", "")))}</p>'
+        f"<table><tr><th>hold</th><th>level</th><th>s</th><th>requests</th><th>SLO figures</th><th>verdict</th></tr>{rows}</table>"
+    )
+
+
 def knee_section(summary: Summary) -> str:
     """Why the knee: the limit, its evidence and what to try next (empty without a knee)."""
     why = KneeExplanation.from_dict(summary.knee_explanation)
@@ -565,7 +584,7 @@ td {{ text-align: right; font-variant-numeric: tabular-nums; }}
 {turns_section(turns) if turns is not None else ""}
 {classes_section(classes, snapshot, marks, t_max) if classes is not None else ""}{adapters_section(adapters, classes, snapshot, marks, t_max)}
 {steps}
-{knee}
+{knee}{search_html(search_result(marks))}
 <h2>Marks</h2>
 <table><tr><th>time</th><th>kind</th><th>note</th></tr>{mark_rows}</table>
 <h2>Summary</h2>

@@ -20,6 +20,7 @@ import numpy as np
 from rampwatch.core import strict_json
 from rampwatch.core.figures.adapters import adapter_results, adapter_summaries
 from rampwatch.core.figures.bench_result import PER_REQUEST_KEYS, REQUEST_LISTS, dump_list, result_fields
+from rampwatch.core.figures.search import search_section
 from rampwatch.core.figures.summary import Summary
 from rampwatch.core.figures.turns import TurnTable, turn_sections
 from rampwatch.core.files import private_file
@@ -51,6 +52,7 @@ def write_bench_result(
     result = result_fields(summary, recording.header, recording.request_count, detailed=detailed)
     result.update(turn_sections(recording_turns(recording)))
     result.update(adapter_section(adapter_figures(recording)))
+    result.update(search_section(recording.events))
     _write(path, result, summary, recording.header, class_figures(recording), detailed, parts)
 
 

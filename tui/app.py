@@ -39,6 +39,7 @@ from rampwatch.tui.prefix_chart import PrefixChart
 from rampwatch.tui.queue_chart import QueueChart
 from rampwatch.tui.quit_dialog import DetachDialog, QuitDialog
 from rampwatch.tui.replay_keys import REPLAY_ACTIONS, ReplayKeys
+from rampwatch.tui.search_banner import SearchBanner
 from rampwatch.tui.server_log import ServerLogPanel
 from rampwatch.tui.spec_chart import SpecChart
 from rampwatch.tui.spec_view import has_spec
@@ -197,6 +198,7 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
         if self.mode == "replay":
             yield PositionBar(id="position")
         yield KneeBanner(explain_missing=self.mode == "replay", id="knee-banner")
+        yield SearchBanner(id="search-banner")  # rampwatch search's holds; hidden without one
         with Container(id="body"):
             with Horizontal(id="wide"):
                 with Grid(id="chart-grid"):
@@ -381,7 +383,7 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
         if self._panels is None:  # a query per refresh is a measurable part of its cost
             self._panels = list(
                 self.main_screen.query(
-                    "HeaderBar, KneeBanner, TimeSeriesChart, StatsPanel, ClassPanel, EventLog, StepTable"
+                    "HeaderBar, KneeBanner, SearchBanner, TimeSeriesChart, StatsPanel, ClassPanel, EventLog, StepTable"
                 )
             )
         for widget in self._panels:

@@ -40,6 +40,7 @@ KIND_STYLES = {
     "stop": "bold",
     "cancel": "bold red",
     "start": "bold",
+    "search": "bold blue",
 }
 # What the kind column says; every label fits KIND_WIDTH.
 KIND_LABELS = {"scrape_error": "scrape", "set_rate": "rate"}

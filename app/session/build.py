@@ -195,6 +195,7 @@ def build_run(plan: RunPlan) -> PreparedRun:
         stop_grace_s=config.stop_grace,
         drain=drain_policy(plan),
         rate_step_rps=config.rate_step,
+        search=config.search,
         tokenizer=plan.tokenizer,
         cli_options=cli_options,
         gpu_price_per_hour=config.gpu_price_per_hour,

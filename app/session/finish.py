@@ -13,6 +13,7 @@ from rampwatch.app.session.server import print_server_tail
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.adapters import ADAPTER_NOTE, adapter_table
 from rampwatch.core.figures.classes import CLASS_NOTE, class_table
+from rampwatch.core.figures.search import holds_text, search_result
 from rampwatch.core.figures.summary import (
     Summary,
     format_summary,
@@ -128,6 +129,10 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
     adapters = adapter_table(adapter_figures(figures.recording)) if figures.recording is not None else None
     if adapters is not None:  # LoRA adapters side by side, as `rampwatch report` prints them
         print(f"\n{fill_to(f'Adapters ({ADAPTER_NOTE})', width)}\n{adapters.text(width)}", file=out)
+    searched = search_result(result.events)  # rampwatch search: its answer, under the summary
+    if searched is not None:
+        print(f"\n{fill_to(str(searched['line']), width)}", file=out)
+        print("\n".join(holds_text(searched)), file=out)
     code = 0
     if result_json_error is not None:
         print(f"rampwatch run: cannot write {prepared.result_json_path}: {result_json_error}", file=sys.stderr)
@@ -188,6 +193,12 @@ def _report_run(prepared: PreparedRun, result: RunResult, figures: FinalFigures,
             file=sys.stderr,
         )
         return INTERRUPTED_EXIT
+    if config.search is not None:  # its holds above the maximum broke the SLO on purpose
+        if searched is None or searched.get("failure"):
+            line = str(searched["line"]).removeprefix("search: ") if searched else "the search did not finish"
+            print(f"rampwatch search: {line}", file=sys.stderr)
+            return 1
+        return code
     if result.error_rate > config.max_error_rate:
         print(
             f"rampwatch run: error rate {result.error_rate:.1%} exceeds --max-error-rate {config.max_error_rate:.1%}",

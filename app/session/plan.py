@@ -220,6 +220,10 @@ def plan_run(config: RunConfig, claim: bool = True) -> RunPlan:
     ``--detach`` checks, the process it starts claims)."""
     check_gc_policy()  # RAMPWATCH_LOAD_GC: a value it does not know stops the run here
     scenario = load_scenario(config.scenario, overrides=config.scenario_sets(), flags=config.scenario_flags())
+    if config.search is not None:
+        from rampwatch.loadgen.run.search_control import check_schedule
+
+        check_schedule(config.search, scenario.schedule_spec)
     connection = Connection(
         api_key=config.api_key_or_env, headers=config.header, insecure=config.insecure, ca_cert=config.ca_cert
     )

@@ -40,6 +40,7 @@ from rampwatch.app.sweep.state import (
 )
 from rampwatch.core import strict_json
 from rampwatch.core.errors import ServerExited, UserError
+from rampwatch.core.figures.search import search_row
 from rampwatch.core.figures.sweep import choose_best, combine_runs, config_row, mark_pareto
 from rampwatch.core.figures.sweep_text import format_pareto, format_table, knee_text, verdict_text
 from rampwatch.core.text import server_text
@@ -125,7 +126,8 @@ class ConfigRun:
             self.stop_reason = reason
             loop_holder["loop"].call_soon(run.stop)
 
-        run.sink.sinks.append(EarlyStopRule(sweep.spec.slo, sweep.spec.early_stop, stop_early))
+        if sweep.spec.search is None:  # a search stops its own load, once it has its answer
+            run.sink.sinks.append(EarlyStopRule(sweep.spec.slo, sweep.spec.early_stop, stop_early))
         row["recording"] = recording.name
         result = eventloop.run(self._execute(prepared, loop_holder))
         requests, samples, unreadable = _recorded(recording, result)
@@ -139,6 +141,7 @@ class ConfigRun:
                 schedule=sweep.spec.schedule,
             )
         )
+        self.figures.update(search_row(result.events))  # load: search: the max under the SLO
         row.update(self.figures)
         row["early_stop"] = self.stop_reason
         if result.recording_error:
@@ -259,6 +262,7 @@ class Sweep:
             set=tuple(sets),
             api_key=self.args.api_key or None,
             gpu_metrics_url=(ServeCommand.parse(serve).base_url + DCGM_PATH,) if sim_gauges else (),
+            search=self.spec.search,
         )
 
     def say(self, text: str) -> None:
@@ -386,6 +390,8 @@ def end_summary(row: dict[str, Any]) -> str:
         text += f" (try {row['try_next']})"
     if row.get("early_stop"):
         text += f" (early stop: {row['early_stop']})"
+    if row.get("search_line"):  # load: search: its answer first
+        text = f"{row['search_line']}; {text}"
     return text
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.search import DEFAULT_TOLERANCE, SearchPlan, parse_tolerance
 from rampwatch.core.figures.slo import Slo, parse_slo
 from rampwatch.loadgen.workload.scenario_files import BUILTIN_SCENARIOS, SWEEP_PREFIX, read_yaml, resolve_scenario_path
 from rampwatch.loadgen.workload.spec_checks import KeyPath, describe, dotted, is_number, unknown_key_message
@@ -34,7 +35,8 @@ TOP_KEYS = (
 )
 MAX_REPEATS = 20
 MATRIX_KEYS = ("product", "sets")
-LOAD_KEYS = ("ramp", "rates", "hold_s", "arrival")
+LOAD_KEYS = ("ramp", "rates", "hold_s", "arrival", "search")
+SEARCH_KEYS = ("tolerance", "hold_s")
 RAMP_KEYS = ("start_rps", "end_rps", "duration_s")
 EARLY_STOP_KEYS = ("enabled", "window_s", "min_requests")
 ARRIVALS = ("poisson", "constant", "gamma")
@@ -66,6 +68,8 @@ class SweepSpec:
     stop_grace_s: float = 5.0
     vllm_model: str | None = None
     description: str = ""
+    # load: search: each configuration's max rate under the SLO (core.figures.search)
+    search: SearchPlan | None = None
     repeats: int = 1  # runs of each configuration: the table gives their mean and 95 % interval
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -168,6 +172,23 @@ def _schedule(p: _Problems, load: Any) -> dict[str, Any]:
     hold = p.number(("load", "hold_s"), load["hold_s"])
     steps = [{"rate": p.number(("load", "rates", i), r), "duration_s": hold} for i, r in enumerate(rates)]
     return {"kind": "steps", "steps": steps, "arrival": arrival}
+
+
+def _search(p: _Problems, load: Any, slo: Slo) -> SearchPlan | None:
+    """``load: search: {tolerance, hold_s}`` (or ``search: true``) over a ``ramp:``: each
+    configuration searches its max rate under the sweep's SLO instead of ramping past it."""
+    if not isinstance(load, dict) or load.get("search") in (None, False):
+        return None
+    value = {} if load["search"] is True else p.mapping(("load", "search"), load["search"], "tolerance, hold_s")
+    p.keys(("load", "search"), value, SEARCH_KEYS)
+    if "ramp" not in load:
+        raise p.fail(("load", "search"), "searches over a ramp: give ramp: {start_rps, end_rps, duration_s}", True)
+    hold = p.number(("load", "search", "hold_s"), value["hold_s"]) if "hold_s" in value else None
+    try:
+        tolerance = parse_tolerance(str(value.get("tolerance", DEFAULT_TOLERANCE)), "tolerance")
+    except UserError as exc:
+        raise p.fail(("load", "search", "tolerance"), str(exc).removeprefix("tolerance ")) from None
+    return SearchPlan(slo, "rate", tolerance, hold)
 
 
 def _sets(p: _Problems, value: Any) -> list[tuple[str, Any]]:
@@ -289,6 +310,7 @@ def load_sweep(
         configs=configs,
         schedule=_schedule(p, data["load"]),
         slo=slo,
+        search=_search(p, data["load"], slo),
         early_stop=EarlyStop(bool(enabled), window, int(min_requests)),
         output_dir=out,
         startup_timeout_s=timeout,

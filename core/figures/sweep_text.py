@@ -16,6 +16,7 @@ from rampwatch.core.figures.sweep import BEST_RULE, limit_reached, loaded_to_lim
 TABLE_COLUMNS = (
     ("#", "index"),
     ("config", "config"),
+    ("max under SLO", "search_max"),  # load: search (core.figures.search)
     ("knee rps", "knee_rps"),
     ("good-put", "max_goodput_rps"),
     ("out tok/s", "output_tps"),
@@ -30,7 +31,14 @@ TABLE_COLUMNS = (
     ("limit", "limit"),
 )
 # Shown only when some configuration has it (GPU power known).
-OPTIONAL_COLUMNS = ("tokens_per_joule",)
+OPTIONAL_COLUMNS = ("tokens_per_joule", "search_max")
+
+
+def search_cell(row: dict[str, Any]) -> str:
+    """``load: search``'s answer: ``12.5 ± 0.6``, or ``none`` (it could not bracket one)."""
+    if row.get("search_max") is None:
+        return "none" if row.get("search_failure") else "—"
+    return f"{row['search_max']:.3g} ± {row.get('search_plus_minus') or 0.0:.2g}"
 
 
 NOT_REACHED = "not reached; extend the load"
@@ -65,6 +73,8 @@ def _cell(key: str, row: dict[str, Any]) -> str:
         return f"{int(row['index']) + 1}{'*' if row.get('pareto') else ''}"
     if key == "config":
         return str(value)
+    if key == "search_max":
+        return search_cell(row)
     if key == "limit":
         if not done and row.get("status") is not None:
             return str(row.get("status"))

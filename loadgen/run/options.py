@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rampwatch.core.cache_salt import NONE
+from rampwatch.core.figures.search import SearchPlan
 from rampwatch.core.figures.server_limits import ServerLimits
 from rampwatch.loadgen.run.drain import DrainPolicy
 from rampwatch.loadgen.run.workers import SenderFactory
@@ -66,3 +67,5 @@ class RunOptions:
     # --cache-salt: the policy (core.cache_salt) and the salt every request carries.
     cache_salt_policy: str = NONE
     cache_salt: str | None = None
+    # rampwatch search: the run's schedule is steered to the max load under an SLO.
+    search: SearchPlan | None = None

@@ -25,6 +25,7 @@ from rampwatch.loadgen.run import eventloop
 from rampwatch.loadgen.run.load_loop import LoadLoop
 from rampwatch.loadgen.run.options import RunOptions
 from rampwatch.loadgen.run.result import RunResult
+from rampwatch.loadgen.run.search_control import SearchControl
 from rampwatch.loadgen.run.workers import ClientSpec, Sender
 from rampwatch.loadgen.server.gpu import NvmlReader, NvmlUnavailable, poll_nvml
 from rampwatch.loadgen.server.scrape import MetricsPoller
@@ -61,6 +62,10 @@ class Run(LoadLoop):
         factory: RequestFactory | None = None,
     ) -> None:
         super().__init__(scenario, options, sinks, factory)
+        # rampwatch search: the controller that steers the run, a sink of its records.
+        self.search = SearchControl(self, options.search) if options.search is not None else None
+        if self.search is not None:
+            self.sink.sinks.append(self.search)
         if options.sender_factory is not None:  # a worker lost mid-run stops the run
             options.sender_factory.on_lost = self.worker_lost
             options.sender_factory.on_lag = self.health.merge_worker
@@ -179,6 +184,8 @@ class Run(LoadLoop):
                 asyncio.create_task(poller.run(), name="rampwatch-scrape"),
                 asyncio.create_task(self._tick_loop(), name="rampwatch-tick"),
             ]
+            if self.search is not None:
+                background.append(asyncio.create_task(self.search.drive(), name="rampwatch-search"))
             if nvml is not None:
                 background.append(
                     asyncio.create_task(

@@ -59,6 +59,14 @@ class RunSteering(RunState):
         else:
             self._changed(self.schedule.step_rate(t, delta_rps))
 
+    def end_schedule(self) -> None:
+        """End the schedule as at its planned end (a search that is over: not a stop, so
+        the run is not interrupted); the requests in flight drain as the policy says."""
+        if self._steering():
+            self.schedule.finish()
+            if self._schedule_changed is not None:
+                self._schedule_changed.set()
+
     def mark(self, note: str) -> None:
         if not self._finished:  # after the end the recording is closed
             self.sink.on_event(Event(self.now(), "mark", note or "mark", {"note": note}))

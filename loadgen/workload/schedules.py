@@ -150,6 +150,11 @@ class ArrivalSchedule:
         self._last_time = t
         return t
 
+    def finish(self) -> None:
+        """End the schedule now, whatever its plan (a search that is over): no further
+        send time; the run drains as at a planned end."""
+        self._finished = True
+
     def withdraw(self) -> None:
         """Take back the send time last handed out, unused, that a control change did not
         withdraw (it was already due then): the next ``next_send_time()`` returns that

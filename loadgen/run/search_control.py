@@ -1,0 +1,255 @@
+"""``rampwatch search`` inside a run: a controller on the run's event loop that steers the
+schedule as the UI's keys do (``set_rate``), judges what it sent, and records each step
+as a ``search`` event. The decisions are ``core.figures.search``'s; this module only
+times them.
+
+The scenario's ramp gives the range: the controller walks it as a staircase of short
+windows (each judged on the requests sent in it, once they ended, while the next one
+runs); the first window that breaks the SLO brackets the answer. Then it holds one
+level at a time: a settle (at least ``settle_s``, and until every request of the level
+before ended), the judged part (the hold rule), the wait for its requests to end,
+the verdict. When the search is over the schedule ends and the run drains as usual.
+
+Every event's ``data["search"]`` says what it is: ``"window"`` (a ramp window judged),
+``"bracket"``, ``"hold"`` (a hold begins: its level), ``"verdict"`` (a hold judged: the
+``Hold``'s dict) and ``"result"`` (``Search.to_dict()``, once, at the end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from rampwatch.core.errors import UserError
+from rampwatch.core.figures.search import Search, SearchPlan, Verdict, judge, ramp_window_s
+from rampwatch.core.timeline import Event, NullSink, RequestRecord
+
+
+class SteeredRun(Protocol):
+    """What the controller uses of its run (``loadgen.run.steering.RunSteering``)."""
+
+    schedule: Any
+    sink: Any
+    _sending: dict[int, float]
+    _sent_total: int
+
+    def now(self) -> float: ...
+    def _steering(self) -> bool: ...
+    def set_rate(self, rps: float) -> None: ...
+    def end_schedule(self) -> None: ...
+    @property
+    def oldest_sent_at(self) -> float | None: ...
+
+
+# How long the requests of a judged window may stay in flight after it; those still in
+# flight then count as failed (they did not answer in time).
+JUDGE_WAIT_S = 60.0
+# How long a hold's settle waits for the level before's requests to end, at most.
+SETTLE_WAIT_S = 60.0
+POLL_S = 0.1
+
+
+def search_range(spec: dict[str, Any], by: str) -> tuple[float, float, float] | None:
+    """(start, end, duration) of a schedule a search can walk: a rate ramp (linear,
+    exponential) for ``rate``, a users ramp for ``concurrency``; None otherwise."""
+    kind = spec.get("kind")
+    if by == "rate" and kind in ("linear", "exponential"):
+        return float(spec["start_rps"]), float(spec["end_rps"]), float(spec["duration_s"])
+    if by == "concurrency" and kind == "users" and "start_users" in spec:
+        return float(spec["start_users"]), float(spec["end_users"]), float(spec["duration_s"])
+    return None
+
+
+def check_schedule(plan: SearchPlan, schedule: dict[str, Any]) -> None:
+    """A search walks a ramp: a rate ramp (``--by rate``) or a users ramp (``--by
+    concurrency``), of a duration, not of a number of requests. One line otherwise."""
+    kind = schedule.get("kind")
+    if search_range(schedule, plan.by) is None:
+        wanted = (
+            "a linear or exponential rate ramp (start_rps → end_rps)"
+            if plan.by == "rate"
+            else "a users ramp (kind: users, start_users → end_users, a session workload)"
+        )
+        raise UserError(f"--by {plan.by}: the scenario's schedule (kind {kind}) is not {wanted}: the search walks it")
+    if schedule.get("num_requests") is not None:
+        raise UserError("schedule.num_requests: a search ends when it has its answer; give the ramp a duration only")
+
+
+def staircase(start: float, end: float, steps: int, by: str) -> list[float]:
+    """The ramp's levels, one per window, above ``start`` up to ``end`` (a level of 0
+    sends nothing to judge; users are whole and each level is new)."""
+    levels = [start + (end - start) * (k + 1) / steps for k in range(steps)]
+    if by == "concurrency":
+        levels = sorted({float(max(1, round(level))) for level in levels})
+    return [level for level in levels if level > 0]
+
+
+class SearchControl(NullSink):
+    """The run's search: a sink of its records (the judged windows') and its driver task."""
+
+    def __init__(self, run: SteeredRun, plan: SearchPlan) -> None:
+        self.run = run
+        self.plan = plan
+        spec_range = search_range(run.schedule.spec, plan.by)
+        assert spec_range is not None, "the app checks the schedule before the run"
+        start, end, self.ramp_s = spec_range
+        self.search = Search(plan, start, end)
+        self._records: list[RequestRecord] = []
+        self._keep_from = 0.0
+
+    # -- the sink: records of the windows still to be judged
+    def on_request(self, record: RequestRecord) -> None:
+        if record.sent_at >= self._keep_from:
+            self._records.append(record)
+
+    # -- the driver
+    def _over(self) -> bool:
+        return not self.run._steering()  # noqa: SLF001 - the controller is part of the run
+
+    def _unfinished(self, t_from: float, t_to: float) -> int:
+        return sum(1 for sent in self.run._sending.values() if t_from <= sent < t_to)  # noqa: SLF001
+
+    async def _judged(self, t_from: float, t_to: float) -> Verdict:
+        """The verdict on the requests sent in ``[t_from, t_to)``, once they ended (or
+        ``JUDGE_WAIT_S`` passed: those still in flight count as failed)."""
+        await self._wait_until(lambda: not self._unfinished(t_from, t_to), JUDGE_WAIT_S)
+        return self._judge_now(t_from, t_to)
+
+    async def _wait_until(self, done: Callable[[], bool], limit_s: float) -> None:
+        """Polls ``done`` every ``POLL_S`` (the run's state changes it without an event of
+        its own) until it holds, ``limit_s`` passed or the run stops steering."""
+        deadline = self.run.now() + limit_s
+        for _ in itertools.count():
+            if done() or self.run.now() >= deadline or self._over():
+                return
+            await asyncio.sleep(POLL_S)
+
+    def _judge_now(self, t_from: float, t_to: float) -> Verdict:
+        judged = [r for r in self._records if t_from <= r.sent_at < t_to]
+        verdict = judge(judged, self.plan.slo, self._unfinished(t_from, t_to))
+        self._forget_before(t_to)
+        return verdict
+
+    def _forget_before(self, t: float) -> None:
+        self._records = [r for r in self._records if r.sent_at >= t]
+        self._keep_from = max(self._keep_from, t)
+
+    def _event(self, what: str, message: str, **data: Any) -> None:
+        self.run.sink.on_event(Event(self.run.now(), "search", message, {"search": what, **data}))
+
+    def _level(self, level: float) -> str:
+        return f"{level:g} {self.plan.unit}"
+
+    async def drive(self) -> None:
+        """The whole search; the schedule ends with it (the run then drains)."""
+        try:
+            await self._ramp()
+            if not self._over():
+                await self._holds()
+        finally:
+            if not self._over():
+                result = self.search.to_dict()
+                self._event("result", result["line"], result=result)
+                self.run.end_schedule()
+
+    async def _ramp(self) -> None:
+        window = ramp_window_s(self.ramp_s)
+        steps = max(1, round(self.ramp_s / window))
+        levels = staircase(self.search.floor, self.search.ceiling, steps, self.plan.by)
+        self._event(
+            "start",
+            f"search under SLO {self.plan.slo.text}: ramp {self._level(self.search.floor)} → "
+            f"{self._level(self.search.ceiling)} in {window:g} s windows; {self.plan.hold_rule}",
+            slo=self.plan.slo.text,
+            by=self.plan.by,
+            hold_rule=self.plan.hold_rule,
+        )
+        waiting: list[tuple[float, float, float]] = []  # (level, from, to), oldest first
+        for level in levels:
+            if self._over():
+                return
+            self.run.set_rate(level)
+            t_from = self.run.now()
+            await asyncio.sleep(window)
+            waiting.append((level, t_from, self.run.now()))
+            # The windows whose requests all ended (or waited long enough), oldest first,
+            # judged while the next window runs.
+            while waiting and (not self._unfinished(*waiting[0][1:]) or self.run.now() - waiting[0][2] > JUDGE_WAIT_S):
+                if self._window(*waiting.pop(0), None):
+                    return
+        # The ramp's end: the load stays at its last level while the last windows are judged.
+        for level, t_from, t_to in waiting:
+            if self._over():
+                return
+            if self._window(level, t_from, t_to, await self._judged(t_from, t_to)):
+                return
+        self.search.ramp_ended()
+        self._bracketed()
+
+    def _window(self, level: float, t_from: float, t_to: float, verdict: Verdict | None) -> bool:
+        if verdict is None:
+            verdict = self._judge_now(t_from, t_to)
+        figures = ", ".join(f"{k} {v:.0f} ms" for k, v in verdict.figures.items() if v is not None)
+        outcome = "meets the SLO" if verdict.passed else f"breaks the SLO: {'; '.join(verdict.breaks)}"
+        self._event(
+            "window",
+            f"search ramp at {self._level(level)}: {figures or 'no figures'}; {outcome}",
+            level=level,
+            passed=verdict.passed,
+            requests=verdict.requests,
+        )
+        if self.search.ramp_window(level, verdict):
+            self._bracketed()
+            return True
+        return False
+
+    def _bracketed(self) -> None:
+        s = self.search
+        assert s.lo is not None and s.hi is not None and s.tol is not None
+        self._event(
+            "bracket",
+            f"search bracket: {self._level(s.lo)} – {self._level(s.hi)}, tolerance {s.tol:g}",
+            lo=s.lo,
+            hi=s.hi,
+            tolerance=s.tol,
+        )
+
+    async def _holds(self) -> None:
+        while (level := self.search.next_level()) is not None:
+            if self._over() or not await self._hold(level):
+                return
+
+    async def _hold(self, level: float) -> bool:
+        """One hold, judged; False when the run stopped steering before its verdict."""
+        run = self.run
+        changed_at = run.now()
+        run.set_rate(level)
+        self._event("hold", f"search hold at {self._level(level)}", level=level)
+        # The settle: the level before's queue is not this level's.
+        await asyncio.sleep(self.plan.settle_s)
+        await self._wait_until(lambda: run.oldest_sent_at is None or run.oldest_sent_at >= changed_at, SETTLE_WAIT_S)
+        t_from = run.now()
+        self._forget_before(t_from)  # what was sent before is not judged
+        sent_from = run._sent_total  # noqa: SLF001
+        await self._wait_until(
+            lambda: self.plan.hold_over(run.now() - t_from, run._sent_total - sent_from),  # noqa: SLF001
+            float("inf"),
+        )
+        if self._over():
+            return False
+        t_to = run.now()
+        verdict = await self._judged(t_from, t_to)
+        if self._over():
+            return False
+        hold = self.search.held(level, verdict, t_to - t_from)
+        figures = ", ".join(f"{k} {v:.0f} ms" for k, v in hold.figures.items() if v is not None)
+        outcome = "PASS" if hold.passed else f"FAIL: {'; '.join(hold.breaks)}"
+        self._event(
+            "verdict",
+            f"search hold at {self._level(level)} for {hold.seconds:.0f} s, {hold.requests} requests: "
+            f"{figures or 'no figures'}; {outcome}",
+            hold=hold.to_dict(),
+        )
+        return True
