@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from rampwatch.app import run as run_command
 from rampwatch.app.run_config import RunConfig, positive_float
+from rampwatch.core.errors import UserError
 from rampwatch.core.figures.search import BY_CHOICES, DEFAULT_TOLERANCE, SearchPlan
 
 # The exit code of a search that found no maximum (it could not bracket one).
@@ -54,5 +55,8 @@ def plan_of(args: argparse.Namespace) -> SearchPlan:
 
 
 def main(args: argparse.Namespace) -> int:
-    config = replace(RunConfig.from_cli_args(args), search=plan_of(args))
+    config = RunConfig.from_cli_args(args)
+    if config.repeats > 1:  # a search's answer has no interval over repeats (yet): not silently N searches
+        raise UserError(f"--repeats {config.repeats}: not with rampwatch search (run the search again to compare)")
+    config = replace(config, search=plan_of(args))
     return run_command.run(config)

@@ -259,6 +259,10 @@ def combine_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for key in SPREAD_KEYS
         if (vals := [float(run[key]) for run in runs if run.get(key) is not None])
     }
+    failed_searches = [run["search_failure"] for run in runs if run.get("search_failure")]
+    if failed_searches:  # load: search: a max that one run could not bracket is not established
+        out.update(search_max=None, search_failure=f"{len(failed_searches)} of {len(runs)} runs: {failed_searches[0]}")
+        ci95.pop("search_max", None)
     out["ci95"] = ci95
     out["n_runs"] = len(runs)
     return out

@@ -38,6 +38,9 @@ def search_cell(row: dict[str, Any]) -> str:
     """``load: search``'s answer: ``12.5 ± 0.6``, or ``none`` (it could not bracket one)."""
     if row.get("search_max") is None:
         return "none" if row.get("search_failure") else "—"
+    over_repeats = (row.get("ci95") or {}).get("search_max")
+    if over_repeats is not None:  # repeats: the interval of the runs' answers, as every other cell
+        return _number(row["search_max"], None, over_repeats, digits=2)
     return f"{row['search_max']:.3g} ± {row.get('search_plus_minus') or 0.0:.2g}"
 
 

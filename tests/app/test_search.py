@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
         (["--slo", "ttft_p99<500ms", "--by", "concurrency"], "--by concurrency: the scenario's schedule (kind linear)"),
         (["--slo", "ttft_p99<500ms", "--set", "schedule.num_requests=100"], "schedule.num_requests: a search ends"),
         (["--slo", "ttft_p99<500ms", "--set", "schedule.kind=poisson", "--set", "schedule.rate=3"], "(kind poisson)"),
+        (["--slo", "ttft_p99<500ms", "--repeats", "3"], "--repeats 3: not with rampwatch search"),
     ],
 )
 def test_bad_search_input_is_one_line(tmp_path, capsys, extra, message):

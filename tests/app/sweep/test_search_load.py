@@ -6,6 +6,7 @@ import pytest
 from rampwatch.app.sweep.spec import load_sweep
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures.search import Tolerance
+from rampwatch.core.figures.sweep import combine_runs
 from rampwatch.core.figures.sweep_text import format_table
 from tests.app.sweep.sweep_files import GOOD_SWEEP, write
 
@@ -58,3 +59,23 @@ def test_the_table_shows_the_max_under_the_slo():
     assert "12.5 ± 0.62" in lines[1] and "none" in lines[2]
     plain = format_table([{"index": 0, "config": "a", "status": "done"}])
     assert "max under SLO" not in plain
+
+
+def test_with_repeats_the_max_under_the_slo_is_the_mean_and_interval_of_the_runs_answers():
+    runs = [{"status": "done", "search_max": m, "search_plus_minus": 0.5} for m in (10.0, 11.0, 12.0)]
+    row = {"index": 0, "config": "a", **combine_runs(runs)}
+    assert row["search_max"] == pytest.approx(11.0)
+    half = row["ci95"]["search_max"]
+    assert half == pytest.approx(4.303 / 3**0.5, rel=1e-3)  # t(0.975, 2) × s / √n, s = 1
+    assert f"11.00 ±{half:.2f}" in format_table([row]).splitlines()[1]
+
+
+def test_with_repeats_a_run_that_could_not_bracket_leaves_no_max():
+    runs = [
+        {"status": "done", "search_max": 10.0, "search_plus_minus": 0.5},
+        {"status": "done", "search_max": None, "search_failure": "the SLO was broken at the start"},
+    ]
+    row = {"index": 0, "config": "a", **combine_runs(runs)}
+    assert row["search_max"] is None and "search_max" not in row["ci95"]
+    assert row["search_failure"] == "1 of 2 runs: the SLO was broken at the start"
+    assert "none" in format_table([row]).splitlines()[1]
