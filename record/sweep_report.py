@@ -8,8 +8,9 @@ import html
 from pathlib import Path
 from typing import Any
 
+from rampwatch.core.figures.search_best import searched
 from rampwatch.core.figures.sweep import limit_reached
-from rampwatch.core.figures.sweep_text import REPEATS_LEGEND, TABLE_LEGEND, table_cells, verdict_text
+from rampwatch.core.figures.sweep_text import legend_lines, table_cells, verdict_text
 from rampwatch.core.files import private_file
 from rampwatch.record.html_report import (
     PAD_B,
@@ -134,8 +135,7 @@ def render_sweep_html(state: dict[str, Any]) -> str:
         if r.get("status") != "done" and r.get("reason")
     )
     best_html = "<pre>" + html.escape(verdict_text(state)) + "</pre>"
-    legend_lines = [*TABLE_LEGEND, *([REPEATS_LEGEND] if any(r.get("ci95") for r in rows) else [])]
-    legend = "".join(f"<li>{html.escape(line)}</li>" for line in legend_lines)
+    legend = "".join(f"<li>{html.escape(line)}</li>" for line in legend_lines(rows, searched(state)))
     recordings = "".join(
         f"<li>#{r['index'] + 1}: {html.escape(str(r['recording']))}</li>" for r in rows if r.get("recording")
     )

@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from rampwatch.core.figures.search_best import NO_RESULT, max_text, search_unit, searched
 from rampwatch.core.figures.sweep_text import NOT_REACHED, format_pareto, table_cells
 from rampwatch.tui.chart_data import format_duration
 
@@ -142,12 +143,14 @@ class SweepPanel(Widget):
             table.add_row(*texts, style=style)
         best = state.get("best")
         verdict = Text()
-        if best is not None:
+        if searched(state):  # load: search: by the confirmed max under the SLO
+            verdict = search_verdict(state)
+        elif best is not None:
             best_row = rows[best]
             verdict.append("best so far (on the front, max good-put): ", style="bold")
             verdict.append(f"#{best + 1} {best_row['config']}\n", style="green")
             verdict.append(f"  {best_row.get('vllm_command') or best_row['command']}", style="dim")
-        tied = state.get("tied") or []
+        tied = [] if searched(state) else state.get("tied") or []
         if best is None and tied:  # repeats whose good-put intervals overlap: no single best
             verdict.append("tied so far (good-put intervals overlap): ", style="bold")
             verdict.append(", ".join(f"#{i + 1} {rows[i]['config']}" for i in tied), style="yellow")
@@ -159,6 +162,26 @@ class SweepPanel(Widget):
         if self.size.height >= 30:
             parts.append(Text(format_pareto(rows, width=60, height=8)))
         return Group(*parts)
+
+
+def search_verdict(state: dict[str, Any]) -> Text:
+    """A searched sweep's verdict so far (``search_best``): the best by its confirmed max
+    under the SLO, or the tied ones, and the configurations whose search found no max."""
+    rows, best, tied = state["rows"], state.get("best"), state.get("tied") or []
+    unit = search_unit(state)
+    verdict = Text()
+    if best is not None:
+        row = rows[best]
+        verdict.append("best so far (highest confirmed max under the SLO): ", style="bold")
+        verdict.append(f"#{best + 1} {row['config']} — max {max_text(row, unit)}\n", style="green")
+        verdict.append(f"  {row.get('vllm_command') or row['command']}", style="dim")
+    elif tied:
+        verdict.append("tied so far (max intervals overlap): ", style="bold")
+        verdict.append(", ".join(f"#{i + 1} {rows[i]['config']}" for i in tied), style="yellow")
+    for i in state.get("no_max") or []:
+        why = rows[i].get("search_failure") or NO_RESULT
+        verdict.append(f"\n#{i + 1} no max under the SLO ({why}): not judged", style="yellow")
+    return verdict
 
 
 class SweepApp(App[int]):

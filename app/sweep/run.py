@@ -233,10 +233,8 @@ class Sweep:
             self.state["current_line"] = line
         rows = self.state["rows"]
         mark_pareto(rows)
-        verdict = choose_best(rows)
-        self.state["best"] = verdict["best"]
-        self.state["not_reached"] = verdict["not_reached"]
-        self.state["tied"] = verdict["tied"]
+        verdict = choose_best(rows, search=self.spec.search is not None)
+        self.state.update(verdict)  # best, not_reached, tied (and no_max: load: search)
         self.state.pop("overlap", None)  # a sweep.json from before intervals
         try:
             write_state(self.state_path, self.state)

@@ -14,6 +14,7 @@ from rampwatch.app.sweep.serve_args import apply_args, config_label, config_slug
 from rampwatch.app.sweep.spec import SweepSpec
 from rampwatch.core import strict_json
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.search_best import SEARCH_BEST_RULE
 from rampwatch.core.figures.sweep import BEST_RULE
 from rampwatch.core.files import private_file
 from rampwatch.sim.serve_flags import is_sim_command, vllm_serve_argv
@@ -54,7 +55,7 @@ def new_state(spec: SweepSpec, base_argv: list[str]) -> dict[str, Any]:
                 "status": "pending",
             }
         )
-    return {
+    state: dict[str, Any] = {
         "sweep": spec.name,
         "file": spec.path,
         "scenario": spec.scenario,
@@ -70,6 +71,9 @@ def new_state(spec: SweepSpec, base_argv: list[str]) -> dict[str, Any]:
         "best": None,
         "rows": rows,
     }
+    if spec.search is not None:  # load: search: judged by the confirmed max (search_best)
+        state.update(search=spec.search.options(), best_rule=SEARCH_BEST_RULE)
+    return state
 
 
 def resume_state(old: dict[str, Any], fresh: dict[str, Any], out_dir: Path) -> dict[str, Any]:

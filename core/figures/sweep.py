@@ -26,7 +26,9 @@ Definitions (docs/tuning.md says the same):
 - *repeats*: each figure the mean of the runs with its 95 % Student-t interval
   (``ci95``, the half-width), ``spread`` the min–max of the ``SPREAD_KEYS``; with
   repeats a best is declared only when its max good-put interval lies entirely above
-  every other front candidate's, else the candidates it overlaps are ``tied``.
+  every other front candidate's, else the candidates it overlaps are ``tied``;
+- *load: search*: the best is the highest confirmed max under the SLO instead
+  (``search_best.SEARCH_BEST_RULE``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import numpy as np
 from rampwatch.core.figures import stats
 from rampwatch.core.figures.intervals import mean_interval
 from rampwatch.core.figures.knee_explanation import KneeExplanation
+from rampwatch.core.figures.search_best import choose_search_best
 from rampwatch.core.figures.slo import Slo
 from rampwatch.core.figures.summary import gpu_figures, knee_explanation, server_figures, tokens_per_joule
 from rampwatch.core.timeline import CANCELLED, Event, RequestRecord, ServerSample
@@ -328,12 +331,15 @@ def goodput_interval(row: dict[str, Any]) -> tuple[float, float] | None:
     return None if half is None or mean is None else (mean - half, mean + half)
 
 
-def choose_best(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def choose_best(rows: Sequence[dict[str, Any]], search: bool = False) -> dict[str, Any]:
     """The sweep's verdict by ``BEST_RULE`` over rows ``mark_pareto`` has marked: ``best``
     (an index, or None), ``not_reached`` (completed configurations whose load never
     reached their limit: extend the load to judge them) and ``tied``: with repeats, the
     leader and the front candidates whose max good-put interval reaches into the
-    leader's (no single best then: ``best`` is None)."""
+    leader's (no single best then: ``best`` is None). A sweep that searched (``search``)
+    is judged by its confirmed max under the SLO instead (``search_best``)."""
+    if search:
+        return choose_search_best(rows)
     not_reached = [i for i, row in enumerate(rows) if row.get("status") == "done" and not limit_reached(row)]
     candidates = [
         i

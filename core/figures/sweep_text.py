@@ -10,6 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from rampwatch.core.errors import UserError
+from rampwatch.core.figures.search_best import (
+    SEARCH_BEST_RULE,
+    SEARCH_REPEATS_LEGEND,
+    rows_searched,
+    search_verdict_text,
+    searched,
+)
 from rampwatch.core.figures.slo import parse_slo
 from rampwatch.core.figures.sweep import BEST_RULE, limit_reached, loaded_to_limit
 
@@ -56,6 +63,16 @@ REPEATS_LEGEND = (
     "with repeats: each figure the mean of the runs ± the half-width of its 95 % interval (Student's t); "
     "a best only when its good-put interval lies above every other front candidate's, else tied"
 )
+
+
+def legend_lines(rows: Sequence[dict[str, Any]], search: bool = False) -> list[str]:
+    """The lines under the table: ``TABLE_LEGEND`` (a searched sweep's states its own
+    best rule, ``SEARCH_BEST_RULE``), and with repeats how to read the intervals."""
+    search = search or rows_searched(rows)
+    legend = [TABLE_LEGEND[0], "* on the Pareto front; " + SEARCH_BEST_RULE] if search else list(TABLE_LEGEND)
+    if any(row.get("ci95") for row in rows):
+        legend.append(SEARCH_REPEATS_LEGEND if search else REPEATS_LEGEND)
+    return legend
 
 
 def _number(value: float, spread: Sequence[float] | None, ci95: float | None = None, digits: int = 1) -> str:
@@ -141,9 +158,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         if row.get("status") not in ("done", None) and row.get("reason"):
             lines.append(f"#{row['index'] + 1} {row['status']}: {row['reason']}")
-    lines += ["", *TABLE_LEGEND]
-    if any(row.get("ci95") for row in rows):
-        lines.append(REPEATS_LEGEND)
+    lines += ["", *legend_lines(rows)]
     return "\n".join(lines)
 
 
@@ -179,6 +194,8 @@ def verdict_text(state: dict[str, Any]) -> str:
     """The sweep's verdict by ``sweep.BEST_RULE``: the best configuration as
     commands ready to paste, the ones its repeats cannot tell from it, and the
     configurations whose load never reached their limit (not judged)."""
+    if searched(state):  # load: search: by the confirmed max under the SLO
+        return search_verdict_text(state)
     best = state.get("best")
     slo = state.get("slo")
     rows = state["rows"]
