@@ -65,3 +65,18 @@ def test_repeated_configurations_get_interval_whiskers_and_the_repeats_legend():
     assert page.count('class="ci"') == 2  # across (tok/s/user) and up (tok/s per GPU), for #1 only
     assert "with repeats: each figure the mean of the runs ± the half-width of its 95 % interval" in html.unescape(page)
     assert "60.0 ±2.0" in page
+
+
+def test_a_searched_sweep_states_the_search_rule_and_its_verdict():
+    from rampwatch.core.figures.search_best import SEARCH_BEST_RULE, choose_search_best
+    from rampwatch.core.figures.sweep import BEST_RULE
+
+    rows = [row(0, 900.0, 60.0), row(1, 1000.0, 50.0)]
+    rows[0].update(search_max=8.0, search_plus_minus=0.5, search_failure=None)
+    rows[1].update(search_max=None, search_plus_minus=None, search_failure="the SLO was already broken at the start")
+    mark_pareto(rows)
+    state = {"rows": rows, "slo": "ttft_p90<300ms", "search": {"by": "rate"}, **choose_search_best(rows)}
+    page = html.unescape(render_sweep_html(state))
+    assert SEARCH_BEST_RULE in page and BEST_RULE not in page
+    assert "best under ttft_p90<300ms: #1 --max-num-seqs 4 — max 8 req/s (± 0.5)" in page
+    assert "#2 --max-num-seqs 8: no max under the SLO — the SLO was already broken at the start — not judged" in page

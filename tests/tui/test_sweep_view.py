@@ -182,3 +182,27 @@ async def test_tied_configurations_are_named_with_no_best():
         lines = "\n".join(part.plain for part in group.renderables if isinstance(part, Text))
     assert "tied so far (good-put intervals overlap): #1 --max-num-seqs 4, #2 --max-num-seqs 16" in lines
     assert "best so far" not in lines
+
+
+@pytest.mark.parametrize(
+    ("verdict", "says"),
+    [
+        (
+            {"best": 1, "tied": [], "no_max": [0]},
+            "best so far (highest confirmed max under the SLO): #2 b — max 12 req/s (± 0.5)\n"
+            "  vllm serve m --max-num-seqs 16\n"
+            "#1 no max under the SLO (the SLO was already broken at the start): not judged",
+        ),
+        ({"best": None, "tied": [1, 2], "no_max": []}, "tied so far (max intervals overlap): #2 b, #3 c"),
+    ],
+)
+def test_a_searched_sweep_shows_its_best_by_the_confirmed_max(verdict, says):
+    from rampwatch.tui.sweep_view import search_verdict
+
+    rows = [
+        {"config": "a", "search_max": None, "search_failure": "the SLO was already broken at the start"},
+        {"config": "b", "search_max": 12.0, "search_plus_minus": 0.5, "command": "vllm serve m --max-num-seqs 16"},
+        {"config": "c", "search_max": 11.8, "search_plus_minus": 0.5, "command": "vllm serve m --max-num-seqs 32"},
+    ]
+    text = search_verdict({"rows": rows, "search": {"by": "rate"}, **verdict}).plain
+    assert text == says
