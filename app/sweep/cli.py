@@ -28,8 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--repeats",
         type=repeat_count,
         metavar="N",
-        help="run each configuration N times; the table gives each figure's median and min–max "
-        "(default: the file's repeats:, else 1)",
+        help="run each configuration N times; the table gives each figure's mean ± its 95%% interval "
+        "over them, and a best only when its max good-put interval lies above the other Pareto-front "
+        "candidates', else tied (default: the file's repeats:, else 1)",
     )
     parser.add_argument(
         "--resume",

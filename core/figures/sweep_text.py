@@ -170,7 +170,9 @@ def knee_text(row: dict[str, Any]) -> str:
             return "none (the SLO broke first)"
         peak = row.get("peak_offered_rps")
         return NOT_REACHED + ("" if peak is None else f" (kept up to {peak:.1f} rps offered)")
-    pm = row.get("knee_rps_pm")
+    pm = (row.get("ci95") or {}).get("knee_rps")  # over repeats: the runs' interval, as the table
+    if pm is None:
+        pm = row.get("knee_rps_pm")
     return f"{row['knee_rps']:.1f}" + ("" if pm is None else f" ±{pm:.1f}") + " rps"
 
 

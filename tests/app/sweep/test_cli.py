@@ -222,3 +222,11 @@ def test_repeats_give_the_mean_and_its_interval_over_runs_that_each_draw_their_o
     assert seeds == [seeds[0], seeds[0] + 1]
     good_put = f"{row['max_goodput_rps']:.1f} ±{row['ci95']['max_goodput_rps']:.1f}"
     assert good_put in done.stdout and "with repeats: each figure the mean of the runs" in done.stdout
+
+
+def test_the_repeats_flag_says_mean_and_interval_not_median(capsys):
+    # review: --help said "the table gives each figure's median and min–max", as before repeats had intervals
+    with pytest.raises(SystemExit):
+        rampwatch_main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "mean ± its 95% interval" in text and "median" not in text

@@ -212,3 +212,19 @@ def test_a_sweep_without_repeats_has_no_interval_anywhere():
     mark_pareto(rows)
     assert "±" not in format_table(rows).split("\n\n")[0] and "mean ± 95" not in format_pareto(rows)
     assert "with repeats" not in format_table(rows)
+
+
+def test_the_end_lines_give_a_repeated_knee_the_runs_interval_as_the_table_does():
+    # review: the table said "10.2 ±3.7" (the runs' interval) while the verdict and the
+    # "[3/3] done" line said "knee 10.2 ±5.5 rps" (the runs' mean window range)
+    from rampwatch.core.figures.sweep_text import knee_text
+
+    row = dict(
+        config(8.7, 985.0, 92.0, knee_rps=10.2, knee_rps_pm=5.5),
+        index=0,
+        config="--max-num-seqs 8",
+        ci95={"knee_rps": 3.7, "max_goodput_rps": 9.5},
+    )
+    cells = dict(zip(*table_cells([row]), strict=True))
+    assert cells["knee rps"] == "10.2 ±3.7" and knee_text(row) == "10.2 ±3.7 rps"
+    assert knee_text(dict(row, ci95=None)) == "10.2 ±5.5 rps"  # one run: its window's range
