@@ -26,7 +26,7 @@ Definitions (docs/tuning.md says the same):
 - *repeats*: each figure the mean of the runs with its 95 % Student-t interval
   (``ci95``, the half-width), ``spread`` the min–max of the ``SPREAD_KEYS``; with
   repeats a best is declared only when its max good-put interval lies entirely above
-  every other front candidate's, else the candidates it overlaps are ``tied``;
+  every other loaded configuration's (on the front or off it by its means), else those it overlaps are ``tied``;
 - *load: search*: the best is the highest confirmed max under the SLO instead
   (``search_best.SEARCH_BEST_RULE``).
 """
@@ -335,8 +335,9 @@ def choose_best(rows: Sequence[dict[str, Any]], search: bool = False) -> dict[st
     """The sweep's verdict by ``BEST_RULE`` over rows ``mark_pareto`` has marked: ``best``
     (an index, or None), ``not_reached`` (completed configurations whose load never
     reached their limit: extend the load to judge them) and ``tied``: with repeats, the
-    leader and the front candidates whose max good-put interval reaches into the
-    leader's (no single best then: ``best`` is None). A sweep that searched (``search``)
+    leader and the configurations loaded to their limit (on the front or off it by their
+    means) whose max good-put interval reaches into the leader's (no single best then:
+    ``best`` is None). A sweep that searched (``search``)
     is judged by its confirmed max under the SLO instead (``search_best``)."""
     if search:
         return choose_search_best(rows)
@@ -357,7 +358,10 @@ def choose_best(rows: Sequence[dict[str, Any]], search: bool = False) -> dict[st
     tied: list[int] = []
     leader = None if best is None else goodput_interval(rows[best])
     if best is not None and leader is not None:
-        for i in candidates:
+        # every configuration loaded to its limit, not only the front's: the front is drawn
+        # from the means, and one off it by its means may be the leader's equal within noise
+        judged = [i for i, row in enumerate(rows) if loaded_to_limit(row) and (row.get("max_goodput_rps") or 0) > 0]
+        for i in judged:
             other = goodput_interval(rows[i])
             top = rows[i]["max_goodput_rps"] if other is None else other[1]
             if i != best and top >= leader[0]:

@@ -61,7 +61,7 @@ TABLE_LEGEND = (
 
 REPEATS_LEGEND = (
     "with repeats: each figure the mean of the runs ± the half-width of its 95 % interval (Student's t); "
-    "a best only when its good-put interval lies above every other front candidate's, else tied"
+    "a best only when its good-put interval lies above every other loaded configuration's (on the front or not), else tied"
 )
 
 
@@ -239,7 +239,7 @@ def verdict_text(state: dict[str, Any]) -> str:
         if (row.get("ci95") or {}).get("max_goodput_rps") is not None:
             lines.append(
                 f"  its max good-put {_goodput_text(row)} req/s (mean ± 95 % over {state.get('repeats', 1)} runs) "
-                "lies above every other front candidate's interval"
+                "lies above every other loaded configuration's interval"
             )
         for i in state.get("overlap") or []:  # a sweep.json from before intervals
             repeats = state.get("repeats", 1)

@@ -94,6 +94,19 @@ def test_a_best_is_declared_only_when_its_good_put_interval_lies_above_every_oth
     assert (verdict["best"], verdict["tied"]) == (best, tied)
 
 
+def test_a_configuration_off_the_front_by_its_means_still_ties_when_its_interval_reaches_the_leaders():
+    # #2 is dominated by #1's means (fewer tok/s per GPU and per user) but its good-put
+    # interval (3.5 ± 1.9) reaches into #1's (4.0 ± 1.0): the front is no verdict on noise
+    rows = [
+        dict(config(4.0, 1000, 60), index=0, ci95={"max_goodput_rps": 1.0}),
+        dict(config(3.5, 900, 50), index=1, ci95={"max_goodput_rps": 1.9}),
+        dict(config(1.0, 800, 40), index=2, ci95={"max_goodput_rps": 0.5}),
+    ]
+    mark_pareto(rows)
+    assert [row["pareto"] for row in rows] == [True, False, False]
+    assert choose_best(rows) == {"best": None, "not_reached": [], "tied": [0, 1]}
+
+
 def test_without_repeats_the_best_is_the_highest_good_put_however_close():
     rows = [dict(config(5.5, 1000, 60), index=0), dict(config(5.49, 900, 70), index=1)]
     mark_pareto(rows)

@@ -159,8 +159,8 @@ def verdict_of(rows, repeats=1):
                 "best under ttft_p99<500ms (of those loaded to their limit, on the Pareto front, the highest max "
                 "good-put): #1 --max-num-seqs 4 — 5.5 good req/s, knee 8.0 rps",
                 "  vllm serve m",
-                "  its max good-put 5.5 ±0.3 req/s (mean ± 95 % over 3 runs) lies above every other front "
-                "candidate's interval",
+                "  its max good-put 5.5 ±0.3 req/s (mean ± 95 % over 3 runs) lies above every other loaded "
+                "configuration's interval",
             ],
         ),
         (  # the best's p99 at its knee breaks the SLO its good-put was judged by: said, not left to contradict it
