@@ -233,6 +233,8 @@ class Search:
         """One ramp window judged; True when it brackets the answer (the ramp ends)."""
         if self.lo is not None:
             return True
+        if not verdict.requests:  # nothing sent in it (a low start rate): no evidence either way
+            return False
         if verdict.passed:
             self.last_pass = level
             return False
@@ -241,6 +243,16 @@ class Search:
         self.floor_first = self.last_pass is None
         self.bracket(self.last_pass if self.last_pass is not None else self.floor, max(level, self.floor))
         return True
+
+    def knee_reached(self, level: float) -> None:
+        """The ramp stopped at the run's knee (the level in force at its onset) with no
+        window below it broken: the knee is the bracket's top (above it the queue only
+        grows; a hold that meets the SLO there moves the bracket up again, ``held``)."""
+        if self.lo is not None:
+            return
+        self.floor_first = self.last_pass is None
+        lo = self.last_pass if self.last_pass is not None else self.floor
+        self.bracket(lo, max(level, lo))
 
     def ramp_ended(self) -> None:
         """The ramp reached its end without breaking the SLO (or without a window judged)."""

@@ -5,13 +5,17 @@ times them.
 
 The scenario's ramp gives the range: the controller walks it as a staircase of short
 windows (each judged on the requests sent in it, once they ended, while the next one
-runs); the first window that breaks the SLO brackets the answer. Then it holds one
+runs); the first window that breaks the SLO brackets the answer, and so does the run's
+knee (its detector's event): past it the server no longer keeps up, the windows' requests
+end ever later, and walking on would only pile up a queue the holds then wait out. At
+the knee the load steps back to the last level that met the SLO while the windows below
+the knee are judged. Then it holds one
 level at a time: a settle (at least ``settle_s``, and until every request of the level
 before ended), the judged part (the hold rule), the wait for its requests to end,
 the verdict. When the search is over the schedule ends and the run drains as usual.
 
 Every event's ``data["search"]`` says what it is: ``"window"`` (a ramp window judged),
-``"bracket"``, ``"hold"`` (a hold begins: its level), ``"verdict"`` (a hold judged: the
+``"knee"`` (the ramp stopped at the knee), ``"bracket"``, ``"hold"`` (a hold begins: its level), ``"verdict"`` (a hold judged: the
 ``Hold``'s dict) and ``"result"`` (``Search.to_dict()``, once, at the end).
 """
 
@@ -98,6 +102,23 @@ class SearchControl(NullSink):
         self.search = Search(plan, start, end)
         self._records: list[RequestRecord] = []
         self._keep_from = 0.0
+        self._ramping = False
+        self._set_levels: list[tuple[float, float]] = []  # (t, level): the ramp's steps
+        self.knee_level: float | None = None  # the level in force at the knee's onset
+
+    def on_event(self, event: Event) -> None:
+        if event.kind == "knee" and self._ramping and self.knee_level is None:
+            onset = (event.data or {}).get("onset_t")
+            self.knee_level = self._level_at(float(onset) if isinstance(onset, (int, float)) else event.t)
+
+    def _level_at(self, t: float) -> float:
+        """The ramp's level in force at ``t`` (its start before the first step)."""
+        level = self.search.floor
+        for t_set, set_level in self._set_levels:
+            if t_set > t:
+                break
+            level = set_level
+        return level
 
     # -- the sink: records of the windows still to be judged
     def on_request(self, record: RequestRecord) -> None:
@@ -167,10 +188,21 @@ class SearchControl(NullSink):
             hold_rule=self.plan.hold_rule,
         )
         waiting: list[tuple[float, float, float]] = []  # (level, from, to), oldest first
+        self._ramping = True
+        try:
+            await self._walk(levels, window, waiting)
+        finally:
+            self._ramping = False
+
+    async def _walk(self, levels: list[float], window: float, waiting: list[tuple[float, float, float]]) -> None:
         for level in levels:
             if self._over():
                 return
+            if self.knee_level is not None:
+                await self._stop_at_knee(self.knee_level, waiting)
+                return
             self.run.set_rate(level)
+            self._set_levels.append((self.run.now(), level))
             t_from = self.run.now()
             await asyncio.sleep(window)
             waiting.append((level, t_from, self.run.now()))
@@ -179,6 +211,9 @@ class SearchControl(NullSink):
             while waiting and (not self._unfinished(*waiting[0][1:]) or self.run.now() - waiting[0][2] > JUDGE_WAIT_S):
                 if self._window(*waiting.pop(0), None):
                     return
+        if self.knee_level is not None:
+            await self._stop_at_knee(self.knee_level, waiting)
+            return
         # The ramp's end: the load stays at its last level while the last windows are judged.
         for level, t_from, t_to in waiting:
             if self._over():
@@ -188,11 +223,40 @@ class SearchControl(NullSink):
         self.search.ramp_ended()
         self._bracketed()
 
+    async def _stop_at_knee(self, knee: float, waiting: list[tuple[float, float, float]]) -> None:
+        """The ramp ends at the knee: back to the last level that met the SLO (else the
+        start) while the windows below the knee are judged; then the knee brackets it
+        (unless a window below it broke the SLO: that one does)."""
+        s = self.search
+        back = s.last_pass if s.last_pass is not None else s.floor
+        self.run.set_rate(back)
+        self._event(
+            "knee",
+            f"search ramp stops at the knee ({self._level(knee)}): back to {self._level(back)} "
+            "while the windows below it are judged",
+            level=knee,
+        )
+        for level, t_from, t_to in waiting:
+            if level >= knee:  # sent at or past the knee: above the bracket, not judged
+                continue
+            if self._over():
+                return
+            if self._window(level, t_from, t_to, await self._judged(t_from, t_to)):
+                return
+        lo = s.last_pass if s.last_pass is not None else s.floor
+        if knee <= lo:  # windows past the onset still met it: the top is the next step above them
+            knee = min((level for _, level in self._set_levels if level > lo), default=knee)
+        s.knee_reached(knee)
+        self._bracketed()
+
     def _window(self, level: float, t_from: float, t_to: float, verdict: Verdict | None) -> bool:
         if verdict is None:
             verdict = self._judge_now(t_from, t_to)
         figures = ", ".join(f"{k} {v:.0f} ms" for k, v in verdict.figures.items() if v is not None)
-        outcome = "meets the SLO" if verdict.passed else f"breaks the SLO: {'; '.join(verdict.breaks)}"
+        if not verdict.requests:
+            outcome = "no request was sent in it: not judged"
+        else:
+            outcome = "meets the SLO" if verdict.passed else f"breaks the SLO: {'; '.join(verdict.breaks)}"
         self._event(
             "window",
             f"search ramp at {self._level(level)}: {figures or 'no figures'}; {outcome}",

@@ -207,3 +207,9 @@ def test_a_search_ends_after_max_holds(monkeypatch):
     search = run_search(SearchPlan.from_flags("ttft_p99<500ms", tolerance="0.001"), 7.123456789, 1.0, 20.0)
     assert search.failure is not None and "after 5 holds: give a coarser --tolerance" in search.failure
     assert len(search.holds) == 5
+
+
+def test_a_ramp_window_with_nothing_sent_is_no_evidence_either_way():
+    search = Search(SearchPlan.from_flags("ttft_p99<500ms"), 0.5, 20.0)
+    assert not search.ramp_window(1.0, judge([], search.plan.slo))
+    assert search.lo is None and search.last_pass is None

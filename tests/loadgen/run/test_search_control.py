@@ -158,3 +158,108 @@ def test_the_controller_finds_the_max_and_ends_the_schedule(monkeypatch, true_ma
     assert result["max"] <= true_max < result["next_step_up"] <= result["max"] + 0.5 + 1e-9
     assert all(math.isclose(h["seconds"], 2.0, abs_tol=0.05) for h in result["holds"])
     assert result["line"].startswith(f"max {result['max']:.3g} req/s")
+
+
+class QueueingRun(FakeRun):
+    """Above ``true_max`` the server stops keeping up: what is sent then waits (in flight,
+    unrecorded) until the rate is back at or below it, and the run's knee detector says so
+    once the rate has been above it for ``KNEE_AFTER`` s (the event names its onset)."""
+
+    KNEE_AFTER = 0.6
+
+    def __init__(self, true_max: float) -> None:
+        super().__init__(true_max)
+        self.rates_set: list[float] = []
+        self.queued: list[float] = []
+        self.above_since: float | None = None
+        self.knee_told = False
+
+    def set_rate(self, rps: float) -> None:
+        self.rates_set.append(rps)
+        super().set_rate(rps)
+
+    async def serve(self) -> None:
+        assert self.controller is not None
+        while not self.schedule.finished:
+            await asyncio.sleep(0)
+            self.t += self.TICK
+            over = self.schedule.rate > self.true_max
+            if over and self.above_since is None:
+                self.above_since = self.t
+            if over and not self.knee_told and self.t - self.above_since >= self.KNEE_AFTER:
+                self.knee_told = True
+                self.controller.on_event(Event(self.t, "knee", "knee", {"onset_t": self.above_since}))
+            if not over:
+                for i, sent in enumerate(self.queued):  # the queue drains: each waited
+                    self._end(-(i + 1), sent, self.t - sent)
+                    del self._sending[-(i + 1)]
+                self.queued = []
+            self._credit += self.schedule.rate * self.TICK
+            while self._credit >= 1:
+                self._credit -= 1
+                self._sent_total += 1
+                if over:
+                    self.queued.append(self.t)
+                    self._sending[-len(self.queued)] = self.t
+                else:
+                    self._end(self._sent_total, self.t, 0.1)
+
+    def _end(self, request_id: int, sent: float, ttft: float) -> None:
+        assert self.controller is not None
+        self.controller.on_request(
+            RequestRecord(
+                id=request_id,
+                scheduled_at=sent,
+                sent_at=sent,
+                end_at=sent + ttft + 0.05,
+                first_token_at=sent + ttft,
+                chunk_times=[sent + ttft, sent + ttft + 0.05],
+                completion_tokens=2,
+            )  # fmt: skip
+        )
+
+
+@pytest.mark.parametrize("true_max", [4.2, 9.0])
+def test_the_ramp_stops_at_the_knee_and_the_search_still_finds_the_max(monkeypatch, true_max):
+    # Without the knee the ramp would walk on to 20 req/s: the windows past the max never
+    # end while the rate stays above it, so none of them can break the SLO in time.
+    fake = QueueingRun(true_max)
+    monkeypatch.setattr(search_module, "RAMP_WINDOW_S", (0.5, 0.5))
+    monkeypatch.setattr(search_control, "POLL_S", 0.0)
+
+    async def fake_sleep(seconds: float) -> None:
+        until = fake.t + seconds
+        await asyncio.sleep(0)
+        for _ in range(10**7):
+            if fake.t >= until or fake.schedule.finished:
+                return
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(search_control, "asyncio", SimpleNamespace(sleep=fake_sleep))
+    plan = SearchPlan(
+        SearchPlan.from_flags("ttft_p90<300ms").slo, tolerance=search_module.Tolerance(0.5), hold_s=2.0, settle_s=0.2
+    )
+    controller = SearchControl(fake, plan)
+    fake.controller = controller
+
+    async def main() -> None:
+        server = asyncio.ensure_future(fake.serve())
+        await asyncio.wait_for(controller.drive(), timeout=60)
+        await server
+
+    asyncio.run(main())
+    steps = [e.data for e in fake.events if e.kind == "search"]
+    knee = next(d for d in steps if d["search"] == "knee")
+    bracket = next(d for d in steps if d["search"] == "bracket")
+    ramp_rates = fake.rates_set[: fake.rates_set.index(max(fake.rates_set)) + 1]
+    # the ramp went at most a step or two past the max (the detector's delay), not to 20
+    assert max(ramp_rates) < true_max + 2 * 0.95 + 1e-9 < 20
+    assert true_max < knee["level"] <= true_max + 0.95 + 1e-9  # the step in force at the onset
+    assert bracket["hi"] == knee["level"] and bracket["lo"] <= true_max
+    result = steps[-1]["result"]
+    assert result["failure"] is None
+    assert result["max"] <= true_max < result["next_step_up"] <= result["max"] + 0.5 + 1e-9
+    # a window with nothing sent in it (1.95 req/s for 0.5 s) is no evidence: not a break
+    assert "search ramp at 1.95 req/s: no figures; no request was sent in it: not judged" in [
+        e.message for e in fake.events
+    ]
