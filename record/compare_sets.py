@@ -3,7 +3,9 @@
 the means with Welch's 95 % interval (``core.figures.intervals.welch_interval``); B is
 "better" or "worse" only where that interval excludes 0 (and the change is at least 1 %:
 else "negligible"), else "within noise"; a set of one repeat has no spread to judge
-("too few repeats"). The rows have the shape of a comparison of two recordings
+("too few repeats"). Counts of requests (successful, failed, cancelled) keep their
+interval but have no verdict, as in a comparison of two recordings: a count follows the
+load's length and drain, not only the server. The rows have the shape of a comparison of two recordings
 (``cli_compare.compare_rows``), so the table and ``--json`` read the same.
 """
 
@@ -20,6 +22,7 @@ from rampwatch.record.repeat_set import RepeatSet
 SET_COMPARED: tuple[tuple[str, str, bool | None], ...] = (
     ("completed", "Successful requests", True),
     ("failed", "Failed requests", False),
+    ("cancelled", "Cancelled requests", False),
     ("error_rate_pct", "Error rate (%)", False),
     ("request_throughput", "Request throughput (req/s)", True),
     ("request_goodput", "Request goodput (req/s)", True),
@@ -39,10 +42,14 @@ SET_COMPARED: tuple[tuple[str, str, bool | None], ...] = (
     ("knee_rps", "Knee (req/s)", True),
     ("max_goodput_rps", "Max good-put (req/s, 10 s)", True),
 )
+# Counts of requests: interval shown, never judged (a comparison of two recordings has no
+# samples for them either, so no verdict; see the module).
+COUNTS = frozenset({"completed", "failed", "cancelled"})
 NEGLIGIBLE_PCT = 1.0
 SET_FOOTER = (
     "B better/worse only where Welch's {confidence:.0%} interval of B − A over the repeats' figures excludes 0 "
-    "and the change is at least 1% (else negligible); A and B are the means over each set's repeats."
+    "and the change is at least 1% (else negligible); A and B are the means over each set's repeats; "
+    "request counts are not judged (-: they follow the load's length and drain, not only the server)."
 )
 
 
@@ -84,7 +91,8 @@ def compare_set_rows(a: RepeatSet, b: RepeatSet) -> list[dict[str, Any]]:
         interval = welch_interval(xa or (), xb or ())
         low = None if interval is None else interval.low
         high = None if interval is None else interval.high
-        verdict = set_verdict(low, high, change, higher_better) if interval is not None else "-"
+        judged = interval is not None and key not in COUNTS
+        verdict = set_verdict(low, high, change, higher_better) if judged else "-"
         rows.append(
             {
                 "key": key,

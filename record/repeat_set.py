@@ -4,7 +4,8 @@ JSON, the summary's text, and the set file that names the repeats' recordings
 (``REC.repeats.json``), which `rampwatch compare` reads.
 
 The figures of a repeat are its result JSON's numbers (`vllm bench serve`'s summary
-keys) plus its knee (``knee_rps``, the knee event's offered rate) and its max good-put
+keys, and ``cancelled``: the requests the run cancelled, its ``rampwatch_cancelled``) plus
+its knee (``knee_rps``, the knee event's offered rate) and its max good-put
 (``max_goodput_rps``: the most requests meeting the scenario's SLO ending in any 10 s,
 per second; without an SLO every successful request counts).
 """
@@ -74,16 +75,22 @@ def recording_extras(recording: Recording, slo_ms: Mapping[str, float] | None) -
 
 def numeric_figures(result: Mapping[str, Any]) -> dict[str, float]:
     """A result JSON's measured numbers (vLLM's summary keys): numbers at the top level,
-    not the load's settings, not ``rampwatch_`` additions or per-request lists."""
-    return {
+    not the load's settings, not ``rampwatch_`` additions or per-request lists; and
+    ``cancelled`` (its ``rampwatch_cancelled``: vLLM's keys have no count of them, and a
+    drain that cancels shrinks ``completed``). A result JSON without it has no ``cancelled``."""
+    out = {
         k: float(v)
         for k, v in result.items()
-        if isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and not k.startswith("rampwatch_")
-        and k not in _SETTINGS
-        and math.isfinite(float(v))
+        if _finite_number(v) and not k.startswith("rampwatch_") and k not in _SETTINGS
     }
+    cancelled = result.get("rampwatch_cancelled")
+    if isinstance(cancelled, (int, float)) and _finite_number(cancelled):
+        out["cancelled"] = float(cancelled)
+    return out
+
+
+def _finite_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
 def combine_figures(figures: Sequence[Mapping[str, float | None]]) -> dict[str, MeanInterval]:
@@ -121,6 +128,8 @@ def combined_result(
         "confidence": CONFIDENCE,
         "recordings": list(recordings),
         "figures": {key: interval.to_dict() for key, interval in combined.items()},
+        # how many repeats found a knee (its figure is over those only; none: no knee_rps)
+        "knee_reached": combined["knee_rps"].n if "knee_rps" in combined else 0,
     }
     return out
 
@@ -197,12 +206,14 @@ def read_set(path: str | Path) -> RepeatSet:
 SUMMARY_ROWS: tuple[tuple[str, str, int], ...] = (
     ("completed", "Successful requests", 1),
     ("failed", "Failed requests", 1),
+    ("cancelled", "Cancelled requests", 1),
     ("duration", "Benchmark duration (s)", 2),
     ("request_throughput", "Request throughput (req/s)", 2),
     ("request_goodput", "Request goodput (req/s)", 2),
     ("output_throughput", "Output token throughput (tok/s)", 2),
     ("total_token_throughput", "Total token throughput (tok/s)", 2),
     ("max_output_tokens_per_s", "Peak output token throughput (tok/s)", 2),
+    ("max_concurrent_requests", "Peak concurrent requests", 1),
     ("mean_ttft_ms", "Mean TTFT (ms)", 2),
     ("median_ttft_ms", "Median TTFT (ms)", 2),
     ("p99_ttft_ms", "P99 TTFT (ms)", 2),
@@ -239,12 +250,25 @@ def format_set_summary(combined: Mapping[str, MeanInterval], requested: int) -> 
     rows = [*SUMMARY_ROWS, *((k, _percentile_label(k), 2) for k in more)]
     for key, label, digits in rows:
         interval = combined.get(key)
+        if key == "knee_rps" and n:  # the knee always answered: a repeat without one has no value
+            lines += knee_rows(interval, n, label, digits)
+            continue
         if interval is None:
             continue
         values = ", ".join(f"{v:.{digits}f}" for v in interval.values)
         lines.append(f"{label:<40}{interval.text(digits):>18} {interval.n:>2}  {values}")
     lines.append("=" * 78)
     return "\n".join(lines)
+
+
+def knee_rows(interval: MeanInterval | None, repeats: int, label: str, digits: int) -> list[str]:
+    """The knee's row: ``not reached in 3/3`` where no repeat found one; where some did,
+    its mean ± over those, and ``reached in 2/3``."""
+    if interval is None:
+        return [f"{label:<40}{'-':>18} {0:>2}  not reached in {repeats}/{repeats}"]
+    values = ", ".join(f"{v:.{digits}f}" for v in interval.values)
+    reached = "" if interval.n >= repeats else f" (reached in {interval.n}/{repeats}: the mean is over those)"
+    return [f"{label:<40}{interval.text(digits):>18} {interval.n:>2}  {values}{reached}"]
 
 
 def report_set(path: str | Path, as_json: bool = False) -> int:
@@ -256,7 +280,13 @@ def report_set(path: str | Path, as_json: bool = False) -> int:
     requested = requested if isinstance(requested, int) and not isinstance(requested, bool) else len(one.recordings)
     if as_json:
         figures = {key: interval.to_dict() for key, interval in combined.items()}
-        print(strict_json.dumps({"recordings": [str(p) for p in one.recordings], "figures": figures}, indent=2))
+        knee = combined.get("knee_rps")
+        out = {
+            "recordings": [str(p) for p in one.recordings],
+            "figures": figures,
+            "knee_reached": knee.n if knee else 0,
+        }
+        print(strict_json.dumps(out, indent=2))
         return 0
     print(format_set_summary(combined, requested))
     print("recordings: " + printable(", ".join(str(p) for p in one.recordings)))

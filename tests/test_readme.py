@@ -22,3 +22,28 @@ def test_readme_has_exactly_two_setup_commands():
 def test_ci_runs_the_readme_test_command():
     ci = (REPO / ".ci" / "run").read_text()
     assert readme_commands()[1] in ci
+
+
+def _github_slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_links_into_the_docs_name_headings_that_exist():
+    text = (REPO / "README.md").read_text()
+    links = re.findall(r"\((docs/[\w./-]+\.md)#([\w-]+)\)", text)
+    assert links
+    for path, anchor in links:
+        headings = re.findall(r"^#+ (.+)$", (REPO / path).read_text(), re.M)
+        assert anchor in {_github_slug(h) for h in headings}, f"{path}#{anchor}"
+
+
+def test_the_readme_names_the_repeats_and_where_ttft_went():
+    """A new user reads the command list and the features first (review rv-user29)."""
+    text = (REPO / "README.md").read_text()
+    use = text.split("## Use", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```sh\n(.+?)\n```", use, re.S)[0]
+    assert re.search(r"^rampwatch run .*--repeats \d", commands, re.M)
+    assert re.search(r"^rampwatch compare \S+\.repeats\.json \S+\.repeats\.json", commands, re.M)
+    assert "**Repeats with intervals.**" in use and "**Where TTFT went**" in use
+    assert "rampwatch_ttft_phases" in use

@@ -5,6 +5,7 @@
 - ``build``: the run and its recording writer over a plan whose server is ready;
 - ``finish``: the final figures (read back from the recording), summary, result JSON, exit code;
 - ``headless``: the headless loop and its progress lines;
+- ``prometheus_port``: ``--prometheus-port``'s address checked in the plan, before anything starts;
 - ``prometheus_linger``: ``--prometheus-port`` served on after the run until scraped.
 
 The live screen (``app.live``) and the sweep (``app.sweep``) use the same phases.

@@ -19,6 +19,7 @@ from rampwatch.app.ray_run import ray_workers
 from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session.embedded_sim import notes_line
 from rampwatch.app.session.plan import RunPlan, drain_policy, plan_run, recorded_options
+from rampwatch.app.session.prometheus_port import SERVING
 from rampwatch.app.session.server import SERVER_TAIL_SHOWN, start_server
 from rampwatch.core.errors import ServerExited, UserError
 from rampwatch.core.figures.server_limits import ServerLimits
@@ -259,8 +260,8 @@ def prometheus_sinks(config: RunConfig, scenario: Any = None) -> list[TimelineSi
 # The Prometheus target of this process's last run on each address: it serves until the
 # process exits (after the run, ``--prometheus-linger`` waits for a scrape of its final
 # figures: app.session.prometheus_linger) or the next run on the address (a sweep)
-# replaces it.
-_PROMETHEUS_SERVING: dict[tuple[str, int], Any] = {}
+# replaces it. Shared with the plan's check of the port (app.session.prometheus_port).
+_PROMETHEUS_SERVING = SERVING
 
 
 def prometheus_targets() -> list[Any]:

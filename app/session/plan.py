@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from rampwatch.app.run_config import RunConfig
 from rampwatch.app.session.embedded_sim import embedded_sim_model, sim_choice
+from rampwatch.app.session.prometheus_port import check_prometheus_port
 from rampwatch.app.session.server import check_url, serve_command
 from rampwatch.core.cache_salt import cache_salt_choice
 from rampwatch.core.errors import UserError
@@ -229,6 +230,7 @@ def plan_run(config: RunConfig, claim: bool = True) -> RunPlan:
     )
     if config.ca_cert:
         ca_context(config.ca_cert)  # a missing or bad file: one line now, not after the set-up
+    check_prometheus_port(config)  # in use: one line now, not after --serve's server has started
     metrics_urls = [check_url("--metrics-url", u) for u in config.metrics_url]
     recording_path = None
     if not config.no_record:

@@ -145,18 +145,22 @@ def test_linger_without_a_port_is_one_line(env):
     assert "Traceback" not in out.stderr
 
 
-def test_a_port_in_use_is_one_line_naming_the_flag(env):
+def test_a_port_in_use_is_one_line_naming_the_flag(env, tmp_path):
+    """Said in the plan: no server (here the embedded simulator) started, no recording or
+    .server.log left behind (review rv-user29)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         out = rampwatch(
-            env, "run", "random", *SIM_FLAGS, "--duration", "2", "--headless", "--no-record",
-            "--prometheus-port", str(port),
+            env, "run", "random", *SIM_FLAGS, "--duration", "2", "--headless",
+            "--record", str(tmp_path / "a.rwrec"), "--prometheus-port", str(port),
         )  # fmt: skip
     assert out.returncode == 2, out.stderr
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith(f"rampwatch run: error: --prometheus-port {port}: cannot serve on 127.0.0.1:{port} (")
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"rampwatch run: error: --prometheus-port {port}: cannot serve on 127.0.0.1:{port} (")
+    assert out.stdout == "" and list(tmp_path.iterdir()) == []  # nothing started, nothing written
     assert "Traceback" not in out.stderr
 
 

@@ -82,7 +82,10 @@ class StandIn:
         if isinstance(code, type):
             raise code()
         if code == 0:
-            result = {"model_id": "m", "completed": 10 + k, "mean_ttft_ms": 48.0 + 2 * k, "request_rate": 5.0}
+            result = {
+                "model_id": "m", "completed": 10 + k, "mean_ttft_ms": 48.0 + 2 * k, "request_rate": 5.0,
+                "max_concurrent_requests": 20 + k, "rampwatch_cancelled": 300 - 10 * k,
+            }  # fmt: skip
             Path(config.record).with_suffix(".json").write_text(json.dumps(result))
         return code
 
@@ -102,6 +105,31 @@ def test_repeats_write_a_recording_each_the_combined_result_and_the_set(tmp_path
     assert written["recordings"] == ["a-r1.rwrec", "a-r2.rwrec", "a-r3.rwrec"]
     out = capsys.readouterr().out
     assert "repeat 2/3 (seed 1) recording to" in out and "Repeats: mean ± 95 % interval (3 of 3)" in out
+
+
+def test_the_repeats_summary_json_and_report_show_the_cancelled_the_peak_concurrency_and_the_knee(tmp_path, capsys):
+    """A drain that cancels most requests: the cancelled count (the result JSON's
+    ``rampwatch_cancelled``) and the peak concurrency are in the combined table, JSON and
+    a report of the set; a knee no repeat reached says so (review rv-user29)."""
+    config = RunConfig("chat", repeats=3, cool_down=0, record=str(tmp_path / "a.rwrec"))
+    assert run_repeats(config, StandIn()) == 0
+    out = capsys.readouterr().out
+    combined = json.loads((tmp_path / "a.json").read_text())["rampwatch_repeats"]
+    assert combined["figures"]["cancelled"]["values"] == [290.0, 280.0, 270.0]
+    assert combined["figures"]["max_concurrent_requests"]["values"] == [21.0, 22.0, 23.0]
+    assert combined["knee_reached"] == 0 and "knee_rps" not in combined["figures"]  # small.rwrec: no knee
+    assert rampwatch_main(["report", str(tmp_path / "a.repeats.json")]) == 0
+    report = capsys.readouterr().out
+    for text in (out, report):
+        lines = text.splitlines()
+        cancelled = next(x for x in lines if x.startswith("Cancelled requests"))
+        assert "280.0 ± " in cancelled and cancelled.endswith("290.0, 280.0, 270.0")
+        peak = next(x for x in lines if x.startswith("Peak concurrent requests"))
+        assert "22.0 ± " in peak and peak.endswith("21.0, 22.0, 23.0")
+        assert next(x for x in lines if x.startswith("Knee")).endswith("not reached in 3/3")
+    assert rampwatch_main(["report", str(tmp_path / "a.repeats.json"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["figures"]["cancelled"]["mean"] == 280.0 and data["knee_reached"] == 0
 
 
 @pytest.mark.parametrize(("fail", "code"), [(130, 130), (KeyboardInterrupt, 130), (1, 1)])

@@ -42,6 +42,18 @@ def test_rows_use_the_per_repeat_figures():
     assert "knee_rps" not in rows  # neither set has it
 
 
+def test_request_counts_keep_their_interval_but_have_no_verdict():
+    """As in a compare of two recordings, a count of requests follows the load's length
+    and drain, not only the server: shown with its interval, not judged (review rv-user29)."""
+    a = repeat_set({"completed": (105.0, 43.0, 80.0), "failed": (0.0, 0.0, 0.0), "cancelled": (275.0, 383.0, 300.0)})
+    b = repeat_set({"completed": (500.0, 510.0, 505.0), "failed": (9.0, 8.0, 9.0), "cancelled": (0.0, 1.0, 0.0)})
+    rows = {r["key"]: r for r in compare_set_rows(a, b)}
+    for key in ("completed", "failed", "cancelled"):
+        assert rows[key]["verdict"] == "-" and rows[key]["better"] is None, key
+        assert rows[key]["low"] is not None and rows[key]["low"] < rows[key]["delta"] < rows[key]["high"], key
+    assert rows["error_rate_pct"]["verdict"] == "worse"  # a rate, not a count: still judged
+
+
 def test_a_set_of_one_repeat_has_no_interval():
     rows = compare_set_rows(repeat_set({"mean_ttft_ms": (50.0,)}), repeat_set({"mean_ttft_ms": (70.0, 71.0)}))
     assert (
@@ -57,6 +69,8 @@ def test_compare_of_two_sets_prints_the_welch_table(tmp_path, capsys):
     line = next(x for x in out.splitlines() if x.startswith("Mean TTFT (ms)"))
     assert "+20.00 [+" in line and line.endswith("B worse (↓ better)")
     assert f"A: {a} (3 repeats)" in out and "Welch's 95% interval of B − A over the repeats' figures" in out
+    assert "request counts are not judged" in out
+    assert next(x for x in out.splitlines() if x.startswith("Successful requests")).endswith("  - (↑ better)")
     assert rampwatch_main(["compare", str(a), str(b), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["sets"]["a"] == [str(tmp_path / f"a-r{k}.rwrec") for k in (1, 2, 3)]

@@ -38,6 +38,38 @@ def test_numeric_figures_leave_out_settings_lists_text_and_additions():
     assert numeric_figures(result) == {"completed": 10.0, "mean_ttft_ms": 52.5}
 
 
+@pytest.mark.parametrize(
+    ("result", "cancelled"),
+    [({"rampwatch_cancelled": 275}, 275.0), ({"rampwatch_cancelled": 0}, 0.0), ({}, None),
+     ({"rampwatch_cancelled": None}, None), ({"rampwatch_cancelled": True}, None)],
+)  # fmt: skip
+def test_the_cancelled_count_is_a_figure_of_a_repeat(result, cancelled):
+    """A drain that cancels shrinks ``completed``: the cancelled count is combined too
+    (a result JSON from before it had none: no figure)."""
+    assert numeric_figures({"completed": 10, **result}).get("cancelled") == cancelled
+
+
+@pytest.mark.parametrize(
+    ("knees", "row_end"),
+    [
+        ([None, None, None], "not reached in 3/3"),
+        ([7.0, None, 9.0], "7.00, 9.00 (reached in 2/3: the mean is over those)"),
+        ([7.0, 8.0, 9.0], "7.00, 8.00, 9.00"),
+    ],
+)
+def test_the_summary_always_answers_the_knee(knees, row_end):
+    figures = [{"completed": 10.0, "knee_rps": k} for k in knees]
+    combined = combine_figures(figures)
+    summary = format_set_summary(combined, 3)
+    knee = next(x for x in summary.splitlines() if x.startswith("Knee (req/s offered)"))
+    assert knee.endswith(row_end)
+    reached = sum(k is not None for k in knees)
+    assert (
+        combined_result([{"completed": 10}] * 3, combined, ["a", "b", "c"], 3)["rampwatch_repeats"]["knee_reached"]
+        == reached
+    )
+
+
 def test_combined_result_keeps_vllm_keys_as_the_means_and_adds_the_intervals():
     results = [
         {
