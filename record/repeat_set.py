@@ -77,12 +77,16 @@ def numeric_figures(result: Mapping[str, Any]) -> dict[str, float]:
     """A result JSON's measured numbers (vLLM's summary keys): numbers at the top level,
     not the load's settings, not ``rampwatch_`` additions or per-request lists; and
     ``cancelled`` (its ``rampwatch_cancelled``: vLLM's keys have no count of them, and a
-    drain that cancels shrinks ``completed``). A result JSON without it has no ``cancelled``."""
+    drain that cancels shrinks ``completed``). A result JSON without it has no ``cancelled``.
+    A repeat that completed no request has no latency figures (vLLM's 0 there is no
+    measurement: in a mean it would pull the others down)."""
     out = {
         k: float(v)
         for k, v in result.items()
         if _finite_number(v) and not k.startswith("rampwatch_") and k not in _SETTINGS
     }
+    if out.get("completed") == 0:  # vLLM writes 0 for the latencies of no request: none were measured
+        out = {k: v for k, v in out.items() if not k.endswith("_ms")}
     cancelled = result.get("rampwatch_cancelled")
     if isinstance(cancelled, (int, float)) and _finite_number(cancelled):
         out["cancelled"] = float(cancelled)

@@ -38,6 +38,14 @@ def test_numeric_figures_leave_out_settings_lists_text_and_additions():
     assert numeric_figures(result) == {"completed": 10.0, "mean_ttft_ms": 52.5}
 
 
+def test_a_repeat_that_completed_no_request_has_no_latency_figures():
+    # vLLM writes 0 ms for the latencies of no request: a mean over repeats must not read it
+    result = {"completed": 0, "request_throughput": 0.0, "mean_ttft_ms": 0.0, "p99_itl_ms": 0.0, "failed": 12}
+    assert numeric_figures(result) == {"completed": 0.0, "request_throughput": 0.0, "failed": 12.0}
+    both = combine_figures([numeric_figures(result), {"completed": 5.0, "mean_ttft_ms": 71.83}])
+    assert both["mean_ttft_ms"].mean == 71.83 and both["mean_ttft_ms"].n == 1
+
+
 @pytest.mark.parametrize(
     ("result", "cancelled"),
     [({"rampwatch_cancelled": 275}, 275.0), ({"rampwatch_cancelled": 0}, 0.0), ({}, None),
