@@ -2,7 +2,7 @@
 # Runs `rampwatch run chat` in tmux against the embedded simulator, as a person would:
 #
 #   1. at 160x48, fails if the charts are still empty (or the server panels have no
-#      /metrics) after WAIT_S (20) seconds;
+#      /metrics) after WAIT_S (20) seconds (it goes on as soon as they are filled);
 #   2. resizes to 80x24 and fails if the tabbed layout shows no chart;
 #   3. holds (space) and checks the header says HOLDING, adds a mark (m, note, enter);
 #   4. presses ctrl+c and checks it asks for confirmation like q (n keeps the run);
@@ -45,8 +45,17 @@ tmuxc -f /dev/null new-session -d -s "$session" -x 160 -y 48 \
   "cd '$REPO' && sh -c 'echo \$\$ > \"$pidfile\"; exec \"$PY\" -m rampwatch.app.cli run chat --no-record --stop-grace 3'; echo EXITED \$?; sleep 600"
 tmuxc set-option -t "$session" remain-on-exit on >/dev/null
 
-sleep "$WAIT_S"
-wide="$(capture live-160x48)"
+charts_filled() {  # charts_filled CAPTURE -> 0 when the 160x48 checks below pass, with room
+  ! grep -q -e "EXITED" -e "waiting for data" -e "no usable /metrics" "$1" \
+    && grep -q "RAMPING" "$1" && [ "$(braille_cells "$1")" -ge 75 ]
+}
+# Looked at every POLL_S until the charts have filled, at most WAIT_S: the checks are the
+# same, and a run whose charts fill in 10 s does not wait out the 20. Filled here is 75
+# cells, not the 60 checked: the 80x24 check after it wants 30 of a third of the width.
+deadline=$((SECONDS + WAIT_S))
+while wide="$(capture live-160x48)" && ! charts_filled "$wide" && [ $SECONDS -lt $deadline ]; do
+  sleep "$POLL_S"
+done
 grep -q "EXITED" "$wide" && fail "rampwatch exited early" "$wide"
 cells="$(braille_cells "$wide")"
 grep -q "waiting for data" "$wide" && fail "a chart is still waiting for data after ${WAIT_S}s" "$wide"

@@ -49,7 +49,9 @@ def vllm_server():
     server in its own process group, and stops it when the test session ends.
     """
     harness = _load_vllm_harness()
-    server = harness.VllmServer(harness.ensure_setup())
+    # --enforce-eager: vLLM's CPU build otherwise compiles the model with inductor at each
+    # start (its compile cache fails to load), 8-40 s of CPU the other workers wait for
+    server = harness.VllmServer(harness.ensure_setup(), extra_args=["--enforce-eager"])
     server.start()
     try:
         server.wait_ready()

@@ -27,7 +27,9 @@ def test_run_serve_starts_real_vllm_records_it_and_leaves_no_process(tmp_path):
     harness = _load_vllm_harness()
     port = free_port()
     command = harness.VllmServer(harness.ensure_setup(), port=port).command()
-    serve = " ".join([*ENV, shlex.join(command), "--max-num-seqs", "8"])
+    # --enforce-eager: no inductor compile at start (vLLM's CPU build compiles at each start,
+    # 8-40 s of CPU: its compile cache fails to load); what is checked is rampwatch's --serve
+    serve = " ".join([*ENV, shlex.join(command), "--max-num-seqs", "8", "--enforce-eager"])
     recording = tmp_path / "serve.rwrec"
     proc = subprocess.run(
         [

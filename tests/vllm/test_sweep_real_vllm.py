@@ -31,10 +31,13 @@ def test_sweep_two_configurations_of_real_vllm(tmp_path):
     harness = _harness()
     paths = harness.ensure_setup()
     port = free_port()
+    # --enforce-eager: vLLM's CPU build otherwise compiles the model with inductor at every
+    # start (its compile cache fails to load: "'function' object has no attribute
+    # 'finalize_loading'"), 8-40 s of CPU each; what is checked is the sweep's servers
     serve = (
         "VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 "
         f"{paths.python} -m vllm.entrypoints.openai.api_server --model {paths.model} "
-        f"--served-model-name {harness.SERVED_MODEL_NAME} --dtype float32 --max-model-len {harness.MAX_MODEL_LEN} "
+        f"--served-model-name {harness.SERVED_MODEL_NAME} --dtype float32 --max-model-len {harness.MAX_MODEL_LEN} --enforce-eager "
         f"--host 127.0.0.1 --port {port}"
     )
     sweep = tmp_path / "sweep.yaml"
