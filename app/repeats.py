@@ -15,12 +15,15 @@ completed repeats are written; the exit code is the failed repeat's.
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import math
 import re
 import ssl
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -80,13 +83,20 @@ def repeat_config(config: RunConfig, k: int, base: Path, base_seed: int) -> RunC
     )
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """The idle wait follows no redirect: a /metrics that sends it elsewhere would get
+    the --header values (the run's own scrape follows none to another origin)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def server_queue(url: str, config: RunConfig, timeout_s: float = 2.0) -> float | None:
     """Requests running plus waiting on the server's /metrics (vLLM's gauges); None when
-    the page cannot be read or has neither."""
+    the page cannot be read (within ``timeout_s`` in all: a page that trickles in is
+    given up), redirects elsewhere, or has neither. It carries the ``--header`` headers,
+    as the run's own scrape does, not the API key."""
     request = urllib.request.Request(url, headers=dict(config.header))
-    key = config.api_key_or_env
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
     context = None
     if config.ca_cert:
         context = ssl.create_default_context(cafile=config.ca_cert)
@@ -94,13 +104,26 @@ def server_queue(url: str, config: RunConfig, timeout_s: float = 2.0) -> float |
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    opener = urllib.request.build_opener(_NoRedirect(), urllib.request.HTTPSHandler(context=context))
+    deadline = time.monotonic() + timeout_s
+    body = bytearray()
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:  # noqa: S310
-            text = response.read(4_000_000).decode("utf-8", "replace")
-    except (OSError, ValueError):
+        with opener.open(request, timeout=timeout_s) as response:
+            if response.status != 200:
+                return None
+            while len(body) < 4_000_000:
+                if time.monotonic() > deadline:
+                    return None
+                chunk = response.read1(65536)
+                if not chunk:
+                    break
+                body += chunk
+    except (OSError, ValueError, http.client.HTTPException):
         return None
+    text = body.decode("utf-8", "replace")
     values = [float(m.group(3)) for m in _QUEUE_METRIC.finditer(text)]
-    return sum(values) if values else None
+    total = sum(values) if values else None
+    return total if total is not None and math.isfinite(total) else None
 
 
 def wait_for_idle(config: RunConfig, out: TextIO, limit_s: float = IDLE_WAIT_S) -> None:
@@ -146,6 +169,60 @@ def repeat_figures(rec: Path, slo_ms: dict[str, float] | None) -> tuple[dict[str
     return result, figures
 
 
+def check_set_outputs(
+    config: RunConfig, base: Path, combined_json: Path, set_path: Path, configs: list[RunConfig]
+) -> None:
+    """Before the first repeat: ``--record`` names a file (not a directory or a device:
+    the repeats' files are named after it), and the combined result JSON is none of the
+    repeats' own files nor the set file, and can be written (else it would replace a
+    repeat's recording, or be lost after the last repeat)."""
+    if base.exists() and not base.is_file():
+        raise UserError(
+            f"--record {base}: not a file; --repeats names its files after it (REC-r1.rwrec …): give a file path"
+        )
+    from rampwatch.app.session.plan import check_outputs, result_json_path
+    from rampwatch.loadgen.server.managed import server_log_path
+
+    theirs = [set_path]
+    for one in configs:
+        rec = Path(one.record or "")
+        theirs += [
+            rec,
+            result_json_path(None, rec) or rec,
+            Path(one.server_log) if one.server_log else server_log_path(rec),
+        ]
+    resolved = combined_json.resolve()
+    if any(resolved == other.resolve() for other in theirs):
+        raise UserError(
+            f"--result-json {combined_json}: is one of the repeats' own files (a recording, its result JSON or "
+            "server log, or the set file); give it another path"
+        )
+    check_outputs(None, combined_json, [])
+    check_outputs(None, set_path, [])
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP between two repeats end the repeats as Ctrl-C does (the
+    completed ones are combined), as they stop a headless run; main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: TextIO | None = None) -> int:
     """The repeats, one after another, then the combined figures (see the module)."""
     out = out if out is not None else sys.stdout
@@ -156,6 +233,7 @@ def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: Tex
     set_path = repeat_set.set_file(base)
     seed = config.seed if config.seed is not None else scenario.seed
     configs = [repeat_config(config, k, base, seed) for k in range(1, config.repeats + 1)]
+    check_set_outputs(config, base, combined_json, set_path, configs)
     if not config.force:  # every output claimed before the first repeat starts, not at repeat 3
         for path in [combined_json, set_path, *(Path(c.record or "") for c in configs)]:
             if path.exists():
@@ -172,8 +250,9 @@ def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: Tex
                 flush=True,
             )
             try:
-                time.sleep(config.cool_down)
-                wait_for_idle(config, out)
+                with _signals_interrupt():
+                    time.sleep(config.cool_down)
+                    wait_for_idle(config, out)
             except KeyboardInterrupt:  # between two repeats: the completed ones are combined
                 print(f"rampwatch run: interrupted before repeat {k}/{config.repeats}", file=sys.stderr)
                 code = 130

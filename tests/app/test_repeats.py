@@ -3,7 +3,10 @@ configuration, and the sequence around a stand-in run (a copied recording and re
 JSON): the combined files, an interrupted or failed repeat, outputs that exist."""
 
 import json
+import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -262,3 +265,122 @@ def test_a_repeat_whose_figures_cannot_be_read_back_ends_the_repeats(tmp_path, c
     config = RunConfig("chat", repeats=2, cool_down=0, record=str(tmp_path / "a.rwrec"))
     assert run_repeats(config, no_result) == 1
     assert f"repeat 1/2: cannot read its figures back from {tmp_path / 'a-r1.rwrec'}" in capsys.readouterr().err
+
+
+class _Pages:
+    """Two local HTTP servers in threads: ``front`` answers /metrics as ``behaviour``
+    says; ``elsewhere`` (another origin) notes whatever reaches it."""
+
+    def __init__(self, behaviour: str) -> None:
+        import http.server
+        import threading
+
+        self.seen: list[dict[str, str]] = []
+        seen = self.seen
+
+        class Elsewhere(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                seen.append(dict(self.headers))
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"vllm:num_requests_running 0\n")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.elsewhere = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+        target = f"http://127.0.0.1:{self.elsewhere.server_address[1]}/metrics"
+
+        class Front(Elsewhere):
+            def do_GET(self) -> None:  # noqa: N802
+                seen.append(dict(self.headers))
+                if behaviour == "redirect":
+                    self.send_response(302)
+                    self.send_header("Location", target)
+                    self.end_headers()
+                    return
+                self.send_response(200)  # trickle: a byte a tenth of a second, for ever
+                self.end_headers()
+                try:
+                    while True:
+                        self.wfile.write(b"#")
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                except OSError:
+                    pass
+
+        self.front = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Front)
+        self.front.daemon_threads = True
+        for server in (self.front, self.elsewhere):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.front.server_address[1]}/metrics"
+
+    def close(self) -> None:
+        for server in (self.front, self.elsewhere):
+            server.shutdown()
+            server.server_close()
+
+
+def test_the_idle_wait_follows_no_redirect_and_sends_no_api_key():
+    pages = _Pages("redirect")
+    try:
+        config = RunConfig("chat", api_key="sk-SECRET", header=(("X-Gw", "HDRSECRET"),))
+        assert server_queue(pages.url, config, timeout_s=2.0) is None
+    finally:
+        pages.close()
+    assert len(pages.seen) == 1  # the redirect was not followed to the other origin
+    assert pages.seen[0].get("X-Gw") == "HDRSECRET" and "Authorization" not in pages.seen[0]
+
+
+def test_a_metrics_page_that_trickles_in_is_given_up_within_the_timeout():
+    pages = _Pages("trickle")
+    try:
+        started = time.monotonic()
+        assert server_queue(pages.url, RunConfig("chat"), timeout_s=0.5) is None
+        assert time.monotonic() - started < 2.0
+    finally:
+        pages.close()
+
+
+def test_sigterm_during_the_cool_down_combines_the_repeats_done(tmp_path, monkeypatch):
+    def terminated(_seconds):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr("rampwatch.app.repeats.time.sleep", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    config = RunConfig("chat", repeats=3, cool_down=5, record=str(tmp_path / "a.rwrec"))
+    assert run_repeats(config, StandIn()) == 130  # was: killed by SIGTERM, nothing combined
+    assert json.loads((tmp_path / "a.json").read_text())["rampwatch_repeats"]["completed"] == 1
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("combined", ["a-r1.rwrec", "a-r2.json", "a-r1.rwrec.server.log", "a.repeats.json"])
+def test_a_combined_result_json_that_is_a_repeats_own_file_is_refused_before_the_first(tmp_path, combined):
+    run = StandIn()
+    config = RunConfig(
+        "chat", repeats=2, cool_down=0, record=str(tmp_path / "a.rwrec"), result_json=str(tmp_path / combined)
+    )
+    with pytest.raises(UserError, match=r"is one of the repeats' own files"):
+        run_repeats(config, run)
+    assert run.seen == []
+
+
+def test_a_combined_result_json_that_cannot_be_written_is_refused_before_the_first(tmp_path):
+    (tmp_path / "file").write_text("")
+    run = StandIn()
+    config = RunConfig(
+        "chat", repeats=2, cool_down=0, record=str(tmp_path / "a.rwrec"), result_json=str(tmp_path / "file" / "x.json")
+    )
+    with pytest.raises(UserError, match=r"a parent of it is not a directory"):
+        run_repeats(config, run)
+    assert run.seen == []
+
+
+@pytest.mark.parametrize("record", ["dir", os.devnull])
+def test_a_record_that_is_not_a_file_is_refused_before_the_first(tmp_path, record):
+    (tmp_path / "dir").mkdir()
+    run = StandIn()
+    path = str(tmp_path / record) if record == "dir" else record
+    with pytest.raises(UserError, match=r"not a file; --repeats names its files after it"):
+        run_repeats(RunConfig("chat", repeats=2, cool_down=0, record=path), run)
+    assert run.seen == []
