@@ -176,6 +176,16 @@ def is_set_file(path: str | Path) -> bool:
     return str(path).endswith(SET_SUFFIX)
 
 
+def _is_finite_number(value: object) -> bool:
+    """A JSON number a figure can be (not a bool, NaN, ±Infinity or an int past float's range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def read_set(path: str | Path) -> RepeatSet:
     """A set file, checked: any problem (unreadable, not JSON, not a set file, a named
     recording missing) is one ``UserError`` line naming the file."""
@@ -186,6 +196,8 @@ def read_set(path: str | Path) -> RepeatSet:
         raise UserError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: not a repeats file (damaged JSON: {printable(str(exc))})") from None
+    except RecursionError:  # nested deeper than json can read
+        raise UserError(f"{p}: not a repeats file (damaged JSON: nested too deep)") from None
     if not isinstance(data, dict) or data.get("format") != SET_FORMAT:
         raise UserError(f'{p}: not a repeats file (no "format": "{SET_FORMAT}")')
     names, figures = data.get("recordings"), data.get("figures")
@@ -200,8 +212,8 @@ def read_set(path: str | Path) -> RepeatSet:
     values: dict[str, tuple[float, ...]] = {}
     for key, figure in figures.items():
         got = figure.get("values") if isinstance(figure, dict) else None
-        if not isinstance(got, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in got):
-            raise UserError(f"{p}: figures.{printable(str(key))}.values is not a list of numbers")
+        if not isinstance(got, list) or not all(_is_finite_number(v) for v in got):
+            raise UserError(f"{p}: figures.{printable(str(key))}.values is not a list of finite numbers")
         values[str(key)] = tuple(float(v) for v in got)
     return RepeatSet(p, recordings, values)
 
@@ -237,8 +249,8 @@ SUMMARY_ROWS: tuple[tuple[str, str, int], ...] = (
 
 def _percentile_label(key: str) -> str:
     """``p90_ttft_ms`` → ``P90 TTFT (ms)``."""
-    pct, metric, _ = key.split("_")
-    return f"{pct.upper()} {metric.upper()} (ms)"
+    pct, _, metric = key.removesuffix("_ms").partition("_")
+    return f"{pct.upper()} {printable(metric.upper())} (ms)"
 
 
 def format_set_summary(combined: Mapping[str, MeanInterval], requested: int) -> str:

@@ -90,7 +90,9 @@ def sample_variance(values: Sequence[float]) -> float:
     if n < 2:
         return 0.0
     mean = sum(values) / n
-    return sum((v - mean) ** 2 for v in values) / (n - 1)
+    return sum((v - mean) * (v - mean) for v in values) / (
+        n - 1
+    )  # a product: inf past float's range, never OverflowError
 
 
 def mean_interval(values: Sequence[float | None]) -> MeanInterval | None:
@@ -136,7 +138,10 @@ def welch_interval(a: Sequence[float | None], b: Sequence[float | None]) -> Diff
     se2 = va + vb
     if se2 == 0:
         return DifferenceInterval(delta, delta, delta, math.inf)
-    df = se2**2 / ((va**2 / (len(xa) - 1) if va else 0.0) + (vb**2 / (len(xb) - 1) if vb else 0.0))
+    denominator = (va * va / (len(xa) - 1) if va else 0.0) + (vb * vb / (len(xb) - 1) if vb else 0.0)
+    if not math.isfinite(se2) or not math.isfinite(denominator):  # figures past float's range
+        return DifferenceInterval(delta, None, None, None)
+    df = se2 * se2 / denominator if denominator > 0 else math.inf  # variances too small to square
     half = t_quantile_975(df) * math.sqrt(se2)
     return DifferenceInterval(delta, delta - half, delta + half, df)
 

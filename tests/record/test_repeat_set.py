@@ -18,6 +18,7 @@ from rampwatch.record.repeat_set import (
     read_set,
     recording_extras,
     repeat_recording,
+    report_set,
     set_file,
     write_set,
 )
@@ -149,9 +150,14 @@ def test_a_set_file_round_trips(tmp_path):
         (lambda p: (p.parent / "a-r2.rwrec").unlink(), r"names recording\(s\) that are missing: .*a-r2.rwrec"),
         (
             lambda p: p.write_text(p.read_text().replace('"values": [\n        50.0', '"values": [\n        "x"')),
-            r"figures.mean_ttft_ms.values is not a list of numbers",
+            r"figures.mean_ttft_ms.values is not a list of finite numbers",
         ),
         (lambda p: p.write_bytes(b"\xff\xfe"), "damaged JSON"),
+        # hand-edited: each was a traceback (RecursionError, OverflowError) or "nan" in compare
+        (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), r"damaged JSON: nested too deep"),
+        (lambda p: p.write_text(p.read_text().replace("50.0", "1" + "0" * 400)), "not a list of finite numbers"),
+        (lambda p: p.write_text(p.read_text().replace("50.0", "NaN")), "not a list of finite numbers"),
+        (lambda p: p.write_text(p.read_text().replace("50.0", "-Infinity")), "not a list of finite numbers"),
     ],
 )
 def test_a_bad_set_file_is_one_line_naming_it(tmp_path, damage, message):
@@ -180,3 +186,19 @@ def test_report_of_a_set_prints_its_summary_and_recordings(tmp_path, capsys):
     (tmp_path / "a-r3.rwrec").unlink()
     assert rampwatch_main(["report", str(path)]) == 2
     assert "names recording(s) that are missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["p90_queue_time_ms", "p9.9.9_a_ms", "p90_x\u001b[31m_ms"])
+def test_report_of_a_set_with_an_odd_percentile_key_names_it_in_one_row(tmp_path, capsys, key):
+    path = make_set(tmp_path, "a", [50.0, 52.0])
+    data = json.loads(path.read_text())
+    data["figures"][key] = {"values": [1.0, 2.0]}
+    path.write_text(json.dumps(data))
+    assert report_set(path) == 0  # was: ValueError (too many values to unpack) for p90_queue_time_ms
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+
+
+def test_figures_past_floats_range_give_no_traceback(tmp_path, capsys):
+    path = make_set(tmp_path, "a", [1e200, -1e200])
+    assert report_set(path) == 0  # was: OverflowError squaring 1e200

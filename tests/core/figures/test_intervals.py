@@ -107,3 +107,11 @@ def test_intervals_overlap() -> None:
     a, b, c = mean_interval([1.0, 2.0, 3.0]), mean_interval([2.5, 3.0, 3.5]), mean_interval([100.0, 101.0])
     assert a is not None and b is not None and c is not None
     assert intervals_overlap(a, b) and not intervals_overlap(a, c)
+
+
+def test_figures_past_floats_range_give_no_overflow_error() -> None:
+    wide = mean_interval([1e200, -1e200])
+    assert wide is not None and wide.half_width == float("inf")
+    assert welch_interval([1e200, -1e200], [1.0, 2.0]) is not None
+    tiny = welch_interval([0.0, 1e-160], [0.0, 2e-160])  # variances whose squares underflow to 0
+    assert tiny is not None and tiny.low is not None and tiny.df == float("inf")
