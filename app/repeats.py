@@ -268,6 +268,9 @@ def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: Tex
             code = 130
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
+        except UserError as exc:  # e.g. the target gone between two repeats: the ones done are combined
+            print(f"rampwatch run: error: {exc}", file=sys.stderr)
+            code = exc.exit_code
         rec = Path(one.record or "")
         if code != 0:
             kept = f"; its recording {rec} is kept" if rec.is_file() else ""

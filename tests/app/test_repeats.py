@@ -384,3 +384,20 @@ def test_a_record_that_is_not_a_file_is_refused_before_the_first(tmp_path, recor
     with pytest.raises(UserError, match=r"not a file; --repeats names its files after it"):
         run_repeats(RunConfig("chat", repeats=2, cool_down=0, record=path), run)
     assert run.seen == []
+
+
+def test_a_repeat_whose_start_fails_with_one_line_still_combines_the_ones_before(tmp_path, capsys):
+    class Gone(UserError):
+        exit_code = 3
+
+    def gone_at_2(config: RunConfig) -> int:
+        if config.repeat == 2:
+            raise Gone("cannot reach http://127.0.0.1:9 : connection refused")
+        return StandIn()(config)
+
+    config = RunConfig("chat", repeats=3, cool_down=0, record=str(tmp_path / "a.rwrec"))
+    assert run_repeats(config, gone_at_2) == 3  # was: the error escaped, nothing combined
+    assert json.loads((tmp_path / "a.json").read_text())["rampwatch_repeats"]["completed"] == 1
+    assert (tmp_path / "a.repeats.json").is_file()
+    err = capsys.readouterr().err
+    assert "rampwatch run: error: cannot reach http://127.0.0.1:9" in err and "repeat 2/3 ended with exit 3" in err
