@@ -253,13 +253,17 @@ def run_live(config: RunConfig) -> int:
 REPEAT_NOTICE_S = 20.0
 
 
+# How long a finished repeat (not the last) stays on screen before the next one's cool-down.
+REPEAT_LEAVE_S = 5.0
+
+
 def repeat_notice(config: RunConfig) -> str:
     """The live screen's line for one of `run --repeats N`'s runs."""
     if config.repeat == config.repeats:
         return f"repeat {config.repeat}/{config.repeats} (seed {config.seed}), the last one"
     return (
-        f"repeat {config.repeat}/{config.repeats} (seed {config.seed}): once it is done, q goes on to the next; "
-        "stopping it before then ends the repeats"
+        f"repeat {config.repeat}/{config.repeats} (seed {config.seed}): once it is done the next follows "
+        f"({REPEAT_LEAVE_S:g} s on, or q); stopping it before then ends the repeats"
     )
 
 
@@ -294,6 +298,8 @@ def _run_live(config: RunConfig, plan: RunPlan, run_id: str | None, hangup: Hang
             app.call_later(app.notify, f"run {run_id} · rampwatch attach {run_id} watches it from another terminal")
         if config.repeat is not None:  # `run --repeats N` (app.repeats): which of them this screen shows
             app.call_later(app.notify, repeat_notice(config), timeout=REPEAT_NOTICE_S)
+            if config.repeat < config.repeats:  # unattended, the repeats go on to the last
+                app.leave_when_done_s = REPEAT_LEAVE_S
         try:
             if not hung_up():
                 # Without mouse capture the terminal selects text as usual (``c`` toggles it).

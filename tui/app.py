@@ -167,6 +167,8 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
         self.comparison = comparison
         self.server = server  # the run's own server (--serve), which R restarts
         self.attached = attached  # the id of the run in another process this screen watches
+        # Seconds a finished live run's screen stays before it closes by itself (None: until q).
+        self.leave_when_done_s: float | None = None
         self.latest: Snapshot = Snapshot.empty("replay" if self.mode == "replay" else "starting")
         self.compare_snapshot: Snapshot | None = None
         self._pending_hold: bool | None = None
@@ -365,7 +367,11 @@ class RampwatchApp(LiveSteering, ReplayKeys, ViewKeys, App[int | str]):
         self.show_gpu(has_gpu(snapshot))
         self.show_spec(has_spec(snapshot))
         if self.mode == "live" and self.latest.state in ACTIVE_STATES and snapshot.state == "done":
-            self.notify("run finished — q to quit", timeout=10)
+            if self.leave_when_done_s is not None:  # one of `run --repeats N`'s: the next goes on unattended
+                self.notify(f"run finished — the next repeat follows in {self.leave_when_done_s:g} s (q: now)")
+                self.set_timer(self.leave_when_done_s, lambda: self.exit(0))
+            else:
+                self.notify("run finished — q to quit", timeout=10)
         state_changed = snapshot.state != self.latest.state
         self.latest = snapshot
         if state_changed:

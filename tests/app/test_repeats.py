@@ -252,7 +252,7 @@ def test_the_live_screen_says_which_repeat_it_shows():
     from rampwatch.app.live import repeat_notice
 
     assert repeat_notice(RunConfig("chat", repeats=3, repeat=2, seed=5)) == (
-        "repeat 2/3 (seed 5): once it is done, q goes on to the next; stopping it before then ends the repeats"
+        "repeat 2/3 (seed 5): once it is done the next follows (5 s on, or q); stopping it before then ends the repeats"
     )
     assert repeat_notice(RunConfig("chat", repeats=3, repeat=3, seed=6)) == "repeat 3/3 (seed 6), the last one"
 

@@ -128,6 +128,24 @@ async def test_q_quits_at_once_when_the_run_is_done():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("leave_after_s", [0.2, None])
+async def test_a_repeat_before_the_last_closes_its_finished_screen_by_itself(leave_after_s):
+    # `run --repeats N` unattended: repeat k's screen goes on to the next once done; a
+    # plain run's (None) waits for q as before
+    app, control, source = live_app(60.0)  # ramping
+    app.leave_when_done_s = leave_after_s
+    async with app.run_test(size=NARROW) as pilot:
+        source._snapshot = fake_snapshot(120.0)  # the run ends
+        for _ in range(20):
+            await pilot.pause(0.1)
+            if app.return_code is not None:
+                break
+        closed = app.return_code
+    assert control.calls == []
+    assert closed == (0 if leave_after_s is not None else None)
+
+
+@pytest.mark.slow
 async def test_question_mark_shows_the_keys():
     app, control, _ = live_app(60.0)
     async with app.run_test(size=NARROW) as pilot:
