@@ -205,6 +205,10 @@ def read_set(path: str | Path) -> RepeatSet:
         raise UserError(f'{p}: "recordings" is not a list of file names')
     if not isinstance(figures, dict):
         raise UserError(f'{p}: "figures" is not a mapping')
+    # the set names its recordings beside it (as written): a path elsewhere is not one of them
+    outside = [n for n in names if Path(n).name != n or n in ("", ".", "..")]
+    if outside:
+        raise UserError(f'{p}: "recordings" names a file outside its folder: {printable(outside[0])}')
     recordings = tuple(p.parent / n for n in names)
     missing = [str(r) for r in recordings if not r.is_file()]
     if missing:
@@ -214,6 +218,10 @@ def read_set(path: str | Path) -> RepeatSet:
         got = figure.get("values") if isinstance(figure, dict) else None
         if not isinstance(got, list) or not all(_is_finite_number(v) for v in got):
             raise UserError(f"{p}: figures.{printable(str(key))}.values is not a list of finite numbers")
+        if len(got) > len(names):  # one value a repeat at most (a repeat may lack a figure)
+            raise UserError(
+                f"{p}: figures.{printable(str(key))}.values has {len(got)} values for {len(names)} recordings"
+            )
         values[str(key)] = tuple(float(v) for v in got)
     return RepeatSet(p, recordings, values)
 

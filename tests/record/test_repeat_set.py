@@ -158,6 +158,15 @@ def test_a_set_file_round_trips(tmp_path):
         (lambda p: p.write_text(p.read_text().replace("50.0", "1" + "0" * 400)), "not a list of finite numbers"),
         (lambda p: p.write_text(p.read_text().replace("50.0", "NaN")), "not a list of finite numbers"),
         (lambda p: p.write_text(p.read_text().replace("50.0", "-Infinity")), "not a list of finite numbers"),
+        # a set that lies: a recording elsewhere, more values than repeats
+        (
+            lambda p: p.write_text(p.read_text().replace('"a-r2.rwrec"', '"../../../../etc/passwd"')),
+            r"names a file outside its folder: \.\./\.\./\.\./\.\./etc/passwd",
+        ),
+        (
+            lambda p: p.write_text(p.read_text().replace('"values": [\n        50.0', '"values": [\n 1.0, 2.0, 3.0, 50.0')),
+            r"figures.mean_ttft_ms.values has 5 values for 2 recordings",
+        ),
     ],
 )
 def test_a_bad_set_file_is_one_line_naming_it(tmp_path, damage, message):
