@@ -164,7 +164,9 @@ def test_a_set_file_round_trips(tmp_path):
             r"names a file outside its folder: \.\./\.\./\.\./\.\./etc/passwd",
         ),
         (
-            lambda p: p.write_text(p.read_text().replace('"values": [\n        50.0', '"values": [\n 1.0, 2.0, 3.0, 50.0')),
+            lambda p: p.write_text(
+                p.read_text().replace('"values": [\n        50.0', '"values": [\n 1.0, 2.0, 3.0, 50.0')
+            ),
             r"figures.mean_ttft_ms.values has 5 values for 2 recordings",
         ),
     ],
