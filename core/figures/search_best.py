@@ -18,6 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+
+def paste_lines(row: dict[str, Any]) -> list[str]:
+    """The best configuration's commands, ready to paste: its ``vllm serve`` line (and,
+    for a simulator sweep, the simulator's), indented under the verdict."""
+    if row.get("vllm_command"):
+        return [f"  {row['vllm_command']}", f"  (simulator: {row['command']})"]
+    return [f"  {row['command']}"]
+
+
 SEARCH_BEST_RULE = (
     "best (load: search): of the completed configurations whose search found a max under the SLO, "
     "the highest max (tie: fewer GPUs, then out tok/s), declared only when its interval lies above "
@@ -160,11 +169,7 @@ def search_verdict_text(state: dict[str, Any]) -> str:
             f"best under {slo}: #{best + 1} {row['config']} — max {max_text(row, unit)} {confirmed_text(row)}, "
             f"{per_gpu_text(row, unit)}"
         )
-        if row.get("vllm_command"):
-            lines.append(f"  {row['vllm_command']}")
-            lines.append(f"  (simulator: {row['command']})")
-        else:
-            lines.append(f"  {row['command']}")
+        lines += paste_lines(row)
         others = [i for i in range(len(rows)) if i != best and max_interval(rows[i]) is not None]
         if others:
             runner_up = max(others, key=lambda i: _rank(rows[i]))

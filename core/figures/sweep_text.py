@@ -13,6 +13,7 @@ from rampwatch.core.errors import UserError
 from rampwatch.core.figures.search_best import (
     SEARCH_BEST_RULE,
     SEARCH_REPEATS_LEGEND,
+    paste_lines,
     rows_searched,
     search_verdict_text,
     searched,
@@ -225,11 +226,7 @@ def verdict_text(state: dict[str, Any]) -> str:
             f"best under {slo} (of those loaded to their limit, on the Pareto front, the highest max good-put): "
             f"#{best + 1} {row['config']} — {row['max_goodput_rps']:.1f} good req/s, knee {knee_text(row)}"
         )
-        if row.get("vllm_command"):
-            lines.append(f"  {row['vllm_command']}")
-            lines.append(f"  (simulator: {row['command']})")
-        else:
-            lines.append(f"  {row['command']}")
+        lines += paste_lines(row)
         breaches = knee_breaches(row, slo)
         if breaches:
             lines.append(
