@@ -47,3 +47,11 @@ def test_the_readme_names_the_repeats_and_where_ttft_went():
     assert re.search(r"^rampwatch compare \S+\.repeats\.json \S+\.repeats\.json", commands, re.M)
     assert "**Repeats with intervals.**" in use and "**Where TTFT went**" in use
     assert "rampwatch_ttft_phases" in use
+
+
+def test_no_merge_conflict_markers_in_the_docs():
+    """A leftover ``=======`` under a paragraph turns it into a heading (review rv-user29b:
+    docs/tuning.md's "Comparing two sets" paragraph rendered as a title)."""
+    marker = re.compile(r"^(<{7}|={7}|>{7})( |$)", re.M)
+    for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        assert not marker.search(path.read_text()), path
