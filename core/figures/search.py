@@ -326,6 +326,9 @@ class Search:
             self.lo, self.lo_held = self.floor, False
         else:
             self.hi, self.hi_held = level, True
+        # A share of the upper bound (``5%``) is of the bracket's upper bound now: after a
+        # passing hold sent it to the ramp's end, a later failing hold lowers it again.
+        self.tol = self.plan.tolerance.of(max(self.hi, 1e-9), self.plan.by)
         return hold
 
     def confirming_hold(self) -> Hold | None:

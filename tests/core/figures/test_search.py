@@ -213,3 +213,24 @@ def test_a_ramp_window_with_nothing_sent_is_no_evidence_either_way():
     search = Search(SearchPlan.from_flags("ttft_p99<500ms"), 0.5, 20.0)
     assert not search.ramp_window(1.0, judge([], search.plan.slo))
     assert search.lo is None and search.last_pass is None
+
+
+def test_a_relative_tolerance_is_of_the_final_upper_bound():
+    """Review rv-user29b: ramp 1 → 15, broken at 6.6; a hold at 6.6 met the SLO, so the
+    bracket went up to 15 (10 %: 1.5); the holds then broke at 10.8, 8.7, 7.65, and the
+    answer came back 6.6 (± 1.05): 14 % of 7.65, more than the 10 % asked."""
+    plan = SearchPlan.from_flags("ttft_p90<500ms", tolerance="10%")
+    search = Search(plan, 1.0, 15.0)
+    for level in (1.93, 2.87, 3.8, 4.73, 5.67):
+        assert not search.ramp_window(level, verdict(True))
+    assert search.ramp_window(6.6, verdict(False))
+    true_max = 7.0
+    for _ in range(40):
+        level = search.next_level()
+        if level is None:
+            break
+        search.held(level, verdict(level <= true_max), 4.0)
+    assert search.done and search.failure is None
+    assert search.lo is not None and search.hi is not None
+    assert search.lo <= true_max < search.hi
+    assert search.hi - search.lo <= 0.10 * search.hi + 1e-9
