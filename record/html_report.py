@@ -22,7 +22,7 @@ import numpy as np
 from rampwatch.core.figures.adapters import ADAPTER_NOTE
 from rampwatch.core.figures.classes import CLASS_NOTE
 from rampwatch.core.figures.knee_explanation import KneeExplanation
-from rampwatch.core.figures.search import search_result
+from rampwatch.core.figures.search import figures_text, search_result
 from rampwatch.core.figures.segments import CONFIG_EVENT, SEGMENT_NOTE, SegmentTable
 from rampwatch.core.figures.steps import STEP_TABLE_NOTE, step_cells, step_columns
 from rampwatch.core.figures.summary import Summary, knee_review
@@ -374,7 +374,7 @@ def search_html(result: dict[str, Any] | None) -> str:
     unit = "req/s" if result.get("by") == "rate" else "users"
     rows = "".join(
         f"<tr><td>{i}</td><td>{_cell(h.get('level'))} {unit}</td><td>{_cell(h.get('seconds'))}</td>"
-        f"<td>{_cell(h.get('requests'))}</td><td>{html.escape(', '.join(f'{k} {v:.0f} ms' for k, v in (h.get('figures') or {}).items() if v is not None))}</td>"
+        f"<td>{_cell(h.get('requests'))}</td><td>{html.escape(figures_text(h.get('figures') or {}))}</td>"
         f"<td>{'PASS' if h.get('passed') else 'FAIL'}</td></tr>"
         for i, h in enumerate(result.get("holds") or [], 1)
     )

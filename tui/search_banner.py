@@ -30,13 +30,17 @@ def search_banner_text(events: list[Event]) -> Text | None:
     bracket = next((e for e in reversed(searches) if e.data.get("search") == "bracket"), None)
     if bracket is None:
         window = next((e for e in reversed(searches) if e.data.get("search") == "window"), None)
-        where = f" at {_level(window.data.get('level'))}" if window is not None else ""
+        where = f" (last window judged: {_level(window.data.get('level'))})" if window is not None else ""
         text.append(f"· ramping to bracket it{where}", style="dim")
     else:
         text.append(f"· bracket {_level(bracket.data.get('lo'))}–{_level(bracket.data.get('hi'))}", style="dim")
     for hold in search_holds(searches):
         text.append(" · ")
-        figures = " ".join(f"{v:.0f}ms" for v in (hold.get("figures") or {}).values() if isinstance(v, (int, float)))
+        figures = " ".join(
+            f"{v:.1f}%err" if k == "error_rate" else f"{v:.0f}ms"
+            for k, v in (hold.get("figures") or {}).items()
+            if isinstance(v, (int, float))
+        )
         if hold.get("passed") is None:
             text.append(f"[{_level(hold.get('level'))} holding…]", style="bold reverse")
             continue

@@ -21,7 +21,8 @@ from rampwatch.core.cache_salt import describe_cache_policy
 from rampwatch.core.figures.client_lag import LIVE_LAG_BOUND_MS
 from rampwatch.core.files import silence_stdout, stdout_reader_gone
 from rampwatch.core.redact import redact_text
-from rampwatch.core.text import server_text
+from rampwatch.core.text import printable, server_text
+from rampwatch.core.timeline import Event, NullSink
 from rampwatch.loadgen.run import eventloop
 from rampwatch.loadgen.run.result import RunResult
 from rampwatch.loadgen.workload.sessions import session_target, users_for, users_target
@@ -47,6 +48,24 @@ class ProgressPrinter:
                 if not stdout_reader_gone():
                     raise
                 silence_stdout()
+
+
+class SearchLines(NullSink):
+    """`rampwatch search` headless: each step of the search (a window judged, the bracket,
+    a drain, a hold and its verdict) as a line when it happens, between the progress lines."""
+
+    def __init__(self, out: TextIO = sys.stdout) -> None:
+        self.out = out
+
+    def on_event(self, event: Event) -> None:
+        if event.kind != "search" or (event.data or {}).get("search") == "result":  # the summary gives the result
+            return
+        try:
+            print(f"[{event.t:6.0f}s] search: {printable(event.message)}", file=self.out, flush=True)
+        except BrokenPipeError:
+            if not stdout_reader_gone():
+                raise
+            silence_stdout()
 
 
 # Bins a progress line reads beyond its interval: the filling second and a gauge's look-back.
@@ -136,6 +155,8 @@ async def _run_headless(prepared: PreparedRun) -> RunResult:
     # A progress line reads the newest seconds only: the last bins, not a long run's day of them.
     last_bins = math.ceil(interval) + PROGRESS_SPARE_BINS
     progress = ProgressPrinter(lambda: run.snapshot(last_bins), interval_s=interval)
+    if run.search is not None:
+        run.sink.sinks.append(SearchLines())
     background = [asyncio.create_task(progress.run())]
     if prepared.server is not None:
         background.append(asyncio.create_task(watch_server(prepared)))

@@ -4,8 +4,9 @@ decisions: no clock, no I/O. ``loadgen.run.search_control`` drives a run with th
 A search has two phases. The *ramp* brackets the answer: the scenario's ramp runs and
 each window of it is judged against the SLO; the first window that breaks it gives the
 upper bound (``hi``), the last one that met it the lower (``lo``). Then *holds*: the
-load is held at one level at a time and each hold is judged on the requests sent in it
-after a settle time (so the queue left by the level before does not count). Bisection
+load is held at one level at a time, each started from an empty queue (nothing is sent
+until every request of the levels before has ended) and judged on the requests sent in
+it after a settle time. Bisection
 moves ``lo`` (a passing hold) or ``hi`` (a failing one) until they are at most the
 tolerance apart; the answer is ``lo`` only once a hold at ``lo`` met the SLO and a hold
 at ``hi`` broke it — both held, never taken from the ramp alone.
@@ -37,14 +38,16 @@ MIN_HOLD_S = 10.0
 MAX_HOLD_S = 300.0
 # An SLO of error rate alone: this many requests per hold.
 ERROR_ONLY_REQUESTS = 100
-# The judged part of a hold starts this long after the level changed (and once every
-# request of the level before has ended).
+# The judged part of a hold starts this long after the level changed (its drain, the
+# requests of the levels before ended, came first).
 DEFAULT_SETTLE_S = 2.0
 # The ramp is judged in windows of its duration / RAMP_WINDOWS, between these bounds.
 RAMP_WINDOWS = 20
 RAMP_WINDOW_S = (2.0, 10.0)
 # Holds a search makes at most (a tolerance of 1e-9 req/s would bisect for ever).
 MAX_HOLDS = 40
+# A judged request still in flight this long after its hold (or window) counts as failed.
+UNFINISHED_AFTER_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,8 @@ class SearchPlan:
 
     def hold_over(self, judged_s: float, judged_requests: int) -> bool:
         """Whether a hold has been judged long enough."""
-        if self.hold_s is not None:
-            return judged_s >= self.hold_s
+        if self.hold_s is not None:  # and one request at least: a hold that judged none says nothing
+            return judged_s >= self.hold_s and (judged_requests > 0 or judged_s >= MAX_HOLD_S)
         if judged_s >= MAX_HOLD_S:
             return True
         return judged_s >= MIN_HOLD_S and judged_requests >= self.requests_needed()
@@ -161,9 +164,25 @@ def judge(records: Sequence[RequestRecord], slo: Slo, unfinished: int = 0) -> Ve
     if not total:
         return Verdict(False, 0, ("no request was sent in the hold",))
     values = latency_values(judged)
-    failed = unfinished + sum(1 for r in judged if not r.ok)
-    breaks = slo.violations(values, failed / total)
-    return Verdict(not breaks, total, tuple(breaks), slo_figures(values, slo))
+    errors = sum(1 for r in judged if not r.ok)
+    failed = unfinished + errors
+    breaks = list(slo.violations(values, errors / total))
+    if unfinished and failed / total > slo.max_error_rate:  # they failed to answer in time: said as such
+        breaks.append(f"{unfinished} of {total} requests had not ended {UNFINISHED_AFTER_S:g} s after it")
+    figures = slo_figures(values, slo)
+    if slo.error_rate_given:
+        figures["error_rate"] = 100.0 * failed / total
+    return Verdict(not breaks, total, tuple(breaks), figures)
+
+
+def figures_text(figures: dict[str, Any]) -> str:
+    """A hold's (or window's) SLO figures in words: ``ttft_p90 226 ms, error rate 2.0%``."""
+    out = []
+    for key, value in figures.items():
+        if not isinstance(value, (int, float)):
+            continue
+        out.append(f"error rate {value:.1f}%" if key == "error_rate" else f"{key} {value:.0f} ms")
+    return ", ".join(out)
 
 
 def latency_values(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
@@ -223,6 +242,7 @@ class Search:
         self.lo_held = False  # a hold at lo met the SLO
         self.hi_held = False  # a hold at hi broke it
         self.last_pass: float | None = None  # the ramp's last passing window's level
+        self.passes: list[float] = []  # every passing window's level
         self.tol: float | None = None
         self.holds: list[Hold] = []
         self.failure: str | None = None  # why it cannot bracket
@@ -237,6 +257,7 @@ class Search:
             return False
         if verdict.passed:
             self.last_pass = level
+            self.passes.append(level)
             return False
         # The ramp's first window broke it already: the start is held first (one hold
         # says whether any level meets the SLO, rather than a bisection down to it).
@@ -244,14 +265,21 @@ class Search:
         self.bracket(self.last_pass if self.last_pass is not None else self.floor, max(level, self.floor))
         return True
 
+    def pass_below(self, level: float) -> float | None:
+        """The highest level below ``level`` whose ramp window met the SLO."""
+        return max((p for p in self.passes if p < level), default=None)
+
     def knee_reached(self, level: float) -> None:
         """The ramp stopped at the run's knee (the level in force at its onset) with no
-        window below it broken: the knee is the bracket's top (above it the queue only
-        grows; a hold that meets the SLO there moves the bracket up again, ``held``)."""
+        window below it broken: the knee is the bracket's top, whatever windows above it
+        showed (a short window meets the SLO before a queue has had time to grow; held,
+        it would not). A hold that meets the SLO at the knee moves the bracket up again
+        (``held``)."""
         if self.lo is not None:
             return
-        self.floor_first = self.last_pass is None
-        lo = self.last_pass if self.last_pass is not None else self.floor
+        below = self.pass_below(level)
+        self.floor_first = below is None
+        lo = below if below is not None else self.floor
         self.bracket(lo, max(level, lo))
 
     def ramp_ended(self) -> None:
@@ -355,6 +383,12 @@ class Search:
         )
         if broke is not None and broke.breaks:
             line += f"; {_num(self.hi)} broke it ({broke.breaks[0]})"
+        needed = self.plan.requests_needed()
+        if confirm.requests < needed <= 10**6:  # a --hold shorter than the rule: the figure is rough
+            line += (
+                f"; the confirming hold judged {confirm.requests} requests, fewer than the {needed} "
+                "the SLO's percentile wants (a longer --hold)"
+            )
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -366,7 +400,7 @@ class Search:
             "tolerance": self.plan.tolerance.text,
             "hold_rule": self.plan.hold_rule,
             "max": self.lo if confirm is not None else None,
-            "plus_minus": (self.hi - self.lo)
+            "plus_minus": round(self.hi - self.lo, 9)
             if confirm is not None and self.hi is not None and self.lo is not None
             else None,
             "next_step_up": self.hi if confirm is not None else None,
@@ -379,6 +413,14 @@ class Search:
 
 def _num(value: float) -> str:
     return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def level_text(level: float, by: str) -> str:
+    """A level as the output says it: ``3.85 req/s``, ``1 user``, ``16 users``."""
+    if by == "rate":
+        return f"{_num(level)} req/s"
+    users = int(round(level))
+    return f"{users} user" if users == 1 else f"{users} users"
 
 
 def search_result(events: Iterable[Event]) -> dict[str, Any] | None:
@@ -417,14 +459,14 @@ def search_holds(events: Iterable[Event]) -> list[dict[str, Any]]:
 def holds_text(result: dict[str, Any]) -> list[str]:
     """A search's holds as lines under its answer (the summary and ``report``): each
     hold's level, judged seconds, requests, the SLO's figures, PASS or FAIL; then the rule."""
-    unit = "req/s" if result.get("by") == "rate" else "users"
+    by = "rate" if result.get("by") == "rate" else "concurrency"
     lines = []
     for i, hold in enumerate(result.get("holds") or [], 1):
-        figures = ", ".join(f"{k} {v:.0f} ms" for k, v in (hold.get("figures") or {}).items() if v is not None)
+        figures = figures_text(hold.get("figures") or {})
         verdict = "PASS" if hold.get("passed") else "FAIL"
         seconds = hold.get("seconds") or 0.0
         lines.append(
-            f"  hold {i}: {_num(float(hold.get('level') or 0.0))} {unit}, {seconds:.0f} s, "
+            f"  hold {i}: {level_text(float(hold.get('level') or 0.0), by)}, {seconds:.0f} s, "
             f"{hold.get('requests', 0)} requests: {figures or 'no figures'}  {verdict}"
         )
     if result.get("hold_rule"):

@@ -10,12 +10,15 @@ knee (its detector's event): past it the server no longer keeps up, the windows'
 end ever later, and walking on would only pile up a queue the holds then wait out. At
 the knee the load steps back to the last level that met the SLO while the windows below
 the knee are judged. Then it holds one
-level at a time: a settle (at least ``settle_s``, and until every request of the level
-before ended), the judged part (the hold rule), the wait for its requests to end,
-the verdict. When the search is over the schedule ends and the run drains as usual.
+level at a time: a drain (nothing sent until every request of the levels before ended,
+so each hold starts from an empty queue), a settle (``settle_s`` at the level), the
+judged part (the hold rule), the wait for its requests to end, the verdict. At the
+ramp's end, too, the load steps back while the last windows are judged. When the search
+is over the schedule ends and the run drains as usual.
 
 Every event's ``data["search"]`` says what it is: ``"window"`` (a ramp window judged),
-``"knee"`` (the ramp stopped at the knee), ``"bracket"``, ``"hold"`` (a hold begins: its level), ``"verdict"`` (a hold judged: the
+``"knee"`` (the ramp stopped at the knee), ``"bracket"``, ``"drain"`` (before a hold),
+``"hold"`` (a hold begins: its level), ``"verdict"`` (a hold judged: the
 ``Hold``'s dict) and ``"result"`` (``Search.to_dict()``, once, at the end).
 """
 
@@ -27,7 +30,16 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from rampwatch.core.errors import UserError
-from rampwatch.core.figures.search import Search, SearchPlan, Verdict, judge, ramp_window_s
+from rampwatch.core.figures.search import (
+    UNFINISHED_AFTER_S,
+    Search,
+    SearchPlan,
+    Verdict,
+    figures_text,
+    judge,
+    level_text,
+    ramp_window_s,
+)
 from rampwatch.core.timeline import Event, NullSink, RequestRecord
 
 
@@ -43,15 +55,13 @@ class SteeredRun(Protocol):
     def _steering(self) -> bool: ...
     def set_rate(self, rps: float) -> None: ...
     def end_schedule(self) -> None: ...
-    @property
-    def oldest_sent_at(self) -> float | None: ...
 
 
 # How long the requests of a judged window may stay in flight after it; those still in
 # flight then count as failed (they did not answer in time).
-JUDGE_WAIT_S = 60.0
-# How long a hold's settle waits for the level before's requests to end, at most.
-SETTLE_WAIT_S = 60.0
+JUDGE_WAIT_S = UNFINISHED_AFTER_S
+# How long a hold's drain waits for the requests of the levels before to end, at most.
+DRAIN_WAIT_S = 180.0
 POLL_S = 0.1
 
 
@@ -161,7 +171,7 @@ class SearchControl(NullSink):
         self.run.sink.on_event(Event(self.run.now(), "search", message, {"search": what, **data}))
 
     def _level(self, level: float) -> str:
-        return f"{level:g} {self.plan.unit}"
+        return level_text(level, self.plan.by)
 
     async def drive(self) -> None:
         """The whole search; the schedule ends with it (the run then drains)."""
@@ -181,7 +191,7 @@ class SearchControl(NullSink):
         levels = staircase(self.search.floor, self.search.ceiling, steps, self.plan.by)
         self._event(
             "start",
-            f"search under SLO {self.plan.slo.text}: ramp {self._level(self.search.floor)} → "
+            f"under SLO {self.plan.slo.text}: ramp {self._level(self.search.floor)} → "
             f"{self._level(self.search.ceiling)} in {window:g} s windows; {self.plan.hold_rule}",
             slo=self.plan.slo.text,
             by=self.plan.by,
@@ -211,28 +221,37 @@ class SearchControl(NullSink):
             while waiting and (not self._unfinished(*waiting[0][1:]) or self.run.now() - waiting[0][2] > JUDGE_WAIT_S):
                 if self._window(*waiting.pop(0), None):
                     return
-        if self.knee_level is not None:
-            await self._stop_at_knee(self.knee_level, waiting)
-            return
-        # The ramp's end: the load stays at its last level while the last windows are judged.
-        for level, t_from, t_to in waiting:
-            if self._over():
+        if self.knee_level is None:
+            # The ramp's end: back to the last level that met the SLO while the last windows
+            # are judged (holding the top would pile up a queue if it is past the limit); a
+            # knee that comes meanwhile still ends it as at the knee.
+            s = self.search
+            self.run.set_rate(s.last_pass if s.last_pass is not None else s.floor)
+            for level, t_from, t_to in waiting:
+                if self._over():
+                    return
+                if self.knee_level is not None and level >= self.knee_level:
+                    continue
+                if self._window(level, t_from, t_to, await self._judged(t_from, t_to)):
+                    return
+            if self.knee_level is None:
+                s.ramp_ended()
+                self._bracketed()
                 return
-            if self._window(level, t_from, t_to, await self._judged(t_from, t_to)):
-                return
-        self.search.ramp_ended()
-        self._bracketed()
+            waiting = []  # judged above: only the knee's bracket is left
+        await self._stop_at_knee(self.knee_level, waiting)
 
     async def _stop_at_knee(self, knee: float, waiting: list[tuple[float, float, float]]) -> None:
         """The ramp ends at the knee: back to the last level that met the SLO (else the
         start) while the windows below the knee are judged; then the knee brackets it
         (unless a window below it broke the SLO: that one does)."""
         s = self.search
-        back = s.last_pass if s.last_pass is not None else s.floor
+        below = s.pass_below(knee)
+        back = below if below is not None else s.floor
         self.run.set_rate(back)
         self._event(
             "knee",
-            f"search ramp stops at the knee ({self._level(knee)}): back to {self._level(back)} "
+            f"ramp stops at the knee ({self._level(knee)}): back to {self._level(back)} "
             "while the windows below it are judged",
             level=knee,
         )
@@ -243,23 +262,20 @@ class SearchControl(NullSink):
                 return
             if self._window(level, t_from, t_to, await self._judged(t_from, t_to)):
                 return
-        lo = s.last_pass if s.last_pass is not None else s.floor
-        if knee <= lo:  # windows past the onset still met it: the top is the next step above them
-            knee = min((level for _, level in self._set_levels if level > lo), default=knee)
         s.knee_reached(knee)
         self._bracketed()
 
     def _window(self, level: float, t_from: float, t_to: float, verdict: Verdict | None) -> bool:
         if verdict is None:
             verdict = self._judge_now(t_from, t_to)
-        figures = ", ".join(f"{k} {v:.0f} ms" for k, v in verdict.figures.items() if v is not None)
+        figures = figures_text(verdict.figures)
         if not verdict.requests:
             outcome = "no request was sent in it: not judged"
         else:
             outcome = "meets the SLO" if verdict.passed else f"breaks the SLO: {'; '.join(verdict.breaks)}"
         self._event(
             "window",
-            f"search ramp at {self._level(level)}: {figures or 'no figures'}; {outcome}",
+            f"ramp at {self._level(level)}: {figures or 'no figures'}; {outcome}",
             level=level,
             passed=verdict.passed,
             requests=verdict.requests,
@@ -274,7 +290,7 @@ class SearchControl(NullSink):
         assert s.lo is not None and s.hi is not None and s.tol is not None
         self._event(
             "bracket",
-            f"search bracket: {self._level(s.lo)} – {self._level(s.hi)}, tolerance {s.tol:g}",
+            f"bracket: {self._level(s.lo)} – {self._level(s.hi)}, tolerance {s.tol:g}",
             lo=s.lo,
             hi=s.hi,
             tolerance=s.tol,
@@ -285,15 +301,38 @@ class SearchControl(NullSink):
             if self._over() or not await self._hold(level):
                 return
 
+    async def _drain(self, level: float) -> None:
+        """Nothing is sent until every request of the levels before has ended (at most
+        ``DRAIN_WAIT_S``): a hold starts from an empty queue, so a queue a level above left
+        is never judged as this level's."""
+        in_flight = len(self.run._sending)  # noqa: SLF001
+        if not in_flight:
+            return
+        self.run.set_rate(0.0)
+        self._event(
+            "drain",
+            f"drain before the hold at {self._level(level)}: {in_flight} requests of the levels before in flight",
+            in_flight=in_flight,
+        )
+        await self._wait_until(lambda: not self.run._sending, DRAIN_WAIT_S)  # noqa: SLF001
+        left = len(self.run._sending)  # noqa: SLF001
+        if left and not self._over():
+            self._event(
+                "drain",
+                f"drain ended after {DRAIN_WAIT_S:g} s with {left} requests still in flight: "
+                "the hold may read their queue",
+                in_flight=left,
+            )
+
     async def _hold(self, level: float) -> bool:
         """One hold, judged; False when the run stopped steering before its verdict."""
         run = self.run
-        changed_at = run.now()
+        await self._drain(level)
+        if self._over():
+            return False
         run.set_rate(level)
-        self._event("hold", f"search hold at {self._level(level)}", level=level)
-        # The settle: the level before's queue is not this level's.
-        await asyncio.sleep(self.plan.settle_s)
-        await self._wait_until(lambda: run.oldest_sent_at is None or run.oldest_sent_at >= changed_at, SETTLE_WAIT_S)
+        self._event("hold", f"hold at {self._level(level)}", level=level)
+        await asyncio.sleep(self.plan.settle_s)  # the settle: the level's own queue forms
         t_from = run.now()
         self._forget_before(t_from)  # what was sent before is not judged
         sent_from = run._sent_total  # noqa: SLF001
@@ -308,11 +347,11 @@ class SearchControl(NullSink):
         if self._over():
             return False
         hold = self.search.held(level, verdict, t_to - t_from)
-        figures = ", ".join(f"{k} {v:.0f} ms" for k, v in hold.figures.items() if v is not None)
+        figures = figures_text(hold.figures)
         outcome = "PASS" if hold.passed else f"FAIL: {'; '.join(hold.breaks)}"
         self._event(
             "verdict",
-            f"search hold at {self._level(level)} for {hold.seconds:.0f} s, {hold.requests} requests: "
+            f"hold at {self._level(level)} for {hold.seconds:.0f} s, {hold.requests} requests: "
             f"{figures or 'no figures'}; {outcome}",
             hold=hold.to_dict(),
         )

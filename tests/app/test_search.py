@@ -92,6 +92,10 @@ def test_search_on_the_simulator_confirms_the_max(tmp_path, capsys):
     assert step_up["passed"] is False and step_up["figures"]["ttft_p90"] > 300
     line = f"max {result['max']:.3g} req/s (± {result['plus_minus']:.3g}) under SLO ttft_p90<300ms, confirmed by a 2-second hold at {result['max']:.3g}"
     assert line in out.stdout
+    # headless, each step shows as it happens: the bracket, each hold and its verdict
+    steps = [ln.split("] search: ", 1)[1] for ln in out.stdout.splitlines() if "] search: " in ln]
+    assert any(step.startswith("bracket: ") for step in steps)
+    assert sum(step.startswith("hold at ") and " s, " in step for step in steps) == len(holds)
     # recorded: a replay (and report) reads the same holds back
     with open_recording(tmp_path / "s.rwrec") as recording:
         assert search_result(recording.events) == result

@@ -16,17 +16,19 @@ def test_no_search_no_line():
 
 def test_the_line_follows_the_search():
     events = [search_event(0.0, "start", slo="ttft_p90<300ms"), search_event(2.0, "window", level=3.0)]
-    assert search_banner_text(events).plain == " S  ttft_p90<300ms · ramping to bracket it at 3"
+    assert search_banner_text(events).plain == " S  ttft_p90<300ms · ramping to bracket it (last window judged: 3)"
     events += [
         search_event(8.0, "bracket", lo=2.9, hi=4.8),
         search_event(8.0, "hold", level=3.85),
         search_event(
-            12.0, "verdict", hold={"level": 3.85, "passed": True, "seconds": 2.0, "figures": {"ttft_p90": 226.4}}
+            12.0,
+            "verdict",
+            hold={"level": 3.85, "passed": True, "seconds": 2.0, "figures": {"ttft_p90": 226.4, "error_rate": 2.0}},
         ),
         search_event(12.0, "hold", level=4.8),
     ]
     text = search_banner_text(events)
-    assert text.plain.endswith("· bracket 2.9–4.8 · 3.85 2s 226ms PASS · [4.8 holding…]")
+    assert text.plain.endswith("· bracket 2.9–4.8 · 3.85 2s 226ms 2.0%err PASS · [4.8 holding…]")
     running = next(span for span in text.spans if text.plain[span.start : span.end] == "[4.8 holding…]")
     assert "reverse" in str(running.style)
     events += [

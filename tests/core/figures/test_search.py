@@ -13,8 +13,10 @@ from rampwatch.core.figures.search import (
     SearchPlan,
     Tolerance,
     Verdict,
+    figures_text,
     holds_text,
     judge,
+    level_text,
     parse_tolerance,
 )
 from rampwatch.core.figures.slo import parse_slo
@@ -132,6 +134,8 @@ def test_hold_flag_overrides_the_rule():
     plan = SearchPlan.from_flags("ttft_p99<500ms", hold_s=3.0)
     assert plan.hold_over(3.0, 1) and not plan.hold_over(2.9, 10_000)
     assert "3 s (--hold)" in plan.hold_rule
+    # a --hold that judged nothing goes on (to the cap): an empty hold says nothing
+    assert not plan.hold_over(3.0, 0) and plan.hold_over(MAX_HOLD_S, 0)
 
 
 def record(i: int, ttft: float, ok: bool = True) -> RequestRecord:
@@ -163,7 +167,8 @@ def test_judge_counts_unfinished_and_empty_as_failing():
     slo = parse_slo("ttft_p99<500ms,error_rate<5%")
     fast = [record(i, 0.1) for i in range(10)]
     verdict = judge(fast, slo, unfinished=3)
-    assert not verdict.passed and verdict.requests == 13 and "error rate" in verdict.breaks[0]
+    assert not verdict.passed and verdict.requests == 13
+    assert verdict.breaks[-1] == "3 of 13 requests had not ended 60 s after it"  # said as such, not as errors
     assert not judge([], slo).passed
 
 
@@ -234,3 +239,58 @@ def test_a_relative_tolerance_is_of_the_final_upper_bound():
     assert search.lo is not None and search.hi is not None
     assert search.lo <= true_max < search.hi
     assert search.hi - search.lo <= 0.10 * search.hi + 1e-9
+
+
+def test_the_knee_caps_the_bracket_whatever_short_windows_above_it_showed():
+    # windows at 4.8 and 5.75 met the SLO before a queue had time to grow; the knee's
+    # onset was at 4.8: the bracket is the pass below it up to the knee
+    search = Search(SearchPlan.from_flags("ttft_p90<300ms"), 1.0, 20.0)
+    for level in (2.9, 3.85, 4.8, 5.75):
+        assert not search.ramp_window(level, Verdict(True, 10))
+    assert search.pass_below(4.8) == 3.85
+    search.knee_reached(4.8)
+    assert (search.lo, search.hi) == (3.85, 4.8) and not search.floor_first
+    # no window met it below the knee: the start, held first
+    early = Search(SearchPlan.from_flags("ttft_p90<300ms"), 1.0, 20.0)
+    early.ramp_window(5.75, Verdict(True, 10))
+    early.knee_reached(2.9)
+    assert (early.lo, early.hi) == (1.0, 2.9) and early.floor_first
+
+
+def test_a_confirming_hold_shorter_than_the_rule_says_so():
+    plan = SearchPlan(SearchPlan.from_flags("ttft_p90<300ms").slo, tolerance=Tolerance(1.0), hold_s=2.0)
+    search = Search(plan, 1.0, 10.0)
+    search.bracket(3.0, 4.0)
+    search.held(4.0, Verdict(False, 14, ("TTFT p90 812 ms > 300 ms",)), 2.0)
+    search.held(3.0, Verdict(True, 11), 2.0)
+    assert search.done
+    assert search.report_line().endswith(
+        "; the confirming hold judged 11 requests, fewer than the 100 the SLO's percentile wants (a longer --hold)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("figures", "text"),
+    [
+        ({"ttft_p90": 226.4, "error_rate": 2.0}, "ttft_p90 226 ms, error rate 2.0%"),
+        ({"ttft_p99": None, "itl_p99": 41.0}, "itl_p99 41 ms"),
+        ({}, ""),
+    ],
+)
+def test_figures_text(figures, text):
+    assert figures_text(figures) == text
+
+
+@pytest.mark.parametrize(
+    ("level", "by", "text"),
+    [(2.8666666, "rate", "2.87 req/s"), (150.4, "rate", "150 req/s"), (1.0, "concurrency", "1 user"),
+     (16.0, "concurrency", "16 users")],
+)  # fmt: skip
+def test_level_text(level, by, text):
+    assert level_text(level, by) == text
+
+
+def test_an_error_rate_slo_shows_the_error_rate_a_hold_saw():
+    records = [record(i, 0.1, ok=i % 10 != 0) for i in range(20)]
+    verdict = judge(records, parse_slo("error_rate<5%"))
+    assert verdict.figures == {"error_rate": 10.0} and not verdict.passed

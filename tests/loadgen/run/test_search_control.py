@@ -241,7 +241,11 @@ def test_the_ramp_stops_at_the_knee_and_the_search_still_finds_the_max(monkeypat
     result = steps[-1]["result"]
     assert result["failure"] is None
     assert result["max"] <= true_max < result["next_step_up"] <= result["max"] + 0.5 + 1e-9
+    # a hold after one above the max drains first: nothing sent (rate 0) until its queue ended
+    assert any(d["search"] == "drain" for d in steps)
+    for i, d in enumerate(steps):
+        if d["search"] == "hold" and i and steps[i - 1]["search"] == "drain":
+            assert d["level"] in fake.rates_set
+    assert 0.0 in fake.rates_set[fake.rates_set.index(knee["level"]) :]
     # a window with nothing sent in it (1.95 req/s for 0.5 s) is no evidence: not a break
-    assert "search ramp at 1.95 req/s: no figures; no request was sent in it: not judged" in [
-        e.message for e in fake.events
-    ]
+    assert "ramp at 1.95 req/s: no figures; no request was sent in it: not judged" in [e.message for e in fake.events]
