@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
             print(table.text(width))
         searched = search_result(recording.events)
         if searched is not None:  # rampwatch search: its answer and holds
-            print("\n" + fill_to(str(searched["line"]), width))
+            print("\n" + fill_to(str(searched.get("line") or "search: no answer line recorded"), width))
             print("\n".join(holds_text(searched)))
         if steps:
             print("\n" + fill_to(f"Steps ({STEP_TABLE_NOTE})", width))

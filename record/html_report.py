@@ -372,11 +372,13 @@ def search_html(result: dict[str, Any] | None) -> str:
     if result is None:
         return ""
     unit = "req/s" if result.get("by") == "rate" else "users"
+    holds = result.get("holds")
     rows = "".join(
         f"<tr><td>{i}</td><td>{_cell(h.get('level'))} {unit}</td><td>{_cell(h.get('seconds'))}</td>"
-        f"<td>{_cell(h.get('requests'))}</td><td>{html.escape(figures_text(h.get('figures') or {}))}</td>"
-        f"<td>{'PASS' if h.get('passed') else 'FAIL'}</td></tr>"
-        for i, h in enumerate(result.get("holds") or [], 1)
+        f"<td>{_cell(h.get('requests'))}</td><td>{html.escape(figures_text(h.get('figures')))}</td>"
+        f"<td>{'PASS' if h.get('passed') is True else 'FAIL'}</td></tr>"
+        for i, h in enumerate(holds if isinstance(holds, list) else [], 1)
+        if isinstance(h, dict)
     )
     return (
         f'<h2>Search</h2><p class="knee">{html.escape(str(result.get("line", "")))}</p>'

@@ -175,11 +175,14 @@ def judge(records: Sequence[RequestRecord], slo: Slo, unfinished: int = 0) -> Ve
     return Verdict(not breaks, total, tuple(breaks), figures)
 
 
-def figures_text(figures: dict[str, Any]) -> str:
-    """A hold's (or window's) SLO figures in words: ``ttft_p90 226 ms, error rate 2.0%``."""
+def figures_text(figures: object) -> str:
+    """A hold's (or window's) SLO figures in words: ``ttft_p90 226 ms, error rate 2.0%``
+    (a hand-edited recording's figures of the wrong types are left out)."""
+    if not isinstance(figures, dict):
+        return ""
     out = []
     for key, value in figures.items():
-        if not isinstance(value, (int, float)):
+        if not _finite(value):
             continue
         out.append(f"error rate {value:.1f}%" if key == "error_rate" else f"{key} {value:.0f} ms")
     return ", ".join(out)
@@ -458,20 +461,33 @@ def search_holds(events: Iterable[Event]) -> list[dict[str, Any]]:
 
 def holds_text(result: dict[str, Any]) -> list[str]:
     """A search's holds as lines under its answer (the summary and ``report``): each
-    hold's level, judged seconds, requests, the SLO's figures, PASS or FAIL; then the rule."""
+    hold's level, judged seconds, requests, the SLO's figures, PASS or FAIL; then the rule.
+    A hand-edited recording's holds of the wrong types are shown as ``?``, never raised on."""
     by = "rate" if result.get("by") == "rate" else "concurrency"
+    holds = result.get("holds")
     lines = []
-    for i, hold in enumerate(result.get("holds") or [], 1):
-        figures = figures_text(hold.get("figures") or {})
-        verdict = "PASS" if hold.get("passed") else "FAIL"
-        seconds = hold.get("seconds") or 0.0
+    for i, hold in enumerate(holds if isinstance(holds, list) else [], 1):
+        if not isinstance(hold, dict):
+            continue
+        figures = figures_text(hold.get("figures"))
+        verdict = "PASS" if hold.get("passed") is True else "FAIL"
+        seconds = hold.get("seconds")
+        level = hold.get("level")
+        requests = hold.get("requests")
+        shown = level_text(float(level), by) if _finite(level) else f"? {'req/s' if by == 'rate' else 'users'}"
         lines.append(
-            f"  hold {i}: {level_text(float(hold.get('level') or 0.0), by)}, {seconds:.0f} s, "
-            f"{hold.get('requests', 0)} requests: {figures or 'no figures'}  {verdict}"
+            f"  hold {i}: {shown}, "
+            f"{f'{seconds:.0f}' if _finite(seconds) else '?'} s, "
+            f"{requests if isinstance(requests, int) and not isinstance(requests, bool) else '?'} requests: "
+            f"{figures or 'no figures'}  {verdict}"
         )
-    if result.get("hold_rule"):
+    if isinstance(result.get("hold_rule"), str) and result["hold_rule"]:
         lines.append(f"  ({result['hold_rule']})")
     return lines
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def search_row(events: Iterable[Event]) -> dict[str, Any]:

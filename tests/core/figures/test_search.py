@@ -294,3 +294,26 @@ def test_an_error_rate_slo_shows_the_error_rate_a_hold_saw():
     records = [record(i, 0.1, ok=i % 10 != 0) for i in range(20)]
     verdict = judge(records, parse_slo("error_rate<5%"))
     assert verdict.figures == {"error_rate": 10.0} and not verdict.passed
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {
+            "by": "rate",
+            "holds": [{"level": "abc", "passed": "yes", "seconds": "x", "requests": "y", "figures": {"t": "fast"}}],
+        },
+        {"by": "rate", "holds": [{"level": float("nan"), "seconds": float("inf"), "figures": [1, 2]}], "hold_rule": 5},
+        {"holds": {"a": 1}, "line": 123},
+        {"holds": ["not a hold", None, 3]},
+    ],
+)
+def test_hand_edited_search_result_never_raises(result):
+    """review rv-attack29b: a hand-edited recording's search holds of the wrong types made
+    `rampwatch report` and the HTML export raise (ValueError/AttributeError tracebacks)."""
+    from rampwatch.record.html_report import search_html
+
+    lines = holds_text(result)
+    assert all("PASS" not in line for line in lines)  # only a literal true passes
+    assert all("?" in line for line in lines if line.startswith("  hold"))
+    assert "<h2>Search</h2>" in search_html(result)
