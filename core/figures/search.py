@@ -474,7 +474,11 @@ def holds_text(result: dict[str, Any]) -> list[str]:
         seconds = hold.get("seconds")
         level = hold.get("level")
         requests = hold.get("requests")
-        shown = level_text(float(level), by) if _finite(level) else f"? {'req/s' if by == 'rate' else 'users'}"
+        shown = (
+            level_text(float(level), by)
+            if isinstance(level, (int, float)) and _finite(level)
+            else f"? {'req/s' if by == 'rate' else 'users'}"
+        )
         lines.append(
             f"  hold {i}: {shown}, "
             f"{f'{seconds:.0f}' if _finite(seconds) else '?'} s, "
