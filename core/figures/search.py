@@ -152,6 +152,7 @@ class Verdict:
     requests: int  # judged
     breaks: tuple[str, ...] = ()  # what of the SLO they broke
     figures: dict[str, float | None] = field(default_factory=dict)  # the SLO's figures, ms
+    unfinished: int = 0  # of ``requests``: still in flight when judged
 
 
 def judge(records: Sequence[RequestRecord], slo: Slo, unfinished: int = 0) -> Verdict:
@@ -172,7 +173,7 @@ def judge(records: Sequence[RequestRecord], slo: Slo, unfinished: int = 0) -> Ve
     figures = slo_figures(values, slo)
     if slo.error_rate_given:
         figures["error_rate"] = 100.0 * failed / total
-    return Verdict(not breaks, total, tuple(breaks), figures)
+    return Verdict(not breaks, total, tuple(breaks), figures, unfinished)
 
 
 def figures_text(figures: object) -> str:
@@ -337,6 +338,12 @@ class Search:
         assert self.lo is not None and self.hi is not None
         hold = Hold(level, verdict.passed, seconds, verdict.requests, verdict.breaks, dict(verdict.figures))
         self.holds.append(hold)
+        if verdict.requests and verdict.unfinished == verdict.requests:  # not one answered: no capacity to read
+            self.failure = (
+                f"the server answered none of the {verdict.requests} requests of the hold at "
+                f"{_num(level)} {self.plan.unit} within {UNFINISHED_AFTER_S:g} s: it stopped answering"
+            )
+            return hold
         if verdict.passed:
             if level >= self.hi:  # the ramp's upper bound met the SLO when held
                 if level >= self.ceiling:
@@ -352,7 +359,13 @@ class Search:
         elif level <= self.lo:  # the lower bound broke it when held
             self.hi, self.hi_held = level, True
             if level <= self.floor:
-                self.failure = f"the SLO was already broken at the start ({_num(level)} {self.plan.unit})"
+                met = max(self.passes, default=None)
+                self.failure = (
+                    f"the SLO was already broken at the start ({_num(level)} {self.plan.unit})"
+                    if met is None
+                    else f"the SLO was broken when held at the start ({_num(level)} {self.plan.unit}), though the "
+                    f"ramp met it up to {_num(met)}: the server changed during the search (see the holds)"
+                )
                 return hold
             self.lo, self.lo_held = self.floor, False
         else:

@@ -60,6 +60,7 @@ class RunState:
         self._engine_args: dict[str, Any] = dict((options.managed_server or {}).get("engine_args") or {})
         self._t0: float | None = None  # the run's t = 0, set once the start's checks are done
         self._stopping = False
+        self._refused_by_search = False  # a hand's steering refused during a search: said once
         self._schedule_changed: asyncio.Event | None = None
         self._in_flight: set[asyncio.Task] = set()  # every request's task, waiting for a slot or sent
         self._none_in_flight: asyncio.Event | None = None

@@ -1,6 +1,6 @@
 """``rampwatch search`` inside a run: a controller on the run's event loop that steers the
-schedule as the UI's keys do (``set_rate``), judges what it sent, and records each step
-as a ``search`` event. The decisions are ``core.figures.search``'s; this module only
+schedule (``search_rate``; the hand's keys do nothing meanwhile), judges what it sent, and
+records each step as a ``search`` event. The decisions are ``core.figures.search``'s; this module only
 times them.
 
 The scenario's ramp gives the range: the controller walks it as a staircase of short
@@ -50,16 +50,19 @@ class SteeredRun(Protocol):
     sink: Any
     _sending: dict[int, float]
     _sent_total: int
+    _finished: bool
 
     def now(self) -> float: ...
     def _steering(self) -> bool: ...
-    def set_rate(self, rps: float) -> None: ...
+    def search_rate(self, rps: float) -> None: ...
     def end_schedule(self) -> None: ...
 
 
 # How long the requests of a judged window may stay in flight after it; those still in
 # flight then count as failed (they did not answer in time).
 JUDGE_WAIT_S = UNFINISHED_AFTER_S
+# Windows a ramp is walked in at most.
+MAX_RAMP_STEPS = 200
 # How long a hold's drain waits for the requests of the levels before to end, at most.
 DRAIN_WAIT_S = 180.0
 POLL_S = 0.1
@@ -87,6 +90,12 @@ def check_schedule(plan: SearchPlan, schedule: dict[str, Any]) -> None:
             else "a users ramp (kind: users, start_users → end_users, a session workload)"
         )
         raise UserError(f"--by {plan.by}: the scenario's schedule (kind {kind}) is not {wanted}: the search walks it")
+    start, end, _ = search_range(schedule, plan.by) or (0.0, 0.0, 0.0)
+    if end <= start:
+        names = ("start_rps", "end_rps") if plan.by == "rate" else ("start_users", "end_users")
+        raise UserError(
+            f"schedule.{names[1]} {end:g}: a search walks a rising ramp, from {names[0]} {start:g} up: give a higher end"
+        )
     if schedule.get("num_requests") is not None:
         raise UserError("schedule.num_requests: a search ends when it has its answer; give the ramp a duration only")
 
@@ -180,14 +189,19 @@ class SearchControl(NullSink):
             if not self._over():
                 await self._holds()
         finally:
-            if not self._over():
+            # Stopped (Ctrl-C, `s`) or over: the result is recorded either way, so the
+            # summary, the result JSON and report keep the holds already judged.
+            if not self.run._finished:  # noqa: SLF001 - after the end the recording is closed
                 result = self.search.to_dict()
                 self._event("result", result["line"], result=result)
+            if not self._over():
                 self.run.end_schedule()
 
     async def _ramp(self) -> None:
         window = ramp_window_s(self.ramp_s)
         steps = max(1, round(self.ramp_s / window))
+        if steps > MAX_RAMP_STEPS:  # a ramp of days: longer windows, not a list of millions
+            steps, window = MAX_RAMP_STEPS, self.ramp_s / MAX_RAMP_STEPS
         levels = staircase(self.search.floor, self.search.ceiling, steps, self.plan.by)
         self._event(
             "start",
@@ -211,7 +225,7 @@ class SearchControl(NullSink):
             if self.knee_level is not None:
                 await self._stop_at_knee(self.knee_level, waiting)
                 return
-            self.run.set_rate(level)
+            self.run.search_rate(level)
             self._set_levels.append((self.run.now(), level))
             t_from = self.run.now()
             await asyncio.sleep(window)
@@ -226,7 +240,7 @@ class SearchControl(NullSink):
             # are judged (holding the top would pile up a queue if it is past the limit); a
             # knee that comes meanwhile still ends it as at the knee.
             s = self.search
-            self.run.set_rate(s.last_pass if s.last_pass is not None else s.floor)
+            self.run.search_rate(s.last_pass if s.last_pass is not None else s.floor)
             for level, t_from, t_to in waiting:
                 if self._over():
                     return
@@ -248,7 +262,7 @@ class SearchControl(NullSink):
         s = self.search
         below = s.pass_below(knee)
         back = below if below is not None else s.floor
-        self.run.set_rate(back)
+        self.run.search_rate(back)
         self._event(
             "knee",
             f"ramp stops at the knee ({self._level(knee)}): back to {self._level(back)} "
@@ -308,7 +322,7 @@ class SearchControl(NullSink):
         in_flight = len(self.run._sending)  # noqa: SLF001
         if not in_flight:
             return
-        self.run.set_rate(0.0)
+        self.run.search_rate(0.0)
         self._event(
             "drain",
             f"drain before the hold at {self._level(level)}: {in_flight} requests of the levels before in flight",
@@ -330,7 +344,7 @@ class SearchControl(NullSink):
         await self._drain(level)
         if self._over():
             return False
-        run.set_rate(level)
+        run.search_rate(level)
         self._event("hold", f"hold at {self._level(level)}", level=level)
         await asyncio.sleep(self.plan.settle_s)  # the settle: the level's own queue forms
         t_from = run.now()

@@ -35,20 +35,40 @@ class RunSteering(RunState):
         if self._schedule_changed is not None:
             self._schedule_changed.set()
 
+    def _by_hand(self) -> bool:
+        """Whether a hand's steering call (the UI's keys, ``rampwatch control``) may change
+        the rate: not while ``rampwatch search`` steers it, whose holds would be judged at a
+        level they were not held at (said once, as an event)."""
+        if not self._steering():
+            return False
+        if getattr(self, "search", None) is None:
+            return True
+        if not self._refused_by_search:
+            self._refused_by_search = True
+            self.sink.on_event(
+                Event(self.now(), "info", "rate keys do nothing during a search: it sets the rate itself", {})
+            )
+        return False
+
     def hold(self) -> None:
-        if self._steering():
+        if self._by_hand():
             self._changed(self.schedule.hold(self.now()))
 
     def resume(self) -> None:
-        if self._steering():
+        if self._by_hand():
             self._changed(self.schedule.resume(self.now()))
 
     def set_rate(self, rps: float) -> None:
+        if self._by_hand():
+            self._changed(self.schedule.set_rate(self.now(), max(0.0, rps)))
+
+    def search_rate(self, rps: float) -> None:
+        """The search's own rate (``loadgen.run.search_control``): a level, a drain's 0."""
         if self._steering():
             self._changed(self.schedule.set_rate(self.now(), max(0.0, rps)))
 
     def step_rate(self, delta_rps: float) -> None:
-        if not self._steering():
+        if not self._by_hand():
             return
         t = self.now()
         if self.schedule.kind == USERS_KIND:  # users come whole: a step is one user at least

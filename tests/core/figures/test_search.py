@@ -317,3 +317,28 @@ def test_hand_edited_search_result_never_raises(result):
     assert all("PASS" not in line for line in lines)  # only a literal true passes
     assert all("?" in line for line in lines if line.startswith("  hold"))
     assert "<h2>Search</h2>" in search_html(result)
+
+
+def test_a_hold_none_of_whose_requests_ended_ends_the_search_the_server_stopped_answering():
+    search = Search(SearchPlan.from_flags("ttft_p90<300ms"), 1.0, 10.0)
+    search.bracket(3.0, 6.0)
+    search.held(4.5, Verdict(False, 9, ("9 of 9 requests had not ended 60 s after it",), {}, unfinished=9), 10.0)
+    assert search.failure == (
+        "the server answered none of the 9 requests of the hold at 4.5 req/s within 60 s: it stopped answering"
+    )
+    assert search.next_level() is None
+
+
+def test_holds_that_break_where_the_ramp_met_it_say_the_server_changed():
+    search = Search(SearchPlan.from_flags("ttft_p90<300ms"), 2.0, 10.0)
+    for level in (3.0, 4.0, 5.0):
+        search.ramp_window(level, Verdict(True, 10))
+    search.ramp_window(6.0, Verdict(False, 10, ("TTFT p90 900 ms > 300 ms",)))
+    for _ in range(10):
+        level = search.next_level()
+        if level is None:
+            break
+        search.held(level, Verdict(False, 10, ("error rate 100.0% > 5.0%",)), 10.0)
+    assert search.failure is not None and search.failure.startswith(
+        "the SLO was broken when held at the start (2 req/s), though the ramp met it up to 5"
+    )
