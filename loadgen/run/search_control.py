@@ -12,7 +12,8 @@ the knee the load steps back to the last level that met the SLO while the window
 the knee are judged. Then it holds one
 level at a time: a drain (nothing sent until every request of the levels before ended,
 so each hold starts from an empty queue), a settle (``settle_s`` at the level), the
-judged part (the hold rule), the wait for its requests to end, the verdict. At the
+judged part (the hold rule), the wait for its requests to end (under the level's load
+for as long as the hold was judged, then with nothing more sent), the verdict. At the
 ramp's end, too, the load steps back while the last windows are judged. When the search
 is over the schedule ends and the run drains as usual.
 
@@ -357,6 +358,12 @@ class SearchControl(NullSink):
         if self._over():
             return False
         t_to = run.now()
+        # The hold's requests end under its load, for as long as it was judged at most; then
+        # nothing more is sent while the rest end: past the max, a queue would only grow,
+        # and the next hold would have to drain it.
+        await self._wait_until(lambda: not self._unfinished(t_from, t_to), min(JUDGE_WAIT_S, t_to - t_from))
+        if self._unfinished(t_from, t_to) and not self._over():
+            run.search_rate(0.0)
         verdict = await self._judged(t_from, t_to)
         if self._over():
             return False
