@@ -128,8 +128,15 @@ class SearchControl(NullSink):
 
     def on_event(self, event: Event) -> None:
         if event.kind == "knee" and self._ramping and self.knee_level is None:
-            onset = (event.data or {}).get("onset_t")
-            self.knee_level = self._level_at(float(onset) if isinstance(onset, (int, float)) else event.t)
+            data = event.data or {}
+            onset = data.get("onset_t")
+            level = self._level_at(float(onset) if isinstance(onset, (int, float)) else event.t)
+            offered = data.get("offered_rps")
+            if self.plan.by == "rate" and isinstance(offered, (int, float)) and 0 < offered < level:
+                # the knee the screen shows: the rate its window averaged, below the step in
+                # force at its onset on a rising ramp (on the H100 preset 34.8 against 45.2)
+                level = float(offered)
+            self.knee_level = level
 
     def _level_at(self, t: float) -> float:
         """The ramp's level in force at ``t`` (its start before the first step)."""

@@ -312,3 +312,14 @@ def test_a_ramp_of_days_is_walked_in_at_most_max_ramp_steps_windows(monkeypatch)
     assert seen == [1e12 / search_control.MAX_RAMP_STEPS]
     assert fake.events[-1].data["search"] == "result"  # a stopped search still records its result
     assert fake.events[-1].data["result"]["line"].startswith("search: not finished under SLO ttft_p90<300ms")
+
+
+@pytest.mark.parametrize(("offered", "expected"), [(3.2, 3.2), (9.0, 4.8), (None, 4.8)])
+def test_the_knee_is_the_detectors_rate_when_it_is_below_the_step_in_force_at_its_onset(offered, expected):
+    fake = FakeRun(5.0)
+    controller = SearchControl(fake, SearchPlan.from_flags("ttft_p90<300ms"))
+    controller._ramping = True
+    controller._set_levels = [(0.0, 2.9), (2.0, 3.85), (4.0, 4.8), (6.0, 5.75)]
+    data = {"onset_t": 5.0} if offered is None else {"onset_t": 5.0, "offered_rps": offered}
+    controller.on_event(Event(9.0, "knee", "knee", data))
+    assert controller.knee_level == expected
