@@ -181,8 +181,16 @@ def test_the_shipped_example_loads_every_configuration_past_its_knee_and_names_t
     # a larger cap keeps up with more (the 4 came out above 8)
     assert cap4["knee_rps"] < cap16["knee_rps"] and cap8["knee_rps"] < cap16["knee_rps"]
     assert all(0 < r["knee_rps_pm"] < r["knee_rps"] for r in state["rows"])
-    assert state["best"] == 2 and cap16["pareto"]  # the largest batch with its whole cache
-    assert "  vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 16\n" in done.stdout
+    # One run each: the two 16-sequence configurations are close, and their figures at the
+    # knee cross between runs (the cut cache was on the front alone in some CI runs), so the
+    # verdict is one of them, never a small cap; telling those two apart is what repeats
+    # are for (tests/core/figures/test_sweep.py: tied unless the intervals part).
+    assert state["best"] in (2, 3) and state["rows"][state["best"]]["pareto"]
+    assert min(cap16["max_goodput_rps"], small_kv["max_goodput_rps"]) > max(
+        cap4["max_goodput_rps"], cap8["max_goodput_rps"]
+    )
+    best_args = state["rows"][state["best"]]["config"]
+    assert f"  vllm serve meta-llama/Llama-3.1-8B-Instruct {best_args}\n" in done.stdout
 
 
 @pytest.mark.slow
