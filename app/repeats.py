@@ -15,7 +15,6 @@ completed repeats are written; the exit code is the failed repeat's.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import math
 import re
@@ -23,7 +22,7 @@ import ssl
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -201,30 +200,10 @@ def check_set_outputs(
     check_outputs(None, set_path, [])
 
 
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP between two repeats end the repeats as Ctrl-C does (the
-    completed ones are combined), as they stop a headless run; main thread only."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: TextIO | None = None) -> int:
     """The repeats, one after another, then the combined figures (see the module)."""
+    from rampwatch.app.session.server import signals_interrupt
+
     out = out if out is not None else sys.stdout
     check_repeats(config)
     scenario = load_scenario(config.scenario, overrides=config.scenario_sets(), flags=config.scenario_flags())
@@ -250,7 +229,7 @@ def run_repeats(config: RunConfig, run_one: Callable[[RunConfig], int], out: Tex
                 flush=True,
             )
             try:
-                with _signals_interrupt():
+                with signals_interrupt():  # as they stop a headless run: the completed repeats are combined
                     time.sleep(config.cool_down)
                     wait_for_idle(config, out)
             except KeyboardInterrupt:  # between two repeats: the completed ones are combined

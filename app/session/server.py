@@ -28,6 +28,26 @@ from rampwatch.sim.config import SimConfig
 SERVER_PROGRESS_INTERVAL_S = 30.0
 
 
+@contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` inside the block, as Ctrl-C does (a
+    server's start, the cool-down between repeats: the caller's Ctrl-C path then runs);
+    the handlers before are put back after it. Signals reach the main thread only: on
+    another thread nothing is changed."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def check_url(flag: str, url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise UserError(f"{flag} {redact_text(url)!r}: expected an http:// or https:// URL")
@@ -116,22 +136,15 @@ def start_server(
             print(f"server: starting (pid {server.pid}) …", file=out, flush=True)
             threading.Thread(target=report_progress, name="server-start-progress", daemon=True).start()
 
-    def interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        startup = server.start(timeout_s, on_phase=on_phase)
+        with signals_interrupt():
+            startup = server.start(timeout_s, on_phase=on_phase)
     except ServerExited as exc:
         done.set()
         print_server_tail(exc.tail)
         raise
     finally:
         done.set()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     print(f"server: ready in {startup:.1f} s", file=out, flush=True)
     return startup
 
