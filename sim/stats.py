@@ -1,7 +1,7 @@
 """Per-engine metric state: plain counters and fixed-bucket histograms (no I/O).
 
-Bucket boundaries are those of a real vLLM 0.32 ``/metrics`` capture, so quantiles
-computed from the simulator's histograms have the same resolution as from vLLM's.
+Latency bucket boundaries are vLLM's own (``core.vllm_buckets``), so quantiles computed
+from the simulator's histograms have the same resolution as from vLLM's.
 """
 
 from __future__ import annotations
@@ -9,74 +9,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-REQUEST_LATENCY_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
+from rampwatch.core import vllm_buckets
+
+TTFT_BUCKETS = vllm_buckets.TTFT_S
+ITL_BUCKETS = vllm_buckets.ITL_S
+REQUEST_LATENCY_BUCKETS = vllm_buckets.REQUEST_LATENCY_S
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)

@@ -50,6 +50,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from rampwatch.core import vllm_buckets
 from rampwatch.core.errors import UserError
 from rampwatch.core.figures.client_lag import bucket_ms
 from rampwatch.core.text import printable
@@ -57,21 +58,12 @@ from rampwatch.core.timeline import Event, RequestRecord, RunHeader, ServerSampl
 
 DEFAULT_HOST = "127.0.0.1"
 
+# vLLM's edges (core.vllm_buckets), with finer ones below where a client sees faster
+# figures (a simulator's or a small model's few-millisecond decode steps, short answers).
+TTFT_BUCKETS_S: tuple[float, ...] = vllm_buckets.TTFT_S
+ITL_BUCKETS_S: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.0075, *vllm_buckets.ITL_S)
+E2E_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.2, *vllm_buckets.REQUEST_LATENCY_S)
 # fmt: off
-# vLLM's edges (vllm/v1/metrics/buckets.py), with finer ones below where a client sees
-# faster figures (a simulator's or a small model's few-millisecond decode steps).
-TTFT_BUCKETS_S: tuple[float, ...] = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)
-ITL_BUCKETS_S: tuple[float, ...] = (
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)
-E2E_BUCKETS_S: tuple[float, ...] = (
-    0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-)
 # Send lateness and loop lag: a healthy client is well under a millisecond.
 LAG_BUCKETS_S: tuple[float, ...] = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
