@@ -60,6 +60,8 @@ class RunState:
         self._engine_args: dict[str, Any] = dict((options.managed_server or {}).get("engine_args") or {})
         self._t0: float | None = None  # the run's t = 0, set once the start's checks are done
         self._stopping = False
+        # rampwatch search's controller (loadgen.run.search_control), set by the run that has one
+        self.search: Any = None
         self._refused_by_search = False  # a hand's steering refused during a search: said once
         self._schedule_changed: asyncio.Event | None = None
         self._in_flight: set[asyncio.Task] = set()  # every request's task, waiting for a slot or sent

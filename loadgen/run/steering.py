@@ -41,7 +41,7 @@ class RunSteering(RunState):
         level they were not held at (said once, as an event)."""
         if not self._steering():
             return False
-        if getattr(self, "search", None) is None:
+        if self.search is None:
             return True
         if not self._refused_by_search:
             self._refused_by_search = True
