@@ -110,20 +110,23 @@ class FakeRun:
             self._credit += self.schedule.rate * self.TICK
             while self._credit >= 1:
                 self._credit -= 1
-                ttft = 0.1 if self.schedule.rate <= self.true_max else 1.0
                 self._sent_total += 1
-                sent = self.t
-                record = RequestRecord(
-                    id=self._sent_total,
-                    scheduled_at=sent,
-                    sent_at=sent,
-                    end_at=sent + ttft + 0.05,
-                    first_token_at=sent + ttft,
-                    chunk_times=[sent + ttft, sent + ttft + 0.05],
-                    completion_tokens=2,
-                )
-                assert self.controller is not None
-                self.controller.on_request(record)
+                self._end(self._sent_total, self.t, 0.1 if self.schedule.rate <= self.true_max else 1.0)
+
+    def _end(self, request_id: int, sent: float, ttft: float) -> None:
+        """A request sent at ``sent`` ends now, recorded to the controller, its TTFT ``ttft``."""
+        assert self.controller is not None
+        self.controller.on_request(
+            RequestRecord(
+                id=request_id,
+                scheduled_at=sent,
+                sent_at=sent,
+                end_at=sent + ttft + 0.05,
+                first_token_at=sent + ttft,
+                chunk_times=[sent + ttft, sent + ttft + 0.05],
+                completion_tokens=2,
+            )
+        )
 
 
 def search_on(fake: FakeRun, monkeypatch: pytest.MonkeyPatch, hold_s: float = 2.0) -> None:
@@ -217,20 +220,6 @@ class QueueingRun(FakeRun):
                 else:
                     self._served = max(0.0, self._served - 1)
                     self._end(self._sent_total, self.t, 0.1)
-
-    def _end(self, request_id: int, sent: float, ttft: float) -> None:
-        assert self.controller is not None
-        self.controller.on_request(
-            RequestRecord(
-                id=request_id,
-                scheduled_at=sent,
-                sent_at=sent,
-                end_at=sent + ttft + 0.05,
-                first_token_at=sent + ttft,
-                chunk_times=[sent + ttft, sent + ttft + 0.05],
-                completion_tokens=2,
-            )  # fmt: skip
-        )
 
 
 @pytest.mark.parametrize("true_max", [4.2, 9.0])
